@@ -1,0 +1,243 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/tinylib/msgp/msgp"
+)
+
+// MaxDepth is how deeply lists and maps may nest. It bounds the decoder's
+// recursion on hostile input and stops the encoder on a cyclic value.
+const MaxDepth = 64
+
+// tensorExt is the MessagePack extension type of a tensor reference in the
+// body: a fixext4 carrying the big-endian u32 index of the tensor in the
+// header (payload index - 1). msgp reserves 3, 4, 5 and -1.
+const tensorExt = 17
+
+// bodyEncoder appends one value's body and collects its tensors.
+type bodyEncoder struct {
+	tensors []Tensor // tensors in reference order
+}
+
+func (e *bodyEncoder) appendValue(b []byte, v any, depth int) ([]byte, error) {
+	if depth > MaxDepth {
+		return b, ErrTooDeep
+	}
+	switch x := v.(type) {
+	case nil:
+		return msgp.AppendNil(b), nil
+	case Tensor:
+		return e.appendTensor(b, x)
+	case *Tensor:
+		if x == nil {
+			return msgp.AppendNil(b), nil
+		}
+		return e.appendTensor(b, *x)
+	case bool:
+		return msgp.AppendBool(b, x), nil
+	case int:
+		return msgp.AppendInt64(b, int64(x)), nil
+	case int8:
+		return msgp.AppendInt64(b, int64(x)), nil
+	case int16:
+		return msgp.AppendInt64(b, int64(x)), nil
+	case int32:
+		return msgp.AppendInt64(b, int64(x)), nil
+	case int64:
+		return msgp.AppendInt64(b, x), nil
+	case uint:
+		return appendUint(b, uint64(x)), nil
+	case uint8:
+		return appendUint(b, uint64(x)), nil
+	case uint16:
+		return appendUint(b, uint64(x)), nil
+	case uint32:
+		return appendUint(b, uint64(x)), nil
+	case uint64:
+		return appendUint(b, x), nil
+	case uintptr:
+		return appendUint(b, uint64(x)), nil
+	case float32:
+		return msgp.AppendFloat32(b, x), nil
+	case float64:
+		return msgp.AppendFloat64(b, x), nil
+	case string:
+		if uint64(len(x)) > maxPayload {
+			return b, fmt.Errorf("%w: string of %d bytes", ErrTooLarge, len(x))
+		}
+		return msgp.AppendString(b, x), nil
+	case []byte:
+		if x == nil {
+			return msgp.AppendNil(b), nil
+		}
+		if uint64(len(x)) > maxPayload {
+			return b, fmt.Errorf("%w: []byte of %d bytes", ErrTooLarge, len(x))
+		}
+		return msgp.AppendBytes(b, x), nil
+	case []any:
+		if x == nil {
+			return msgp.AppendNil(b), nil
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(x)))
+		var err error
+		for _, el := range x {
+			if b, err = e.appendValue(b, el, depth+1); err != nil {
+				return b, err
+			}
+		}
+		return b, nil
+	case map[string]any:
+		if x == nil {
+			return msgp.AppendNil(b), nil
+		}
+		// Sorted keys make the encoding deterministic: equal values give
+		// equal bytes, whichever path packed them.
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = msgp.AppendMapHeader(b, uint32(len(keys)))
+		var err error
+		for _, k := range keys {
+			b = msgp.AppendString(b, k)
+			if b, err = e.appendValue(b, x[k], depth+1); err != nil {
+				return b, err
+			}
+		}
+		return b, nil
+	default:
+		return b, fmt.Errorf("%w: %T", ErrUnsupportedType, v)
+	}
+}
+
+// appendUint always uses an unsigned marker (never a positive fixint), so the
+// decoder can tell an unsigned integer from a signed one.
+func appendUint(b []byte, u uint64) []byte {
+	switch {
+	case u <= math.MaxUint8:
+		return append(b, 0xcc, byte(u))
+	case u <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(u))
+	case u <= math.MaxUint32:
+		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(u))
+	default:
+		return binary.BigEndian.AppendUint64(append(b, 0xcf), u)
+	}
+}
+
+func (e *bodyEncoder) appendTensor(b []byte, t Tensor) ([]byte, error) {
+	if err := t.Validate(); err != nil {
+		return b, err
+	}
+	if len(e.tensors) >= MaxTensors {
+		return b, fmt.Errorf("%w: more than %d tensors in one object", ErrTooLarge, MaxTensors)
+	}
+	idx := uint32(len(e.tensors))
+	e.tensors = append(e.tensors, t)
+	return binary.BigEndian.AppendUint32(append(b, 0xd6, tensorExt), idx), nil
+}
+
+// bodyDecoder reads one value's body; tensors are already resolved.
+type bodyDecoder struct {
+	tensors []Tensor
+}
+
+func (d *bodyDecoder) readValue(b []byte, depth int) (any, []byte, error) {
+	if depth > MaxDepth {
+		return nil, b, fmt.Errorf("%w: nested deeper than %d", ErrCorrupt, MaxDepth)
+	}
+	if len(b) == 0 {
+		return nil, b, ErrTruncated
+	}
+	switch c := b[0]; {
+	case c == 0xd6 && len(b) >= 2 && b[1] == tensorExt:
+		if len(b) < 6 {
+			return nil, b, ErrTruncated
+		}
+		idx := binary.BigEndian.Uint32(b[2:6])
+		if uint64(idx) >= uint64(len(d.tensors)) {
+			return nil, b, fmt.Errorf("%w: tensor reference %d of %d", ErrOutOfRange, idx, len(d.tensors))
+		}
+		return d.tensors[idx], b[6:], nil
+	case c >= 0xcc && c <= 0xcf: // unsigned markers
+		u, rest, err := msgp.ReadUint64Bytes(b)
+		return u, rest, wrapMsgp(err)
+	}
+	switch msgp.NextType(b) {
+	case msgp.NilType:
+		rest, err := msgp.ReadNilBytes(b)
+		return nil, rest, wrapMsgp(err)
+	case msgp.BoolType:
+		v, rest, err := msgp.ReadBoolBytes(b)
+		return v, rest, wrapMsgp(err)
+	case msgp.IntType, msgp.UintType: // UintType here is a positive fixint
+		v, rest, err := msgp.ReadInt64Bytes(b)
+		return v, rest, wrapMsgp(err)
+	case msgp.Float32Type:
+		v, rest, err := msgp.ReadFloat32Bytes(b)
+		return v, rest, wrapMsgp(err)
+	case msgp.Float64Type:
+		v, rest, err := msgp.ReadFloat64Bytes(b)
+		return v, rest, wrapMsgp(err)
+	case msgp.StrType:
+		v, rest, err := msgp.ReadStringZC(b)
+		return string(v), rest, wrapMsgp(err)
+	case msgp.BinType:
+		v, rest, err := msgp.ReadBytesZC(b)
+		if err == nil && v == nil {
+			v = []byte{}
+		}
+		return v, rest, wrapMsgp(err)
+	case msgp.ArrayType:
+		n, rest, err := msgp.ReadArrayHeaderBytes(b)
+		if err != nil {
+			return nil, b, wrapMsgp(err)
+		}
+		if uint64(n) > uint64(len(rest)) { // every element takes a byte
+			return nil, b, fmt.Errorf("%w: list of %d in %d bytes", ErrTruncated, n, len(rest))
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], rest, err = d.readValue(rest, depth+1); err != nil {
+				return nil, b, err
+			}
+		}
+		return out, rest, nil
+	case msgp.MapType:
+		n, rest, err := msgp.ReadMapHeaderBytes(b)
+		if err != nil {
+			return nil, b, wrapMsgp(err)
+		}
+		if uint64(n)*2 > uint64(len(rest)) { // every entry takes two bytes
+			return nil, b, fmt.Errorf("%w: map of %d in %d bytes", ErrTruncated, n, len(rest))
+		}
+		out := make(map[string]any, n)
+		for range n {
+			var k []byte
+			if k, rest, err = msgp.ReadStringZC(rest); err != nil {
+				return nil, b, wrapMsgp(err)
+			}
+			if out[string(k)], rest, err = d.readValue(rest, depth+1); err != nil {
+				return nil, b, err
+			}
+		}
+		return out, rest, nil
+	default:
+		return nil, b, fmt.Errorf("%w: unsupported MessagePack type byte 0x%02x", ErrCorrupt, b[0])
+	}
+}
+
+func wrapMsgp(err error) error {
+	if err == nil {
+		return nil
+	}
+	if err == msgp.ErrShortBytes {
+		return ErrTruncated
+	}
+	return fmt.Errorf("%w: %v", ErrCorrupt, err)
+}

@@ -1,0 +1,19 @@
+module github.com/tqgo/tqgo
+
+go 1.26.8
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/panjf2000/ants/v2 v2.12.1 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/tinylib/msgp v1.6.5 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/mod v0.18.0 // indirect
+	golang.org/x/sync v0.11.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/tools v0.22.0 // indirect
+)
+
+tool github.com/tinylib/msgp
