@@ -1,0 +1,33 @@
+// Package backends is what a storage engine implements to carry tqgo's data
+// and metadata, in the manner of database/sql/driver: trainer code imports
+// package tq; engines import this package (and codec), never tq.
+//
+// # Data
+//
+// A [Backend] stores opaque packed objects by storage key. It is small on
+// purpose; extra abilities are optional interfaces found by type assertion:
+//
+//   - [Allocator]: the engine hands out destination buffers of its own
+//     memory, the codec packs straight into them, and [Staged.Publish] makes
+//     them visible (zero-copy write; memory and yuanrong implement it).
+//   - [TagReporter]: the engine reports an opaque tag per key on write (a
+//     strategy, in TransferQueue's words "custom backend meta"), which the
+//     metadata keeps and hands back through [TaggedReader] and [TaggedDeleter].
+//
+// Wrappers (metrics, fault injection) must pass these through; see
+// backendtest.Faulty for one that does.
+//
+// # Metadata
+//
+// A [MetaStore] plays the part of TransferQueue's controller: it maps a
+// partition's keys to global indexes (allocated once, monotonic, never
+// reused), records which fields each row has committed with their dtype and
+// shape, and keeps each row's tag. See its doc for the write protocol.
+//
+// # Registry
+//
+// Engines register an [Opener] under a URL scheme in an init function;
+// tq.Open looks the scheme up. Importing an engine package for its side
+// effect (import _ "github.com/tqgo/tqgo/backends/redis") makes its scheme
+// available.
+package backends

@@ -1,0 +1,266 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// MetaStore keeps metadata in process. It is safe for concurrent use and
+// locks per partition: writers of different partitions never contend.
+type MetaStore struct {
+	next   atomic.Uint64 // next global index, shared by every partition
+	closed atomic.Bool
+
+	mu    sync.RWMutex // guards parts (the map, not the partitions in it)
+	parts map[string]*partition
+}
+
+var _ backends.MetaStore = (*MetaStore)(nil)
+
+type partition struct {
+	mu   sync.Mutex // guards rows and every metaRow in it
+	rows map[string]*metaRow
+}
+
+type metaRow struct {
+	index   uint64
+	view    *backends.Row     // the committed row, immutable; nil until committed
+	nextGen map[string]uint64 // next generation to reserve, per field
+}
+
+// NewMetaStore returns an empty store.
+func NewMetaStore() *MetaStore {
+	return &MetaStore{parts: make(map[string]*partition)}
+}
+
+// part returns the partition, creating it when create is set (nil otherwise).
+func (m *MetaStore) part(name string, create bool) *partition {
+	m.mu.RLock()
+	p := m.parts[name]
+	m.mu.RUnlock()
+	if p != nil || !create {
+		return p
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p = m.parts[name]; p == nil {
+		p = &partition{rows: make(map[string]*metaRow)}
+		m.parts[name] = p
+	}
+	return p
+}
+
+func (m *MetaStore) check(ctx context.Context) error {
+	if m.closed.Load() {
+		return backends.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// Prepare implements backends.MetaStore.
+func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields []string) ([]backends.Reservation, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	p := m.part(partition, true)
+	out := make([]backends.Reservation, len(keys))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, k := range keys {
+		r := p.rows[k]
+		if r == nil {
+			r = &metaRow{index: m.next.Add(1) - 1, nextGen: make(map[string]uint64)}
+			p.rows[k] = r
+		}
+		gens := make(map[string]uint64, len(fields))
+		for _, f := range fields {
+			gens[f] = r.nextGen[f]
+			r.nextGen[f]++
+		}
+		out[i] = backends.Reservation{Index: r.index, Gens: gens}
+	}
+	return out, nil
+}
+
+// Commit implements backends.MetaStore.
+func (m *MetaStore) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	var res backends.CommitResult
+	if err := m.check(ctx); err != nil {
+		return res, err
+	}
+	p := m.part(partition, true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, u := range updates {
+		if r := p.rows[u.Key]; r == nil || r.index != u.Index {
+			return res, fmt.Errorf("%w: key %q in partition %q", backends.ErrConflict, u.Key, partition)
+		}
+	}
+	for _, u := range updates {
+		r := p.rows[u.Key]
+		next := &backends.Row{Key: u.Key, Index: r.index}
+		if r.view != nil {
+			next.Fields = maps.Clone(r.view.Fields)
+			next.Tag = maps.Clone(r.view.Tag)
+		}
+		if next.Fields == nil {
+			next.Fields = make(map[string]backends.FieldInfo, len(u.Fields))
+		}
+		for f, fi := range u.Fields {
+			cur, had := next.Fields[f]
+			switch {
+			case had && cur.Gen > fi.Gen:
+				res.Stale = append(res.Stale, backends.Ref{Index: r.index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
+				continue
+			case had && cur.Gen != fi.Gen:
+				res.Superseded = append(res.Superseded, backends.Ref{Index: r.index, Field: f, Gen: cur.Gen, Tag: cur.BackendTag})
+			}
+			next.Fields[f] = fi
+		}
+		if u.Tag != nil {
+			if next.Tag == nil {
+				next.Tag = make(map[string]any, len(u.Tag))
+			}
+			maps.Copy(next.Tag, u.Tag)
+		}
+		r.view = next
+	}
+	return res, nil
+}
+
+// Lookup implements backends.MetaStore.
+func (m *MetaStore) Lookup(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]*backends.Row, len(keys))
+	p := m.part(partition, false)
+	if p == nil {
+		return out, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, k := range keys {
+		if r := p.rows[k]; r != nil {
+			out[i] = r.view
+		}
+	}
+	return out, nil
+}
+
+// List implements backends.MetaStore.
+func (m *MetaStore) List(ctx context.Context, partition string) ([]*backends.Row, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	p := m.part(partition, false)
+	if p == nil {
+		return []*backends.Row{}, nil
+	}
+	p.mu.Lock()
+	out := make([]*backends.Row, 0, len(p.rows))
+	for _, r := range p.rows {
+		if r.view != nil {
+			out = append(out, r.view)
+		}
+	}
+	p.mu.Unlock()
+	slices.SortFunc(out, func(a, b *backends.Row) int { return compareIndex(a.Index, b.Index) })
+	return out, nil
+}
+
+func compareIndex(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Partitions implements backends.MetaStore.
+func (m *MetaStore) Partitions(ctx context.Context) ([]string, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	names := make([]string, 0, len(m.parts))
+	parts := make([]*partition, 0, len(m.parts))
+	for n, p := range m.parts {
+		names, parts = append(names, n), append(parts, p)
+	}
+	m.mu.RUnlock()
+	out := names[:0]
+	for i, p := range parts {
+		p.mu.Lock()
+		for _, r := range p.rows {
+			if r.view != nil {
+				out = append(out, names[i])
+				break
+			}
+		}
+		p.mu.Unlock()
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Delete implements backends.MetaStore.
+func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	p := m.part(partition, false)
+	if p == nil {
+		return nil, nil
+	}
+	var out []*backends.Row
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		if r := p.rows[k]; r != nil {
+			if r.view != nil {
+				out = append(out, r.view)
+			}
+			delete(p.rows, k)
+		}
+	}
+	return out, nil
+}
+
+// DeletePartition implements backends.MetaStore.
+func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	p := m.parts[partition]
+	delete(m.parts, partition)
+	m.mu.Unlock()
+	if p == nil {
+		return nil, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*backends.Row
+	for _, r := range p.rows {
+		if r.view != nil {
+			out = append(out, r.view)
+		}
+	}
+	p.rows = map[string]*metaRow{}
+	return out, nil
+}
+
+// Close implements backends.MetaStore.
+func (m *MetaStore) Close() error {
+	m.closed.Store(true)
+	return nil
+}

@@ -1,0 +1,185 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// numShards spreads keys over independently locked maps, so writers of
+// different keys rarely contend.
+const numShards = 64
+
+// Store is the in-memory data backend. It is safe for concurrent use.
+// Stored slices are never modified in place (a Put replaces the slice), so a
+// reader may keep what Get returned.
+type Store struct {
+	seed   maphash.Seed
+	closed atomic.Bool
+	shards [numShards]shard
+}
+
+type shard struct {
+	mu sync.RWMutex // guards m
+	m  map[string][]byte
+}
+
+var (
+	_ backends.Backend   = (*Store)(nil)
+	_ backends.Allocator = (*Store)(nil)
+)
+
+// New returns an empty store.
+func New() *Store {
+	s := &Store{seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string][]byte)
+	}
+	return s
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%numShards]
+}
+
+func (s *Store) check(ctx context.Context, keys []string, n int) error {
+	if s.closed.Load() {
+		return backends.ErrClosed
+	}
+	if n >= 0 && n != len(keys) {
+		return fmt.Errorf("%w: %d keys, %d values", backends.ErrInvalid, len(keys), n)
+	}
+	return ctx.Err()
+}
+
+// Put stores values under keys. It keeps the value slices.
+func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
+	if err := s.check(ctx, keys, len(values)); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		sh := s.shard(k)
+		sh.mu.Lock()
+		sh.m[k] = values[i]
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// Get returns each key's value, nil for a missing key.
+func (s *Store) Get(ctx context.Context, keys []string) ([][]byte, error) {
+	if err := s.check(ctx, keys, -1); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		sh := s.shard(k)
+		sh.mu.RLock()
+		out[i] = sh.m[k]
+		sh.mu.RUnlock()
+	}
+	return out, nil
+}
+
+// Delete removes keys; missing keys are ignored.
+func (s *Store) Delete(ctx context.Context, keys []string) error {
+	if err := s.check(ctx, keys, -1); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		sh := s.shard(k)
+		sh.mu.Lock()
+		delete(sh.m, k)
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// Len is the number of stored keys.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+// Close drops every value. Later calls return backends.ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.m = make(map[string][]byte)
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// smallObject is the size under which staged buffers share one allocation:
+// a batch of small cells costs one allocation, while a large buffer gets its
+// own so that clearing some rows frees their memory.
+const smallObject = 4 << 10
+
+// Allocate stages buffers of the given sizes in the store's memory.
+func (s *Store) Allocate(ctx context.Context, keys []string, sizes []int) (backends.Staged, error) {
+	if err := s.check(ctx, keys, len(sizes)); err != nil {
+		return nil, err
+	}
+	small := 0
+	for _, n := range sizes {
+		if n < 0 {
+			return nil, fmt.Errorf("%w: negative size %d", backends.ErrInvalid, n)
+		}
+		if n < smallObject {
+			small += n
+		}
+	}
+	arena := make([]byte, small)
+	bufs := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		if n < smallObject {
+			bufs[i], arena = arena[:n:n], arena[n:]
+		} else {
+			bufs[i] = make([]byte, n)
+		}
+	}
+	return &staged{store: s, keys: keys, bufs: bufs}, nil
+}
+
+// staged holds buffers not yet visible to readers.
+type staged struct {
+	store *Store
+	keys  []string
+	bufs  [][]byte
+	done  bool
+}
+
+func (st *staged) Buffers() [][]byte { return st.bufs }
+
+// Publish makes every buffer visible. Publishing is all in memory, so once
+// the checks pass it cannot fail part-way.
+func (st *staged) Publish(ctx context.Context) error {
+	if st.done {
+		return fmt.Errorf("%w: staged buffers already published or discarded", backends.ErrInvalid)
+	}
+	if err := st.store.Put(ctx, st.keys, st.bufs); err != nil {
+		return err
+	}
+	st.done = true
+	return nil
+}
+
+func (st *staged) Discard(context.Context) error {
+	st.done, st.bufs = true, nil
+	return nil
+}

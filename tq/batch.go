@@ -1,0 +1,233 @@
+package tq
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/tqgo/tqgo/codec"
+)
+
+// ColumnKind says how a column holds its rows.
+type ColumnKind uint8
+
+const (
+	// KindStacked: one tensor whose leading dimension is the batch; row i is
+	// a zero-copy view of slice i.
+	KindStacked ColumnKind = iota + 1
+	// KindJagged: one tensor per row, shapes free to differ (responses of
+	// different lengths).
+	KindJagged
+	// KindValues: one general value per row (strings, numbers, lists, maps,
+	// or tensors mixed with other values).
+	KindValues
+)
+
+func (k ColumnKind) String() string {
+	switch k {
+	case KindStacked:
+		return "stacked"
+	case KindJagged:
+		return "jagged"
+	case KindValues:
+		return "values"
+	}
+	return fmt.Sprintf("ColumnKind(%d)", uint8(k))
+}
+
+// Column is one field of a Batch. Build it with Stacked, StackedTensor,
+// Jagged or Values; a constructor given bad input returns a Column that
+// carries the error, and BatchPut reports it (as bufio.Writer does), so
+// batches can be written as literals.
+type Column struct {
+	kind    ColumnKind
+	stacked codec.Tensor
+	tensors []codec.Tensor
+	values  []any
+	err     error
+}
+
+// StackedTensor is a column over t: row i is t's slice i along dimension 0.
+func StackedTensor(t codec.Tensor) Column {
+	if err := t.Validate(); err != nil {
+		return Column{err: err}
+	}
+	if len(t.Shape) == 0 {
+		return Column{err: fmt.Errorf("%w: a stacked column needs a leading batch dimension, got a 0-d tensor", codec.ErrShapeMismatch)}
+	}
+	return Column{kind: KindStacked, stacked: t}
+}
+
+// Stacked is a column over data, viewed without copying, with the given
+// shape whose first dimension is the batch. With no shape, data is one
+// scalar per row.
+func Stacked[T codec.Element](data []T, shape ...int64) Column {
+	t, err := codec.FromSlice(data, shape...)
+	if err != nil {
+		return Column{err: err}
+	}
+	return StackedTensor(t)
+}
+
+// Jagged is a column of one tensor per row.
+func Jagged(rows []codec.Tensor) Column {
+	for i, t := range rows {
+		if err := t.Validate(); err != nil {
+			return Column{err: fmt.Errorf("row %d: %w", i, err)}
+		}
+	}
+	return Column{kind: KindJagged, tensors: rows}
+}
+
+// JaggedOf is a column of one 1-d tensor per row, each viewing a slice.
+func JaggedOf[T codec.Element](rows [][]T) Column {
+	ts := make([]codec.Tensor, len(rows))
+	for i, r := range rows {
+		t, err := codec.FromSlice(r)
+		if err != nil {
+			return Column{err: fmt.Errorf("row %d: %w", i, err)}
+		}
+		ts[i] = t
+	}
+	return Column{kind: KindJagged, tensors: ts}
+}
+
+// Values is a column of general values, one per row (see package codec for
+// the types allowed).
+func Values(rows []any) Column { return Column{kind: KindValues, values: rows} }
+
+// ValuesOf is a column of general values from a typed slice (strings, say).
+func ValuesOf[T any](rows []T) Column {
+	vs := make([]any, len(rows))
+	for i, r := range rows {
+		vs[i] = r
+	}
+	return Column{kind: KindValues, values: vs}
+}
+
+// Kind says how the column holds its rows.
+func (c Column) Kind() ColumnKind { return c.kind }
+
+// Err is the error a constructor recorded, if any.
+func (c Column) Err() error { return c.err }
+
+// Len is the number of rows.
+func (c Column) Len() int {
+	switch c.kind {
+	case KindStacked:
+		return int(c.stacked.Shape[0])
+	case KindJagged:
+		return len(c.tensors)
+	}
+	return len(c.values)
+}
+
+// Tensor is the stacked tensor of a KindStacked column.
+func (c Column) Tensor() (codec.Tensor, bool) { return c.stacked, c.kind == KindStacked }
+
+// Tensors returns every row as a tensor (zero-copy views for stacked and
+// jagged columns). A values column whose rows are not all tensors gives
+// codec.ErrUnsupportedType.
+func (c Column) Tensors() ([]codec.Tensor, error) {
+	switch c.kind {
+	case KindJagged:
+		return c.tensors, nil
+	case KindStacked:
+		out := make([]codec.Tensor, c.Len())
+		for i := range out {
+			out[i], _ = c.stacked.Row(i)
+		}
+		return out, nil
+	}
+	out := make([]codec.Tensor, len(c.values))
+	for i, v := range c.values {
+		switch t := v.(type) {
+		case codec.Tensor:
+			out[i] = t
+		case *codec.Tensor:
+			out[i] = *t
+		default:
+			return nil, fmt.Errorf("%w: row %d is %T, not a tensor", codec.ErrUnsupportedType, i, v)
+		}
+	}
+	return out, nil
+}
+
+// Row returns row i: a codec.Tensor for tensor columns, the value otherwise.
+func (c Column) Row(i int) any {
+	switch c.kind {
+	case KindStacked:
+		t, _ := c.stacked.Row(i)
+		return t
+	case KindJagged:
+		return c.tensors[i]
+	}
+	return c.values[i]
+}
+
+// Values returns the rows as values (tensors as codec.Tensor).
+func (c Column) Values() []any {
+	if c.kind == KindValues {
+		return c.values
+	}
+	out := make([]any, c.Len())
+	for i := range out {
+		out[i] = c.Row(i)
+	}
+	return out
+}
+
+// As views a tensor column's elements as one flat []T: zero-copy for an
+// aligned stacked column; rows are concatenated for a jagged one.
+func As[T codec.Element](c Column) ([]T, error) {
+	if c.kind == KindStacked {
+		return codec.View[T](c.stacked)
+	}
+	rows, err := RowsAs[T](c)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(rows...), nil
+}
+
+// RowsAs views each row of a tensor column as []T (zero-copy when aligned).
+func RowsAs[T codec.Element](c Column) ([][]T, error) {
+	ts, err := c.Tensors()
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]T, len(ts))
+	for i, t := range ts {
+		if out[i], err = codec.View[T](t); err != nil {
+			return nil, fmt.Errorf("row %d: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// Batch is a columnar batch: field name to column, every column with one
+// row per key.
+type Batch map[string]Column
+
+// Fields returns the field names, sorted.
+func (b Batch) Fields() []string {
+	out := make([]string, 0, len(b))
+	for f := range b {
+		out = append(out, f)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Len is the number of rows (of the first column; BatchPut checks they
+// agree), 0 for an empty batch.
+func (b Batch) Len() int {
+	for _, c := range b {
+		return c.Len()
+	}
+	return 0
+}
+
+// Tag is a row's small metadata map ({"step": 3, "status": "rewarded"}).
+// Values should be strings, bools, int64s or float64s: those round-trip
+// through every engine with their types.
+type Tag map[string]any

@@ -1,0 +1,112 @@
+package tq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/codec"
+)
+
+// Client is a handle on one queue: a data backend, a metadata store and a
+// packer. It is safe for concurrent use; no lock is held across backend I/O,
+// and metadata is locked per partition by the store.
+type Client struct {
+	data   backends.Backend
+	meta   backends.MetaStore
+	owns   bool // Close closes data and meta (they came from Open)
+	packer *codec.Packer
+	opts   options
+	closed atomic.Bool
+
+	// Optional abilities of data, found once.
+	allocator     backends.Allocator
+	taggedWriter  backends.TaggedWriter
+	taggedReader  backends.TaggedReader
+	taggedDeleter backends.TaggedDeleter
+}
+
+// Open opens the queue at url: "memory://" (or "") for the embedded engine,
+// or any scheme an imported engine registered ("redis://…" after importing
+// github.com/tqgo/tqgo/backends/redis). An engine that keeps no metadata of
+// its own gets an in-process metadata store.
+func Open(ctx context.Context, url string, opts ...Option) (*Client, error) {
+	if url == "" {
+		url = "memory://"
+	}
+	o := defaultOptions()
+	if err := o.apply(opts); err != nil {
+		return nil, err
+	}
+	eng, err := backends.Open(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("tq: open %q: %w", redactURL(url), err)
+	}
+	if eng.Meta == nil {
+		eng.Meta = memory.NewMetaStore()
+	}
+	c := newClient(eng.Data, eng.Meta, o)
+	c.owns = true
+	return c, nil
+}
+
+// New makes a client over a data backend and metadata store the caller
+// built (a caller-owned Redis client, a wrapped backend in a test). A nil
+// meta gets an in-process store. Close does not close data or meta.
+func New(data backends.Backend, meta backends.MetaStore, opts ...Option) (*Client, error) {
+	if data == nil {
+		return nil, fmt.Errorf("%w: nil backend", ErrInvalid)
+	}
+	o := defaultOptions()
+	if err := o.apply(opts); err != nil {
+		return nil, err
+	}
+	if meta == nil {
+		meta = memory.NewMetaStore()
+	}
+	return newClient(data, meta, o), nil
+}
+
+func newClient(data backends.Backend, meta backends.MetaStore, o options) *Client {
+	c := &Client{data: data, meta: meta, opts: o, packer: codec.NewPacker(o.pack)}
+	c.allocator, _ = data.(backends.Allocator)
+	c.taggedWriter, _ = data.(backends.TaggedWriter)
+	c.taggedReader, _ = data.(backends.TaggedReader)
+	c.taggedDeleter, _ = data.(backends.TaggedDeleter)
+	return c
+}
+
+// Close waits for packing in flight, releases the packing pool and, for a
+// client from Open, closes the engine. Later calls return ErrClosed.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	err := c.packer.Close()
+	if c.owns {
+		err = errors.Join(err, c.meta.Close(), c.data.Close())
+	}
+	return err
+}
+
+// PackStats reports which packing path objects took (see codec.Stats).
+func (c *Client) PackStats() codec.Stats { return c.packer.Stats() }
+
+func (c *Client) check(ctx context.Context) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// redactURL drops a password from url for error messages.
+func redactURL(raw string) string {
+	u, err := parseURL(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Redacted()
+}

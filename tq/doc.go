@@ -1,0 +1,41 @@
+// Package tq is the tqgo client: a transfer queue that RL post-training
+// workers (rollout, reward, reference, trainer) use to hand each other
+// per-sample data, with TransferQueue's KV interface.
+//
+// A partition is a table: a row per sample (the caller's key), a column per
+// field ("input_ids", "responses", "rewards" …). Rows gain columns over
+// time: the rollout writes responses, the reward worker later writes rewards
+// for the same keys. Each row has a small Tag ({"step": 3, "status":
+// "rewarded"}).
+//
+//	TransferQueue                         tqgo
+//	kv_put(key, partition_id, fields, tag)      Client.Put
+//	kv_batch_put(keys, partition_id, fields, tags)  Client.BatchPut
+//	kv_batch_get(keys, partition_id, select_fields) Client.BatchGet
+//	kv_batch_get_by_meta(meta, select_fields)  Client.BatchGetByMeta
+//	kv_list(partition_id)                 Client.List, Client.Partitions
+//	kv_clear(keys, partition_id)          Client.Clear, Client.ClearPartition
+//
+// # How a put flows
+//
+// BatchPut validates everything first; nothing is written before that
+// passes. It then flattens the batch to one cell per (row, field), in
+// sorted-field-major order, packs the cells with package codec (size-aware:
+// small cells on the calling goroutine, large ones on a pool when enough of
+// them pay for it), reserves global indexes in the metadata store, writes
+// the cells under "<global_index>@<field>" in chunks of KeysLimit keys
+// (packing straight into the engine's memory when it can allocate), and
+// commits the metadata last. A reader never sees a field whose bytes are
+// not all written; a failed put deletes what it wrote and commits nothing.
+//
+// Overwriting a field writes a new generation ("<index>@<field>#<gen>")
+// and deletes the old one after the commit, so readers and failures never
+// see a half-replaced field.
+//
+// # Engines
+//
+// Open picks an engine by URL scheme: "memory://" (or "") is embedded;
+// "redis://" needs import _ "github.com/tqgo/tqgo/backends/redis";
+// "yuanrong://" needs import _ "github.com/tqgo/tqgo/yuanrong". New takes a
+// backend value the caller built.
+package tq

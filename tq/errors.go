@@ -1,0 +1,41 @@
+package tq
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Match them with errors.Is; a *KeyError carries the key
+// and field and matches its sentinel.
+var (
+	// ErrNotFound: a key the partition does not have.
+	ErrNotFound = errors.New("tq: key not found")
+	// ErrNotReady: a requested field that a key has not been written yet.
+	ErrNotReady = errors.New("tq: field not ready")
+	// ErrInvalid: a malformed call (lengths that differ, duplicate keys,
+	// bad field or partition names, bad values); nothing was written.
+	ErrInvalid = errors.New("tq: invalid argument")
+	// ErrClosed: the client was closed.
+	ErrClosed = errors.New("tq: client closed")
+)
+
+// KeyError names the key (and field) a call failed on.
+type KeyError struct {
+	Partition string
+	Key       string
+	Field     string // "" when the error is about the whole row
+	Err       error  // ErrNotFound, ErrNotReady or ErrInvalid
+}
+
+func (e *KeyError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%v: partition %q key %q", e.Err, e.Partition, e.Key)
+	}
+	return fmt.Sprintf("%v: partition %q key %q field %q", e.Err, e.Partition, e.Key, e.Field)
+}
+
+func (e *KeyError) Unwrap() error { return e.Err }
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}

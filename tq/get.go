@@ -1,0 +1,175 @@
+package tq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/codec"
+)
+
+// readAttempts bounds how often a read re-resolves metadata after a cell
+// vanished under it (an overwrite replaced it, or a clear removed the row).
+const readAttempts = 3
+
+// errVanished: a cell the metadata named was not in the backend (replaced
+// or cleared meanwhile, or lost by the engine). It matches ErrNotFound.
+var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
+
+// BatchGet reads fields (all fields the rows have, when none are named) of
+// keys. An unknown key gives ErrNotFound; a field some key lacks gives
+// ErrNotReady; both as *KeyError naming the key and field. Each column is
+// stacked when every row has the same dtype and shape, jagged when the rows
+// are tensors of different shapes, and a values column otherwise. Tensor
+// bytes of jagged and values columns alias the fetched buffers.
+func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (Batch, error) {
+	var lastErr error
+	for range readAttempts {
+		m, err := c.Lookup(ctx, partition, keys)
+		if err != nil {
+			return nil, err
+		}
+		b, err := c.read(ctx, m, fields)
+		if !errors.Is(err, errVanished) {
+			return b, err
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+// BatchGetByMeta reads fields of the rows of m (from List or Lookup)
+// without looking their metadata up again; if a cell was replaced since m
+// was taken, it looks the rows up afresh.
+func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (Batch, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, invalidf("nil BatchMeta")
+	}
+	if err := checkPartition(m.Partition); err != nil {
+		return nil, err
+	}
+	if err := checkKeys(m.Keys()); err != nil {
+		return nil, err
+	}
+	fresh := slices.ContainsFunc(m.Rows, func(r RowInfo) bool { return r.row == nil })
+	if !fresh {
+		b, err := c.read(ctx, m, fields)
+		if !errors.Is(err, errVanished) {
+			return b, err
+		}
+	}
+	return c.BatchGet(ctx, m.Partition, m.Keys(), fields...)
+}
+
+// read fetches and decodes the cells of m's rows.
+func (c *Client) read(ctx context.Context, m *BatchMeta, fields []string) (Batch, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	if len(fields) == 0 {
+		fields = unionFields(m.Rows)
+	} else {
+		fields = slices.Clone(fields)
+		slices.Sort(fields)
+		for i, f := range fields {
+			if err := checkField(f); err != nil {
+				return nil, err
+			}
+			if i > 0 && fields[i-1] == f {
+				return nil, invalidf("field %q asked for twice", f)
+			}
+		}
+	}
+	n := len(m.Rows)
+	skeys := make([]string, 0, n*len(fields))
+	tags := make([]string, 0, n*len(fields))
+	for _, f := range fields {
+		for _, r := range m.Rows {
+			fi, ok := r.row.Fields[f]
+			if !ok {
+				return nil, &KeyError{Partition: m.Partition, Key: r.Key, Field: f, Err: ErrNotReady}
+			}
+			skeys = append(skeys, backends.StorageKey(r.Index, f, fi.Gen))
+			tags = append(tags, fi.BackendTag)
+		}
+	}
+	bufs := make([][]byte, len(skeys))
+	err := forChunks(ctx, len(skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+		var got [][]byte
+		var err error
+		if c.taggedReader != nil {
+			got, err = c.taggedReader.GetTagged(ctx, skeys[lo:hi], tags[lo:hi])
+		} else {
+			got, err = c.data.Get(ctx, skeys[lo:hi])
+		}
+		if err != nil {
+			return err
+		}
+		copy(bufs[lo:hi], got)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, b := range bufs {
+		if b == nil {
+			r := m.Rows[i%n]
+			return nil, &KeyError{Partition: m.Partition, Key: r.Key, Field: fields[i/n], Err: errVanished}
+		}
+	}
+	values, err := codec.BatchDecodeFrom(bufs)
+	if err != nil {
+		var oe *codec.ObjectError
+		if errors.As(err, &oe) {
+			r := m.Rows[oe.Index%n]
+			return nil, &KeyError{Partition: m.Partition, Key: r.Key, Field: fields[oe.Index/n], Err: err}
+		}
+		return nil, err
+	}
+	out := make(Batch, len(fields))
+	for fi, f := range fields {
+		out[f] = columnOf(values[fi*n : (fi+1)*n])
+	}
+	return out, nil
+}
+
+func unionFields(rows []RowInfo) []string {
+	set := map[string]struct{}{}
+	for _, r := range rows {
+		for f := range r.row.Fields {
+			set[f] = struct{}{}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for f := range set {
+		out = append(out, f)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// columnOf regroups decoded cells: stacked when every row is a tensor of
+// one dtype and shape, jagged when all are tensors, values otherwise.
+func columnOf(vals []any) Column {
+	ts := make([]codec.Tensor, len(vals))
+	same := true
+	for i, v := range vals {
+		t, ok := v.(codec.Tensor)
+		if !ok {
+			return Column{kind: KindValues, values: slices.Clone(vals)}
+		}
+		ts[i] = t
+		same = same && codec.SameLayout(ts[0], t)
+	}
+	if same && len(ts) > 0 {
+		if st, err := codec.Stack(ts); err == nil {
+			return Column{kind: KindStacked, stacked: st}
+		}
+	}
+	return Column{kind: KindJagged, tensors: ts}
+}

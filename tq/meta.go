@@ -1,0 +1,152 @@
+package tq
+
+import (
+	"context"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// FieldInfo is what the metadata knows of one cell without reading it.
+type FieldInfo struct {
+	DType string  // tensor dtype name, "" for a general value
+	Shape []int64 // tensor shape, nil for a general value
+}
+
+// RowInfo is one row's metadata.
+type RowInfo struct {
+	Key    string
+	Index  uint64 // global index: allocated on first put, never reused
+	Fields map[string]FieldInfo
+	Tag    Tag
+
+	row *backends.Row // the store's record, for reading without a lookup
+}
+
+// BatchMeta is the metadata of some rows of a partition, as List returns
+// it; BatchGetByMeta reads its rows without another metadata lookup.
+type BatchMeta struct {
+	Partition string
+	Rows      []RowInfo
+}
+
+// Keys returns the rows' keys in order.
+func (m *BatchMeta) Keys() []string {
+	out := make([]string, len(m.Rows))
+	for i, r := range m.Rows {
+		out[i] = r.Key
+	}
+	return out
+}
+
+func rowInfo(r *backends.Row) RowInfo {
+	ri := RowInfo{Key: r.Key, Index: r.Index, Fields: make(map[string]FieldInfo, len(r.Fields)), Tag: Tag(r.Tag), row: r}
+	for f, fi := range r.Fields {
+		ri.Fields[f] = FieldInfo{DType: fi.DType, Shape: fi.Shape}
+	}
+	return ri
+}
+
+// List returns the metadata of every row of partition, by global index.
+// An unknown partition gives an empty BatchMeta.
+func (c *Client) List(ctx context.Context, partition string) (*BatchMeta, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	rows, err := c.meta.List(ctx, partition)
+	if err != nil {
+		return nil, err
+	}
+	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows))}
+	for i, r := range rows {
+		m.Rows[i] = rowInfo(r)
+	}
+	return m, nil
+}
+
+// Lookup returns the metadata of keys; an unknown key gives ErrNotFound.
+func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*BatchMeta, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	if err := checkKeys(keys); err != nil {
+		return nil, err
+	}
+	rows, err := c.meta.Lookup(ctx, partition, keys)
+	if err != nil {
+		return nil, err
+	}
+	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows))}
+	for i, r := range rows {
+		if r == nil {
+			return nil, &KeyError{Partition: partition, Key: keys[i], Err: ErrNotFound}
+		}
+		m.Rows[i] = rowInfo(r)
+	}
+	return m, nil
+}
+
+// Partitions returns the names of partitions that have rows, sorted.
+func (c *Client) Partitions(ctx context.Context) ([]string, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	return c.meta.Partitions(ctx)
+}
+
+// Clear removes keys from partition, metadata first and then their data;
+// unknown keys are ignored. Their global indexes are never reused.
+func (c *Client) Clear(ctx context.Context, partition string, keys []string) error {
+	if err := c.check(ctx); err != nil {
+		return err
+	}
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	if err := checkKeys(keys); err != nil {
+		return err
+	}
+	rows, err := c.meta.Delete(ctx, partition, keys)
+	if err != nil {
+		return err
+	}
+	return c.deleteRows(ctx, rows)
+}
+
+// ClearPartition removes every row of partition and its data.
+func (c *Client) ClearPartition(ctx context.Context, partition string) error {
+	if err := c.check(ctx); err != nil {
+		return err
+	}
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	rows, err := c.meta.DeletePartition(ctx, partition)
+	if err != nil {
+		return err
+	}
+	return c.deleteRows(ctx, rows)
+}
+
+// deleteRows deletes the cells of rows already removed from the metadata.
+// The rows are gone for readers either way; an error here reports data
+// left behind.
+func (c *Client) deleteRows(ctx context.Context, rows []*backends.Row) error {
+	var keys, tags []string
+	for _, r := range rows {
+		for _, ref := range r.Refs() {
+			keys, tags = append(keys, ref.Key()), append(tags, ref.Tag)
+		}
+	}
+	return forChunks(ctx, len(keys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+		if c.taggedDeleter != nil {
+			return c.taggedDeleter.DeleteTagged(ctx, keys[lo:hi], tags[lo:hi])
+		}
+		return c.data.Delete(ctx, keys[lo:hi])
+	})
+}

@@ -1,0 +1,120 @@
+package tq
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/tqgo/tqgo/codec"
+)
+
+// Defaults, as TransferQueue's YuanrongStorageClient sets them.
+const (
+	DefaultKeysLimit = 10_000 // storage keys per backend call
+	DefaultIODepth   = 4      // backend calls in flight per client call
+)
+
+// Option configures a Client; pass them to Open or New.
+type Option func(*options) error
+
+type options struct {
+	pack      codec.Options
+	keysLimit int
+	ioDepth   int
+	logger    *slog.Logger
+}
+
+func defaultOptions() options {
+	return options{
+		pack:      codec.DefaultOptions(),
+		keysLimit: DefaultKeysLimit,
+		ioDepth:   DefaultIODepth,
+		logger:    slog.New(slog.DiscardHandler),
+	}
+}
+
+func (o *options) apply(opts []Option) error {
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WithDSMaxWorkers sets how many goroutines pack large objects (default 16,
+// capped at GOMAXPROCS). 1 packs everything on the calling goroutine. Small
+// objects are always packed serially: see WithPackThreshold.
+func WithDSMaxWorkers(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("%w: DSMaxWorkers %d < 1", ErrInvalid, n)
+		}
+		o.pack.DSMaxWorkers = n
+		return nil
+	}
+}
+
+// WithPackThreshold sets the packed size from which an object may be packed
+// by the pool (default 256 KiB).
+func WithPackThreshold(bytes int) Option {
+	return func(o *options) error {
+		if bytes < 1 {
+			return fmt.Errorf("%w: PackThreshold %d < 1", ErrInvalid, bytes)
+		}
+		o.pack.PackThreshold = bytes
+		return nil
+	}
+}
+
+// WithPoolMinBatchBytes sets how many bytes of large objects a batch needs
+// before the packing pool is woken (default codec.DefaultPoolMinBatchBytes,
+// measured on a 2-core machine).
+func WithPoolMinBatchBytes(bytes int) Option {
+	return func(o *options) error {
+		if bytes < 1 {
+			return fmt.Errorf("%w: PoolMinBatchBytes %d < 1", ErrInvalid, bytes)
+		}
+		o.pack.PoolMinBatchBytes = bytes
+		return nil
+	}
+}
+
+// WithKeysLimit sets the most storage keys one backend call carries
+// (default 10,000, TransferQueue's PUT_KEYS_LIMIT and GET_CLEAR_KEYS_LIMIT).
+func WithKeysLimit(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("%w: KeysLimit %d < 1", ErrInvalid, n)
+		}
+		o.keysLimit = n
+		return nil
+	}
+}
+
+// WithIODepth sets how many backend calls one client call keeps in flight
+// (default 4). Backend calls wait on the network, not the CPU, so this is a
+// queue depth, sized apart from the CPU-bound packing workers.
+func WithIODepth(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("%w: IODepth %d < 1", ErrInvalid, n)
+		}
+		o.ioDepth = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger (default: discard). Writes and rollbacks are
+// logged at Debug, failed cleanups at Warn.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalid)
+		}
+		o.logger = l
+		return nil
+	}
+}

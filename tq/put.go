@@ -1,0 +1,344 @@
+package tq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/codec"
+)
+
+// cleanupTimeout bounds rollbacks and deletes of replaced cells, which run
+// even when the caller's context is done: they must not be skipped.
+const cleanupTimeout = 30 * time.Second
+
+// Put writes one row: fields maps a field name to a codec.Tensor or a
+// general value. A nil tag leaves the row's tag as it is.
+func (c *Client) Put(ctx context.Context, partition, key string, fields map[string]any, tag Tag) error {
+	b := make(Batch, len(fields))
+	for f, v := range fields {
+		switch t := v.(type) {
+		case codec.Tensor:
+			b[f] = Jagged([]codec.Tensor{t})
+		case *codec.Tensor:
+			if t == nil {
+				b[f] = Values([]any{nil})
+			} else {
+				b[f] = Jagged([]codec.Tensor{*t})
+			}
+		default:
+			b[f] = Values([]any{v})
+		}
+	}
+	var tags []Tag
+	if tag != nil {
+		tags = []Tag{tag}
+	}
+	return c.BatchPut(ctx, partition, []string{key}, b, tags)
+}
+
+// BatchPut writes batch for keys: row i of every column belongs to keys[i].
+// Keys new to the partition get fresh global indexes; existing rows gain or
+// replace the batch's fields (columns added over time). tags is nil (leave
+// tags alone) or one Tag per key, merged into the row's tag; a batch with no
+// columns and tags updates tags only.
+//
+// Everything is validated before anything is written (ErrInvalid). The call
+// is all or nothing: on error no field of it is readable and its bytes are
+// deleted; a replaced field keeps its old value.
+func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, batch Batch, tags []Tag) error {
+	if err := c.check(ctx); err != nil {
+		return err
+	}
+	fields, err := c.validatePut(partition, keys, batch, tags)
+	if err != nil {
+		return err
+	}
+	w := &write{c: c, partition: partition, keys: keys, fields: fields, tags: tags}
+	if len(fields) == 0 {
+		return w.tagsOnly(ctx)
+	}
+	return w.run(ctx, batch)
+}
+
+func (c *Client) validatePut(partition string, keys []string, batch Batch, tags []Tag) ([]string, error) {
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, invalidf("no keys")
+	}
+	if err := checkKeys(keys); err != nil {
+		return nil, err
+	}
+	if tags != nil && len(tags) != len(keys) {
+		return nil, invalidf("%d tags for %d keys", len(tags), len(keys))
+	}
+	if len(batch) == 0 && tags == nil {
+		return nil, invalidf("nothing to write: no columns and no tags")
+	}
+	fields := batch.Fields()
+	for _, f := range fields {
+		if err := checkField(f); err != nil {
+			return nil, err
+		}
+		col := batch[f]
+		if col.err != nil {
+			return nil, fmt.Errorf("%w: field %q: %w", ErrInvalid, f, col.err)
+		}
+		if col.kind == 0 {
+			return nil, invalidf("field %q: zero Column (use Stacked, Jagged or Values)", f)
+		}
+		if col.Len() != len(keys) {
+			return nil, invalidf("field %q has %d rows for %d keys", f, col.Len(), len(keys))
+		}
+	}
+	return fields, nil
+}
+
+// write is the state of one BatchPut.
+type write struct {
+	c         *Client
+	partition string
+	keys      []string
+	fields    []string // sorted
+	tags      []Tag
+
+	res      []backends.Reservation
+	skeys    []string          // storage keys, field-major
+	infos    []backends.FieldInfo // per cell, field-major
+	staged   []backends.Staged // zero-copy chunks, when the backend allocates
+	wrote    bool              // data may have reached the backend
+	backTags []string          // per cell, from a tagging backend
+}
+
+func (w *write) tagsOnly(ctx context.Context) error {
+	res, err := w.c.meta.Prepare(ctx, w.partition, w.keys, nil)
+	if err != nil {
+		return err
+	}
+	updates := make([]backends.RowUpdate, len(w.keys))
+	for i, k := range w.keys {
+		updates[i] = backends.RowUpdate{Key: k, Index: res[i].Index, Tag: w.tags[i]}
+	}
+	_, err = w.c.meta.Commit(ctx, w.partition, updates)
+	return err
+}
+
+func (w *write) run(ctx context.Context, batch Batch) error {
+	n, nf := len(w.keys), len(w.fields)
+	values := make([]any, 0, n*nf)
+	w.infos = make([]backends.FieldInfo, 0, n*nf)
+	for _, f := range w.fields {
+		col := batch[f]
+		for i := range n {
+			v := col.Row(i)
+			values = append(values, v)
+			w.infos = append(w.infos, cellInfo(v))
+		}
+	}
+	bufs, err := w.c.packer.BatchEncodeInto(values, w.alloc(ctx))
+	if err != nil {
+		w.discard()
+		if errors.Is(err, codec.ErrAlloc) {
+			return unwrapAlloc(err)
+		}
+		return fmt.Errorf("%w: %w", ErrInvalid, w.nameCell(err))
+	}
+	if err := w.writeData(ctx, bufs); err != nil {
+		w.rollback(err)
+		return err
+	}
+	if err := w.commit(ctx); err != nil {
+		w.rollback(err)
+		return err
+	}
+	return nil
+}
+
+// cellInfo is the metadata of one cell's value.
+func cellInfo(v any) backends.FieldInfo {
+	switch t := v.(type) {
+	case codec.Tensor:
+		return backends.FieldInfo{DType: t.DType.String(), Shape: t.Shape}
+	case *codec.Tensor:
+		if t != nil {
+			return backends.FieldInfo{DType: t.DType.String(), Shape: t.Shape}
+		}
+	}
+	return backends.FieldInfo{}
+}
+
+// nameCell turns the codec's object index into the key and field.
+func (w *write) nameCell(err error) error {
+	var oe *codec.ObjectError
+	if errors.As(err, &oe) {
+		n := len(w.keys)
+		return &KeyError{Partition: w.partition, Key: w.keys[oe.Index%n], Field: w.fields[oe.Index/n], Err: oe.Err}
+	}
+	return err
+}
+
+// unwrapAlloc returns the allocator's own error (a Prepare or backend
+// failure) rather than the codec's ErrAlloc wrapper around it.
+func unwrapAlloc(err error) error {
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		for _, e := range joined.Unwrap() {
+			if e != codec.ErrAlloc {
+				return e
+			}
+		}
+	}
+	return err
+}
+
+// alloc is the packer's allocator: by now every value is valid and sized,
+// so this is the first moment that changes state. It reserves indexes and
+// generations, names the storage keys, and takes buffers from the backend
+// when it allocates (zero-copy) or from the heap.
+func (w *write) alloc(ctx context.Context) codec.Allocator {
+	return func(sizes []int) ([][]byte, error) {
+		res, err := w.c.meta.Prepare(ctx, w.partition, w.keys, w.fields)
+		if err != nil {
+			return nil, err
+		}
+		w.res = res
+		n := len(w.keys)
+		w.skeys = make([]string, 0, len(sizes))
+		for fi, f := range w.fields {
+			for i := range n {
+				gen := res[i].Gens[f]
+				w.skeys = append(w.skeys, backends.StorageKey(res[i].Index, f, gen))
+				w.infos[fi*n+i].Gen = gen
+			}
+		}
+		if w.c.allocator == nil {
+			return codec.HeapAllocator(sizes)
+		}
+		bufs := make([][]byte, 0, len(sizes))
+		limit := w.c.opts.keysLimit
+		for lo := 0; lo < len(sizes); lo += limit {
+			hi := min(lo+limit, len(sizes))
+			st, err := w.c.allocator.Allocate(ctx, w.skeys[lo:hi], sizes[lo:hi])
+			if err != nil {
+				return nil, err
+			}
+			w.staged = append(w.staged, st)
+			bufs = append(bufs, st.Buffers()...)
+		}
+		return bufs, nil
+	}
+}
+
+// writeData publishes the staged chunks, or puts the packed buffers in
+// chunks of KeysLimit, IODepth chunks in flight.
+func (w *write) writeData(ctx context.Context, bufs [][]byte) error {
+	w.wrote = true
+	limit, depth := w.c.opts.keysLimit, w.c.opts.ioDepth
+	if w.staged != nil {
+		err := forChunks(ctx, len(bufs), limit, depth, func(ctx context.Context, lo, hi int) error {
+			st := w.staged[lo/limit]
+			if err := st.Publish(ctx); err != nil {
+				return err
+			}
+			if tr, ok := st.(backends.TagReporter); ok {
+				w.setTags(lo, tr.Tags())
+			}
+			return nil
+		})
+		return err
+	}
+	return forChunks(ctx, len(bufs), limit, depth, func(ctx context.Context, lo, hi int) error {
+		if w.c.taggedWriter != nil {
+			tags, err := w.c.taggedWriter.PutTagged(ctx, w.skeys[lo:hi], bufs[lo:hi])
+			if err != nil {
+				return err
+			}
+			w.setTags(lo, tags)
+			return nil
+		}
+		return w.c.data.Put(ctx, w.skeys[lo:hi], bufs[lo:hi])
+	})
+}
+
+// setTags records backend tags of cells lo.. (chunks write disjoint ranges).
+func (w *write) setTags(lo int, tags []string) {
+	for j, t := range tags {
+		if lo+j < len(w.infos) {
+			w.infos[lo+j].BackendTag = t
+		}
+	}
+}
+
+func (w *write) commit(ctx context.Context) error {
+	n := len(w.keys)
+	updates := make([]backends.RowUpdate, n)
+	for i, k := range w.keys {
+		u := backends.RowUpdate{Key: k, Index: w.res[i].Index, Fields: make(map[string]backends.FieldInfo, len(w.fields))}
+		for fi, f := range w.fields {
+			u.Fields[f] = w.infos[fi*n+i]
+		}
+		if w.tags != nil {
+			u.Tag = w.tags[i]
+		}
+		updates[i] = u
+	}
+	res, err := w.c.meta.Commit(ctx, w.partition, updates)
+	if err != nil {
+		return err
+	}
+	// Cells no longer referenced: old generations this write replaced, and
+	// this write's own cells where a newer write won.
+	if dead := append(res.Superseded, res.Stale...); len(dead) > 0 {
+		w.c.deleteRefs(dead, "replaced cells")
+	}
+	return nil
+}
+
+// discard releases staged buffers that were never published.
+func (w *write) discard() {
+	for _, st := range w.staged {
+		_ = st.Discard(context.Background())
+	}
+}
+
+// rollback deletes every cell this write may have stored. The storage keys
+// carry generations reserved for this write alone, so nothing else is lost.
+func (w *write) rollback(cause error) {
+	w.c.opts.logger.Debug("tq: rolling back put", "partition", w.partition, "keys", len(w.keys), "cause", cause)
+	w.discard()
+	refs := make([]backends.Ref, 0, len(w.skeys))
+	n := len(w.keys)
+	for fi, f := range w.fields {
+		for i := range n {
+			info := w.infos[fi*n+i]
+			refs = append(refs, backends.Ref{Index: w.res[i].Index, Field: f, Gen: info.Gen, Tag: info.BackendTag})
+		}
+	}
+	w.c.deleteRefs(refs, "rollback")
+}
+
+// deleteRefs deletes cells in chunks, even when the caller's context is
+// done; a failure is logged, not returned: the metadata no longer points at
+// these cells, so a leftover is garbage, never a visible partial row.
+func (c *Client) deleteRefs(refs []backends.Ref, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	keys := make([]string, len(refs))
+	tags := make([]string, len(refs))
+	for i, r := range refs {
+		keys[i], tags[i] = r.Key(), r.Tag
+	}
+	err := forChunks(ctx, len(keys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+		if c.taggedDeleter != nil {
+			return c.taggedDeleter.DeleteTagged(ctx, keys[lo:hi], tags[lo:hi])
+		}
+		return c.data.Delete(ctx, keys[lo:hi])
+	})
+	if err != nil {
+		c.opts.logger.Warn("tq: deleting cells failed; they are unreferenced garbage", "why", why, "cells", len(keys), "err", err)
+	}
+}

@@ -1,0 +1,59 @@
+package tq
+
+import (
+	"net/url"
+)
+
+// maxNameLen bounds field and partition names: they become parts of
+// storage and metadata keys.
+const maxNameLen = 255
+
+func parseURL(raw string) (*url.URL, error) { return url.Parse(raw) }
+
+// validName: field and partition names are 1 to 255 bytes of letters,
+// digits and "_.-:/" (no "@" or "#", which storage keys use as separators,
+// no spaces, no braces, which Redis Cluster reads as hash tags).
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > maxNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '_', c == '.', c == '-', c == ':', c == '/':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func checkPartition(p string) error {
+	if !validName(p) {
+		return invalidf("partition name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", p, maxNameLen)
+	}
+	return nil
+}
+
+func checkField(f string) error {
+	if !validName(f) {
+		return invalidf("field name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", f, maxNameLen)
+	}
+	return nil
+}
+
+// checkKeys: keys are non-empty and unique within one call.
+func checkKeys(keys []string) error {
+	seen := make(map[string]struct{}, len(keys))
+	for i, k := range keys {
+		if k == "" {
+			return invalidf("key %d is empty", i)
+		}
+		if _, dup := seen[k]; dup {
+			return invalidf("key %q appears twice", k)
+		}
+		seen[k] = struct{}{}
+	}
+	return nil
+}
