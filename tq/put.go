@@ -107,11 +107,11 @@ type write struct {
 	tags      []Tag
 
 	res      []backends.Reservation
-	skeys    []string          // storage keys, field-major
+	skeys    []string             // storage keys, field-major
 	infos    []backends.FieldInfo // per cell, field-major
-	staged   []backends.Staged // zero-copy chunks, when the backend allocates
-	wrote    bool              // data may have reached the backend
-	backTags []string          // per cell, from a tagging backend
+	staged   []backends.Staged    // zero-copy chunks, when the backend allocates
+	wrote    bool                 // data may have reached the backend
+	backTags []string             // per cell, from a tagging backend
 }
 
 func (w *write) tagsOnly(ctx context.Context) error {
