@@ -13,6 +13,7 @@ import (
 
 // MetaStore keeps metadata in process. It is safe for concurrent use and
 // locks per partition: writers of different partitions never contend.
+// Rows it returns are shared and must be treated as read-only.
 type MetaStore struct {
 	next   atomic.Uint64 // next global index, shared by every partition
 	closed atomic.Bool
@@ -24,8 +25,11 @@ type MetaStore struct {
 var _ backends.MetaStore = (*MetaStore)(nil)
 
 type partition struct {
-	mu   sync.Mutex // guards rows and every metaRow in it
+	mu   sync.Mutex // guards rows, dead and every metaRow in rows
 	rows map[string]*metaRow
+	// dead is set when the partition is dropped from MetaStore.parts (it
+	// emptied): a caller that fetched it before must fetch it again.
+	dead bool
 }
 
 type metaRow struct {
@@ -56,6 +60,40 @@ func (m *MetaStore) part(name string, create bool) *partition {
 	return p
 }
 
+// lockPart returns the partition locked, skipping one that was dropped
+// between lookup and lock. With create unset it may return nil.
+func (m *MetaStore) lockPart(name string, create bool) *partition {
+	for {
+		p := m.part(name, create)
+		if p == nil {
+			return nil
+		}
+		p.mu.Lock()
+		if !p.dead {
+			return p
+		}
+		p.mu.Unlock()
+	}
+}
+
+// dropIfEmpty removes an emptied partition from the map, so a job that
+// makes a partition per step does not grow the map forever. Lock order is
+// m.mu before p.mu, everywhere.
+func (m *MetaStore) dropIfEmpty(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.parts[name]
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.rows) == 0 {
+		p.dead = true
+		delete(m.parts, name)
+	}
+}
+
 func (m *MetaStore) check(ctx context.Context) error {
 	if m.closed.Load() {
 		return backends.ErrClosed
@@ -68,9 +106,8 @@ func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields 
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	p := m.part(partition, true)
 	out := make([]backends.Reservation, len(keys))
-	p.mu.Lock()
+	p := m.lockPart(partition, true)
 	defer p.mu.Unlock()
 	for i, k := range keys {
 		r := p.rows[k]
@@ -94,8 +131,13 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 	if err := m.check(ctx); err != nil {
 		return res, err
 	}
-	p := m.part(partition, true)
-	p.mu.Lock()
+	if len(updates) == 0 {
+		return res, nil
+	}
+	p := m.lockPart(partition, false)
+	if p == nil {
+		return res, fmt.Errorf("%w: partition %q was cleared", backends.ErrConflict, partition)
+	}
 	defer p.mu.Unlock()
 	for _, u := range updates {
 		if r := p.rows[u.Key]; r == nil || r.index != u.Index {
@@ -113,6 +155,7 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 			next.Fields = make(map[string]backends.FieldInfo, len(u.Fields))
 		}
 		for f, fi := range u.Fields {
+			fi.Shape = slices.Clone(fi.Shape) // the row outlives the caller's slice
 			cur, had := next.Fields[f]
 			switch {
 			case had && cur.Gen > fi.Gen:
@@ -217,13 +260,11 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	p := m.part(partition, false)
+	p := m.lockPart(partition, false)
 	if p == nil {
 		return nil, nil
 	}
 	var out []*backends.Row
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	for _, k := range keys {
 		if r := p.rows[k]; r != nil {
 			if r.view != nil {
@@ -231,6 +272,11 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 			}
 			delete(p.rows, k)
 		}
+	}
+	empty := len(p.rows) == 0
+	p.mu.Unlock()
+	if empty {
+		m.dropIfEmpty(partition)
 	}
 	return out, nil
 }
@@ -243,11 +289,14 @@ func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*b
 	m.mu.Lock()
 	p := m.parts[partition]
 	delete(m.parts, partition)
+	if p != nil {
+		p.mu.Lock()
+		p.dead = true
+	}
 	m.mu.Unlock()
 	if p == nil {
 		return nil, nil
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []*backends.Row
 	for _, r := range p.rows {

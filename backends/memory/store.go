@@ -62,9 +62,13 @@ func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
 		return err
 	}
 	for i, k := range keys {
+		v := values[i]
+		if v == nil {
+			v = []byte{} // nil means "missing" to Get: store an empty value
+		}
 		sh := s.shard(k)
 		sh.mu.Lock()
-		sh.m[k] = values[i]
+		sh.m[k] = v
 		sh.mu.Unlock()
 	}
 	return nil
