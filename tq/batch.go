@@ -68,11 +68,22 @@ func Stacked[T codec.Element](data []T, shape ...int64) Column {
 	return StackedTensor(t)
 }
 
+// rowError is a constructor's error about one row, so that BatchPut can
+// name the row's key.
+type rowError struct {
+	row int
+	err error
+}
+
+func (e *rowError) Error() string { return fmt.Sprintf("row %d: %v", e.row, e.err) }
+
+func (e *rowError) Unwrap() error { return e.err }
+
 // Jagged is a column of one tensor per row.
 func Jagged(rows []codec.Tensor) Column {
 	for i, t := range rows {
 		if err := t.Validate(); err != nil {
-			return Column{err: fmt.Errorf("row %d: %w", i, err)}
+			return Column{err: &rowError{row: i, err: err}}
 		}
 	}
 	return Column{kind: KindJagged, tensors: rows}
@@ -84,7 +95,7 @@ func JaggedOf[T codec.Element](rows [][]T) Column {
 	for i, r := range rows {
 		t, err := codec.FromSlice(r)
 		if err != nil {
-			return Column{err: fmt.Errorf("row %d: %w", i, err)}
+			return Column{err: &rowError{row: i, err: err}}
 		}
 		ts[i] = t
 	}

@@ -10,10 +10,6 @@ import (
 	"github.com/tqgo/tqgo/codec"
 )
 
-// readAttempts bounds how often a read re-resolves metadata after a cell
-// vanished under it (an overwrite replaced it, or a clear removed the row).
-const readAttempts = 3
-
 // errVanished: a cell the metadata named was not in the backend (replaced
 // or cleared meanwhile, or lost by the engine). It matches ErrNotFound.
 var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
@@ -25,19 +21,51 @@ var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
 // are tensors of different shapes, and a values column otherwise. Tensor
 // bytes of jagged and values columns alias the fetched buffers.
 func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (Batch, error) {
-	var lastErr error
-	for range readAttempts {
-		m, err := c.Lookup(ctx, partition, keys)
+	return c.getFresh(ctx, partition, keys, fields, nil, nil)
+}
+
+// getFresh looks keys up and reads them. A cell missing from the backend is
+// looked up again for as long as the metadata names another cell each time
+// (a writer replaced it meanwhile, so every retry means a writer made
+// progress); when it names the same cell, the engine lost it and the read
+// fails. prev and prevErr are an earlier attempt's metadata and its
+// errVanished, if any.
+func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []string, prev *BatchMeta, prevErr error) (Batch, error) {
+	for {
+		m, err := c.lookup(ctx, partition, keys, false)
 		if err != nil {
 			return nil, err
+		}
+		if prevErr != nil && sameCell(prev, m, prevErr) {
+			return nil, prevErr
 		}
 		b, err := c.read(ctx, m, fields)
 		if !errors.Is(err, errVanished) {
 			return b, err
 		}
-		lastErr = err
+		prev, prevErr = m, err
 	}
-	return nil, lastErr
+}
+
+// sameCell reports whether b names the cell whose absence err reports as a
+// named it: same row index, same generation.
+func sameCell(a, b *BatchMeta, err error) bool {
+	var ke *KeyError
+	if !errors.As(err, &ke) {
+		return true
+	}
+	find := func(m *BatchMeta) (backends.FieldInfo, uint64, bool) {
+		for _, r := range m.Rows {
+			if r.Key == ke.Key && r.row != nil {
+				fi, ok := r.row.Fields[ke.Field]
+				return fi, r.Index, ok
+			}
+		}
+		return backends.FieldInfo{}, 0, false
+	}
+	fa, ia, oka := find(a)
+	fb, ib, okb := find(b)
+	return oka && okb && ia == ib && fa.Gen == fb.Gen
 }
 
 // BatchGetByMeta reads fields of the rows of m (from List or Lookup)
@@ -56,14 +84,14 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 	if err := checkKeys(m.Keys()); err != nil {
 		return nil, err
 	}
-	fresh := slices.ContainsFunc(m.Rows, func(r RowInfo) bool { return r.row == nil })
-	if !fresh {
-		b, err := c.read(ctx, m, fields)
-		if !errors.Is(err, errVanished) {
-			return b, err
-		}
+	if slices.ContainsFunc(m.Rows, func(r RowInfo) bool { return r.row == nil }) {
+		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil)
 	}
-	return c.BatchGet(ctx, m.Partition, m.Keys(), fields...)
+	b, err := c.read(ctx, m, fields)
+	if !errors.Is(err, errVanished) {
+		return b, err
+	}
+	return c.getFresh(ctx, m.Partition, m.Keys(), fields, m, err)
 }
 
 // read fetches and decodes the cells of m's rows.

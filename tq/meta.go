@@ -2,6 +2,8 @@ package tq
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -38,10 +40,12 @@ func (m *BatchMeta) Keys() []string {
 	return out
 }
 
+// rowInfo copies what the caller may change (tag, shapes) out of the
+// store's record, which other readers share.
 func rowInfo(r *backends.Row) RowInfo {
-	ri := RowInfo{Key: r.Key, Index: r.Index, Fields: make(map[string]FieldInfo, len(r.Fields)), Tag: Tag(r.Tag), row: r}
+	ri := RowInfo{Key: r.Key, Index: r.Index, Fields: make(map[string]FieldInfo, len(r.Fields)), Tag: Tag(maps.Clone(r.Tag)), row: r}
 	for f, fi := range r.Fields {
-		ri.Fields[f] = FieldInfo{DType: fi.DType, Shape: fi.Shape}
+		ri.Fields[f] = FieldInfo{DType: fi.DType, Shape: slices.Clone(fi.Shape)}
 	}
 	return ri
 }
@@ -68,6 +72,12 @@ func (c *Client) List(ctx context.Context, partition string) (*BatchMeta, error)
 
 // Lookup returns the metadata of keys; an unknown key gives ErrNotFound.
 func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*BatchMeta, error) {
+	return c.lookup(ctx, partition, keys, true)
+}
+
+// lookup is Lookup; without full, rows carry only what read needs (key,
+// index, the store's record), which spares BatchGet copying every row.
+func (c *Client) lookup(ctx context.Context, partition string, keys []string, full bool) (*BatchMeta, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
@@ -85,6 +95,10 @@ func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*
 	for i, r := range rows {
 		if r == nil {
 			return nil, &KeyError{Partition: partition, Key: keys[i], Err: ErrNotFound}
+		}
+		if !full {
+			m.Rows[i] = RowInfo{Key: r.Key, Index: r.Index, row: r}
+			continue
 		}
 		m.Rows[i] = rowInfo(r)
 	}
@@ -134,9 +148,12 @@ func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 }
 
 // deleteRows deletes the cells of rows already removed from the metadata.
-// The rows are gone for readers either way; an error here reports data
-// left behind.
+// The rows are gone for readers either way, and nothing could find their
+// cells later, so the deletes run even when ctx ends (bounded, as
+// rollbacks are); an error here reports data left behind.
 func (c *Client) deleteRows(ctx context.Context, rows []*backends.Row) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	var keys, tags []string
 	for _, r := range rows {
 		for _, ref := range r.Refs() {

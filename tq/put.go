@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
@@ -86,6 +87,10 @@ func (c *Client) validatePut(partition string, keys []string, batch Batch, tags 
 		}
 		col := batch[f]
 		if col.err != nil {
+			var re *rowError
+			if errors.As(col.err, &re) && re.row < len(keys) {
+				return nil, fmt.Errorf("%w: %w", ErrInvalid, &KeyError{Partition: partition, Key: keys[re.row], Field: f, Err: re.err})
+			}
 			return nil, fmt.Errorf("%w: field %q: %w", ErrInvalid, f, col.err)
 		}
 		if col.kind == 0 {
@@ -133,10 +138,18 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 	w.infos = make([]backends.FieldInfo, 0, n*nf)
 	for _, f := range w.fields {
 		col := batch[f]
+		var shape []int64 // the metadata's own copy: the caller may reuse theirs
 		for i := range n {
 			v := col.Row(i)
 			values = append(values, v)
-			w.infos = append(w.infos, cellInfo(v))
+			info := cellInfo(v)
+			if info.Shape != nil {
+				if !slices.Equal(info.Shape, shape) {
+					shape = slices.Clone(info.Shape)
+				}
+				info.Shape = shape
+			}
+			w.infos = append(w.infos, info)
 		}
 	}
 	bufs, err := w.c.packer.BatchEncodeInto(values, w.alloc(ctx))
@@ -144,6 +157,9 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 		w.discard()
 		if errors.Is(err, codec.ErrAlloc) {
 			return unwrapAlloc(err)
+		}
+		if errors.Is(err, codec.ErrClosed) {
+			return ErrClosed // Close ran after this call's check
 		}
 		return fmt.Errorf("%w: %w", ErrInvalid, w.nameCell(err))
 	}
@@ -244,6 +260,7 @@ func (w *write) writeData(ctx context.Context, bufs [][]byte) error {
 			if err := st.Publish(ctx); err != nil {
 				return err
 			}
+			w.staged[lo/limit] = nil // published: Discard must not follow (chunks touch disjoint slots)
 			if tr, ok := st.(backends.TagReporter); ok {
 				w.setTags(lo, tr.Tags())
 			}
@@ -301,7 +318,9 @@ func (w *write) commit(ctx context.Context) error {
 // discard releases staged buffers that were never published.
 func (w *write) discard() {
 	for _, st := range w.staged {
-		_ = st.Discard(context.Background())
+		if st != nil {
+			_ = st.Discard(context.Background())
+		}
 	}
 }
 

@@ -1,0 +1,356 @@
+package tq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// errInjected is the error the spy's faults return.
+var errInjected = errors.New("test: injected fault")
+
+// call is one backend call the spy saw.
+type call struct {
+	op   string // "put", "get", "delete", "allocate", "publish"
+	keys []string
+}
+
+// hookFunc decides the fate of the n-th (1-based) call of op: how many of
+// its keys reach the store (a prefix), and the error the call returns.
+type hookFunc func(ctx context.Context, op string, n int, keys []string) (allow int, err error)
+
+// spy wraps a memory store: it records every call and its keys, and lets a
+// hook fail calls, write only part of a Put, or cancel a context. As
+// newSpy(..).backend(true) it also passes the store's Allocator through, so
+// the client takes its zero-copy path.
+type spy struct {
+	inner *memory.Store
+	hook  hookFunc // set before use, read-only afterwards
+
+	mu      sync.Mutex // guards calls, counts and written
+	calls   []call
+	counts  map[string]int
+	written map[string]struct{} // every key ever written, to list the live ones
+}
+
+func newSpy(hook hookFunc) *spy {
+	return &spy{inner: memory.New(), hook: hook, counts: map[string]int{}, written: map[string]struct{}{}}
+}
+
+// allocSpy is a spy that is also a backends.Allocator.
+type allocSpy struct{ *spy }
+
+var (
+	_ backends.Backend   = (*spy)(nil)
+	_ backends.Allocator = allocSpy{}
+)
+
+// backend returns the spy as a plain Backend, or as an Allocator too.
+func (s *spy) backend(alloc bool) backends.Backend {
+	if alloc {
+		return allocSpy{s}
+	}
+	return s
+}
+
+// enter records a call and returns how many keys may pass and its error.
+func (s *spy) enter(ctx context.Context, op string, keys []string) (int, error) {
+	s.mu.Lock()
+	s.counts[op]++
+	n := s.counts[op]
+	s.calls = append(s.calls, call{op: op, keys: slices.Clone(keys)})
+	s.mu.Unlock()
+	if s.hook == nil {
+		return len(keys), nil
+	}
+	return s.hook(ctx, op, n, keys)
+}
+
+func (s *spy) noteWritten(keys []string) {
+	s.mu.Lock()
+	for _, k := range keys {
+		s.written[k] = struct{}{}
+	}
+	s.mu.Unlock()
+}
+
+func (s *spy) Put(ctx context.Context, keys []string, values [][]byte) error {
+	allow, err := s.enter(ctx, "put", keys)
+	s.noteWritten(keys[:allow])
+	if perr := s.inner.Put(ctx, keys[:allow], values[:allow]); perr != nil {
+		return perr
+	}
+	return err
+}
+
+func (s *spy) Get(ctx context.Context, keys []string) ([][]byte, error) {
+	if _, err := s.enter(ctx, "get", keys); err != nil {
+		return nil, err
+	}
+	return s.inner.Get(ctx, keys)
+}
+
+func (s *spy) Delete(ctx context.Context, keys []string) error {
+	allow, err := s.enter(ctx, "delete", keys)
+	if derr := s.inner.Delete(ctx, keys[:allow]); derr != nil {
+		return derr
+	}
+	return err
+}
+
+func (s *spy) Close() error { return nil }
+
+func (a allocSpy) Allocate(ctx context.Context, keys []string, sizes []int) (backends.Staged, error) {
+	if _, err := a.enter(ctx, "allocate", keys); err != nil {
+		return nil, err
+	}
+	st, err := a.inner.Allocate(ctx, keys, sizes)
+	if err != nil {
+		return nil, err
+	}
+	return &spyStaged{Staged: st, s: a.spy, keys: slices.Clone(keys)}, nil
+}
+
+// spyStaged records Publish; a hook that allows only some keys makes a
+// Publish that leaves those keys visible and fails (an engine breaking the
+// Staged contract, which the client must survive as well).
+type spyStaged struct {
+	backends.Staged
+	s    *spy
+	keys []string
+}
+
+func (st *spyStaged) Publish(ctx context.Context) error {
+	allow, err := st.s.enter(ctx, "publish", st.keys)
+	if err == nil {
+		st.s.noteWritten(st.keys)
+		if err := st.Staged.Publish(ctx); err != nil {
+			return err
+		}
+		st.s.mu.Lock()
+		st.s.counts["published"]++ // publishes that succeeded
+		st.s.mu.Unlock()
+		return nil
+	}
+	if allow > 0 {
+		bufs := st.Buffers()
+		st.s.noteWritten(st.keys[:allow])
+		_ = st.s.inner.Put(context.Background(), st.keys[:allow], bufs[:allow])
+	}
+	return err
+}
+
+// count returns how many calls of op the spy saw.
+func (s *spy) count(op string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[op]
+}
+
+// callsOf returns the calls of op, in the order they were made.
+func (s *spy) callsOf(op string) []call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []call
+	for _, c := range s.calls {
+		if c.op == op {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// totalCalls is the number of calls of any kind.
+func (s *spy) totalCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.calls)
+}
+
+// resetCalls forgets the calls seen so far (not the written keys).
+func (s *spy) resetCalls() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls, s.counts = nil, map[string]int{}
+}
+
+// live returns the storage keys the store holds now, sorted.
+func (s *spy) live(t testing.TB) []string {
+	t.Helper()
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.written))
+	for k := range s.written {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	vals, err := s.inner.Get(context.Background(), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i, v := range vals {
+		if v != nil {
+			out = append(out, keys[i])
+		}
+	}
+	if len(out) != s.inner.Len() {
+		t.Fatalf("store holds %d keys, spy saw only %d of them written", s.inner.Len(), len(out))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// failNth fails the n-th call of op, writing none of its keys.
+func failNth(op string, n int) hookFunc {
+	return func(_ context.Context, o string, i int, keys []string) (int, error) {
+		if o == op && i == n {
+			return 0, errInjected
+		}
+		return len(keys), nil
+	}
+}
+
+// failAfterKeys lets op store k keys in all, then fails the call that would
+// store more, after storing the keys up to k.
+func failAfterKeys(op string, k int) hookFunc {
+	var left atomic.Int64
+	left.Store(int64(k))
+	return func(_ context.Context, o string, _ int, keys []string) (int, error) {
+		if o != op {
+			return len(keys), nil
+		}
+		for {
+			l := left.Load()
+			if l >= int64(len(keys)) {
+				if left.CompareAndSwap(l, l-int64(len(keys))) {
+					return len(keys), nil
+				}
+				continue
+			}
+			if left.CompareAndSwap(l, 0) {
+				return int(l), errInjected
+			}
+		}
+	}
+}
+
+// metaSpy wraps a MetaStore, counts the calls that change state, and can
+// fail Prepare or Commit or run a function before Commit.
+type metaSpy struct {
+	backends.MetaStore
+	prepareErr   error  // set before use
+	commitErr    error  // set before use
+	beforeCommit func() // set before use
+
+	prepares, commits atomic.Int64
+}
+
+func newMetaSpy() *metaSpy { return &metaSpy{MetaStore: memory.NewMetaStore()} }
+
+func (m *metaSpy) Prepare(ctx context.Context, partition string, keys, fields []string) ([]backends.Reservation, error) {
+	m.prepares.Add(1)
+	if m.prepareErr != nil {
+		return nil, m.prepareErr
+	}
+	return m.MetaStore.Prepare(ctx, partition, keys, fields)
+}
+
+func (m *metaSpy) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	m.commits.Add(1)
+	if m.beforeCommit != nil {
+		m.beforeCommit()
+	}
+	if m.commitErr != nil {
+		return backends.CommitResult{}, m.commitErr
+	}
+	return m.MetaStore.Commit(ctx, partition, updates)
+}
+
+// newClient is tq.New with the client closed at cleanup.
+func newClient(t testing.TB, data backends.Backend, meta backends.MetaStore, opts ...tq.Option) *tq.Client {
+	t.Helper()
+	c, err := tq.New(data, meta, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// memClient is a client over a fresh memory store, returned with it.
+func memClient(t testing.TB, opts ...tq.Option) (*tq.Client, *memory.Store) {
+	t.Helper()
+	st := memory.New()
+	return newClient(t, st, nil, opts...), st
+}
+
+// keysN returns n keys prefix0 .. prefix<n-1>.
+func keysN(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+// seq returns n elements from, from+1, ...
+func seq[T int64 | int32 | float32 | float64](from T, n int) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = from + T(i)
+	}
+	return out
+}
+
+// mustPut is BatchPut that fails the test on error.
+func mustPut(t testing.TB, c *tq.Client, partition string, keys []string, b tq.Batch, tags []tq.Tag) {
+	t.Helper()
+	if err := c.BatchPut(context.Background(), partition, keys, b, tags); err != nil {
+		t.Fatalf("BatchPut %s %v: %v", partition, keys, err)
+	}
+}
+
+// mustGet is BatchGet that fails the test on error.
+func mustGet(t testing.TB, c *tq.Client, partition string, keys []string, fields ...string) tq.Batch {
+	t.Helper()
+	b, err := c.BatchGet(context.Background(), partition, keys, fields...)
+	if err != nil {
+		t.Fatalf("BatchGet %s %v %v: %v", partition, keys, fields, err)
+	}
+	return b
+}
+
+// rowsOf returns every row of a tensor column as []T.
+func rowsOf[T int64 | int32 | float32 | float64 | bool](t testing.TB, col tq.Column) [][]T {
+	t.Helper()
+	rows, err := tq.RowsAs[T](col)
+	if err != nil {
+		t.Fatalf("RowsAs: %v (kind %v)", err, col.Kind())
+	}
+	return rows
+}
+
+// flat returns a tensor column's elements as one []T.
+func flat[T int64 | int32 | float32 | float64 | bool](t testing.TB, col tq.Column) []T {
+	t.Helper()
+	v, err := tq.As[T](col)
+	if err != nil {
+		t.Fatalf("As: %v (kind %v)", err, col.Kind())
+	}
+	return v
+}
+
+// indexOf returns the global index in a storage key "<index>@<field>[#gen]".
+func indexOf(skey string) string {
+	i, _, _ := strings.Cut(skey, "@")
+	return i
+}
