@@ -36,7 +36,9 @@ type Reservation struct {
 type RowUpdate struct {
 	Key   string
 	Index uint64 // from the Reservation; Commit checks it still holds
-	// Fields to set, each carrying the Gen its Reservation gave.
+	// Fields to set, each carrying the Gen its Reservation gave. The store
+	// may keep the FieldInfo values, Shape slices included: the caller must
+	// not modify them after Commit (tq hands over its own copies).
 	Fields map[string]FieldInfo
 	// Tag, when non-nil, is merged into the row's tag (keys overwrite).
 	Tag map[string]any
@@ -58,7 +60,11 @@ func (r Ref) Key() string { return StorageKey(r.Index, r.Field, r.Gen) }
 // for a rewrite, so an overwrite never touches the bytes readers may still be
 // reading, and a failed overwrite leaves the old value intact.
 func StorageKey(index uint64, field string, gen uint64) string {
-	b := make([]byte, 0, 24+len(field))
+	return string(AppendStorageKey(make([]byte, 0, 24+len(field)), index, field, gen))
+}
+
+// AppendStorageKey appends StorageKey(index, field, gen) to b.
+func AppendStorageKey(b []byte, index uint64, field string, gen uint64) []byte {
 	b = strconv.AppendUint(b, index, 10)
 	b = append(b, '@')
 	b = append(b, field...)
@@ -66,7 +72,7 @@ func StorageKey(index uint64, field string, gen uint64) string {
 		b = append(b, '#')
 		b = strconv.AppendUint(b, gen, 10)
 	}
-	return string(b)
+	return b
 }
 
 // MetaStore is the metadata of every partition. Implementations must be

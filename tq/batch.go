@@ -175,6 +175,26 @@ func (c Column) Row(i int) any {
 	return c.values[i]
 }
 
+// appendCells appends the rows for the codec: tensors as *codec.Tensor
+// into one slice per column, so a batch costs no allocation per cell.
+func (c Column) appendCells(dst []any) []any {
+	switch c.kind {
+	case KindStacked:
+		rows := make([]codec.Tensor, c.Len())
+		for i := range rows {
+			rows[i], _ = c.stacked.Row(i)
+			dst = append(dst, &rows[i])
+		}
+	case KindJagged:
+		for i := range c.tensors {
+			dst = append(dst, &c.tensors[i])
+		}
+	default:
+		dst = append(dst, c.values...)
+	}
+	return dst
+}
+
 // Values returns the rows as values (tensors as codec.Tensor).
 func (c Column) Values() []any {
 	if c.kind == KindValues {

@@ -3,6 +3,8 @@ package tq
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tqgo/tqgo/backends"
 )
 
 // Sentinel errors. Match them with errors.Is; a *KeyError carries the key
@@ -17,6 +19,10 @@ var (
 	ErrInvalid = errors.New("tq: invalid argument")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("tq: client closed")
+	// ErrConflict: a row this put was writing was cleared (or re-created)
+	// by another caller meanwhile; nothing of the put was kept. Retry if the
+	// row should exist.
+	ErrConflict = backends.ErrConflict
 )
 
 // KeyError names the key (and field) a call failed on.

@@ -19,7 +19,9 @@ var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
 // ErrNotReady; both as *KeyError naming the key and field. Each column is
 // stacked when every row has the same dtype and shape, jagged when the rows
 // are tensors of different shapes, and a values column otherwise. Tensor
-// bytes of jagged and values columns alias the fetched buffers.
+// bytes of jagged and values columns, and []byte values, alias the fetched
+// buffers, which may be the engine's own memory: treat them as read-only
+// (copy before modifying). Stacked columns are fresh copies.
 func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (Batch, error) {
 	return c.getFresh(ctx, partition, keys, fields, nil, nil)
 }
@@ -70,7 +72,8 @@ func sameCell(a, b *BatchMeta, err error) bool {
 
 // BatchGetByMeta reads fields of the rows of m (from List or Lookup)
 // without looking their metadata up again; if a cell was replaced since m
-// was taken, it looks the rows up afresh.
+// was taken, or m lacks a field that has been written since, it looks the
+// rows up afresh.
 func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (Batch, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
@@ -88,10 +91,14 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil)
 	}
 	b, err := c.read(ctx, m, fields)
-	if !errors.Is(err, errVanished) {
-		return b, err
+	switch {
+	case errors.Is(err, errVanished):
+		return c.getFresh(ctx, m.Partition, m.Keys(), fields, m, err)
+	case errors.Is(err, ErrNotReady):
+		// m may predate the field's write: ask the metadata once more.
+		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil)
 	}
-	return c.getFresh(ctx, m.Partition, m.Keys(), fields, m, err)
+	return b, err
 }
 
 // read fetches and decodes the cells of m's rows.
@@ -114,7 +121,7 @@ func (c *Client) read(ctx context.Context, m *BatchMeta, fields []string) (Batch
 		}
 	}
 	n := len(m.Rows)
-	skeys := make([]string, 0, n*len(fields))
+	arena := newKeyArena(n*len(fields), maxLen(fields))
 	tags := make([]string, 0, n*len(fields))
 	for _, f := range fields {
 		for _, r := range m.Rows {
@@ -122,10 +129,11 @@ func (c *Client) read(ctx context.Context, m *BatchMeta, fields []string) (Batch
 			if !ok {
 				return nil, &KeyError{Partition: m.Partition, Key: r.Key, Field: f, Err: ErrNotReady}
 			}
-			skeys = append(skeys, backends.StorageKey(r.Index, f, fi.Gen))
+			arena.add(r.Index, f, fi.Gen)
 			tags = append(tags, fi.BackendTag)
 		}
 	}
+	skeys := arena.keys()
 	bufs := make([][]byte, len(skeys))
 	err := forChunks(ctx, len(skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
 		var got [][]byte

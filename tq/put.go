@@ -139,9 +139,9 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 	for _, f := range w.fields {
 		col := batch[f]
 		var shape []int64 // the metadata's own copy: the caller may reuse theirs
-		for i := range n {
-			v := col.Row(i)
-			values = append(values, v)
+		start := len(values)
+		values = col.appendCells(values)
+		for _, v := range values[start:] {
 			info := cellInfo(v)
 			if info.Shape != nil {
 				if !slices.Equal(info.Shape, shape) {
@@ -172,6 +172,14 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 		return err
 	}
 	return nil
+}
+
+func maxLen(ss []string) int {
+	m := 0
+	for _, s := range ss {
+		m = max(m, len(s))
+	}
+	return m
 }
 
 // cellInfo is the metadata of one cell's value.
@@ -223,14 +231,15 @@ func (w *write) alloc(ctx context.Context) codec.Allocator {
 		}
 		w.res = res
 		n := len(w.keys)
-		w.skeys = make([]string, 0, len(sizes))
+		arena := newKeyArena(len(sizes), maxLen(w.fields))
 		for fi, f := range w.fields {
 			for i := range n {
 				gen := res[i].Gens[f]
-				w.skeys = append(w.skeys, backends.StorageKey(res[i].Index, f, gen))
+				arena.add(res[i].Index, f, gen)
 				w.infos[fi*n+i].Gen = gen
 			}
 		}
+		w.skeys = arena.keys()
 		if w.c.allocator == nil {
 			return codec.HeapAllocator(sizes)
 		}

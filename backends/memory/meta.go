@@ -155,7 +155,6 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 			next.Fields = make(map[string]backends.FieldInfo, len(u.Fields))
 		}
 		for f, fi := range u.Fields {
-			fi.Shape = slices.Clone(fi.Shape) // the row outlives the caller's slice
 			cur, had := next.Fields[f]
 			switch {
 			case had && cur.Gen > fi.Gen:
