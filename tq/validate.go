@@ -4,17 +4,22 @@ import (
 	"net/url"
 )
 
-// maxNameLen bounds field and partition names: they become parts of
-// storage and metadata keys.
-const maxNameLen = 255
+// maxNameLen bounds partition names, which become parts of metadata keys.
+// maxFieldLen bounds field names tighter: a storage key
+// "<index>@<field>#<gen>" adds up to 42 bytes, and must fit the 255-byte key
+// limit of datasystems such as openYuanrong's.
+const (
+	maxNameLen  = 255
+	maxFieldLen = 200
+)
 
 func parseURL(raw string) (*url.URL, error) { return url.Parse(raw) }
 
-// validName: field and partition names are 1 to 255 bytes of letters,
+// validName: field and partition names are 1 to maxLen bytes of letters,
 // digits and "_.-:/" (no "@" or "#", which storage keys use as separators,
 // no spaces, no braces, which Redis Cluster reads as hash tags).
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > maxNameLen {
+func validName(s string, maxLen int) bool {
+	if len(s) == 0 || len(s) > maxLen {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -30,15 +35,15 @@ func validName(s string) bool {
 }
 
 func checkPartition(p string) error {
-	if !validName(p) {
+	if !validName(p, maxNameLen) {
 		return invalidf("partition name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", p, maxNameLen)
 	}
 	return nil
 }
 
 func checkField(f string) error {
-	if !validName(f) {
-		return invalidf("field name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", f, maxNameLen)
+	if !validName(f, maxFieldLen) {
+		return invalidf("field name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", f, maxFieldLen)
 	}
 	return nil
 }
