@@ -1,0 +1,114 @@
+// Package redis is tqgo's Redis engine: data and metadata of a queue in one
+// Redis (standalone, TLS, Sentinel through a caller's client, or Cluster),
+// so that processes on many machines share one queue.
+//
+// # Opening
+//
+// Importing the package registers the schemes redis, rediss, redis+cluster
+// and rediss+cluster with package backends, so that
+//
+//	import _ "github.com/tqgo/tqgo/backends/redis"
+//	c, err := tq.Open(ctx, "redis://127.0.0.1:6379/0?prefix=job1")
+//
+// works. The URL forms:
+//
+//	redis://[user:password@]host:port[/db][?params]
+//	rediss://...                                     the same over TLS
+//	redis+cluster://[user:password@]h1:p1,h2:p2,h3:p3[/][?params]
+//	rediss+cluster://...                             the same over TLS
+//
+// A cluster URL names seed nodes, comma-separated (IPv6 literals go in
+// addr= parameters instead: redis+cluster://[::1]:7000/?addr=[::1]:7001).
+// Parameters this package reads: prefix (namespace, default "tq"),
+// io_depth, round_keys, write_round_bytes, read_round_bytes (see the
+// WithXxx options). Every other parameter goes to go-redis's ParseURL or
+// ParseClusterURL, which reject unknown ones: pool_size, dial_timeout,
+// read_timeout, write_timeout, max_retries, protocol, client_name, ... A
+// URL-opened client honours context deadlines (ContextTimeoutEnabled), and
+// OpenURL checks the server answers PING before it returns.
+//
+// New wraps a redis.UniversalClient the caller built and owns (any
+// *redis.Client, *redis.ClusterClient or *redis.Ring); closing the Store
+// and its Meta leaves that client open:
+//
+//	s, err := redis.New(client, redis.WithPrefix("job1"))
+//	c, err := tq.New(s, s.Meta())
+//
+// # Keys
+//
+// Every key starts with the prefix and a colon, so jobs sharing a server
+// never see each other's keys. Data cells are "<prefix>:d:<storage key>"
+// (the storage key is TransferQueue's "<global_index>@<field>"), plain
+// strings spread over the Cluster's slots. A partition's metadata keys
+// share the hash tag {<prefix>:<partition>} and so one slot; the global
+// index counter and the partition registry share {<prefix>}. See
+// scripts.go for the layout.
+//
+// # Data
+//
+// Put, Get and Delete move keys in pipelined rounds of single-key commands
+// (SET, GET, UNLINK; a standalone Delete sends one multi-key UNLINK per
+// round), never a multi-key command across slots, with IODepth rounds in
+// flight. Rounds are sized by bytes as well as keys: one huge pipeline or
+// reply makes the server fault in fresh pages for its query or output
+// buffer, which on the VM this was measured on cost more than the copy
+// (see bench_test.go). A read does not know value sizes in advance, so a
+// Store keeps a running mean of the sizes it read and sizes read rounds
+// from it (its first read learns from a round of 16 keys).
+//
+// The Store is also a backends.Allocator: tq packs into buffers from pools
+// of recycled memory rather than fresh heap, whose page faults cost more
+// than the network write of a 64 MiB batch.
+//
+// # Metadata
+//
+// Meta has exactly the semantics of backends/memory's MetaStore (the
+// conformance suite in backends/backendtest checks both): monotonic,
+// never reused global indexes; a fresh generation per (row, field) in
+// Prepare; Commit reporting Superseded and Stale cells and failing with
+// backends.ErrConflict, applying nothing, when a row was deleted or
+// re-created since Prepare; tags merged key by key; prepared rows
+// invisible until committed. Every call is one Lua script (EVALSHA) on the
+// partition's slot. On a standalone server Prepare also draws new indexes
+// from the counter (INCRBY) in that script; on a Cluster, whose scripts
+// must stay in one slot, Prepare first runs a small script on the
+// counter's slot that reserves a range with INCRBY and registers the
+// partition, then the partition's script takes indexes from that range
+// (a range reserved but not used is skipped: indexes stay monotonic and
+// are never reused).
+//
+// Rows are merged in Go, not in Lua. A row is one hash entry holding its
+// index, a small signature, a version and a msgpack blob; the Commit
+// script compares each row's entry with the one the merge started from
+// and stores the new entries only if none changed, else it replies with
+// the current entries and Commit merges again. Lua would have to parse
+// and rebuild every row in the server's single thread (measured: a Lua
+// operation costs about what the server spends on a whole SET), and Lua's
+// cjson and cmsgpack turn int64 into doubles, where tags must keep int64,
+// float64, bool and string apart. A commit of new rows takes one round
+// trip; one that changes rows already committed takes two.
+//
+// Partitions lists the registry's partitions whose committed-row counter
+// is positive. On a standalone server the registry is exact; on a Cluster
+// a partition stays registered after DeletePartition (a registry in
+// another slot cannot be updated atomically with the partition), which
+// costs Partitions one GET per partition name ever used under the prefix.
+//
+// Limits: keys and fields of one Prepare must be distinct, and field names
+// must not contain NUL (tq guarantees both); indexes must stay below 2^53
+// (Lua numbers are doubles).
+//
+// # Errors
+//
+// A failed call to the server returns an *Error naming the operation and
+// the address, matching ErrUnavailable (refused, reset), ErrAuth (bad
+// credentials) or ErrTimeout (the client's read/write/dial timeout) with
+// errors.Is; when the caller's context ended it wraps the context's error
+// instead of matching those.
+//
+// # Concurrency
+//
+// Store and Meta are safe for concurrent use, by many goroutines and many
+// processes. A Store's Close and its Meta's Close each close their side;
+// a client from OpenURL is closed once both are.
+package redis

@@ -1,0 +1,96 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Sentinel errors. Every error of a failed call to the server is an *Error
+// naming the operation and the server address; it matches one of these
+// with errors.Is when the cause is known, and wraps the cause (so
+// errors.Is(err, context.DeadlineExceeded) works too).
+var (
+	// ErrUnavailable: the server could not be reached or dropped the
+	// connection (connection refused, reset, closed mid-reply).
+	ErrUnavailable = errors.New("redis: server unavailable")
+	// ErrAuth: the server refused the credentials (WRONGPASS, NOAUTH,
+	// NOPERM).
+	ErrAuth = errors.New("redis: authentication failed")
+	// ErrTimeout: a network read or write took longer than the client's
+	// timeout (read_timeout, write_timeout, dial_timeout).
+	ErrTimeout = errors.New("redis: timeout")
+	// ErrCorrupt: metadata read from the server does not decode, or a
+	// script replied in a way this package does not expect (another program
+	// writing under the same prefix?).
+	ErrCorrupt = errors.New("redis: metadata not understood")
+	// ErrContention: Commit gave up after other writers changed the same
+	// rows between each of its many attempts.
+	ErrContention = errors.New("redis: commit contention")
+)
+
+// Error is a failed call to the server: the operation, the address of the
+// server (or the cluster's seed addresses) and the cause.
+type Error struct {
+	Op   string // "put", "get", "delete", "prepare", "commit", ...
+	Addr string // "host:port", or "h1:p1,h2:p2" for a cluster
+	Err  error
+
+	// callerDone: the caller's context had ended; the cause is the
+	// caller's, so the error matches none of this package's sentinels.
+	callerDone bool
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("redis: %s on %s: %v", e.Op, e.Addr, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is classifies the cause, so callers can tell a server that is down from
+// one that refuses them without parsing messages.
+func (e *Error) Is(target error) bool {
+	if e.callerDone {
+		return false
+	}
+	switch target {
+	case ErrUnavailable:
+		return isUnavailable(e.Err)
+	case ErrAuth:
+		return isAuth(e.Err)
+	case ErrTimeout:
+		return isTimeout(e.Err)
+	}
+	return false
+}
+
+func isAuth(err error) bool {
+	var re goredis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
+		strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "invalid password")
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func isUnavailable(err error) bool {
+	if isTimeout(err) || isAuth(err) {
+		return false
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, goredis.ErrClosed) ||
+		errors.Is(err, goredis.ErrPoolTimeout)
+}

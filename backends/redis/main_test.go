@@ -1,0 +1,26 @@
+package redis_test
+
+import (
+	"context"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// quietLogger drops go-redis's log lines: the failure tests make it log
+// every failed dial, and the errors they check are returned anyway.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// TestMain checks that no test leaves a goroutine behind: every store,
+// client and server a test opens is closed by its cleanup.
+func TestMain(m *testing.M) {
+	goredis.SetLogger(quietLogger{})
+	goleak.VerifyTestMain(m,
+		// ants (the codec's packing pool) starts a default pool at init.
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	)
+}

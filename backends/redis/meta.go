@@ -1,0 +1,587 @@
+package redis
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// Meta is the metadata of a queue kept in Redis, so that processes on many
+// machines share one queue. It has exactly the semantics of
+// backends/memory's MetaStore and is safe for concurrent use, also by many
+// processes: every call is one atomic Lua script per partition (plus, on a
+// Cluster, one on the prefix's index counter).
+//
+// Row merges (fields with their generations, tags with their Go types) are
+// done in Go, and the Commit script only compares versions and stores
+// blobs: a Lua merge would have to parse every row in the server's single
+// thread, and Lua (cjson, cmsgpack) turns int64 into doubles. The Commit
+// script applies nothing unless every row is still as the merge saw it, and
+// replies with the current blobs of rows that changed, which Commit merges
+// again and retries. A fresh row (the common case: new keys) commits in
+// one round trip; a row that already has fields in two.
+type Meta struct {
+	s      *Store
+	closed atomic.Bool
+}
+
+var _ backends.MetaStore = (*Meta)(nil)
+
+func newMeta(s *Store) *Meta { return &Meta{s: s} }
+
+// Close closes the metadata side. Later calls return backends.ErrClosed.
+func (m *Meta) Close() error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	return m.s.release()
+}
+
+func (m *Meta) check(ctx context.Context) error {
+	if m.closed.Load() {
+		return backends.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// partEscaper keeps a partition name from closing the key's hash tag.
+var partEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// partKeys are the key names of one partition (see scripts.go).
+type partKeys struct {
+	base, r, n, f string
+}
+
+func (m *Meta) keys(partition string) partKeys {
+	p := m.s.opts.prefix
+	base := p + ":{" + p + ":" + partEscaper.Replace(partition) + "}"
+	return partKeys{base: base, r: base + ":r", n: base + ":n", f: base + ":f"}
+}
+
+func (m *Meta) counterKeys() (next, parts string) {
+	g := m.s.opts.prefix + ":{" + m.s.opts.prefix + "}"
+	return g + ":next", g + ":parts"
+}
+
+// maxPrepareAttempts bounds how often a cluster-mode Prepare reserves a
+// larger index range because rows were deleted between its attempts.
+const maxPrepareAttempts = 16
+
+// Prepare implements backends.MetaStore.
+func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []string) ([]backends.Reservation, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return []backends.Reservation{}, nil
+	}
+	sig, err := checkPrepare(keys, fields)
+	if err != nil {
+		return nil, err
+	}
+	pk := m.keys(partition)
+	inline := !m.s.cluster
+	skeys := make([]string, 0, 4+len(fields))
+	skeys = append(skeys, pk.r, pk.f)
+	for _, f := range fields {
+		skeys = append(skeys, pk.base+":g:"+f)
+	}
+	if inline {
+		next, parts := m.counterKeys()
+		skeys = append(skeys, next, parts)
+	}
+	args := make([]any, 7, 7+len(keys)+len(fields))
+	args[0], args[1], args[4], args[5], args[6] = len(keys), len(fields), boolArg(inline), partition, entryTail(sig)
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	for _, f := range fields {
+		args = append(args, f)
+	}
+	var base, avail int64
+	for attempt := 0; ; attempt++ {
+		args[2], args[3] = base, avail
+		v, err := prepareScript.Run(ctx, m.s.client, skeys, args...).Slice()
+		if err != nil {
+			return nil, m.s.wrap(ctx, "prepare", err)
+		}
+		if len(v) == 2 && v[0] == "need" {
+			need, ok := v[1].(int64)
+			if !ok || inline || attempt == maxPrepareAttempts {
+				return nil, m.s.wrap(ctx, "prepare", fmt.Errorf("%w: prepare replied %v", ErrCorrupt, v))
+			}
+			if base, err = m.alloc(ctx, partition, need); err != nil {
+				return nil, err
+			}
+			avail = need
+			continue
+		}
+		return parseReservations(v, len(keys), fields)
+	}
+}
+
+// checkPrepare checks that keys and fields are distinct and that no field
+// holds a NUL (a row entry's signature separates fields with NUL), and
+// returns the signature of fields.
+func checkPrepare(keys, fields []string) (string, error) {
+	seen := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		if _, dup := seen[k]; dup {
+			return "", fmt.Errorf("%w: key %q twice in one Prepare", backends.ErrInvalid, k)
+		}
+		seen[k] = struct{}{}
+	}
+	sorted := slices.Clone(fields)
+	slices.Sort(sorted)
+	for i, f := range sorted {
+		if i > 0 && sorted[i-1] == f {
+			return "", fmt.Errorf("%w: field %q twice in one Prepare", backends.ErrInvalid, f)
+		}
+		if strings.IndexByte(f, 0) >= 0 {
+			return "", fmt.Errorf("%w: field %q holds a NUL byte", backends.ErrInvalid, f)
+		}
+	}
+	return signature(sorted), nil
+}
+
+// alloc reserves n global indexes and registers partition (cluster mode).
+func (m *Meta) alloc(ctx context.Context, partition string, n int64) (int64, error) {
+	next, parts := m.counterKeys()
+	top, err := allocScript.Run(ctx, m.s.client, []string{next, parts}, n, partition).Int64()
+	if err != nil {
+		return 0, m.s.wrap(ctx, "prepare", err)
+	}
+	return top - n, nil
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func parseReservations(v []any, nk int, fields []string) ([]backends.Reservation, error) {
+	bad := func(what string, x any) error {
+		return fmt.Errorf("%w: prepare replied %s %v (%T)", ErrCorrupt, what, x, x)
+	}
+	if len(v) < 2 {
+		return nil, bad("reply", v)
+	}
+	nNew, ok1 := v[0].(int64)
+	base, ok2 := v[1].(int64)
+	nOld := nk - int(nNew)
+	nf := len(fields)
+	if !ok1 || !ok2 || base < 0 || nNew < 0 || nOld < 0 || len(v) != 2+2*nOld+nOld*nf {
+		return nil, bad("header", v[:2])
+	}
+	out := make([]backends.Reservation, nk)
+	for i := range out {
+		out[i].Gens = make(map[string]uint64, nf)
+	}
+	old := make([]bool, nk)
+	for j := range nOld {
+		pos, ok := v[2+2*j].(int64)
+		e, ok2 := v[3+2*j].(string)
+		if !ok || !ok2 || pos < 1 || int(pos) > nk {
+			return nil, bad("existing row", v[2+2*j])
+		}
+		idx, err := entryIndex(unsafeBytes(e))
+		if err != nil {
+			return nil, err
+		}
+		r := &out[pos-1]
+		r.Index = idx
+		old[pos-1] = true
+		for fi, f := range fields {
+			g, ok := v[2+2*nOld+nOld*fi+j].(int64)
+			if !ok || g < 0 {
+				return nil, bad("generation", v[2+2*nOld+nOld*fi+j])
+			}
+			r.Gens[f] = uint64(g)
+		}
+	}
+	next := uint64(base)
+	for i := range out {
+		if old[i] {
+			continue
+		}
+		out[i].Index = next
+		next++
+		for _, f := range fields {
+			out[i].Gens[f] = 0
+		}
+	}
+	return out, nil
+}
+
+// maxCommitAttempts bounds Commit's retries when other writers keep
+// changing the same rows; each retry means another writer made progress.
+const maxCommitAttempts = 64
+
+// Commit implements backends.MetaStore.
+func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	var res backends.CommitResult
+	if err := m.check(ctx); err != nil {
+		return res, err
+	}
+	if len(updates) == 0 {
+		return res, nil
+	}
+	// Several updates of one key apply in order onto one blob. Updates of
+	// one key with different indexes cannot all match the row: a conflict
+	// whatever the server holds.
+	type row struct {
+		key     string
+		index   uint64
+		ups     []int // positions in updates
+		cur     *backends.Row
+		entry   string // the entry cur was read from; "" before any read
+		version uint64 // of cur; 0: never committed
+	}
+	rows := make([]row, 0, len(updates))
+	var byKey map[string]int
+	for i := range updates {
+		u := &updates[i]
+		if byKey == nil && i > 0 {
+			byKey = make(map[string]int, len(updates))
+			for j, r := range rows {
+				byKey[r.key] = j
+			}
+		}
+		if byKey != nil {
+			if j, dup := byKey[u.Key]; dup {
+				if rows[j].index != u.Index {
+					return res, fmt.Errorf("%w: key %q in partition %q (two updates with different indexes)", backends.ErrConflict, u.Key, partition)
+				}
+				rows[j].ups = append(rows[j].ups, i)
+				continue
+			}
+			byKey[u.Key] = len(rows)
+		}
+		rows = append(rows, row{key: u.Key, index: u.Index, ups: []int{i}})
+	}
+	pk := m.keys(partition)
+	skeys := []string{pk.r, pk.n}
+	n := len(rows)
+	args := make([]any, 2+3*n)
+	args[0] = n
+	for j := range rows {
+		args[2+j] = rows[j].key
+	}
+	var buf []byte
+	for attempt := 0; ; attempt++ {
+		// Merge onto what we last saw (first: assume rows never committed,
+		// prepared with the fields they commit, the case of new keys), then
+		// have the script check that guess.
+		res = backends.CommitResult{}
+		buf = buf[:0]
+		ends := make([]int, n)
+		fresh := 0
+		var sigs sigCache
+		for j := range rows {
+			r := &rows[j]
+			u := &updates[r.ups[0]]
+			if r.entry == "" {
+				r.entry = preparedEntry(r.index, sigs.of(u.Fields))
+			}
+			var next *backends.Row
+			if r.cur == nil && len(r.ups) == 1 {
+				// A first commit stores the update as it is: nothing to
+				// merge, so no maps to copy.
+				next = &backends.Row{Key: u.Key, Index: u.Index, Fields: u.Fields, Tag: u.Tag}
+			} else {
+				next = r.cur
+				for _, i := range r.ups {
+					next = merge(next, &updates[i], &res)
+				}
+			}
+			head, err := entryHead(unsafeBytes(r.entry))
+			if err != nil {
+				return backends.CommitResult{}, m.s.wrap(ctx, "commit", err)
+			}
+			if buf, err = encodeEntry(buf, head, r.version+1, next); err != nil {
+				return backends.CommitResult{}, err
+			}
+			ends[j] = len(buf)
+			if r.cur == nil {
+				fresh++
+			}
+		}
+		args[1] = fresh
+		lo := 0
+		for j := range rows {
+			args[2+n+j] = rows[j].entry
+			args[2+2*n+j] = buf[lo:ends[j]]
+			lo = ends[j]
+		}
+		v, err := commitScript.Run(ctx, m.s.client, skeys, args...).Slice()
+		if err != nil {
+			return backends.CommitResult{}, m.s.wrap(ctx, "commit", err)
+		}
+		if len(v) == 0 {
+			return backends.CommitResult{}, m.s.wrap(ctx, "commit", fmt.Errorf("%w: empty commit reply", ErrCorrupt))
+		}
+		switch v[0] {
+		case "ok":
+			return res, nil
+		case "conflict":
+			pos, _ := v[1].(int64)
+			key := "?"
+			if pos >= 1 && int(pos) <= len(rows) {
+				key = rows[pos-1].key
+			}
+			return backends.CommitResult{}, fmt.Errorf("%w: key %q in partition %q", backends.ErrConflict, key, partition)
+		case "retry":
+			if attempt+1 == maxCommitAttempts {
+				return backends.CommitResult{}, m.s.wrap(ctx, "commit", fmt.Errorf("%w: %d attempts on partition %q", ErrContention, maxCommitAttempts, partition))
+			}
+			for k := 1; k+1 < len(v); k += 2 {
+				pos, _ := v[k].(int64)
+				e, ok := v[k+1].(string)
+				if pos < 1 || int(pos) > len(rows) || !ok {
+					return backends.CommitResult{}, m.s.wrap(ctx, "commit", fmt.Errorf("%w: commit retry of row %v", ErrCorrupt, v[k]))
+				}
+				r := &rows[pos-1]
+				ver, cur, err := decodeEntry(unsafeBytes(e))
+				if err != nil {
+					return backends.CommitResult{}, m.s.wrap(ctx, "commit", err)
+				}
+				r.cur, r.version, r.entry = cur, ver, e
+			}
+			if attempt > 0 {
+				// Someone else keeps winning: step aside for a moment.
+				if err := sleepCtx(ctx, time.Duration(rand.Int64N(int64(attempt)*int64(200*time.Microsecond)))); err != nil {
+					return backends.CommitResult{}, err
+				}
+			}
+		default:
+			return backends.CommitResult{}, m.s.wrap(ctx, "commit", fmt.Errorf("%w: commit replied %v", ErrCorrupt, v[0]))
+		}
+	}
+}
+
+// sigCache remembers the last signature built: the rows of one commit
+// mostly have the same fields.
+type sigCache struct {
+	fields []string // sorted
+	sig    string
+}
+
+// of returns the signature of the field names of fields.
+func (c *sigCache) of(fields map[string]backends.FieldInfo) string {
+	if len(fields) == len(c.fields) && c.fields != nil {
+		same := true
+		for _, f := range c.fields {
+			if _, ok := fields[f]; !ok {
+				same = false
+				break
+			}
+		}
+		if same {
+			return c.sig
+		}
+	}
+	c.fields = slices.Sorted(maps.Keys(fields))
+	c.sig = signature(c.fields)
+	return c.sig
+}
+
+// unsafeBytes views s as bytes, for decoding without a copy; the decoders
+// only read, and copy what they keep.
+func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// decodeRows decodes the committed rows among entries (strings; nil and
+// never committed entries skip).
+func decodeRows(vals []any) ([]*backends.Row, error) {
+	out := make([]*backends.Row, 0, len(vals))
+	for _, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		_, r, err := decodeEntry(unsafeBytes(s))
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Lookup implements backends.MetaStore.
+func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]*backends.Row, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	vals, err := m.s.client.HMGet(ctx, m.keys(partition).r, keys...).Result()
+	if err != nil {
+		return nil, m.s.wrap(ctx, "lookup", err)
+	}
+	if len(vals) != len(keys) {
+		return nil, m.s.wrap(ctx, "lookup", fmt.Errorf("%w: HMGET of %d keys replied %d values", ErrCorrupt, len(keys), len(vals)))
+	}
+	for i, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		_, r, err := decodeEntry(unsafeBytes(s))
+		if err != nil {
+			return nil, m.s.wrap(ctx, "lookup", err)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// List implements backends.MetaStore.
+func (m *Meta) List(ctx context.Context, partition string) ([]*backends.Row, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	vals, err := m.s.client.HVals(ctx, m.keys(partition).r).Result()
+	if err != nil {
+		return nil, m.s.wrap(ctx, "list", err)
+	}
+	out := make([]*backends.Row, 0, len(vals))
+	for _, s := range vals {
+		_, r, err := decodeEntry(unsafeBytes(s))
+		if err != nil {
+			return nil, m.s.wrap(ctx, "list", err)
+		}
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b *backends.Row) int { return cmp.Compare(a.Index, b.Index) })
+	return out, nil
+}
+
+// Partitions implements backends.MetaStore. The registry may name
+// partitions whose rows are gone (on a Cluster it is only ever added to,
+// see the package doc); those with no committed row are left out.
+func (m *Meta) Partitions(ctx context.Context) ([]string, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	_, parts := m.counterKeys()
+	names, err := m.s.client.SMembers(ctx, parts).Result()
+	if err != nil {
+		return nil, m.s.wrap(ctx, "partitions", err)
+	}
+	if len(names) == 0 {
+		return []string{}, nil
+	}
+	counts := make([]*goredis.StringCmd, len(names))
+	_, err = m.s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, n := range names {
+			counts[i] = p.Get(ctx, m.keys(n).n)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, m.s.wrap(ctx, "partitions", err)
+	}
+	out := names[:0]
+	for i, n := range names {
+		if c, err := counts[i].Int64(); err == nil && c > 0 {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Delete implements backends.MetaStore.
+func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	pk := m.keys(partition)
+	inline := !m.s.cluster
+	skeys := []string{pk.r, pk.f, pk.n}
+	if inline {
+		_, parts := m.counterKeys()
+		skeys = append(skeys, parts)
+	}
+	args := make([]any, 3, 3+len(keys))
+	args[0], args[1], args[2] = pk.base, boolArg(inline), partition
+	seen := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		if _, dup := seen[k]; !dup {
+			seen[k] = struct{}{}
+			args = append(args, k)
+		}
+	}
+	vals, err := deleteScript.Run(ctx, m.s.client, skeys, args...).Slice()
+	if err != nil {
+		return nil, m.s.wrap(ctx, "delete", err)
+	}
+	rows, err := decodeRows(vals)
+	if err != nil {
+		return nil, m.s.wrap(ctx, "delete", err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	return rows, nil
+}
+
+// DeletePartition implements backends.MetaStore.
+func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	pk := m.keys(partition)
+	inline := !m.s.cluster
+	skeys := []string{pk.r, pk.f, pk.n}
+	if inline {
+		_, parts := m.counterKeys()
+		skeys = append(skeys, parts)
+	}
+	vals, err := deletePartitionScript.Run(ctx, m.s.client, skeys, pk.base, boolArg(inline), partition).Slice()
+	if err != nil {
+		return nil, m.s.wrap(ctx, "delete partition", err)
+	}
+	rows, err := decodeRows(vals)
+	if err != nil {
+		return nil, m.s.wrap(ctx, "delete partition", err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	return rows, nil
+}

@@ -1,0 +1,134 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// Schemes this package registers with backends.Register.
+const (
+	Scheme           = "redis"          // redis://[user:pass@]host:port[/db]
+	SchemeTLS        = "rediss"         // the same over TLS
+	SchemeCluster    = "redis+cluster"  // redis+cluster://[user:pass@]h1:p1,h2:p2,h3:p3[/]
+	SchemeClusterTLS = "rediss+cluster" // the same over TLS
+)
+
+func init() {
+	for _, s := range []string{Scheme, SchemeTLS, SchemeCluster, SchemeClusterTLS} {
+		backends.Register(s, openEngine)
+	}
+}
+
+func openEngine(ctx context.Context, u *url.URL) (backends.Engine, error) {
+	s, err := OpenURL(ctx, u.String())
+	if err != nil {
+		return backends.Engine{}, err
+	}
+	return backends.Engine{Data: s, Meta: s.Meta()}, nil
+}
+
+// Query parameters this package reads; the rest go to go-redis.
+var ownParams = map[string]func(string) (Option, error){
+	"prefix": func(v string) (Option, error) { return WithPrefix(v), nil },
+	"io_depth": func(v string) (Option, error) {
+		n, err := strconv.Atoi(v)
+		return WithIODepth(n), err
+	},
+	"round_keys": func(v string) (Option, error) {
+		n, err := strconv.Atoi(v)
+		return WithRoundKeys(n), err
+	},
+	"write_round_bytes": func(v string) (Option, error) {
+		n, err := strconv.Atoi(v)
+		return WithWriteRoundBytes(n), err
+	},
+	"read_round_bytes": func(v string) (Option, error) {
+		n, err := strconv.Atoi(v)
+		return WithReadRoundBytes(n), err
+	},
+}
+
+// OpenURL connects to the Redis that rawURL names, checks that it answers
+// PING, and returns a Store (and, through Store.Meta, its metadata store)
+// that owns the client. See the package doc for the URL forms and
+// parameters. opts apply after the URL's parameters.
+func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", backends.ErrInvalid, err)
+	}
+	o := defaultOptions()
+	q := u.Query()
+	var own []Option
+	for name, parse := range ownParams {
+		vals, ok := q[name]
+		if !ok {
+			continue
+		}
+		opt, err := parse(vals[len(vals)-1])
+		if err != nil {
+			return nil, fmt.Errorf("%w: redis URL parameter %s=%q: %v", backends.ErrInvalid, name, vals[len(vals)-1], err)
+		}
+		own = append(own, opt)
+		q.Del(name)
+	}
+	if err := o.apply(append(own, opts...)); err != nil {
+		return nil, err
+	}
+
+	var client goredis.UniversalClient
+	switch u.Scheme {
+	case Scheme, SchemeTLS:
+		if strings.Contains(u.Host, ",") {
+			return nil, fmt.Errorf("%w: redis URL %q names several hosts: use %s:// for a cluster", backends.ErrInvalid, u.Redacted(), SchemeCluster)
+		}
+		gu := *u
+		gu.RawQuery = q.Encode()
+		co, err := goredis.ParseURL(gu.String())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", backends.ErrInvalid, err)
+		}
+		if o.addr == "" {
+			o.addr = co.Addr
+		}
+		co.ContextTimeoutEnabled = true // callers' deadlines bound network waits
+		client = goredis.NewClient(co)
+	case SchemeCluster, SchemeClusterTLS:
+		hosts := strings.Split(u.Host, ",")
+		if u.Path != "" && u.Path != "/" {
+			return nil, fmt.Errorf("%w: redis cluster URL %q has a path: a cluster has only database 0", backends.ErrInvalid, u.Redacted())
+		}
+		for _, h := range hosts[1:] {
+			q.Add("addr", h)
+		}
+		gu := *u
+		gu.Scheme = strings.TrimSuffix(u.Scheme, "+cluster")
+		gu.Host = hosts[0]
+		gu.Path = ""
+		gu.RawQuery = q.Encode()
+		co, err := goredis.ParseClusterURL(gu.String())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", backends.ErrInvalid, err)
+		}
+		if o.addr == "" {
+			o.addr = strings.Join(co.Addrs, ",")
+		}
+		co.ContextTimeoutEnabled = true
+		client = goredis.NewClusterClient(co)
+	default:
+		return nil, fmt.Errorf("%w: scheme %q is not a redis scheme", backends.ErrInvalid, u.Scheme)
+	}
+	s := newStore(client, o, true)
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		return nil, s.wrap(ctx, "connect", err)
+	}
+	return s, nil
+}

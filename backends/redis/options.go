@@ -1,0 +1,152 @@
+package redis
+
+import (
+	"fmt"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// Defaults. The round sizes were measured on a 2-core VM against a local
+// redis-server 7.0 (see bench_test.go and the package doc): a round much
+// larger than this makes the server fault in fresh pages for one huge
+// query or reply buffer, and much smaller ones pay a round trip each.
+const (
+	// DefaultPrefix is the namespace of every key when none is given.
+	DefaultPrefix = "tq"
+	// DefaultRoundKeys is the most keys one pipelined round carries.
+	DefaultRoundKeys = 1024
+	// DefaultWriteRoundBytes is the most value bytes one write round
+	// carries (a larger single value goes alone).
+	DefaultWriteRoundBytes = 1 << 20
+	// DefaultReadRoundBytes is the reply size a read round aims at, from
+	// the value sizes recently read.
+	DefaultReadRoundBytes = 1 << 20
+	// DefaultIODepth is how many rounds of one call are in flight at once.
+	DefaultIODepth = 2
+)
+
+// Option configures New (and, through URL query parameters, Open).
+type Option func(*options) error
+
+type options struct {
+	prefix          string
+	roundKeys       int
+	writeRoundBytes int
+	readRoundBytes  int
+	ioDepth         int
+	addr            string // for error messages; "" means ask the client
+	clusterSafe     bool   // force the cluster-safe (two-step) metadata path
+}
+
+func defaultOptions() options {
+	return options{
+		prefix:          DefaultPrefix,
+		roundKeys:       DefaultRoundKeys,
+		writeRoundBytes: DefaultWriteRoundBytes,
+		readRoundBytes:  DefaultReadRoundBytes,
+		ioDepth:         DefaultIODepth,
+	}
+}
+
+func (o *options) apply(opts []Option) error {
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WithPrefix sets the namespace (default "tq"): every data and metadata
+// key starts with prefix + ":", so jobs sharing one Redis keep apart. A
+// prefix is 1 to 64 bytes of letters, digits, '_', '-' and '.': no ':'
+// (prefix "a" must not see the keys of prefix "a:b"), no braces (Cluster
+// hash tags) and no glob characters.
+func WithPrefix(prefix string) Option {
+	return func(o *options) error {
+		if !validPrefix(prefix) {
+			return fmt.Errorf("%w: redis prefix %q (want 1-64 bytes of [A-Za-z0-9_.-])", backends.ErrInvalid, prefix)
+		}
+		o.prefix = prefix
+		return nil
+	}
+}
+
+func validPrefix(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// WithRoundKeys sets the most keys one pipelined round of Put, Get or
+// Delete carries (default 256).
+func WithRoundKeys(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("%w: redis round keys %d < 1", backends.ErrInvalid, n)
+		}
+		o.roundKeys = n
+		return nil
+	}
+}
+
+// WithWriteRoundBytes sets the most value bytes one write round carries
+// (default 2 MiB); a value larger than this is written in a round of its
+// own.
+func WithWriteRoundBytes(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("%w: redis write round bytes %d < 1", backends.ErrInvalid, n)
+		}
+		o.writeRoundBytes = n
+		return nil
+	}
+}
+
+// WithReadRoundBytes sets the reply size a read round aims at (default 1
+// MiB). Value sizes are not known before reading, so the key count of a
+// round is this divided by the mean size of recently read values.
+func WithReadRoundBytes(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("%w: redis read round bytes %d < 1", backends.ErrInvalid, n)
+		}
+		o.readRoundBytes = n
+		return nil
+	}
+}
+
+// WithIODepth sets how many rounds of one call are in flight at once
+// (default 2). Each round in flight holds a connection of the client's
+// pool; rounds wait on the network and the server, not on this process's
+// CPU, so this is a queue depth, sized apart from tq's packing workers.
+func WithIODepth(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("%w: redis io depth %d < 1", backends.ErrInvalid, n)
+		}
+		o.ioDepth = n
+		return nil
+	}
+}
+
+// WithAddr sets the address that error messages name (default: the
+// client's address, or its seed addresses for a cluster).
+func WithAddr(addr string) Option {
+	return func(o *options) error {
+		o.addr = addr
+		return nil
+	}
+}

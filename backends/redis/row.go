@@ -1,0 +1,263 @@
+package redis
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// A row is one entry of the partition's row hash:
+//
+//	[8 bytes index][2 bytes n][n bytes signature][8 bytes version][blob]
+//
+// all integers big-endian. The signature lists the fields the row's first
+// Prepare reserved generation 0 of ("\x00f\x00g\x00", sorted), so that
+// the Prepare that creates rows writes nothing but their entries: a field's
+// generation hash only gets an entry when the field is reserved again.
+// Version 0 with no blob is a row prepared but never committed; each
+// commit writes the next version.
+//
+// The blob is [key, fields, tag]: fields maps a field name to [dtype,
+// shape, gen, backend tag]; tag maps a tag key to a msgpack value, whose
+// types keep Go's distinction between int64, float64, bool and string
+// (JSON and Lua's cjson do not). The scripts only compare and store whole
+// entries and read their heads: merging happens in Go (see Meta.Commit),
+// so the server never parses a blob.
+const (
+	indexLen   = 8
+	versionLen = 8
+)
+
+// signature is the signature of fields (sorted, distinct, no NUL).
+func signature(fields []string) string {
+	if len(fields) == 0 {
+		return ""
+	}
+	n := 1
+	for _, f := range fields {
+		n += len(f) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, 0)
+	for _, f := range fields {
+		b = append(b, f...)
+		b = append(b, 0)
+	}
+	return string(b)
+}
+
+// entryTail is what follows the index in the entry of a row prepared
+// with signature sig and never committed.
+func entryTail(sig string) string {
+	b := make([]byte, 0, 2+len(sig)+versionLen)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(sig)))
+	b = append(b, sig...)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	return string(b)
+}
+
+// preparedEntry is the entry of a row prepared with signature sig and
+// never committed.
+func preparedEntry(index uint64, sig string) string {
+	var b [indexLen]byte
+	binary.BigEndian.PutUint64(b[:], index)
+	return string(b[:]) + entryTail(sig)
+}
+
+// entryHead is the part of e before the version: the index and signature.
+func entryHead(e []byte) ([]byte, error) {
+	if len(e) < indexLen+2 {
+		return nil, fmt.Errorf("%w: row entry of %d bytes", ErrCorrupt, len(e))
+	}
+	n := indexLen + 2 + int(binary.BigEndian.Uint16(e[indexLen:]))
+	if len(e) < n+versionLen {
+		return nil, fmt.Errorf("%w: row entry of %d bytes, signature to byte %d", ErrCorrupt, len(e), n)
+	}
+	return e[:n], nil
+}
+
+// encodeEntry appends to b the entry of the committed row r at version v,
+// with head (index and signature) as the row's entry has it.
+func encodeEntry(b []byte, head []byte, v uint64, r *backends.Row) ([]byte, error) {
+	b = append(b, head...)
+	b = binary.BigEndian.AppendUint64(b, v)
+	b = msgp.AppendArrayHeader(b, 3)
+	b = msgp.AppendString(b, r.Key)
+	b = msgp.AppendMapHeader(b, uint32(len(r.Fields)))
+	for f, fi := range r.Fields {
+		b = msgp.AppendString(b, f)
+		b = msgp.AppendArrayHeader(b, 4)
+		b = msgp.AppendString(b, fi.DType)
+		if fi.Shape == nil {
+			b = msgp.AppendNil(b)
+		} else {
+			b = msgp.AppendArrayHeader(b, uint32(len(fi.Shape)))
+			for _, d := range fi.Shape {
+				b = msgp.AppendInt64(b, d)
+			}
+		}
+		b = msgp.AppendUint64(b, fi.Gen)
+		b = msgp.AppendString(b, fi.BackendTag)
+	}
+	b = msgp.AppendMapHeader(b, uint32(len(r.Tag)))
+	for k, v := range r.Tag {
+		b = msgp.AppendString(b, k)
+		var err error
+		if b, err = msgp.AppendIntf(b, v); err != nil {
+			return nil, fmt.Errorf("%w: tag %q: value of type %T: %v", backends.ErrInvalid, k, v, err)
+		}
+	}
+	return b, nil
+}
+
+// entryIndex is the index an entry begins with.
+func entryIndex(e []byte) (uint64, error) {
+	if len(e) < indexLen {
+		return 0, fmt.Errorf("%w: row entry of %d bytes", ErrCorrupt, len(e))
+	}
+	return binary.BigEndian.Uint64(e), nil
+}
+
+// decodeEntry decodes a row entry: its version and row, or a nil row (and
+// version 0) for a row never committed.
+func decodeEntry(e []byte) (uint64, *backends.Row, error) {
+	head, err := entryHead(e)
+	if err != nil {
+		return 0, nil, err
+	}
+	rest := e[len(head):]
+	version := binary.BigEndian.Uint64(rest)
+	if len(rest) == versionLen {
+		return 0, nil, nil
+	}
+	r, err := decodeBlob(rest[versionLen:])
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: row entry of %d bytes: %v", ErrCorrupt, len(e), err)
+	}
+	r.Index = binary.BigEndian.Uint64(e)
+	return version, r, nil
+}
+
+func decodeBlob(b []byte) (*backends.Row, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	if n != 3 {
+		return nil, fmt.Errorf("row has %d parts, want 3", n)
+	}
+	r := &backends.Row{}
+	if r.Key, b, err = msgp.ReadStringBytes(b); err != nil {
+		return nil, err
+	}
+	nf, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	if uint32(len(b)) < nf { // each entry takes at least a byte: no huge make from a bad header
+		return nil, msgp.ErrShortBytes
+	}
+	r.Fields = make(map[string]backends.FieldInfo, nf)
+	for range nf {
+		var f string
+		var fi backends.FieldInfo
+		if f, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		var parts uint32
+		if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, err
+		}
+		if parts != 4 {
+			return nil, fmt.Errorf("field %q has %d parts, want 4", f, parts)
+		}
+		if fi.DType, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		if msgp.IsNil(b) {
+			b = b[1:]
+		} else {
+			var dims uint32
+			if dims, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return nil, err
+			}
+			if uint32(len(b)) < dims {
+				return nil, msgp.ErrShortBytes
+			}
+			fi.Shape = make([]int64, dims)
+			for i := range fi.Shape {
+				if fi.Shape[i], b, err = msgp.ReadInt64Bytes(b); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if fi.Gen, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, err
+		}
+		if fi.BackendTag, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		r.Fields[f] = fi
+	}
+	nt, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	if nt > 0 {
+		if uint32(len(b)) < nt {
+			return nil, msgp.ErrShortBytes
+		}
+		r.Tag = make(map[string]any, nt)
+		for range nt {
+			var k string
+			var v any
+			if k, b, err = msgp.ReadStringBytes(b); err != nil {
+				return nil, err
+			}
+			if v, b, err = msgp.ReadIntfBytes(b); err != nil {
+				return nil, err
+			}
+			r.Tag[k] = v
+		}
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return r, nil
+}
+
+// merge applies u to the committed row cur (nil: none yet) the way
+// backends/memory does, adding cells no longer referenced to res. It does
+// not modify cur.
+func merge(cur *backends.Row, u *backends.RowUpdate, res *backends.CommitResult) *backends.Row {
+	next := &backends.Row{Key: u.Key, Index: u.Index}
+	if cur != nil {
+		next.Fields = maps.Clone(cur.Fields)
+		next.Tag = maps.Clone(cur.Tag)
+	}
+	if next.Fields == nil {
+		next.Fields = make(map[string]backends.FieldInfo, len(u.Fields))
+	}
+	for f, fi := range u.Fields {
+		cur, had := next.Fields[f]
+		switch {
+		case had && cur.Gen > fi.Gen:
+			res.Stale = append(res.Stale, backends.Ref{Index: u.Index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
+			continue
+		case had && cur.Gen != fi.Gen:
+			res.Superseded = append(res.Superseded, backends.Ref{Index: u.Index, Field: f, Gen: cur.Gen, Tag: cur.BackendTag})
+		}
+		next.Fields[f] = fi
+	}
+	if u.Tag != nil {
+		if next.Tag == nil {
+			next.Tag = make(map[string]any, len(u.Tag))
+		}
+		maps.Copy(next.Tag, u.Tag)
+	}
+	return next
+}

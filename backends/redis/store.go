@@ -1,0 +1,415 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// Store is the Redis data backend; Meta returns the metadata store that
+// shares its client. It is safe for concurrent use. Values returned by Get
+// alias the client's reply buffers and must not be modified.
+type Store struct {
+	client  goredis.UniversalClient
+	opts    options
+	addr    string // for errors
+	cluster bool   // keys of one multi-key command must share a slot
+	meta    *Meta
+
+	closed atomic.Bool
+	// owned: the client came from Open; it is closed when both the data
+	// and the metadata side are closed (tq closes both).
+	owned    bool
+	openRefs atomic.Int32
+
+	// meanSize is a running mean of the sizes of values read, in bytes
+	// (0: nothing read yet); Get sizes its rounds from it.
+	meanSize atomic.Int64
+}
+
+var _ backends.Backend = (*Store)(nil)
+
+// New returns a Store over a client the caller owns: Close (of the Store
+// and of its Meta) leaves the client open. The client may be a *Client
+// (standalone, or Sentinel failover), a *ClusterClient or a *Ring; with
+// anything but a *Client, metadata scripts never touch two hash slots.
+func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil redis client", backends.ErrInvalid)
+	}
+	o := defaultOptions()
+	if err := o.apply(opts); err != nil {
+		return nil, err
+	}
+	return newStore(client, o, false), nil
+}
+
+func newStore(client goredis.UniversalClient, o options, owned bool) *Store {
+	s := &Store{client: client, opts: o, owned: owned}
+	s.openRefs.Store(2)
+	s.addr = o.addr
+	switch c := client.(type) {
+	case *goredis.Client:
+		s.cluster = o.clusterSafe
+		if s.addr == "" {
+			s.addr = c.Options().Addr
+		}
+	case *goredis.ClusterClient:
+		s.cluster = true
+		if s.addr == "" {
+			s.addr = strings.Join(c.Options().Addrs, ",")
+		}
+	default:
+		s.cluster = true
+		if s.addr == "" {
+			s.addr = fmt.Sprintf("%T", client)
+		}
+	}
+	s.meta = newMeta(s)
+	return s
+}
+
+// Meta returns the metadata store kept in the same Redis, under the same
+// prefix. Closing it does not close the Store, nor the reverse.
+func (s *Store) Meta() *Meta { return s.meta }
+
+// Client returns the underlying client.
+func (s *Store) Client() goredis.UniversalClient { return s.client }
+
+// Prefix returns the namespace of the store's keys.
+func (s *Store) Prefix() string { return s.opts.prefix }
+
+// Close closes the data side. Later calls return backends.ErrClosed. The
+// client is closed only when it came from Open and the Meta is closed too.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.release()
+}
+
+// release drops one side's reference to an owned client.
+func (s *Store) release() error {
+	if s.owned && s.openRefs.Add(-1) == 0 {
+		return s.client.Close()
+	}
+	return nil
+}
+
+func (s *Store) check(ctx context.Context, keys []string, n int) error {
+	if s.closed.Load() {
+		return backends.ErrClosed
+	}
+	if n >= 0 && n != len(keys) {
+		return fmt.Errorf("%w: %d keys, %d values", backends.ErrInvalid, len(keys), n)
+	}
+	return ctx.Err()
+}
+
+// wrap names the operation and address in a server error. When the
+// caller's context ended, the error also wraps ctx.Err(): with
+// ContextTimeoutEnabled the client turns a deadline into a socket timeout,
+// which must read as the caller's deadline, not the client's timeout.
+func (s *Store) wrap(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, backends.ErrClosed) || errors.Is(err, backends.ErrInvalid) || errors.Is(err, backends.ErrConflict) {
+		return err
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+		// The socket deadline (set from ctx's) can fire a moment before
+		// ctx's own timer does.
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w (%w)", cerr, err)
+	}
+	return &Error{Op: op, Addr: s.addr, Err: err, callerDone: cerr != nil}
+}
+
+// dataKeys returns prefix + ":d:" + key for each key, built in one
+// allocation.
+func (s *Store) dataKeys(keys []string) []string {
+	pre := s.opts.prefix + ":d:"
+	n := 0
+	for _, k := range keys {
+		n += len(pre) + len(k)
+	}
+	buf := make([]byte, 0, n)
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		lo := len(buf)
+		buf = append(buf, pre...)
+		buf = append(buf, k...)
+		out[i] = unsafe.String(&buf[lo], len(buf)-lo) // buf never changes again
+	}
+	return out
+}
+
+// span is a round: items [lo, hi) of a call.
+type span struct{ lo, hi int }
+
+// writeRounds cuts values into rounds of at most roundKeys keys and
+// writeRoundBytes bytes (a larger value goes alone).
+func (s *Store) writeRounds(values [][]byte) []span {
+	var out []span
+	lo, bytes := 0, 0
+	for i, v := range values {
+		if i > lo && (i-lo >= s.opts.roundKeys || bytes+len(v) > s.opts.writeRoundBytes) {
+			out = append(out, span{lo, i})
+			lo, bytes = i, 0
+		}
+		bytes += len(v)
+	}
+	if lo < len(values) {
+		out = append(out, span{lo, len(values)})
+	}
+	return out
+}
+
+// countRounds cuts n items into rounds of at most k.
+func countRounds(n, k int) []span {
+	out := make([]span, 0, (n+k-1)/k)
+	for lo := 0; lo < n; lo += k {
+		out = append(out, span{lo, min(lo+k, n)})
+	}
+	return out
+}
+
+// runRounds runs f on each round, ioDepth at a time, and returns the first
+// error; after an error no round starts and those in flight are cancelled.
+// A single round runs on the calling goroutine.
+func (s *Store) runRounds(ctx context.Context, rounds []span, f func(ctx context.Context, r span) error) error {
+	if len(rounds) == 1 || s.opts.ioDepth == 1 {
+		for _, r := range rounds {
+			if err := f(ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex // guards firstErr
+		firstErr error
+		slots    = make(chan struct{}, s.opts.ioDepth)
+	)
+	for _, r := range rounds {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if err := f(ctx, r); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+// Put stores values under keys (SET, pipelined, in rounds). The value
+// slices are written straight from the caller's memory, not copied.
+func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
+	if err := s.check(ctx, keys, len(values)); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	dk := s.dataKeys(keys)
+	err := s.runRounds(ctx, s.writeRounds(values), func(ctx context.Context, r span) error {
+		cmds, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i := r.lo; i < r.hi; i++ {
+				p.Set(ctx, dk[i], values[i], 0)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return s.wrap(ctx, "put", err)
+}
+
+// Get returns each key's value, nil for a missing key (MGET per round on a
+// standalone server, pipelined GETs on a Cluster). A round's key count
+// is the read round size divided by the mean size of values read so far:
+// one huge reply makes the server fault in fresh pages for its output
+// buffer (measured: 1024 x 8 KiB in one round ran at a third of the speed
+// of rounds near 1 MiB).
+func (s *Store) Get(ctx context.Context, keys []string) ([][]byte, error) {
+	if err := s.check(ctx, keys, -1); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	dk := s.dataKeys(keys)
+	var seen, seenBytes atomic.Int64 // values read in this call, for the mean
+	read := func(ctx context.Context, r span) error {
+		if !s.cluster {
+			// One MGET per round: one command for the server to parse
+			// and one reply object for the client, where pipelined GETs
+			// cost a command each (measured: 1.5 against 2.2 ms for 1024
+			// x 512 B).
+			vals, err := s.client.MGet(ctx, dk[r.lo:r.hi]...).Result()
+			if err != nil {
+				return err
+			}
+			if len(vals) != r.hi-r.lo {
+				return fmt.Errorf("%w: MGET of %d keys replied %d values", ErrCorrupt, r.hi-r.lo, len(vals))
+			}
+			var bytes int64
+			for j, v := range vals {
+				str, ok := v.(string)
+				if !ok {
+					continue // nil: missing
+				}
+				b := []byte{} // present but empty: not nil, which means missing
+				if len(str) > 0 {
+					b = unsafeBytes(str) // the reply is ours alone; readers must not write
+				}
+				out[r.lo+j] = b
+				bytes += int64(len(b))
+			}
+			seen.Add(int64(len(vals)))
+			seenBytes.Add(bytes)
+			return nil
+		}
+		cmds := make([]*goredis.StringCmd, r.hi-r.lo)
+		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i := r.lo; i < r.hi; i++ {
+				cmds[i-r.lo] = p.Get(ctx, dk[i])
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return err
+		}
+		var bytes int64
+		for j, c := range cmds {
+			b, err := c.Bytes()
+			switch {
+			case errors.Is(err, goredis.Nil):
+				continue
+			case err != nil:
+				return err
+			case len(b) == 0:
+				b = []byte{} // present but empty: not nil, which means missing
+			}
+			out[r.lo+j] = b
+			bytes += int64(len(b))
+		}
+		seen.Add(int64(len(cmds)))
+		seenBytes.Add(bytes)
+		return nil
+	}
+	mean := s.meanSize.Load()
+	next := 0
+	if mean == 0 {
+		// Nothing read yet: a small first round to learn the sizes.
+		first := span{0, min(len(keys), 16)}
+		if err := read(ctx, first); err != nil {
+			return nil, s.wrap(ctx, "get", err)
+		}
+		next = first.hi
+	}
+	var rounds []span
+	for next < len(keys) {
+		m := mean
+		if n := seen.Load(); n > 0 {
+			m = seenBytes.Load() / n
+		}
+		k := s.opts.roundKeys
+		if m > 0 {
+			k = max(1, min(k, s.opts.readRoundBytes/int(m)))
+		}
+		hi := min(next+k, len(keys))
+		rounds = append(rounds, span{next, hi})
+		next = hi
+	}
+	if err := s.runRounds(ctx, rounds, read); err != nil {
+		return nil, s.wrap(ctx, "get", err)
+	}
+	if n := seen.Load(); n > 0 {
+		m := max(1, seenBytes.Load()/n)
+		if old := s.meanSize.Load(); old > 0 {
+			m = (old + 3*m) / 4
+		}
+		s.meanSize.Store(m)
+	}
+	return out, nil
+}
+
+// Delete removes keys (UNLINK, which frees large values off the server's
+// main thread); missing keys are ignored.
+func (s *Store) Delete(ctx context.Context, keys []string) error {
+	if err := s.check(ctx, keys, -1); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	dk := s.dataKeys(keys)
+	err := s.runRounds(ctx, countRounds(len(dk), s.opts.roundKeys), func(ctx context.Context, r span) error {
+		if !s.cluster {
+			return s.client.Unlink(ctx, dk[r.lo:r.hi]...).Err()
+		}
+		// A multi-key UNLINK must not span hash slots; one per key, pipelined.
+		cmds, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i := r.lo; i < r.hi; i++ {
+				p.Unlink(ctx, dk[i])
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return s.wrap(ctx, "delete", err)
+}

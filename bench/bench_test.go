@@ -1,0 +1,274 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/redisserver"
+	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// TestRunQuick runs every suite at toy sizes through Run, as `go run ./bench
+// -quick` does, and checks that each table has the rows it should, that the
+// parity checks ran and passed, and that the CSV and PNG are written. The
+// Redis part runs when redis-server is installed, and must under
+// TQ_REQUIRE_REDIS=1.
+func TestRunQuick(t *testing.T) {
+	cfg := QuickConfig()
+	cfg.URLs = []string{"memory://", "yuanrong://"}
+	withRedis := redisserver.Available() == nil
+	switch {
+	case withRedis:
+		cfg.URLs = append(cfg.URLs, privateRedisURL)
+	case os.Getenv(redistest.RequireEnv) == "1":
+		t.Fatalf("%s=1 but redis-server is not installed: %v", redistest.RequireEnv, redisserver.Available())
+	default:
+		t.Log("redis-server not installed: the Redis part is not run")
+	}
+	dir := t.TempDir()
+	cfg.CSV, cfg.PNG = filepath.Join(dir, "r.csv"), filepath.Join(dir, "r.png")
+
+	start := time.Now()
+	var out bytes.Buffer
+	rep, err := Run(t.Context(), cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("quick run took %v", time.Since(start))
+	md := out.String()
+
+	for _, want := range []string{"### Machine", "- CPU: ", "GOMAXPROCS", "- Go: go1.", "- Date: ", "Measured crossover:"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	sizeRows := make([]string, len(cfg.Sizes))
+	for i, s := range cfg.Sizes {
+		sizeRows[i] = fmtSize(s)
+	}
+	countRows := make([]string, len(cfg.Counts))
+	for i, n := range cfg.Counts {
+		countRows[i] = fmtSize(cfg.CountSize) + "/" + strconv.Itoa(n)
+	}
+	checkTable(t, rep, md, "pack-size", sizeRows, func(r []string) string { return r[0] })
+	checkTable(t, rep, md, "pack-count", countRows, func(r []string) string { return r[0] + "/" + r[1] })
+	checkTable(t, rep, md, "limit-copy", sizeRows, func(r []string) string { return r[0] })
+
+	var kvRows []string
+	for _, e := range []string{"memory", "yuanrong", "redis"} {
+		if e == "redis" && (!withRedis || !slices.Contains(backends.Schemes(), "redis")) {
+			continue
+		}
+		kvRows = append(kvRows, e+" BatchPut", e+" BatchGet")
+	}
+	checkTable(t, rep, md, "kv", kvRows, func(r []string) string { return r[0] + " " + r[1] })
+
+	if withRedis {
+		tab := checkTable(t, rep, md, "limit-redis", sizeRows, func(r []string) string { return r[0] })
+		if tab != nil {
+			for _, r := range tab.Rows {
+				if slices.Contains(r, "n/a") {
+					t.Errorf("Redis limit row %v has an empty cell (go-redis and redis-benchmark must both run against the private server)", r)
+				}
+			}
+		}
+	}
+
+	// Every record is a real measurement.
+	if len(rep.Records) == 0 {
+		t.Fatal("no records")
+	}
+	for _, r := range rep.Records {
+		d := r.Dist
+		if d.N != cfg.Reps || !(d.Min > 0) || d.Min > d.Median || d.Median > d.Max || math.IsInf(d.Max, 0) {
+			t.Errorf("record %s/%s/%s: bad distribution %+v", r.Table, r.Row, r.Series, d)
+		}
+	}
+
+	f, err := os.Open(cfg.CSV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lines, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 1+len(rep.Records) || lines[0][0] != "suite" {
+		t.Errorf("CSV has %d lines for %d records", len(lines), len(rep.Records))
+	}
+	png, err := os.ReadFile(cfg.PNG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Error("-png did not write a PNG")
+	}
+}
+
+// checkTable asserts that the table id exists with exactly the rows named
+// (key(row) for each row, in order), full-width, and is in the Markdown.
+func checkTable(t *testing.T, rep *Report, md, id string, rows []string, key func([]string) string) *Table {
+	t.Helper()
+	tab := rep.Table(id)
+	if tab == nil {
+		t.Errorf("no table %q", id)
+		return nil
+	}
+	var got []string
+	for _, r := range tab.Rows {
+		if len(r) != len(tab.Header) {
+			t.Errorf("table %q: row %v has %d cells for %d columns", id, r, len(r), len(tab.Header))
+			continue
+		}
+		got = append(got, key(r))
+		if !strings.Contains(md, "| "+strings.Join(r, " | ")+" |") {
+			t.Errorf("table %q: row %v is not in the Markdown", id, r)
+		}
+	}
+	if !slices.Equal(got, rows) {
+		t.Errorf("table %q rows %q, want %q", id, got, rows)
+	}
+	if !strings.Contains(md, "### "+tab.Title) || !strings.Contains(md, "| "+strings.Join(tab.Header, " | ")+" |") {
+		t.Errorf("table %q: title or header missing from the Markdown", id)
+	}
+	return tab
+}
+
+// TestMeterInterleaves: every repetition samples every arm once, the
+// starting arm rotating, after one warm-up per arm.
+func TestMeterInterleaves(t *testing.T) {
+	var order []string
+	mk := func(name string) *arm {
+		return &arm{name: name, once: true, timed: func() (time.Duration, error) {
+			order = append(order, name)
+			return time.Millisecond, nil
+		}}
+	}
+	m := &meter{reps: 3, minSample: time.Millisecond}
+	d, err := m.run(context.Background(), "t", []*arm{mk("a"), mk("b"), mk("c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Split("a b c a b c b c a c a b", " ") // warm-ups, then rotations
+	if !slices.Equal(order, want) {
+		t.Errorf("order %v, want %v", order, want)
+	}
+	for _, x := range d {
+		if x.N != 3 || x.Median != 1e-3 {
+			t.Errorf("dist %+v, want 3 samples of 1 ms", x)
+		}
+	}
+}
+
+// TestGRPOParityCatchesDifferences: the kv parity check passes on an exact
+// read and fails when any value differs.
+func TestGRPOParityCatchesDifferences(t *testing.T) {
+	ctx := t.Context()
+	c, err := tq.Open(ctx, "memory://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g := newGRPO(4, 8)
+	if err := c.BatchPut(ctx, kvPartition, g.keys, g.batch, g.tags); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.BatchGet(ctx, kvPartition, g.keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.check(b); err != nil {
+		t.Fatalf("exact read fails parity: %v", err)
+	}
+	g.logp[5]++
+	if err := g.check(b); err == nil || !strings.Contains(err.Error(), "old_log_probs") {
+		t.Errorf("changed old_log_probs passes parity (err %v)", err)
+	}
+	g.logp[5]--
+	g.uid[3] = "other"
+	if err := g.check(b); err == nil || !strings.Contains(err.Error(), "uid") {
+		t.Errorf("changed uid passes parity (err %v)", err)
+	}
+	g.uid[3] = "prompt-000000"
+	delete(b, "rewards")
+	if err := g.check(b); err == nil {
+		t.Error("a missing field passes parity")
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int{"512": 512, "512B": 512, "8K": 8192, "8KiB": 8192, "32 kib": 32 << 10, "1M": 1 << 20, "1MiB": 1 << 20} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "-1", "1X", "KiB"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) accepted", bad)
+		}
+	}
+}
+
+func TestFormat(t *testing.T) {
+	if got := fmtTime(Dist{Median: 1.234e-3, Min: 1.2e-3, Max: 2.5e-3, N: 5}); got != "1.23 ms [1.20–2.50]" {
+		t.Errorf("fmtTime = %q", got)
+	}
+	if got := fmtRateDist(1e9, Dist{Median: 0.5, Min: 0.25, Max: 1, N: 5}); got != "2.00 GB/s [1.00–4.00]" {
+		t.Errorf("fmtRateDist = %q", got)
+	}
+	if got := fmtSize(256 << 10); got != "256 KiB" {
+		t.Errorf("fmtSize = %q", got)
+	}
+}
+
+// TestRounds: raw Redis pipelines carry about rawRoundBytes, every value
+// exactly once.
+func TestRounds(t *testing.T) {
+	mk := func(n, size int) [][]byte {
+		v := make([][]byte, n)
+		for i := range v {
+			v[i] = make([]byte, size)
+		}
+		return v
+	}
+	for _, c := range []struct {
+		n, size int
+		want    [][2]int
+	}{
+		{5, 512 << 10, [][2]int{{0, 2}, {2, 4}, {4, 5}}},
+		{3, 4 << 20, [][2]int{{0, 1}, {1, 2}, {2, 3}}},
+		{128, 512, [][2]int{{0, 128}}},
+		{200, 16 << 10, [][2]int{{0, 64}, {64, 128}, {128, 192}, {192, 200}}},
+		{0, 1, nil},
+	} {
+		if got := rounds(mk(c.n, c.size)); !slices.Equal(got, c.want) {
+			t.Errorf("rounds(%d × %d B) = %v, want %v", c.n, c.size, got, c.want)
+		}
+	}
+}
+
+// TestBenchShape: -P 64 -c 50 for small values; large values get shallower
+// pipelines and fewer connections, never more than 16 MiB in flight.
+func TestBenchShape(t *testing.T) {
+	if p, c, n := benchShape(512, 1024, false); p != 64 || c != 50 || n != 4*50*64 {
+		t.Errorf("512 B: -P %d -c %d -n %d, want 64 50 12800", p, c, n)
+	}
+	for _, size := range []int{8 << 10, 256 << 10, 1 << 20, 64 << 20} {
+		p, c, n := benchShape(size, 64, false)
+		if p < 1 || c < 1 || (p > 1 && p*size > benchPipeBytes) || (c > 1 && c*p*size > benchFlightBytes) || n < 64 {
+			t.Errorf("%s: -P %d -c %d -n %d", fmtSize(size), p, c, n)
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/redisserver"
+)
+
+// privateRedisURL is the -urls entry that means "start a redis-server for
+// this run".
+const privateRedisURL = "redis"
+
+// target is one engine the kv suite runs against.
+type target struct {
+	name    string // what the tables call it: "memory", "redis", ...
+	url     string // for tq.Open
+	private bool   // a redis-server this run started
+	kv      bool   // tq.Open knows the scheme (else only the raw limits run)
+
+	redisOpts *redis.Options // set for redis URLs: the raw go-redis limits
+	stop      func() error
+}
+
+// isRedis reports whether the target is a Redis server (raw limits apply).
+func (t *target) isRedis() bool { return t.redisOpts != nil }
+
+// resolveTargets turns -urls into targets, starting a private redis-server
+// for "redis". An engine that this binary cannot open is skipped with a
+// note in the report rather than failing the run, so the default URL list
+// works in every build. Call stopTargets when done.
+func resolveTargets(ctx context.Context, urls []string, rep *Report) ([]*target, error) {
+	var out []*target
+	schemes := backends.Schemes()
+	for _, raw := range urls {
+		switch {
+		case raw == privateRedisURL:
+			if err := redisserver.Available(); err != nil {
+				rep.note("redis: skipped, redis-server is not installed (apt-get install redis-server redis-tools, or pass -urls redis://host:port/db): %v", err)
+				continue
+			}
+			srv, err := redisserver.Start(ctx, redisserver.Options{})
+			if err != nil {
+				stopTargets(out)
+				return nil, fmt.Errorf("starting a private redis-server: %w", err)
+			}
+			t := &target{name: "redis", url: srv.URL(), private: true, kv: slices.Contains(schemes, "redis"), stop: srv.Stop}
+			if t.redisOpts, err = redisOptions(t.url); err != nil {
+				stopTargets(append(out, t))
+				return nil, err
+			}
+			if !t.kv {
+				rep.note("redis: kv skipped, scheme \"redis\" is not registered in this build (registered: %s); its raw limits still run", strings.Join(schemes, ", "))
+			}
+			out = append(out, t)
+			continue
+		case raw == "memory":
+			raw = "memory://"
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme == "" {
+			stopTargets(out)
+			return nil, fmt.Errorf("-urls: %q is not a URL (want scheme://..., or %q)", raw, privateRedisURL)
+		}
+		t := &target{name: u.Scheme, url: raw, kv: slices.Contains(schemes, u.Scheme)}
+		if u.Scheme == "redis" || u.Scheme == "rediss" {
+			if t.redisOpts, err = redisOptions(raw); err != nil {
+				stopTargets(out)
+				return nil, err
+			}
+		}
+		if !t.kv {
+			msg := fmt.Sprintf("%s: kv skipped, scheme %q is not registered in this build (registered: %s)", u.Redacted(), u.Scheme, strings.Join(schemes, ", "))
+			if !t.isRedis() {
+				rep.note("%s", msg)
+				continue
+			}
+			rep.note("%s; its raw limits still run", msg)
+		}
+		out = append(out, t)
+	}
+	// Two targets of one scheme are told apart by their URLs.
+	for _, t := range out {
+		for _, o := range out {
+			if o != t && o.name == t.name {
+				t.name = redact(t.url)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func stopTargets(ts []*target) {
+	for _, t := range ts {
+		if t.stop != nil {
+			_ = t.stop()
+			t.stop = nil
+		}
+	}
+}
+
+// redisOptions reads the address, credentials and database of a redis://
+// URL for a raw go-redis client. It ignores query parameters, which belong
+// to the tq engine (prefix=...), not to go-redis.
+func redisOptions(raw string) (*redis.Options, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("redis URL %q: %w", redact(raw), err)
+	}
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = "6379"
+	}
+	o := &redis.Options{Addr: net.JoinHostPort(host, port)}
+	if u.User != nil {
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+		if o.Password == "" {
+			// redis://:secret@host gives the password as the user name.
+			o.Password, o.Username = o.Username, ""
+		}
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" {
+		if o.DB, err = strconv.Atoi(db); err != nil {
+			return nil, fmt.Errorf("redis URL %q: database %q is not a number", redact(raw), db)
+		}
+	}
+	return o, nil
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,137 @@
+// Command bench is tqgo's performance report: the measurements behind every
+// performance claim in the README.
+//
+//	go run ./bench                       # the full report, Markdown on stdout
+//	go run ./bench -suites pack -png sweep.png -csv sweep.csv
+//	go run ./bench -urls memory://,redis://127.0.0.1:6379/0
+//
+// Suites: pack (seed 000's object-size and object-count sweeps: serial,
+// TransferQueue's pool of 16, and the size-aware default, against copy()),
+// kv (BatchPut and BatchGet of a GRPO-shaped batch on every engine, parity
+// checked, against raw go-redis or copy() of the same bytes) and limit
+// (copy() bandwidth; raw go-redis beside redis-benchmark). The method is
+// seed 001's: warm-up, interleaved arms, medians and ranges over -reps.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	def := DefaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	suites := fs.String("suites", strings.Join(def.Suites, ","), "suites to run, a comma list of pack, kv, limit")
+	sizes := fs.String("sizes", joinSizes(def.Sizes), "object sizes of the pack size sweep and the Redis limits (512, 8KiB, 1MiB, ...)")
+	counts := fs.String("counts", joinInts(def.Counts), "object counts of the pack count sweep")
+	objects := fs.Int("objects", def.Objects, "objects per batch in the pack size sweep")
+	countSize := fs.String("count-size", fmtSize(def.CountSize), "object size of the pack count sweep")
+	reps := fs.Int("reps", def.Reps, "repetitions per arm: medians and ranges are over these")
+	minSample := fs.Duration("sample", def.MinSample, "minimum duration of one sample (fast operations repeat within it)")
+	urls := fs.String("urls", strings.Join(def.URLs, ","), `engines for the kv and limit suites: URLs, and "redis" for a private redis-server`)
+	samples := fs.Int("samples", def.Samples, "GRPO batch size of the kv suite (rows)")
+	L := fs.Int("L", def.L, "sequence length of the kv suite's [L] fields")
+	redisBytes := fs.String("redis-bytes", fmtSize(def.RedisBytes), "bytes per batch of the raw Redis limits")
+	csvPath := fs.String("csv", "", "also write every measurement to this CSV file")
+	pngPath := fs.String("png", "", "also plot the pack size sweep (throughput vs object size) to this PNG file")
+	quick := fs.Bool("quick", false, "tiny sizes: checks the harness in seconds, numbers are meaningless")
+	progressMode := fs.String("progress", "auto", "progress bar on stderr: auto (only on a terminal), always, never")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+
+	cfg := def
+	if *quick {
+		cfg = QuickConfig()
+	}
+	// Flags given explicitly override the defaults of either preset (the
+	// flag defaults are DefaultConfig's, so without -quick this is all of
+	// them in effect).
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err != nil {
+			return
+		}
+		switch f.Name {
+		case "suites":
+			cfg.Suites = parseList(*suites)
+		case "sizes":
+			cfg.Sizes, err = parseSizes(*sizes)
+		case "counts":
+			cfg.Counts, err = parseCounts(*counts)
+		case "count-size":
+			cfg.CountSize, err = parseSize(*countSize)
+		case "redis-bytes":
+			cfg.RedisBytes, err = parseSize(*redisBytes)
+		case "objects":
+			cfg.Objects = *objects
+		case "sample":
+			cfg.MinSample = *minSample
+		case "samples":
+			cfg.Samples = *samples
+		case "L":
+			cfg.L = *L
+		case "reps":
+			cfg.Reps = *reps
+		case "urls":
+			cfg.URLs = parseList(*urls)
+		}
+		if err != nil {
+			err = fmt.Errorf("-%s: %w", f.Name, err)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	cfg.CSV, cfg.PNG = *csvPath, *pngPath
+	cfg.Command = "go run ./bench"
+	if len(args) > 0 {
+		cfg.Command += " " + strings.Join(args, " ")
+	}
+	switch *progressMode {
+	case "auto":
+		if isTerminal(os.Stderr) {
+			cfg.Progress = os.Stderr
+		}
+	case "always":
+		cfg.Progress = os.Stderr
+	case "never":
+	default:
+		return fmt.Errorf("-progress %q: want auto, always or never", *progressMode)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop() // Ctrl-C stops the run and, through Run's cleanup, a private redis-server
+	_, err = Run(ctx, cfg, os.Stdout)
+	return err
+}
+
+func joinSizes(s []int) string {
+	out := make([]string, len(s))
+	for i, n := range s {
+		out[i] = strings.ReplaceAll(fmtSize(n), " ", "")
+	}
+	return strings.Join(out, ",")
+}
+
+func joinInts(s []int) string {
+	out := make([]string, len(s))
+	for i, n := range s {
+		out[i] = fmt.Sprint(n)
+	}
+	return strings.Join(out, ",")
+}

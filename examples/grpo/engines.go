@@ -1,0 +1,7 @@
+package main
+
+// The engines -url can name besides the embedded memory store.
+import (
+	_ "github.com/tqgo/tqgo/backends/redis"
+	_ "github.com/tqgo/tqgo/yuanrong"
+)
