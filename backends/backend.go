@@ -28,7 +28,9 @@ type Allocator interface {
 }
 
 // Staged is a set of allocated, not yet visible buffers. Exactly one of
-// Publish or Discard must be called. Not safe for concurrent use.
+// Publish or Discard must be called, and the caller must not touch the
+// buffers afterwards: an engine may send and recycle them (redis does).
+// Not safe for concurrent use.
 type Staged interface {
 	// Buffers returns the destination buffers, in key order.
 	Buffers() [][]byte
