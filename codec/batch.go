@@ -2,6 +2,7 @@ package codec
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,9 @@ import (
 // Allocator returns one destination buffer per size, each at least that
 // long. It is how a zero-copy backend hands out its own memory, so packing
 // writes straight into the store. The codec writes exactly sizes[i] bytes at
-// the start of buffer i.
+// the start of buffer i. sizes is the packer's scratch: it is valid only
+// during the call, so an allocator that needs the sizes later must copy them
+// (or use the lengths of the returned buffers, which are cut to the sizes).
 type Allocator func(sizes []int) ([][]byte, error)
 
 // HeapAllocator allocates ordinary Go buffers.
@@ -36,17 +39,16 @@ func HeapAllocator(sizes []int) ([][]byte, error) {
 // objects took without timing anything.
 type Stats struct {
 	Batches       uint64 // BatchEncodeInto calls that packed
-	SerialObjects uint64 // objects packed on the calling goroutine
-	PooledObjects uint64 // objects whose tensor bytes went through the pool
+	SerialObjects uint64 // objects packed on the calling goroutine alone
+	PooledObjects uint64 // objects whose tensor copies were shared with the pool
 	PoolRuns      uint64 // batches that woke the pool
-	PoolTasks     uint64 // tasks submitted to the pool
+	PoolTasks     uint64 // tasks submitted to the pool (at most workers-1 a run)
 }
 
 // Packer packs batches of values, size-aware: see Options. It is safe for
 // concurrent use. Its pool is created on first need and released by Close.
 type Packer struct {
-	opts     Options
-	encoders sync.Pool // *encoder scratch, reused across batches
+	opts Options
 
 	// mu guards closed. Batches hold it shared while they run; Close takes it
 	// exclusively, so Close waits for batches in flight.
@@ -106,128 +108,138 @@ func (p *Packer) BatchEncodeInto(values []any, alloc Allocator) ([][]byte, error
 	if p.closed {
 		return nil, ErrClosed
 	}
-	e, _ := p.encoders.Get().(*encoder)
-	if e == nil {
-		e = new(encoder)
-	}
-	defer p.putEncoder(e)
+	e := getEncoder()
+	defer putEncoder(e)
 
-	layouts := make([]layout, len(values))
-	sizes := make([]int, len(values))
+	threshold := p.opts.PackThreshold
+	e.layouts = slices.Grow(e.layouts[:0], len(values))[:len(values)]
+	e.sizes = slices.Grow(e.sizes[:0], len(values))[:len(values)]
 	largeBytes := 0
 	for i, v := range values {
-		l, err := e.add(v)
-		if err != nil {
+		l := &e.layouts[i]
+		if err := e.add(v, l); err != nil {
 			return nil, &ObjectError{Index: i, Err: err}
 		}
-		layouts[i], sizes[i] = l, l.size
-		if l.size >= p.opts.PackThreshold {
+		e.sizes[i] = l.size
+		if l.size >= threshold {
 			largeBytes += l.size
 		}
 	}
-	bufs, err := alloc(sizes)
+	bufs, err := alloc(e.sizes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrAlloc, err)
 	}
-	if len(bufs) != len(sizes) {
-		return nil, fmt.Errorf("%w: asked for %d buffers, got %d", ErrAlloc, len(sizes), len(bufs))
+	if len(bufs) != len(values) {
+		return nil, fmt.Errorf("%w: asked for %d buffers, got %d", ErrAlloc, len(values), len(bufs))
 	}
 	for i, b := range bufs {
-		if len(b) < sizes[i] {
-			return nil, &ObjectError{Index: i, Err: fmt.Errorf("%w: buffer of %d bytes for a %d-byte object", ErrAlloc, len(b), sizes[i])}
+		if size := e.layouts[i].size; len(b) < size {
+			return nil, &ObjectError{Index: i, Err: fmt.Errorf("%w: buffer of %d bytes for a %d-byte object", ErrAlloc, len(b), size)}
 		}
-		bufs[i] = b[:sizes[i]]
 	}
 
 	workers := p.opts.workers()
 	usePool := workers > 1 && largeBytes >= p.opts.PoolMinBatchBytes
-	var jobs []copyJob
+	e.jobs = e.jobs[:0]
 	var nSerial, nPooled uint64
-	for i, l := range layouts {
-		dst := bufs[i]
-		ts := e.tensors[l.firstT : l.firstT+l.numT]
-		packTable(dst, l, ts)
-		if usePool && l.size >= p.opts.PackThreshold {
+	for i := range e.layouts {
+		l := &e.layouts[i]
+		bufs[i] = bufs[i][:l.size]
+		if usePool && l.size >= threshold {
 			nPooled++
-			tensorOffsets(l, ts, func(t Tensor, off int) {
-				jobs = append(jobs, copyJob{dst: dst[off : off+len(t.Data)], src: t.Data})
-			})
+			e.pack(bufs[i], l, &e.jobs)
 			continue
 		}
 		nSerial++
-		tensorOffsets(l, ts, func(t Tensor, off int) { copy(dst[off:], t.Data) })
+		e.pack(bufs[i], l, nil)
+	}
+	if len(e.jobs) > 0 && !p.runParallel(e, workers) {
+		nSerial, nPooled = nSerial+nPooled, 0 // the pool was not woken after all
 	}
 	p.batches.Add(1)
 	p.serial.Add(nSerial)
 	p.pooled.Add(nPooled)
-	if len(jobs) > 0 {
-		p.runParallel(jobs, workers)
-	}
 	return bufs, nil
 }
 
-func (p *Packer) putEncoder(e *encoder) {
-	if cap(e.arena) > 4<<20 { // do not pin one huge batch's scratch forever
-		return
-	}
-	e.arena = e.arena[:0]
-	clear(e.tensors) // drop references to the caller's data
-	e.tensors = e.tensors[:0]
-	p.encoders.Put(e)
+// Chunk sizes of the parallel copy. A chunk is the unit a goroutine claims:
+// large enough that claiming it (one atomic add) is noise against copying
+// it, small enough that the last chunk, which the batch waits for, is short
+// (256 KiB copy in about 15 µs here).
+const (
+	minChunkBytes = 64 << 10
+	maxChunkBytes = 256 << 10
+)
+
+// parallelCopy is one batch's parallel phase: chunks that the calling
+// goroutine and the pool's goroutines claim in turn until none is left.
+// Nobody waits for a goroutine to start: if the pool is slow to wake (a
+// parked goroutine can take milliseconds to get a core), the caller copies
+// every chunk itself and the latecomer finds nothing to do, so the pool
+// path costs at most a few microseconds more than the serial one.
+type parallelCopy struct {
+	chunks   []copyJob
+	next     atomic.Int64  // index of the next unclaimed chunk
+	done     atomic.Int64  // chunks copied
+	finished chan struct{} // closed when the last chunk is copied
 }
 
-// copyJob is one memory copy of the parallel phase.
-type copyJob struct{ dst, src []byte }
+// work claims and copies chunks until none is left. A goroutine arriving
+// after the last claim returns without touching chunks, so the batch may
+// already have returned and recycled them.
+func (pc *parallelCopy) work() {
+	n := int64(len(pc.chunks))
+	for {
+		i := pc.next.Add(1) - 1
+		if i >= n {
+			return
+		}
+		copy(pc.chunks[i].dst, pc.chunks[i].src)
+		if pc.done.Add(1) == n {
+			close(pc.finished)
+		}
+	}
+}
 
-// minShareBytes keeps shares large enough that a task's fixed cost (about
-// 0.5 µs) stays negligible against its copy.
-const minShareBytes = 64 << 10
-
-// runParallel splits jobs into byte-balanced shares, cutting large copies
-// into pieces, runs one share on the calling goroutine and the rest on the
-// pool, and returns when all are done.
-func (p *Packer) runParallel(jobs []copyJob, workers int) {
+// runParallel copies e.jobs with the calling goroutine and up to workers-1
+// pool goroutines, cutting them into chunks, and returns when every byte is
+// copied. It reports whether it woke the pool.
+func (p *Packer) runParallel(e *encoder, workers int) bool {
 	total := 0
-	for _, j := range jobs {
+	for _, j := range e.jobs {
 		total += len(j.src)
 	}
-	per := max((total+workers-1)/workers, minShareBytes)
-	shares := make([][]copyJob, 0, workers)
-	var cur []copyJob
-	room := per
-	for _, j := range jobs {
-		for len(j.src) > 0 {
-			n := min(len(j.src), room)
-			cur = append(cur, copyJob{dst: j.dst[:n], src: j.src[:n]})
-			j.dst, j.src = j.dst[n:], j.src[n:]
-			if room -= n; room == 0 {
-				shares = append(shares, cur)
-				cur, room = nil, per
-			}
-		}
-	}
-	if len(cur) > 0 {
-		shares = append(shares, cur)
+	chunk := min(max(total/(16*workers), minChunkBytes), maxChunkBytes)
+	if total <= chunk {
+		runCopies(e.jobs) // one chunk: nothing to share
+		return false
 	}
 	pool := p.poolLocked()
-	var wg sync.WaitGroup
-	if pool != nil && len(shares) > 1 {
-		p.poolRuns.Add(1)
-		for _, s := range shares[1:] {
-			wg.Add(1)
-			if err := pool.Submit(func() { defer wg.Done(); runCopies(s) }); err != nil {
-				runCopies(s) // a pool that refuses work must not lose it
-				wg.Done()
-				continue
-			}
-			p.poolTasks.Add(1)
+	if pool == nil {
+		runCopies(e.jobs)
+		return false
+	}
+	chunks := e.pieces[:0]
+	for _, j := range e.jobs {
+		for len(j.src) > 0 {
+			n := min(len(j.src), chunk)
+			chunks = append(chunks, copyJob{dst: j.dst[:n], src: j.src[:n]})
+			j.dst, j.src = j.dst[n:], j.src[n:]
 		}
-		shares = shares[:1]
 	}
-	for _, s := range shares {
-		runCopies(s)
+	e.pieces = chunks
+	pc := &parallelCopy{chunks: chunks, finished: make(chan struct{})}
+
+	p.poolRuns.Add(1)
+	for range min(workers-1, len(chunks)-1) {
+		if err := pool.Submit(pc.work); err != nil {
+			break // a pool that refuses work leaves it to the caller
+		}
+		p.poolTasks.Add(1)
 	}
-	wg.Wait()
+	pc.work()
+	<-pc.finished
+	return true
 }
 
 func runCopies(jobs []copyJob) {
@@ -266,7 +278,7 @@ func BatchEncodeInto(values []any, alloc Allocator, opts Options) ([][]byte, err
 // BatchDecodeFrom decodes every buffer without copying: tensor bytes and
 // []byte values alias the buffers. The error names the failing object.
 func BatchDecodeFrom(bufs [][]byte) ([]any, error) {
-	var d decoder
+	d := decoder{slabSize: 1024}
 	out := make([]any, len(bufs))
 	for i, b := range bufs {
 		v, err := d.decode(b)

@@ -37,7 +37,10 @@
 // memory) and packs. Packing is size-aware: objects under PackThreshold are
 // packed on the calling goroutine; larger ones go to an ants pool only when a
 // batch holds enough large-object bytes to pay for waking it (see
-// [Options.PoolMinBatchBytes]). [BatchDecodeFrom] decodes without copying.
+// [Options.PoolMinBatchBytes]). Then the calling goroutine and the pool's
+// goroutines claim chunks of the copies in turn, so a pool goroutine that is
+// slow to wake delays nothing: the caller copies what is left.
+// [BatchDecodeFrom] decodes without copying.
 //
 // Decoding never executes code from the data and never panics: a malformed
 // buffer gives an error that matches [ErrCorrupt] (and a finer sentinel such

@@ -67,6 +67,17 @@ var dtypeByName = func() map[string]DType {
 	return m
 }()
 
+// lookupDType finds a dtype by its wire name. A scan of the table beats a
+// map lookup here: nearly every name differs from the others in length.
+func lookupDType(name []byte) (DType, bool) {
+	for d := Bool; d < numDTypes; d++ {
+		if string(name) == dtypeTable[d].name {
+			return d, true
+		}
+	}
+	return 0, false
+}
+
 // DTypes lists every supported dtype, in declaration order.
 func DTypes() []DType {
 	out := make([]DType, 0, numDTypes-1)

@@ -23,10 +23,12 @@ var (
 	ErrCorrupt = errors.New("codec: corrupt buffer")
 	// ErrTruncated: the buffer ends before its offset table or a payload does.
 	ErrTruncated error = &kindError{"codec: truncated buffer", ErrCorrupt}
-	// ErrOutOfRange: an offset or size in the table points outside the buffer.
+	// ErrOutOfRange: an offset or size in the table points outside the buffer
+	// (or into the table), or the body references a tensor out of order.
 	ErrOutOfRange error = &kindError{"codec: payload offset or size out of range", ErrCorrupt}
-	// ErrCountTooLarge: the payload count does not fit in the buffer, or does
-	// not match the header's tensor count.
+	// ErrCountTooLarge: the payload count does not fit in the buffer, exceeds
+	// MaxTensors+1, or does not match the header's tensor count or the
+	// number of tensors the body references.
 	ErrCountTooLarge error = &kindError{"codec: payload count too large for buffer", ErrCorrupt}
 )
 
@@ -70,7 +72,7 @@ func (e *ObjectError) Error() string { return fmt.Sprintf("codec: object %d: %v"
 
 func (e *ObjectError) Unwrap() error { return e.Err }
 
-// corruptf wraps a value error found while decoding so that it also matches
+// corrupt wraps a value error found while decoding so that it also matches
 // ErrCorrupt: a well-formed table carrying a bad dtype is still a bad buffer.
 func corrupt(err error) error {
 	if errors.Is(err, ErrCorrupt) {

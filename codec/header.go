@@ -10,6 +10,11 @@ package codec
 
 // header is the msgp document at the start of payload 0. It describes the
 // tensor payloads; the value's body follows it in the same payload.
+//
+// This type is the schema. The hot paths write and read it by hand
+// (appendHeader, decoder.readHeader in pack.go) to skip Msgsize and
+// allocations and to bound allocations by the bytes present;
+// TestHeaderMatchesMsgp holds them to the generated code byte for byte.
 type header struct {
 	// Version of the layout; decoders reject versions they do not know.
 	Version uint8

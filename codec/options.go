@@ -3,12 +3,29 @@ package codec
 import "runtime"
 
 // Defaults. PackThreshold follows TransferQueue's finding (seed 000) that a
-// pool pays only from about 256 KiB per object; DefaultPoolMinBatchBytes is
-// measured by BenchmarkPoolEngage (see the README's Performance section).
+// pool pays only from about 256 KiB per object.
+//
+// DefaultPoolMinBatchBytes is measured by BenchmarkPoolEngage on the 2-vCPU
+// machine of shared/machine-limits.md (Go 1.26, -count 5, medians; pool =
+// caller + 1 pool goroutine claiming 64-256 KiB chunks; "idle" sleeps 2 ms
+// before each batch). Pool time over serial time, busy / idle:
+//
+//	large bytes per batch   256 KiB objects   1 MiB objects
+//	1 MiB                   1.40 / 1.74       1.52 / 1.56
+//	4 MiB                   1.33 / 1.15       1.49 / 1.12
+//	8 MiB                   1.25 / 1.05       1.43 / 1.02
+//	16 MiB                  1.09 / 1.25       1.14 / 0.97
+//	32 MiB                  0.63 / 0.85       0.59 / 0.84
+//	64 MiB                                    0.58 / 0.64
+//
+// Below 16 MiB the pool loses (the batch is still cache-resident and a
+// second core copying it only adds cross-core traffic and a wake-up); from
+// 32 MiB it wins in every variant. The crossover lies between the two, and
+// the gate is set at 32 MiB, the first power of two where the pool wins.
 const (
 	DefaultDSMaxWorkers      = 16
 	DefaultPackThreshold     = 256 << 10
-	DefaultPoolMinBatchBytes = 8 << 20
+	DefaultPoolMinBatchBytes = 32 << 20
 )
 
 // Options tune a Packer. The zero value packs every object serially.
@@ -23,9 +40,9 @@ type Options struct {
 	// 0 means DefaultPackThreshold (256 KiB).
 	PackThreshold int
 	// PoolMinBatchBytes is how many bytes of large objects a batch must hold
-	// before the pool is woken at all: waking a goroutine on the other core
-	// costs 0.1 to 1.7 ms here, which a smaller batch never wins back.
-	// 0 means DefaultPoolMinBatchBytes; 1 engages the pool for any large
+	// before the pool is woken at all: below it, a second core does not copy
+	// faster than one (see DefaultPoolMinBatchBytes). 0 means
+	// DefaultPoolMinBatchBytes (32 MiB); 1 engages the pool for any large
 	// object (the "always pool" mode of the benchmarks).
 	PoolMinBatchBytes int
 	// Oversubscribe lets DSMaxWorkers exceed GOMAXPROCS (for measurements

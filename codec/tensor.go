@@ -207,6 +207,9 @@ func (t Tensor) Row(i int) (Tensor, error) {
 	if len(t.Shape) == 0 {
 		return Tensor{}, fmt.Errorf("%w: a 0-d tensor has no rows", ErrShapeMismatch)
 	}
+	if err := t.Validate(); err != nil {
+		return Tensor{}, err // Data may be too short for the rows the shape claims
+	}
 	if i < 0 || int64(i) >= t.Shape[0] {
 		return Tensor{}, fmt.Errorf("%w: row %d of %d", ErrOutOfRange, i, t.Shape[0])
 	}

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -21,6 +22,8 @@ const tensorExt = 17
 // bodyEncoder appends one value's body and collects its tensors.
 type bodyEncoder struct {
 	tensors []Tensor // tensors in reference order
+	body    []byte   // scratch for the body
+	keys    []string // scratch for sorting map keys, used as a stack
 }
 
 func (e *bodyEncoder) appendValue(b []byte, v any, depth int) ([]byte, error) {
@@ -95,20 +98,28 @@ func (e *bodyEncoder) appendValue(b []byte, v any, depth int) ([]byte, error) {
 			return msgp.AppendNil(b), nil
 		}
 		// Sorted keys make the encoding deterministic: equal values give
-		// equal bytes, whichever path packed them.
-		keys := make([]string, 0, len(x))
+		// equal bytes, whichever path packed them. The keys go on a stack
+		// shared by the nested maps; index it afresh after each recursion,
+		// which may have grown (moved) it.
+		base := len(e.keys)
 		for k := range x {
-			keys = append(keys, k)
+			if uint64(len(k)) > maxPayload {
+				return b, fmt.Errorf("%w: map key of %d bytes", ErrTooLarge, len(k))
+			}
+			e.keys = append(e.keys, k)
 		}
-		slices.Sort(keys)
-		b = msgp.AppendMapHeader(b, uint32(len(keys)))
+		slices.Sort(e.keys[base:])
+		b = msgp.AppendMapHeader(b, uint32(len(x)))
 		var err error
-		for _, k := range keys {
+		for i := base; i < base+len(x); i++ {
+			k := e.keys[i]
 			b = msgp.AppendString(b, k)
 			if b, err = e.appendValue(b, x[k], depth+1); err != nil {
 				return b, err
 			}
 		}
+		clear(e.keys[base:])
+		e.keys = e.keys[:base]
 		return b, nil
 	default:
 		return b, fmt.Errorf("%w: %T", ErrUnsupportedType, v)
@@ -131,7 +142,7 @@ func appendUint(b []byte, u uint64) []byte {
 }
 
 func (e *bodyEncoder) appendTensor(b []byte, t Tensor) ([]byte, error) {
-	if err := t.Validate(); err != nil {
+	if err := checkTensor(&t); err != nil {
 		return b, err
 	}
 	if len(e.tensors) >= MaxTensors {
@@ -145,24 +156,39 @@ func (e *bodyEncoder) appendTensor(b []byte, t Tensor) ([]byte, error) {
 // bodyDecoder reads one value's body; tensors are already resolved.
 type bodyDecoder struct {
 	tensors []Tensor
+	// next is the index the next tensor reference must carry: the body
+	// references every tensor once, in header order.
+	next int
+	// budget is how many more list elements and map keys and values the
+	// body may still hold. Each takes at least one byte of its own, so the
+	// total is bounded by the body's length: a hostile count cannot make
+	// nested lists allocate more than that many slots altogether.
+	budget int
 }
 
 func (d *bodyDecoder) readValue(b []byte, depth int) (any, []byte, error) {
 	if depth > MaxDepth {
-		return nil, b, fmt.Errorf("%w: nested deeper than %d", ErrCorrupt, MaxDepth)
+		return nil, b, fmt.Errorf("%w: nested deeper than %d", ErrTooDeep, MaxDepth)
 	}
 	if len(b) == 0 {
 		return nil, b, ErrTruncated
 	}
 	switch c := b[0]; {
-	case c == 0xd6 && len(b) >= 2 && b[1] == tensorExt:
+	case c == 0xd6: // fixext4: only the tensor reference is defined
 		if len(b) < 6 {
 			return nil, b, ErrTruncated
+		}
+		if b[1] != tensorExt {
+			return nil, b, fmt.Errorf("%w: extension type %d", ErrCorrupt, int8(b[1]))
 		}
 		idx := binary.BigEndian.Uint32(b[2:6])
 		if uint64(idx) >= uint64(len(d.tensors)) {
 			return nil, b, fmt.Errorf("%w: tensor reference %d of %d", ErrOutOfRange, idx, len(d.tensors))
 		}
+		if int(idx) != d.next {
+			return nil, b, fmt.Errorf("%w: tensor reference %d where %d is next", ErrOutOfRange, idx, d.next)
+		}
+		d.next++
 		return d.tensors[idx], b[6:], nil
 	case c >= 0xcc && c <= 0xcf: // unsigned markers
 		u, rest, err := msgp.ReadUint64Bytes(b)
@@ -170,11 +196,9 @@ func (d *bodyDecoder) readValue(b []byte, depth int) (any, []byte, error) {
 	}
 	switch msgp.NextType(b) {
 	case msgp.NilType:
-		rest, err := msgp.ReadNilBytes(b)
-		return nil, rest, wrapMsgp(err)
+		return nil, b[1:], nil
 	case msgp.BoolType:
-		v, rest, err := msgp.ReadBoolBytes(b)
-		return v, rest, wrapMsgp(err)
+		return b[0] == 0xc3, b[1:], nil
 	case msgp.IntType, msgp.UintType: // UintType here is a positive fixint
 		v, rest, err := msgp.ReadInt64Bytes(b)
 		return v, rest, wrapMsgp(err)
@@ -189,18 +213,21 @@ func (d *bodyDecoder) readValue(b []byte, depth int) (any, []byte, error) {
 		return string(v), rest, wrapMsgp(err)
 	case msgp.BinType:
 		v, rest, err := msgp.ReadBytesZC(b)
-		if err == nil && v == nil {
-			v = []byte{}
+		if err != nil {
+			return nil, b, wrapMsgp(err)
 		}
-		return v, rest, wrapMsgp(err)
+		// Cap the view at its length: appending to a decoded []byte must
+		// not overwrite the rest of the buffer.
+		return v[:len(v):len(v)], rest, nil
 	case msgp.ArrayType:
 		n, rest, err := msgp.ReadArrayHeaderBytes(b)
 		if err != nil {
 			return nil, b, wrapMsgp(err)
 		}
-		if uint64(n) > uint64(len(rest)) { // every element takes a byte
+		if uint64(n) > uint64(len(rest)) || int(n) > d.budget { // every element takes a byte
 			return nil, b, fmt.Errorf("%w: list of %d in %d bytes", ErrTruncated, n, len(rest))
 		}
+		d.budget -= int(n)
 		out := make([]any, n)
 		for i := range out {
 			if out[i], rest, err = d.readValue(rest, depth+1); err != nil {
@@ -213,9 +240,10 @@ func (d *bodyDecoder) readValue(b []byte, depth int) (any, []byte, error) {
 		if err != nil {
 			return nil, b, wrapMsgp(err)
 		}
-		if uint64(n)*2 > uint64(len(rest)) { // every entry takes two bytes
+		if uint64(n)*2 > uint64(len(rest)) || 2*int(n) > d.budget { // every entry takes two bytes
 			return nil, b, fmt.Errorf("%w: map of %d in %d bytes", ErrTruncated, n, len(rest))
 		}
+		d.budget -= 2 * int(n)
 		out := make(map[string]any, n)
 		for range n {
 			var k []byte
@@ -236,7 +264,7 @@ func wrapMsgp(err error) error {
 	if err == nil {
 		return nil
 	}
-	if err == msgp.ErrShortBytes {
+	if errors.Is(err, msgp.ErrShortBytes) {
 		return ErrTruncated
 	}
 	return fmt.Errorf("%w: %v", ErrCorrupt, err)

@@ -178,7 +178,9 @@ func TestClientGetClearLimitApart(t *testing.T) {
 // bigValues are large enough for the size-aware packer to wake its pool:
 // 40 objects of 300 KiB, 12 MiB in all.
 func bigValues(t *testing.T) ([]string, []any) {
-	keys := keysN("obs", 40)
+	// 120 x 300 KiB = 35 MiB: above codec.DefaultPoolMinBatchBytes (32 MiB),
+	// so the size-aware default does wake the pool.
+	keys := keysN("obs", 120)
 	vals := make([]any, len(keys))
 	for i := range vals {
 		b := make([]byte, 300<<10)
