@@ -85,8 +85,9 @@
 // and rebuild every row in the server's single thread (measured: a Lua
 // operation costs about what the server spends on a whole SET), and Lua's
 // cjson and cmsgpack turn int64 into doubles, where tags must keep int64,
-// float64, bool and string apart. A commit of new rows takes one round
-// trip; one that changes rows already committed takes two.
+// float64, bool and string apart. Commit merges onto the entries the
+// Prepare before it read, so it takes one round trip, new rows or not,
+// unless another writer changed the rows in between (then two).
 //
 // Partitions lists the registry's partitions whose committed-row counter
 // is positive. On a standalone server the registry is exact; on a Cluster

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -30,11 +31,84 @@ import (
 // thread, and Lua (cjson, cmsgpack) turns int64 into doubles. The Commit
 // script applies nothing unless every row is still as the merge saw it, and
 // replies with the current blobs of rows that changed, which Commit merges
-// again and retries. A fresh row (the common case: new keys) commits in
-// one round trip; a row that already has fields in two.
+// again and retries. A commit merges first onto what the Prepare before
+// it saw (nothing for new keys, the entry for existing rows; see
+// entryHints), so it takes one round trip unless another writer changed
+// the rows in between.
 type Meta struct {
 	s      *Store
 	closed atomic.Bool
+	hints  entryHints
+}
+
+// maxHints bounds the entries entryHints keeps (about 100 bytes each).
+const maxHints = 1 << 16
+
+// entryHints are the entries of existing rows that Prepare saw, by
+// partition and key, for the Commit that follows to merge onto: without
+// them a commit of rows that already have fields takes two round trips
+// (one to learn the entries, one to store the merge). A hint is only a
+// guess: the Commit script applies nothing unless every row's entry is
+// still the one merged from, so a stale hint costs a retry, never a lost
+// update. Commit takes its hints out; Prepares never followed by a Commit
+// leave theirs until the cache is full, when it is emptied.
+type entryHints struct {
+	mu sync.Mutex // guards the fields below
+	n  int
+	m  map[string]map[string]string
+}
+
+func (h *entryHints) put(partition string, keys []string, entries []string) {
+	if len(keys) == 0 || len(keys) > maxHints {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || h.n+len(keys) > maxHints {
+		h.m, h.n = map[string]map[string]string{}, 0
+	}
+	pm := h.m[partition]
+	if pm == nil {
+		pm = make(map[string]string, len(keys))
+		h.m[partition] = pm
+	}
+	for i, k := range keys {
+		if _, had := pm[k]; !had {
+			h.n++
+		}
+		pm[k] = entries[i]
+	}
+}
+
+// take removes and returns the hint for each row key (found[i] false: none).
+func (h *entryHints) take(partition string, keys func(i int) string, n int) (entries []string, any bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pm := h.m[partition]
+	if len(pm) == 0 {
+		return nil, false
+	}
+	entries = make([]string, n)
+	for i := range n {
+		k := keys(i)
+		if e, ok := pm[k]; ok {
+			entries[i], any = e, true
+			delete(pm, k)
+			h.n--
+		}
+	}
+	if len(pm) == 0 {
+		delete(h.m, partition)
+	}
+	return entries, any
+}
+
+// forget drops the hints of partition (its rows were deleted).
+func (h *entryHints) forget(partition string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n -= len(h.m[partition])
+	delete(h.m, partition)
 }
 
 var _ backends.MetaStore = (*Meta)(nil)
@@ -128,7 +202,15 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 			avail = need
 			continue
 		}
-		return parseReservations(v, len(keys), fields)
+		res, oldPos, oldE, err := parseReservations(v, len(keys), fields)
+		if err == nil && len(oldPos) > 0 {
+			oldKeys := make([]string, len(oldPos))
+			for j, p := range oldPos {
+				oldKeys[j] = keys[p]
+			}
+			m.hints.put(partition, oldKeys, oldE)
+		}
+		return res, err
 	}
 }
 
@@ -173,19 +255,21 @@ func boolArg(b bool) string {
 	return "0"
 }
 
-func parseReservations(v []any, nk int, fields []string) ([]backends.Reservation, error) {
+// parseReservations also returns the positions of the existing rows in
+// keys and their entries.
+func parseReservations(v []any, nk int, fields []string) (_ []backends.Reservation, oldPos []int, oldE []string, _ error) {
 	bad := func(what string, x any) error {
 		return fmt.Errorf("%w: prepare replied %s %v (%T)", ErrCorrupt, what, x, x)
 	}
 	if len(v) < 2 {
-		return nil, bad("reply", v)
+		return nil, nil, nil, bad("reply", v)
 	}
 	nNew, ok1 := v[0].(int64)
 	base, ok2 := v[1].(int64)
 	nOld := nk - int(nNew)
 	nf := len(fields)
 	if !ok1 || !ok2 || base < 0 || nNew < 0 || nOld < 0 || len(v) != 2+2*nOld+nOld*nf {
-		return nil, bad("header", v[:2])
+		return nil, nil, nil, bad("header", v[:2])
 	}
 	out := make([]backends.Reservation, nk)
 	for i := range out {
@@ -196,19 +280,20 @@ func parseReservations(v []any, nk int, fields []string) ([]backends.Reservation
 		pos, ok := v[2+2*j].(int64)
 		e, ok2 := v[3+2*j].(string)
 		if !ok || !ok2 || pos < 1 || int(pos) > nk {
-			return nil, bad("existing row", v[2+2*j])
+			return nil, nil, nil, bad("existing row", v[2+2*j])
 		}
 		idx, err := entryIndex(unsafeBytes(e))
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
+		oldPos, oldE = append(oldPos, int(pos-1)), append(oldE, e)
 		r := &out[pos-1]
 		r.Index = idx
 		old[pos-1] = true
 		for fi, f := range fields {
 			g, ok := v[2+2*nOld+nOld*fi+j].(int64)
 			if !ok || g < 0 {
-				return nil, bad("generation", v[2+2*nOld+nOld*fi+j])
+				return nil, nil, nil, bad("generation", v[2+2*nOld+nOld*fi+j])
 			}
 			r.Gens[f] = uint64(g)
 		}
@@ -224,7 +309,7 @@ func parseReservations(v []any, nk int, fields []string) ([]backends.Reservation
 			out[i].Gens[f] = 0
 		}
 	}
-	return out, nil
+	return out, oldPos, oldE, nil
 }
 
 // maxCommitAttempts bounds Commit's retries when other writers keep
@@ -272,6 +357,22 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 			byKey[u.Key] = len(rows)
 		}
 		rows = append(rows, row{key: u.Key, index: u.Index, ups: []int{i}})
+	}
+	if hints, ok := m.hints.take(partition, func(j int) string { return rows[j].key }, len(rows)); ok {
+		for j, e := range hints {
+			if e == "" {
+				continue
+			}
+			r := &rows[j]
+			if idx, err := entryIndex(unsafeBytes(e)); err != nil || idx != r.index {
+				continue
+			}
+			ver, cur, err := decodeEntry(unsafeBytes(e))
+			if err != nil {
+				continue
+			}
+			r.cur, r.version, r.entry = cur, ver, e
+		}
 	}
 	pk := m.keys(partition)
 	skeys := []string{pk.r, pk.n}
@@ -546,6 +647,7 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 			args = append(args, k)
 		}
 	}
+	m.hints.forget(partition)
 	vals, err := deleteScript.Run(ctx, m.s.client, skeys, args...).Slice()
 	if err != nil {
 		return nil, m.s.wrap(ctx, "delete", err)
@@ -572,6 +674,7 @@ func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backen
 		_, parts := m.counterKeys()
 		skeys = append(skeys, parts)
 	}
+	m.hints.forget(partition)
 	vals, err := deletePartitionScript.Run(ctx, m.s.client, skeys, pk.base, boolArg(inline), partition).Slice()
 	if err != nil {
 		return nil, m.s.wrap(ctx, "delete partition", err)

@@ -91,7 +91,7 @@ func validPrefix(s string) bool {
 }
 
 // WithRoundKeys sets the most keys one pipelined round of Put, Get or
-// Delete carries (default 256).
+// Delete carries (default DefaultRoundKeys, 1024).
 func WithRoundKeys(n int) Option {
 	return func(o *options) error {
 		if n < 1 {
@@ -103,7 +103,7 @@ func WithRoundKeys(n int) Option {
 }
 
 // WithWriteRoundBytes sets the most value bytes one write round carries
-// (default 2 MiB); a value larger than this is written in a round of its
+// (default DefaultWriteRoundBytes, 1 MiB); a value larger than this is written in a round of its
 // own.
 func WithWriteRoundBytes(n int) Option {
 	return func(o *options) error {
