@@ -2,6 +2,7 @@ package backends
 
 import (
 	"context"
+	"maps"
 	"strconv"
 )
 
@@ -130,4 +131,38 @@ func (r *Row) Refs() []Ref {
 		out = append(out, Ref{Index: r.Index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
 	}
 	return out
+}
+
+// MergeRow applies u to the committed row cur (nil: none yet) by the rule
+// every MetaStore follows, and returns the new row without modifying cur:
+// a field whose generation is older than the committed one is Stale (a newer
+// write won), a replaced generation is Superseded, and u.Tag is merged in.
+// Unreferenced cells are appended to res.
+func MergeRow(cur *Row, u *RowUpdate, res *CommitResult) *Row {
+	next := &Row{Key: u.Key, Index: u.Index}
+	if cur != nil {
+		next.Fields = maps.Clone(cur.Fields)
+		next.Tag = maps.Clone(cur.Tag)
+	}
+	if next.Fields == nil {
+		next.Fields = make(map[string]FieldInfo, len(u.Fields))
+	}
+	for f, fi := range u.Fields {
+		old, had := next.Fields[f]
+		switch {
+		case had && old.Gen > fi.Gen:
+			res.Stale = append(res.Stale, Ref{Index: u.Index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
+			continue
+		case had && old.Gen != fi.Gen:
+			res.Superseded = append(res.Superseded, Ref{Index: u.Index, Field: f, Gen: old.Gen, Tag: old.BackendTag})
+		}
+		next.Fields[f] = fi
+	}
+	if u.Tag != nil {
+		if next.Tag == nil {
+			next.Tag = make(map[string]any, len(u.Tag))
+		}
+		maps.Copy(next.Tag, u.Tag)
+	}
+	return next
 }

@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -146,31 +145,7 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 	}
 	for _, u := range updates {
 		r := p.rows[u.Key]
-		next := &backends.Row{Key: u.Key, Index: r.index}
-		if r.view != nil {
-			next.Fields = maps.Clone(r.view.Fields)
-			next.Tag = maps.Clone(r.view.Tag)
-		}
-		if next.Fields == nil {
-			next.Fields = make(map[string]backends.FieldInfo, len(u.Fields))
-		}
-		for f, fi := range u.Fields {
-			cur, had := next.Fields[f]
-			switch {
-			case had && cur.Gen > fi.Gen:
-				res.Stale = append(res.Stale, backends.Ref{Index: r.index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
-				continue
-			case had && cur.Gen != fi.Gen:
-				res.Superseded = append(res.Superseded, backends.Ref{Index: r.index, Field: f, Gen: cur.Gen, Tag: cur.BackendTag})
-			}
-			next.Fields[f] = fi
-		}
-		if u.Tag != nil {
-			if next.Tag == nil {
-				next.Tag = make(map[string]any, len(u.Tag))
-			}
-			maps.Copy(next.Tag, u.Tag)
-		}
+		next := backends.MergeRow(r.view, &u, &res)
 		r.view = next
 	}
 	return res, nil

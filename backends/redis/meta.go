@@ -406,7 +406,7 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 			} else {
 				next = r.cur
 				for _, i := range r.ups {
-					next = merge(next, &updates[i], &res)
+					next = backends.MergeRow(next, &updates[i], &res)
 				}
 			}
 			head, err := entryHead(unsafeBytes(r.entry))

@@ -3,7 +3,6 @@ package redis
 import (
 	"encoding/binary"
 	"fmt"
-	"maps"
 
 	"github.com/tinylib/msgp/msgp"
 
@@ -228,36 +227,4 @@ func decodeBlob(b []byte) (*backends.Row, error) {
 		return nil, fmt.Errorf("%d trailing bytes", len(b))
 	}
 	return r, nil
-}
-
-// merge applies u to the committed row cur (nil: none yet) the way
-// backends/memory does, adding cells no longer referenced to res. It does
-// not modify cur.
-func merge(cur *backends.Row, u *backends.RowUpdate, res *backends.CommitResult) *backends.Row {
-	next := &backends.Row{Key: u.Key, Index: u.Index}
-	if cur != nil {
-		next.Fields = maps.Clone(cur.Fields)
-		next.Tag = maps.Clone(cur.Tag)
-	}
-	if next.Fields == nil {
-		next.Fields = make(map[string]backends.FieldInfo, len(u.Fields))
-	}
-	for f, fi := range u.Fields {
-		cur, had := next.Fields[f]
-		switch {
-		case had && cur.Gen > fi.Gen:
-			res.Stale = append(res.Stale, backends.Ref{Index: u.Index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
-			continue
-		case had && cur.Gen != fi.Gen:
-			res.Superseded = append(res.Superseded, backends.Ref{Index: u.Index, Field: f, Gen: cur.Gen, Tag: cur.BackendTag})
-		}
-		next.Fields[f] = fi
-	}
-	if u.Tag != nil {
-		if next.Tag == nil {
-			next.Tag = make(map[string]any, len(u.Tag))
-		}
-		maps.Copy(next.Tag, u.Tag)
-	}
-	return next
 }
