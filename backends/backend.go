@@ -24,8 +24,8 @@ type Backend interface {
 // visible. A reader never sees a staged buffer before Publish.
 type Allocator interface {
 	// Allocate stages one buffer per key, buffers[i] exactly sizes[i] long.
-	// keys and sizes are only valid during the call (the codec reuses
-	// sizes): copy what must be kept.
+	// sizes is only valid during the call (the codec reuses it); keys stay
+	// valid until Publish or Discard returns.
 	Allocate(ctx context.Context, keys []string, sizes []int) (Staged, error)
 }
 
