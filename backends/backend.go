@@ -29,10 +29,12 @@ type Allocator interface {
 	Allocate(ctx context.Context, keys []string, sizes []int) (Staged, error)
 }
 
-// Staged is a set of allocated, not yet visible buffers. Exactly one of
-// Publish or Discard must be called, and the caller must not touch the
-// buffers afterwards: an engine may send and recycle them (redis does).
-// Not safe for concurrent use.
+// Staged is a set of allocated, not yet visible buffers. The caller ends it
+// with a successful Publish, or with Discard (also after a failed Publish,
+// which leaves nothing visible but may still hold buffers). Discard must be
+// safe to call in any state, and a no-op after a successful Publish. The
+// caller must not touch the buffers after either: an engine may send and
+// recycle them (redis does). Not safe for concurrent use.
 type Staged interface {
 	// Buffers returns the destination buffers, in key order.
 	Buffers() [][]byte

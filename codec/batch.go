@@ -259,7 +259,9 @@ func (p *Packer) poolLocked() *ants.Pool {
 	if pool := p.poolPtr.Load(); pool != nil {
 		return pool
 	}
-	pool, err := ants.NewPool(p.opts.workers())
+	// Nonblocking: when concurrent batches keep every worker busy, a share
+	// is packed on its caller rather than queued behind another batch.
+	pool, err := ants.NewPool(p.opts.workers(), ants.WithNonblocking(true))
 	if err != nil {
 		return nil // packing falls back to the calling goroutine
 	}

@@ -155,6 +155,9 @@ func (c Column) Tensors() ([]codec.Tensor, error) {
 		case codec.Tensor:
 			out[i] = t
 		case *codec.Tensor:
+			if t == nil {
+				return nil, fmt.Errorf("%w: row %d is a nil *codec.Tensor", codec.ErrUnsupportedType, i)
+			}
 			out[i] = *t
 		default:
 			return nil, fmt.Errorf("%w: row %d is %T, not a tensor", codec.ErrUnsupportedType, i, v)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/tqgo/tqgo/backends"
@@ -21,6 +22,10 @@ type Client struct {
 	packer *codec.Packer
 	opts   options
 	closed atomic.Bool
+	// life is held shared by every call in flight and exclusively by Close,
+	// so Close waits for them: a put is never cut off between its data and
+	// its commit or rollback, which would leave orphaned bytes.
+	life sync.RWMutex
 
 	// Optional abilities of data, found once.
 	allocator     backends.Allocator
@@ -79,12 +84,14 @@ func newClient(data backends.Backend, meta backends.MetaStore, o options) *Clien
 	return c
 }
 
-// Close waits for packing in flight, releases the packing pool and, for a
-// client from Open, closes the engine. Later calls return ErrClosed.
+// Close waits for calls in flight to finish, releases the packing pool and,
+// for a client from Open, closes the engine. Later calls return ErrClosed.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.life.Lock() // wait for calls in flight; new ones see closed and leave
+	defer c.life.Unlock()
 	err := c.packer.Close()
 	if c.owns {
 		err = errors.Join(err, c.meta.Close(), c.data.Close())
@@ -94,6 +101,18 @@ func (c *Client) Close() error {
 
 // PackStats reports which packing path objects took (see codec.Stats).
 func (c *Client) PackStats() codec.Stats { return c.packer.Stats() }
+
+// enter admits a public call: it holds c.life shared until the returned
+// release is called. Public methods call it once and never call each other
+// while holding it (a shared lock taken twice can deadlock behind Close).
+func (c *Client) enter(ctx context.Context) (release func(), err error) {
+	c.life.RLock()
+	if err := c.check(ctx); err != nil {
+		c.life.RUnlock()
+		return nil, err
+	}
+	return c.life.RUnlock, nil
+}
 
 func (c *Client) check(ctx context.Context) error {
 	if c.closed.Load() {

@@ -23,6 +23,11 @@ var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
 // buffers, which may be the engine's own memory: treat them as read-only
 // (copy before modifying). Stacked columns are fresh copies.
 func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (Batch, error) {
+	release, err := c.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return c.getFresh(ctx, partition, keys, fields, nil, nil)
 }
 
@@ -75,9 +80,11 @@ func sameCell(a, b *BatchMeta, err error) bool {
 // was taken, or m lacks a field that has been written since, it looks the
 // rows up afresh.
 func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (Batch, error) {
-	if err := c.check(ctx); err != nil {
+	release, err := c.enter(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if m == nil {
 		return nil, invalidf("nil BatchMeta")
 	}

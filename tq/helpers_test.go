@@ -249,6 +249,7 @@ type metaSpy struct {
 	backends.MetaStore
 	prepareErr   error  // set before use
 	commitErr    error  // set before use
+	appliedErr   error  // set before use: Commit applies, then reports this
 	beforeCommit func() // set before use
 
 	prepares, commits atomic.Int64
@@ -272,7 +273,11 @@ func (m *metaSpy) Commit(ctx context.Context, partition string, updates []backen
 	if m.commitErr != nil {
 		return backends.CommitResult{}, m.commitErr
 	}
-	return m.MetaStore.Commit(ctx, partition, updates)
+	res, err := m.MetaStore.Commit(ctx, partition, updates)
+	if err == nil && m.appliedErr != nil {
+		return res, m.appliedErr // the reply was lost after the store applied it
+	}
+	return res, err
 }
 
 // newClient is tq.New with the client closed at cleanup.

@@ -53,9 +53,11 @@ func rowInfo(r *backends.Row) RowInfo {
 // List returns the metadata of every row of partition, by global index.
 // An unknown partition gives an empty BatchMeta.
 func (c *Client) List(ctx context.Context, partition string) (*BatchMeta, error) {
-	if err := c.check(ctx); err != nil {
+	release, err := c.enter(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
@@ -72,6 +74,11 @@ func (c *Client) List(ctx context.Context, partition string) (*BatchMeta, error)
 
 // Lookup returns the metadata of keys; an unknown key gives ErrNotFound.
 func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*BatchMeta, error) {
+	release, err := c.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return c.lookup(ctx, partition, keys, true)
 }
 
@@ -107,18 +114,22 @@ func (c *Client) lookup(ctx context.Context, partition string, keys []string, fu
 
 // Partitions returns the names of partitions that have rows, sorted.
 func (c *Client) Partitions(ctx context.Context) ([]string, error) {
-	if err := c.check(ctx); err != nil {
+	release, err := c.enter(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	return c.meta.Partitions(ctx)
 }
 
 // Clear removes keys from partition, metadata first and then their data;
 // unknown keys are ignored. Their global indexes are never reused.
 func (c *Client) Clear(ctx context.Context, partition string, keys []string) error {
-	if err := c.check(ctx); err != nil {
+	release, err := c.enter(ctx)
+	if err != nil {
 		return err
 	}
+	defer release()
 	if err := checkPartition(partition); err != nil {
 		return err
 	}
@@ -134,9 +145,11 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) err
 
 // ClearPartition removes every row of partition and its data.
 func (c *Client) ClearPartition(ctx context.Context, partition string) error {
-	if err := c.check(ctx); err != nil {
+	release, err := c.enter(ctx)
+	if err != nil {
 		return err
 	}
+	defer release()
 	if err := checkPartition(partition); err != nil {
 		return err
 	}

@@ -50,9 +50,11 @@ func (c *Client) Put(ctx context.Context, partition, key string, fields map[stri
 // is all or nothing: on error no field of it is readable and its bytes are
 // deleted; a replaced field keeps its old value.
 func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, batch Batch, tags []Tag) error {
-	if err := c.check(ctx); err != nil {
+	release, err := c.enter(ctx)
+	if err != nil {
 		return err
 	}
+	defer release()
 	fields, err := c.validatePut(partition, keys, batch, tags)
 	if err != nil {
 		return err
@@ -168,8 +170,57 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 		return err
 	}
 	if err := w.commit(ctx); err != nil {
+		return w.commitFailed(err)
+	}
+	return nil
+}
+
+// commitFailed decides what a failed Commit means. A conflict or invalid
+// argument applied nothing: roll back. Any other error (a timeout waiting
+// for the reply, say) may have come after the store applied the commit, so
+// the rows are looked up: if they reference this write's cells the put
+// succeeded and its bytes must stay; if they do not, roll back; if the
+// lookup fails too, keep the bytes (unreferenced garbage at worst, never a
+// listed row whose data is gone) and return the error.
+func (w *write) commitFailed(err error) error {
+	if errors.Is(err, backends.ErrConflict) || errors.Is(err, backends.ErrInvalid) {
 		w.rollback(err)
 		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	rows, lerr := w.c.meta.Lookup(ctx, w.partition, w.keys)
+	if lerr != nil {
+		w.c.opts.logger.Warn("tq: commit outcome unknown; keeping this put's cells", "partition", w.partition, "err", err, "lookup", lerr)
+		return err
+	}
+	n := len(w.keys)
+	applied := false
+	var stale []backends.Ref
+	for i, r := range rows {
+		for fi, f := range w.fields {
+			info := w.infos[fi*n+i]
+			cur, ok := backends.FieldInfo{}, false
+			if r != nil {
+				cur, ok = r.Fields[f]
+			}
+			switch {
+			case ok && cur.Gen == info.Gen:
+				applied = true
+			case ok && cur.Gen > info.Gen:
+				stale = append(stale, backends.Ref{Index: w.res[i].Index, Field: f, Gen: info.Gen, Tag: info.BackendTag})
+			}
+		}
+	}
+	if !applied {
+		w.rollback(err)
+		return err
+	}
+	// Commits are atomic, so all of it was applied: the put succeeded. The
+	// generations it replaced are unknown here and stay as garbage.
+	w.c.opts.logger.Warn("tq: commit reported an error but was applied", "partition", w.partition, "err", err)
+	if len(stale) > 0 {
+		w.c.deleteRefs(stale, "cells a newer write replaced")
 	}
 	return nil
 }
@@ -267,9 +318,9 @@ func (w *write) writeData(ctx context.Context, bufs [][]byte) error {
 		err := forChunks(ctx, len(bufs), limit, depth, func(ctx context.Context, lo, hi int) error {
 			st := w.staged[lo/limit]
 			if err := st.Publish(ctx); err != nil {
-				return err
+				return err // rollback Discards it: a failed Publish still holds its buffers
 			}
-			w.staged[lo/limit] = nil // published: Discard must not follow (chunks touch disjoint slots)
+			w.staged[lo/limit] = nil // published: nothing left to Discard (chunks touch disjoint slots)
 			if tr, ok := st.(backends.TagReporter); ok {
 				w.setTags(lo, tr.Tags())
 			}

@@ -24,7 +24,7 @@ type MetaStore struct {
 var _ backends.MetaStore = (*MetaStore)(nil)
 
 type partition struct {
-	mu   sync.Mutex // guards rows, dead and every metaRow in rows
+	mu   sync.RWMutex // guards rows, dead and every metaRow in rows; readers share it
 	rows map[string]*metaRow
 	// dead is set when the partition is dropped from MetaStore.parts (it
 	// emptied): a caller that fetched it before must fetch it again.
@@ -161,8 +161,8 @@ func (m *MetaStore) Lookup(ctx context.Context, partition string, keys []string)
 	if p == nil {
 		return out, nil
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	for i, k := range keys {
 		if r := p.rows[k]; r != nil {
 			out[i] = r.view
@@ -180,14 +180,14 @@ func (m *MetaStore) List(ctx context.Context, partition string) ([]*backends.Row
 	if p == nil {
 		return []*backends.Row{}, nil
 	}
-	p.mu.Lock()
+	p.mu.RLock()
 	out := make([]*backends.Row, 0, len(p.rows))
 	for _, r := range p.rows {
 		if r.view != nil {
 			out = append(out, r.view)
 		}
 	}
-	p.mu.Unlock()
+	p.mu.RUnlock()
 	slices.SortFunc(out, func(a, b *backends.Row) int { return compareIndex(a.Index, b.Index) })
 	return out, nil
 }
@@ -216,14 +216,14 @@ func (m *MetaStore) Partitions(ctx context.Context) ([]string, error) {
 	m.mu.RUnlock()
 	out := names[:0]
 	for i, p := range parts {
-		p.mu.Lock()
+		p.mu.RLock()
 		for _, r := range p.rows {
 			if r.view != nil {
 				out = append(out, names[i])
 				break
 			}
 		}
-		p.mu.Unlock()
+		p.mu.RUnlock()
 	}
 	slices.Sort(out)
 	return out, nil

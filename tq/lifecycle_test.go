@@ -1,0 +1,96 @@
+package tq_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends/backendtest"
+	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// A Commit the store applied but whose reply was lost (a timeout waiting
+// for it) is a successful put: the row must stay readable, not be rolled
+// back into a listed row whose bytes are gone.
+func TestCommitAppliedDespiteError(t *testing.T) {
+	ctx := context.Background()
+	meta := newMetaSpy()
+	st := memory.New()
+	c := newClient(t, st, meta)
+	keys := keysN("k", 4)
+	meta.appliedErr = context.DeadlineExceeded
+	err := c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](10, 4))}, nil)
+	if err != nil {
+		t.Fatalf("put whose commit was applied: %v", err)
+	}
+	meta.appliedErr = nil
+	got := flat[int64](t, mustGet(t, c, "p", keys, "x")["x"])
+	if len(got) != 4 || got[0] != 10 || got[3] != 13 {
+		t.Fatalf("read back %v", got)
+	}
+	if st.Len() != 4 {
+		t.Fatalf("store holds %d cells, want 4", st.Len())
+	}
+}
+
+// A Commit that failed without applying (the same error, nothing applied)
+// still rolls the put back completely.
+func TestCommitNotAppliedRollsBack(t *testing.T) {
+	ctx := context.Background()
+	meta := newMetaSpy()
+	st := memory.New()
+	c := newClient(t, st, meta)
+	meta.commitErr = context.DeadlineExceeded
+	err := c.BatchPut(ctx, "p", keysN("k", 4), tq.Batch{"x": tq.Stacked(seq[int64](0, 4))}, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want the commit error", err)
+	}
+	if st.Len() != 0 {
+		t.Fatalf("store holds %d cells after a failed commit, want 0", st.Len())
+	}
+}
+
+// Close waits for a put in flight: the put finishes (data and commit), and
+// only calls that start after Close began see ErrClosed.
+func TestCloseWaitsForCallsInFlight(t *testing.T) {
+	ctx := context.Background()
+	f := &backendtest.Faulty{}
+	st := memory.New()
+	c, err := tq.New(backendtest.Wrap(st, f), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetDelay(backendtest.OpPublish, 100*time.Millisecond)
+	keys := keysN("k", 8)
+	var wg sync.WaitGroup
+	var putErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		putErr = c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](0, 8))}, nil)
+	}()
+	for f.Calls(backendtest.OpPublish) == 0 && f.Calls(backendtest.OpPut) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Checked before waiting for the goroutine: Close itself must have
+	// waited for the delayed publish.
+	if n := st.Len(); n != 8 {
+		t.Fatalf("Close returned with %d of the put's 8 cells stored", n)
+	}
+	wg.Wait()
+	if putErr != nil {
+		t.Fatalf("put in flight at Close: %v", putErr)
+	}
+	if st.Len() != 8 {
+		t.Fatalf("store holds %d cells, want the put's 8", st.Len())
+	}
+	if _, err := c.List(ctx, "p"); !errors.Is(err, tq.ErrClosed) {
+		t.Fatalf("List after Close: %v, want ErrClosed", err)
+	}
+}
