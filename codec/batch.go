@@ -22,15 +22,17 @@ type Allocator func(sizes []int) ([][]byte, error)
 func HeapAllocator(sizes []int) ([][]byte, error) {
 	total := 0
 	for _, s := range sizes {
-		total += s
+		total += align(s)
 	}
 	// One backing array: a batch of small objects costs one allocation.
+	// Each buffer starts aligned like the tensor payloads in it, so a
+	// decoded tensor's View is zero-copy.
 	backing := make([]byte, total)
 	out := make([][]byte, len(sizes))
 	off := 0
 	for i, s := range sizes {
 		out[i] = backing[off : off+s : off+s]
-		off += s
+		off += align(s)
 	}
 	return out, nil
 }

@@ -263,5 +263,6 @@ func (b Batch) Len() int {
 
 // Tag is a row's small metadata map ({"step": 3, "status": "rewarded"}).
 // Values should be strings, bools, int64s or float64s: those round-trip
-// through every engine with their types.
+// through every engine with their types. Tags are copied one level deep:
+// do not modify nested values (lists, maps) after handing them over.
 type Tag map[string]any

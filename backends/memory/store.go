@@ -145,20 +145,25 @@ func (s *Store) Allocate(ctx context.Context, keys []string, sizes []int) (backe
 			return nil, fmt.Errorf("%w: negative size %d", backends.ErrInvalid, n)
 		}
 		if n < smallObject {
-			small += n
+			small += slot(n)
 		}
 	}
 	arena := make([]byte, small)
 	bufs := make([][]byte, len(sizes))
 	for i, n := range sizes {
 		if n < smallObject {
-			bufs[i], arena = arena[:n:n], arena[n:]
+			bufs[i], arena = arena[:n:n], arena[slot(n):]
 		} else {
 			bufs[i] = make([]byte, n)
 		}
 	}
 	return &staged{store: s, keys: keys, bufs: bufs}, nil
 }
+
+// slot rounds a small buffer's share of the arena up to 16 bytes, so every
+// buffer starts aligned like the codec's tensor payloads and a decoded
+// tensor's View is zero-copy.
+func slot(n int) int { return (n + 15) &^ 15 }
 
 // staged holds buffers not yet visible to readers.
 type staged struct {
