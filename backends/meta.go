@@ -96,7 +96,11 @@ type MetaStore interface {
 	// keys or fields are allowed (a tag-only write reserves no generation).
 	Prepare(ctx context.Context, partition string, keys, fields []string) ([]Reservation, error)
 	// Commit applies updates atomically. It returns ErrConflict, applying
-	// nothing, if a row was cleared or re-indexed since Prepare.
+	// nothing, if a row was cleared or re-indexed since Prepare. An error
+	// whose outcome is unknown (the store may have applied the commit
+	// before the reply was lost) must wrap context.DeadlineExceeded or have
+	// a Timeout() bool method reporting true; any other error means nothing
+	// was applied.
 	Commit(ctx context.Context, partition string, updates []RowUpdate) (CommitResult, error)
 	// Lookup returns the committed row of each key, or nil for a key that is
 	// unknown or not yet committed. An unknown partition gives all nils.

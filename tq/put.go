@@ -175,15 +175,15 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 	return nil
 }
 
-// commitFailed decides what a failed Commit means. A conflict or invalid
-// argument applied nothing: roll back. Any other error (a timeout waiting
-// for the reply, say) may have come after the store applied the commit, so
-// the rows are looked up: if they reference this write's cells the put
-// succeeded and its bytes must stay; if they do not, roll back; if the
-// lookup fails too, keep the bytes (unreferenced garbage at worst, never a
-// listed row whose data is gone) and return the error.
+// commitFailed decides what a failed Commit means. Only a timeout leaves
+// the outcome unknown (the store may have applied the commit before the
+// reply was lost, see backends.MetaStore.Commit); then the rows are looked
+// up: if they reference this write's cells the put succeeded and its bytes
+// must stay; if they do not, roll back; if the lookup fails too, keep the
+// bytes (unreferenced garbage at worst, never a listed row whose data is
+// gone) and return the error. Any other error applied nothing: roll back.
 func (w *write) commitFailed(err error) error {
-	if errors.Is(err, backends.ErrConflict) || errors.Is(err, backends.ErrInvalid) {
+	if !outcomeUnknown(err) {
 		w.rollback(err)
 		return err
 	}
@@ -231,6 +231,13 @@ func maxLen(ss []string) int {
 		m = max(m, len(s))
 	}
 	return m
+}
+
+// outcomeUnknown: the error is a timeout, after which the request may have
+// been applied.
+func outcomeUnknown(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout()
 }
 
 // cellInfo is the metadata of one cell's value.

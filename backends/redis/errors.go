@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,12 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Timeout reports a request whose reply did not come in time: it may have
+// been applied (tq then checks the metadata before rolling a commit back).
+func (e *Error) Timeout() bool {
+	return isTimeout(e.Err) || errors.Is(e.Err, context.DeadlineExceeded)
+}
 
 // Is classifies the cause, so callers can tell a server that is down from
 // one that refuses them without parsing messages.

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,11 +184,22 @@ func (s *Server) start(ctx context.Context, extra ...string) error {
 	}
 	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	// The kernel sends Pdeathsig when the *thread* that forked the server
+	// exits, and the Go runtime may retire idle threads: fork from a locked
+	// thread that lives exactly as long as the server.
+	started, exited := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
 		return fmt.Errorf("redisserver: start %s: %w", s.bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 
 	timeout := s.opts.StartTimeout
 	if timeout <= 0 {
