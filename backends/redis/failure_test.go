@@ -90,7 +90,7 @@ func TestKilledMidPut(t *testing.T) {
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := c.List(ctx, "p"); err != nil || len(m.Rows) != 0 {
+	if m, err := listAfterRestart(t, c, "p"); err != nil || len(m.Rows) != 0 {
 		t.Fatalf("List after restart: %v, %v; want no rows", m, err)
 	}
 	if _, err := c.BatchGet(ctx, "p", keys[:1]); !errors.Is(err, tq.ErrNotFound) {
@@ -185,7 +185,7 @@ func TestKilledBeforeCommit(t *testing.T) {
 	if err := metaSrv.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := c.List(ctx, "p"); err != nil || len(m.Rows) != 0 {
+	if m, err := listAfterRestart(t, c, "p"); err != nil || len(m.Rows) != 0 {
 		t.Fatalf("List after restart: %v, %v; want no rows", m, err)
 	}
 }
@@ -280,5 +280,21 @@ func TestBadURLs(t *testing.T) {
 	}
 	if got := fmt.Sprint(backends.Schemes()); !strings.Contains(got, "redis+cluster") || !strings.Contains(got, "rediss") {
 		t.Errorf("registered schemes %s", got)
+	}
+}
+
+// listAfterRestart lists partition once the client reaches the restarted
+// server. After many failed dials go-redis answers with the last dial error
+// and redials in the background about once a second, so the first calls
+// after a restart may still see "connection refused".
+func listAfterRestart(t *testing.T, c *tq.Client, partition string) (*tq.BatchMeta, error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, err := c.List(t.Context(), partition)
+		if !errors.Is(err, redis.ErrUnavailable) || time.Now().After(deadline) {
+			return m, err
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
