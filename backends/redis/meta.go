@@ -649,12 +649,18 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 	}
 	m.hints.forget(partition)
 	vals, err := deleteScript.Run(ctx, m.s.client, skeys, args...).Slice()
+	return m.deletedRows(ctx, "delete", vals, err)
+}
+
+// deletedRows decodes the committed rows a delete script returned (nil
+// when there were none), naming op in any error.
+func (m *Meta) deletedRows(ctx context.Context, op string, vals []any, err error) ([]*backends.Row, error) {
 	if err != nil {
-		return nil, m.s.wrap(ctx, "delete", err)
+		return nil, m.s.wrap(ctx, op, err)
 	}
 	rows, err := decodeRows(vals)
 	if err != nil {
-		return nil, m.s.wrap(ctx, "delete", err)
+		return nil, m.s.wrap(ctx, op, err)
 	}
 	if len(rows) == 0 {
 		return nil, nil
@@ -676,15 +682,5 @@ func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backen
 	}
 	m.hints.forget(partition)
 	vals, err := deletePartitionScript.Run(ctx, m.s.client, skeys, pk.base, boolArg(inline), partition).Slice()
-	if err != nil {
-		return nil, m.s.wrap(ctx, "delete partition", err)
-	}
-	rows, err := decodeRows(vals)
-	if err != nil {
-		return nil, m.s.wrap(ctx, "delete partition", err)
-	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
-	return rows, nil
+	return m.deletedRows(ctx, "delete partition", vals, err)
 }
