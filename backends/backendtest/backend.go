@@ -734,21 +734,7 @@ func testConcurrent(d *dt) {
 		return nil
 	}
 
-	errs := make(chan error, workers)
-	for g := range workers {
-		go func() {
-			err := worker(g)
-			if err != nil {
-				err = fmt.Errorf("worker %d: %w", g, err)
-			}
-			errs <- err
-		}()
-	}
-	for range workers {
-		if err := <-errs; err != nil {
-			d.t.Error(err)
-		}
-	}
+	runWorkers(d.t, workers, worker)
 	if d.t.Failed() {
 		return
 	}

@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -43,4 +44,25 @@ func sizes(values [][]byte) []int {
 		out[i] = len(v)
 	}
 	return out
+}
+
+// runWorkers runs worker(0..n-1) on n goroutines, waits for all of them and
+// reports each error (named by worker) on t.
+func runWorkers(t *testing.T, n int, worker func(w int) error) {
+	t.Helper()
+	errs := make(chan error, n)
+	for w := range n {
+		go func() {
+			err := worker(w)
+			if err != nil {
+				err = fmt.Errorf("worker %d: %w", w, err)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 }

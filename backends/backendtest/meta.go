@@ -769,15 +769,7 @@ func testConcurrentSameKeys(x *mt) {
 		}
 		return nil
 	}
-	errs := make(chan error, workers)
-	for w := range workers {
-		go func() { errs <- worker(w) }()
-	}
-	for range workers {
-		if err := <-errs; err != nil {
-			x.t.Error(err)
-		}
-	}
+	runWorkers(x.t, workers, worker)
 	if x.t.Failed() {
 		return
 	}
@@ -878,15 +870,7 @@ func testConcurrentPartitions(x *mt) {
 		}
 		return nil
 	}
-	errs := make(chan error, workers)
-	for w := range workers {
-		go func() { errs <- worker(w) }()
-	}
-	for range workers {
-		if err := <-errs; err != nil {
-			x.t.Error(err)
-		}
-	}
+	runWorkers(x.t, workers, worker)
 	if x.t.Failed() {
 		return
 	}
