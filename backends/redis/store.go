@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -13,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/fanout"
 )
 
 // Store is the Redis data backend; Meta returns the metadata store that
@@ -195,48 +195,9 @@ func countRounds(n, k int) []span {
 // error; after an error no round starts and those in flight are cancelled.
 // A single round runs on the calling goroutine.
 func (s *Store) runRounds(ctx context.Context, rounds []span, f func(ctx context.Context, r span) error) error {
-	if len(rounds) == 1 || s.opts.ioDepth == 1 {
-		for _, r := range rounds {
-			if err := f(ctx, r); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex // guards firstErr
-		firstErr error
-		slots    = make(chan struct{}, s.opts.ioDepth)
-	)
-	for _, r := range rounds {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			if err := f(ctx, r); err != nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	return firstErr
+	return fanout.Run(ctx, len(rounds), s.opts.ioDepth, func(ctx context.Context, i int) error {
+		return f(ctx, rounds[i])
+	})
 }
 
 // Put stores values under keys (SET, pipelined, in rounds). The value
