@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 
@@ -11,20 +12,28 @@ import (
 	"github.com/tqgo/tqgo/internal/redistest"
 )
 
-// scriptCounter counts the scripts a client runs.
-type scriptCounter struct{ n atomic.Int64 }
+// scriptCounter counts the scripts and transactions a client runs.
+type scriptCounter struct{ scripts, txs atomic.Int64 }
 
 func (h *scriptCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 func (h *scriptCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			h.n.Add(1)
+		err := next(ctx, cmd)
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && err == nil {
+			h.scripts.Add(1) // a NOSCRIPT reply is followed by an EVAL
 		}
-		return next(ctx, cmd)
+		return err
 	}
 }
 func (h *scriptCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "exec" {
+				h.txs.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func fieldUpdate(keys []string, res []backends.Reservation, f string) []backends.RowUpdate {
@@ -35,10 +44,11 @@ func fieldUpdate(keys []string, res []backends.Reservation, f string) []backends
 	return ups
 }
 
-// TestCommitExistingOneRoundTrip: a Commit of rows that already have
-// fields merges onto the entries its Prepare saw, so it runs one script;
-// when another writer changed the rows in between, it still merges both.
-func TestCommitExistingOneRoundTrip(t *testing.T) {
+// TestCommitAfterPrepare: a Commit of the rows of the Prepare before it
+// merges onto the entries that Prepare saw and, the partition unchanged
+// since, stores them in one transaction without a script; when another
+// writer changed the rows in between, it still merges both.
+func TestCommitAfterPrepare(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	s := open(t, srv.URL()+"?prefix=hints")
@@ -58,8 +68,8 @@ func TestCommitExistingOneRoundTrip(t *testing.T) {
 	h := &scriptCounter{}
 	s.Client().AddHook(h)
 	prepCommit("b")
-	if got := h.n.Load(); got != 2 {
-		t.Errorf("Prepare+Commit of existing rows ran %d scripts, want 2", got)
+	if got, tx := h.scripts.Load(), h.txs.Load(); got != 1 || tx != 1 {
+		t.Errorf("Prepare+Commit of existing rows ran %d scripts and %d transactions, want 1 (Prepare) and 1 (Commit)", got, tx)
 	}
 
 	// A stale hint: another writer commits field c between this
@@ -79,6 +89,57 @@ func TestCommitExistingOneRoundTrip(t *testing.T) {
 	for i, r := range rows {
 		if r == nil || len(r.Fields) != 4 {
 			t.Fatalf("row %q: %+v, want fields a, b, c, d", keys[i], r)
+		}
+	}
+}
+
+// TestCommitAfterOtherProcess: the fast Commit must notice changes made
+// through another client (another process) since its Prepare: a delete
+// makes it a conflict, a newer commit of the same field makes its cells
+// stale.
+func TestCommitAfterOtherProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	m1 := open(t, srv.URL()+"?prefix=two").Meta()
+	m2 := open(t, srv.URL()+"?prefix=two").Meta()
+	keys := keyRange("k", 200)
+
+	res, err := m1.Prepare(ctx, "p", keys, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Delete(ctx, "p", keys[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m1.Commit(ctx, "p", fieldUpdate(keys, res, "f")); !errors.Is(err, backends.ErrConflict) {
+		t.Fatalf("Commit after another client deleted a row: %v, want ErrConflict", err)
+	}
+
+	res1, err := m1.Prepare(ctx, "q", keys, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res2, err := m2.Prepare(ctx, "q", keys, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Commit(ctx, "q", fieldUpdate(keys, res2, "f")); err != nil {
+		t.Fatal(err)
+	}
+	cr, err := m1.Commit(ctx, "q", fieldUpdate(keys, res1, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cr.Stale) != len(keys) || len(cr.Superseded) != 0 {
+		t.Fatalf("older Commit after a newer one: %d stale, %d superseded; want %d stale", len(cr.Stale), len(cr.Superseded), len(keys))
+	}
+	rows, err := m1.Lookup(ctx, "q", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rows {
+		if r == nil || r.Fields["f"].Gen != res2[i].Gens["f"] {
+			t.Fatalf("row %q: %+v, want the newer generation %d", keys[i], r, res2[i].Gens["f"])
 		}
 	}
 }

@@ -3,11 +3,13 @@ package redis
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +41,112 @@ type Meta struct {
 	s      *Store
 	closed atomic.Bool
 	hints  entryHints
+	preps  preparedBatches
+	seen   partitionSet // partitions known to have rows: no fresh Prepare
+}
+
+// partitionSet is a bounded set of partition names.
+type partitionSet struct {
+	mu sync.Mutex // guards m
+	m  map[string]struct{}
+}
+
+func (p *partitionSet) has(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.m[name]
+	return ok
+}
+
+func (p *partitionSet) add(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil || len(p.m) >= maxHints {
+		p.m = map[string]struct{}{}
+	}
+	p.m[name] = struct{}{}
+}
+
+func (p *partitionSet) remove(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, name)
+}
+
+// maxPrepared bounds the Prepares preparedBatches remembers per partition.
+const maxPrepared = 16
+
+// preparedBatch is what one Prepare saw of its rows, for the Commit of the
+// same rows (same keys, same order) to skip the server's per-row
+// comparison: if the partition's token is still the one the Prepare read,
+// no row changed since, and each row's entry is the one recorded here.
+type preparedBatch struct {
+	token   string
+	sig     string // the signature of the prepared fields
+	keys    []string
+	res     []backends.Reservation
+	entries []string // per key: the existing row's entry, "" for a new row
+}
+
+// preparedBatches are the recent Prepares per partition. Commit takes out
+// the one for its rows; Prepares never followed by a Commit are dropped
+// oldest first.
+type preparedBatches struct {
+	mu sync.Mutex // guards m
+	m  map[string][]*preparedBatch
+}
+
+func (p *preparedBatches) put(partition string, b *preparedBatch) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil || len(p.m) > maxHints/maxPrepared {
+		p.m = map[string][]*preparedBatch{}
+	}
+	l := p.m[partition]
+	if len(l) == maxPrepared {
+		l = append(l[:0], l[1:]...)
+	}
+	p.m[partition] = append(l, b)
+}
+
+// take removes and returns the Prepare of exactly the rows of updates, or
+// nil.
+func (p *preparedBatches) take(partition string, updates []backends.RowUpdate) *preparedBatch {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.m[partition]
+	for i := len(l) - 1; i >= 0; i-- {
+		b := l[i]
+		if len(b.keys) != len(updates) {
+			continue
+		}
+		same := true
+		for j := range updates {
+			if updates[j].Key != b.keys[j] || updates[j].Index != b.res[j].Index {
+				same = false
+				break
+			}
+		}
+		if same {
+			p.m[partition] = append(l[:i], l[i+1:]...)
+			return b
+		}
+	}
+	return nil
+}
+
+// forget drops the Prepares of partition (its rows were deleted).
+func (p *preparedBatches) forget(partition string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, partition)
+}
+
+// newToken is a value for a partition's token key: random, so that a token
+// is never seen twice, also across processes and partitions recreated
+// after a delete.
+func newToken() string {
+	return strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64(), 36)
 }
 
 // maxHints bounds the entries entryHints keeps (about 100 bytes each).
@@ -135,13 +243,13 @@ var partEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // partKeys are the key names of one partition (see scripts.go).
 type partKeys struct {
-	base, r, n, f string
+	base, r, n, f, c string
 }
 
 func (m *Meta) keys(partition string) partKeys {
 	p := m.s.opts.prefix
 	base := p + ":{" + p + ":" + partEscaper.Replace(partition) + "}"
-	return partKeys{base: base, r: base + ":r", n: base + ":n", f: base + ":f"}
+	return partKeys{base: base, r: base + ":r", n: base + ":n", f: base + ":f", c: base + ":c"}
 }
 
 func (m *Meta) counterKeys() (next, parts string) {
@@ -166,9 +274,16 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 		return nil, err
 	}
 	pk := m.keys(partition)
+	if !m.seen.has(partition) {
+		res, ok, err := m.prepareFresh(ctx, partition, pk, keys, fields, sig)
+		if err != nil || ok {
+			return res, err
+		}
+		m.seen.add(partition)
+	}
 	inline := !m.s.cluster
-	skeys := make([]string, 0, 4+len(fields))
-	skeys = append(skeys, pk.r, pk.f)
+	skeys := make([]string, 0, 5+len(fields))
+	skeys = append(skeys, pk.r, pk.f, pk.c)
 	for _, f := range fields {
 		skeys = append(skeys, pk.base+":g:"+f)
 	}
@@ -176,8 +291,8 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 		next, parts := m.counterKeys()
 		skeys = append(skeys, next, parts)
 	}
-	args := make([]any, 7, 7+len(keys)+len(fields))
-	args[0], args[1], args[4], args[5], args[6] = len(keys), len(fields), boolArg(inline), partition, entryTail(sig)
+	args := make([]any, 8, 8+len(keys)+len(fields))
+	args[0], args[1], args[4], args[5], args[6], args[7] = len(keys), len(fields), boolArg(inline), partition, entryTail(sig), newToken()
 	for _, k := range keys {
 		args = append(args, k)
 	}
@@ -202,16 +317,110 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 			avail = need
 			continue
 		}
-		res, oldPos, oldE, err := parseReservations(v, len(keys), fields)
-		if err == nil && len(oldPos) > 0 {
+		token, res, oldPos, oldE, err := parseReservations(v, len(keys), fields)
+		if err != nil {
+			return nil, err
+		}
+		b := &preparedBatch{token: token, sig: sig, keys: slices.Clone(keys), res: res, entries: make([]string, len(keys))}
+		if len(oldPos) > 0 {
 			oldKeys := make([]string, len(oldPos))
 			for j, p := range oldPos {
 				oldKeys[j] = keys[p]
+				b.entries[p] = oldE[j]
 			}
 			m.hints.put(partition, oldKeys, oldE)
 		}
-		return res, err
+		m.preps.put(partition, b)
+		return res, nil
 	}
+}
+
+// listpackGuard is a hash field whose long value makes Redis convert a new
+// hash to a hash table before the first insert (see luaPrelude's
+// hsetmany): HSET of many fields into a new hash is several times slower
+// when the hash starts as a listpack and converts half way.
+const listpackGuard = "\xfftq:encoding"
+
+// prepareFresh is Prepare into a partition that has no rows, the first
+// write of most partitions, with plain commands in a MULTI/EXEC guarded by
+// WATCH rather than the script (see commitFast for why). ok false: the
+// partition has rows (nothing was written; the indexes reserved are
+// skipped, as those of a failed put are).
+func (m *Meta) prepareFresh(ctx context.Context, partition string, pk partKeys, keys, fields []string, sig string) (_ []backends.Reservation, ok bool, _ error) {
+	n := int64(len(keys))
+	var base int64
+	if m.s.cluster {
+		// The counter lives in another slot than the partition.
+		b, err := m.alloc(ctx, partition, n)
+		if err != nil {
+			return nil, false, err
+		}
+		base = b
+	}
+	token := newToken()
+	var entries []string
+	err := m.s.client.Watch(ctx, func(tx *goredis.Tx) error {
+		var exists *goredis.IntCmd
+		var top *goredis.IntCmd
+		next, parts := m.counterKeys()
+		_, err := tx.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			exists = p.Exists(ctx, pk.r)
+			if !m.s.cluster {
+				top = p.IncrBy(ctx, next, n)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if exists.Val() != 0 {
+			return errMoved
+		}
+		if top != nil {
+			base = top.Val() - n
+		}
+		args := make([]any, 0, 4+2*len(keys))
+		args = append(args, "HSET", pk.r)
+		if len(keys) >= 128 {
+			args = append(args, listpackGuard, strings.Repeat(".", 1024))
+		}
+		tail := entryTail(sig)
+		entries = make([]string, len(keys))
+		for i, k := range keys {
+			var ix [indexLen]byte
+			binary.BigEndian.PutUint64(ix[:], uint64(base)+uint64(i))
+			entries[i] = string(ix[:]) + tail
+			args = append(args, k, entries[i])
+		}
+		_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			p.Do(ctx, args...)
+			if len(keys) >= 128 {
+				p.HDel(ctx, pk.r, listpackGuard)
+			}
+			p.Set(ctx, pk.c, token, 0)
+			if !m.s.cluster {
+				p.SAdd(ctx, parts, partition)
+			}
+			return nil
+		})
+		return err
+	}, pk.r)
+	switch {
+	case errors.Is(err, errMoved), errors.Is(err, goredis.TxFailedErr):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, m.s.wrap(ctx, "prepare", err)
+	}
+	res := make([]backends.Reservation, len(keys))
+	for i := range res {
+		res[i].Index = uint64(base) + uint64(i)
+		res[i].Gens = make(map[string]uint64, len(fields))
+		for _, f := range fields {
+			res[i].Gens[f] = 0
+		}
+	}
+	m.preps.put(partition, &preparedBatch{token: token, sig: sig, keys: slices.Clone(keys), res: res, entries: make([]string, len(keys))})
+	return res, true, nil
 }
 
 // checkPrepare checks that keys and fields are distinct and that no field
@@ -255,22 +464,24 @@ func boolArg(b bool) string {
 	return "0"
 }
 
-// parseReservations also returns the positions of the existing rows in
-// keys and their entries.
-func parseReservations(v []any, nk int, fields []string) (_ []backends.Reservation, oldPos []int, oldE []string, _ error) {
+// parseReservations also returns the partition's token and the positions
+// of the existing rows in keys and their entries.
+func parseReservations(v []any, nk int, fields []string) (token string, _ []backends.Reservation, oldPos []int, oldE []string, _ error) {
 	bad := func(what string, x any) error {
 		return fmt.Errorf("%w: prepare replied %s %v (%T)", ErrCorrupt, what, x, x)
 	}
-	if len(v) < 2 {
-		return nil, nil, nil, bad("reply", v)
+	if len(v) < 3 {
+		return "", nil, nil, nil, bad("reply", v)
 	}
 	nNew, ok1 := v[0].(int64)
 	base, ok2 := v[1].(int64)
+	token, ok3 := v[2].(string)
 	nOld := nk - int(nNew)
 	nf := len(fields)
-	if !ok1 || !ok2 || base < 0 || nNew < 0 || nOld < 0 || len(v) != 2+2*nOld+nOld*nf {
-		return nil, nil, nil, bad("header", v[:2])
+	if !ok1 || !ok2 || !ok3 || base < 0 || nNew < 0 || nOld < 0 || len(v) != 3+2*nOld+nOld*nf {
+		return "", nil, nil, nil, bad("header", v[:3])
 	}
+	v = v[1:] // the rest is laid out as if the token were not there
 	out := make([]backends.Reservation, nk)
 	for i := range out {
 		out[i].Gens = make(map[string]uint64, nf)
@@ -280,11 +491,11 @@ func parseReservations(v []any, nk int, fields []string) (_ []backends.Reservati
 		pos, ok := v[2+2*j].(int64)
 		e, ok2 := v[3+2*j].(string)
 		if !ok || !ok2 || pos < 1 || int(pos) > nk {
-			return nil, nil, nil, bad("existing row", v[2+2*j])
+			return "", nil, nil, nil, bad("existing row", v[2+2*j])
 		}
 		idx, err := entryIndex(unsafeBytes(e))
 		if err != nil {
-			return nil, nil, nil, err
+			return "", nil, nil, nil, err
 		}
 		oldPos, oldE = append(oldPos, int(pos-1)), append(oldE, e)
 		r := &out[pos-1]
@@ -293,7 +504,7 @@ func parseReservations(v []any, nk int, fields []string) (_ []backends.Reservati
 		for fi, f := range fields {
 			g, ok := v[2+2*nOld+nOld*fi+j].(int64)
 			if !ok || g < 0 {
-				return nil, nil, nil, bad("generation", v[2+2*nOld+nOld*fi+j])
+				return "", nil, nil, nil, bad("generation", v[2+2*nOld+nOld*fi+j])
 			}
 			r.Gens[f] = uint64(g)
 		}
@@ -309,7 +520,18 @@ func parseReservations(v []any, nk int, fields []string) (_ []backends.Reservati
 			out[i].Gens[f] = 0
 		}
 	}
-	return out, oldPos, oldE, nil
+	return token, out, oldPos, oldE, nil
+}
+
+// commitRow is one row of a Commit: its updates and what the merge starts
+// from.
+type commitRow struct {
+	key     string
+	index   uint64
+	ups     []int // positions in updates
+	cur     *backends.Row
+	entry   string // the entry cur was read from; "" before any read
+	version uint64 // of cur; 0: never committed
 }
 
 // maxCommitAttempts bounds Commit's retries when other writers keep
@@ -328,15 +550,7 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 	// Several updates of one key apply in order onto one blob. Updates of
 	// one key with different indexes cannot all match the row: a conflict
 	// whatever the server holds.
-	type row struct {
-		key     string
-		index   uint64
-		ups     []int // positions in updates
-		cur     *backends.Row
-		entry   string // the entry cur was read from; "" before any read
-		version uint64 // of cur; 0: never committed
-	}
-	rows := make([]row, 0, len(updates))
+	rows := make([]commitRow, 0, len(updates))
 	var byKey map[string]int
 	for i := range updates {
 		u := &updates[i]
@@ -356,7 +570,7 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 			}
 			byKey[u.Key] = len(rows)
 		}
-		rows = append(rows, row{key: u.Key, index: u.Index, ups: []int{i}})
+		rows = append(rows, commitRow{key: u.Key, index: u.Index, ups: []int{i}})
 	}
 	if hints, ok := m.hints.take(partition, func(j int) string { return rows[j].key }, len(rows)); ok {
 		for j, e := range hints {
@@ -374,14 +588,28 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 			r.cur, r.version, r.entry = cur, ver, e
 		}
 	}
-	pk := m.keys(partition)
-	skeys := []string{pk.r, pk.n}
-	n := len(rows)
-	args := make([]any, 2+3*n)
-	args[0] = n
-	for j := range rows {
-		args[2+j] = rows[j].key
+	// The Prepare of exactly these rows knows each row's entry (the one it
+	// read, or the bare one it created), valid while the token is.
+	prep := m.preps.take(partition, updates)
+	if prep != nil {
+		for j := range rows {
+			r := &rows[j]
+			if e := prep.entries[j]; e != "" {
+				ver, cur, err := decodeEntry(unsafeBytes(e))
+				if err != nil {
+					prep = nil
+					break
+				}
+				r.cur, r.version, r.entry = cur, ver, e
+			} else {
+				r.cur, r.version, r.entry = nil, 0, preparedEntry(r.index, prep.sig)
+			}
+		}
 	}
+	pk := m.keys(partition)
+	skeys := []string{pk.r, pk.n, pk.c}
+	n := len(rows)
+	var args []any
 	var buf []byte
 	for attempt := 0; ; attempt++ {
 		// Merge onto what we last saw (first: assume rows never committed,
@@ -421,11 +649,26 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 				fresh++
 			}
 		}
-		args[1] = fresh
+		if attempt == 0 && prep != nil {
+			ok, err := m.commitFast(ctx, pk, prep.token, fresh, rows, buf, ends)
+			if err != nil || ok {
+				return res, err
+			}
+			continue // a commit or delete came between: compare row by row
+
+		}
+		if args == nil {
+			args = make([]any, 3+3*n)
+			args[0] = n
+			for j := range rows {
+				args[3+j] = rows[j].key
+			}
+		}
+		args[1], args[2] = fresh, newToken()
 		lo := 0
 		for j := range rows {
-			args[2+n+j] = rows[j].entry
-			args[2+2*n+j] = buf[lo:ends[j]]
+			args[3+n+j] = rows[j].entry
+			args[3+2*n+j] = buf[lo:ends[j]]
 			lo = ends[j]
 		}
 		v, err := commitScript.Run(ctx, m.s.client, skeys, args...).Slice()
@@ -472,6 +715,54 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 			return backends.CommitResult{}, m.s.wrap(ctx, "commit", fmt.Errorf("%w: commit replied %v", ErrCorrupt, v[0]))
 		}
 	}
+}
+
+// errMoved ends a transaction whose watched state is not what the fast
+// path needs; the caller falls back to a script.
+var errMoved = errors.New("redis: partition changed")
+
+// commitFast stores the entries of rows (buf split at ends) if the
+// partition's token is still token; ok false: it was not, nothing changed.
+//
+// It uses plain commands in a MULTI/EXEC guarded by WATCH instead of a
+// script: a script pays for every argument twice (Lua string in, Redis
+// string out), measured at 0.7 ms for 1024 rows on top of the 0.22 ms the
+// HSET itself takes, three times the two extra round trips WATCH costs.
+// The WATCH makes EXEC apply nothing if a commit or delete replaced the
+// token after the check.
+func (m *Meta) commitFast(ctx context.Context, pk partKeys, token string, fresh int, rows []commitRow, buf []byte, ends []int) (ok bool, _ error) {
+	pairs := make([]any, 0, 2+2*len(rows))
+	pairs = append(pairs, "HSET", pk.r)
+	lo := 0
+	for j := range rows {
+		pairs = append(pairs, rows[j].key, buf[lo:ends[j]])
+		lo = ends[j]
+	}
+	err := m.s.client.Watch(ctx, func(tx *goredis.Tx) error {
+		cur, err := tx.Get(ctx, pk.c).Result()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return err
+		}
+		if cur != token {
+			return errMoved
+		}
+		_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			p.Do(ctx, pairs...)
+			if fresh > 0 {
+				p.IncrBy(ctx, pk.n, int64(fresh))
+			}
+			p.Set(ctx, pk.c, newToken(), 0)
+			return nil
+		})
+		return err
+	}, pk.c)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errMoved), errors.Is(err, goredis.TxFailedErr):
+		return false, nil
+	}
+	return false, m.s.wrap(ctx, "commit", err)
 }
 
 // sigCache remembers the last signature built: the rows of one commit
@@ -633,13 +924,13 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 	}
 	pk := m.keys(partition)
 	inline := !m.s.cluster
-	skeys := []string{pk.r, pk.f, pk.n}
+	skeys := []string{pk.r, pk.f, pk.n, pk.c}
 	if inline {
 		_, parts := m.counterKeys()
 		skeys = append(skeys, parts)
 	}
-	args := make([]any, 3, 3+len(keys))
-	args[0], args[1], args[2] = pk.base, boolArg(inline), partition
+	args := make([]any, 4, 4+len(keys))
+	args[0], args[1], args[2], args[3] = pk.base, boolArg(inline), partition, newToken()
 	seen := make(map[string]struct{}, len(keys))
 	for _, k := range keys {
 		if _, dup := seen[k]; !dup {
@@ -648,6 +939,8 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 		}
 	}
 	m.hints.forget(partition)
+	m.preps.forget(partition)
+	m.seen.remove(partition)
 	vals, err := deleteScript.Run(ctx, m.s.client, skeys, args...).Slice()
 	return m.deletedRows(ctx, "delete", vals, err)
 }
@@ -675,12 +968,14 @@ func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backen
 	}
 	pk := m.keys(partition)
 	inline := !m.s.cluster
-	skeys := []string{pk.r, pk.f, pk.n}
+	skeys := []string{pk.r, pk.f, pk.n, pk.c}
 	if inline {
 		_, parts := m.counterKeys()
 		skeys = append(skeys, parts)
 	}
 	m.hints.forget(partition)
+	m.preps.forget(partition)
+	m.seen.remove(partition)
 	vals, err := deletePartitionScript.Run(ctx, m.s.client, skeys, pk.base, boolArg(inline), partition).Slice()
 	return m.deletedRows(ctx, "delete partition", vals, err)
 }

@@ -13,6 +13,10 @@ import goredis "github.com/redis/go-redis/v9"
 //	base:r      hash    key -> row entry (see row.go), for every prepared row
 //	base:n      string  the number of committed rows
 //	base:f      set     field names that have a generation hash
+//	base:c      string  a random token that every commit and delete of the
+//	                    partition replaces: a Commit that finds the token its
+//	                    Prepare saw knows that no row changed in between and
+//	                    skips comparing entries (commitFastScript)
 //	base:g:<f>  hash    key -> next generation to reserve for field f, once
 //	                    the row reserved f again after its first Prepare
 //
@@ -75,9 +79,10 @@ end
 // prepareScript reserves indexes and generations. Keys and fields are
 // distinct (the caller checks).
 //
-// KEYS: r, f, g:<field>... (nf of them), then, inline only, next, parts.
-// ARGV: nk, nf, base, avail, inline ("1"/"0"), partition, tail (what
-// follows a new row's index in its entry: see row.go), keys..., fields...
+// KEYS: r, f, c, g:<field>... (nf of them), then, inline only, next,
+// parts. ARGV: nk, nf, base, avail, inline ("1"/"0"), partition, tail
+// (what follows a new row's index in its entry: see row.go), token (for c
+// when the partition has none), keys..., fields...
 //
 // New keys take indexes in key order: inline, from INCRBY on the counter;
 // otherwise from the range [base, base+avail) the caller reserved, and when
@@ -85,13 +90,13 @@ end
 // A new row reserves generation 0 of every field and records that in its
 // entry's signature; an existing row reads the field's generation hash,
 // or, with no entry there, its signature.
-// Reply: {n, base, then per existing row its position (1-based) and
-// entry, then the existing rows' generations, field-major}: new rows take
+// Reply: {n, base, token (c's value), then per existing row its position
+// (1-based) and entry, then the existing rows' generations, field-major}: new rows take
 // base, base+1, ... in key order and generation 0 of every field, so
 // nothing per new row goes back (each reply value costs the server too).
 var prepareScript = goredis.NewScript(luaPrelude + `
 local nk, nf = tonumber(ARGV[1]), tonumber(ARGV[2])
-local K0 = 7
+local K0 = 8
 local F0 = K0 + nk
 local new, old, oldE = {}, {}, {}
 -- A partition with no rows yet (the usual first write of a step) has
@@ -118,8 +123,8 @@ end
 local base = 0
 if n > 0 then
   if ARGV[5] == '1' then
-    base = redis.call('INCRBY', KEYS[3 + nf], n) - n
-    redis.call('SADD', KEYS[4 + nf], ARGV[6])
+    base = redis.call('INCRBY', KEYS[4 + nf], n) - n
+    redis.call('SADD', KEYS[5 + nf], ARGV[6])
   else
     if n > tonumber(ARGV[4]) then
       return {'need', n}
@@ -142,11 +147,16 @@ if n > 0 then
   end
   hsetmany(KEYS[1], args, 1, 2 * n)
 end
-local out = {n, base}
+local token = redis.call('GET', KEYS[3])
+if not token then
+  token = ARGV[8]
+  redis.call('SET', KEYS[3], token)
+end
+local out = {n, base, token}
 local no = #old
 for j = 1, no do
-  out[2 * j + 1] = old[j]
-  out[2 * j + 2] = oldE[j]
+  out[2 * j + 2] = old[j]
+  out[2 * j + 3] = oldE[j]
 end
 if no > 0 then
   local ks = {}
@@ -154,8 +164,8 @@ if no > 0 then
     ks[j] = ARGV[K0 + old[j]]
   end
   for fi = 1, nf do
-    local pos = 2 + 2 * no + no * (fi - 1)
-    local g = KEYS[2 + fi]
+    local pos = 3 + 2 * no + no * (fi - 1)
+    local g = KEYS[3 + fi]
     local pat = '\0' .. ARGV[F0 + fi] .. '\0'
     local args = {}
     for lo = 1, no, STEP do
@@ -201,19 +211,20 @@ return v
 // commitScript stores new row entries if every row's entry is still the
 // one the caller merged from. It writes nothing unless every check passes.
 //
-// KEYS: r, n. ARGV: rows (n), fresh (how many rows were never committed:
-// the caller knows, since it expects their bare prepared entries), keys
-// (n), expected entries (n), new entries (n). (Every argument costs the
-// server a Lua string, so none is sent twice.)
+// KEYS: r, n, c. ARGV: rows (n), fresh (how many rows were never
+// committed: the caller knows, since it expects their bare prepared
+// entries), token (c's next value), keys (n), expected entries (n), new
+// entries (n). (Every argument costs the server a Lua string, so none is
+// sent twice.)
 // Reply: {"ok"}; {"conflict", pos} (1-based row that is gone or has
 // another index); {"retry", pos, current entry, ...} for rows that changed.
 var commitScript = goredis.NewScript(luaPrelude + `
 local n = tonumber(ARGV[1])
-local E0, P0 = 2 + n, 2 + 2 * n
+local K0, E0, P0 = 3, 3 + n, 3 + 2 * n
 local retry = {'retry'}
 for lo = 1, n, STEP do
   local hi = math.min(lo + STEP - 1, n)
-  local got = redis.call('HMGET', KEYS[1], unpack(ARGV, 2 + lo, 2 + hi))
+  local got = redis.call('HMGET', KEYS[1], unpack(ARGV, K0 + lo, K0 + hi))
   for j = 1, hi - lo + 1 do
     local i = lo + j - 1
     local cur, want = got[j], ARGV[E0 + i]
@@ -231,13 +242,14 @@ if #retry > 1 then
 end
 local args = {}
 for i = 1, n do
-  args[2 * i - 1] = ARGV[2 + i]
+  args[2 * i - 1] = ARGV[K0 + i]
   args[2 * i] = ARGV[P0 + i]
 end
 hsetmany(KEYS[1], args, 1, 2 * n)
 if ARGV[2] ~= '0' then
   redis.call('INCRBY', KEYS[2], ARGV[2])
 end
+redis.call('SET', KEYS[3], ARGV[3])
 return {'ok'}
 `)
 
@@ -245,12 +257,12 @@ return {'ok'}
 // removed. The generation hashes are named from the field set, so they are
 // not in KEYS; they share the partition's hash tag, hence its slot.
 //
-// KEYS: r, f, n, and, inline only, parts. ARGV: base, inline, partition,
-// keys... (distinct).
+// KEYS: r, f, n, c, and, inline only, parts. ARGV: base, inline,
+// partition, token (c's next value), keys... (distinct).
 var deleteScript = goredis.NewScript(luaPrelude + `
 local out = {}
 local fields = redis.call('SMEMBERS', KEYS[2])
-for lo = 4, #ARGV, STEP do
+for lo = 5, #ARGV, STEP do
   local hi = math.min(lo + STEP - 1, #ARGV)
   local got = redis.call('HMGET', KEYS[1], unpack(ARGV, lo, hi))
   for j = 1, #got do
@@ -266,9 +278,14 @@ end
 if #out > 0 then
   redis.call('DECRBY', KEYS[3], #out)
 end
-if ARGV[2] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[2], KEYS[3])
-  redis.call('SREM', KEYS[4], ARGV[3])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[4])
+  if ARGV[2] == '1' then
+    redis.call('DEL', KEYS[2], KEYS[3])
+    redis.call('SREM', KEYS[5], ARGV[3])
+  end
+else
+  redis.call('SET', KEYS[4], ARGV[4])
 end
 return out
 `)
@@ -276,7 +293,8 @@ return out
 // deletePartitionScript removes every row of a partition and replies with
 // the entries of its committed rows.
 //
-// KEYS: r, f, n, and, inline only, parts. ARGV: base, inline, partition.
+// KEYS: r, f, n, c, and, inline only, parts. ARGV: base, inline,
+// partition.
 var deletePartitionScript = goredis.NewScript(luaPrelude + `
 local out = {}
 for _, e in ipairs(redis.call('HVALS', KEYS[1])) do
@@ -287,9 +305,9 @@ end
 for _, f in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   redis.call('DEL', ARGV[1] .. ':g:' .. f)
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 if ARGV[2] == '1' then
-  redis.call('SREM', KEYS[4], ARGV[3])
+  redis.call('SREM', KEYS[5], ARGV[3])
 end
 return out
 `)
