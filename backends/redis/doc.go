@@ -68,8 +68,20 @@
 // Prepare; Commit reporting Superseded and Stale cells and failing with
 // backends.ErrConflict, applying nothing, when a row was deleted or
 // re-created since Prepare; tags merged key by key; prepared rows
-// invisible until committed. Every call is one Lua script (EVALSHA) on the
-// partition's slot. On a standalone server Prepare also draws new indexes
+// invisible until committed. Every call is atomic on the partition's slot:
+// one Lua script (EVALSHA), or, on the two paths every put of new rows
+// takes, a MULTI/EXEC of plain commands guarded by WATCH. A script pays
+// for each argument twice (a Lua string in, a Redis string out): measured
+// on Redis 7.0, 0.7-0.8 ms of a 0.9-1.0 ms script storing 1024 row
+// entries, where the HSET itself takes 0.22 ms; WATCH costs two extra
+// round trips instead. So a Prepare into a partition with no rows WATCHes
+// the row hash, checks that it does not exist and stores the new rows in
+// one transaction; and every commit and delete replaces the partition's
+// random token, so a Commit of exactly the rows of a Prepare whose token is
+// still current knows that no row changed since and stores the merged rows
+// in one transaction, without comparing them (EXEC applies nothing if the
+// token moved after the check; either path falls back to its script).
+// On a standalone server Prepare also draws new indexes
 // from the counter (INCRBY) in that script; on a Cluster, whose scripts
 // must stay in one slot, Prepare first runs a small script on the
 // counter's slot that reserves a range with INCRBY and registers the
@@ -86,8 +98,9 @@
 // operation costs about what the server spends on a whole SET), and Lua's
 // cjson and cmsgpack turn int64 into doubles, where tags must keep int64,
 // float64, bool and string apart. Commit merges onto the entries the
-// Prepare before it read, so it takes one round trip, new rows or not,
-// unless another writer changed the rows in between (then two).
+// Prepare before it read, so it needs no read of its own, new rows or not;
+// when another writer changed the partition in between, the script
+// compares every row, and a row that changed costs one more round trip.
 //
 // Partitions lists the registry's partitions whose committed-row counter
 // is positive. On a standalone server the registry is exact; on a Cluster

@@ -810,12 +810,13 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // never committed entries skip).
 func decodeRows(vals []any) ([]*backends.Row, error) {
 	out := make([]*backends.Row, 0, len(vals))
+	var d rowDecoder
 	for _, v := range vals {
 		s, ok := v.(string)
 		if !ok {
 			continue
 		}
-		_, r, err := decodeEntry(unsafeBytes(s))
+		_, r, err := d.decode(unsafeBytes(s))
 		if err != nil {
 			return nil, err
 		}
@@ -842,12 +843,13 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 	if len(vals) != len(keys) {
 		return nil, m.s.wrap(ctx, "lookup", fmt.Errorf("%w: HMGET of %d keys replied %d values", ErrCorrupt, len(keys), len(vals)))
 	}
+	var d rowDecoder
 	for i, v := range vals {
 		s, ok := v.(string)
 		if !ok {
 			continue
 		}
-		_, r, err := decodeEntry(unsafeBytes(s))
+		_, r, err := d.decode(unsafeBytes(s))
 		if err != nil {
 			return nil, m.s.wrap(ctx, "lookup", err)
 		}
@@ -866,8 +868,9 @@ func (m *Meta) List(ctx context.Context, partition string) ([]*backends.Row, err
 		return nil, m.s.wrap(ctx, "list", err)
 	}
 	out := make([]*backends.Row, 0, len(vals))
+	var d rowDecoder
 	for _, s := range vals {
-		_, r, err := decodeEntry(unsafeBytes(s))
+		_, r, err := d.decode(unsafeBytes(s))
 		if err != nil {
 			return nil, m.s.wrap(ctx, "list", err)
 		}

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -123,7 +124,20 @@ func entryIndex(e []byte) (uint64, error) {
 
 // decodeEntry decodes a row entry: its version and row, or a nil row (and
 // version 0) for a row never committed.
-func decodeEntry(e []byte) (uint64, *backends.Row, error) {
+func decodeEntry(e []byte) (uint64, *backends.Row, error) { return (*rowDecoder)(nil).decode(e) }
+
+// rowDecoder decodes the entries of many rows, sharing what consecutive
+// rows have in common: the rows of one put have byte-identical field
+// sections (same fields, dtypes, shapes, generations), and decoding each
+// into its own map cost more than the metadata round trip (1024 rows). The
+// shared maps are read-only, as every MetaStore's rows are.
+type rowDecoder struct {
+	prevFields []byte // the last field section decoded
+	prevMap    map[string]backends.FieldInfo
+}
+
+// decode is decodeEntry; a nil d shares nothing.
+func (d *rowDecoder) decode(e []byte) (uint64, *backends.Row, error) {
 	head, err := entryHead(e)
 	if err != nil {
 		return 0, nil, err
@@ -133,7 +147,7 @@ func decodeEntry(e []byte) (uint64, *backends.Row, error) {
 	if len(rest) == versionLen {
 		return 0, nil, nil
 	}
-	r, err := decodeBlob(rest[versionLen:])
+	r, err := d.decodeBlob(rest[versionLen:])
 	if err != nil {
 		return 0, nil, fmt.Errorf("%w: row entry of %d bytes: %v", ErrCorrupt, len(e), err)
 	}
@@ -141,7 +155,7 @@ func decodeEntry(e []byte) (uint64, *backends.Row, error) {
 	return version, r, nil
 }
 
-func decodeBlob(b []byte) (*backends.Row, error) {
+func (d *rowDecoder) decodeBlob(b []byte) (*backends.Row, error) {
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
 		return nil, err
@@ -153,6 +167,49 @@ func decodeBlob(b []byte) (*backends.Row, error) {
 	if r.Key, b, err = msgp.ReadStringBytes(b); err != nil {
 		return nil, err
 	}
+	if d != nil && len(d.prevFields) > 0 && bytes.HasPrefix(b, d.prevFields) {
+		// The section is self-delimiting: the same bytes decode the same.
+		r.Fields = d.prevMap
+		b = b[len(d.prevFields):]
+	} else {
+		start := b
+		if b, err = decodeFields(r, b); err != nil {
+			return nil, err
+		}
+		if d != nil {
+			d.prevFields, d.prevMap = start[:len(start)-len(b)], r.Fields
+		}
+	}
+	nt, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	if nt > 0 {
+		if uint32(len(b)) < nt {
+			return nil, msgp.ErrShortBytes
+		}
+		r.Tag = make(map[string]any, nt)
+		for range nt {
+			var k string
+			var v any
+			if k, b, err = msgp.ReadStringBytes(b); err != nil {
+				return nil, err
+			}
+			if v, b, err = msgp.ReadIntfBytes(b); err != nil {
+				return nil, err
+			}
+			r.Tag[k] = v
+		}
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return r, nil
+}
+
+// decodeFields decodes a row's field section into r.Fields and returns what
+// follows it.
+func decodeFields(r *backends.Row, b []byte) ([]byte, error) {
 	nf, b, err := msgp.ReadMapHeaderBytes(b)
 	if err != nil {
 		return nil, err
@@ -202,29 +259,5 @@ func decodeBlob(b []byte) (*backends.Row, error) {
 		}
 		r.Fields[f] = fi
 	}
-	nt, b, err := msgp.ReadMapHeaderBytes(b)
-	if err != nil {
-		return nil, err
-	}
-	if nt > 0 {
-		if uint32(len(b)) < nt {
-			return nil, msgp.ErrShortBytes
-		}
-		r.Tag = make(map[string]any, nt)
-		for range nt {
-			var k string
-			var v any
-			if k, b, err = msgp.ReadStringBytes(b); err != nil {
-				return nil, err
-			}
-			if v, b, err = msgp.ReadIntfBytes(b); err != nil {
-				return nil, err
-			}
-			r.Tag[k] = v
-		}
-	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%d trailing bytes", len(b))
-	}
-	return r, nil
+	return b, nil
 }
