@@ -51,6 +51,7 @@ var dataTests = []struct {
 	{"AllocateDiscard", testAllocateDiscard},
 	{"AllocateTwoStaged", testAllocateTwoStaged},
 	{"Tagged", testTagged},
+	{"SplitRead", testSplitRead},
 	{"Closed", testClosed},
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -34,6 +35,9 @@ type Store struct {
 	// meanSize is a running mean of the sizes of values read, in bytes
 	// (0: nothing read yet); Get sizes its rounds from it.
 	meanSize atomic.Int64
+
+	rawOnce sync.Once
+	raw     *rawConns // GetSplit's connections; nil: it uses go-redis
 }
 
 var _ backends.Backend = (*Store)(nil)
@@ -93,6 +97,10 @@ func (s *Store) Prefix() string { return s.opts.prefix }
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
+	}
+	s.rawOnce.Do(func() {}) // no pool after Close
+	if s.raw != nil {
+		s.raw.close()
 	}
 	return s.release()
 }

@@ -1,0 +1,335 @@
+package redis
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+var _ backends.SplitReader = (*Store)(nil)
+
+// GetSplit implements backends.SplitReader. On a standalone server it sends
+// MGETs on connections of its own and reads each reply value straight into
+// its destination: go-redis allocates every value it reads (fresh memory
+// the page-fault cost of which dominated large reads) and the caller then
+// copied it again. On a Cluster, or when the client's connections need
+// set-up this package cannot repeat (an OnConnect hook, streaming
+// credentials), it reads through go-redis and copies.
+func (s *Store) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
+	if err := s.check(ctx, keys, len(dst)); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	raw := s.rawPool()
+	if raw == nil {
+		return s.getSplitCopy(ctx, keys, dst)
+	}
+	dk := s.dataKeys(keys)
+	var rounds []span
+	lo, bytes := 0, 0
+	for i := range dst {
+		n := len(dst[i].Head) + len(dst[i].Body)
+		if i > lo && (i-lo >= s.opts.roundKeys || bytes+n > s.opts.readRoundBytes) {
+			rounds = append(rounds, span{lo, i})
+			lo, bytes = i, 0
+		}
+		bytes += n
+	}
+	rounds = append(rounds, span{lo, len(dst)})
+	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
+		return raw.mget(ctx, dk[r.lo:r.hi], dst[r.lo:r.hi])
+	})
+	return s.wrap(ctx, "get", err)
+}
+
+// getSplitCopy is GetSplit through Get.
+func (s *Store) getSplitCopy(ctx context.Context, keys []string, dst []backends.SplitValue) error {
+	vals, err := s.Get(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for i, v := range vals {
+		d := &dst[i]
+		d.Found, d.Other = v != nil, nil
+		switch {
+		case v == nil:
+		case len(v) == len(d.Head)+len(d.Body):
+			copy(d.Body, v[copy(d.Head, v):])
+		default:
+			d.Other = v
+		}
+	}
+	return nil
+}
+
+// rawPool returns the Store's pool of plain connections, or nil when
+// GetSplit must go through go-redis.
+func (s *Store) rawPool() *rawConns {
+	s.rawOnce.Do(func() {
+		c, ok := s.client.(*goredis.Client)
+		if !ok {
+			return
+		}
+		opt := c.Options()
+		if opt.Dialer == nil || opt.OnConnect != nil || opt.StreamingCredentialsProvider != nil {
+			return
+		}
+		s.raw = &rawConns{opt: opt, maxIdle: 2 * s.opts.ioDepth}
+	})
+	return s.raw
+}
+
+// rawConns is a small pool of plain RESP2 connections to a standalone
+// server, dialled and authenticated as the go-redis client's own.
+type rawConns struct {
+	opt     *goredis.Options
+	maxIdle int
+
+	mu     sync.Mutex // guards idle and closed
+	idle   []*rawConn
+	closed bool
+}
+
+type rawConn struct {
+	net.Conn
+	br  *bufio.Reader
+	cmd []byte // the request being written, reused
+}
+
+// close closes the idle connections; connections in use close when they
+// come back.
+func (p *rawConns) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, c := range p.idle {
+		c.Close()
+	}
+	p.idle = nil
+}
+
+func (p *rawConns) get(ctx context.Context) (*rawConn, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, backends.ErrClosed
+	}
+	if n := len(p.idle); n > 0 {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	return p.dial(ctx)
+}
+
+// put returns c to the pool; a connection whose last request failed must
+// be closed instead (its reply stream is in an unknown state).
+func (p *rawConns) put(c *rawConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle) >= p.maxIdle || cap(c.cmd) > 1<<20 {
+		c.Close()
+		return
+	}
+	p.idle = append(p.idle, c)
+}
+
+func (p *rawConns) dial(ctx context.Context) (*rawConn, error) {
+	opt := p.opt
+	nc, err := opt.Dialer(ctx, opt.Network, opt.Addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &rawConn{Conn: nc, br: bufio.NewReaderSize(nc, 64<<10)}
+	user, pass := opt.Username, opt.Password
+	switch {
+	case opt.CredentialsProviderContext != nil:
+		if user, pass, err = opt.CredentialsProviderContext(ctx); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	case opt.CredentialsProvider != nil:
+		user, pass = opt.CredentialsProvider()
+	}
+	var setup [][]string
+	switch {
+	case pass != "" && user != "":
+		setup = append(setup, []string{"AUTH", user, pass})
+	case pass != "":
+		setup = append(setup, []string{"AUTH", pass})
+	}
+	if opt.DB != 0 {
+		setup = append(setup, []string{"SELECT", strconv.Itoa(opt.DB)})
+	}
+	if len(setup) > 0 {
+		c.deadline(ctx, p.opt)
+		// Pipelined: write all, then read each status reply.
+		for _, args := range setup {
+			c.cmd = appendCommand(c.cmd, args[0], args[1:])
+		}
+		if _, err := c.Write(c.cmd); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		for range setup {
+			line, err := c.line()
+			if err == nil && (len(line) == 0 || line[0] != '+') {
+				err = fmt.Errorf("%w: unexpected reply %q", ErrCorrupt, line)
+			}
+			if err != nil {
+				nc.Close()
+				return nil, err
+			}
+		}
+	}
+	return c, nil
+}
+
+// deadline sets the connection's deadline from ctx, or from the client's
+// read timeout when ctx has none.
+func (c *rawConn) deadline(ctx context.Context, opt *goredis.Options) {
+	var dl time.Time
+	if d, ok := ctx.Deadline(); ok && opt.ContextTimeoutEnabled {
+		dl = d
+	} else if opt.ReadTimeout > 0 {
+		dl = time.Now().Add(opt.ReadTimeout + max(opt.WriteTimeout, 0))
+	}
+	c.SetDeadline(dl)
+}
+
+// appendCommand appends a RESP2 request of cmd and args.
+func appendCommand(b []byte, cmd string, args []string) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(1+len(args)), 10)
+	b = append(b, '\r', '\n')
+	b = appendBulk(b, cmd)
+	for _, a := range args {
+		b = appendBulk(b, a)
+	}
+	return b
+}
+
+func appendBulk(b []byte, s string) []byte {
+	b = append(b, '$')
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, '\r', '\n')
+	b = append(b, s...)
+	return append(b, '\r', '\n')
+}
+
+// serverError is an error reply; it satisfies go-redis's Error interface,
+// so ErrAuth and the rest classify it as they do go-redis's.
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}
+
+// line reads one reply line without its CRLF. An error reply becomes a
+// serverError. The line aliases the reader's buffer.
+func (c *rawConn) line() ([]byte, error) {
+	l, err := c.br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return nil, fmt.Errorf("%w: reply line over %d bytes", ErrCorrupt, c.br.Size())
+		}
+		return nil, err
+	}
+	if len(l) < 3 || l[len(l)-2] != '\r' {
+		return nil, fmt.Errorf("%w: reply line %q", ErrCorrupt, l)
+	}
+	l = l[:len(l)-2]
+	if l[0] == '-' {
+		return nil, serverError(l[1:])
+	}
+	return l, nil
+}
+
+// header reads a line that starts with kind and holds a number.
+func (c *rawConn) header(kind byte) (int, error) {
+	l, err := c.line()
+	if err != nil {
+		return 0, err
+	}
+	if l[0] != kind {
+		return 0, fmt.Errorf("%w: reply %q, want %q", ErrCorrupt, l, kind)
+	}
+	n, err := strconv.Atoi(string(l[1:]))
+	if err != nil || n < -1 {
+		return 0, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
+	}
+	return n, nil
+}
+
+// mget reads keys with one MGET into dst.
+func (p *rawConns) mget(ctx context.Context, keys []string, dst []backends.SplitValue) error {
+	c, err := p.get(ctx)
+	if err != nil {
+		return err
+	}
+	// A cancelled ctx must interrupt a blocked read: move the deadline.
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	err = c.mget(ctx, p.opt, keys, dst)
+	if !stop() || err != nil {
+		c.Close()
+		return err
+	}
+	p.put(c)
+	return nil
+}
+
+func (c *rawConn) mget(ctx context.Context, opt *goredis.Options, keys []string, dst []backends.SplitValue) error {
+	c.deadline(ctx, opt)
+	c.cmd = appendCommand(c.cmd[:0], "MGET", keys)
+	if _, err := c.Write(c.cmd); err != nil {
+		return err
+	}
+	n, err := c.header('*')
+	if err != nil {
+		return err
+	}
+	if n != len(keys) {
+		return fmt.Errorf("%w: MGET of %d keys replied %d values", ErrCorrupt, len(keys), n)
+	}
+	for i := range dst {
+		d := &dst[i]
+		size, err := c.header('$')
+		if err != nil {
+			return err
+		}
+		d.Found, d.Other = size >= 0, nil
+		switch {
+		case size < 0:
+			continue
+		case size == len(d.Head)+len(d.Body):
+			if _, err := io.ReadFull(c.br, d.Head); err != nil {
+				return err
+			}
+			if _, err := io.ReadFull(c.br, d.Body); err != nil {
+				return err
+			}
+		default:
+			d.Other = make([]byte, size)
+			if _, err := io.ReadFull(c.br, d.Other); err != nil {
+				return err
+			}
+		}
+		if _, err := c.br.Discard(2); err != nil { // CRLF
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,23 @@
+package backends
+
+import "context"
+
+// SplitReader is an optional interface of a Backend that reads values
+// straight into the caller's memory: tq reads the cells of a column whose
+// dtype and shape the metadata knows into the column itself, with no reply
+// buffer per cell and no second copy to stack them.
+type SplitReader interface {
+	// GetSplit reads the value of keys[i] into dst[i]. A value of exactly
+	// len(dst[i].Head)+len(dst[i].Body) bytes fills Head, then Body; a
+	// value of any other length is returned whole in Other (Head and Body
+	// are then undefined); a missing key leaves Found false. Other must not
+	// be modified. On error the destinations are undefined.
+	GetSplit(ctx context.Context, keys []string, dst []SplitValue) error
+}
+
+// SplitValue is one destination of SplitReader.GetSplit.
+type SplitValue struct {
+	Head, Body []byte // where a value of the expected length goes
+	Other      []byte // a value of another length, whole
+	Found      bool
+}
