@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"strconv"
+	"unsafe"
 )
 
 // FieldInfo describes one committed (row, field) cell.
@@ -19,7 +20,9 @@ type FieldInfo struct {
 	BackendTag string `json:"b,omitempty"`
 }
 
-// Row is one committed sample of a partition.
+// Row is one committed sample of a partition. Rows a store returns are
+// read-only: a store may hand the same Row to many callers, and rows may
+// share their Fields and Tag maps with each other (see Merger).
 type Row struct {
 	Key    string               `json:"k"`
 	Index  uint64               `json:"i"`
@@ -29,8 +32,11 @@ type Row struct {
 
 // Reservation is what Prepare hands out for one key.
 type Reservation struct {
-	Index uint64            // the row's global index
-	Gens  map[string]uint64 // the write generation reserved for each field
+	Index uint64 // the row's global index
+	// Gens is the write generation reserved for each field. It is
+	// read-only: reservations with the same generations (every new row of
+	// a Prepare, say) may share one map.
+	Gens map[string]uint64
 }
 
 // RowUpdate is what Commit applies to one row.
@@ -38,8 +44,11 @@ type RowUpdate struct {
 	Key   string
 	Index uint64 // from the Reservation; Commit checks it still holds
 	// Fields to set, each carrying the Gen its Reservation gave. The store
-	// may keep the FieldInfo values, Shape slices included: the caller must
-	// not modify them after Commit (tq hands over its own copies).
+	// may keep the map and the FieldInfo values, Shape slices included: the
+	// caller must not modify them after Commit (tq hands over its own
+	// copies). Updates may share one map (tq gives rows whose cells are
+	// equal one map), so the store must not modify it either: it copies
+	// before merging, as MergeRow and Merger do.
 	Fields map[string]FieldInfo
 	// Tag, when non-nil, is merged into the row's tag (keys overwrite).
 	Tag map[string]any
@@ -151,17 +160,7 @@ func MergeRow(cur *Row, u *RowUpdate, res *CommitResult) *Row {
 	if next.Fields == nil {
 		next.Fields = make(map[string]FieldInfo, len(u.Fields))
 	}
-	for f, fi := range u.Fields {
-		old, had := next.Fields[f]
-		switch {
-		case had && old.Gen > fi.Gen:
-			res.Stale = append(res.Stale, Ref{Index: u.Index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
-			continue
-		case had && old.Gen != fi.Gen:
-			res.Superseded = append(res.Superseded, Ref{Index: u.Index, Field: f, Gen: old.Gen, Tag: old.BackendTag})
-		}
-		next.Fields[f] = fi
-	}
+	mergeFields(next.Fields, u, res)
 	if u.Tag != nil {
 		if next.Tag == nil {
 			next.Tag = make(map[string]any, len(u.Tag))
@@ -169,4 +168,94 @@ func MergeRow(cur *Row, u *RowUpdate, res *CommitResult) *Row {
 		maps.Copy(next.Tag, u.Tag)
 	}
 	return next
+}
+
+// mergeFields applies u.Fields to fields, a copy of the committed ones.
+func mergeFields(fields map[string]FieldInfo, u *RowUpdate, res *CommitResult) {
+	for f, fi := range u.Fields {
+		old, had := fields[f]
+		switch {
+		case had && old.Gen > fi.Gen:
+			res.Stale = append(res.Stale, Ref{Index: u.Index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
+			continue
+		case had && old.Gen != fi.Gen:
+			res.Superseded = append(res.Superseded, Ref{Index: u.Index, Field: f, Gen: old.Gen, Tag: old.BackendTag})
+		}
+		fields[f] = fi
+	}
+}
+
+// Merger applies the updates of one commit by MergeRow's rule, sharing the
+// maps MergeRow copies, so that a commit allocates per distinct map rather
+// than per row: a first commit keeps the update's Fields map, an update
+// without fields keeps the row's, one without a tag keeps the row's tag
+// (u.Tag itself is always copied: it is the caller's); and since the rows
+// of a batch mostly share their maps (tq hands rows with equal cells one
+// Fields map), a row whose committed and updated Fields are the maps of
+// the row merged before it gets that row's result. The rows it makes share
+// maps with each other, with cur and with u, so, like every committed row,
+// they must never be modified. The zero Merger is ready to use; use one per
+// commit.
+type Merger struct {
+	// The last merge: its committed, updated and resulting Fields, and the
+	// cells it reported (their Index aside, what the same maps report).
+	valid             bool
+	cur, up, next     map[string]FieldInfo
+	stale, superseded []Ref
+}
+
+// Merge sets *next (which may be cur) to cur (nil: none yet) with u
+// applied, as MergeRow returns it, and appends the unreferenced cells to res.
+func (m *Merger) Merge(next, cur *Row, u *RowUpdate, res *CommitResult) {
+	var curFields map[string]FieldInfo
+	var tag map[string]any
+	if cur != nil {
+		curFields, tag = cur.Fields, cur.Tag
+	}
+	if u.Tag != nil {
+		merged := make(map[string]any, len(tag)+len(u.Tag))
+		maps.Copy(merged, tag)
+		maps.Copy(merged, u.Tag)
+		tag = merged
+	}
+	*next = Row{Key: u.Key, Index: u.Index, Fields: m.fields(cur != nil, curFields, u, res), Tag: tag}
+}
+
+// fields returns the Fields of a row whose committed ones are cur (none
+// when !committed) with u applied.
+func (m *Merger) fields(committed bool, cur map[string]FieldInfo, u *RowUpdate, res *CommitResult) map[string]FieldInfo {
+	if m.valid && sameMap(cur, m.cur) && sameMap(u.Fields, m.up) {
+		for _, r := range m.stale {
+			r.Index = u.Index
+			res.Stale = append(res.Stale, r)
+		}
+		for _, r := range m.superseded {
+			r.Index = u.Index
+			res.Superseded = append(res.Superseded, r)
+		}
+		return m.next
+	}
+	stale, superseded := len(res.Stale), len(res.Superseded)
+	var next map[string]FieldInfo
+	switch {
+	case !committed && u.Fields != nil:
+		next = u.Fields // nothing to merge
+	case cur != nil && len(u.Fields) == 0:
+		next = cur // nothing to change
+	default:
+		next = maps.Clone(cur)
+		if next == nil {
+			next = make(map[string]FieldInfo, len(u.Fields))
+		}
+		mergeFields(next, u, res)
+	}
+	*m = Merger{valid: true, cur: cur, up: u.Fields, next: next,
+		stale: res.Stale[stale:], superseded: res.Superseded[superseded:]}
+	return next
+}
+
+// sameMap reports whether a and b are one map (not merely equal ones). A
+// map value is a pointer to the map's header.
+func sameMap[K comparable, V any](a, b map[K]V) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }

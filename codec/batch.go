@@ -293,3 +293,54 @@ func BatchDecodeFrom(bufs [][]byte) ([]any, error) {
 	}
 	return out, nil
 }
+
+// BatchDecodeTensors decodes bufs that each hold one bare tensor (what
+// packing a Tensor writes) to what BatchDecodeFrom would give, without
+// boxing every tensor in an interface: a column of tensors costs a few
+// allocations, not one per row. It returns nil, false if bufs is empty or a
+// buffer holds anything else or does not read cleanly; BatchDecodeFrom then
+// gives its value or its error.
+func BatchDecodeTensors(bufs [][]byte) ([]Tensor, bool) {
+	if len(bufs) == 0 {
+		return nil, false
+	}
+	d := decoder{slabSize: 1024}
+	out := make([]Tensor, len(bufs))
+	for i, b := range bufs {
+		var ok bool
+		if out[i], ok = d.singleTensor(b); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// BatchDecodeStack is Stack of what BatchDecodeTensors gives, for bufs
+// that each hold one bare tensor, all of one dtype and shape; it copies the
+// tensors' bytes into the stacked tensor without decoding each into a
+// Tensor first. It returns false if bufs is empty or BatchDecodeTensors
+// would, or if the tensors differ in dtype or shape.
+func BatchDecodeStack(bufs [][]byte) (Tensor, bool) {
+	if len(bufs) == 0 {
+		return Tensor{}, false
+	}
+	var d decoder
+	dt, first, ok := d.readSingle(bufs[0])
+	if !ok {
+		return Tensor{}, false
+	}
+	shape := append([]int64{int64(len(bufs))}, d.dims...)
+	rb := len(first)
+	for _, b := range bufs[1:] {
+		t, data, ok := d.readSingle(b)
+		if !ok || t != dt || len(data) != rb || !slices.Equal(d.dims, shape[1:]) {
+			return Tensor{}, false
+		}
+	}
+	out := make([]byte, rb*len(bufs))
+	for i, b := range bufs {
+		data, _ := payload(b, 1, tensorTableEnd) // read above
+		copy(out[i*rb:], data)
+	}
+	return Tensor{DType: dt, Shape: shape, Data: out}, true
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -349,6 +350,21 @@ func TestRowStackSameLayout(t *testing.T) {
 	}
 	if _, err := Scalar(1.0).Row(0); !errors.Is(err, ErrShapeMismatch) {
 		t.Fatalf("Row of 0-d: %v", err)
+	}
+	rows, err := x.Rows()
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("Rows = %d rows, %v", len(rows), err)
+	}
+	for i, r := range rows {
+		if ri, _ := x.Row(i); !reflect.DeepEqual(r, ri) || cap(r.Data) != cap(ri.Data) || cap(r.Shape) != cap(ri.Shape) {
+			t.Fatalf("Rows()[%d] = %#v, Row(%d) = %#v", i, r, i, ri)
+		}
+	}
+	if _, err := (Tensor{DType: Int32, Shape: []int64{4, 2}, Data: x.Data}).Rows(); !errors.Is(err, ErrShapeMismatch) {
+		t.Fatalf("Rows of a tensor shorter than its shape: %v", err)
+	}
+	if _, err := Scalar(1.0).Rows(); !errors.Is(err, ErrShapeMismatch) {
+		t.Fatalf("Rows of 0-d: %v", err)
 	}
 	r0, _ := x.Row(0)
 	r2, _ := x.Row(2)

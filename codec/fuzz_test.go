@@ -2,9 +2,12 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
+	"reflect"
 	"testing"
+	"unsafe"
 )
 
 // fuzzSeeds are valid encodings of every kind of value, and a few corrupt
@@ -102,5 +105,147 @@ func TestFuzzSeedsDecodeAsExpected(t *testing.T) {
 	}
 	if valid < 25 || corrupt < 12 {
 		t.Fatalf("%d valid and %d corrupt seeds", valid, corrupt)
+	}
+}
+
+// FuzzDecodeTensors: BatchDecodeTensors either declines a buffer or gives
+// exactly the tensor Decode gives, aliasing the same bytes.
+//
+//	go test ./codec -run '^$' -fuzz '^FuzzDecodeTensors$' -fuzztime 20s
+func FuzzDecodeTensors(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkDecodeTensors(t, data)
+	})
+}
+
+// checkDecodeTensors checks BatchDecodeTensors against Decode on buf, and
+// reports whether it took buf.
+func checkDecodeTensors(t *testing.T, buf []byte) bool {
+	t.Helper()
+	ts, ok := BatchDecodeTensors([][]byte{buf})
+	if !ok {
+		return false
+	}
+	v, err := Decode(buf)
+	if err != nil {
+		t.Fatalf("BatchDecodeTensors took a buffer Decode rejects: %v", err)
+	}
+	want, isT := v.(Tensor)
+	if !isT {
+		t.Fatalf("BatchDecodeTensors took a buffer that decodes to %T", v)
+	}
+	got := ts[0]
+	if !reflect.DeepEqual(got, want) || unsafe.SliceData(got.Data) != unsafe.SliceData(want.Data) || cap(got.Data) != cap(want.Data) || cap(got.Shape) != cap(want.Shape) {
+		t.Fatalf("BatchDecodeTensors = %#v, Decode = %#v", got, want)
+	}
+	checkDecodeStack(t, [][]byte{buf, buf, buf})
+	return true
+}
+
+// checkDecodeStack checks BatchDecodeStack against Stack of what Decode
+// gives, and reports whether it took bufs.
+func checkDecodeStack(t *testing.T, bufs [][]byte) bool {
+	t.Helper()
+	got, ok := BatchDecodeStack(bufs)
+	var rows []Tensor
+	for _, b := range bufs {
+		v, err := Decode(b)
+		x, isT := v.(Tensor)
+		if err != nil || !isT {
+			if ok {
+				t.Fatalf("BatchDecodeStack took a buffer that decodes to %T, %v", v, err)
+			}
+			return false
+		}
+		rows = append(rows, x)
+	}
+	want, err := Stack(rows)
+	if !ok {
+		if err == nil {
+			t.Fatalf("BatchDecodeStack declined rows Stack stacks: %v", rows)
+		}
+		return false
+	}
+	if err != nil || !reflect.DeepEqual(got, want) || cap(got.Data) != cap(want.Data) || cap(got.Shape) != cap(want.Shape) {
+		t.Fatalf("BatchDecodeStack = %#v, Stack = %#v, %v", got, want, err)
+	}
+	return true
+}
+
+func TestBatchDecodeTensors(t *testing.T) {
+	took := 0
+	for _, s := range fuzzSeeds(t) {
+		if checkDecodeTensors(t, s) {
+			took++
+		}
+	}
+	// Every bare tensor the encoder writes takes the fast path, shapes of
+	// many and large dimensions included.
+	tensors := []Tensor{
+		mustFromSlice(t, []float32{1.5, -2, 0.25}),
+		Scalar(int16(-7)),
+		mustFromSlice(t, []int32{}, 3, 0),
+		mustFromSlice(t, make([]uint8, 300), 300),
+		mustFromSlice(t, make([]uint8, 70000), 1, 70000),
+		mustFromSlice(t, []int64{5}, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+	}
+	var bufs [][]byte
+	for _, x := range tensors {
+		b := mustEncode(t, x)
+		if !checkDecodeTensors(t, b) {
+			t.Errorf("BatchDecodeTensors declined %s%v", x.DType, x.Shape)
+		}
+		bufs = append(bufs, b)
+	}
+	ts, ok := BatchDecodeTensors(bufs)
+	if !ok || len(ts) != len(tensors) {
+		t.Fatalf("batch of %d tensors: %d, %v", len(tensors), len(ts), ok)
+	}
+	if checkDecodeStack(t, bufs) {
+		t.Errorf("BatchDecodeStack stacked tensors of different shapes")
+	}
+	other := mustEncode(t, mustFromSlice(t, []int32{1, 2, 3})) // float32[3] and int32[3]
+	if checkDecodeStack(t, [][]byte{bufs[0], other}) || checkDecodeStack(t, [][]byte{bufs[0], mustEncode(t, "x")}) {
+		t.Errorf("BatchDecodeStack stacked different dtypes, or a string")
+	}
+	for _, pair := range [][2]Tensor{
+		{mustFromSlice(t, make([]int32, 6), 2, 3), mustFromSlice(t, make([]int32, 6), 3, 2)},
+		{mustFromSlice(t, make([]uint8, 4), 4), mustFromSlice(t, make([]int32, 1), 1)},
+	} {
+		if checkDecodeStack(t, [][]byte{mustEncode(t, pair[0]), mustEncode(t, pair[1])}) {
+			t.Errorf("BatchDecodeStack stacked %s%v and %s%v", pair[0].DType, pair[0].Shape, pair[1].DType, pair[1].Shape)
+		}
+	}
+	// A cell with the header of the one before it is still checked whole.
+	short := bytes.Clone(bufs[0])
+	binary.LittleEndian.PutUint32(short[16:], 8) // 8 bytes for a float32[3]
+	if _, err := Decode(short); err == nil {
+		t.Fatal("a float32[3] of 8 bytes decodes")
+	}
+	if _, ok := BatchDecodeTensors([][]byte{bufs[0], short}); ok {
+		t.Errorf("BatchDecodeTensors took a float32[3] of 8 bytes after a good one")
+	}
+	if _, ok := BatchDecodeStack([][]byte{bufs[0], short}); ok {
+		t.Errorf("BatchDecodeStack took a float32[3] of 8 bytes after a good one")
+	}
+	if _, ok := BatchDecodeStack(nil); ok {
+		t.Errorf("BatchDecodeStack of no buffers")
+	}
+	if _, ok := BatchDecodeTensors(nil); ok {
+		t.Errorf("BatchDecodeTensors of no buffers")
+	}
+	if took < 7 {
+		t.Errorf("BatchDecodeTensors took %d of the seeds", took)
+	}
+	// 16 dimensions do not fit a fixarray: left to Decode, which reads them.
+	deep := mustEncode(t, mustFromSlice(t, []int64{5}, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1))
+	if checkDecodeTensors(t, deep) {
+		t.Errorf("BatchDecodeTensors took a 16-d shape")
+	}
+	if _, ok := BatchDecodeTensors([][]byte{bufs[0], mustEncode(t, "x")}); ok {
+		t.Errorf("BatchDecodeTensors took a string")
 	}
 }

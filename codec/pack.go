@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -248,6 +249,11 @@ type decoder struct {
 	// objects, so a batch does not allocate one shape per object.
 	slab     []int64
 	slabSize int
+	// The last buffer readSingle read: the cells of a column mostly have
+	// the same header, which need not be parsed again.
+	lastHead  []byte
+	lastDType DType
+	lastLen   int
 }
 
 // shapes returns n int64s for the decoded shapes of one object.
@@ -339,6 +345,80 @@ func (d *decoder) decode(buf []byte) (any, error) {
 	clear(d.tensors) // the value holds them now; the scratch must not pin buf
 	d.body.tensors = nil
 	return v, nil
+}
+
+// singleTensor decodes buf when it is exactly what packing one bare tensor
+// writes, to the tensor decode would give; it reports false for anything
+// else, which decode reads or rejects.
+func (d *decoder) singleTensor(buf []byte) (Tensor, bool) {
+	dt, data, ok := d.readSingle(buf)
+	if !ok {
+		return Tensor{}, false
+	}
+	shape := []int64{}
+	if len(d.dims) > 0 {
+		shape = d.shapes(len(d.dims))
+		copy(shape, d.dims)
+	}
+	return Tensor{DType: dt, Shape: shape, Data: data}, true
+}
+
+// readSingle reads buf when it is exactly what packing one bare tensor
+// writes (payload 0 as appendSingleHeader writes it, then the tensor's
+// bytes) and the tensor is valid: it returns the dtype and the tensor's
+// bytes (aliasing buf), and leaves the shape in d.dims. It reports false for
+// anything else.
+func (d *decoder) readSingle(buf []byte) (DType, []byte, bool) {
+	if len(buf) < tensorTableEnd || binary.LittleEndian.Uint32(buf) != 2 {
+		return 0, nil, false
+	}
+	head, err := payload(buf, 0, tensorTableEnd)
+	if err != nil {
+		return 0, nil, false
+	}
+	data, err := payload(buf, 1, tensorTableEnd)
+	if err != nil {
+		return 0, nil, false
+	}
+	if d.lastHead != nil && bytes.Equal(head, d.lastHead) && len(data) == d.lastLen {
+		return d.lastDType, data, true // as the last buffer read: valid, d.dims holds the shape
+	}
+	d.lastHead = nil // d.dims changes below
+	// [version, [[dtype, shape]]], the shape a fixarray.
+	if len(head) < 4 || head[0] != 0x92 || head[1] != formatVersion || head[2] != 0x91 || head[3] != 0x92 {
+		return 0, nil, false
+	}
+	name, b, err := msgp.ReadStringZC(head[4:])
+	if err != nil {
+		return 0, nil, false
+	}
+	dt, ok := lookupDType(name)
+	if !ok || len(b) == 0 || b[0]&0xf0 != 0x90 {
+		return 0, nil, false
+	}
+	n := int(b[0] & 0x0f)
+	b = b[1:]
+	d.dims = d.dims[:0]
+	for range n {
+		if len(b) > 0 && b[0] <= 0x7f { // positive fixint
+			d.dims, b = append(d.dims, int64(b[0])), b[1:]
+			continue
+		}
+		var dim int64
+		if dim, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return 0, nil, false
+		}
+		d.dims = append(d.dims, dim)
+	}
+	// The body: a reference to tensor 0, and nothing after it.
+	if len(b) != 6 || b[0] != 0xd6 || b[1] != tensorExt || b[2]|b[3]|b[4]|b[5] != 0 {
+		return 0, nil, false
+	}
+	if (Tensor{DType: dt, Shape: d.dims, Data: data}).Validate() != nil {
+		return 0, nil, false
+	}
+	d.lastHead, d.lastDType, d.lastLen = head, dt, len(data)
+	return dt, data, true
 }
 
 // readHeader parses the header at the start of payload 0 into d.tensors

@@ -217,6 +217,24 @@ func (t Tensor) Row(i int) (Tensor, error) {
 	return Tensor{DType: t.DType, Shape: t.Shape[1:len(t.Shape):len(t.Shape)], Data: t.Data[i*rb : (i+1)*rb : (i+1)*rb]}, nil
 }
 
+// Rows is every row of t along the leading dimension, Row(i) for each i,
+// with t validated once rather than once per row.
+func (t Tensor) Rows() ([]Tensor, error) {
+	if len(t.Shape) == 0 {
+		return nil, fmt.Errorf("%w: a 0-d tensor has no rows", ErrShapeMismatch)
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	rb := t.RowBytes()
+	shape := t.Shape[1:len(t.Shape):len(t.Shape)]
+	out := make([]Tensor, t.Shape[0])
+	for i := range out {
+		out[i] = Tensor{DType: t.DType, Shape: shape, Data: t.Data[i*rb : (i+1)*rb : (i+1)*rb]}
+	}
+	return out, nil
+}
+
 // Stack copies rows of one dtype and shape into a tensor with a new leading
 // dimension. Rows of different dtype or shape give ErrShapeMismatch.
 func Stack(rows []Tensor) (Tensor, error) {

@@ -143,11 +143,7 @@ func (c Column) Tensors() ([]codec.Tensor, error) {
 	case KindJagged:
 		return c.tensors, nil
 	case KindStacked:
-		out := make([]codec.Tensor, c.Len())
-		for i := range out {
-			out[i], _ = c.stacked.Row(i)
-		}
-		return out, nil
+		return c.rows(), nil
 	}
 	out := make([]codec.Tensor, len(c.values))
 	for i, v := range c.values {
@@ -178,14 +174,23 @@ func (c Column) Row(i int) any {
 	return c.values[i]
 }
 
+// rows views a stacked column's rows. A tensor that no longer validates
+// (its caller changed its shape) gives zero tensors, as Row does.
+func (c Column) rows() []codec.Tensor {
+	rows, err := c.stacked.Rows()
+	if err != nil {
+		return make([]codec.Tensor, c.Len())
+	}
+	return rows
+}
+
 // appendCells appends the rows for the codec: tensors as *codec.Tensor
 // into one slice per column, so a batch costs no allocation per cell.
 func (c Column) appendCells(dst []any) []any {
 	switch c.kind {
 	case KindStacked:
-		rows := make([]codec.Tensor, c.Len())
+		rows := c.rows()
 		for i := range rows {
-			rows[i], _ = c.stacked.Row(i)
 			dst = append(dst, &rows[i])
 		}
 	case KindJagged:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/codec"
@@ -35,36 +36,36 @@ func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, 
 // looked up again for as long as the metadata names another cell each time
 // (a writer replaced it meanwhile, so every retry means a writer made
 // progress); when it names the same cell, the engine lost it and the read
-// fails. prev and prevErr are an earlier attempt's metadata and its
+// fails. prev and prevErr are an earlier attempt's rows and its
 // errVanished, if any.
-func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []string, prev *BatchMeta, prevErr error) (Batch, error) {
+func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []string, prev []*backends.Row, prevErr error) (Batch, error) {
 	for {
-		m, err := c.lookup(ctx, partition, keys, false)
+		rows, err := c.lookupRows(ctx, partition, keys)
 		if err != nil {
 			return nil, err
 		}
-		if prevErr != nil && sameCell(prev, m, prevErr) {
+		if prevErr != nil && sameCell(prev, rows, prevErr) {
 			return nil, prevErr
 		}
-		b, err := c.read(ctx, m, fields)
+		b, err := c.read(ctx, partition, rows, fields)
 		if !errors.Is(err, errVanished) {
 			return b, err
 		}
-		prev, prevErr = m, err
+		prev, prevErr = rows, err
 	}
 }
 
 // sameCell reports whether b names the cell whose absence err reports as a
 // named it: same row index, same generation.
-func sameCell(a, b *BatchMeta, err error) bool {
+func sameCell(a, b []*backends.Row, err error) bool {
 	var ke *KeyError
 	if !errors.As(err, &ke) {
 		return true
 	}
-	find := func(m *BatchMeta) (backends.FieldInfo, uint64, bool) {
-		for _, r := range m.Rows {
-			if r.Key == ke.Key && r.row != nil {
-				fi, ok := r.row.Fields[ke.Field]
+	find := func(rows []*backends.Row) (backends.FieldInfo, uint64, bool) {
+		for _, r := range rows {
+			if r.Key == ke.Key {
+				fi, ok := r.Fields[ke.Field]
 				return fi, r.Index, ok
 			}
 		}
@@ -97,10 +98,18 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 	if slices.ContainsFunc(m.Rows, func(r RowInfo) bool { return r.row == nil }) {
 		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil)
 	}
-	b, err := c.read(ctx, m, fields)
+	rows := make([]*backends.Row, len(m.Rows))
+	for i, r := range m.Rows {
+		rows[i] = r.row
+		if r.Key != r.row.Key || r.Index != r.row.Index {
+			// The caller edited the metadata: read the row it names.
+			rows[i] = &backends.Row{Key: r.Key, Index: r.Index, Fields: r.row.Fields}
+		}
+	}
+	b, err := c.read(ctx, m.Partition, rows, fields)
 	switch {
 	case errors.Is(err, errVanished):
-		return c.getFresh(ctx, m.Partition, m.Keys(), fields, m, err)
+		return c.getFresh(ctx, m.Partition, m.Keys(), fields, rows, err)
 	case errors.Is(err, ErrNotReady):
 		// m may predate the field's write: ask the metadata once more.
 		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil)
@@ -108,13 +117,13 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 	return b, err
 }
 
-// read fetches and decodes the cells of m's rows.
-func (c *Client) read(ctx context.Context, m *BatchMeta, fields []string) (Batch, error) {
+// read fetches and decodes the cells of rows of partition.
+func (c *Client) read(ctx context.Context, partition string, rows []*backends.Row, fields []string) (Batch, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
 	if len(fields) == 0 {
-		fields = unionFields(m.Rows)
+		fields = unionFields(rows)
 	} else {
 		fields = slices.Clone(fields)
 		slices.Sort(fields)
@@ -127,21 +136,32 @@ func (c *Client) read(ctx context.Context, m *BatchMeta, fields []string) (Batch
 			}
 		}
 	}
-	n := len(m.Rows)
+	n := len(rows)
 	arena := newKeyArena(n*len(fields), maxLen(fields))
 	tags := make([]string, 0, n*len(fields))
 	for _, f := range fields {
-		for _, r := range m.Rows {
-			fi, ok := r.row.Fields[f]
+		var (
+			prev map[string]backends.FieldInfo
+			fi   backends.FieldInfo
+			ok   bool
+		)
+		for i, r := range rows {
+			if i == 0 || !sameMap(r.Fields, prev) {
+				prev = r.Fields
+				fi, ok = prev[f]
+			}
 			if !ok {
-				return nil, &KeyError{Partition: m.Partition, Key: r.Key, Field: f, Err: ErrNotReady}
+				return nil, &KeyError{Partition: partition, Key: r.Key, Field: f, Err: ErrNotReady}
 			}
 			arena.add(r.Index, f, fi.Gen)
 			tags = append(tags, fi.BackendTag)
 		}
 	}
 	skeys := arena.keys()
-	bufs := make([][]byte, len(skeys))
+	var bufs [][]byte // one chunk's reply as it is; chunks' replies copied in
+	if len(skeys) > c.opts.keysLimit {
+		bufs = make([][]byte, len(skeys))
+	}
 	err := forChunks(ctx, len(skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
 		var got [][]byte
 		var err error
@@ -153,6 +173,14 @@ func (c *Client) read(ctx context.Context, m *BatchMeta, fields []string) (Batch
 		if err != nil {
 			return err
 		}
+		if bufs == nil {
+			bufs = got
+			if len(got) != len(skeys) {
+				bufs = make([][]byte, len(skeys))
+				copy(bufs, got)
+			}
+			return nil
+		}
 		copy(bufs[lo:hi], got)
 		return nil
 	})
@@ -161,30 +189,51 @@ func (c *Client) read(ctx context.Context, m *BatchMeta, fields []string) (Batch
 	}
 	for i, b := range bufs {
 		if b == nil {
-			r := m.Rows[i%n]
-			return nil, &KeyError{Partition: m.Partition, Key: r.Key, Field: fields[i/n], Err: errVanished}
+			return nil, &KeyError{Partition: partition, Key: rows[i%n].Key, Field: fields[i/n], Err: errVanished}
 		}
-	}
-	values, err := codec.BatchDecodeFrom(bufs)
-	if err != nil {
-		var oe *codec.ObjectError
-		if errors.As(err, &oe) {
-			r := m.Rows[oe.Index%n]
-			return nil, &KeyError{Partition: m.Partition, Key: r.Key, Field: fields[oe.Index/n], Err: err}
-		}
-		return nil, err
 	}
 	out := make(Batch, len(fields))
 	for fi, f := range fields {
-		out[f] = columnOf(values[fi*n : (fi+1)*n])
+		col, err := decodeColumn(bufs[fi*n : (fi+1)*n])
+		if err != nil {
+			var oe *codec.ObjectError
+			if errors.As(err, &oe) {
+				oe.Index += fi * n // the cell's place among all of them
+				return nil, &KeyError{Partition: partition, Key: rows[oe.Index%n].Key, Field: f, Err: err}
+			}
+			return nil, err
+		}
+		out[f] = col
 	}
 	return out, nil
 }
 
-func unionFields(rows []RowInfo) []string {
+// decodeColumn decodes one field's cells: a column of bare tensors (the
+// common case) without boxing each, stacked straight from the buffers when
+// they agree in dtype and shape; anything else through the general decoder.
+func decodeColumn(bufs [][]byte) (Column, error) {
+	if st, ok := codec.BatchDecodeStack(bufs); ok {
+		return Column{kind: KindStacked, stacked: st}, nil
+	}
+	if ts, ok := codec.BatchDecodeTensors(bufs); ok {
+		return tensorColumn(ts), nil
+	}
+	values, err := codec.BatchDecodeFrom(bufs)
+	if err != nil {
+		return Column{}, err
+	}
+	return columnOf(values), nil
+}
+
+func unionFields(rows []*backends.Row) []string {
 	set := map[string]struct{}{}
+	var prev map[string]backends.FieldInfo
 	for _, r := range rows {
-		for f := range r.row.Fields {
+		if sameMap(r.Fields, prev) {
+			continue // rows of one put share their Fields map
+		}
+		prev = r.Fields
+		for f := range prev {
 			set[f] = struct{}{}
 		}
 	}
@@ -196,17 +245,31 @@ func unionFields(rows []RowInfo) []string {
 	return out
 }
 
+// sameMap reports whether a and b are one map (not merely equal ones). A
+// map value is a pointer to the map's header.
+func sameMap[K comparable, V any](a, b map[K]V) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
+}
+
 // columnOf regroups decoded cells: stacked when every row is a tensor of
 // one dtype and shape, jagged when all are tensors, values otherwise.
 func columnOf(vals []any) Column {
 	ts := make([]codec.Tensor, len(vals))
-	same := true
 	for i, v := range vals {
 		t, ok := v.(codec.Tensor)
 		if !ok {
 			return Column{kind: KindValues, values: slices.Clone(vals)}
 		}
 		ts[i] = t
+	}
+	return tensorColumn(ts)
+}
+
+// tensorColumn is stacked when every tensor has one dtype and shape, else
+// jagged over ts.
+func tensorColumn(ts []codec.Tensor) Column {
+	same := true
+	for _, t := range ts {
 		same = same && codec.SameLayout(ts[0], t)
 	}
 	if same && len(ts) > 0 {

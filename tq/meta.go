@@ -79,12 +79,21 @@ func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*
 		return nil, err
 	}
 	defer release()
-	return c.lookup(ctx, partition, keys, true)
+	rows, err := c.lookupRows(ctx, partition, keys)
+	if err != nil {
+		return nil, err
+	}
+	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows))}
+	for i, r := range rows {
+		m.Rows[i] = rowInfo(r)
+	}
+	return m, nil
 }
 
-// lookup is Lookup; without full, rows carry only what read needs (key,
-// index, the store's record), which spares BatchGet copying every row.
-func (c *Client) lookup(ctx context.Context, partition string, keys []string, full bool) (*BatchMeta, error) {
+// lookupRows returns the store's committed row of each key; an unknown key
+// gives ErrNotFound. BatchGet reads the rows as they are, without copying
+// them into a BatchMeta.
+func (c *Client) lookupRows(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
@@ -98,18 +107,12 @@ func (c *Client) lookup(ctx context.Context, partition string, keys []string, fu
 	if err != nil {
 		return nil, err
 	}
-	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows))}
 	for i, r := range rows {
 		if r == nil {
 			return nil, &KeyError{Partition: partition, Key: keys[i], Err: ErrNotFound}
 		}
-		if !full {
-			m.Rows[i] = RowInfo{Key: r.Key, Index: r.Index, row: r}
-			continue
-		}
-		m.Rows[i] = rowInfo(r)
 	}
-	return m, nil
+	return rows, nil
 }
 
 // Partitions returns the names of partitions that have rows, sorted.
@@ -167,12 +170,28 @@ func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 func (c *Client) deleteRows(ctx context.Context, rows []*backends.Row) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	var keys, tags []string
+	cells, fieldLen := 0, 0
+	var prev map[string]backends.FieldInfo
 	for _, r := range rows {
-		for _, ref := range r.Refs() {
-			keys, tags = append(keys, ref.Key()), append(tags, ref.Tag)
+		cells += len(r.Fields)
+		if !sameMap(r.Fields, prev) {
+			prev = r.Fields
+			for f := range prev {
+				fieldLen = max(fieldLen, len(f))
+			}
 		}
 	}
+	// The cells of r.Refs(), named in one arena rather than a Ref and a
+	// string each.
+	arena := newKeyArena(cells, fieldLen)
+	tags := make([]string, 0, cells)
+	for _, r := range rows {
+		for f, fi := range r.Fields {
+			arena.add(r.Index, f, fi.Gen)
+			tags = append(tags, fi.BackendTag)
+		}
+	}
+	keys := arena.keys()
 	return forChunks(ctx, len(keys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
 		if c.taggedDeleter != nil {
 			return c.taggedDeleter.DeleteTagged(ctx, keys[lo:hi], tags[lo:hi])

@@ -291,8 +291,15 @@ func (w *write) alloc(ctx context.Context) codec.Allocator {
 		n := len(w.keys)
 		arena := newKeyArena(len(sizes), maxLen(w.fields))
 		for fi, f := range w.fields {
+			var (
+				gens map[string]uint64
+				gen  uint64
+			)
 			for i := range n {
-				gen := res[i].Gens[f]
+				if i == 0 || !sameMap(res[i].Gens, gens) {
+					gens = res[i].Gens // often one map for many rows
+					gen = gens[f]
+				}
 				arena.add(res[i].Index, f, gen)
 				w.infos[fi*n+i].Gen = gen
 			}
@@ -301,8 +308,16 @@ func (w *write) alloc(ctx context.Context) codec.Allocator {
 		if w.c.allocator == nil {
 			return codec.HeapAllocator(sizes)
 		}
-		bufs := make([][]byte, 0, len(sizes))
 		limit := w.c.opts.keysLimit
+		if len(sizes) <= limit {
+			st, err := w.c.allocator.Allocate(ctx, w.skeys, sizes)
+			if err != nil {
+				return nil, err
+			}
+			w.staged = append(w.staged, st)
+			return st.Buffers(), nil // exactly sizes long: the packer only fills them
+		}
+		bufs := make([][]byte, 0, len(sizes))
 		for lo := 0; lo < len(sizes); lo += limit {
 			hi := min(lo+limit, len(sizes))
 			st, err := w.c.allocator.Allocate(ctx, w.skeys[lo:hi], sizes[lo:hi])
@@ -361,9 +376,17 @@ func (w *write) commit(ctx context.Context) error {
 	n := len(w.keys)
 	updates := make([]backends.RowUpdate, n)
 	for i, k := range w.keys {
-		u := backends.RowUpdate{Key: k, Index: w.res[i].Index, Fields: make(map[string]backends.FieldInfo, len(w.fields))}
-		for fi, f := range w.fields {
-			u.Fields[f] = w.infos[fi*n+i]
+		u := backends.RowUpdate{Key: k, Index: w.res[i].Index}
+		if i > 0 && w.sameCells(i-1, i) {
+			// Rows of a batch mostly have equal cells (dtype, shape,
+			// generation, backend tag): they share one map, which the
+			// store keeps read-only (see backends.RowUpdate).
+			u.Fields = updates[i-1].Fields
+		} else {
+			u.Fields = make(map[string]backends.FieldInfo, len(w.fields))
+			for fi, f := range w.fields {
+				u.Fields[f] = w.infos[fi*n+i]
+			}
 		}
 		if w.tags != nil {
 			u.Tag = w.tags[i]
@@ -380,6 +403,19 @@ func (w *write) commit(ctx context.Context) error {
 		w.c.deleteRefs(dead, "replaced cells")
 	}
 	return nil
+}
+
+// sameCells reports whether rows i and j have equal cells in every field.
+func (w *write) sameCells(i, j int) bool {
+	n := len(w.keys)
+	for fi := range w.fields {
+		a, b := &w.infos[fi*n+i], &w.infos[fi*n+j]
+		if a.Gen != b.Gen || a.DType != b.DType || a.BackendTag != b.BackendTag ||
+			(a.Shape == nil) != (b.Shape == nil) || !slices.Equal(a.Shape, b.Shape) {
+			return false
+		}
+	}
+	return true
 }
 
 // discard releases staged buffers that were never published.
@@ -413,11 +449,17 @@ func (w *write) rollback(cause error) {
 func (c *Client) deleteRefs(refs []backends.Ref, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	keys := make([]string, len(refs))
+	fieldLen := 0
+	for _, r := range refs {
+		fieldLen = max(fieldLen, len(r.Field))
+	}
+	arena := newKeyArena(len(refs), fieldLen)
 	tags := make([]string, len(refs))
 	for i, r := range refs {
-		keys[i], tags[i] = r.Key(), r.Tag
+		arena.add(r.Index, r.Field, r.Gen)
+		tags[i] = r.Tag
 	}
+	keys := arena.keys()
 	err := forChunks(ctx, len(keys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
 		if c.taggedDeleter != nil {
 			return c.taggedDeleter.DeleteTagged(ctx, keys[lo:hi], tags[lo:hi])

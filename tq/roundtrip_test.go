@@ -669,3 +669,46 @@ func TestPackPaths(t *testing.T) {
 		t.Fatal("big column changed on the way")
 	}
 }
+
+// TestRowsOfABatchStayApart: the rows of one put share their metadata, yet
+// rewriting some of them, or giving one a new field or tag, leaves the
+// others as they were, and the store's cells follow.
+func TestRowsOfABatchStayApart(t *testing.T) {
+	c, st := memClient(t)
+	ctx := context.Background()
+	keys := keysN("k", 6)
+	mustPut(t, c, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](0, 12), 6, 2)}, nil)
+	mustPut(t, c, "p", keys[1:3], tq.Batch{"x": tq.Stacked(seq[int64](100, 4), 2, 2)}, nil)
+	mustPut(t, c, "p", keys[3:4], tq.Batch{"y": tq.Stacked([]float32{0.5})}, []tq.Tag{{"s": "r"}})
+	mustPut(t, c, "p", keys[4:6], tq.Batch{"x": tq.JaggedOf([][]int64{{7}, {8, 9, 10}})}, nil)
+
+	want := [][]int64{{0, 1}, {100, 101}, {102, 103}, {6, 7}, {7}, {8, 9, 10}}
+	if got := rowsOf[int64](t, mustGet(t, c, "p", keys, "x")["x"]); !reflect.DeepEqual(got, want) {
+		t.Fatalf("x = %v, want %v", got, want)
+	}
+	m, err := c.List(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range m.Rows {
+		wantFields, wantShape := 1, []int64{int64(len(want[i]))}
+		if i == 3 {
+			wantFields = 2
+		}
+		if len(r.Fields) != wantFields || !slices.Equal(r.Fields["x"].Shape, wantShape) || (r.Tag["s"] == "r") != (i == 3) {
+			t.Fatalf("row %d: fields %v, tag %v", i, r.Fields, r.Tag)
+		}
+	}
+	if n := st.Len(); n != 7 { // six x cells, one y
+		t.Fatalf("%d cells stored, want 7", n)
+	}
+	if err := c.Clear(ctx, "p", keys[:3]); err != nil {
+		t.Fatal(err)
+	}
+	if got := rowsOf[int64](t, mustGet(t, c, "p", keys[3:], "x")["x"]); !reflect.DeepEqual(got, want[3:]) {
+		t.Fatalf("x after clearing the first rows = %v", got)
+	}
+	if n := st.Len(); n != 4 {
+		t.Fatalf("%d cells stored after clearing 3 rows, want 4", n)
+	}
+}

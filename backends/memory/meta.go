@@ -31,10 +31,40 @@ type partition struct {
 	dead bool
 }
 
+// blockRows is how many records (metaRows, committed Rows) Prepare and
+// Commit allocate at once. A block is freed when none of its records is in
+// use, so a surviving row may keep up to blockRows-1 dead records alive:
+// Delete clears a deleted row's metaRow for that reason (a replaced Row
+// cannot be cleared, a reader may hold it; its maps are mostly shared).
+const blockRows = 64
+
 type metaRow struct {
-	index   uint64
-	view    *backends.Row     // the committed row, immutable; nil until committed
-	nextGen map[string]uint64 // next generation to reserve, per field
+	index uint64
+	view  *backends.Row // the committed row, immutable; nil until committed
+	// gens is the next generation to reserve, per field. A slice, not a
+	// map: rows have few fields, mostly reserved in the same order.
+	gens []fieldGen
+}
+
+type fieldGen struct {
+	field string
+	next  uint64
+}
+
+// reserve returns the generation to write field at and reserves it. hint
+// is where field likely sits in r.gens (its position in the call's fields).
+func (r *metaRow) reserve(field string, hint int) uint64 {
+	i := hint
+	if i >= len(r.gens) || r.gens[i].field != field {
+		i = slices.IndexFunc(r.gens, func(g fieldGen) bool { return g.field == field })
+		if i < 0 {
+			i = len(r.gens)
+			r.gens = append(r.gens, fieldGen{field: field})
+		}
+	}
+	g := r.gens[i].next
+	r.gens[i].next++
+	return g
 }
 
 // NewMetaStore returns an empty store.
@@ -42,8 +72,9 @@ func NewMetaStore() *MetaStore {
 	return &MetaStore{parts: make(map[string]*partition)}
 }
 
-// part returns the partition, creating it when create is set (nil otherwise).
-func (m *MetaStore) part(name string, create bool) *partition {
+// part returns the partition, creating it when create is set (nil otherwise)
+// with room for size rows.
+func (m *MetaStore) part(name string, create bool, size int) *partition {
 	m.mu.RLock()
 	p := m.parts[name]
 	m.mu.RUnlock()
@@ -53,17 +84,18 @@ func (m *MetaStore) part(name string, create bool) *partition {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if p = m.parts[name]; p == nil {
-		p = &partition{rows: make(map[string]*metaRow)}
+		p = &partition{rows: make(map[string]*metaRow, size)}
 		m.parts[name] = p
 	}
 	return p
 }
 
 // lockPart returns the partition locked, skipping one that was dropped
-// between lookup and lock. With create unset it may return nil.
-func (m *MetaStore) lockPart(name string, create bool) *partition {
+// between lookup and lock. With create unset it may return nil; size is the
+// rows a created partition has room for.
+func (m *MetaStore) lockPart(name string, create bool, size int) *partition {
 	for {
-		p := m.part(name, create)
+		p := m.part(name, create, size)
 		if p == nil {
 			return nil
 		}
@@ -100,31 +132,54 @@ func (m *MetaStore) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Prepare implements backends.MetaStore.
+// Prepare implements backends.MetaStore. It allocates per block of rows,
+// not per row: new rows' records come in blocks, and reservations with the
+// same generations share one Gens map (rows of one batch usually do).
 func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields []string) ([]backends.Reservation, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]backends.Reservation, len(keys))
-	p := m.lockPart(partition, true)
+	nf := len(fields)
+	p := m.lockPart(partition, true, len(keys))
 	defer p.mu.Unlock()
+	var (
+		fresh     []metaRow  // new rows, allocated on first need
+		freshGens []fieldGen // their generations, nf each
+		gens      = make([]uint64, 2*nf)
+		cur, prev = gens[:nf], gens[nf:]
+		prevMap   map[string]uint64
+	)
 	for i, k := range keys {
 		r := p.rows[k]
 		if r == nil {
-			r = &metaRow{index: m.next.Add(1) - 1, nextGen: make(map[string]uint64)}
+			if len(fresh) == 0 {
+				fresh = make([]metaRow, min(len(keys)-i, blockRows))
+				freshGens = make([]fieldGen, nf*len(fresh))
+			}
+			r, fresh = &fresh[0], fresh[1:]
+			// Capped at nf: a later new field reallocates rather than
+			// spill into the next row's share.
+			r.index, r.gens, freshGens = m.next.Add(1)-1, freshGens[:0:nf], freshGens[nf:]
 			p.rows[k] = r
 		}
-		gens := make(map[string]uint64, len(fields))
-		for _, f := range fields {
-			gens[f] = r.nextGen[f]
-			r.nextGen[f]++
+		for j, f := range fields {
+			cur[j] = r.reserve(f, j)
 		}
-		out[i] = backends.Reservation{Index: r.index, Gens: gens}
+		if prevMap == nil || !slices.Equal(cur, prev) {
+			prevMap = make(map[string]uint64, nf)
+			for j, f := range fields {
+				prevMap[f] = cur[j]
+			}
+			cur, prev = prev, cur
+		}
+		out[i] = backends.Reservation{Index: r.index, Gens: prevMap}
 	}
 	return out, nil
 }
 
-// Commit implements backends.MetaStore.
+// Commit implements backends.MetaStore. The rows it stores share maps with
+// the updates and with each other (see backends.Merger).
 func (m *MetaStore) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
 	var res backends.CommitResult
 	if err := m.check(ctx); err != nil {
@@ -133,19 +188,30 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 	if len(updates) == 0 {
 		return res, nil
 	}
-	p := m.lockPart(partition, false)
+	p := m.lockPart(partition, false, 0)
 	if p == nil {
 		return res, fmt.Errorf("%w: partition %q was cleared", backends.ErrConflict, partition)
 	}
 	defer p.mu.Unlock()
-	for _, u := range updates {
-		if r := p.rows[u.Key]; r == nil || r.index != u.Index {
+	rows := make([]*metaRow, len(updates)) // checked, then updated
+	for i, u := range updates {
+		r := p.rows[u.Key]
+		if r == nil || r.index != u.Index {
 			return res, fmt.Errorf("%w: key %q in partition %q", backends.ErrConflict, u.Key, partition)
 		}
+		rows[i] = r
 	}
-	for _, u := range updates {
-		r := p.rows[u.Key]
-		next := backends.MergeRow(r.view, &u, &res)
+	var (
+		merge backends.Merger
+		block []backends.Row
+	)
+	for i, r := range rows {
+		if len(block) == 0 {
+			block = make([]backends.Row, min(len(rows)-i, blockRows))
+		}
+		next := &block[0]
+		block = block[1:]
+		merge.Merge(next, r.view, &updates[i], &res)
 		r.view = next
 	}
 	return res, nil
@@ -157,7 +223,7 @@ func (m *MetaStore) Lookup(ctx context.Context, partition string, keys []string)
 		return nil, err
 	}
 	out := make([]*backends.Row, len(keys))
-	p := m.part(partition, false)
+	p := m.part(partition, false, 0)
 	if p == nil {
 		return out, nil
 	}
@@ -176,7 +242,7 @@ func (m *MetaStore) List(ctx context.Context, partition string) ([]*backends.Row
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	p := m.part(partition, false)
+	p := m.part(partition, false, 0)
 	if p == nil {
 		return []*backends.Row{}, nil
 	}
@@ -234,7 +300,7 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	p := m.lockPart(partition, false)
+	p := m.lockPart(partition, false, 0)
 	if p == nil {
 		return nil, nil
 	}
@@ -245,6 +311,7 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 				out = append(out, r.view)
 			}
 			delete(p.rows, k)
+			*r = metaRow{} // its block may live on: hold nothing
 		}
 	}
 	empty := len(p.rows) == 0

@@ -46,6 +46,42 @@ func (s *Store) shard(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)%numShards]
 }
 
+// firstPos is the positions of a one-key batch (read-only).
+var firstPos = []int32{0}
+
+// forShards calls f once for each shard holding any of keys, with their
+// positions in keys (in order), so a batch takes each shard's lock once
+// rather than once per key.
+func (s *Store) forShards(keys []string, f func(sh *shard, pos []int32)) {
+	if len(keys) == 1 {
+		f(s.shard(keys[0]), firstPos)
+		return
+	}
+	// A counting sort by shard: of[i] is key i's shard, pos the positions
+	// grouped by shard, start[j] where shard j's group begins.
+	scratch := make([]int32, 2*len(keys))
+	of, pos := scratch[:len(keys)], scratch[len(keys):]
+	var start [numShards + 1]int32
+	for i, k := range keys {
+		j := int32(maphash.String(s.seed, k) % numShards)
+		of[i] = j
+		start[j+1]++
+	}
+	for j := 1; j <= numShards; j++ {
+		start[j] += start[j-1]
+	}
+	next := start
+	for i, j := range of {
+		pos[next[j]] = int32(i)
+		next[j]++
+	}
+	for j := range numShards {
+		if group := pos[start[j]:start[j+1]]; len(group) > 0 {
+			f(&s.shards[j], group)
+		}
+	}
+}
+
 func (s *Store) check(ctx context.Context, keys []string, n int) error {
 	if s.closed.Load() {
 		return backends.ErrClosed
@@ -61,16 +97,17 @@ func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
 	if err := s.check(ctx, keys, len(values)); err != nil {
 		return err
 	}
-	for i, k := range keys {
-		v := values[i]
-		if v == nil {
-			v = []byte{} // nil means "missing" to Get: store an empty value
-		}
-		sh := s.shard(k)
+	s.forShards(keys, func(sh *shard, pos []int32) {
 		sh.mu.Lock()
-		sh.m[k] = v
-		sh.mu.Unlock()
-	}
+		defer sh.mu.Unlock()
+		for _, i := range pos {
+			v := values[i]
+			if v == nil {
+				v = []byte{} // nil means "missing" to Get: store an empty value
+			}
+			sh.m[keys[i]] = v
+		}
+	})
 	return nil
 }
 
@@ -80,12 +117,13 @@ func (s *Store) Get(ctx context.Context, keys []string) ([][]byte, error) {
 		return nil, err
 	}
 	out := make([][]byte, len(keys))
-	for i, k := range keys {
-		sh := s.shard(k)
+	s.forShards(keys, func(sh *shard, pos []int32) {
 		sh.mu.RLock()
-		out[i] = sh.m[k]
-		sh.mu.RUnlock()
-	}
+		defer sh.mu.RUnlock()
+		for _, i := range pos {
+			out[i] = sh.m[keys[i]]
+		}
+	})
 	return out, nil
 }
 
@@ -94,12 +132,13 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 	if err := s.check(ctx, keys, -1); err != nil {
 		return err
 	}
-	for _, k := range keys {
-		sh := s.shard(k)
+	s.forShards(keys, func(sh *shard, pos []int32) {
 		sh.mu.Lock()
-		delete(sh.m, k)
-		sh.mu.Unlock()
-	}
+		defer sh.mu.Unlock()
+		for _, i := range pos {
+			delete(sh.m, keys[i])
+		}
+	})
 	return nil
 }
 
