@@ -31,6 +31,7 @@ type Client struct {
 	allocator     backends.Allocator
 	taggedWriter  backends.TaggedWriter
 	taggedReader  backends.TaggedReader
+	splitReader   backends.SplitReader // nil when reads carry tags
 	taggedDeleter backends.TaggedDeleter
 }
 
@@ -80,6 +81,9 @@ func newClient(data backends.Backend, meta backends.MetaStore, o options) *Clien
 	c.allocator, _ = data.(backends.Allocator)
 	c.taggedWriter, _ = data.(backends.TaggedWriter)
 	c.taggedReader, _ = data.(backends.TaggedReader)
+	if c.taggedReader == nil {
+		c.splitReader, _ = data.(backends.SplitReader)
+	}
 	c.taggedDeleter, _ = data.(backends.TaggedDeleter)
 	return c
 }

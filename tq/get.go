@@ -136,6 +136,14 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 			}
 		}
 	}
+	out := make(Batch, len(fields))
+	if c.splitReader != nil {
+		rest, err := c.readStacked(ctx, c.splitReader, partition, rows, fields, out)
+		if err != nil || len(rest) == 0 {
+			return out, err
+		}
+		fields = rest
+	}
 	n := len(rows)
 	arena := newKeyArena(n*len(fields), maxLen(fields))
 	tags := make([]string, 0, n*len(fields))
@@ -192,7 +200,6 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 			return nil, &KeyError{Partition: partition, Key: rows[i%n].Key, Field: fields[i/n], Err: errVanished}
 		}
 	}
-	out := make(Batch, len(fields))
 	for fi, f := range fields {
 		col, err := decodeColumn(bufs[fi*n : (fi+1)*n])
 		if err != nil {

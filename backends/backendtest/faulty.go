@@ -15,7 +15,7 @@ type Op int
 
 const (
 	OpPut      Op = iota // Backend.Put and TaggedWriter.PutTagged
-	OpGet                // Backend.Get and TaggedReader.GetTagged
+	OpGet                // Backend.Get, TaggedReader.GetTagged and SplitReader.GetSplit
 	OpDelete             // Backend.Delete and TaggedDeleter.DeleteTagged
 	OpAllocate           // Allocator.Allocate
 	OpPublish            // Staged.Publish
@@ -204,14 +204,36 @@ func (f *Faulty) begin(ctx context.Context, op Op, n int) (*fault, error) {
 // Wrap returns inner with every call counted, delayed and failed as f
 // says (a nil f is a fresh Faulty nobody configures). The result implements
 // exactly the optional interfaces of package backends that inner does
-// (Allocator, TaggedWriter, TaggedReader, TaggedDeleter), and the Staged
-// values its Allocate returns are TagReporters exactly when inner's are. One
-// Faulty may wrap several backends; it then counts their calls together.
+// (Allocator, TaggedWriter, TaggedReader, TaggedDeleter; SplitReader when
+// inner has no other than Allocator, as the engines that read into caller
+// memory have), and the Staged values its Allocate returns are TagReporters
+// exactly when inner's are. GetSplit counts and fails as Get. One Faulty
+// may wrap several backends; it then counts their calls together.
 func Wrap(inner backends.Backend, f *Faulty) backends.Backend {
 	if f == nil {
 		f = new(Faulty)
 	}
 	c := &core{f: f, inner: inner}
+	if sr, ok := inner.(backends.SplitReader); ok {
+		s := splitReader{c, sr}
+		_, w := inner.(backends.TaggedWriter)
+		_, r := inner.(backends.TaggedReader)
+		_, d := inner.(backends.TaggedDeleter)
+		switch a, isA := inner.(backends.Allocator); {
+		case w || r || d:
+		case isA:
+			return struct {
+				backends.Backend
+				backends.Allocator
+				backends.SplitReader
+			}{c, allocator{c, a}, s}
+		default:
+			return struct {
+				backends.Backend
+				backends.SplitReader
+			}{c, s}
+		}
+	}
 	var (
 		a allocator
 		w taggedWriter
@@ -500,6 +522,22 @@ func (r taggedReader) GetTagged(ctx context.Context, keys, tags []string) ([][]b
 		return nil, ft.err
 	}
 	return r.inner.GetTagged(ctx, keys, tags)
+}
+
+type splitReader struct {
+	c     *core
+	inner backends.SplitReader
+}
+
+func (r splitReader) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
+	ft, err := r.c.f.begin(ctx, OpGet, len(keys))
+	if err != nil {
+		return err
+	}
+	if ft != nil {
+		return ft.err
+	}
+	return r.inner.GetSplit(ctx, keys, dst)
 }
 
 type taggedDeleter struct {

@@ -503,3 +503,31 @@ func TestFaultyConcurrent(t *testing.T) {
 		t.Errorf("len(Batches(Get)) = %d, want %d", got, workers*calls)
 	}
 }
+
+// TestWrapSplitReader: a wrapped engine that reads into caller memory still
+// does, and GetSplit is counted and failed as a Get.
+func TestWrapSplitReader(t *testing.T) {
+	var f backendtest.Faulty
+	b := backendtest.Wrap(memory.New(), &f)
+	sr, isS := b.(backends.SplitReader)
+	if _, isA := b.(backends.Allocator); !isS || !isA {
+		t.Fatalf("wrapped memory engine: SplitReader %t, Allocator %t; want both", isS, isA)
+	}
+	ctx := t.Context()
+	keys := keysN(t.Name(), 1)
+	if err := b.Put(ctx, keys, [][]byte{[]byte("abcd")}); err != nil {
+		t.Fatal(err)
+	}
+	dst := []backends.SplitValue{{Head: make([]byte, 1), Body: make([]byte, 3)}}
+	if err := sr.GetSplit(ctx, keys, dst); err != nil || !dst[0].Found || string(dst[0].Body) != "bcd" {
+		t.Fatalf("GetSplit: %v, %+v", err, dst[0])
+	}
+	boom := errors.New("boom")
+	f.FailNth(backendtest.OpGet, 1, boom)
+	if err := sr.GetSplit(ctx, keys, dst); !errors.Is(err, boom) {
+		t.Fatalf("GetSplit with a Get fault: %v, want it", err)
+	}
+	if got := f.Calls(backendtest.OpGet); got != 2 {
+		t.Errorf("GetSplit counted %d times as Get, want 2", got)
+	}
+}

@@ -32,6 +32,11 @@ func (s *countingStore) Get(ctx context.Context, keys []string) ([][]byte, error
 	return s.Store.Get(ctx, keys)
 }
 
+func (s *countingStore) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
+	s.read.Add(int64(len(keys)))
+	return s.Store.GetSplit(ctx, keys, dst)
+}
+
 func newCountingClient(t *testing.T) (*tq.Client, *countingStore) {
 	t.Helper()
 	st := &countingStore{Store: memory.New()}

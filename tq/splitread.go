@@ -1,0 +1,145 @@
+package tq
+
+import (
+	"bytes"
+	"context"
+	"slices"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/codec"
+)
+
+// readStacked reads the fields of rows that are known to stack straight
+// into their stacked tensors, when the engine reads into caller memory
+// (backends.SplitReader): a field stacks when the metadata says every row
+// holds a tensor of one dtype and shape. Each cell's bytes go from the
+// engine into their row of the column, with no buffer per cell and no
+// second copy to stack them (that copy into fresh memory was most of a
+// large read's cost). The bytes before each cell's data are checked against
+// what the codec writes for that dtype and shape; a cell that differs is
+// decoded in full and checked the same way. It returns the columns it read
+// in out and the fields left for the general path: those not known to
+// stack, and those with a cell that does not decode to the tensor the
+// metadata names.
+func (c *Client) readStacked(ctx context.Context, sr backends.SplitReader, partition string, rows []*backends.Row, fields []string, out Batch) (rest []string, _ error) {
+	n := len(rows)
+	var plans []stackPlan
+	for _, f := range fields {
+		p, ok := planStack(rows, f)
+		if !ok {
+			rest = append(rest, f)
+			continue
+		}
+		plans = append(plans, p)
+	}
+	if len(plans) == 0 {
+		return rest, nil
+	}
+	arena := newKeyArena(n*len(plans), maxLen(fields))
+	dst := make([]backends.SplitValue, 0, n*len(plans))
+	for i := range plans {
+		p := &plans[i]
+		h := len(p.prefix)
+		p.out = make([]byte, n*p.size)
+		heads := make([]byte, n*h)
+		for j, r := range rows {
+			arena.add(r.Index, p.field, r.Fields[p.field].Gen)
+			dst = append(dst, backends.SplitValue{Head: heads[j*h : (j+1)*h : (j+1)*h], Body: p.out[j*p.size : (j+1)*p.size : (j+1)*p.size]})
+		}
+	}
+	skeys := arena.keys()
+	err := forChunks(ctx, len(skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+		return sr.GetSplit(ctx, skeys[lo:hi], dst[lo:hi])
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range plans {
+		p := &plans[i]
+		ok, err := p.check(partition, rows, dst[i*n:(i+1)*n])
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			rest = append(rest, p.field)
+			continue
+		}
+		shape := append([]int64{int64(n)}, p.shape...)
+		out[p.field] = Column{kind: KindStacked, stacked: codec.Tensor{DType: p.dtype, Shape: shape, Data: p.out}}
+	}
+	slices.Sort(rest)
+	return rest, nil
+}
+
+// stackPlan is one field read by readStacked.
+type stackPlan struct {
+	field  string
+	dtype  codec.DType
+	shape  []int64 // of one row
+	prefix []byte  // what precedes each cell's data
+	size   int     // data bytes per row
+	out    []byte  // the stacked data
+}
+
+// planStack reports whether field f of rows is known to stack, and how.
+func planStack(rows []*backends.Row, f string) (stackPlan, bool) {
+	if len(rows) == 0 {
+		return stackPlan{}, false
+	}
+	first, found := rows[0].Fields[f]
+	if !found || first.DType == "" {
+		return stackPlan{}, false
+	}
+	prev := rows[0].Fields
+	for _, r := range rows[1:] {
+		if sameMap(r.Fields, prev) {
+			continue // rows of one put share their map
+		}
+		prev = r.Fields
+		fi, found := prev[f]
+		if !found || fi.DType != first.DType || !slices.Equal(fi.Shape, first.Shape) {
+			return stackPlan{}, false
+		}
+	}
+	dt, err := codec.ParseDType(first.DType)
+	if err != nil {
+		return stackPlan{}, false
+	}
+	prefix, size, err := codec.TensorPrefix(dt, first.Shape)
+	if err != nil || size > maxInt/len(rows) {
+		return stackPlan{}, false
+	}
+	return stackPlan{field: f, dtype: dt, shape: first.Shape, prefix: prefix, size: size}, true
+}
+
+// check verifies what GetSplit read for the plan's cells; ok false: a cell
+// is not the tensor the metadata names (read the field the general way).
+func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends.SplitValue) (ok bool, _ error) {
+	for i := range dst {
+		d := &dst[i]
+		if !d.Found {
+			return false, &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: errVanished}
+		}
+		if d.Other == nil && bytes.Equal(d.Head, p.prefix) {
+			continue
+		}
+		// Another writer's encoding of the cell, or another value: decode
+		// it whole.
+		buf := d.Other
+		if buf == nil {
+			buf = append(slices.Clip(d.Head), d.Body...)
+		}
+		v, err := codec.Decode(buf)
+		if err != nil {
+			return false, &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: err}
+		}
+		t, isTensor := v.(codec.Tensor)
+		if !isTensor || t.DType != p.dtype || !slices.Equal(t.Shape, p.shape) {
+			return false, nil
+		}
+		copy(d.Body, t.Data)
+	}
+	return true, nil
+}
+
+const maxInt = int(^uint(0) >> 1)
