@@ -21,3 +21,15 @@ type SplitValue struct {
 	Other      []byte // a value of another length, whole
 	Found      bool
 }
+
+// SplitWriter is an optional interface of a Backend that stores values
+// given in two parts: tq sends a tensor cell as the codec's prefix for its
+// dtype and shape and the row of the caller's tensor, without packing them
+// into one buffer first.
+type SplitWriter interface {
+	// PutSplit stores heads[i] followed by bodies[i] under keys[i],
+	// replacing any existing value. The slices are only read during the
+	// call (heads may share memory). On error some keys may have been
+	// written: callers delete them.
+	PutSplit(ctx context.Context, keys []string, heads, bodies [][]byte) error
+}

@@ -32,6 +32,7 @@ type Client struct {
 	taggedWriter  backends.TaggedWriter
 	taggedReader  backends.TaggedReader
 	splitReader   backends.SplitReader // nil when reads carry tags
+	splitWriter   backends.SplitWriter // nil when writes report tags
 	taggedDeleter backends.TaggedDeleter
 }
 
@@ -83,6 +84,9 @@ func newClient(data backends.Backend, meta backends.MetaStore, o options) *Clien
 	c.taggedReader, _ = data.(backends.TaggedReader)
 	if c.taggedReader == nil {
 		c.splitReader, _ = data.(backends.SplitReader)
+	}
+	if c.taggedWriter == nil {
+		c.splitWriter, _ = data.(backends.SplitWriter)
 	}
 	c.taggedDeleter, _ = data.(backends.TaggedDeleter)
 	return c

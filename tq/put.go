@@ -154,6 +154,15 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 			w.infos = append(w.infos, info)
 		}
 	}
+	if w.c.splitWriter != nil {
+		heads, bodies, ok, err := splitCells(values)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, w.nameCell(err))
+		}
+		if ok {
+			return w.runSplit(ctx, heads, bodies)
+		}
+	}
 	bufs, err := w.c.packer.BatchEncodeInto(values, w.alloc(ctx))
 	if err != nil {
 		w.discard()
@@ -283,28 +292,9 @@ func unwrapAlloc(err error) error {
 // when it allocates (zero-copy) or from the heap.
 func (w *write) alloc(ctx context.Context) codec.Allocator {
 	return func(sizes []int) ([][]byte, error) {
-		res, err := w.c.meta.Prepare(ctx, w.partition, w.keys, w.fields)
-		if err != nil {
+		if err := w.reserve(ctx); err != nil {
 			return nil, err
 		}
-		w.res = res
-		n := len(w.keys)
-		arena := newKeyArena(len(sizes), maxLen(w.fields))
-		for fi, f := range w.fields {
-			var (
-				gens map[string]uint64
-				gen  uint64
-			)
-			for i := range n {
-				if i == 0 || !sameMap(res[i].Gens, gens) {
-					gens = res[i].Gens // often one map for many rows
-					gen = gens[f]
-				}
-				arena.add(res[i].Index, f, gen)
-				w.infos[fi*n+i].Gen = gen
-			}
-		}
-		w.skeys = arena.keys()
 		if w.c.allocator == nil {
 			return codec.HeapAllocator(sizes)
 		}
@@ -329,6 +319,98 @@ func (w *write) alloc(ctx context.Context) codec.Allocator {
 		}
 		return bufs, nil
 	}
+}
+
+// reserve prepares the rows (indexes and generations) and names the
+// storage keys of every cell. It is the first step that changes state.
+func (w *write) reserve(ctx context.Context) error {
+	res, err := w.c.meta.Prepare(ctx, w.partition, w.keys, w.fields)
+	if err != nil {
+		return err
+	}
+	w.res = res
+	n := len(w.keys)
+	arena := newKeyArena(len(w.infos), maxLen(w.fields))
+	for fi, f := range w.fields {
+		var (
+			gens map[string]uint64
+			gen  uint64
+		)
+		for i := range n {
+			if i == 0 || !sameMap(res[i].Gens, gens) {
+				gens = res[i].Gens // often one map for many rows
+				gen = gens[f]
+			}
+			arena.add(res[i].Index, f, gen)
+			w.infos[fi*n+i].Gen = gen
+		}
+	}
+	w.skeys = arena.keys()
+	return nil
+}
+
+// splitCells returns each cell's codec prefix and data when every value is
+// a bare tensor (ok false otherwise), so that an engine that stores values
+// in two parts (backends.SplitWriter) gets the caller's tensor rows as
+// they are: no packing copy. Cells of one dtype and shape share a prefix.
+// An invalid tensor is a *codec.ObjectError, as the packer reports it.
+func splitCells(values []any) (heads, bodies [][]byte, ok bool, _ error) {
+	heads, bodies = make([][]byte, len(values)), make([][]byte, len(values))
+	var (
+		prefix []byte
+		dt     codec.DType
+		shape  []int64
+		size   int
+	)
+	for i, v := range values {
+		var t codec.Tensor
+		switch x := v.(type) {
+		case codec.Tensor:
+			t = x
+		case *codec.Tensor:
+			if x == nil {
+				return nil, nil, false, nil
+			}
+			t = *x
+		default:
+			return nil, nil, false, nil
+		}
+		if prefix == nil || t.DType != dt || !slices.Equal(t.Shape, shape) {
+			p, n, err := codec.TensorPrefix(t.DType, t.Shape)
+			if err != nil {
+				return nil, nil, false, &codec.ObjectError{Index: i, Err: err}
+			}
+			prefix, dt, shape, size = p, t.DType, t.Shape, n
+		}
+		if len(t.Data) != size {
+			err := t.Validate()
+			if err == nil {
+				err = codec.ErrShapeMismatch
+			}
+			return nil, nil, false, &codec.ObjectError{Index: i, Err: err}
+		}
+		heads[i], bodies[i] = prefix, t.Data
+	}
+	return heads, bodies, true, nil
+}
+
+// runSplit is the rest of run for cells given as prefix and data.
+func (w *write) runSplit(ctx context.Context, heads, bodies [][]byte) error {
+	if err := w.reserve(ctx); err != nil {
+		return err
+	}
+	w.wrote = true
+	err := forChunks(ctx, len(heads), w.c.opts.keysLimit, w.c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+		return w.c.splitWriter.PutSplit(ctx, w.skeys[lo:hi], heads[lo:hi], bodies[lo:hi])
+	})
+	if err != nil {
+		w.rollback(err)
+		return err
+	}
+	if err := w.commit(ctx); err != nil {
+		return w.commitFailed(err)
+	}
+	return nil
 }
 
 // writeData publishes the staged chunks, or puts the packed buffers in

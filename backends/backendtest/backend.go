@@ -52,6 +52,7 @@ var dataTests = []struct {
 	{"AllocateTwoStaged", testAllocateTwoStaged},
 	{"Tagged", testTagged},
 	{"SplitRead", testSplitRead},
+	{"SplitWrite", testSplitWrite},
 	{"Closed", testClosed},
 }
 

@@ -14,7 +14,7 @@ import (
 type Op int
 
 const (
-	OpPut      Op = iota // Backend.Put and TaggedWriter.PutTagged
+	OpPut      Op = iota // Backend.Put, TaggedWriter.PutTagged and SplitWriter.PutSplit
 	OpGet                // Backend.Get, TaggedReader.GetTagged and SplitReader.GetSplit
 	OpDelete             // Backend.Delete and TaggedDeleter.DeleteTagged
 	OpAllocate           // Allocator.Allocate
@@ -204,35 +204,19 @@ func (f *Faulty) begin(ctx context.Context, op Op, n int) (*fault, error) {
 // Wrap returns inner with every call counted, delayed and failed as f
 // says (a nil f is a fresh Faulty nobody configures). The result implements
 // exactly the optional interfaces of package backends that inner does
-// (Allocator, TaggedWriter, TaggedReader, TaggedDeleter; SplitReader when
-// inner has no other than Allocator, as the engines that read into caller
-// memory have), and the Staged values its Allocate returns are TagReporters
-// exactly when inner's are. GetSplit counts and fails as Get. One Faulty
-// may wrap several backends; it then counts their calls together.
+// (Allocator, TaggedWriter, TaggedReader, TaggedDeleter; SplitReader and
+// SplitWriter when inner has no tagged interface, as the engines that have
+// them do), and the Staged values its Allocate returns are TagReporters
+// exactly when inner's are. GetSplit counts and fails as Get, PutSplit as
+// Put. One Faulty may wrap several backends; it then counts their calls
+// together.
 func Wrap(inner backends.Backend, f *Faulty) backends.Backend {
 	if f == nil {
 		f = new(Faulty)
 	}
 	c := &core{f: f, inner: inner}
-	if sr, ok := inner.(backends.SplitReader); ok {
-		s := splitReader{c, sr}
-		_, w := inner.(backends.TaggedWriter)
-		_, r := inner.(backends.TaggedReader)
-		_, d := inner.(backends.TaggedDeleter)
-		switch a, isA := inner.(backends.Allocator); {
-		case w || r || d:
-		case isA:
-			return struct {
-				backends.Backend
-				backends.Allocator
-				backends.SplitReader
-			}{c, allocator{c, a}, s}
-		default:
-			return struct {
-				backends.Backend
-				backends.SplitReader
-			}{c, s}
-		}
+	if b := wrapSplit(c, inner); b != nil {
+		return b
 	}
 	var (
 		a allocator
@@ -522,6 +506,83 @@ func (r taggedReader) GetTagged(ctx context.Context, keys, tags []string) ([][]b
 		return nil, ft.err
 	}
 	return r.inner.GetTagged(ctx, keys, tags)
+}
+
+// wrapSplit wraps an inner backend that has SplitReader or SplitWriter
+// and no tagged interface, or returns nil.
+func wrapSplit(c *core, inner backends.Backend) backends.Backend {
+	_, w := inner.(backends.TaggedWriter)
+	_, r := inner.(backends.TaggedReader)
+	_, d := inner.(backends.TaggedDeleter)
+	ir, isR := inner.(backends.SplitReader)
+	iw, isW := inner.(backends.SplitWriter)
+	if w || r || d || !isR && !isW {
+		return nil
+	}
+	ia, isA := inner.(backends.Allocator)
+	type (
+		B  = backends.Backend
+		A  = backends.Allocator
+		SR = backends.SplitReader
+		SW = backends.SplitWriter
+	)
+	a, sr, sw := allocator{c, ia}, splitReader{c, ir}, splitWriter{c, iw}
+	switch {
+	case isA && isR && isW:
+		return struct {
+			B
+			A
+			SR
+			SW
+		}{c, a, sr, sw}
+	case isA && isR:
+		return struct {
+			B
+			A
+			SR
+		}{c, a, sr}
+	case isA:
+		return struct {
+			B
+			A
+			SW
+		}{c, a, sw}
+	case isR && isW:
+		return struct {
+			B
+			SR
+			SW
+		}{c, sr, sw}
+	case isR:
+		return struct {
+			B
+			SR
+		}{c, sr}
+	default:
+		return struct {
+			B
+			SW
+		}{c, sw}
+	}
+}
+
+type splitWriter struct {
+	c     *core
+	inner backends.SplitWriter
+}
+
+func (w splitWriter) PutSplit(ctx context.Context, keys []string, heads, bodies [][]byte) error {
+	ft, err := w.c.f.begin(ctx, OpPut, len(keys))
+	if err != nil {
+		return err
+	}
+	if ft != nil {
+		if len(heads) != len(bodies) {
+			return fmt.Errorf("%w: %d heads, %d bodies", backends.ErrInvalid, len(heads), len(bodies))
+		}
+		return ft.putThrough(func(n int) error { return w.inner.PutSplit(ctx, keys[:n], heads[:n], bodies[:n]) }, keys, len(heads))
+	}
+	return w.inner.PutSplit(ctx, keys, heads, bodies)
 }
 
 type splitReader struct {

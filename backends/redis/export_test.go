@@ -9,3 +9,13 @@ func WithClusterSafe() Option {
 		return nil
 	}
 }
+
+// WithRoundHook runs f after each round that GetSplit ("get") or PutSplit
+// ("set") completes on its own connections, which go-redis hooks do not
+// see.
+func WithRoundHook(f func(op string)) Option {
+	return func(o *options) error {
+		o.roundHook = f
+		return nil
+	}
+}

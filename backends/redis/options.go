@@ -36,6 +36,9 @@ type options struct {
 	ioDepth         int
 	addr            string // for error messages; "" means ask the client
 	clusterSafe     bool   // force the cluster-safe (two-step) metadata path
+	// roundHook, when set (tests), runs after each round GetSplit or
+	// PutSplit sends on its own connections: "get" or "set".
+	roundHook func(op string)
 }
 
 func defaultOptions() options {

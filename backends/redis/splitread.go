@@ -49,7 +49,11 @@ func (s *Store) GetSplit(ctx context.Context, keys []string, dst []backends.Spli
 	}
 	rounds = append(rounds, span{lo, len(dst)})
 	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
-		return raw.mget(ctx, dk[r.lo:r.hi], dst[r.lo:r.hi])
+		err := raw.mget(ctx, dk[r.lo:r.hi], dst[r.lo:r.hi])
+		if err == nil && s.opts.roundHook != nil {
+			s.opts.roundHook("get")
+		}
+		return err
 	})
 	return s.wrap(ctx, "get", err)
 }
@@ -120,20 +124,50 @@ func (p *rawConns) close() {
 	p.idle = nil
 }
 
-func (p *rawConns) get(ctx context.Context) (*rawConn, error) {
+// get returns an idle connection (reused true) or, when there is none or
+// fresh is set, a new one.
+func (p *rawConns) get(ctx context.Context, fresh bool) (_ *rawConn, reused bool, _ error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, backends.ErrClosed
+		return nil, false, backends.ErrClosed
 	}
-	if n := len(p.idle); n > 0 {
+	if n := len(p.idle); n > 0 && !fresh {
 		c := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		return c, nil
+		return c, true, nil
 	}
 	p.mu.Unlock()
-	return p.dial(ctx)
+	c, err := p.dial(ctx)
+	return c, false, err
+}
+
+// do runs one request on a connection of the pool. A connection that sat
+// idle may have been closed by the server (a restart, an idle timeout):
+// if the request fails on one with a network error, it runs once more on
+// a new connection. Both requests the pool sends (MGET, SETs of the same
+// values) may safely run twice.
+func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
+	for attempt := 0; ; attempt++ {
+		c, reused, err := p.get(ctx, attempt > 0)
+		if err != nil {
+			return err
+		}
+		// A cancelled ctx must interrupt a blocked read: move the deadline.
+		stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+		err = f(c)
+		if stop() && err == nil {
+			p.put(c)
+			return nil
+		}
+		c.Close() // its deadline was moved, or its reply stream is unknown
+		var se serverError
+		if err != nil && reused && attempt == 0 && ctx.Err() == nil && !errors.As(err, &se) {
+			continue
+		}
+		return err
+	}
 }
 
 // put returns c to the pool; a connection whose last request failed must
@@ -276,19 +310,7 @@ func (c *rawConn) header(kind byte) (int, error) {
 
 // mget reads keys with one MGET into dst.
 func (p *rawConns) mget(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	c, err := p.get(ctx)
-	if err != nil {
-		return err
-	}
-	// A cancelled ctx must interrupt a blocked read: move the deadline.
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	err = c.mget(ctx, p.opt, keys, dst)
-	if !stop() || err != nil {
-		c.Close()
-		return err
-	}
-	p.put(c)
-	return nil
+	return p.do(ctx, func(c *rawConn) error { return c.mget(ctx, p.opt, keys, dst) })
 }
 
 func (c *rawConn) mget(ctx context.Context, opt *goredis.Options, keys []string, dst []backends.SplitValue) error {

@@ -32,6 +32,11 @@ func (s *countingStore) Get(ctx context.Context, keys []string) ([][]byte, error
 	return s.Store.Get(ctx, keys)
 }
 
+func (s *countingStore) PutSplit(ctx context.Context, keys []string, heads, bodies [][]byte) error {
+	s.staged.Add(int64(len(keys)))
+	return s.Store.PutSplit(ctx, keys, heads, bodies)
+}
+
 func (s *countingStore) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
 	s.read.Add(int64(len(keys)))
 	return s.Store.GetSplit(ctx, keys, dst)

@@ -1,0 +1,133 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+var _ backends.SplitWriter = (*Store)(nil)
+
+// bigBody is the body size from which PutSplit hands a body to the kernel
+// as its own buffer (writev) rather than copying it into the request: below
+// it a copy costs less than an extra iovec.
+const bigBody = 16 << 10
+
+// PutSplit implements backends.SplitWriter. On a standalone server it
+// sends pipelined SETs on connections of its own, writing each value's
+// head and body from the caller's memory with writev, where go-redis would
+// need them joined into one buffer and then copies that into its own
+// write buffer. On a Cluster it joins them and uses Put.
+func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]byte) error {
+	if err := s.check(ctx, keys, len(heads)); err != nil {
+		return err
+	}
+	if len(bodies) != len(keys) {
+		return fmt.Errorf("%w: %d keys, %d bodies", backends.ErrInvalid, len(keys), len(bodies))
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	raw := s.rawPool()
+	if raw == nil {
+		vals := make([][]byte, len(keys))
+		for i := range vals {
+			vals[i] = append(append(make([]byte, 0, len(heads[i])+len(bodies[i])), heads[i]...), bodies[i]...)
+		}
+		return s.Put(ctx, keys, vals)
+	}
+	dk := s.dataKeys(keys)
+	var rounds []span
+	lo, bytes := 0, 0
+	for i := range keys {
+		n := len(heads[i]) + len(bodies[i])
+		if i > lo && (i-lo >= s.opts.roundKeys || bytes+n > s.opts.writeRoundBytes) {
+			rounds = append(rounds, span{lo, i})
+			lo, bytes = i, 0
+		}
+		bytes += n
+	}
+	rounds = append(rounds, span{lo, len(keys)})
+	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
+		err := raw.set(ctx, dk[r.lo:r.hi], heads[r.lo:r.hi], bodies[r.lo:r.hi])
+		if err == nil && s.opts.roundHook != nil {
+			s.opts.roundHook("set")
+		}
+		return err
+	})
+	return s.wrap(ctx, "put", err)
+}
+
+// set writes one pipelined round of SETs and reads its replies.
+func (p *rawConns) set(ctx context.Context, keys []string, heads, bodies [][]byte) error {
+	return p.do(ctx, func(c *rawConn) error { return c.set(ctx, p.opt, keys, heads, bodies) })
+}
+
+func (c *rawConn) set(ctx context.Context, opt *goredis.Options, keys []string, heads, bodies [][]byte) error {
+	c.deadline(ctx, opt)
+	// The request: small pieces go into c.cmd, big bodies stay where they
+	// are; segs records, in order, which is which (ends into c.cmd, or a
+	// body's index as -1-i).
+	b := c.cmd[:0]
+	var segs []int
+	for i, k := range keys {
+		b = append(b, "*3\r\n$3\r\nSET\r\n"...)
+		b = appendBulkHeader(b, len(k))
+		b = append(b, k...)
+		b = append(b, '\r', '\n')
+		b = appendBulkHeader(b, len(heads[i])+len(bodies[i]))
+		b = append(b, heads[i]...)
+		if len(bodies[i]) >= bigBody {
+			segs = append(segs, len(b), -1-i)
+		} else {
+			b = append(b, bodies[i]...)
+		}
+		b = append(b, '\r', '\n')
+	}
+	c.cmd = b
+	var err error
+	if segs == nil {
+		_, err = c.Write(b)
+	} else {
+		bufs := make(net.Buffers, 0, len(segs)+1)
+		from := 0
+		for j := 0; j < len(segs); j += 2 {
+			bufs = append(bufs, b[from:segs[j]], bodies[-1-segs[j+1]])
+			from = segs[j]
+		}
+		bufs = append(bufs, b[from:])
+		_, err = bufs.WriteTo(c.Conn)
+	}
+	if err != nil {
+		return err
+	}
+	// Every reply is read, so the connection stays in step; the first
+	// error is returned.
+	var first error
+	for range keys {
+		l, err := c.line()
+		switch {
+		case err == nil && string(l) != "+OK":
+			err = fmt.Errorf("%w: SET replied %q", ErrCorrupt, l)
+		case err != nil:
+			if _, isServer := err.(serverError); !isServer {
+				return err // the stream is broken
+			}
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func appendBulkHeader(b []byte, n int) []byte {
+	b = append(b, '$')
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, '\r', '\n')
+}
