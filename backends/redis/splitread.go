@@ -175,7 +175,7 @@ func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
 func (p *rawConns) put(c *rawConn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.idle) >= p.maxIdle || cap(c.cmd) > 1<<20 {
+	if p.closed || len(p.idle) >= p.maxIdle || cap(c.cmd) > maxRequestBuffer {
 		c.Close()
 		return
 	}
@@ -355,3 +355,9 @@ func (c *rawConn) mget(ctx context.Context, opt *goredis.Options, keys []string,
 	}
 	return nil
 }
+
+// maxRequestBuffer bounds the request buffer an idle connection keeps: a
+// write round copies values under bigBody into it, up to about the write
+// round size (1 MiB by default) and its headers; one much larger is let go
+// rather than pinned.
+const maxRequestBuffer = 8 << 20
