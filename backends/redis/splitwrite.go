@@ -14,9 +14,11 @@ import (
 var _ backends.SplitWriter = (*Store)(nil)
 
 // bigBody is the body size from which PutSplit hands a body to the kernel
-// as its own buffer (writev) rather than copying it into the request: below
-// it a copy costs less than an extra iovec.
-const bigBody = 16 << 10
+// as its own buffer (writev) rather than copying it into the request.
+// Measured with 1024 values: at 8 KiB, writev of every body took 7.2-8.9
+// ms against 8.2-10.3 with copies (and 7.5-9.2 through go-redis); at
+// 512 B either way took about 1.4 ms.
+const bigBody = 1 << 10
 
 // PutSplit implements backends.SplitWriter. On a standalone server it
 // sends pipelined SETs on connections of its own, writing each value's
