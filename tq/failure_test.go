@@ -22,6 +22,7 @@ func TestFailedPutLeavesNoTrace(t *testing.T) {
 	type failCase struct {
 		name  string
 		alloc bool
+		split bool // the engine has PutSplit
 		opts  []tq.Option
 		fault func(f *backendtest.Faulty)  // set just before the failing put
 		hook  func(cancel func()) hookFunc // armed for the failing put only
@@ -68,6 +69,16 @@ func TestFailedPutLeavesNoTrace(t *testing.T) {
 		{name: "context cancelled at 2nd publish", alloc: true, opts: serial, hook: cancelAt("publish", 2), want: context.Canceled},
 		{name: "context cancelled after the data, before commit", meta: func(m *metaSpy, cancel func()) { m.beforeCommit = cancel }, want: context.Canceled},
 	}
+	// Each case without an allocator also runs on an engine with PutSplit:
+	// the tensor column goes unpacked, the values column packed.
+	for _, tc := range cases {
+		if !tc.alloc {
+			split := tc
+			split.name += ", split"
+			split.split = true
+			cases = append(cases, split)
+		}
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -86,7 +97,11 @@ func TestFailedPutLeavesNoTrace(t *testing.T) {
 			s := newSpy(hook)
 			ms := newMetaSpy()
 			f := new(backendtest.Faulty)
-			c := newClient(t, backendtest.Wrap(s.backend(tc.alloc), f), ms, tc.opts...)
+			b := s.backend(tc.alloc)
+			if tc.split {
+				b = splitSpy{s}
+			}
+			c := newClient(t, backendtest.Wrap(b, f), ms, tc.opts...)
 
 			// Two existing rows with x and a tag.
 			old := []string{"old0", "old1"}

@@ -135,6 +135,7 @@ func (w *write) tagsOnly(ctx context.Context) error {
 }
 
 func (w *write) run(ctx context.Context, batch Batch) error {
+	nSplit := w.orderFields(batch) * len(w.keys)
 	n, nf := len(w.keys), len(w.fields)
 	values := make([]any, 0, n*nf)
 	w.infos = make([]backends.FieldInfo, 0, n*nf)
@@ -154,27 +155,37 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 			w.infos = append(w.infos, info)
 		}
 	}
-	if w.c.splitWriter != nil {
-		heads, bodies, ok, err := splitCells(values)
-		if err != nil {
+	// Cells [0, nSplit) go to the engine as prefix and data, the rest are
+	// packed. Everything is validated before reserve changes any state.
+	var heads, bodies [][]byte
+	if nSplit > 0 {
+		var err error
+		if heads, bodies, err = splitCells(values[:nSplit]); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, w.nameCell(err))
 		}
-		if ok {
-			return w.runSplit(ctx, heads, bodies)
-		}
 	}
-	bufs, err := w.c.packer.BatchEncodeInto(values, w.alloc(ctx))
-	if err != nil {
-		w.discard()
-		if errors.Is(err, codec.ErrAlloc) {
-			return unwrapAlloc(err)
+	var bufs [][]byte
+	if nSplit < len(values) {
+		var err error
+		bufs, err = w.c.packer.BatchEncodeInto(values[nSplit:], w.alloc(ctx, nSplit))
+		if err != nil {
+			w.discard()
+			if errors.Is(err, codec.ErrAlloc) {
+				return unwrapAlloc(err)
+			}
+			if errors.Is(err, codec.ErrClosed) {
+				return ErrClosed // Close ran after this call's check
+			}
+			var oe *codec.ObjectError
+			if errors.As(err, &oe) {
+				oe.Index += nSplit // the cell's place among all of them
+			}
+			return fmt.Errorf("%w: %w", ErrInvalid, w.nameCell(err))
 		}
-		if errors.Is(err, codec.ErrClosed) {
-			return ErrClosed // Close ran after this call's check
-		}
-		return fmt.Errorf("%w: %w", ErrInvalid, w.nameCell(err))
+	} else if err := w.reserve(ctx); err != nil {
+		return err
 	}
-	if err := w.writeData(ctx, bufs); err != nil {
+	if err := w.writeData(ctx, heads, bodies, bufs); err != nil {
 		w.rollback(err)
 		return err
 	}
@@ -182,6 +193,31 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 		return w.commitFailed(err)
 	}
 	return nil
+}
+
+// orderFields puts the fields whose every cell is a tensor first, when the
+// engine stores values in two parts (backends.SplitWriter), and returns
+// how many there are: their cells go as the codec's prefix and the
+// caller's rows, with no packing copy (see splitCells).
+func (w *write) orderFields(batch Batch) int {
+	if w.c.splitWriter == nil {
+		return 0
+	}
+	tensors := func(f string) bool { k := batch[f].kind; return k == KindStacked || k == KindJagged }
+	fields := make([]string, 0, len(w.fields))
+	for _, f := range w.fields {
+		if tensors(f) {
+			fields = append(fields, f)
+		}
+	}
+	nSplit := len(fields)
+	for _, f := range w.fields {
+		if !tensors(f) {
+			fields = append(fields, f)
+		}
+	}
+	w.fields = fields
+	return nSplit
 }
 
 // commitFailed decides what a failed Commit means. Only a timeout leaves
@@ -290,7 +326,7 @@ func unwrapAlloc(err error) error {
 // so this is the first moment that changes state. It reserves indexes and
 // generations, names the storage keys, and takes buffers from the backend
 // when it allocates (zero-copy) or from the heap.
-func (w *write) alloc(ctx context.Context) codec.Allocator {
+func (w *write) alloc(ctx context.Context, off int) codec.Allocator {
 	return func(sizes []int) ([][]byte, error) {
 		if err := w.reserve(ctx); err != nil {
 			return nil, err
@@ -298,9 +334,10 @@ func (w *write) alloc(ctx context.Context) codec.Allocator {
 		if w.c.allocator == nil {
 			return codec.HeapAllocator(sizes)
 		}
+		skeys := w.skeys[off:] // the packed cells'
 		limit := w.c.opts.keysLimit
 		if len(sizes) <= limit {
-			st, err := w.c.allocator.Allocate(ctx, w.skeys, sizes)
+			st, err := w.c.allocator.Allocate(ctx, skeys, sizes)
 			if err != nil {
 				return nil, err
 			}
@@ -310,7 +347,7 @@ func (w *write) alloc(ctx context.Context) codec.Allocator {
 		bufs := make([][]byte, 0, len(sizes))
 		for lo := 0; lo < len(sizes); lo += limit {
 			hi := min(lo+limit, len(sizes))
-			st, err := w.c.allocator.Allocate(ctx, w.skeys[lo:hi], sizes[lo:hi])
+			st, err := w.c.allocator.Allocate(ctx, skeys[lo:hi], sizes[lo:hi])
 			if err != nil {
 				return nil, err
 			}
@@ -349,12 +386,13 @@ func (w *write) reserve(ctx context.Context) error {
 	return nil
 }
 
-// splitCells returns each cell's codec prefix and data when every value is
-// a bare tensor (ok false otherwise), so that an engine that stores values
-// in two parts (backends.SplitWriter) gets the caller's tensor rows as
-// they are: no packing copy. Cells of one dtype and shape share a prefix.
-// An invalid tensor is a *codec.ObjectError, as the packer reports it.
-func splitCells(values []any) (heads, bodies [][]byte, ok bool, _ error) {
+// splitCells returns each cell's codec prefix and data, so that an engine
+// that stores values in two parts (backends.SplitWriter) gets the caller's
+// tensor rows as they are: no packing copy. Every value is a tensor (the
+// cells of stacked and jagged columns); cells of one dtype and shape share
+// a prefix. An invalid tensor is a *codec.ObjectError, as the packer
+// reports it.
+func splitCells(values []any) (heads, bodies [][]byte, _ error) {
 	heads, bodies = make([][]byte, len(values)), make([][]byte, len(values))
 	var (
 		prefix []byte
@@ -369,16 +407,16 @@ func splitCells(values []any) (heads, bodies [][]byte, ok bool, _ error) {
 			t = x
 		case *codec.Tensor:
 			if x == nil {
-				return nil, nil, false, nil
+				return nil, nil, &codec.ObjectError{Index: i, Err: fmt.Errorf("%w: nil *Tensor in a tensor column", codec.ErrUnsupportedType)}
 			}
 			t = *x
 		default:
-			return nil, nil, false, nil
+			return nil, nil, &codec.ObjectError{Index: i, Err: fmt.Errorf("%w: %T in a tensor column", codec.ErrUnsupportedType, v)}
 		}
 		if prefix == nil || t.DType != dt || !slices.Equal(t.Shape, shape) {
 			p, n, err := codec.TensorPrefix(t.DType, t.Shape)
 			if err != nil {
-				return nil, nil, false, &codec.ObjectError{Index: i, Err: err}
+				return nil, nil, &codec.ObjectError{Index: i, Err: err}
 			}
 			prefix, dt, shape, size = p, t.DType, t.Shape, n
 		}
@@ -387,61 +425,52 @@ func splitCells(values []any) (heads, bodies [][]byte, ok bool, _ error) {
 			if err == nil {
 				err = codec.ErrShapeMismatch
 			}
-			return nil, nil, false, &codec.ObjectError{Index: i, Err: err}
+			return nil, nil, &codec.ObjectError{Index: i, Err: err}
 		}
 		heads[i], bodies[i] = prefix, t.Data
 	}
-	return heads, bodies, true, nil
+	return heads, bodies, nil
 }
 
-// runSplit is the rest of run for cells given as prefix and data.
-func (w *write) runSplit(ctx context.Context, heads, bodies [][]byte) error {
-	if err := w.reserve(ctx); err != nil {
-		return err
-	}
-	w.wrote = true
-	err := forChunks(ctx, len(heads), w.c.opts.keysLimit, w.c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
-		return w.c.splitWriter.PutSplit(ctx, w.skeys[lo:hi], heads[lo:hi], bodies[lo:hi])
-	})
-	if err != nil {
-		w.rollback(err)
-		return err
-	}
-	if err := w.commit(ctx); err != nil {
-		return w.commitFailed(err)
-	}
-	return nil
-}
-
-// writeData publishes the staged chunks, or puts the packed buffers in
-// chunks of KeysLimit, IODepth chunks in flight.
-func (w *write) writeData(ctx context.Context, bufs [][]byte) error {
+// writeData writes the cells: those given as prefix and data (heads,
+// bodies: the first len(heads) cells) with PutSplit, then the packed ones
+// (bufs: the rest) by publishing the staged chunks or putting the buffers;
+// in chunks of KeysLimit, IODepth chunks in flight.
+func (w *write) writeData(ctx context.Context, heads, bodies, bufs [][]byte) error {
 	w.wrote = true
 	limit, depth := w.c.opts.keysLimit, w.c.opts.ioDepth
+	if len(heads) > 0 {
+		err := forChunks(ctx, len(heads), limit, depth, func(ctx context.Context, lo, hi int) error {
+			return w.c.splitWriter.PutSplit(ctx, w.skeys[lo:hi], heads[lo:hi], bodies[lo:hi])
+		})
+		if err != nil {
+			return err
+		}
+	}
+	off := len(heads)
 	if w.staged != nil {
-		err := forChunks(ctx, len(bufs), limit, depth, func(ctx context.Context, lo, hi int) error {
+		return forChunks(ctx, len(bufs), limit, depth, func(ctx context.Context, lo, hi int) error {
 			st := w.staged[lo/limit]
 			if err := st.Publish(ctx); err != nil {
 				return err // rollback Discards it: a failed Publish still holds its buffers
 			}
 			w.staged[lo/limit] = nil // published: nothing left to Discard (chunks touch disjoint slots)
 			if tr, ok := st.(backends.TagReporter); ok {
-				w.setTags(lo, tr.Tags())
+				w.setTags(off+lo, tr.Tags())
 			}
 			return nil
 		})
-		return err
 	}
 	return forChunks(ctx, len(bufs), limit, depth, func(ctx context.Context, lo, hi int) error {
 		if w.c.taggedWriter != nil {
-			tags, err := w.c.taggedWriter.PutTagged(ctx, w.skeys[lo:hi], bufs[lo:hi])
+			tags, err := w.c.taggedWriter.PutTagged(ctx, w.skeys[off+lo:off+hi], bufs[lo:hi])
 			if err != nil {
 				return err
 			}
-			w.setTags(lo, tags)
+			w.setTags(off+lo, tags)
 			return nil
 		}
-		return w.c.data.Put(ctx, w.skeys[lo:hi], bufs[lo:hi])
+		return w.c.data.Put(ctx, w.skeys[off+lo:off+hi], bufs[lo:hi])
 	})
 }
 
