@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/codec"
 	"github.com/tqgo/tqgo/tq"
 )
 
-// The memory engine reads into caller memory, so BatchGet stacks tensor
+// On an engine that reads into caller memory, BatchGet stacks tensor
 // columns straight from it; these tests put cells there that tq did not
 // write the usual way, and check the read still returns what they hold.
 
@@ -37,7 +38,8 @@ func alternativeEncoding(vals []float32) []byte {
 
 func TestStackedReadOtherEncodings(t *testing.T) {
 	ctx := t.Context()
-	c, st := memClient(t)
+	st := memory.New()
+	c := newClient(t, splitMem{st}, nil)
 	keys := []string{"a", "b", "c"}
 	rows := [][]float32{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}
 	if err := c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.JaggedOf(rows)}, nil); err != nil {

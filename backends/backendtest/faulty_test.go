@@ -504,14 +504,15 @@ func TestFaultyConcurrent(t *testing.T) {
 	}
 }
 
-// TestWrapSplitReader: a wrapped engine that reads into caller memory still
-// does, and GetSplit is counted and failed as a Get.
+// TestWrapSplitReader: a wrapped engine that reads into or writes from
+// caller memory still does, and GetSplit is counted and failed as a Get.
 func TestWrapSplitReader(t *testing.T) {
 	var f backendtest.Faulty
-	b := backendtest.Wrap(memory.New(), &f)
+	b := backendtest.Wrap(splitMem{memory.New()}, &f)
 	sr, isS := b.(backends.SplitReader)
-	if _, isA := b.(backends.Allocator); !isS || !isA {
-		t.Fatalf("wrapped memory engine: SplitReader %t, Allocator %t; want both", isS, isA)
+	_, isW := b.(backends.SplitWriter)
+	if _, isA := b.(backends.Allocator); !isS || !isA || !isW {
+		t.Fatalf("wrapped engine: SplitReader %t, SplitWriter %t, Allocator %t; want all", isS, isW, isA)
 	}
 	ctx := t.Context()
 	keys := keysN(t.Name(), 1)
@@ -530,4 +531,26 @@ func TestWrapSplitReader(t *testing.T) {
 	if got := f.Calls(backendtest.OpGet); got != 2 {
 		t.Errorf("GetSplit counted %d times as Get, want 2", got)
 	}
+}
+
+// splitMem is the memory engine with a SplitReader, copying from Get.
+type splitMem struct{ *memory.Store }
+
+func (m splitMem) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
+	vals, err := m.Get(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for i, v := range vals {
+		d := &dst[i]
+		d.Found, d.Other = v != nil, nil
+		switch {
+		case v == nil:
+		case len(v) == len(d.Head)+len(d.Body):
+			copy(d.Body, v[copy(d.Head, v):])
+		default:
+			d.Other = v
+		}
+	}
+	return nil
 }

@@ -37,11 +37,6 @@ func (s *countingStore) PutSplit(ctx context.Context, keys []string, heads, bodi
 	return s.Store.PutSplit(ctx, keys, heads, bodies)
 }
 
-func (s *countingStore) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	s.read.Add(int64(len(keys)))
-	return s.Store.GetSplit(ctx, keys, dst)
-}
-
 func newCountingClient(t *testing.T) (*tq.Client, *countingStore) {
 	t.Helper()
 	st := &countingStore{Store: memory.New()}
