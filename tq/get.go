@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"unsafe"
 
@@ -136,14 +137,59 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 			}
 		}
 	}
-	out := make(Batch, len(fields))
+	var st *stackRead
 	if c.splitReader != nil {
-		rest, err := c.readStacked(ctx, c.splitReader, partition, rows, fields, out)
-		if err != nil || len(rest) == 0 {
-			return out, err
-		}
-		fields = rest
+		st, fields = planStacked(rows, fields)
 	}
+	if st == nil {
+		return c.readCells(ctx, partition, rows, fields)
+	}
+	// The fields known to stack are read into their columns while the
+	// others are read the general way: two requests in flight, not one
+	// after the other.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var other Batch
+	var otherErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if len(fields) > 0 {
+			if other, otherErr = c.readCells(ctx, partition, rows, fields); otherErr != nil {
+				cancel()
+			}
+		}
+	}()
+	err := c.fetchStacked(ctx, st)
+	if err != nil {
+		cancel()
+	}
+	<-done
+	if err == nil {
+		err = otherErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	out, rest, err := st.finish(partition, rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) > 0 {
+		// Cells that are not the tensors the metadata names: read those
+		// fields again the general way.
+		again, err := c.readCells(ctx, partition, rows, rest)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, again)
+	}
+	maps.Copy(out, other)
+	return out, nil
+}
+
+// readCells fetches and decodes the cells of fields of rows.
+func (c *Client) readCells(ctx context.Context, partition string, rows []*backends.Row, fields []string) (Batch, error) {
 	n := len(rows)
 	arena := newKeyArena(n*len(fields), maxLen(fields))
 	tags := make([]string, 0, n*len(fields))
@@ -200,6 +246,7 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 			return nil, &KeyError{Partition: partition, Key: rows[i%n].Key, Field: fields[i/n], Err: errVanished}
 		}
 	}
+	out := make(Batch, len(fields))
 	for fi, f := range fields {
 		col, err := decodeColumn(bufs[fi*n : (fi+1)*n])
 		if err != nil {

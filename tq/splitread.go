@@ -9,7 +9,7 @@ import (
 	"github.com/tqgo/tqgo/codec"
 )
 
-// readStacked reads the fields of rows that are known to stack straight
+// A stackRead reads the fields of rows that are known to stack straight
 // into their stacked tensors, when the engine reads into caller memory
 // (backends.SplitReader): a field stacks when the metadata says every row
 // holds a tensor of one dtype and shape. Each cell's bytes go from the
@@ -17,11 +17,16 @@ import (
 // second copy to stack them (that copy into fresh memory was most of a
 // large read's cost). The bytes before each cell's data are checked against
 // what the codec writes for that dtype and shape; a cell that differs is
-// decoded in full and checked the same way. It returns the columns it read
-// in out and the fields left for the general path: those not known to
-// stack, and those with a cell that does not decode to the tensor the
-// metadata names.
-func (c *Client) readStacked(ctx context.Context, sr backends.SplitReader, partition string, rows []*backends.Row, fields []string, out Batch) (rest []string, _ error) {
+// decoded in full and checked the same way.
+type stackRead struct {
+	plans []stackPlan
+	skeys []string
+	dst   []backends.SplitValue // per plan, per row
+}
+
+// planStacked returns the read of the fields of rows known to stack (nil:
+// none) and the other fields.
+func planStacked(rows []*backends.Row, fields []string) (_ *stackRead, rest []string) {
 	n := len(rows)
 	var plans []stackPlan
 	for _, f := range fields {
@@ -33,7 +38,7 @@ func (c *Client) readStacked(ctx context.Context, sr backends.SplitReader, parti
 		plans = append(plans, p)
 	}
 	if len(plans) == 0 {
-		return rest, nil
+		return nil, rest
 	}
 	arena := newKeyArena(n*len(plans), maxLen(fields))
 	dst := make([]backends.SplitValue, 0, n*len(plans))
@@ -47,18 +52,27 @@ func (c *Client) readStacked(ctx context.Context, sr backends.SplitReader, parti
 			dst = append(dst, backends.SplitValue{Head: heads[j*h : (j+1)*h : (j+1)*h], Body: p.out[j*p.size : (j+1)*p.size : (j+1)*p.size]})
 		}
 	}
-	skeys := arena.keys()
-	err := forChunks(ctx, len(skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
-		return sr.GetSplit(ctx, skeys[lo:hi], dst[lo:hi])
+	return &stackRead{plans: plans, skeys: arena.keys(), dst: dst}, rest
+}
+
+// fetchStacked reads the cells of s from the engine.
+func (c *Client) fetchStacked(ctx context.Context, s *stackRead) error {
+	return forChunks(ctx, len(s.skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+		return c.splitReader.GetSplit(ctx, s.skeys[lo:hi], s.dst[lo:hi])
 	})
-	if err != nil {
-		return nil, err
-	}
-	for i := range plans {
-		p := &plans[i]
-		ok, err := p.check(partition, rows, dst[i*n:(i+1)*n])
+}
+
+// finish checks what fetchStacked read and returns the stacked columns,
+// and the fields with a cell that is not the tensor the metadata names
+// (for the general path).
+func (s *stackRead) finish(partition string, rows []*backends.Row) (out Batch, rest []string, _ error) {
+	n := len(rows)
+	out = make(Batch, len(s.plans))
+	for i := range s.plans {
+		p := &s.plans[i]
+		ok, err := p.check(partition, rows, s.dst[i*n:(i+1)*n])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !ok {
 			rest = append(rest, p.field)
@@ -67,11 +81,10 @@ func (c *Client) readStacked(ctx context.Context, sr backends.SplitReader, parti
 		shape := append([]int64{int64(n)}, p.shape...)
 		out[p.field] = Column{kind: KindStacked, stacked: codec.Tensor{DType: p.dtype, Shape: shape, Data: p.out}}
 	}
-	slices.Sort(rest)
-	return rest, nil
+	return out, rest, nil
 }
 
-// stackPlan is one field read by readStacked.
+// stackPlan is one field of a stackRead.
 type stackPlan struct {
 	field  string
 	dtype  codec.DType
