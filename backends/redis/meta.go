@@ -620,6 +620,7 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 		ends := make([]int, n)
 		fresh := 0
 		var sigs sigCache
+		var fc fieldsCache
 		for j := range rows {
 			r := &rows[j]
 			u := &updates[r.ups[0]]
@@ -641,7 +642,7 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 			if err != nil {
 				return backends.CommitResult{}, m.s.wrap(ctx, "commit", err)
 			}
-			if buf, err = encodeEntry(buf, head, r.version+1, next); err != nil {
+			if buf, err = encodeEntry(buf, head, r.version+1, next, &fc); err != nil {
 				return backends.CommitResult{}, err
 			}
 			ends[j] = len(buf)

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
+	"unsafe"
 
 	"github.com/tinylib/msgp/msgp"
 
@@ -81,14 +84,46 @@ func entryHead(e []byte) ([]byte, error) {
 }
 
 // encodeEntry appends to b the entry of the committed row r at version v,
-// with head (index and signature) as the row's entry has it.
-func encodeEntry(b []byte, head []byte, v uint64, r *backends.Row) ([]byte, error) {
+// with head (index and signature) as the row's entry has it. Fields are
+// written in name order, so rows with equal fields have byte-equal field
+// sections (which rowDecoder shares); fc, if not nil, remembers the last
+// section encoded, for rows that share their Fields map.
+func encodeEntry(b []byte, head []byte, v uint64, r *backends.Row, fc *fieldsCache) ([]byte, error) {
 	b = append(b, head...)
 	b = binary.BigEndian.AppendUint64(b, v)
 	b = msgp.AppendArrayHeader(b, 3)
 	b = msgp.AppendString(b, r.Key)
-	b = msgp.AppendMapHeader(b, uint32(len(r.Fields)))
-	for f, fi := range r.Fields {
+	if fc != nil && fc.section != nil && sameMap(fc.fields, r.Fields) {
+		b = append(b, fc.section...)
+	} else {
+		start := len(b)
+		b = appendFields(b, r.Fields)
+		if fc != nil {
+			fc.fields, fc.section = r.Fields, append(fc.section[:0], b[start:]...)
+		}
+	}
+	b = msgp.AppendMapHeader(b, uint32(len(r.Tag)))
+	for k, v := range r.Tag {
+		b = msgp.AppendString(b, k)
+		var err error
+		if b, err = msgp.AppendIntf(b, v); err != nil {
+			return nil, fmt.Errorf("%w: tag %q: value of type %T: %v", backends.ErrInvalid, k, v, err)
+		}
+	}
+	return b, nil
+}
+
+// fieldsCache is the field section encodeEntry wrote last.
+type fieldsCache struct {
+	fields  map[string]backends.FieldInfo
+	section []byte
+}
+
+// appendFields appends the field section of a row, fields in name order.
+func appendFields(b []byte, fields map[string]backends.FieldInfo) []byte {
+	b = msgp.AppendMapHeader(b, uint32(len(fields)))
+	for _, f := range slices.Sorted(maps.Keys(fields)) {
+		fi := fields[f]
 		b = msgp.AppendString(b, f)
 		b = msgp.AppendArrayHeader(b, 4)
 		b = msgp.AppendString(b, fi.DType)
@@ -103,15 +138,13 @@ func encodeEntry(b []byte, head []byte, v uint64, r *backends.Row) ([]byte, erro
 		b = msgp.AppendUint64(b, fi.Gen)
 		b = msgp.AppendString(b, fi.BackendTag)
 	}
-	b = msgp.AppendMapHeader(b, uint32(len(r.Tag)))
-	for k, v := range r.Tag {
-		b = msgp.AppendString(b, k)
-		var err error
-		if b, err = msgp.AppendIntf(b, v); err != nil {
-			return nil, fmt.Errorf("%w: tag %q: value of type %T: %v", backends.ErrInvalid, k, v, err)
-		}
-	}
-	return b, nil
+	return b
+}
+
+// sameMap reports whether a and b are one map (not merely equal ones): a
+// map value is a pointer to the map's header.
+func sameMap[K comparable, V any](a, b map[K]V) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }
 
 // entryIndex is the index an entry begins with.
