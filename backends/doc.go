@@ -13,6 +13,12 @@
 //   - [TagReporter]: the engine reports an opaque tag per key on write (a
 //     strategy, in TransferQueue's words "custom backend meta"), which the
 //     metadata keeps and hands back through [TaggedReader] and [TaggedDeleter].
+//   - [SplitWriter] and [SplitReader]: the engine stores a value given as a
+//     head and a body, and reads a value straight into a head and a body of
+//     the caller's, so tq moves a tensor cell as the codec's prefix and the
+//     row of a stacked tensor, with no packing copy on the way out and no
+//     stacking copy on the way in (redis implements both, memory the
+//     writer: its Get is already zero-copy).
 //
 // Wrappers (metrics, fault injection) must pass these through; see
 // backendtest.Faulty for one that does.

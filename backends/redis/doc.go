@@ -60,6 +60,20 @@
 // of recycled memory rather than fresh heap, whose page faults cost more
 // than the network write of a 64 MiB batch.
 //
+// Tensor cells skip go-redis on a standalone server. The Store is a
+// backends.SplitWriter and SplitReader: tq hands it a tensor cell as the
+// codec's prefix and the row of the caller's tensor, and asks it to read a
+// cell's data straight into its row of the stacked column. go-redis can do
+// neither (it writes one buffer per value through its own write buffer, and
+// allocates every value it reads), so the Store keeps a few plain RESP2
+// connections of its own, dialled, authenticated and SELECTed as the
+// client's (through the client's Dialer, so TLS and Sentinel work), and
+// sends pipelined SETs (large values with writev, from the caller's memory)
+// and MGETs (values read into the caller's memory). A request that fails on
+// a connection that sat idle is sent once more on a new one (both are safe
+// to repeat). On a Cluster, or with an OnConnect hook or streaming
+// credentials, both go through go-redis with a copy.
+//
 // # Metadata
 //
 // Meta has exactly the semantics of backends/memory's MetaStore (the
