@@ -90,7 +90,10 @@ func (s *Store) rawPool() *rawConns {
 		if opt.Dialer == nil || opt.OnConnect != nil || opt.StreamingCredentialsProvider != nil {
 			return
 		}
-		s.raw = &rawConns{opt: opt, maxIdle: 2 * s.opts.ioDepth}
+		// As many connections as the client's pool may hold: the rounds
+		// of many concurrent calls each take one.
+		size := max(opt.PoolSize, 2*s.opts.ioDepth)
+		s.raw = &rawConns{opt: opt, maxIdle: size, slots: make(chan struct{}, size)}
 	})
 	return s.raw
 }
@@ -100,6 +103,7 @@ func (s *Store) rawPool() *rawConns {
 type rawConns struct {
 	opt     *goredis.Options
 	maxIdle int
+	slots   chan struct{} // one per connection in use: at most the client's pool size
 
 	mu     sync.Mutex // guards idle and closed
 	idle   []*rawConn
@@ -149,6 +153,12 @@ func (p *rawConns) get(ctx context.Context, fresh bool) (_ *rawConn, reused bool
 // a new connection. Both requests the pool sends (MGET, SETs of the same
 // values) may safely run twice.
 func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.slots }()
 	for attempt := 0; ; attempt++ {
 		c, reused, err := p.get(ctx, attempt > 0)
 		if err != nil {

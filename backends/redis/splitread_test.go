@@ -3,8 +3,12 @@ package redis_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -51,5 +55,72 @@ func TestSplitReadAuthDB(t *testing.T) {
 	err = bad.GetSplit(ctx, keys[:1], dst[:1])
 	if !errors.Is(err, redis.ErrAuth) || !strings.Contains(err.Error(), srv.Addr()) {
 		t.Fatalf("GetSplit with a wrong password: %v, want ErrAuth naming %s", err, srv.Addr())
+	}
+}
+
+// TestSplitConnectionsBounded: GetSplit and PutSplit from many goroutines
+// share at most pool_size connections of their own (beside go-redis's
+// pool), and all succeed.
+func TestSplitConnectionsBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	s := open(t, srv.URL()+"?prefix=bound&pool_size=2")
+	watch := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer watch.Close()
+	base, err := watch.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := strings.Count(base, "\n")
+
+	var most atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			if l, err := watch.ClientList(ctx).Result(); err == nil {
+				if n := int64(strings.Count(l, "\n") - before); n > most.Load() {
+					most.Store(n)
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keys := []string{fmt.Sprintf("w%d/a", w), fmt.Sprintf("w%d/b", w)}
+			head, body := []byte("h"), bytes.Repeat([]byte{byte(w)}, 64<<10)
+			for range 20 {
+				if err := s.PutSplit(ctx, keys, [][]byte{head, head}, [][]byte{body, body}); err != nil {
+					errs <- err
+					return
+				}
+				dst := []backends.SplitValue{{Head: make([]byte, 1), Body: make([]byte, len(body))}, {Head: make([]byte, 1), Body: make([]byte, len(body))}}
+				if err := s.GetSplit(ctx, keys, dst); err != nil || !bytes.Equal(dst[1].Body, body) {
+					errs <- fmt.Errorf("GetSplit: %v, body equal %t", err, bytes.Equal(dst[1].Body, body))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// The Store's own connections (2) and go-redis's pool (2), at most.
+	if got := most.Load(); got > 4 {
+		t.Errorf("up to %d connections while 16 goroutines read and wrote, want at most 4 with pool_size=2", got)
 	}
 }
