@@ -341,6 +341,9 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 // when the hash starts as a listpack and converts half way.
 const listpackGuard = "\xfftq:encoding"
 
+// guardValue is listpackGuard's value: longer than hash-max-listpack-value.
+var guardValue = strings.Repeat(".", 1024)
+
 // prepareFresh is Prepare into a partition that has no rows, the first
 // write of most partitions, with plain commands in a MULTI/EXEC guarded by
 // WATCH rather than the script (see commitFast for why). ok false: the
@@ -358,7 +361,31 @@ func (m *Meta) prepareFresh(ctx context.Context, partition string, pk partKeys, 
 		base = b
 	}
 	token := newToken()
-	var entries []string
+	if raw := m.s.rawPool(); raw != nil && !m.s.cluster {
+		b, ok, err := m.prepareFreshRaw(ctx, raw, partition, pk, keys, entryTail(sig), token)
+		if !ok || err != nil {
+			return nil, false, err
+		}
+		base = b
+	} else if ok, err := m.prepareFreshTx(ctx, partition, pk, keys, sig, token, &base); !ok || err != nil {
+		return nil, false, err
+	}
+	res := make([]backends.Reservation, len(keys))
+	gens := make(map[string]uint64, len(fields)) // new rows share one read-only map
+	for _, f := range fields {
+		gens[f] = 0
+	}
+	for i := range res {
+		res[i] = backends.Reservation{Index: uint64(base) + uint64(i), Gens: gens}
+	}
+	m.preps.put(partition, &preparedBatch{token: token, sig: sig, keys: slices.Clone(keys), res: res, entries: make([]string, len(keys))})
+	return res, true, nil
+}
+
+// prepareFreshTx is prepareFresh through go-redis (on a Cluster, *base is
+// already set from the counter's slot).
+func (m *Meta) prepareFreshTx(ctx context.Context, partition string, pk partKeys, keys []string, sig, token string, base *int64) (ok bool, _ error) {
+	n := int64(len(keys))
 	err := m.s.client.Watch(ctx, func(tx *goredis.Tx) error {
 		var exists *goredis.IntCmd
 		var top *goredis.IntCmd
@@ -377,20 +404,18 @@ func (m *Meta) prepareFresh(ctx context.Context, partition string, pk partKeys, 
 			return errMoved
 		}
 		if top != nil {
-			base = top.Val() - n
+			*base = top.Val() - n
 		}
 		args := make([]any, 0, 4+2*len(keys))
 		args = append(args, "HSET", pk.r)
 		if len(keys) >= 128 {
-			args = append(args, listpackGuard, strings.Repeat(".", 1024))
+			args = append(args, listpackGuard, guardValue)
 		}
 		tail := entryTail(sig)
-		entries = make([]string, len(keys))
 		for i, k := range keys {
 			var ix [indexLen]byte
-			binary.BigEndian.PutUint64(ix[:], uint64(base)+uint64(i))
-			entries[i] = string(ix[:]) + tail
-			args = append(args, k, entries[i])
+			binary.BigEndian.PutUint64(ix[:], uint64(*base)+uint64(i))
+			args = append(args, k, string(ix[:])+tail)
 		}
 		_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 			p.Do(ctx, args...)
@@ -407,20 +432,11 @@ func (m *Meta) prepareFresh(ctx context.Context, partition string, pk partKeys, 
 	}, pk.r)
 	switch {
 	case errors.Is(err, errMoved), errors.Is(err, goredis.TxFailedErr):
-		return nil, false, nil
+		return false, nil
 	case err != nil:
-		return nil, false, m.s.wrap(ctx, "prepare", err)
+		return false, m.s.wrap(ctx, "prepare", err)
 	}
-	res := make([]backends.Reservation, len(keys))
-	for i := range res {
-		res[i].Index = uint64(base) + uint64(i)
-		res[i].Gens = make(map[string]uint64, len(fields))
-		for _, f := range fields {
-			res[i].Gens[f] = 0
-		}
-	}
-	m.preps.put(partition, &preparedBatch{token: token, sig: sig, keys: slices.Clone(keys), res: res, entries: make([]string, len(keys))})
-	return res, true, nil
+	return true, nil
 }
 
 // checkPrepare checks that keys and fields are distinct and that no field
@@ -732,6 +748,9 @@ var errMoved = errors.New("redis: partition changed")
 // The WATCH makes EXEC apply nothing if a commit or delete replaced the
 // token after the check.
 func (m *Meta) commitFast(ctx context.Context, pk partKeys, token string, fresh int, rows []commitRow, buf []byte, ends []int) (ok bool, _ error) {
+	if raw := m.s.rawPool(); raw != nil {
+		return m.commitFastRaw(ctx, raw, pk, token, fresh, rows, buf, ends)
+	}
 	pairs := make([]any, 0, 2+2*len(rows))
 	pairs = append(pairs, "HSET", pk.r)
 	lo := 0

@@ -150,8 +150,9 @@ func (p *rawConns) get(ctx context.Context, fresh bool) (_ *rawConn, reused bool
 // do runs one request on a connection of the pool. A connection that sat
 // idle may have been closed by the server (a restart, an idle timeout):
 // if the request fails on one with a network error, it runs once more on
-// a new connection. Both requests the pool sends (MGET, SETs of the same
-// values) may safely run twice.
+// a new connection. Every request the pool sends may run twice: MGET, SETs
+// of the same values, and transactions guarded by WATCH (a second run finds
+// what the first one applied and changes nothing).
 func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
 	select {
 	case p.slots <- struct{}{}:
@@ -167,13 +168,12 @@ func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
 		// A cancelled ctx must interrupt a blocked read: move the deadline.
 		stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 		err = f(c)
-		if stop() && err == nil {
-			p.put(c)
-			return nil
+		if stop() && (err == nil || errors.Is(err, errMoved)) {
+			p.put(c) // errMoved: a transaction that found the state moved, in step
+			return err
 		}
 		c.Close() // its deadline was moved, or its reply stream is unknown
-		var se serverError
-		if err != nil && reused && attempt == 0 && ctx.Err() == nil && !errors.As(err, &se) {
+		if reused && attempt == 0 && ctx.Err() == nil && isUnavailable(err) {
 			continue
 		}
 		return err
