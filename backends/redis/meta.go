@@ -588,30 +588,20 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 		}
 		rows = append(rows, commitRow{key: u.Key, index: u.Index, ups: []int{i}})
 	}
-	if hints, ok := m.hints.take(partition, func(j int) string { return rows[j].key }, len(rows)); ok {
-		for j, e := range hints {
-			if e == "" {
-				continue
-			}
-			r := &rows[j]
-			if idx, err := entryIndex(unsafeBytes(e)); err != nil || idx != r.index {
-				continue
-			}
-			ver, cur, err := decodeEntry(unsafeBytes(e))
-			if err != nil {
-				continue
-			}
-			r.cur, r.version, r.entry = cur, ver, e
-		}
-	}
 	// The Prepare of exactly these rows knows each row's entry (the one it
-	// read, or the bare one it created), valid while the token is.
+	// read, or the bare one it created), valid while the token is; else
+	// the hints of the Prepares before, if any. Rows of one put decode
+	// into shared maps (rowDecoder), which the merge below keeps sharing
+	// (backends.Merger), so that their entries are encoded once.
 	prep := m.preps.take(partition, updates)
-	if prep != nil {
+	hints, hinted := m.hints.take(partition, func(j int) string { return rows[j].key }, len(rows))
+	var dec rowDecoder
+	switch {
+	case prep != nil:
 		for j := range rows {
 			r := &rows[j]
 			if e := prep.entries[j]; e != "" {
-				ver, cur, err := decodeEntry(unsafeBytes(e))
+				ver, cur, err := dec.decode(unsafeBytes(e))
 				if err != nil {
 					prep = nil
 					break
@@ -620,6 +610,21 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 			} else {
 				r.cur, r.version, r.entry = nil, 0, preparedEntry(r.index, prep.sig)
 			}
+		}
+	case hinted:
+		for j, e := range hints {
+			if e == "" {
+				continue
+			}
+			r := &rows[j]
+			if idx, err := entryIndex(unsafeBytes(e)); err != nil || idx != r.index {
+				continue
+			}
+			ver, cur, err := dec.decode(unsafeBytes(e))
+			if err != nil {
+				continue
+			}
+			r.cur, r.version, r.entry = cur, ver, e
 		}
 	}
 	pk := m.keys(partition)
@@ -637,6 +642,7 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 		fresh := 0
 		var sigs sigCache
 		var fc fieldsCache
+		var mg backends.Merger
 		for j := range rows {
 			r := &rows[j]
 			u := &updates[r.ups[0]]
@@ -649,9 +655,11 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 				// merge, so no maps to copy.
 				next = &backends.Row{Key: u.Key, Index: u.Index, Fields: u.Fields, Tag: u.Tag}
 			} else {
-				next = r.cur
+				cur := r.cur
 				for _, i := range r.ups {
-					next = backends.MergeRow(next, &updates[i], &res)
+					next = new(backends.Row)
+					mg.Merge(next, cur, &updates[i], &res)
+					cur = next
 				}
 			}
 			head, err := entryHead(unsafeBytes(r.entry))
