@@ -12,7 +12,8 @@ func WithClusterSafe() Option {
 
 // WithRoundHook runs f after each round that GetSplit ("get") or PutSplit
 // ("set") completes on its own connections, which go-redis hooks do not
-// see.
+// see, and between a metadata transaction's watched reads and its MULTI
+// ("watched").
 func WithRoundHook(f func(op string)) Option {
 	return func(o *options) error {
 		o.roundHook = f

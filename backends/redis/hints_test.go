@@ -3,12 +3,14 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 )
 
@@ -61,10 +63,10 @@ func TestCommitAfterPrepare(t *testing.T) {
 	h := &scriptCounter{}
 	s.Client().AddHook(h)
 	prepCommit("b")
-	// The Commit's transaction goes on the engine's own connection, which
-	// go-redis hooks do not see: only the Prepare's script shows.
-	if got := h.scripts.Load(); got != 1 {
-		t.Errorf("Prepare+Commit of existing rows ran %d scripts, want 1 (the Prepare's)", got)
+	// Both are transactions on the engine's own connection (go-redis
+	// hooks do not see them): no script, no second try.
+	if got := h.scripts.Load(); got != 0 {
+		t.Errorf("Prepare+Commit of existing rows ran %d scripts, want none", got)
 	}
 
 	// A stale hint: another writer commits field c between this
@@ -136,5 +138,66 @@ func TestCommitAfterOtherProcess(t *testing.T) {
 		if r == nil || r.Fields["f"].Gen != res2[i].Gens["f"] {
 			t.Fatalf("row %q: %+v, want the newer generation %d", keys[i], r, res2[i].Gens["f"])
 		}
+	}
+}
+
+// TestWatchedTransactionsRace: another writer changes the partition between
+// the reads of each plain-command transaction (fresh Prepare, Prepare of
+// existing rows, Commit) and its MULTI: EXEC applies nothing and the call
+// falls back to its script, with the same outcome as without the race.
+func TestWatchedTransactionsRace(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	other := open(t, srv.URL()+"?prefix=race").Meta()
+	var armed atomic.Bool
+	var fired atomic.Int64
+	var n atomic.Int64
+	s := open(t, srv.URL()+"?prefix=race", redis.WithRoundHook(func(op string) {
+		if op != "watched" || !armed.Load() {
+			return
+		}
+		// Another process puts a row of its own into the partition.
+		k := fmt.Sprintf("other%d", n.Add(1))
+		res, err := other.Prepare(ctx, "p", []string{k}, []string{"f"})
+		if err == nil {
+			_, err = other.Commit(ctx, "p", fieldUpdate([]string{k}, res, "f"))
+		}
+		if err != nil {
+			t.Errorf("the other writer: %v", err)
+		}
+		fired.Add(1)
+	}))
+	m := s.Meta()
+	keys := keyRange("k", 200)
+	step := func(f string) []backends.Reservation {
+		t.Helper()
+		armed.Store(true)
+		res, err := m.Prepare(ctx, "p", keys, []string{f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Commit(ctx, "p", fieldUpdate(keys, res, f)); err != nil {
+			t.Fatal(err)
+		}
+		armed.Store(false)
+		return res
+	}
+	first := step("a")  // fresh Prepare, then Commit, each raced
+	second := step("b") // Prepare of existing rows, then Commit, each raced
+	if fired.Load() < 4 {
+		t.Fatalf("the race ran %d times, want at least 4", fired.Load())
+	}
+	rows, err := m.Lookup(ctx, "p", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rows {
+		if r == nil || r.Index != first[i].Index || second[i].Index != first[i].Index || len(r.Fields) != 2 {
+			t.Fatalf("row %q: %+v; want index %d with fields a and b", keys[i], r, first[i].Index)
+		}
+	}
+	all, err := m.List(ctx, "p")
+	if err != nil || len(all) != len(keys)+int(n.Load()) {
+		t.Fatalf("List: %d rows, %v; want %d", len(all), err, len(keys)+int(n.Load()))
 	}
 }

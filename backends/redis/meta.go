@@ -281,6 +281,18 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 		}
 		m.seen.add(partition)
 	}
+	if raw := m.s.rawPool(); raw != nil && !m.s.cluster {
+		b, ok, err := m.prepareRaw(ctx, raw, partition, pk, keys, fields, sig)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			m.remember(partition, b)
+			return b.res, nil
+		}
+		// Another writer came between the reads and the transaction: the
+		// script does it atomically.
+	}
 	inline := !m.s.cluster
 	skeys := make([]string, 0, 5+len(fields))
 	skeys = append(skeys, pk.r, pk.f, pk.c)
@@ -322,17 +334,28 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 			return nil, err
 		}
 		b := &preparedBatch{token: token, sig: sig, keys: slices.Clone(keys), res: res, entries: make([]string, len(keys))}
-		if len(oldPos) > 0 {
-			oldKeys := make([]string, len(oldPos))
-			for j, p := range oldPos {
-				oldKeys[j] = keys[p]
-				b.entries[p] = oldE[j]
-			}
-			m.hints.put(partition, oldKeys, oldE)
+		for j, p := range oldPos {
+			b.entries[p] = oldE[j]
 		}
-		m.preps.put(partition, b)
+		m.remember(partition, b)
 		return res, nil
 	}
+}
+
+// remember keeps what a Prepare saw for the Commit after it: the batch,
+// and the entries of its existing rows as hints for a Commit of other
+// rows.
+func (m *Meta) remember(partition string, b *preparedBatch) {
+	var keys, entries []string
+	for i, e := range b.entries {
+		if e != "" {
+			keys, entries = append(keys, b.keys[i]), append(entries, e)
+		}
+	}
+	if len(keys) > 0 {
+		m.hints.put(partition, keys, entries)
+	}
+	m.preps.put(partition, b)
 }
 
 // listpackGuard is a hash field whose long value makes Redis convert a new

@@ -37,7 +37,8 @@ type options struct {
 	addr            string // for error messages; "" means ask the client
 	clusterSafe     bool   // force the cluster-safe (two-step) metadata path
 	// roundHook, when set (tests), runs after each round GetSplit or
-	// PutSplit sends on its own connections: "get" or "set".
+	// PutSplit sends on its own connections ("get", "set"), and between the
+	// watched reads of a metadata transaction and its MULTI ("watched").
 	roundHook func(op string)
 }
 
