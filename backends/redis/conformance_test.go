@@ -31,6 +31,14 @@ func TestConformance(t *testing.T) {
 	t.Run("Meta", func(t *testing.T) {
 		backendtest.RunMeta(t, func(t *testing.T) backends.MetaStore { return open(t, srv.URL()).Meta() })
 	})
+	// Everything through go-redis, as with a client whose hooks must see
+	// every command.
+	t.Run("DataNoDirect", func(t *testing.T) {
+		backendtest.Run(t, func(t *testing.T) backends.Backend { return open(t, srv.URL()+"?direct=false") })
+	})
+	t.Run("MetaNoDirect", func(t *testing.T) {
+		backendtest.RunMeta(t, func(t *testing.T) backends.MetaStore { return open(t, srv.URL()+"?direct=false").Meta() })
+	})
 	t.Run("MetaClusterPath", func(t *testing.T) {
 		backendtest.RunMeta(t, func(t *testing.T) backends.MetaStore {
 			return open(t, srv.URL(), redis.WithClusterSafe()).Meta()

@@ -423,6 +423,7 @@ func (m *Meta) prepareFreshTx(ctx context.Context, partition string, pk partKeys
 		if err != nil {
 			return err
 		}
+		m.s.watched()
 		if exists.Val() != 0 {
 			return errMoved
 		}
@@ -794,6 +795,7 @@ func (m *Meta) commitFast(ctx context.Context, pk partKeys, token string, fresh 
 		if err != nil && !errors.Is(err, goredis.Nil) {
 			return err
 		}
+		m.s.watched()
 		if cur != token {
 			return errMoved
 		}

@@ -53,6 +53,10 @@ var ownParams = map[string]func(string) (Option, error){
 		n, err := strconv.Atoi(v)
 		return WithReadRoundBytes(n), err
 	},
+	"direct": func(v string) (Option, error) {
+		on, err := strconv.ParseBool(v)
+		return WithDirectConnections(on), err
+	},
 }
 
 // OpenURL connects to the Redis that rawURL names, checks that it answers

@@ -36,6 +36,7 @@ type options struct {
 	ioDepth         int
 	addr            string // for error messages; "" means ask the client
 	clusterSafe     bool   // force the cluster-safe (two-step) metadata path
+	noDirect        bool   // never use the engine's own connections
 	// roundHook, when set (tests), runs after each round GetSplit or
 	// PutSplit sends on its own connections ("get", "set"), and between the
 	// watched reads of a metadata transaction and its MULTI ("watched").
@@ -151,6 +152,19 @@ func WithIODepth(n int) Option {
 func WithAddr(addr string) Option {
 	return func(o *options) error {
 		o.addr = addr
+		return nil
+	}
+}
+
+// WithDirectConnections says whether the engine may use connections of its
+// own (default true) for tensor cells and metadata transactions on a
+// standalone server, where go-redis would copy every value and spend more
+// on encoding than the server does on the commands (see the package doc).
+// Commands on those connections bypass the client's hooks (tracing,
+// metrics); turn them off to see every command there, at that cost.
+func WithDirectConnections(on bool) Option {
+	return func(o *options) error {
+		o.noDirect = !on
 		return nil
 	}
 }

@@ -83,7 +83,7 @@ func (s *Store) getSplitCopy(ctx context.Context, keys []string, dst []backends.
 func (s *Store) rawPool() *rawConns {
 	s.rawOnce.Do(func() {
 		c, ok := s.client.(*goredis.Client)
-		if !ok {
+		if !ok || s.opts.noDirect {
 			return
 		}
 		opt := c.Options()
