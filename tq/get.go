@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/tqgo/tqgo/backends"
@@ -147,29 +148,34 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 	// The fields known to stack are read into their columns while the
 	// others are read the general way: two requests in flight, not one
 	// after the other.
+	// The first error wins and cancels the other read, whose error is then
+	// only that cancellation (ErrNotReady and errVanished must reach the
+	// callers that retry on them).
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var (
+		once  sync.Once
+		first error
+	)
+	fail := func(err error) {
+		if err != nil {
+			once.Do(func() { first = err; cancel() })
+		}
+	}
 	var other Batch
-	var otherErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if len(fields) > 0 {
-			if other, otherErr = c.readCells(ctx, partition, rows, fields); otherErr != nil {
-				cancel()
-			}
+			var err error
+			other, err = c.readCells(ctx, partition, rows, fields)
+			fail(err)
 		}
 	}()
-	err := c.fetchStacked(ctx, st)
-	if err != nil {
-		cancel()
-	}
+	fail(c.fetchStacked(ctx, st))
 	<-done
-	if err == nil {
-		err = otherErr
-	}
-	if err != nil {
-		return nil, err
+	if first != nil {
+		return nil, first
 	}
 	out, rest, err := st.finish(partition, rows)
 	if err != nil {

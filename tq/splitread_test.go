@@ -1,10 +1,12 @@
 package tq_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
@@ -110,5 +112,53 @@ func TestStackedReadOtherEncodings(t *testing.T) {
 	var ke *tq.KeyError
 	if !errors.As(err, &ke) || ke.Key != "a" || ke.Field != "x" || !errors.Is(err, codec.ErrCorrupt) {
 		t.Fatalf("BatchGet of a garbage cell: %v, want a KeyError for a/x matching codec.ErrCorrupt", err)
+	}
+}
+
+// slowSplit reads into caller memory after a pause, so that the general
+// read of the other fields finishes (or fails) first.
+type slowSplit struct{ splitMem }
+
+func (s slowSplit) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
+	select {
+	case <-time.After(20 * time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.splitMem.GetSplit(ctx, keys, dst)
+}
+
+// TestMixedReadErrors: when the fields that stack and the others are read
+// at once, the others' ErrNotReady or missing cell is what BatchGet
+// reports (and retries on), not the cancellation it causes.
+func TestMixedReadErrors(t *testing.T) {
+	ctx := t.Context()
+	st := memory.New()
+	c := newClient(t, slowSplit{splitMem{st}}, nil)
+	keys := []string{"a", "b"}
+	if err := c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.JaggedOf([][]float32{{1, 2}, {3, 4}})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.BatchPut(ctx, "p", keys[:1], tq.Batch{"y": tq.ValuesOf([]string{"only a"})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.BatchGet(ctx, "p", keys, "x", "y")
+	if !isKeyErr(err, tq.ErrNotReady, "b", "y") {
+		t.Fatalf("BatchGet of a field row b lacks: %v, want ErrNotReady for b/y", err)
+	}
+
+	if err := c.BatchPut(ctx, "p", keys[1:], tq.Batch{"y": tq.ValuesOf([]string{"b too"})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Lookup(ctx, "p", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Delete(ctx, []string{backends.StorageKey(m.Rows[1].Index, "y", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.BatchGet(ctx, "p", keys, "x", "y")
+	if !errors.Is(err, tq.ErrNotFound) {
+		t.Fatalf("BatchGet of a cell the engine lost: %v, want ErrNotFound", err)
 	}
 }

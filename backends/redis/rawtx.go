@@ -150,7 +150,6 @@ func (m *Meta) prepareFreshRaw(ctx context.Context, raw *rawConns, partition str
 	n := int64(len(keys))
 	next, parts := m.counterKeys()
 	err := raw.do(ctx, func(c *rawConn) error {
-		c.deadline(ctx, raw.opt)
 		req := request(c.cmd[:0]).cmd("WATCH", pk.r).cmd("EXISTS", pk.r).cmd("INCRBY", next, strconv.FormatInt(n, 10))
 		if err := c.send(req); err != nil {
 			return err
@@ -218,7 +217,6 @@ func (m *Meta) prepareFreshRaw(ctx context.Context, raw *rawConns, partition str
 // standalone server.
 func (m *Meta) commitFastRaw(ctx context.Context, raw *rawConns, pk partKeys, token string, fresh int, rows []commitRow, buf []byte, ends []int) (ok bool, _ error) {
 	err := raw.do(ctx, func(c *rawConn) error {
-		c.deadline(ctx, raw.opt)
 		if err := c.send(request(c.cmd[:0]).cmd("WATCH", pk.c).cmd("GET", pk.c)); err != nil {
 			return err
 		}
@@ -300,7 +298,6 @@ func (m *Meta) prepareRaw(ctx context.Context, raw *rawConns, partition string, 
 	next, parts := m.counterKeys()
 	b := &preparedBatch{sig: sig, keys: slices.Clone(keys), res: make([]backends.Reservation, nk), entries: make([]string, nk)}
 	err := raw.do(ctx, func(c *rawConn) error {
-		c.deadline(ctx, raw.opt)
 		req := request(c.cmd[:0]).cmd(append([]string{"WATCH", pk.r, pk.c}, gkeys...)...)
 		req = req.array(2 + nk).str("HMGET").str(pk.r)
 		for _, k := range keys {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,8 +113,26 @@ type rawConns struct {
 
 type rawConn struct {
 	net.Conn
-	br  *bufio.Reader
-	cmd []byte // the request being written, reused
+	br       *bufio.Reader
+	cmd      []byte // the request being written, reused
+	gotReply bool   // a reply line of the current request was read
+}
+
+// staleServer: the error says this server no longer serves writes or
+// reads as the master (READONLY after a failover, LOADING, MASTERDOWN).
+func staleServer(e serverError) bool {
+	s := string(e)
+	return strings.HasPrefix(s, "READONLY") || strings.HasPrefix(s, "LOADING") || strings.HasPrefix(s, "MASTERDOWN")
+}
+
+// dropIdle closes the idle connections.
+func (p *rawConns) dropIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.idle {
+		c.Close()
+	}
+	p.idle = nil
 }
 
 // close closes the idle connections; connections in use close when they
@@ -165,7 +184,10 @@ func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
 		if err != nil {
 			return err
 		}
-		// A cancelled ctx must interrupt a blocked read: move the deadline.
+		// A cancelled ctx must interrupt a blocked read: the deadline is
+		// moved to the past, after the request's own is set.
+		c.deadline(ctx, p.opt)
+		c.gotReply = false
 		stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 		err = f(c)
 		if stop() && (err == nil || errors.Is(err, errMoved)) {
@@ -173,7 +195,15 @@ func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
 			return err
 		}
 		c.Close() // its deadline was moved, or its reply stream is unknown
-		if reused && attempt == 0 && ctx.Err() == nil && isUnavailable(err) {
+		var se serverError
+		if errors.As(err, &se) && staleServer(se) {
+			// A failover demoted the server, or it restarts: the idle
+			// connections lead there too.
+			p.dropIdle()
+		}
+		// A request that failed before any reply came may not have reached
+		// the server: once more, on a new connection, if this one sat idle.
+		if reused && attempt == 0 && !c.gotReply && ctx.Err() == nil && isUnavailable(err) {
 			continue
 		}
 		return err
@@ -286,6 +316,9 @@ func (serverError) RedisError()     {}
 // serverError. The line aliases the reader's buffer.
 func (c *rawConn) line() ([]byte, error) {
 	l, err := c.br.ReadSlice('\n')
+	if len(l) > 0 {
+		c.gotReply = true
+	}
 	if err != nil {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			return nil, fmt.Errorf("%w: reply line over %d bytes", ErrCorrupt, c.br.Size())
@@ -324,7 +357,6 @@ func (p *rawConns) mget(ctx context.Context, keys []string, dst []backends.Split
 }
 
 func (c *rawConn) mget(ctx context.Context, opt *goredis.Options, keys []string, dst []backends.SplitValue) error {
-	c.deadline(ctx, opt)
 	c.cmd = appendCommand(c.cmd[:0], "MGET", keys)
 	if _, err := c.Write(c.cmd); err != nil {
 		return err

@@ -124,3 +124,35 @@ func TestSplitConnectionsBounded(t *testing.T) {
 		t.Errorf("up to %d connections while 16 goroutines read and wrote, want at most 4 with pool_size=2", got)
 	}
 }
+
+// TestMetaAfterStoreClose: the engine's own connections serve the data and
+// the metadata side, so closing the Store leaves its Meta working until it
+// is closed too.
+func TestMetaAfterStoreClose(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	s, err := redis.OpenURL(ctx, srv.URL()+"?prefix=half")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := s.Meta()
+	res, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"}) // the connections exist now
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Commit(ctx, "p", fieldUpdate([]string{"a"}, res, "f")); err != nil {
+		t.Fatalf("Commit after Store.Close, Meta open: %v", err)
+	}
+	if _, err := m.Prepare(ctx, "p", []string{"a", "b"}, []string{"g"}); err != nil {
+		t.Fatalf("Prepare after Store.Close, Meta open: %v", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Prepare(ctx, "p", []string{"c"}, nil); !errors.Is(err, backends.ErrClosed) {
+		t.Fatalf("Prepare after both closed: %v, want ErrClosed", err)
+	}
+}

@@ -71,7 +71,6 @@ func (p *rawConns) set(ctx context.Context, keys []string, heads, bodies [][]byt
 }
 
 func (c *rawConn) set(ctx context.Context, opt *goredis.Options, keys []string, heads, bodies [][]byte) error {
-	c.deadline(ctx, opt)
 	// The request: small pieces go into c.cmd, big bodies stay where they
 	// are; segs records, in order, which is which (ends into c.cmd, or a
 	// body's index as -1-i).

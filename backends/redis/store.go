@@ -98,16 +98,20 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	s.rawOnce.Do(func() {}) // no pool after Close
-	if s.raw != nil {
-		s.raw.close()
-	}
 	return s.release()
 }
 
 // release drops one side's reference to an owned client.
 func (s *Store) release() error {
-	if s.owned && s.openRefs.Add(-1) == 0 {
+	if s.openRefs.Add(-1) != 0 {
+		return nil
+	}
+	// Both sides are closed: the engine's own connections serve both.
+	s.rawOnce.Do(func() {}) // no pool after this
+	if s.raw != nil {
+		s.raw.close()
+	}
+	if s.owned {
 		return s.client.Close()
 	}
 	return nil
