@@ -33,3 +33,17 @@ type SplitWriter interface {
 	// written: callers delete them.
 	PutSplit(ctx context.Context, keys []string, heads, bodies [][]byte) error
 }
+
+// FillSplit stores v, one value read whole (nil: missing), in d as
+// SplitReader.GetSplit would: into Head and Body when it has their length,
+// else in Other (aliasing v).
+func FillSplit(d *SplitValue, v []byte) {
+	d.Found, d.Other = v != nil, nil
+	switch {
+	case v == nil:
+	case len(v) == len(d.Head)+len(d.Body):
+		copy(d.Body, v[copy(d.Head, v):])
+	default:
+		d.Other = v
+	}
+}

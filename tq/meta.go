@@ -65,11 +65,7 @@ func (c *Client) List(ctx context.Context, partition string) (*BatchMeta, error)
 	if err != nil {
 		return nil, err
 	}
-	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows))}
-	for i, r := range rows {
-		m.Rows[i] = rowInfo(r)
-	}
-	return m, nil
+	return batchMeta(partition, rows), nil
 }
 
 // Lookup returns the metadata of keys; an unknown key gives ErrNotFound.
@@ -83,11 +79,16 @@ func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*
 	if err != nil {
 		return nil, err
 	}
+	return batchMeta(partition, rows), nil
+}
+
+// batchMeta is the caller's copy of rows of partition.
+func batchMeta(partition string, rows []*backends.Row) *BatchMeta {
 	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows))}
 	for i, r := range rows {
 		m.Rows[i] = rowInfo(r)
 	}
-	return m, nil
+	return m
 }
 
 // lookupRows returns the store's committed row of each key; an unknown key

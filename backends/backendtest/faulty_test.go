@@ -542,15 +542,7 @@ func (m splitMem) GetSplit(ctx context.Context, keys []string, dst []backends.Sp
 		return err
 	}
 	for i, v := range vals {
-		d := &dst[i]
-		d.Found, d.Other = v != nil, nil
-		switch {
-		case v == nil:
-		case len(v) == len(d.Head)+len(d.Body):
-			copy(d.Body, v[copy(d.Head, v):])
-		default:
-			d.Other = v
-		}
+		backends.FillSplit(&dst[i], v)
 	}
 	return nil
 }

@@ -38,17 +38,7 @@ func (s *Store) GetSplit(ctx context.Context, keys []string, dst []backends.Spli
 		return s.getSplitCopy(ctx, keys, dst)
 	}
 	dk := s.dataKeys(keys)
-	var rounds []span
-	lo, bytes := 0, 0
-	for i := range dst {
-		n := len(dst[i].Head) + len(dst[i].Body)
-		if i > lo && (i-lo >= s.opts.roundKeys || bytes+n > s.opts.readRoundBytes) {
-			rounds = append(rounds, span{lo, i})
-			lo, bytes = i, 0
-		}
-		bytes += n
-	}
-	rounds = append(rounds, span{lo, len(dst)})
+	rounds := s.rounds(len(dst), s.opts.readRoundBytes, func(i int) int { return len(dst[i].Head) + len(dst[i].Body) })
 	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
 		err := raw.mget(ctx, dk[r.lo:r.hi], dst[r.lo:r.hi])
 		if err == nil && s.opts.roundHook != nil {
@@ -66,15 +56,7 @@ func (s *Store) getSplitCopy(ctx context.Context, keys []string, dst []backends.
 		return err
 	}
 	for i, v := range vals {
-		d := &dst[i]
-		d.Found, d.Other = v != nil, nil
-		switch {
-		case v == nil:
-		case len(v) == len(d.Head)+len(d.Body):
-			copy(d.Body, v[copy(d.Head, v):])
-		default:
-			d.Other = v
-		}
+		backends.FillSplit(&dst[i], v)
 	}
 	return nil
 }

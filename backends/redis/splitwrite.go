@@ -44,17 +44,7 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 		return s.Put(ctx, keys, vals)
 	}
 	dk := s.dataKeys(keys)
-	var rounds []span
-	lo, bytes := 0, 0
-	for i := range keys {
-		n := len(heads[i]) + len(bodies[i])
-		if i > lo && (i-lo >= s.opts.roundKeys || bytes+n > s.opts.writeRoundBytes) {
-			rounds = append(rounds, span{lo, i})
-			lo, bytes = i, 0
-		}
-		bytes += n
-	}
-	rounds = append(rounds, span{lo, len(keys)})
+	rounds := s.rounds(len(keys), s.opts.writeRoundBytes, func(i int) int { return len(heads[i]) + len(bodies[i]) })
 	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
 		err := raw.set(ctx, dk[r.lo:r.hi], heads[r.lo:r.hi], bodies[r.lo:r.hi])
 		if err == nil && s.opts.roundHook != nil {

@@ -179,17 +179,24 @@ type span struct{ lo, hi int }
 // writeRounds cuts values into rounds of at most roundKeys keys and
 // writeRoundBytes bytes (a larger value goes alone).
 func (s *Store) writeRounds(values [][]byte) []span {
+	return s.rounds(len(values), s.opts.writeRoundBytes, func(i int) int { return len(values[i]) })
+}
+
+// rounds cuts n values of size(i) bytes into rounds of at most roundKeys
+// keys and maxBytes bytes (a larger value goes alone).
+func (s *Store) rounds(n, maxBytes int, size func(i int) int) []span {
 	var out []span
 	lo, bytes := 0, 0
-	for i, v := range values {
-		if i > lo && (i-lo >= s.opts.roundKeys || bytes+len(v) > s.opts.writeRoundBytes) {
+	for i := range n {
+		v := size(i)
+		if i > lo && (i-lo >= s.opts.roundKeys || bytes+v > maxBytes) {
 			out = append(out, span{lo, i})
 			lo, bytes = i, 0
 		}
-		bytes += len(v)
+		bytes += v
 	}
-	if lo < len(values) {
-		out = append(out, span{lo, len(values)})
+	if lo < n {
+		out = append(out, span{lo, n})
 	}
 	return out
 }
