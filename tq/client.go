@@ -28,13 +28,11 @@ type Client struct {
 	life sync.RWMutex
 
 	// Optional abilities of data, found once.
-	allocator    backends.Allocator
-	taggedWriter backends.TaggedWriter
-	taggedReader backends.TaggedReader
-	splitReader  backends.SplitReader // nil when reads carry tags
-	splitWriter  backends.SplitWriter // nil when writes report tags
-
-	cache         rowCache // rows last looked up, for BatchGet to read while it looks up
+	allocator     backends.Allocator
+	taggedWriter  backends.TaggedWriter
+	taggedReader  backends.TaggedReader
+	splitReader   backends.SplitReader // nil when reads carry tags
+	splitWriter   backends.SplitWriter // nil when writes report tags
 	taggedDeleter backends.TaggedDeleter
 }
 

@@ -41,36 +41,15 @@ func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, 
 // fails. prev and prevErr are an earlier attempt's rows and its
 // errVanished, if any.
 func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []string, prev []*backends.Row, prevErr error) (Batch, error) {
-	if err := c.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkPartition(partition); err != nil {
-		return nil, err
-	}
-	if err := checkKeys(keys); err != nil {
-		return nil, err
-	}
 	for {
-		var (
-			rows []*backends.Row
-			b    Batch
-			err  error
-			read bool // b and err are the read of rows
-		)
-		if cached := c.cache.rows(partition, keys); cached != nil && prevErr == nil {
-			if rows, read, b, err = c.lookupAndRead(ctx, partition, keys, fields, cached); rows == nil {
-				return nil, err
-			}
-		} else if rows, err = c.lookupValid(ctx, partition, keys); err != nil {
+		rows, err := c.lookupRows(ctx, partition, keys)
+		if err != nil {
 			return nil, err
 		}
-		c.cache.put(partition, rows)
 		if prevErr != nil && sameCell(prev, rows, prevErr) {
 			return nil, prevErr
 		}
-		if !read {
-			b, err = c.read(ctx, partition, rows, fields)
-		}
+		b, err := c.read(ctx, partition, rows, fields)
 		if !errors.Is(err, errVanished) {
 			return b, err
 		}

@@ -104,11 +104,6 @@ func (c *Client) lookupRows(ctx context.Context, partition string, keys []string
 	if err := checkKeys(keys); err != nil {
 		return nil, err
 	}
-	return c.lookupValid(ctx, partition, keys)
-}
-
-// lookupValid is lookupRows of a valid partition and keys.
-func (c *Client) lookupValid(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
 	rows, err := c.meta.Lookup(ctx, partition, keys)
 	if err != nil {
 		return nil, err
@@ -145,7 +140,6 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) err
 	if err := checkKeys(keys); err != nil {
 		return err
 	}
-	c.cache.forget(partition)
 	rows, err := c.meta.Delete(ctx, partition, keys)
 	if err != nil {
 		return err
@@ -163,7 +157,6 @@ func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 	if err := checkPartition(partition); err != nil {
 		return err
 	}
-	c.cache.forget(partition)
 	rows, err := c.meta.DeletePartition(ctx, partition)
 	if err != nil {
 		return err

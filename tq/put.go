@@ -59,7 +59,6 @@ func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, 
 	if err != nil {
 		return err
 	}
-	c.cache.forget(partition) // its rows change
 	w := &write{c: c, partition: partition, keys: keys, fields: fields, tags: tags}
 	if len(fields) == 0 {
 		return w.tagsOnly(ctx)
