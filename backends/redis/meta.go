@@ -33,14 +33,13 @@ import (
 // thread, and Lua (cjson, cmsgpack) turns int64 into doubles. The Commit
 // script applies nothing unless every row is still as the merge saw it, and
 // replies with the current blobs of rows that changed, which Commit merges
-// again and retries. A commit merges first onto what the Prepare before
-// it saw (nothing for new keys, the entry for existing rows; see
-// entryHints), so it takes one round trip unless another writer changed
-// the rows in between.
+// again and retries. A commit merges first onto what the Prepare of its
+// rows saw (nothing for new keys, the entry for existing rows; see
+// preparedBatches), so it takes one round trip unless another writer
+// changed the rows in between.
 type Meta struct {
 	s      *Store
 	closed atomic.Bool
-	hints  entryHints
 	preps  preparedBatches
 	seen   partitionSet // partitions known to have rows: no fresh Prepare
 }
@@ -61,7 +60,7 @@ func (p *partitionSet) has(name string) bool {
 func (p *partitionSet) add(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.m == nil || len(p.m) >= maxHints {
+	if p.m == nil || len(p.m) >= maxRemembered {
 		p.m = map[string]struct{}{}
 	}
 	p.m[name] = struct{}{}
@@ -99,7 +98,7 @@ type preparedBatches struct {
 func (p *preparedBatches) put(partition string, b *preparedBatch) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.m == nil || len(p.m) > maxHints/maxPrepared {
+	if p.m == nil || len(p.m) > maxRemembered/maxPrepared {
 		p.m = map[string][]*preparedBatch{}
 	}
 	l := p.m[partition]
@@ -149,75 +148,9 @@ func newToken() string {
 	return strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64(), 36)
 }
 
-// maxHints bounds the entries entryHints keeps (about 100 bytes each).
-const maxHints = 1 << 16
-
-// entryHints are the entries of existing rows that Prepare saw, by
-// partition and key, for the Commit that follows to merge onto: without
-// them a commit of rows that already have fields takes two round trips
-// (one to learn the entries, one to store the merge). A hint is only a
-// guess: the Commit script applies nothing unless every row's entry is
-// still the one merged from, so a stale hint costs a retry, never a lost
-// update. Commit takes its hints out; Prepares never followed by a Commit
-// leave theirs until the cache is full, when it is emptied.
-type entryHints struct {
-	mu sync.Mutex // guards the fields below
-	n  int
-	m  map[string]map[string]string
-}
-
-func (h *entryHints) put(partition string, keys []string, entries []string) {
-	if len(keys) == 0 || len(keys) > maxHints {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil || h.n+len(keys) > maxHints {
-		h.m, h.n = map[string]map[string]string{}, 0
-	}
-	pm := h.m[partition]
-	if pm == nil {
-		pm = make(map[string]string, len(keys))
-		h.m[partition] = pm
-	}
-	for i, k := range keys {
-		if _, had := pm[k]; !had {
-			h.n++
-		}
-		pm[k] = entries[i]
-	}
-}
-
-// take removes and returns the hint for each row key (found[i] false: none).
-func (h *entryHints) take(partition string, keys func(i int) string, n int) (entries []string, any bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	pm := h.m[partition]
-	if len(pm) == 0 {
-		return nil, false
-	}
-	entries = make([]string, n)
-	for i := range n {
-		k := keys(i)
-		if e, ok := pm[k]; ok {
-			entries[i], any = e, true
-			delete(pm, k)
-			h.n--
-		}
-	}
-	if len(pm) == 0 {
-		delete(h.m, partition)
-	}
-	return entries, any
-}
-
-// forget drops the hints of partition (its rows were deleted).
-func (h *entryHints) forget(partition string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.n -= len(h.m[partition])
-	delete(h.m, partition)
-}
+// maxRemembered bounds what a Meta remembers of recent Prepares: the
+// partitions in preparedBatches and partitionSet.
+const maxRemembered = 1 << 16
 
 var _ backends.MetaStore = (*Meta)(nil)
 
@@ -287,7 +220,7 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 			return nil, err
 		}
 		if ok {
-			m.remember(partition, b)
+			m.preps.put(partition, b)
 			return b.res, nil
 		}
 		// Another writer came between the reads and the transaction: the
@@ -337,25 +270,9 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 		for j, p := range oldPos {
 			b.entries[p] = oldE[j]
 		}
-		m.remember(partition, b)
+		m.preps.put(partition, b)
 		return res, nil
 	}
-}
-
-// remember keeps what a Prepare saw for the Commit after it: the batch,
-// and the entries of its existing rows as hints for a Commit of other
-// rows.
-func (m *Meta) remember(partition string, b *preparedBatch) {
-	var keys, entries []string
-	for i, e := range b.entries {
-		if e != "" {
-			keys, entries = append(keys, b.keys[i]), append(entries, e)
-		}
-	}
-	if len(keys) > 0 {
-		m.hints.put(partition, keys, entries)
-	}
-	m.preps.put(partition, b)
 }
 
 // listpackGuard is a hash field whose long value makes Redis convert a new
@@ -613,15 +530,13 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 		rows = append(rows, commitRow{key: u.Key, index: u.Index, ups: []int{i}})
 	}
 	// The Prepare of exactly these rows knows each row's entry (the one it
-	// read, or the bare one it created), valid while the token is; else
-	// the hints of the Prepares before, if any. Rows of one put decode
-	// into shared maps (rowDecoder), which the merge below keeps sharing
-	// (backends.Merger), so that their entries are encoded once.
+	// read, or the bare one it created), valid while the token is. Rows of
+	// one put decode into shared maps (rowDecoder), which the merge below
+	// keeps sharing (backends.Merger), so that their entries are encoded
+	// once. Without it, the first attempt guesses bare prepared rows.
 	prep := m.preps.take(partition, updates)
-	hints, hinted := m.hints.take(partition, func(j int) string { return rows[j].key }, len(rows))
-	var dec rowDecoder
-	switch {
-	case prep != nil:
+	if prep != nil {
+		var dec rowDecoder
 		for j := range rows {
 			r := &rows[j]
 			if e := prep.entries[j]; e != "" {
@@ -634,21 +549,6 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 			} else {
 				r.cur, r.version, r.entry = nil, 0, preparedEntry(r.index, prep.sig)
 			}
-		}
-	case hinted:
-		for j, e := range hints {
-			if e == "" {
-				continue
-			}
-			r := &rows[j]
-			if idx, err := entryIndex(unsafeBytes(e)); err != nil || idx != r.index {
-				continue
-			}
-			ver, cur, err := dec.decode(unsafeBytes(e))
-			if err != nil {
-				continue
-			}
-			r.cur, r.version, r.entry = cur, ver, e
 		}
 	}
 	pk := m.keys(partition)
@@ -994,7 +894,6 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 			args = append(args, k)
 		}
 	}
-	m.hints.forget(partition)
 	m.preps.forget(partition)
 	m.seen.remove(partition)
 	vals, err := deleteScript.Run(ctx, m.s.client, skeys, args...).Slice()
@@ -1029,7 +928,6 @@ func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backen
 		_, parts := m.counterKeys()
 		skeys = append(skeys, parts)
 	}
-	m.hints.forget(partition)
 	m.preps.forget(partition)
 	m.seen.remove(partition)
 	vals, err := deletePartitionScript.Run(ctx, m.s.client, skeys, pk.base, boolArg(inline), partition).Slice()

@@ -69,7 +69,7 @@ func TestCommitAfterPrepare(t *testing.T) {
 		t.Errorf("Prepare+Commit of existing rows ran %d scripts, want none", got)
 	}
 
-	// A stale hint: another writer commits field c between this
+	// A stale Prepare: another writer commits field c between this
 	// Prepare of d and its Commit.
 	resD, err := m.Prepare(ctx, "p", keys, []string{"d"})
 	if err != nil {
