@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 
@@ -19,129 +18,6 @@ import (
 // interface value at a time (measured: 0.6 ms for a transaction the server
 // runs in 0.3 ms), and go-redis's Watch takes a round trip of its own
 // where a plain connection pipelines WATCH with the reads it guards.
-
-// request builds a pipelined RESP2 request.
-type request []byte
-
-func (r request) array(n int) request {
-	r = append(r, '*')
-	r = strconv.AppendInt(r, int64(n), 10)
-	return append(r, '\r', '\n')
-}
-
-func (r request) str(s string) request { return appendBulk(r, s) }
-
-func (r request) bytes(b []byte) request {
-	r = appendBulkHeader(r, len(b))
-	r = append(r, b...)
-	return append(r, '\r', '\n')
-}
-
-func (r request) cmd(args ...string) request {
-	r = r.array(len(args))
-	for _, a := range args {
-		r = r.str(a)
-	}
-	return r
-}
-
-// send writes req on c, reusing c's request buffer afterwards.
-func (c *rawConn) send(req request) error {
-	c.cmd = req[:0]
-	_, err := c.Write(req)
-	return err
-}
-
-// status reads a reply that must be the status s ("OK", "QUEUED").
-func (c *rawConn) status(s string) error {
-	l, err := c.line()
-	if err != nil {
-		return err
-	}
-	if len(l) != 1+len(s) || l[0] != '+' || string(l[1:]) != s {
-		return fmt.Errorf("%w: reply %q, want +%s", ErrCorrupt, l, s)
-	}
-	return nil
-}
-
-// integer reads an integer reply.
-func (c *rawConn) integer() (int64, error) {
-	l, err := c.line()
-	if err != nil {
-		return 0, err
-	}
-	if l[0] != ':' {
-		return 0, fmt.Errorf("%w: reply %q, want an integer", ErrCorrupt, l)
-	}
-	n, err := strconv.ParseInt(string(l[1:]), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
-	}
-	return n, nil
-}
-
-// bulk reads a bulk string reply; nil for a nil reply.
-func (c *rawConn) bulk() ([]byte, error) {
-	n, err := c.header('$')
-	if err != nil || n < 0 {
-		return nil, err
-	}
-	b := make([]byte, n+2)
-	if _, err := io.ReadFull(c.br, b); err != nil {
-		return nil, err
-	}
-	return b[:n], nil
-}
-
-// exec reads the replies of MULTI, queued commands and EXEC: errMoved if
-// EXEC applied nothing because a watched key changed, the first error
-// reply of any command otherwise.
-func (c *rawConn) exec(queued int) error {
-	if err := c.status("OK"); err != nil {
-		return err
-	}
-	var first error
-	for range queued {
-		if err := c.status("QUEUED"); err != nil {
-			var se serverError
-			if !errors.As(err, &se) {
-				return err
-			}
-			if first == nil {
-				first = err // EXEC will reply EXECABORT
-			}
-		}
-	}
-	n, err := c.header('*')
-	if err != nil {
-		if first != nil {
-			return first
-		}
-		return err
-	}
-	if n < 0 {
-		return errMoved
-	}
-	for range n {
-		l, err := c.line()
-		if err == nil && l[0] == '$' { // a bulk reply inside: skip its bytes
-			var size int
-			if size, err = strconv.Atoi(string(l[1:])); err == nil && size >= 0 {
-				_, err = c.br.Discard(size + 2)
-			}
-		}
-		if err != nil {
-			var se serverError
-			if !errors.As(err, &se) {
-				return err
-			}
-			if first == nil {
-				first = err
-			}
-		}
-	}
-	return first
-}
 
 // prepareFreshRaw is prepareFresh on the engine's own connection of a
 // standalone server: it stores the bare entries of keys, new rows taking
@@ -189,9 +65,7 @@ func (m *Meta) prepareFreshRaw(ctx context.Context, raw *rawConns, partition str
 		var ix [indexLen]byte
 		for i, k := range keys {
 			binary.BigEndian.PutUint64(ix[:], uint64(base)+uint64(i))
-			req = req.str(k)
-			req = appendBulkHeader(req, indexLen+len(tail))
-			req = append(append(append(req, ix[:]...), tail...), '\r', '\n')
+			req = req.str(k).bareEntry(ix, tail)
 		}
 		queued := 3
 		if guard {
@@ -261,24 +135,6 @@ func (m *Meta) commitFastRaw(ctx context.Context, raw *rawConns, pk partKeys, to
 		return false, nil
 	}
 	return false, m.s.wrap(ctx, "commit", err)
-}
-
-// bulks reads an array reply of n bulk strings (nil for nil replies).
-func (c *rawConn) bulks(n int) ([][]byte, error) {
-	got, err := c.header('*')
-	if err != nil {
-		return nil, err
-	}
-	if got != n {
-		return nil, fmt.Errorf("%w: array of %d replies, want %d", ErrCorrupt, got, n)
-	}
-	out := make([][]byte, n)
-	for i := range out {
-		if out[i], err = c.bulk(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }
 
 // prepareRaw is Prepare with plain commands on the engine's own connection
@@ -363,9 +219,7 @@ func (m *Meta) prepareRaw(ctx context.Context, raw *rawConns, partition string, 
 				r.Index, r.Gens = uint64(base), zero
 				var ix [indexLen]byte
 				binary.BigEndian.PutUint64(ix[:], uint64(base))
-				newRows = newRows.str(keys[i])
-				newRows = appendBulkHeader(newRows, indexLen+len(tail))
-				newRows = append(append(append(newRows, ix[:]...), tail...), '\r', '\n')
+				newRows = newRows.str(keys[i]).bareEntry(ix, tail)
 				base++
 				continue
 			}
@@ -450,4 +304,12 @@ func (s *Store) watched() {
 	if s.opts.roundHook != nil {
 		s.opts.roundHook("watched")
 	}
+}
+
+// bareEntry appends the entry of a row prepared and never committed, as a
+// bulk string: its index, then tail (see entryTail).
+func (r request) bareEntry(index [indexLen]byte, tail string) request {
+	r = append(r.bulkHeader(indexLen+len(tail)), index[:]...)
+	r = append(r, tail...)
+	return append(r, '\r', '\n')
 }

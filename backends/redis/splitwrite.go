@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strconv"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -57,21 +54,17 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 
 // set writes one pipelined round of SETs and reads its replies.
 func (p *rawConns) set(ctx context.Context, keys []string, heads, bodies [][]byte) error {
-	return p.do(ctx, func(c *rawConn) error { return c.set(ctx, p.opt, keys, heads, bodies) })
+	return p.do(ctx, func(c *rawConn) error { return c.set(keys, heads, bodies) })
 }
 
-func (c *rawConn) set(ctx context.Context, opt *goredis.Options, keys []string, heads, bodies [][]byte) error {
+func (c *rawConn) set(keys []string, heads, bodies [][]byte) error {
 	// The request: small pieces go into c.cmd, big bodies stay where they
 	// are; segs records, in order, which is which (ends into c.cmd, or a
 	// body's index as -1-i).
-	b := c.cmd[:0]
+	b := request(c.cmd[:0])
 	var segs []int
 	for i, k := range keys {
-		b = append(b, "*3\r\n$3\r\nSET\r\n"...)
-		b = appendBulkHeader(b, len(k))
-		b = append(b, k...)
-		b = append(b, '\r', '\n')
-		b = appendBulkHeader(b, len(heads[i])+len(bodies[i]))
+		b = b.array(3).str("SET").str(k).bulkHeader(len(heads[i]) + len(bodies[i]))
 		b = append(b, heads[i]...)
 		if len(bodies[i]) >= bigBody {
 			segs = append(segs, len(b), -1-i)
@@ -115,10 +108,4 @@ func (c *rawConn) set(ctx context.Context, opt *goredis.Options, keys []string, 
 		}
 	}
 	return first
-}
-
-func appendBulkHeader(b []byte, n int) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(n), 10)
-	return append(b, '\r', '\n')
 }
