@@ -763,21 +763,31 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // never committed entries skip).
 func decodeRows(vals []any) ([]*backends.Row, error) {
 	out := make([]*backends.Row, 0, len(vals))
+	err := decodeEach(vals, func(_ int, r *backends.Row) {
+		if r != nil {
+			out = append(out, r)
+		}
+	})
+	return out, err
+}
+
+// decodeEach decodes the entries among vals (strings; nil skips) into
+// rows that share what they can (rowDecoder), handing each to keep with
+// its position (a nil row: never committed).
+func decodeEach(vals []any, keep func(i int, r *backends.Row)) error {
 	var d rowDecoder
-	for _, v := range vals {
+	for i, v := range vals {
 		s, ok := v.(string)
 		if !ok {
 			continue
 		}
 		_, r, err := d.decode(unsafeBytes(s))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if r != nil {
-			out = append(out, r)
-		}
+		keep(i, r)
 	}
-	return out, nil
+	return nil
 }
 
 // Lookup implements backends.MetaStore.
@@ -796,17 +806,8 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 	if len(vals) != len(keys) {
 		return nil, m.s.wrap(ctx, "lookup", fmt.Errorf("%w: HMGET of %d keys replied %d values", ErrCorrupt, len(keys), len(vals)))
 	}
-	var d rowDecoder
-	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
-			continue
-		}
-		_, r, err := d.decode(unsafeBytes(s))
-		if err != nil {
-			return nil, m.s.wrap(ctx, "lookup", err)
-		}
-		out[i] = r
+	if err := decodeEach(vals, func(i int, r *backends.Row) { out[i] = r }); err != nil {
+		return nil, m.s.wrap(ctx, "lookup", err)
 	}
 	return out, nil
 }

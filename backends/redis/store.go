@@ -230,21 +230,7 @@ func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
 	}
 	dk := s.dataKeys(keys)
 	err := s.runRounds(ctx, s.writeRounds(values), func(ctx context.Context, r span) error {
-		cmds, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for i := r.lo; i < r.hi; i++ {
-				p.Set(ctx, dk[i], values[i], 0)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, c := range cmds {
-			if err := c.Err(); err != nil {
-				return err
-			}
-		}
-		return nil
+		return s.pipelined(ctx, r, func(p goredis.Pipeliner, i int) { p.Set(ctx, dk[i], values[i], 0) })
 	})
 	return s.wrap(ctx, "put", err)
 }
@@ -375,21 +361,27 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 			return s.client.Unlink(ctx, dk[r.lo:r.hi]...).Err()
 		}
 		// A multi-key UNLINK must not span hash slots; one per key, pipelined.
-		cmds, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for i := r.lo; i < r.hi; i++ {
-				p.Unlink(ctx, dk[i])
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, c := range cmds {
-			if err := c.Err(); err != nil {
-				return err
-			}
+		return s.pipelined(ctx, r, func(p goredis.Pipeliner, i int) { p.Unlink(ctx, dk[i]) })
+	})
+	return s.wrap(ctx, "delete", err)
+}
+
+// pipelined sends the command add queues for each item of round r in one
+// pipeline and returns the first error.
+func (s *Store) pipelined(ctx context.Context, r span, add func(p goredis.Pipeliner, i int)) error {
+	cmds, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i := r.lo; i < r.hi; i++ {
+			add(p, i)
 		}
 		return nil
 	})
-	return s.wrap(ctx, "delete", err)
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
