@@ -39,16 +39,18 @@ func fieldUpdate(keys []string, res []backends.Reservation, f string) []backends
 	return ups
 }
 
-// TestCommitAfterPrepare: a Commit of the rows of the Prepare before it
-// merges onto the entries that Prepare saw and, the partition unchanged
-// since, stores them in a transaction without a script; when another
-// writer changed the rows in between, it still merges both.
-func TestCommitAfterPrepare(t *testing.T) {
+// TestOneScriptPerWrite: with its view of the partition current, a
+// Prepare and a Commit each take one script (one round trip), new rows or
+// existing ones; when another writer appended in between, the write
+// catches up and still merges both.
+func TestOneScriptPerWrite(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	s := open(t, srv.URL()+"?prefix=hints")
 	m := s.Meta()
 	keys := keyRange("k", 300)
+	h := &scriptCounter{}
+	s.Client().AddHook(h)
 	prepCommit := func(f string) {
 		t.Helper()
 		res, err := m.Prepare(ctx, "p", keys, []string{f})
@@ -59,14 +61,12 @@ func TestCommitAfterPrepare(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	prepCommit("a")
-	h := &scriptCounter{}
-	s.Client().AddHook(h)
-	prepCommit("b")
-	// Both are transactions on the engine's own connection (go-redis
-	// hooks do not see them): no script, no second try.
-	if got := h.scripts.Load(); got != 0 {
-		t.Errorf("Prepare+Commit of existing rows ran %d scripts, want none", got)
+	for _, f := range []string{"a", "b"} { // new rows, then existing ones
+		before := h.scripts.Load()
+		prepCommit(f)
+		if got := h.scripts.Load() - before; got != 2 {
+			t.Errorf("Prepare+Commit of field %s ran %d scripts, want 2", f, got)
+		}
 	}
 
 	// A stale Prepare: another writer commits field c between this
@@ -75,7 +75,14 @@ func TestCommitAfterPrepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prepCommit("c")
+	other := open(t, srv.URL()+"?prefix=hints").Meta()
+	res, err := other.Prepare(ctx, "p", keys, []string{"c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Commit(ctx, "p", fieldUpdate(keys, res, "c")); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := m.Commit(ctx, "p", fieldUpdate(keys, resD, "d")); err != nil {
 		t.Fatal(err)
 	}
@@ -141,20 +148,21 @@ func TestCommitAfterOtherProcess(t *testing.T) {
 	}
 }
 
-// TestWatchedTransactionsRace: another writer changes the partition between
-// the reads of each plain-command transaction (fresh Prepare, Prepare of
-// existing rows, Commit) and its MULTI: EXEC applies nothing and the call
-// falls back to its script, with the same outcome as without the race.
-func TestWatchedTransactionsRace(t *testing.T) {
+// TestWriteRaces: another writer appends to the partition between each
+// write's computation against its view and its append (fresh Prepare,
+// Prepare of existing rows, Commit): the append is refused, the write
+// catches up and computes again, with the same outcome as without the
+// race.
+func TestWriteRaces(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, direct := range []bool{true, false} {
 		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
-			testWatchedRace(t, srv.URL(), direct)
+			testWriteRace(t, srv.URL(), direct)
 		})
 	}
 }
 
-func testWatchedRace(t *testing.T, url string, direct bool) {
+func testWriteRace(t *testing.T, url string, direct bool) {
 	ctx := t.Context()
 	prefix := fmt.Sprintf("?prefix=race%v&direct=%v", direct, direct)
 	other := open(t, url+prefix).Meta()
@@ -162,8 +170,8 @@ func testWatchedRace(t *testing.T, url string, direct bool) {
 	var fired atomic.Int64
 	var n atomic.Int64
 	s := open(t, url+prefix, redis.WithRoundHook(func(op string) {
-		if op != "watched" || !armed.Load() {
-			return
+		if op != "meta" || !armed.CompareAndSwap(true, false) {
+			return // once per write: its first attempt
 		}
 		// Another process puts a row of its own into the partition.
 		k := fmt.Sprintf("other%d", n.Add(1))
@@ -185,21 +193,16 @@ func testWatchedRace(t *testing.T, url string, direct bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		armed.Store(true)
 		if _, err := m.Commit(ctx, "p", fieldUpdate(keys, res, f)); err != nil {
 			t.Fatal(err)
 		}
-		armed.Store(false)
 		return res
 	}
-	first := step("a")  // fresh Prepare, then Commit, each raced
-	second := step("b") // Prepare of existing rows, then Commit, each raced
-	// Through go-redis, a Prepare of existing rows is the script alone.
-	want := int64(3)
-	if direct {
-		want = 4
-	}
-	if fired.Load() < want {
-		t.Fatalf("the race ran %d times, want at least %d", fired.Load(), want)
+	first := step("a")
+	second := step("b")
+	if fired.Load() != 4 {
+		t.Fatalf("the race ran %d times, want 4", fired.Load())
 	}
 	rows, err := m.Lookup(ctx, "p", keys)
 	if err != nil {
@@ -208,6 +211,9 @@ func testWatchedRace(t *testing.T, url string, direct bool) {
 	for i, r := range rows {
 		if r == nil || r.Index != first[i].Index || second[i].Index != first[i].Index || len(r.Fields) != 2 {
 			t.Fatalf("row %q: %+v; want index %d with fields a and b", keys[i], r, first[i].Index)
+		}
+		if second[i].Gens["b"] != 0 || r.Fields["b"].Gen != 0 {
+			t.Fatalf("row %q: field b at generation %d (committed %d), want 0", keys[i], second[i].Gens["b"], r.Fields["b"].Gen)
 		}
 	}
 	all, err := m.List(ctx, "p")

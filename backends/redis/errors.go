@@ -30,9 +30,9 @@ var (
 	// script replied in a way this package does not expect (another program
 	// writing under the same prefix?).
 	ErrCorrupt = errors.New("redis: metadata not understood")
-	// ErrContention: Commit gave up after other writers changed the same
-	// rows between each of its many attempts.
-	ErrContention = errors.New("redis: commit contention")
+	// ErrContention: a metadata write gave up after other writers of the
+	// partition came first in each of its many attempts.
+	ErrContention = errors.New("redis: metadata write contention")
 )
 
 // Error is a failed call to the server: the operation, the address of the

@@ -20,3 +20,11 @@ func WithRoundHook(f func(op string)) Option {
 		return nil
 	}
 }
+
+// SetCompactAt sets the log length from which writers compact a
+// partition's log, and returns a function restoring it.
+func SetCompactAt(n int64) (restore func()) {
+	old := compactAt
+	compactAt = n
+	return func() { compactAt = old }
+}

@@ -1,12 +1,9 @@
 package redis
 
 import (
-	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -24,137 +21,43 @@ import (
 // Meta is the metadata of a queue kept in Redis, so that processes on many
 // machines share one queue. It has exactly the semantics of
 // backends/memory's MetaStore and is safe for concurrent use, also by many
-// processes: every call is one atomic Lua script per partition (plus, on a
-// Cluster, one on the prefix's index counter).
+// processes.
 //
-// Row merges (fields with their generations, tags with their Go types) are
-// done in Go, and the Commit script only compares versions and stores
-// blobs: a Lua merge would have to parse every row in the server's single
-// thread, and Lua (cjson, cmsgpack) turns int64 into doubles. The Commit
-// script applies nothing unless every row is still as the merge saw it, and
-// replies with the current blobs of rows that changed, which Commit merges
-// again and retries. A commit merges first onto what the Prepare of its
-// rows saw (nothing for new keys, the entry for existing rows; see
-// preparedBatches), so it takes one round trip unless another writer
-// changed the rows in between.
+// Each partition's metadata is a log of batch records in Redis (see
+// scripts.go), and each Meta keeps a view of the partitions it uses,
+// rebuilt by replaying the log (see view.go). A write computes its
+// outcome against the view and appends its record with a script that
+// checks, atomically, that the log is still as the view has it; if
+// another writer came first, the script replies with the records the view
+// lacks, and the write computes again. A read fetches the records its
+// view lacks (none, mostly) and answers from the view. So a put of 1024
+// rows costs the server two appends of one string each, where per-row
+// entries cost it 0.25-0.3 ms per write (see scripts.go).
 type Meta struct {
 	s      *Store
 	closed atomic.Bool
-	preps  preparedBatches
-	seen   partitionSet // partitions known to have rows: no fresh Prepare
+
+	mu    sync.Mutex // guards views and tick
+	views map[string]*view
+	tick  uint64
 }
 
-// partitionSet is a bounded set of partition names.
-type partitionSet struct {
-	mu sync.Mutex // guards m
-	m  map[string]struct{}
-}
+// maxViews bounds the partitions a Meta keeps views of; the least recently
+// used goes first (and is read again from its log when used again).
+const maxViews = 256
 
-func (p *partitionSet) has(name string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.m[name]
-	return ok
-}
+// compactAt is the log length from which a writer replaces the log with a
+// snapshot of its view, so that logs of long-lived partitions (many small
+// writes) stay short to replay. Tests lower it.
+var compactAt int64 = 256
 
-func (p *partitionSet) add(name string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.m == nil || len(p.m) >= maxRemembered {
-		p.m = map[string]struct{}{}
-	}
-	p.m[name] = struct{}{}
-}
-
-func (p *partitionSet) remove(name string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.m, name)
-}
-
-// maxPrepared bounds the Prepares preparedBatches remembers per partition.
-const maxPrepared = 16
-
-// preparedBatch is what one Prepare saw of its rows, for the Commit of the
-// same rows (same keys, same order) to skip the server's per-row
-// comparison: if the partition's token is still the one the Prepare read,
-// no row changed since, and each row's entry is the one recorded here.
-type preparedBatch struct {
-	token   string
-	sig     string // the signature of the prepared fields
-	keys    []string
-	res     []backends.Reservation
-	entries []string // per key: the existing row's entry, "" for a new row
-}
-
-// preparedBatches are the recent Prepares per partition. Commit takes out
-// the one for its rows; Prepares never followed by a Commit are dropped
-// oldest first.
-type preparedBatches struct {
-	mu sync.Mutex // guards m
-	m  map[string][]*preparedBatch
-}
-
-func (p *preparedBatches) put(partition string, b *preparedBatch) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.m == nil || len(p.m) > maxRemembered/maxPrepared {
-		p.m = map[string][]*preparedBatch{}
-	}
-	l := p.m[partition]
-	if len(l) == maxPrepared {
-		l = append(l[:0], l[1:]...)
-	}
-	p.m[partition] = append(l, b)
-}
-
-// take removes and returns the Prepare of exactly the rows of updates, or
-// nil.
-func (p *preparedBatches) take(partition string, updates []backends.RowUpdate) *preparedBatch {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l := p.m[partition]
-	for i := len(l) - 1; i >= 0; i-- {
-		b := l[i]
-		if len(b.keys) != len(updates) {
-			continue
-		}
-		same := true
-		for j := range updates {
-			if updates[j].Key != b.keys[j] || updates[j].Index != b.res[j].Index {
-				same = false
-				break
-			}
-		}
-		if same {
-			p.m[partition] = append(l[:i], l[i+1:]...)
-			return b
-		}
-	}
-	return nil
-}
-
-// forget drops the Prepares of partition (its rows were deleted).
-func (p *preparedBatches) forget(partition string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.m, partition)
-}
-
-// newToken is a value for a partition's token key: random, so that a token
-// is never seen twice, also across processes and partitions recreated
-// after a delete.
-func newToken() string {
-	return strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64(), 36)
-}
-
-// maxRemembered bounds what a Meta remembers of recent Prepares: the
-// partitions in preparedBatches and partitionSet.
-const maxRemembered = 1 << 16
+// maxWriteAttempts bounds how often a write computes again because other
+// writers of the partition kept coming first.
+const maxWriteAttempts = 64
 
 var _ backends.MetaStore = (*Meta)(nil)
 
-func newMeta(s *Store) *Meta { return &Meta{s: s} }
+func newMeta(s *Store) *Meta { return &Meta{s: s, views: map[string]*view{}} }
 
 // Close closes the metadata side. Later calls return backends.ErrClosed.
 func (m *Meta) Close() error {
@@ -171,18 +74,43 @@ func (m *Meta) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// view returns the partition's view, creating an empty one (which
+// assumes no log: a first write into a fresh partition needs no read).
+func (m *Meta) view(partition string) *view {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tick++
+	v := m.views[partition]
+	if v == nil {
+		if len(m.views) >= maxViews {
+			var oldest string
+			var at uint64
+			for name, x := range m.views {
+				if oldest == "" || x.used < at {
+					oldest, at = name, x.used
+				}
+			}
+			delete(m.views, oldest)
+		}
+		v = newView()
+		m.views[partition] = v
+	}
+	v.used = m.tick
+	return v
+}
+
 // partEscaper keeps a partition name from closing the key's hash tag.
 var partEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // partKeys are the key names of one partition (see scripts.go).
 type partKeys struct {
-	base, r, n, f, c string
+	l, e, n string
 }
 
 func (m *Meta) keys(partition string) partKeys {
 	p := m.s.opts.prefix
 	base := p + ":{" + p + ":" + partEscaper.Replace(partition) + "}"
-	return partKeys{base: base, r: base + ":r", n: base + ":n", f: base + ":f", c: base + ":c"}
+	return partKeys{l: base + ":l", e: base + ":e", n: base + ":n"}
 }
 
 func (m *Meta) counterKeys() (next, parts string) {
@@ -190,9 +118,191 @@ func (m *Meta) counterKeys() (next, parts string) {
 	return g + ":next", g + ":parts"
 }
 
-// maxPrepareAttempts bounds how often a cluster-mode Prepare reserves a
-// larger index range because rows were deleted between its attempts.
-const maxPrepareAttempts = 16
+// newEpoch is a log's epoch: random, so that an epoch is never seen twice,
+// also across processes and partitions recreated after a delete.
+func newEpoch() string {
+	return strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64(), 36)
+}
+
+// change is what a write computed against a view: the record to append
+// ("" for none: the write only checks that the view was current), the
+// indexes a Prepare draws, the change in committed rows, and how to apply
+// it to the view (with the base of the drawn indexes).
+type change struct {
+	record  []byte
+	need    int64
+	delta   int64
+	install func(base uint64)
+}
+
+// write runs compute against the partition's view and appends its record,
+// computing again after each catch-up until the log accepts it. compute
+// runs with the view locked; it may return backends.ErrConflict, which
+// write returns only once the server confirmed the view it came from.
+// It returns the base of the indexes drawn.
+func (m *Meta) write(ctx context.Context, op, partition string, compute func(v *view) (change, error)) (uint64, error) {
+	pk := m.keys(partition)
+	inline := !m.s.cluster
+	skeys := []string{pk.l, pk.e, pk.n}
+	if inline {
+		next, parts := m.counterKeys()
+		skeys = append(skeys, next, parts)
+	}
+	v := m.view(partition)
+	var rangeBase, rangeLen int64 // indexes reserved on a Cluster
+	for attempt := 0; ; attempt++ {
+		v.mu.Lock()
+		epoch, want, era := v.epoch, v.n, v.era
+		ch, cerr := compute(v)
+		v.mu.Unlock()
+		if cerr != nil && !errors.Is(cerr, backends.ErrConflict) {
+			return 0, cerr
+		}
+		if cerr != nil {
+			ch = change{} // confirm the view before reporting the conflict
+		}
+		base := rangeBase
+		if !inline && ch.need > rangeLen {
+			var err error
+			if base, err = m.alloc(ctx, partition, ch.need); err != nil {
+				return 0, err
+			}
+			rangeBase, rangeLen = base, ch.need
+		}
+		m.s.computed()
+		newE := ""
+		if epoch == "" || (len(ch.record) > 0 && ch.record[0] == recSnapshot) {
+			newE = newEpoch()
+		}
+		reply, err := appendScript.Run(ctx, m.s.client, skeys, epoch, want, newE,
+			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), ch.need, base, ch.delta, partition).Slice()
+		if err != nil {
+			return 0, m.s.wrap(ctx, op, err)
+		}
+		status, ok := replyString(reply, 0)
+		if !ok || len(reply) < 3 {
+			return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
+		}
+		cur, _ := replyString(reply, 1)
+		switch status {
+		case "ok":
+			b, ok := reply[2].(int64)
+			if !ok || b < 0 {
+				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied base %v", ErrCorrupt, reply[2]))
+			}
+			if cerr != nil {
+				return 0, cerr
+			}
+			v.mu.Lock()
+			if v.epoch == epoch && v.n == want && v.era == era {
+				// Nobody moved the view since compute: apply the change
+				// (else a catch-up that fetched the record applied it).
+				if len(ch.record) > 0 {
+					ch.install(uint64(b))
+					v.epoch, v.n = cur, want+1
+					if ch.record[0] == recSnapshot {
+						v.n = 1
+					}
+				}
+			}
+			long := v.n >= compactAt && v.epoch == cur
+			v.mu.Unlock()
+			if long {
+				m.compact(ctx, partition)
+			}
+			return uint64(b), nil
+		case "stale":
+			if err := m.catchUp(v, reply[1:]); err != nil {
+				return 0, m.s.wrap(ctx, op, err)
+			}
+			if attempt+1 >= maxWriteAttempts {
+				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: %d attempts on partition %q", ErrContention, maxWriteAttempts, partition))
+			}
+			if attempt > 0 {
+				// Someone else keeps coming first: step aside for a moment.
+				if err := sleepCtx(ctx, time.Duration(rand.Int64N(int64(attempt)*int64(200*time.Microsecond)))); err != nil {
+					return 0, err
+				}
+			}
+		default:
+			return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
+		}
+	}
+}
+
+// compact replaces a long log with a snapshot of the view. It is an
+// optimisation: a failure leaves the log as it was.
+func (m *Meta) compact(ctx context.Context, partition string) {
+	_, _ = m.write(ctx, "compact", partition, func(v *view) (change, error) {
+		if v.n < compactAt {
+			return change{}, nil // someone else compacted
+		}
+		rec, err := v.snapshot()
+		if err != nil {
+			return change{}, err
+		}
+		return change{record: rec, install: func(uint64) {}}, nil
+	})
+}
+
+// catchUp applies a reply {epoch, from, records} to v.
+func (m *Meta) catchUp(v *view, reply []any) error {
+	epoch, ok1 := replyString(reply, 0)
+	from, ok2 := reply[1].(int64)
+	raw, ok3 := reply[2].([]any)
+	if !ok1 || !ok2 || !ok3 || from < 0 {
+		return fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
+	}
+	recs := make([]string, len(raw))
+	for i, r := range raw {
+		s, ok := r.(string)
+		if !ok {
+			return fmt.Errorf("%w: log record of type %T", ErrCorrupt, r)
+		}
+		recs[i] = s
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.catchUp(epoch, from, recs)
+}
+
+func replyString(reply []any, i int) (string, bool) {
+	if i >= len(reply) {
+		return "", false
+	}
+	s, ok := reply[i].(string)
+	return s, ok
+}
+
+// read brings the partition's view up to date (and with drop, deletes the
+// partition) and returns it.
+func (m *Meta) read(ctx context.Context, op, partition string, drop bool) (*view, error) {
+	pk := m.keys(partition)
+	skeys := []string{pk.l, pk.e, pk.n}
+	if !m.s.cluster {
+		_, parts := m.counterKeys()
+		skeys = append(skeys, parts)
+	}
+	v := m.view(partition)
+	v.mu.Lock()
+	epoch, from := v.epoch, v.n
+	v.mu.Unlock()
+	dropArg := "0"
+	if drop {
+		dropArg = "1"
+	}
+	reply, err := readScript.Run(ctx, m.s.client, skeys, epoch, from, dropArg, partition).Slice()
+	if err == nil && len(reply) < 3 {
+		err = fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
+	}
+	if err == nil {
+		err = m.catchUp(v, reply)
+	}
+	if err != nil {
+		return nil, m.s.wrap(ctx, op, err)
+	}
+	return v, nil
+}
 
 // Prepare implements backends.MetaStore.
 func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []string) ([]backends.Reservation, error) {
@@ -202,206 +312,40 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 	if len(keys) == 0 {
 		return []backends.Reservation{}, nil
 	}
-	sig, err := checkPrepare(keys, fields)
+	if err := checkPrepare(keys, fields); err != nil {
+		return nil, err
+	}
+	record := prepareRecord(keys, fields)
+	var p *prepared
+	base, err := m.write(ctx, "prepare", partition, func(v *view) (change, error) {
+		p = v.prepare(keys, fields)
+		return change{record: record, need: int64(len(p.newPos)), install: func(base uint64) {
+			v.installPrepare(p, keys, fields, base)
+		}}, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	pk := m.keys(partition)
-	if !m.seen.has(partition) {
-		res, ok, err := m.prepareFresh(ctx, partition, pk, keys, fields, sig)
-		if err != nil || ok {
-			return res, err
-		}
-		m.seen.add(partition)
-	}
-	if raw := m.s.rawPool(); raw != nil && !m.s.cluster {
-		b, ok, err := m.prepareRaw(ctx, raw, partition, pk, keys, fields, sig)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			m.preps.put(partition, b)
-			return b.res, nil
-		}
-		// Another writer came between the reads and the transaction: the
-		// script does it atomically.
-	}
-	inline := !m.s.cluster
-	skeys := make([]string, 0, 5+len(fields))
-	skeys = append(skeys, pk.r, pk.f, pk.c)
-	for _, f := range fields {
-		skeys = append(skeys, pk.base+":g:"+f)
-	}
-	if inline {
-		next, parts := m.counterKeys()
-		skeys = append(skeys, next, parts)
-	}
-	args := make([]any, 8, 8+len(keys)+len(fields))
-	args[0], args[1], args[4], args[5], args[6], args[7] = len(keys), len(fields), boolArg(inline), partition, entryTail(sig), newToken()
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	for _, f := range fields {
-		args = append(args, f)
-	}
-	var base, avail int64
-	for attempt := 0; ; attempt++ {
-		args[2], args[3] = base, avail
-		v, err := prepareScript.Run(ctx, m.s.client, skeys, args...).Slice()
-		if err != nil {
-			return nil, m.s.wrap(ctx, "prepare", err)
-		}
-		if len(v) == 2 && v[0] == "need" {
-			need, ok := v[1].(int64)
-			if !ok || inline || attempt == maxPrepareAttempts {
-				return nil, m.s.wrap(ctx, "prepare", fmt.Errorf("%w: prepare replied %v", ErrCorrupt, v))
-			}
-			if base, err = m.alloc(ctx, partition, need); err != nil {
-				return nil, err
-			}
-			avail = need
-			continue
-		}
-		token, res, oldPos, oldE, err := parseReservations(v, len(keys), fields)
-		if err != nil {
-			return nil, err
-		}
-		b := &preparedBatch{token: token, sig: sig, keys: slices.Clone(keys), res: res, entries: make([]string, len(keys))}
-		for j, p := range oldPos {
-			b.entries[p] = oldE[j]
-		}
-		m.preps.put(partition, b)
-		return res, nil
-	}
+	p.setBase(base)
+	return p.res, nil
 }
 
-// listpackGuard is a hash field whose long value makes Redis convert a new
-// hash to a hash table before the first insert (see luaPrelude's
-// hsetmany): HSET of many fields into a new hash is several times slower
-// when the hash starts as a listpack and converts half way.
-const listpackGuard = "\xfftq:encoding"
-
-// guardValue is listpackGuard's value: longer than hash-max-listpack-value.
-var guardValue = strings.Repeat(".", 1024)
-
-// prepareFresh is Prepare into a partition that has no rows, the first
-// write of most partitions, with plain commands in a MULTI/EXEC guarded by
-// WATCH rather than the script (see commitFast for why). ok false: the
-// partition has rows (nothing was written; the indexes reserved are
-// skipped, as those of a failed put are).
-func (m *Meta) prepareFresh(ctx context.Context, partition string, pk partKeys, keys, fields []string, sig string) (_ []backends.Reservation, ok bool, _ error) {
-	n := int64(len(keys))
-	var base int64
-	if m.s.cluster {
-		// The counter lives in another slot than the partition.
-		b, err := m.alloc(ctx, partition, n)
-		if err != nil {
-			return nil, false, err
-		}
-		base = b
-	}
-	token := newToken()
-	if raw := m.s.rawPool(); raw != nil && !m.s.cluster {
-		b, ok, err := m.prepareFreshRaw(ctx, raw, partition, pk, keys, entryTail(sig), token)
-		if !ok || err != nil {
-			return nil, false, err
-		}
-		base = b
-	} else if ok, err := m.prepareFreshTx(ctx, partition, pk, keys, sig, token, &base); !ok || err != nil {
-		return nil, false, err
-	}
-	res := make([]backends.Reservation, len(keys))
-	gens := make(map[string]uint64, len(fields)) // new rows share one read-only map
-	for _, f := range fields {
-		gens[f] = 0
-	}
-	for i := range res {
-		res[i] = backends.Reservation{Index: uint64(base) + uint64(i), Gens: gens}
-	}
-	m.preps.put(partition, &preparedBatch{token: token, sig: sig, keys: slices.Clone(keys), res: res, entries: make([]string, len(keys))})
-	return res, true, nil
-}
-
-// prepareFreshTx is prepareFresh through go-redis (on a Cluster, *base is
-// already set from the counter's slot).
-func (m *Meta) prepareFreshTx(ctx context.Context, partition string, pk partKeys, keys []string, sig, token string, base *int64) (ok bool, _ error) {
-	n := int64(len(keys))
-	err := m.s.client.Watch(ctx, func(tx *goredis.Tx) error {
-		var exists *goredis.IntCmd
-		var top *goredis.IntCmd
-		next, parts := m.counterKeys()
-		_, err := tx.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			exists = p.Exists(ctx, pk.r)
-			if !m.s.cluster {
-				top = p.IncrBy(ctx, next, n)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		m.s.watched()
-		if exists.Val() != 0 {
-			return errMoved
-		}
-		if top != nil {
-			*base = top.Val() - n
-		}
-		args := make([]any, 0, 4+2*len(keys))
-		args = append(args, "HSET", pk.r)
-		if len(keys) >= 128 {
-			args = append(args, listpackGuard, guardValue)
-		}
-		tail := entryTail(sig)
-		for i, k := range keys {
-			var ix [indexLen]byte
-			binary.BigEndian.PutUint64(ix[:], uint64(*base)+uint64(i))
-			args = append(args, k, string(ix[:])+tail)
-		}
-		_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-			p.Do(ctx, args...)
-			if len(keys) >= 128 {
-				p.HDel(ctx, pk.r, listpackGuard)
-			}
-			p.Set(ctx, pk.c, token, 0)
-			if !m.s.cluster {
-				p.SAdd(ctx, parts, partition)
-			}
-			return nil
-		})
-		return err
-	}, pk.r)
-	switch {
-	case errors.Is(err, errMoved), errors.Is(err, goredis.TxFailedErr):
-		return false, nil
-	case err != nil:
-		return false, m.s.wrap(ctx, "prepare", err)
-	}
-	return true, nil
-}
-
-// checkPrepare checks that keys and fields are distinct and that no field
-// holds a NUL (a row entry's signature separates fields with NUL), and
-// returns the signature of fields.
-func checkPrepare(keys, fields []string) (string, error) {
+func checkPrepare(keys, fields []string) error {
 	seen := make(map[string]struct{}, len(keys))
 	for _, k := range keys {
 		if _, dup := seen[k]; dup {
-			return "", fmt.Errorf("%w: key %q twice in one Prepare", backends.ErrInvalid, k)
+			return fmt.Errorf("%w: key %q twice in one Prepare", backends.ErrInvalid, k)
 		}
 		seen[k] = struct{}{}
 	}
-	sorted := slices.Clone(fields)
-	slices.Sort(sorted)
-	for i, f := range sorted {
-		if i > 0 && sorted[i-1] == f {
-			return "", fmt.Errorf("%w: field %q twice in one Prepare", backends.ErrInvalid, f)
-		}
-		if strings.IndexByte(f, 0) >= 0 {
-			return "", fmt.Errorf("%w: field %q holds a NUL byte", backends.ErrInvalid, f)
+	for i, f := range fields {
+		for _, g := range fields[:i] {
+			if g == f {
+				return fmt.Errorf("%w: field %q twice in one Prepare", backends.ErrInvalid, f)
+			}
 		}
 	}
-	return signature(sorted), nil
+	return nil
 }
 
 // alloc reserves n global indexes and registers partition (cluster mode).
@@ -414,380 +358,30 @@ func (m *Meta) alloc(ctx context.Context, partition string, n int64) (int64, err
 	return top - n, nil
 }
 
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
-// parseReservations also returns the partition's token and the positions
-// of the existing rows in keys and their entries.
-func parseReservations(v []any, nk int, fields []string) (token string, _ []backends.Reservation, oldPos []int, oldE []string, _ error) {
-	bad := func(what string, x any) error {
-		return fmt.Errorf("%w: prepare replied %s %v (%T)", ErrCorrupt, what, x, x)
-	}
-	if len(v) < 3 {
-		return "", nil, nil, nil, bad("reply", v)
-	}
-	nNew, ok1 := v[0].(int64)
-	base, ok2 := v[1].(int64)
-	token, ok3 := v[2].(string)
-	nOld := nk - int(nNew)
-	nf := len(fields)
-	if !ok1 || !ok2 || !ok3 || base < 0 || nNew < 0 || nOld < 0 || len(v) != 3+2*nOld+nOld*nf {
-		return "", nil, nil, nil, bad("header", v[:3])
-	}
-	v = v[1:] // the rest is laid out as if the token were not there
-	out := make([]backends.Reservation, nk)
-	for i := range out {
-		out[i].Gens = make(map[string]uint64, nf)
-	}
-	old := make([]bool, nk)
-	for j := range nOld {
-		pos, ok := v[2+2*j].(int64)
-		e, ok2 := v[3+2*j].(string)
-		if !ok || !ok2 || pos < 1 || int(pos) > nk {
-			return "", nil, nil, nil, bad("existing row", v[2+2*j])
-		}
-		idx, err := entryIndex(unsafeBytes(e))
-		if err != nil {
-			return "", nil, nil, nil, err
-		}
-		oldPos, oldE = append(oldPos, int(pos-1)), append(oldE, e)
-		r := &out[pos-1]
-		r.Index = idx
-		old[pos-1] = true
-		for fi, f := range fields {
-			g, ok := v[2+2*nOld+nOld*fi+j].(int64)
-			if !ok || g < 0 {
-				return "", nil, nil, nil, bad("generation", v[2+2*nOld+nOld*fi+j])
-			}
-			r.Gens[f] = uint64(g)
-		}
-	}
-	next := uint64(base)
-	for i := range out {
-		if old[i] {
-			continue
-		}
-		out[i].Index = next
-		next++
-		for _, f := range fields {
-			out[i].Gens[f] = 0
-		}
-	}
-	return token, out, oldPos, oldE, nil
-}
-
-// commitRow is one row of a Commit: its updates and what the merge starts
-// from.
-type commitRow struct {
-	key     string
-	index   uint64
-	ups     []int // positions in updates
-	cur     *backends.Row
-	entry   string // the entry cur was read from; "" before any read
-	version uint64 // of cur; 0: never committed
-}
-
-// maxCommitAttempts bounds Commit's retries when other writers keep
-// changing the same rows; each retry means another writer made progress.
-const maxCommitAttempts = 64
-
 // Commit implements backends.MetaStore.
 func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
-	var res backends.CommitResult
 	if err := m.check(ctx); err != nil {
-		return res, err
+		return backends.CommitResult{}, err
 	}
 	if len(updates) == 0 {
-		return res, nil
+		return backends.CommitResult{}, nil
 	}
-	// Several updates of one key apply in order onto one blob. Updates of
-	// one key with different indexes cannot all match the row: a conflict
-	// whatever the server holds.
-	rows := make([]commitRow, 0, len(updates))
-	var byKey map[string]int
-	for i := range updates {
-		u := &updates[i]
-		if byKey == nil && i > 0 {
-			byKey = make(map[string]int, len(updates))
-			for j, r := range rows {
-				byKey[r.key] = j
-			}
-		}
-		if byKey != nil {
-			if j, dup := byKey[u.Key]; dup {
-				if rows[j].index != u.Index {
-					return res, fmt.Errorf("%w: key %q in partition %q (two updates with different indexes)", backends.ErrConflict, u.Key, partition)
-				}
-				rows[j].ups = append(rows[j].ups, i)
-				continue
-			}
-			byKey[u.Key] = len(rows)
-		}
-		rows = append(rows, commitRow{key: u.Key, index: u.Index, ups: []int{i}})
+	record, err := commitRecord(updates)
+	if err != nil {
+		return backends.CommitResult{}, err
 	}
-	// The Prepare of exactly these rows knows each row's entry (the one it
-	// read, or the bare one it created), valid while the token is. Rows of
-	// one put decode into shared maps (rowDecoder), which the merge below
-	// keeps sharing (backends.Merger), so that their entries are encoded
-	// once. Without it, the first attempt guesses bare prepared rows.
-	prep := m.preps.take(partition, updates)
-	if prep != nil {
-		var dec rowDecoder
-		for j := range rows {
-			r := &rows[j]
-			if e := prep.entries[j]; e != "" {
-				ver, cur, err := dec.decode(unsafeBytes(e))
-				if err != nil {
-					prep = nil
-					break
-				}
-				r.cur, r.version, r.entry = cur, ver, e
-			} else {
-				r.cur, r.version, r.entry = nil, 0, preparedEntry(r.index, prep.sig)
-			}
+	var c *committing
+	_, err = m.write(ctx, "commit", partition, func(v *view) (change, error) {
+		var err error
+		if c, err = v.commit(partition, updates); err != nil {
+			return change{}, err
 		}
-	}
-	pk := m.keys(partition)
-	skeys := []string{pk.r, pk.n, pk.c}
-	n := len(rows)
-	var args []any
-	var buf []byte
-	for attempt := 0; ; attempt++ {
-		// Merge onto what we last saw (first: assume rows never committed,
-		// prepared with the fields they commit, the case of new keys), then
-		// have the script check that guess.
-		res = backends.CommitResult{}
-		buf = buf[:0]
-		ends := make([]int, n)
-		fresh := 0
-		var sigs sigCache
-		var fc fieldsCache
-		var mg backends.Merger
-		for j := range rows {
-			r := &rows[j]
-			u := &updates[r.ups[0]]
-			if r.entry == "" {
-				r.entry = preparedEntry(r.index, sigs.of(u.Fields))
-			}
-			var next *backends.Row
-			if r.cur == nil && len(r.ups) == 1 {
-				// A first commit stores the update as it is: nothing to
-				// merge, so no maps to copy.
-				next = &backends.Row{Key: u.Key, Index: u.Index, Fields: u.Fields, Tag: u.Tag}
-			} else {
-				cur := r.cur
-				for _, i := range r.ups {
-					next = new(backends.Row)
-					mg.Merge(next, cur, &updates[i], &res)
-					cur = next
-				}
-			}
-			head, err := entryHead(unsafeBytes(r.entry))
-			if err != nil {
-				return backends.CommitResult{}, m.s.wrap(ctx, "commit", err)
-			}
-			if buf, err = encodeEntry(buf, head, r.version+1, next, &fc); err != nil {
-				return backends.CommitResult{}, err
-			}
-			ends[j] = len(buf)
-			if r.cur == nil {
-				fresh++
-			}
-		}
-		if attempt == 0 && prep != nil {
-			ok, err := m.commitFast(ctx, pk, prep.token, fresh, rows, buf, ends)
-			if err != nil || ok {
-				return res, err
-			}
-			continue // a commit or delete came between: compare row by row
-
-		}
-		if args == nil {
-			args = make([]any, 3+3*n)
-			args[0] = n
-			for j := range rows {
-				args[3+j] = rows[j].key
-			}
-		}
-		args[1], args[2] = fresh, newToken()
-		lo := 0
-		for j := range rows {
-			args[3+n+j] = rows[j].entry
-			args[3+2*n+j] = buf[lo:ends[j]]
-			lo = ends[j]
-		}
-		v, err := commitScript.Run(ctx, m.s.client, skeys, args...).Slice()
-		if err != nil {
-			return backends.CommitResult{}, m.s.wrap(ctx, "commit", err)
-		}
-		if len(v) == 0 {
-			return backends.CommitResult{}, m.s.wrap(ctx, "commit", fmt.Errorf("%w: empty commit reply", ErrCorrupt))
-		}
-		switch v[0] {
-		case "ok":
-			return res, nil
-		case "conflict":
-			pos, _ := v[1].(int64)
-			key := "?"
-			if pos >= 1 && int(pos) <= len(rows) {
-				key = rows[pos-1].key
-			}
-			return backends.CommitResult{}, fmt.Errorf("%w: key %q in partition %q", backends.ErrConflict, key, partition)
-		case "retry":
-			if attempt+1 == maxCommitAttempts {
-				return backends.CommitResult{}, m.s.wrap(ctx, "commit", fmt.Errorf("%w: %d attempts on partition %q", ErrContention, maxCommitAttempts, partition))
-			}
-			for k := 1; k+1 < len(v); k += 2 {
-				pos, _ := v[k].(int64)
-				e, ok := v[k+1].(string)
-				if pos < 1 || int(pos) > len(rows) || !ok {
-					return backends.CommitResult{}, m.s.wrap(ctx, "commit", fmt.Errorf("%w: commit retry of row %v", ErrCorrupt, v[k]))
-				}
-				r := &rows[pos-1]
-				ver, cur, err := decodeEntry(unsafeBytes(e))
-				if err != nil {
-					return backends.CommitResult{}, m.s.wrap(ctx, "commit", err)
-				}
-				r.cur, r.version, r.entry = cur, ver, e
-			}
-			if attempt > 0 {
-				// Someone else keeps winning: step aside for a moment.
-				if err := sleepCtx(ctx, time.Duration(rand.Int64N(int64(attempt)*int64(200*time.Microsecond)))); err != nil {
-					return backends.CommitResult{}, err
-				}
-			}
-		default:
-			return backends.CommitResult{}, m.s.wrap(ctx, "commit", fmt.Errorf("%w: commit replied %v", ErrCorrupt, v[0]))
-		}
-	}
-}
-
-// errMoved ends a transaction whose watched state is not what the fast
-// path needs; the caller falls back to a script.
-var errMoved = errors.New("redis: partition changed")
-
-// commitFast stores the entries of rows (buf split at ends) if the
-// partition's token is still token; ok false: it was not, nothing changed.
-//
-// It uses plain commands in a MULTI/EXEC guarded by WATCH instead of a
-// script: a script pays for every argument twice (Lua string in, Redis
-// string out), measured at 0.7 ms for 1024 rows on top of the 0.22 ms the
-// HSET itself takes, three times the two extra round trips WATCH costs.
-// The WATCH makes EXEC apply nothing if a commit or delete replaced the
-// token after the check.
-func (m *Meta) commitFast(ctx context.Context, pk partKeys, token string, fresh int, rows []commitRow, buf []byte, ends []int) (ok bool, _ error) {
-	if raw := m.s.rawPool(); raw != nil {
-		return m.commitFastRaw(ctx, raw, pk, token, fresh, rows, buf, ends)
-	}
-	pairs := make([]any, 0, 2+2*len(rows))
-	pairs = append(pairs, "HSET", pk.r)
-	lo := 0
-	for j := range rows {
-		pairs = append(pairs, rows[j].key, buf[lo:ends[j]])
-		lo = ends[j]
-	}
-	err := m.s.client.Watch(ctx, func(tx *goredis.Tx) error {
-		cur, err := tx.Get(ctx, pk.c).Result()
-		if err != nil && !errors.Is(err, goredis.Nil) {
-			return err
-		}
-		m.s.watched()
-		if cur != token {
-			return errMoved
-		}
-		_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-			p.Do(ctx, pairs...)
-			if fresh > 0 {
-				p.IncrBy(ctx, pk.n, int64(fresh))
-			}
-			p.Set(ctx, pk.c, newToken(), 0)
-			return nil
-		})
-		return err
-	}, pk.c)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, errMoved), errors.Is(err, goredis.TxFailedErr):
-		return false, nil
-	}
-	return false, m.s.wrap(ctx, "commit", err)
-}
-
-// sigCache remembers the last signature built: the rows of one commit
-// mostly have the same fields.
-type sigCache struct {
-	fields []string // sorted
-	sig    string
-}
-
-// of returns the signature of the field names of fields.
-func (c *sigCache) of(fields map[string]backends.FieldInfo) string {
-	if len(fields) == len(c.fields) && c.fields != nil {
-		same := true
-		for _, f := range c.fields {
-			if _, ok := fields[f]; !ok {
-				same = false
-				break
-			}
-		}
-		if same {
-			return c.sig
-		}
-	}
-	c.fields = slices.Sorted(maps.Keys(fields))
-	c.sig = signature(c.fields)
-	return c.sig
-}
-
-// unsafeBytes views s as bytes, for decoding without a copy; the decoders
-// only read, and copy what they keep.
-func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// decodeRows decodes the committed rows among entries (strings; nil and
-// never committed entries skip).
-func decodeRows(vals []any) ([]*backends.Row, error) {
-	out := make([]*backends.Row, 0, len(vals))
-	err := decodeEach(vals, func(_ int, r *backends.Row) {
-		if r != nil {
-			out = append(out, r)
-		}
+		return change{record: record, delta: c.fresh, install: func(uint64) { v.installCommit(c) }}, nil
 	})
-	return out, err
-}
-
-// decodeEach decodes the entries among vals (strings; nil skips) into
-// rows that share what they can (rowDecoder), handing each to keep with
-// its position (a nil row: never committed).
-func decodeEach(vals []any, keep func(i int, r *backends.Row)) error {
-	var d rowDecoder
-	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
-			continue
-		}
-		_, r, err := d.decode(unsafeBytes(s))
-		if err != nil {
-			return err
-		}
-		keep(i, r)
+	if err != nil {
+		return backends.CommitResult{}, err
 	}
-	return nil
+	return c.res, nil
 }
 
 // Lookup implements backends.MetaStore.
@@ -799,15 +393,16 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 	if len(keys) == 0 {
 		return out, nil
 	}
-	vals, err := m.s.client.HMGet(ctx, m.keys(partition).r, keys...).Result()
+	v, err := m.read(ctx, "lookup", partition, false)
 	if err != nil {
-		return nil, m.s.wrap(ctx, "lookup", err)
+		return nil, err
 	}
-	if len(vals) != len(keys) {
-		return nil, m.s.wrap(ctx, "lookup", fmt.Errorf("%w: HMGET of %d keys replied %d values", ErrCorrupt, len(keys), len(vals)))
-	}
-	if err := decodeEach(vals, func(i int, r *backends.Row) { out[i] = r }); err != nil {
-		return nil, m.s.wrap(ctx, "lookup", err)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i, k := range keys {
+		if r := v.rows[k]; r != nil {
+			out[i] = r.row
+		}
 	}
 	return out, nil
 }
@@ -817,23 +412,13 @@ func (m *Meta) List(ctx context.Context, partition string) ([]*backends.Row, err
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	vals, err := m.s.client.HVals(ctx, m.keys(partition).r).Result()
+	v, err := m.read(ctx, "list", partition, false)
 	if err != nil {
-		return nil, m.s.wrap(ctx, "list", err)
+		return nil, err
 	}
-	out := make([]*backends.Row, 0, len(vals))
-	var d rowDecoder
-	for _, s := range vals {
-		_, r, err := d.decode(unsafeBytes(s))
-		if err != nil {
-			return nil, m.s.wrap(ctx, "list", err)
-		}
-		if r != nil {
-			out = append(out, r)
-		}
-	}
-	slices.SortFunc(out, func(a, b *backends.Row) int { return cmp.Compare(a.Index, b.Index) })
-	return out, nil
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.committed(), nil
 }
 
 // Partitions implements backends.MetaStore. The registry may name
@@ -879,42 +464,18 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	pk := m.keys(partition)
-	inline := !m.s.cluster
-	skeys := []string{pk.r, pk.f, pk.n, pk.c}
-	if inline {
-		_, parts := m.counterKeys()
-		skeys = append(skeys, parts)
-	}
-	args := make([]any, 4, 4+len(keys))
-	args[0], args[1], args[2], args[3] = pk.base, boolArg(inline), partition, newToken()
-	seen := make(map[string]struct{}, len(keys))
-	for _, k := range keys {
-		if _, dup := seen[k]; !dup {
-			seen[k] = struct{}{}
-			args = append(args, k)
+	var d *deleting
+	_, err := m.write(ctx, "delete", partition, func(v *view) (change, error) {
+		d = v.delete(keys)
+		if len(d.keys) == 0 {
+			return change{}, nil
 		}
+		return change{record: deleteRecord(d.keys), delta: -int64(len(d.rows)), install: func(uint64) { v.installDelete(d) }}, nil
+	})
+	if err != nil || len(d.rows) == 0 {
+		return nil, err
 	}
-	m.preps.forget(partition)
-	m.seen.remove(partition)
-	vals, err := deleteScript.Run(ctx, m.s.client, skeys, args...).Slice()
-	return m.deletedRows(ctx, "delete", vals, err)
-}
-
-// deletedRows decodes the committed rows a delete script returned (nil
-// when there were none), naming op in any error.
-func (m *Meta) deletedRows(ctx context.Context, op string, vals []any, err error) ([]*backends.Row, error) {
-	if err != nil {
-		return nil, m.s.wrap(ctx, op, err)
-	}
-	rows, err := decodeRows(vals)
-	if err != nil {
-		return nil, m.s.wrap(ctx, op, err)
-	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
-	return rows, nil
+	return d.rows, nil
 }
 
 // DeletePartition implements backends.MetaStore.
@@ -922,15 +483,39 @@ func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backen
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	pk := m.keys(partition)
-	inline := !m.s.cluster
-	skeys := []string{pk.r, pk.f, pk.n, pk.c}
-	if inline {
-		_, parts := m.counterKeys()
-		skeys = append(skeys, parts)
+	v, err := m.read(ctx, "delete partition", partition, true)
+	if err != nil {
+		return nil, err
 	}
-	m.preps.forget(partition)
-	m.seen.remove(partition)
-	vals, err := deletePartitionScript.Run(ctx, m.s.client, skeys, pk.base, boolArg(inline), partition).Slice()
-	return m.deletedRows(ctx, "delete partition", vals, err)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	rows := v.committed()
+	v.reset("")
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	return rows, nil
+}
+
+// computed runs the test hook between a write's computation against its
+// view and the script that appends it.
+func (s *Store) computed() {
+	if s.opts.roundHook != nil {
+		s.opts.roundHook("meta")
+	}
+}
+
+// unsafeBytes views s as bytes, for decoding without a copy; the decoders
+// only read, and copy what they keep.
+func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -38,8 +38,8 @@ type options struct {
 	clusterSafe     bool   // force the cluster-safe (two-step) metadata path
 	noDirect        bool   // never use the engine's own connections
 	// roundHook, when set (tests), runs after each round GetSplit or
-	// PutSplit sends on its own connections ("get", "set"), and between the
-	// watched reads of a metadata transaction and its MULTI ("watched").
+	// PutSplit sends on its own connections ("get", "set"), and between a
+	// metadata write's computation and the script that appends it ("meta").
 	roundHook func(op string)
 }
 

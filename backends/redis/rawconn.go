@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -19,8 +18,7 @@ import (
 
 // The engine's own connections: a small pool of plain RESP2 connections to
 // a standalone server, for what go-redis does slowly (values into and out
-// of caller memory, requests of thousands of arguments, WATCH pipelined
-// with its reads), with the request builder and reply readers they need.
+// of caller memory), with the request builder and reply readers they need.
 // rawPool returns the Store's pool of plain connections, or nil when
 // GetSplit must go through go-redis.
 func (s *Store) rawPool() *rawConns {
@@ -112,8 +110,7 @@ func (p *rawConns) get(ctx context.Context, fresh bool) (_ *rawConn, reused bool
 // idle may have been closed by the server (a restart, an idle timeout):
 // if the request fails on one with a network error, it runs once more on
 // a new connection. Every request the pool sends may run twice: MGET, SETs
-// of the same values, and transactions guarded by WATCH (a second run finds
-// what the first one applied and changes nothing).
+// of the same values.
 func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
 	select {
 	case p.slots <- struct{}{}:
@@ -132,9 +129,9 @@ func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
 		c.gotReply = false
 		stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 		err = f(c)
-		if stop() && (err == nil || errors.Is(err, errMoved)) {
-			p.put(c) // errMoved: a transaction that found the state moved, in step
-			return err
+		if stop() && err == nil {
+			p.put(c)
+			return nil
 		}
 		c.Close() // its deadline was moved, or its reply stream is unknown
 		var se serverError
@@ -320,113 +317,4 @@ func (c *rawConn) send(req request) error {
 	c.cmd = req[:0]
 	_, err := c.Write(req)
 	return err
-}
-
-// status reads a reply that must be the status s ("OK", "QUEUED").
-func (c *rawConn) status(s string) error {
-	l, err := c.line()
-	if err != nil {
-		return err
-	}
-	if len(l) != 1+len(s) || l[0] != '+' || string(l[1:]) != s {
-		return fmt.Errorf("%w: reply %q, want +%s", ErrCorrupt, l, s)
-	}
-	return nil
-}
-
-// integer reads an integer reply.
-func (c *rawConn) integer() (int64, error) {
-	l, err := c.line()
-	if err != nil {
-		return 0, err
-	}
-	if l[0] != ':' {
-		return 0, fmt.Errorf("%w: reply %q, want an integer", ErrCorrupt, l)
-	}
-	n, err := strconv.ParseInt(string(l[1:]), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
-	}
-	return n, nil
-}
-
-// bulk reads a bulk string reply; nil for a nil reply.
-func (c *rawConn) bulk() ([]byte, error) {
-	n, err := c.header('$')
-	if err != nil || n < 0 {
-		return nil, err
-	}
-	b := make([]byte, n+2)
-	if _, err := io.ReadFull(c.br, b); err != nil {
-		return nil, err
-	}
-	return b[:n], nil
-}
-
-// exec reads the replies of MULTI, queued commands and EXEC: errMoved if
-// EXEC applied nothing because a watched key changed, the first error
-// reply of any command otherwise.
-func (c *rawConn) exec(queued int) error {
-	if err := c.status("OK"); err != nil {
-		return err
-	}
-	var first error
-	for range queued {
-		if err := c.status("QUEUED"); err != nil {
-			var se serverError
-			if !errors.As(err, &se) {
-				return err
-			}
-			if first == nil {
-				first = err // EXEC will reply EXECABORT
-			}
-		}
-	}
-	n, err := c.header('*')
-	if err != nil {
-		if first != nil {
-			return first
-		}
-		return err
-	}
-	if n < 0 {
-		return errMoved
-	}
-	for range n {
-		l, err := c.line()
-		if err == nil && l[0] == '$' { // a bulk reply inside: skip its bytes
-			var size int
-			if size, err = strconv.Atoi(string(l[1:])); err == nil && size >= 0 {
-				_, err = c.br.Discard(size + 2)
-			}
-		}
-		if err != nil {
-			var se serverError
-			if !errors.As(err, &se) {
-				return err
-			}
-			if first == nil {
-				first = err
-			}
-		}
-	}
-	return first
-}
-
-// bulks reads an array reply of n bulk strings (nil for nil replies).
-func (c *rawConn) bulks(n int) ([][]byte, error) {
-	got, err := c.header('*')
-	if err != nil {
-		return nil, err
-	}
-	if got != n {
-		return nil, fmt.Errorf("%w: array of %d replies, want %d", ErrCorrupt, got, n)
-	}
-	out := make([][]byte, n)
-	for i := range out {
-		if out[i], err = c.bulk(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }

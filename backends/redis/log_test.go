@@ -1,0 +1,113 @@
+package redis_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/redis"
+	"github.com/tqgo/tqgo/internal/redistest"
+)
+
+// TestLogCompaction: many small writes make a long log, which a writer
+// replaces with a snapshot; a Meta whose view predates the snapshot, and
+// one that never saw the partition, read and write it correctly after.
+func TestLogCompaction(t *testing.T) {
+	defer redis.SetCompactAt(16)()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	url := srv.URL() + "?prefix=compact"
+	writer := open(t, url)
+	m := writer.Meta()
+	early := open(t, url).Meta()
+	if _, err := early.List(ctx, "p"); err != nil { // a view of the empty partition
+		t.Fatal(err)
+	}
+	const n = 40
+	var tagged []backends.Reservation
+	for i := range n {
+		k := fmt.Sprintf("k%02d", i)
+		res, err := m.Prepare(ctx, "p", []string{k}, []string{"f"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		up := fieldUpdate([]string{k}, res, "f")
+		up[0].Tag = map[string]any{"i": int64(i), "even": i%2 == 0}
+		if _, err := m.Commit(ctx, "p", up); err != nil {
+			t.Fatal(err)
+		}
+		tagged = append(tagged, res[0])
+	}
+	// One row prepared and never committed survives the snapshot as
+	// prepared: its next Prepare reserves generation 1.
+	if _, err := m.Prepare(ctx, "p", []string{"pending"}, []string{"f"}); err != nil {
+		t.Fatal(err)
+	}
+	logLen, err := writer.Client().LLen(ctx, "compact:{compact:p}:l").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logLen >= 16 {
+		t.Fatalf("log of %d records after %d writes, want fewer than 16 (compacted)", logLen, 2*n+1)
+	}
+	fresh := open(t, url).Meta()
+	for _, r := range []struct {
+		name string
+		m    backends.MetaStore
+	}{{"writer", m}, {"early view", early}, {"fresh", fresh}} {
+		rows, err := r.m.List(ctx, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != n {
+			t.Fatalf("%s: List: %d rows, want %d", r.name, len(rows), n)
+		}
+		for i, row := range rows {
+			if row.Index != tagged[i].Index || row.Tag["i"] != int64(i) || row.Tag["even"] != (i%2 == 0) || row.Fields["f"].Gen != 0 {
+				t.Fatalf("%s: row %d: %+v", r.name, i, row)
+			}
+		}
+	}
+	res, err := early.Prepare(ctx, "p", []string{"pending", "k00"}, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Gens["f"] != 1 || res[1].Gens["f"] != 1 || res[1].Index != tagged[0].Index {
+		t.Fatalf("Prepare after the snapshot: %+v, want generation 1 of both, k00 at index %d", res, tagged[0].Index)
+	}
+}
+
+// TestCorruptLog: a record this package did not write makes reads fail
+// with ErrCorrupt (no panic), and clearing the partition recovers it.
+func TestCorruptLog(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	s := open(t, srv.URL()+"?prefix=bad")
+	m := s.Meta()
+	res, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Commit(ctx, "p", fieldUpdate([]string{"a"}, res, "f")); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []string{"", "X", "P", "P12", "P1:\x91", "C\x91\x81", "C\x90\x91\xa1a\x01\x05\xc0", "D\x9f", "S\x90\x92"} {
+		if err := s.Client().RPush(ctx, "bad:{bad:p}:l", rec).Err(); err != nil {
+			t.Fatal(err)
+		}
+		other := open(t, srv.URL()+"?prefix=bad").Meta()
+		for _, mm := range []backends.MetaStore{m, other} {
+			if _, err := mm.Lookup(ctx, "p", []string{"a"}); !errors.Is(err, redis.ErrCorrupt) {
+				t.Fatalf("Lookup with record %q in the log: %v, want ErrCorrupt", rec, err)
+			}
+		}
+		if err := s.Client().RPop(ctx, "bad:{bad:p}:l").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := m.Lookup(ctx, "p", []string{"a"})
+		if err != nil || rows[0] == nil {
+			t.Fatalf("Lookup with the record gone: %v, %v", rows, err)
+		}
+	}
+}

@@ -1,0 +1,369 @@
+package redis
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"unsafe"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// A partition's metadata is a log of records (see scripts.go), each one
+// string: a kind byte, then msgpack.
+//
+//	P<base>:[fields] [keys]        Prepare: keys new to the partition
+//	                               take base, base+1, ... in key order
+//	                               (the script writes <base>, decimal)
+//	C[tables] n (key index t tag)*n Commit: t is 0 (no fields) or the
+//	                               1-based field table of the row's update
+//	D[keys]                        Delete
+//	S[tables] n (key index gens t tag committed)*n
+//	                               a snapshot of the whole partition,
+//	                               which replaces the log (compaction)
+//
+// A field table is a field section (appendFields): fields in name order,
+// each [dtype, shape, gen, backend tag]. Rows of one put share their
+// Fields map, so a record holds one table for the whole batch, and the
+// rows decoded from it share one map again. Tags are msgpack values,
+// which keep Go's int64, float64, bool and string apart.
+const (
+	recPrepare  = 'P'
+	recCommit   = 'C'
+	recDelete   = 'D'
+	recSnapshot = 'S'
+)
+
+// appendFields appends the field section of a row, fields in name order.
+func appendFields(b []byte, fields map[string]backends.FieldInfo) []byte {
+	b = msgp.AppendMapHeader(b, uint32(len(fields)))
+	for _, f := range slices.Sorted(maps.Keys(fields)) {
+		fi := fields[f]
+		b = msgp.AppendString(b, f)
+		b = msgp.AppendArrayHeader(b, 4)
+		b = msgp.AppendString(b, fi.DType)
+		if fi.Shape == nil {
+			b = msgp.AppendNil(b)
+		} else {
+			b = msgp.AppendArrayHeader(b, uint32(len(fi.Shape)))
+			for _, d := range fi.Shape {
+				b = msgp.AppendInt64(b, d)
+			}
+		}
+		b = msgp.AppendUint64(b, fi.Gen)
+		b = msgp.AppendString(b, fi.BackendTag)
+	}
+	return b
+}
+
+// decodeFields decodes a field section and returns what follows it.
+func decodeFields(b []byte) (map[string]backends.FieldInfo, []byte, error) {
+	nf, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < nf { // each entry takes at least a byte: no huge make from a bad header
+		return nil, nil, msgp.ErrShortBytes
+	}
+	out := make(map[string]backends.FieldInfo, nf)
+	for range nf {
+		var f string
+		var fi backends.FieldInfo
+		if f, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		var parts uint32
+		if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if parts != 4 {
+			return nil, nil, fmt.Errorf("field %q has %d parts, want 4", f, parts)
+		}
+		if fi.DType, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if msgp.IsNil(b) {
+			b = b[1:]
+		} else {
+			var dims uint32
+			if dims, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return nil, nil, err
+			}
+			if uint32(len(b)) < dims {
+				return nil, nil, msgp.ErrShortBytes
+			}
+			fi.Shape = make([]int64, dims)
+			for i := range fi.Shape {
+				if fi.Shape[i], b, err = msgp.ReadInt64Bytes(b); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		if fi.Gen, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+		if fi.BackendTag, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		out[f] = fi
+	}
+	return out, b, nil
+}
+
+// appendTag appends a row's tag: nil, or a map of msgpack values.
+func appendTag(b []byte, tag map[string]any) ([]byte, error) {
+	if tag == nil {
+		return msgp.AppendNil(b), nil
+	}
+	b = msgp.AppendMapHeader(b, uint32(len(tag)))
+	for k, v := range tag {
+		b = msgp.AppendString(b, k)
+		var err error
+		if b, err = msgp.AppendIntf(b, v); err != nil {
+			return nil, fmt.Errorf("%w: tag %q: value of type %T: %v", backends.ErrInvalid, k, v, err)
+		}
+	}
+	return b, nil
+}
+
+func decodeTag(b []byte) (map[string]any, []byte, error) {
+	if msgp.IsNil(b) {
+		return nil, b[1:], nil
+	}
+	nt, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < nt {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	tag := make(map[string]any, nt)
+	for range nt {
+		var k string
+		var v any
+		if k, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if v, b, err = msgp.ReadIntfBytes(b); err != nil {
+			return nil, nil, err
+		}
+		tag[k] = v
+	}
+	return tag, b, nil
+}
+
+// tableWriter numbers the distinct Fields maps of a record's rows. Rows
+// of one put share one map, mostly in a run, so it compares with the
+// last map first and encodes each map once.
+type tableWriter struct {
+	maps   []map[string]backends.FieldInfo
+	last   int // 1-based number of the last map seen, 0 none
+	tables []byte
+}
+
+// ref returns the 1-based table of fields (0 for none).
+func (t *tableWriter) ref(fields map[string]backends.FieldInfo) uint64 {
+	if fields == nil {
+		return 0
+	}
+	if t.last > 0 && sameMap(t.maps[t.last-1], fields) {
+		return uint64(t.last)
+	}
+	for i, m := range t.maps {
+		if sameMap(m, fields) {
+			t.last = i + 1
+			return uint64(t.last)
+		}
+	}
+	t.maps = append(t.maps, fields)
+	t.tables = appendFields(t.tables, fields)
+	t.last = len(t.maps)
+	return uint64(t.last)
+}
+
+// sameMap reports whether a and b are one map (not merely equal ones): a
+// map value is a pointer to the map's header.
+func sameMap[K comparable, V any](a, b map[K]V) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
+}
+
+// record assembles kind, the tables and the rows' part.
+func (t *tableWriter) record(kind byte, rows []byte) []byte {
+	b := make([]byte, 0, 1+5+len(t.tables)+len(rows))
+	b = append(b, kind)
+	b = msgp.AppendArrayHeader(b, uint32(len(t.maps)))
+	b = append(b, t.tables...)
+	return append(b, rows...)
+}
+
+// readTables reads a record's field tables. Tables equal to the one
+// before share its map (a record written before tableWriter shared them
+// would have repeats).
+func readTables(b []byte) ([]map[string]backends.FieldInfo, []byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < n {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	out := make([]map[string]backends.FieldInfo, n)
+	var prev []byte
+	for i := range out {
+		start := b
+		if prev != nil && bytes.HasPrefix(b, prev) {
+			out[i], b = out[i-1], b[len(prev):]
+			continue
+		}
+		if out[i], b, err = decodeFields(b); err != nil {
+			return nil, nil, err
+		}
+		prev = start[:len(start)-len(b)]
+	}
+	return out, b, nil
+}
+
+func readTableRef(b []byte, tables []map[string]backends.FieldInfo) (map[string]backends.FieldInfo, []byte, error) {
+	t, b, err := msgp.ReadUint64Bytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if t > uint64(len(tables)) {
+		return nil, nil, fmt.Errorf("field table %d of %d", t, len(tables))
+	}
+	if t == 0 {
+		return nil, b, nil
+	}
+	return tables[t-1], b, nil
+}
+
+func appendStrings(b []byte, s []string) []byte {
+	b = msgp.AppendArrayHeader(b, uint32(len(s)))
+	for _, x := range s {
+		b = msgp.AppendString(b, x)
+	}
+	return b
+}
+
+func readStrings(b []byte) ([]string, []byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < n {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	out := make([]string, n)
+	for i := range out {
+		if out[i], b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, b, nil
+}
+
+// prepareRecord is a Prepare's record as the client sends it: the script
+// puts the base of the new rows' indexes after the kind byte.
+func prepareRecord(keys, fields []string) []byte {
+	n := 2 + 5 + 5
+	for _, f := range fields {
+		n += len(f) + 5
+	}
+	for _, k := range keys {
+		n += len(k) + 5
+	}
+	b := make([]byte, 0, n)
+	b = append(b, recPrepare, ':')
+	b = appendStrings(b, fields)
+	return appendStrings(b, keys)
+}
+
+// readPrepare decodes a Prepare record as the log holds it.
+func readPrepare(rec []byte) (base uint64, keys, fields []string, err error) {
+	colon := bytes.IndexByte(rec, ':')
+	if colon < 2 {
+		return 0, nil, nil, fmt.Errorf("prepare record without base")
+	}
+	if base, err = strconv.ParseUint(string(rec[1:colon]), 10, 64); err != nil {
+		return 0, nil, nil, err
+	}
+	b := rec[colon+1:]
+	if fields, b, err = readStrings(b); err != nil {
+		return 0, nil, nil, err
+	}
+	if keys, b, err = readStrings(b); err != nil {
+		return 0, nil, nil, err
+	}
+	if len(b) != 0 {
+		return 0, nil, nil, fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return base, keys, fields, nil
+}
+
+// commitRecord encodes updates.
+func commitRecord(updates []backends.RowUpdate) ([]byte, error) {
+	var t tableWriter
+	rows := make([]byte, 0, 5+len(updates)*24)
+	rows = msgp.AppendArrayHeader(rows, uint32(len(updates)))
+	for i := range updates {
+		u := &updates[i]
+		rows = msgp.AppendString(rows, u.Key)
+		rows = msgp.AppendUint64(rows, u.Index)
+		rows = msgp.AppendUint64(rows, t.ref(u.Fields))
+		var err error
+		if rows, err = appendTag(rows, u.Tag); err != nil {
+			return nil, err
+		}
+	}
+	return t.record(recCommit, rows), nil
+}
+
+func readCommit(rec []byte) ([]backends.RowUpdate, error) {
+	tables, b, err := readTables(rec[1:])
+	if err != nil {
+		return nil, err
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	if uint32(len(b)) < n*4 {
+		return nil, msgp.ErrShortBytes
+	}
+	out := make([]backends.RowUpdate, n)
+	for i := range out {
+		u := &out[i]
+		if u.Key, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		if u.Index, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, err
+		}
+		if u.Fields, b, err = readTableRef(b, tables); err != nil {
+			return nil, err
+		}
+		if u.Tag, b, err = decodeTag(b); err != nil {
+			return nil, err
+		}
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return out, nil
+}
+
+func deleteRecord(keys []string) []byte {
+	return appendStrings([]byte{recDelete}, keys)
+}
+
+func readDelete(rec []byte) ([]string, error) {
+	keys, b, err := readStrings(rec[1:])
+	if err == nil && len(b) != 0 {
+		err = fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return keys, err
+}

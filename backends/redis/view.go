@@ -1,0 +1,428 @@
+package redis
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// view is one client's copy of a partition's state, rebuilt from the
+// partition's log: the state after the first n records of the log whose
+// epoch is epoch. Replaying a record is deterministic, so every client
+// that has applied the same records holds the same state, and a write
+// computed against a view at n is valid exactly when the log still has n
+// records (the append script checks that atomically).
+//
+// The rules are backends/memory's: rows map keys to indexes and the next
+// generation of each field; a row is visible once committed.
+type view struct {
+	mu    sync.Mutex // guards everything below
+	epoch string     // "" no log (a fresh partition); badEpoch: unknown
+	n     int64
+	rows  map[string]*metaRow
+	// era counts resets: a write installs its change only if the view is
+	// where the write computed it, same era (the same row objects) and n.
+	era   uint64
+	stamp uint64 // counts commit computations (see metaRow.stamp)
+	used  uint64 // when Meta last handed the view out, for eviction
+}
+
+// badEpoch marks a view that must be read again from the start: no log
+// has it (epochs are base-36 digits).
+const badEpoch = "?"
+
+type metaRow struct {
+	index uint64
+	row   *backends.Row // the committed row, immutable; nil until committed
+	gens  []fieldGen    // the next generation to reserve, per field
+	// stamp and pend carry a row's merge from one update of a commit to
+	// the next update of the same key in that commit.
+	stamp uint64
+	pend  *backends.Row
+}
+
+type fieldGen struct {
+	field string
+	next  uint64
+}
+
+func newView() *view { return &view{rows: map[string]*metaRow{}} }
+
+// reset empties the view: epoch "" and no records is a partition with no
+// log; badEpoch makes the next read fetch the whole log.
+func (v *view) reset(epoch string) {
+	v.epoch, v.n, v.rows = epoch, 0, map[string]*metaRow{}
+	v.era++
+}
+
+// gen is the generation of field the row reserves next; hint is where
+// field likely sits in r.gens.
+func (r *metaRow) gen(field string, hint int) (uint64, int) {
+	i := hint
+	if i >= len(r.gens) || r.gens[i].field != field {
+		if i = slices.IndexFunc(r.gens, func(g fieldGen) bool { return g.field == field }); i < 0 {
+			return 0, -1
+		}
+	}
+	return r.gens[i].next, i
+}
+
+// blockRows is how many rows (metaRows, committed Rows) a view allocates at
+// once: one allocation per block rather than per row.
+const blockRows = 64
+
+// prepared is what a Prepare computed against a view: the reservations
+// (new rows' indexes still to be added to the base the script draws), the
+// existing row of each key (nil: new) and the new keys' positions.
+type prepared struct {
+	res    []backends.Reservation
+	rows   []*metaRow
+	newPos []int
+}
+
+// prepare computes a Prepare of keys (distinct) and fields without
+// changing the view.
+func (v *view) prepare(keys, fields []string) *prepared {
+	p := &prepared{res: make([]backends.Reservation, len(keys)), rows: make([]*metaRow, len(keys))}
+	nf := len(fields)
+	var zeros map[string]uint64 // every new row reserves generation 0
+	cur, prev := make([]uint64, nf), make([]uint64, nf)
+	var prevMap map[string]uint64
+	for i, k := range keys {
+		r := v.rows[k]
+		if r == nil {
+			if zeros == nil {
+				zeros = make(map[string]uint64, nf)
+				for _, f := range fields {
+					zeros[f] = 0
+				}
+			}
+			p.newPos = append(p.newPos, i)
+			p.res[i].Gens = zeros
+			continue
+		}
+		p.rows[i] = r
+		for j, f := range fields {
+			cur[j], _ = r.gen(f, j)
+		}
+		if prevMap == nil || !slices.Equal(cur, prev) {
+			prevMap = make(map[string]uint64, nf)
+			for j, f := range fields {
+				prevMap[f] = cur[j]
+			}
+			cur, prev = prev, cur
+		}
+		p.res[i] = backends.Reservation{Index: r.index, Gens: prevMap}
+	}
+	return p
+}
+
+// setBase gives the new rows their indexes.
+func (p *prepared) setBase(base uint64) {
+	for j, i := range p.newPos {
+		p.res[i].Index = base + uint64(j)
+	}
+}
+
+// installPrepare applies p, computed against the view as it is, with the
+// new rows' indexes from base.
+func (v *view) installPrepare(p *prepared, keys, fields []string, base uint64) {
+	nf := len(fields)
+	var block []metaRow
+	var gens []fieldGen
+	for j, i := range p.newPos {
+		if len(block) == 0 {
+			block = make([]metaRow, min(len(p.newPos)-j, blockRows))
+			gens = make([]fieldGen, nf*len(block))
+		}
+		r := &block[0]
+		block = block[1:]
+		// Capped at nf: a later new field reallocates rather than spill
+		// into the next row's share.
+		r.index, r.gens, gens = base+uint64(j), gens[:nf:nf], gens[nf:]
+		for g, f := range fields {
+			r.gens[g] = fieldGen{field: f, next: 1}
+		}
+		v.rows[keys[i]] = r
+	}
+	for _, r := range p.rows {
+		if r == nil {
+			continue
+		}
+		for j, f := range fields {
+			if _, at := r.gen(f, j); at >= 0 {
+				r.gens[at].next++
+			} else {
+				r.gens = append(r.gens, fieldGen{field: f, next: 1})
+			}
+		}
+	}
+}
+
+// committing is what a Commit computed against a view: the rows and their
+// next states, the cells no longer referenced, and the change in the
+// number of committed rows.
+type committing struct {
+	rows  []*metaRow
+	next  []*backends.Row
+	res   backends.CommitResult
+	fresh int64
+}
+
+// commit computes a Commit of updates without changing the view (but for
+// the rows' scratch stamps). A row that is gone or has another index is a
+// conflict.
+func (v *view) commit(partition string, updates []backends.RowUpdate) (*committing, error) {
+	c := &committing{rows: make([]*metaRow, len(updates)), next: make([]*backends.Row, len(updates))}
+	for i := range updates {
+		u := &updates[i]
+		r := v.rows[u.Key]
+		if r == nil || r.index != u.Index {
+			return nil, fmt.Errorf("%w: key %q in partition %q", backends.ErrConflict, u.Key, partition)
+		}
+		c.rows[i] = r
+	}
+	v.stamp++
+	var (
+		merge backends.Merger
+		block []backends.Row
+	)
+	for i, r := range c.rows {
+		if len(block) == 0 {
+			block = make([]backends.Row, min(len(c.rows)-i, blockRows))
+		}
+		next := &block[0]
+		block = block[1:]
+		cur := r.row
+		if r.stamp == v.stamp {
+			cur = r.pend // an earlier update of this commit
+		} else if cur == nil {
+			c.fresh++
+		}
+		merge.Merge(next, cur, &updates[i], &c.res)
+		r.stamp, r.pend = v.stamp, next
+		c.next[i] = next
+	}
+	return c, nil
+}
+
+// installCommit applies c, computed against the view as it is.
+func (v *view) installCommit(c *committing) {
+	for i, r := range c.rows {
+		r.row, r.pend = c.next[i], nil
+	}
+}
+
+// deleting is what a Delete computed: the committed rows it removes.
+type deleting struct {
+	keys []string // present in the view
+	rows []*backends.Row
+}
+
+func (v *view) delete(keys []string) *deleting {
+	d := &deleting{}
+	for _, k := range keys {
+		if r := v.rows[k]; r != nil {
+			d.keys = append(d.keys, k)
+			if r.row != nil {
+				d.rows = append(d.rows, r.row)
+			}
+		}
+	}
+	return d
+}
+
+func (v *view) installDelete(d *deleting) {
+	for _, k := range d.keys {
+		delete(v.rows, k)
+	}
+}
+
+// committed returns the view's committed rows by index.
+func (v *view) committed() []*backends.Row {
+	out := make([]*backends.Row, 0, len(v.rows))
+	for _, r := range v.rows {
+		if r.row != nil {
+			out = append(out, r.row)
+		}
+	}
+	slices.SortFunc(out, func(a, b *backends.Row) int { return compareIndex(a.Index, b.Index) })
+	return out
+}
+
+func compareIndex(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// catchUp applies records recs, which the log of epoch holds from
+// position from on. A view that is not at from (another goroutine moved
+// it) skips what it has, or, when it lacks records, is marked for a full
+// read. A record that does not decode leaves the view marked so too.
+func (v *view) catchUp(epoch string, from int64, recs []string) error {
+	switch {
+	case epoch == v.epoch && from <= v.n:
+		// The same log: the view has its first v.n records.
+	case from == 0:
+		v.reset(epoch)
+	default:
+		v.reset(badEpoch)
+		return nil
+	}
+	skip := v.n - from
+	if skip > int64(len(recs)) {
+		// The view has records the log does not: the log was replaced
+		// under the same epoch, which never happens; read it all again.
+		v.reset(badEpoch)
+		return nil
+	}
+	for _, rec := range recs[skip:] {
+		if err := v.apply(rec); err != nil {
+			v.reset(badEpoch)
+			return fmt.Errorf("%w: record %d of the partition's log: %v", ErrCorrupt, v.n, err)
+		}
+		v.n++
+	}
+	return nil
+}
+
+// apply replays one record.
+func (v *view) apply(rec string) error {
+	if rec == "" {
+		return fmt.Errorf("empty record")
+	}
+	b := unsafeBytes(rec)
+	switch rec[0] {
+	case recPrepare:
+		base, keys, fields, err := readPrepare(b)
+		if err != nil {
+			return err
+		}
+		v.installPrepare(v.prepare(keys, fields), keys, fields, base)
+	case recCommit:
+		updates, err := readCommit(b)
+		if err != nil {
+			return err
+		}
+		// A conflicting commit is never appended; if one were, every
+		// client skips it alike.
+		if c, err := v.commit("", updates); err == nil {
+			v.installCommit(c)
+		}
+	case recDelete:
+		keys, err := readDelete(b)
+		if err != nil {
+			return err
+		}
+		v.installDelete(v.delete(keys))
+	case recSnapshot:
+		if v.n != 0 {
+			return fmt.Errorf("snapshot at position %d", v.n)
+		}
+		return v.readSnapshot(b)
+	default:
+		return fmt.Errorf("record kind %q", rec[0])
+	}
+	return nil
+}
+
+// snapshot encodes the whole view as one record.
+func (v *view) snapshot() ([]byte, error) {
+	var t tableWriter
+	rows := msgp.AppendArrayHeader(nil, uint32(len(v.rows)))
+	for k, r := range v.rows {
+		rows = msgp.AppendString(rows, k)
+		rows = msgp.AppendUint64(rows, r.index)
+		rows = msgp.AppendArrayHeader(rows, uint32(2*len(r.gens)))
+		for _, g := range r.gens {
+			rows = msgp.AppendString(rows, g.field)
+			rows = msgp.AppendUint64(rows, g.next)
+		}
+		rows = msgp.AppendBool(rows, r.row != nil)
+		var fields map[string]backends.FieldInfo
+		var tag map[string]any
+		if r.row != nil {
+			fields, tag = r.row.Fields, r.row.Tag
+		}
+		rows = msgp.AppendUint64(rows, t.ref(fields))
+		var err error
+		if rows, err = appendTag(rows, tag); err != nil {
+			return nil, err
+		}
+	}
+	return t.record(recSnapshot, rows), nil
+}
+
+func (v *view) readSnapshot(b []byte) error {
+	tables, b, err := readTables(b[1:])
+	if err != nil {
+		return err
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return err
+	}
+	if uint32(len(b)) < n*6 {
+		return msgp.ErrShortBytes
+	}
+	v.rows = make(map[string]*metaRow, n)
+	block := make([]metaRow, n)
+	for i := range block {
+		r := &block[i]
+		var k string
+		if k, b, err = msgp.ReadStringBytes(b); err != nil {
+			return err
+		}
+		if r.index, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return err
+		}
+		var ng uint32
+		if ng, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return err
+		}
+		if ng%2 != 0 || uint32(len(b)) < ng {
+			return fmt.Errorf("row %q: %d generation values", k, ng)
+		}
+		r.gens = make([]fieldGen, ng/2)
+		for j := range r.gens {
+			if r.gens[j].field, b, err = msgp.ReadStringBytes(b); err != nil {
+				return err
+			}
+			if r.gens[j].next, b, err = msgp.ReadUint64Bytes(b); err != nil {
+				return err
+			}
+		}
+		var committed bool
+		if committed, b, err = msgp.ReadBoolBytes(b); err != nil {
+			return err
+		}
+		var fields map[string]backends.FieldInfo
+		var tag map[string]any
+		if fields, b, err = readTableRef(b, tables); err != nil {
+			return err
+		}
+		if tag, b, err = decodeTag(b); err != nil {
+			return err
+		}
+		if committed {
+			if fields == nil {
+				fields = map[string]backends.FieldInfo{}
+			}
+			r.row = &backends.Row{Key: k, Index: r.index, Fields: fields, Tag: tag}
+		}
+		v.rows[k] = r
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return nil
+}
