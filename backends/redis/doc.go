@@ -46,10 +46,12 @@
 //
 // # Data
 //
-// Put, Get and Delete move keys in pipelined rounds of single-key commands
-// (SET, GET, UNLINK; a standalone Delete sends one multi-key UNLINK per
-// round), never a multi-key command across slots, with IODepth rounds in
-// flight. Rounds are sized by bytes as well as keys: one huge pipeline or
+// Put, Get and Delete move keys in rounds, with IODepth rounds in flight.
+// On a standalone server a round is one multi-key command (MSET, MGET,
+// UNLINK): the server pays per command, and one MSET of 1024 x 512 B
+// values took 0.34 ms where pipelined SETs took 0.92 ms. On a Cluster a
+// round is a pipeline of single-key commands (SET, GET, UNLINK), never a
+// multi-key command across slots. Rounds are sized by bytes as well as keys: one huge pipeline or
 // reply makes the server fault in fresh pages for its query or output
 // buffer, which on the VM this was measured on cost more than the copy
 // (see bench_test.go). A read does not know value sizes in advance, so a
@@ -68,8 +70,8 @@
 // allocates every value it reads), so the Store keeps a few plain RESP2
 // connections of its own, dialled, authenticated and SELECTed as the
 // client's (through the client's Dialer, so TLS and Sentinel work), and
-// sends pipelined SETs (large values with writev, from the caller's memory)
-// and MGETs (values read into the caller's memory). A request that fails on
+// sends MSETs (large values with writev, from the caller's memory) and
+// MGETs (values read into the caller's memory). A request that fails on
 // a connection that sat idle is sent once more on a new one (both are safe
 // to repeat). On a Cluster, or with an OnConnect hook or streaming
 // credentials, both go through go-redis with a copy.

@@ -109,8 +109,8 @@ func (p *rawConns) get(ctx context.Context, fresh bool) (_ *rawConn, reused bool
 // do runs one request on a connection of the pool. A connection that sat
 // idle may have been closed by the server (a restart, an idle timeout):
 // if the request fails on one with a network error, it runs once more on
-// a new connection. Every request the pool sends may run twice: MGET, SETs
-// of the same values.
+// a new connection. Every request the pool sends may run twice: MGET, and
+// MSET of the same values.
 func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
 	select {
 	case p.slots <- struct{}{}:

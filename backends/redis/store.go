@@ -219,8 +219,10 @@ func (s *Store) runRounds(ctx context.Context, rounds []span, f func(ctx context
 	})
 }
 
-// Put stores values under keys (SET, pipelined, in rounds). The value
-// slices are written straight from the caller's memory, not copied.
+// Put stores values under keys, in rounds: on a standalone server one
+// MSET per round (see rawConn.set), on the engine's own connections, which
+// write large values straight from the caller's memory; on a Cluster,
+// whose keys live in many slots, pipelined SETs.
 func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
 	if err := s.check(ctx, keys, len(values)); err != nil {
 		return err
@@ -228,8 +230,18 @@ func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
 	if len(keys) == 0 {
 		return nil
 	}
+	if s.rawPool() != nil {
+		return s.PutSplit(ctx, keys, make([][]byte, len(keys)), values)
+	}
 	dk := s.dataKeys(keys)
 	err := s.runRounds(ctx, s.writeRounds(values), func(ctx context.Context, r span) error {
+		if !s.cluster {
+			pairs := make([]any, 0, 2*(r.hi-r.lo))
+			for i := r.lo; i < r.hi; i++ {
+				pairs = append(pairs, dk[i], values[i])
+			}
+			return s.client.MSet(ctx, pairs...).Err()
+		}
 		return s.pipelined(ctx, r, func(p goredis.Pipeliner, i int) { p.Set(ctx, dk[i], values[i], 0) })
 	})
 	return s.wrap(ctx, "put", err)

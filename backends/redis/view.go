@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -131,6 +132,13 @@ func (p *prepared) setBase(base uint64) {
 // installPrepare applies p, computed against the view as it is, with the
 // new rows' indexes from base.
 func (v *view) installPrepare(p *prepared, keys, fields []string, base uint64) {
+	if len(p.newPos) > len(v.rows) {
+		// Sized up front: growing a map of many new rows rehashes it
+		// several times (measured: most of a 1024-row Prepare's CPU).
+		rows := make(map[string]*metaRow, len(v.rows)+len(p.newPos))
+		maps.Copy(rows, v.rows)
+		v.rows = rows
+	}
 	nf := len(fields)
 	var block []metaRow
 	var gens []fieldGen
