@@ -92,7 +92,10 @@ func TestCorruptLog(t *testing.T) {
 	if _, err := m.Commit(ctx, "p", fieldUpdate([]string{"a"}, res, "f")); err != nil {
 		t.Fatal(err)
 	}
-	for _, rec := range []string{"", "X", "P", "P12", "P1:\x91", "C\x91\x81", "C\x90\x91\xa1a\x01\x05\xc0", "D\x9f", "S\x90\x92"} {
+	for _, rec := range []string{"", "X", "P", "P12", "P1:\x91", "C\x91\x81", "C\x90\x91\xa1a\x01\x05\xc0", "D\x9f", "S\x90\x92",
+		// Counts whose size check would overflow 32 bits: a reader must
+		// not try to allocate them.
+		"C\x90\xdd\xc0\x00\x00\x00", "S\x90\xdd\xaa\xaa\xaa\xab"} {
 		if err := s.Client().RPush(ctx, "bad:{bad:p}:l", rec).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -212,7 +212,12 @@ func (m *Meta) write(ctx context.Context, op, partition string, compute func(v *
 			}
 			return uint64(b), nil
 		case "stale":
-			if err := m.catchUp(v, reply[1:]); err != nil {
+			if len(reply) < 4 {
+				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
+			}
+			// Whether the view caught up or moved on meanwhile, the next
+			// attempt computes against what it holds then.
+			if _, err := m.catchUp(v, era, reply[1:]); err != nil {
 				return 0, m.s.wrap(ctx, op, err)
 			}
 			if attempt+1 >= maxWriteAttempts {
@@ -245,25 +250,35 @@ func (m *Meta) compact(ctx context.Context, partition string) {
 	})
 }
 
-// catchUp applies a reply {epoch, from, records} to v.
-func (m *Meta) catchUp(v *view, reply []any) error {
+// logReply decodes a reply {epoch, from, records}.
+func logReply(reply []any) (epoch string, from int64, recs []string, _ error) {
 	epoch, ok1 := replyString(reply, 0)
 	from, ok2 := reply[1].(int64)
 	raw, ok3 := reply[2].([]any)
 	if !ok1 || !ok2 || !ok3 || from < 0 {
-		return fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
+		return "", 0, nil, fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
 	}
-	recs := make([]string, len(raw))
+	recs = make([]string, len(raw))
 	for i, r := range raw {
 		s, ok := r.(string)
 		if !ok {
-			return fmt.Errorf("%w: log record of type %T", ErrCorrupt, r)
+			return "", 0, nil, fmt.Errorf("%w: log record of type %T", ErrCorrupt, r)
 		}
 		recs[i] = s
 	}
+	return epoch, from, recs, nil
+}
+
+// catchUp applies a reply {epoch, from, records}, asked for when v was in
+// era, to v (see view.catchUp).
+func (m *Meta) catchUp(v *view, era uint64, reply []any) (moved bool, _ error) {
+	epoch, from, recs, err := logReply(reply)
+	if err != nil {
+		return false, err
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.catchUp(epoch, from, recs)
+	return v.catchUp(era, epoch, from, recs)
 }
 
 func replyString(reply []any, i int) (string, bool) {
@@ -274,34 +289,47 @@ func replyString(reply []any, i int) (string, bool) {
 	return s, ok
 }
 
-// read brings the partition's view up to date (and with drop, deletes the
-// partition) and returns it.
-func (m *Meta) read(ctx context.Context, op, partition string, drop bool) (*view, error) {
+// maxReadAttempts bounds how often a read asks again because its view
+// moved to another log (a compaction, a delete) while it asked.
+const maxReadAttempts = 16
+
+// readKeys are the keys readScript takes.
+func (m *Meta) readKeys(partition string) []string {
 	pk := m.keys(partition)
 	skeys := []string{pk.l, pk.e, pk.n}
 	if !m.s.cluster {
 		_, parts := m.counterKeys()
 		skeys = append(skeys, parts)
 	}
+	return skeys
+}
+
+// read brings the partition's view up to date and returns it.
+func (m *Meta) read(ctx context.Context, op, partition string) (*view, error) {
+	skeys := m.readKeys(partition)
 	v := m.view(partition)
-	v.mu.Lock()
-	epoch, from := v.epoch, v.n
-	v.mu.Unlock()
-	dropArg := "0"
-	if drop {
-		dropArg = "1"
+	for attempt := 0; ; attempt++ {
+		v.mu.Lock()
+		epoch, from, era := v.epoch, v.n, v.era
+		v.mu.Unlock()
+		reply, err := readScript.Run(ctx, m.s.client, skeys, epoch, from, "0", partition).Slice()
+		if err == nil && len(reply) < 3 {
+			err = fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
+		}
+		var moved bool
+		if err == nil {
+			moved, err = m.catchUp(v, era, reply)
+		}
+		if err != nil {
+			return nil, m.s.wrap(ctx, op, err)
+		}
+		if !moved {
+			return v, nil
+		}
+		if attempt+1 >= maxReadAttempts {
+			return nil, m.s.wrap(ctx, op, fmt.Errorf("%w: %d attempts on partition %q", ErrContention, maxReadAttempts, partition))
+		}
 	}
-	reply, err := readScript.Run(ctx, m.s.client, skeys, epoch, from, dropArg, partition).Slice()
-	if err == nil && len(reply) < 3 {
-		err = fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
-	}
-	if err == nil {
-		err = m.catchUp(v, reply)
-	}
-	if err != nil {
-		return nil, m.s.wrap(ctx, op, err)
-	}
-	return v, nil
 }
 
 // Prepare implements backends.MetaStore.
@@ -393,7 +421,7 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 	if len(keys) == 0 {
 		return out, nil
 	}
-	v, err := m.read(ctx, "lookup", partition, false)
+	v, err := m.read(ctx, "lookup", partition)
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +440,7 @@ func (m *Meta) List(ctx context.Context, partition string) ([]*backends.Row, err
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	v, err := m.read(ctx, "list", partition, false)
+	v, err := m.read(ctx, "list", partition)
 	if err != nil {
 		return nil, err
 	}
@@ -478,19 +506,45 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 	return d.rows, nil
 }
 
-// DeletePartition implements backends.MetaStore.
+// DeletePartition implements backends.MetaStore. The script deletes the
+// partition and replies with its whole log, from which the rows removed
+// are those of the view, if it holds a beginning of that log, with the
+// rest replayed, all under the view's lock (a view that moved meanwhile
+// says nothing about the log deleted); else those of the log replayed
+// afresh.
 func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	v, err := m.read(ctx, "delete partition", partition, true)
-	if err != nil {
-		return nil, err
+	reply, err := readScript.Run(ctx, m.s.client, m.readKeys(partition), badEpoch, 0, "1", partition).Slice()
+	if err == nil && len(reply) < 3 {
+		err = fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
 	}
+	var (
+		epoch string
+		recs  []string
+	)
+	if err == nil {
+		epoch, _, recs, err = logReply(reply)
+	}
+	if err != nil {
+		return nil, m.s.wrap(ctx, "delete partition", err)
+	}
+	v := m.view(partition)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	rows := v.committed()
-	v.reset("")
+	src := v
+	if v.epoch != epoch || v.n > int64(len(recs)) {
+		src = newView()
+		src.epoch = epoch
+	}
+	if _, err := src.catchUp(src.era, epoch, 0, recs); err != nil {
+		return nil, m.s.wrap(ctx, "delete partition", err)
+	}
+	rows := src.committed()
+	if v.epoch == epoch {
+		v.reset("")
+	}
 	if len(rows) == 0 {
 		return nil, nil
 	}

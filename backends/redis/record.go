@@ -331,7 +331,7 @@ func readCommit(rec []byte) ([]backends.RowUpdate, error) {
 	if err != nil {
 		return nil, err
 	}
-	if uint32(len(b)) < n*4 {
+	if uint64(len(b)) < uint64(n)*4 {
 		return nil, msgp.ErrShortBytes
 	}
 	out := make([]backends.RowUpdate, n)

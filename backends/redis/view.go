@@ -233,8 +233,13 @@ type deleting struct {
 
 func (v *view) delete(keys []string) *deleting {
 	d := &deleting{}
+	var seen map[string]bool // a key given twice is one row
 	for _, k := range keys {
-		if r := v.rows[k]; r != nil {
+		if r := v.rows[k]; r != nil && !seen[k] {
+			if seen == nil {
+				seen = make(map[string]bool, len(keys))
+			}
+			seen[k] = true
 			d.keys = append(d.keys, k)
 			if r.row != nil {
 				d.rows = append(d.rows, r.row)
@@ -273,34 +278,34 @@ func compareIndex(a, b uint64) int {
 }
 
 // catchUp applies records recs, which the log of epoch holds from
-// position from on. A view that is not at from (another goroutine moved
-// it) skips what it has, or, when it lacks records, is marked for a full
-// read. A record that does not decode leaves the view marked so too.
-func (v *view) catchUp(epoch string, from int64, recs []string) error {
+// position from on, to a view that was in era when the records were asked
+// for. A view of the same log takes what it lacks (another goroutine may
+// have moved it past the reply already); a view still in era takes a
+// whole log (from 0) in place of its own. Otherwise the view moved to
+// another log since (a compaction, a delete, a reset) and moved is true:
+// the reply cannot tell which is newer, so the caller asks again. A
+// record that does not decode leaves the view to be read again in full.
+func (v *view) catchUp(era uint64, epoch string, from int64, recs []string) (moved bool, _ error) {
 	switch {
 	case epoch == v.epoch && from <= v.n:
 		// The same log: the view has its first v.n records.
-	case from == 0:
+	case from == 0 && v.era == era:
 		v.reset(epoch)
 	default:
-		v.reset(badEpoch)
-		return nil
+		return true, nil
 	}
 	skip := v.n - from
-	if skip > int64(len(recs)) {
-		// The view has records the log does not: the log was replaced
-		// under the same epoch, which never happens; read it all again.
-		v.reset(badEpoch)
-		return nil
+	if skip >= int64(len(recs)) {
+		return false, nil
 	}
 	for _, rec := range recs[skip:] {
 		if err := v.apply(rec); err != nil {
 			v.reset(badEpoch)
-			return fmt.Errorf("%w: record %d of the partition's log: %v", ErrCorrupt, v.n, err)
+			return false, fmt.Errorf("%w: record %d of the partition's log: %v", ErrCorrupt, v.n, err)
 		}
 		v.n++
 	}
-	return nil
+	return false, nil
 }
 
 // apply replays one record.
@@ -379,7 +384,7 @@ func (v *view) readSnapshot(b []byte) error {
 	if err != nil {
 		return err
 	}
-	if uint32(len(b)) < n*6 {
+	if uint64(len(b)) < uint64(n)*6 {
 		return msgp.ErrShortBytes
 	}
 	v.rows = make(map[string]*metaRow, n)
