@@ -29,7 +29,7 @@ func (s *Store) GetSplit(ctx context.Context, keys []string, dst []backends.Spli
 		return s.getSplitCopy(ctx, keys, dst)
 	}
 	dk := s.dataKeys(keys)
-	rounds := s.rounds(len(dst), s.opts.readRoundBytes, func(i int) int { return len(dst[i].Head) + len(dst[i].Body) })
+	rounds := s.rounds(len(dst), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(dst[i].Head) + len(dst[i].Body) })
 	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
 		err := raw.mget(ctx, dk[r.lo:r.hi], dst[r.lo:r.hi])
 		if err == nil && s.opts.roundHook != nil {

@@ -41,7 +41,7 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 		return s.Put(ctx, keys, vals)
 	}
 	dk := s.dataKeys(keys)
-	rounds := s.rounds(len(keys), s.opts.writeRoundBytes, func(i int) int { return len(heads[i]) + len(bodies[i]) })
+	rounds := s.rounds(len(keys), s.opts.writeRoundBytes, 1, func(i int) int { return len(heads[i]) + len(bodies[i]) })
 	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
 		err := raw.set(ctx, dk[r.lo:r.hi], heads[r.lo:r.hi], bodies[r.lo:r.hi])
 		if err == nil && s.opts.roundHook != nil {

@@ -179,17 +179,32 @@ type span struct{ lo, hi int }
 // writeRounds cuts values into rounds of at most roundKeys keys and
 // writeRoundBytes bytes (a larger value goes alone).
 func (s *Store) writeRounds(values [][]byte) []span {
-	return s.rounds(len(values), s.opts.writeRoundBytes, func(i int) int { return len(values[i]) })
+	return s.rounds(len(values), s.opts.writeRoundBytes, 1, func(i int) int { return len(values[i]) })
 }
 
+// minReadRoundKeys is how many values a read round carries even past its
+// byte size, up to maxRoundGrowth times it: a round costs a round trip and
+// two wake-ups, which large values pay per value otherwise. Measured with
+// 64 x 1 MiB values: rounds of 4 read in 15.3-15.9 ms, rounds of 1 in
+// 19.1-20.0 ms (raw MGETs of 4 keys: 17.6-20.2 ms); 4 MiB rounds of 8 KiB
+// values (512 keys) read in 5.9-6.9 ms against 4.5-5.0 ms for 1 MiB.
+// Writes keep one large value per round: grouping four measured 0.5-3 ms
+// slower in two of three alternated runs.
+const (
+	minReadRoundKeys = 4
+	maxRoundGrowth   = 4
+)
+
 // rounds cuts n values of size(i) bytes into rounds of at most roundKeys
-// keys and maxBytes bytes (a larger value goes alone).
-func (s *Store) rounds(n, maxBytes int, size func(i int) int) []span {
+// keys and maxBytes bytes, or, to carry minKeys values, up to
+// maxRoundGrowth times that (a larger value goes alone).
+func (s *Store) rounds(n, maxBytes, minKeys int, size func(i int) int) []span {
 	var out []span
 	lo, bytes := 0, 0
 	for i := range n {
 		v := size(i)
-		if i > lo && (i-lo >= s.opts.roundKeys || bytes+v > maxBytes) {
+		full := bytes+v > maxBytes && (i-lo >= minKeys || bytes+v > maxRoundGrowth*maxBytes)
+		if i > lo && (i-lo >= s.opts.roundKeys || full) {
 			out = append(out, span{lo, i})
 			lo, bytes = i, 0
 		}
@@ -339,7 +354,11 @@ func (s *Store) Get(ctx context.Context, keys []string) ([][]byte, error) {
 		}
 		k := s.opts.roundKeys
 		if m > 0 {
-			k = max(1, min(k, s.opts.readRoundBytes/int(m)))
+			fit := s.opts.readRoundBytes / int(m)
+			if fit < minReadRoundKeys {
+				fit = min(minReadRoundKeys, maxRoundGrowth*s.opts.readRoundBytes/int(m))
+			}
+			k = max(1, min(k, fit))
 		}
 		hi := min(next+k, len(keys))
 		rounds = append(rounds, span{next, hi})
