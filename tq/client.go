@@ -31,8 +31,9 @@ type Client struct {
 	allocator     backends.Allocator
 	taggedWriter  backends.TaggedWriter
 	taggedReader  backends.TaggedReader
-	splitReader   backends.SplitReader // nil when reads carry tags
-	splitWriter   backends.SplitWriter // nil when writes report tags
+	splitReader   backends.SplitReader  // nil when reads carry tags
+	splitWriter   backends.SplitWriter  // nil when writes report tags
+	commitWriter  backends.CommitWriter // nil when splitWriter is
 	taggedDeleter backends.TaggedDeleter
 }
 
@@ -87,6 +88,7 @@ func newClient(data backends.Backend, meta backends.MetaStore, o options) *Clien
 	}
 	if c.taggedWriter == nil {
 		c.splitWriter, _ = data.(backends.SplitWriter)
+		c.commitWriter, _ = data.(backends.CommitWriter)
 	}
 	c.taggedDeleter, _ = data.(backends.TaggedDeleter)
 	return c

@@ -185,6 +185,17 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 	} else if err := w.reserve(ctx); err != nil {
 		return err
 	}
+	if cw := w.c.commitWriter; cw != nil && len(bufs) == 0 && len(heads) <= w.c.opts.keysLimit {
+		// Cells and commit in one request: a failure is a failed
+		// commit's, whatever part of it failed.
+		w.wrote = true
+		res, err := cw.PutSplitCommit(ctx, w.c.meta, w.skeys, heads, bodies, w.partition, w.updates())
+		if err != nil {
+			return w.commitFailed(err)
+		}
+		w.committed(res)
+		return nil
+	}
 	if err := w.writeData(ctx, heads, bodies, bufs); err != nil {
 		w.rollback(err)
 		return err
@@ -484,6 +495,24 @@ func (w *write) setTags(lo int, tags []string) {
 }
 
 func (w *write) commit(ctx context.Context) error {
+	res, err := w.c.meta.Commit(ctx, w.partition, w.updates())
+	if err != nil {
+		return err
+	}
+	w.committed(res)
+	return nil
+}
+
+// committed deletes the cells a commit left unreferenced: old generations
+// this write replaced, and this write's own cells where a newer write won.
+func (w *write) committed(res backends.CommitResult) {
+	if dead := append(res.Superseded, res.Stale...); len(dead) > 0 {
+		w.c.deleteRefs(dead, "replaced cells")
+	}
+}
+
+// updates are the rows this write commits.
+func (w *write) updates() []backends.RowUpdate {
 	n := len(w.keys)
 	updates := make([]backends.RowUpdate, n)
 	for i, k := range w.keys {
@@ -504,16 +533,7 @@ func (w *write) commit(ctx context.Context) error {
 		}
 		updates[i] = u
 	}
-	res, err := w.c.meta.Commit(ctx, w.partition, updates)
-	if err != nil {
-		return err
-	}
-	// Cells no longer referenced: old generations this write replaced, and
-	// this write's own cells where a newer write won.
-	if dead := append(res.Superseded, res.Stale...); len(dead) > 0 {
-		w.c.deleteRefs(dead, "replaced cells")
-	}
-	return nil
+	return updates
 }
 
 // sameCells reports whether rows i and j have equal cells in every field.

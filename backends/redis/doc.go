@@ -102,6 +102,12 @@
 // server 0.25-0.3 ms per write of 1024 rows (twice per put) plus Lua's
 // per-argument work; a record is one string.
 //
+// The Store is also a backends.CommitWriter: when a put's cells fit one
+// write round, their MSET and the commit's append go in one MULTI/EXEC on
+// the engine's own connection, so a put takes two round trips (Prepare,
+// then cells and commit) and the commit applies only with its cells (an
+// MSET the server refuses, out of memory, aborts both).
+//
 // A writer that finds the log 256 records long replaces it with a
 // snapshot of its view (a new epoch), so that the logs of long-lived
 // partitions with many small writes stay quick to replay. A view costs

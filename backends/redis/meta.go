@@ -141,6 +141,15 @@ type change struct {
 // write returns only once the server confirmed the view it came from.
 // It returns the base of the indexes drawn.
 func (m *Meta) write(ctx context.Context, op, partition string, compute func(v *view) (change, error)) (uint64, error) {
+	return m.writeVia(ctx, op, partition, compute, nil)
+}
+
+// appendRunner runs appendScript with keys and args; first, when not nil,
+// runs the first attempt of writeVia (a commit sent with its data).
+type appendRunner func(ctx context.Context, keys []string, args ...any) ([]any, error)
+
+// writeVia is write with the first attempt's script run by first.
+func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(v *view) (change, error), first appendRunner) (uint64, error) {
 	pk := m.keys(partition)
 	inline := !m.s.cluster
 	skeys := []string{pk.l, pk.e, pk.n}
@@ -174,8 +183,12 @@ func (m *Meta) write(ctx context.Context, op, partition string, compute func(v *
 		if epoch == "" || (len(ch.record) > 0 && ch.record[0] == recSnapshot) {
 			newE = newEpoch()
 		}
-		reply, err := appendScript.Run(ctx, m.s.client, skeys, epoch, want, newE,
-			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), ch.need, base, ch.delta, partition).Slice()
+		run := m.runAppend
+		if attempt == 0 && first != nil {
+			run = first
+		}
+		reply, err := run(ctx, skeys, epoch, want, newE,
+			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), ch.need, base, ch.delta, partition)
 		if err != nil {
 			return 0, m.s.wrap(ctx, op, err)
 		}
@@ -233,6 +246,11 @@ func (m *Meta) write(ctx context.Context, op, partition string, compute func(v *
 			return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
 		}
 	}
+}
+
+// runAppend runs appendScript through the client.
+func (m *Meta) runAppend(ctx context.Context, keys []string, args ...any) ([]any, error) {
+	return appendScript.Run(ctx, m.s.client, keys, args...).Slice()
 }
 
 // compact replaces a long log with a snapshot of the view. It is an
@@ -398,14 +416,20 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 	if err != nil {
 		return backends.CommitResult{}, err
 	}
+	return m.commitVia(ctx, partition, updates, record, nil)
+}
+
+// commitVia is Commit of updates, encoded as record, with the first
+// attempt run by first (see writeVia).
+func (m *Meta) commitVia(ctx context.Context, partition string, updates []backends.RowUpdate, record []byte, first appendRunner) (backends.CommitResult, error) {
 	var c *committing
-	_, err = m.write(ctx, "commit", partition, func(v *view) (change, error) {
+	_, err := m.writeVia(ctx, "commit", partition, func(v *view) (change, error) {
 		var err error
 		if c, err = v.commit(partition, updates); err != nil {
 			return change{}, err
 		}
 		return change{record: record, delta: c.fresh, install: func(uint64) { v.installCommit(c) }}, nil
-	})
+	}, first)
 	if err != nil {
 		return backends.CommitResult{}, err
 	}

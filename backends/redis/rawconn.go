@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -317,4 +319,63 @@ func (c *rawConn) send(req request) error {
 	c.cmd = req[:0]
 	_, err := c.Write(req)
 	return err
+}
+
+// maxReplyDepth bounds the nesting value reads: the scripts reply at most
+// two levels deep.
+const maxReplyDepth = 4
+
+// value reads one reply of any type: a string (simple or bulk), an
+// int64, nil, a []any of values, or a serverError, as go-redis hands them
+// (a serverError inside an array is an element, as in an EXEC reply).
+func (c *rawConn) value(depth int) (any, error) {
+	l, err := c.line()
+	if err != nil {
+		return nil, err
+	}
+	switch l[0] {
+	case '+':
+		return string(l[1:]), nil
+	case ':':
+		n, err := strconv.ParseInt(string(l[1:]), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
+		}
+		return n, nil
+	case '$':
+		n, err := strconv.Atoi(string(l[1:]))
+		if err != nil || n < -1 {
+			return nil, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
+		}
+		if n < 0 {
+			return nil, nil
+		}
+		b := make([]byte, n+2)
+		if _, err := io.ReadFull(c.br, b); err != nil {
+			return nil, err
+		}
+		return unsafe.String(unsafe.SliceData(b), n), nil
+	case '*':
+		n, err := strconv.Atoi(string(l[1:]))
+		if err != nil || n < -1 || depth >= maxReplyDepth {
+			return nil, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
+		}
+		if n < 0 {
+			return nil, nil
+		}
+		out := make([]any, 0, min(n, 1024))
+		for range n {
+			v, err := c.value(depth + 1)
+			var se serverError
+			if errors.As(err, &se) {
+				v, err = se, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
 }

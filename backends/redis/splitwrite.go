@@ -62,11 +62,21 @@ func (p *rawConns) set(ctx context.Context, keys []string, heads, bodies [][]byt
 }
 
 func (c *rawConn) set(keys []string, heads, bodies [][]byte) error {
-	// The request: small pieces go into c.cmd, big bodies stay where they
-	// are; segs records, in order, which is which (ends into c.cmd, or a
-	// body's index as -1-i).
-	b := request(c.cmd[:0]).array(1 + 2*len(keys)).str("MSET")
-	var segs []int
+	if err := c.writeSegs(appendMSET(request(c.cmd[:0]), nil, keys, heads, bodies)); err != nil {
+		return err
+	}
+	l, err := c.line()
+	if err == nil && string(l) != "+OK" {
+		err = fmt.Errorf("%w: MSET replied %q", ErrCorrupt, l)
+	}
+	return err
+}
+
+// appendMSET appends an MSET of keys to b: small pieces go into b, big
+// bodies stay where they are; segs records, in order, which is which
+// (ends into b, or a body's index as -1-i), for writeSegs.
+func appendMSET(b request, segs []int, keys []string, heads, bodies [][]byte) (request, []int, [][]byte) {
+	b = b.array(1 + 2*len(keys)).str("MSET")
 	for i, k := range keys {
 		b = b.str(k).bulkHeader(len(heads[i]) + len(bodies[i]))
 		b = append(b, heads[i]...)
@@ -77,26 +87,24 @@ func (c *rawConn) set(keys []string, heads, bodies [][]byte) error {
 		}
 		b = append(b, '\r', '\n')
 	}
-	c.cmd = b
-	var err error
+	return b, segs, bodies
+}
+
+// writeSegs writes a request appendMSET built, with what was appended
+// after it, in one write (writev when big bodies stay apart).
+func (c *rawConn) writeSegs(b request, segs []int, bodies [][]byte) error {
+	c.cmd = b[:0]
 	if segs == nil {
-		_, err = c.Write(b)
-	} else {
-		bufs := make(net.Buffers, 0, len(segs)+1)
-		from := 0
-		for j := 0; j < len(segs); j += 2 {
-			bufs = append(bufs, b[from:segs[j]], bodies[-1-segs[j+1]])
-			from = segs[j]
-		}
-		bufs = append(bufs, b[from:])
-		_, err = bufs.WriteTo(c.Conn)
-	}
-	if err != nil {
+		_, err := c.Write(b)
 		return err
 	}
-	l, err := c.line()
-	if err == nil && string(l) != "+OK" {
-		err = fmt.Errorf("%w: MSET replied %q", ErrCorrupt, l)
+	bufs := make(net.Buffers, 0, len(segs)+1)
+	from := 0
+	for j := 0; j < len(segs); j += 2 {
+		bufs = append(bufs, b[from:segs[j]], bodies[-1-segs[j+1]])
+		from = segs[j]
 	}
+	bufs = append(bufs, b[from:])
+	_, err := bufs.WriteTo(c.Conn)
 	return err
 }

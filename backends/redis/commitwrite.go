@@ -1,0 +1,151 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+var _ backends.CommitWriter = (*Store)(nil)
+
+// PutSplitCommit implements backends.CommitWriter. When meta is the
+// Store's own Meta, the server standalone and the cells one write round,
+// it sends the cells' MSET and the commit's append in one MULTI/EXEC on
+// the engine's own connection: one round trip less per put, and the
+// commit applies only with the cells (a rejected MSET, out of memory say,
+// aborts both). If the append finds the log moved on, the cells are
+// written and the commit computes again as Commit does. Otherwise it is
+// PutSplit, then meta.Commit.
+func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, keys []string, heads, bodies [][]byte, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	m, own := meta.(*Meta)
+	raw := s.rawPool()
+	if !own || m != s.meta || raw == nil || s.cluster || len(keys) == 0 || len(bodies) != len(keys) || len(heads) != len(keys) ||
+		len(s.rounds(len(keys), s.opts.writeRoundBytes, 1, func(i int) int { return len(heads[i]) + len(bodies[i]) })) != 1 {
+		if err := s.PutSplit(ctx, keys, heads, bodies); err != nil {
+			return backends.CommitResult{}, err
+		}
+		return meta.Commit(ctx, partition, updates)
+	}
+	if err := s.check(ctx, keys, len(heads)); err != nil {
+		return backends.CommitResult{}, err
+	}
+	if err := m.check(ctx); err != nil {
+		return backends.CommitResult{}, err
+	}
+	if len(updates) == 0 {
+		return backends.CommitResult{}, s.PutSplit(ctx, keys, heads, bodies)
+	}
+	record, err := commitRecord(updates)
+	if err != nil {
+		return backends.CommitResult{}, err
+	}
+	dk := s.dataKeys(keys)
+	withData := func(ctx context.Context, skeys []string, args ...any) ([]any, error) {
+		var script any
+		err := raw.do(ctx, func(c *rawConn) error {
+			req, segs, _ := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, dk, heads, bodies)
+			req = req.array(3 + len(skeys) + len(args)).str("EVALSHA").str(appendScript.Hash()).str(strconv.Itoa(len(skeys)))
+			for _, k := range skeys {
+				req = req.str(k)
+			}
+			for _, a := range args {
+				req = req.str(argString(a))
+			}
+			if err := c.writeSegs(req.cmd("EXEC"), segs, bodies); err != nil {
+				return err
+			}
+			var err error
+			script, err = c.execReply()
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if se, ok := script.(serverError); ok {
+			if strings.HasPrefix(string(se), "NOSCRIPT") {
+				// The cells are written; the script is not loaded yet.
+				return m.runAppend(ctx, skeys, args...)
+			}
+			return nil, se
+		}
+		reply, ok := script.([]any)
+		if !ok {
+			return nil, fmt.Errorf("%w: append replied %v", ErrCorrupt, script)
+		}
+		if s.opts.roundHook != nil {
+			s.opts.roundHook("set")
+		}
+		return reply, nil
+	}
+	res, err := m.commitVia(ctx, partition, updates, record, withData)
+	if err != nil {
+		return backends.CommitResult{}, s.wrap(ctx, "put", unwrapError(err))
+	}
+	return res, nil
+}
+
+// execReply reads the replies of MULTI, MSET, EVALSHA and EXEC and returns
+// the script's reply (a serverError when the script failed). A command
+// refused while queued (out of memory, say) aborts the transaction: its
+// error is returned.
+func (c *rawConn) execReply() (any, error) {
+	var queued error
+	for _, want := range []string{"OK", "QUEUED", "QUEUED"} {
+		l, err := c.line()
+		var se serverError
+		switch {
+		case errors.As(err, &se):
+			if queued == nil {
+				queued = se
+			}
+		case err != nil:
+			return nil, err
+		case string(l[1:]) != want:
+			return nil, fmt.Errorf("%w: reply %q, want +%s", ErrCorrupt, l, want)
+		}
+	}
+	v, err := c.value(0)
+	if err != nil {
+		if queued != nil {
+			return nil, queued
+		}
+		return nil, err
+	}
+	replies, ok := v.([]any)
+	if !ok || len(replies) != 2 {
+		return nil, fmt.Errorf("%w: EXEC replied %v", ErrCorrupt, v)
+	}
+	if se, ok := replies[0].(serverError); ok {
+		return nil, se
+	}
+	return replies[1], nil
+}
+
+// argString is a script argument as go-redis would send it.
+func argString(a any) string {
+	switch x := a.(type) {
+	case string:
+		return x
+	case int:
+		return strconv.Itoa(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	}
+	return fmt.Sprint(a)
+}
+
+// unwrapError returns the cause of an *Error, which Store.wrap wraps
+// again with the put's operation name.
+func unwrapError(err error) error {
+	var e *Error
+	if errors.As(err, &e) && e == err {
+		return e.Err
+	}
+	return err
+}
