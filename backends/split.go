@@ -60,3 +60,25 @@ type CommitWriter interface {
 	// timeout): the caller cleans up as after a failed Commit.
 	PutSplitCommit(ctx context.Context, meta MetaStore, keys []string, heads, bodies [][]byte, partition string, updates []RowUpdate) (CommitResult, error)
 }
+
+// CachedLookup is a MetaStore that keeps a copy of partitions' rows in the
+// client, so that a read can skip the lookup's round trip and have a
+// ConfirmingReader check the copy in the request that reads the cells.
+type CachedLookup interface {
+	// LookupCached returns the rows of keys as the copy holds them (nil
+	// for a key it does not know) and a token naming that copy, without a
+	// request; ok false: no copy of the partition. The rows may be stale:
+	// trust them only once GetSplitConfirmed reports them current.
+	LookupCached(partition string, keys []string) (rows []*Row, token any, ok bool)
+}
+
+// ConfirmingReader is a SplitReader that can check, in the request that
+// reads cells, that rows from its MetaStore's LookupCached are current.
+type ConfirmingReader interface {
+	SplitReader
+	// GetSplitConfirmed is GetSplit, and reports whether the rows behind
+	// token (from meta's LookupCached) were still the partition's
+	// committed rows when the read ran. current false: dst is undefined,
+	// and the caller looks the rows up again.
+	GetSplitConfirmed(ctx context.Context, meta MetaStore, token any, keys []string, dst []SplitValue) (current bool, err error)
+}

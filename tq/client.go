@@ -28,13 +28,16 @@ type Client struct {
 	life sync.RWMutex
 
 	// Optional abilities of data, found once.
-	allocator     backends.Allocator
-	taggedWriter  backends.TaggedWriter
-	taggedReader  backends.TaggedReader
-	splitReader   backends.SplitReader  // nil when reads carry tags
-	splitWriter   backends.SplitWriter  // nil when writes report tags
-	commitWriter  backends.CommitWriter // nil when splitWriter is
-	taggedDeleter backends.TaggedDeleter
+	allocator    backends.Allocator
+	taggedWriter backends.TaggedWriter
+	taggedReader backends.TaggedReader
+	splitReader  backends.SplitReader  // nil when reads carry tags
+	splitWriter  backends.SplitWriter  // nil when writes report tags
+	commitWriter backends.CommitWriter // nil when splitWriter is
+	// Both or neither: reads of cached rows confirmed with the data.
+	cachedLookup     backends.CachedLookup
+	confirmingReader backends.ConfirmingReader
+	taggedDeleter    backends.TaggedDeleter
 }
 
 // Open opens the queue at url: "memory://" (or "") for the embedded engine,
@@ -85,6 +88,11 @@ func newClient(data backends.Backend, meta backends.MetaStore, o options) *Clien
 	c.taggedReader, _ = data.(backends.TaggedReader)
 	if c.taggedReader == nil {
 		c.splitReader, _ = data.(backends.SplitReader)
+		cl, ok1 := meta.(backends.CachedLookup)
+		cr, ok2 := data.(backends.ConfirmingReader)
+		if ok1 && ok2 {
+			c.cachedLookup, c.confirmingReader = cl, cr
+		}
 	}
 	if c.taggedWriter == nil {
 		c.splitWriter, _ = data.(backends.SplitWriter)

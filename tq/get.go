@@ -41,6 +41,11 @@ func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, 
 // fails. prev and prevErr are an earlier attempt's rows and its
 // errVanished, if any.
 func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []string, prev []*backends.Row, prevErr error) (Batch, error) {
+	if prevErr == nil && c.cachedLookup != nil {
+		if b, ok, err := c.getCached(ctx, partition, keys, fields); ok {
+			return b, err
+		}
+	}
 	for {
 		rows, err := c.lookupRows(ctx, partition, keys)
 		if err != nil {
@@ -55,6 +60,44 @@ func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []
 		}
 		prev, prevErr = rows, err
 	}
+}
+
+// getCached is a read of stacked columns from the rows the metadata's
+// copy in this client holds, confirmed current in the same request as the
+// read (backends.ConfirmingReader): one round trip where looking the rows
+// up first takes two. ok false: the read was not such a read, or the
+// copy was stale; the caller looks up and reads as usual.
+func (c *Client) getCached(ctx context.Context, partition string, keys, fields []string) (_ Batch, ok bool, _ error) {
+	if err := c.check(ctx); err != nil {
+		return nil, true, err
+	}
+	if err := checkPartition(partition); err != nil {
+		return nil, true, err
+	}
+	if err := checkKeys(keys); err != nil {
+		return nil, true, err
+	}
+	rows, token, ok := c.cachedLookup.LookupCached(partition, keys)
+	if !ok || slices.Contains(rows, nil) {
+		return nil, false, nil
+	}
+	fields, err := readFields(rows, fields)
+	if err != nil {
+		return nil, true, err
+	}
+	st, rest := planStacked(rows, fields)
+	if st == nil || len(rest) > 0 || len(st.skeys) > c.opts.keysLimit {
+		return nil, false, nil
+	}
+	current, err := c.confirmingReader.GetSplitConfirmed(ctx, c.meta, token, st.skeys, st.dst)
+	if err != nil || !current {
+		return nil, err != nil, err
+	}
+	out, rest, err := st.finish(partition, rows)
+	if err != nil || len(rest) > 0 {
+		return nil, false, nil // vanished or unexpected cells: the usual path sorts them out
+	}
+	return out, true, nil
 }
 
 // sameCell reports whether b names the cell whose absence err reports as a
@@ -119,24 +162,33 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 	return b, err
 }
 
+// readFields are the fields a read of rows returns: those asked for
+// (checked, sorted), or every field of the rows.
+func readFields(rows []*backends.Row, fields []string) ([]string, error) {
+	if len(fields) == 0 {
+		return unionFields(rows), nil
+	}
+	fields = slices.Clone(fields)
+	slices.Sort(fields)
+	for i, f := range fields {
+		if err := checkField(f); err != nil {
+			return nil, err
+		}
+		if i > 0 && fields[i-1] == f {
+			return nil, invalidf("field %q asked for twice", f)
+		}
+	}
+	return fields, nil
+}
+
 // read fetches and decodes the cells of rows of partition.
 func (c *Client) read(ctx context.Context, partition string, rows []*backends.Row, fields []string) (Batch, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
-	if len(fields) == 0 {
-		fields = unionFields(rows)
-	} else {
-		fields = slices.Clone(fields)
-		slices.Sort(fields)
-		for i, f := range fields {
-			if err := checkField(f); err != nil {
-				return nil, err
-			}
-			if i > 0 && fields[i-1] == f {
-				return nil, invalidf("field %q asked for twice", f)
-			}
-		}
+	fields, err := readFields(rows, fields)
+	if err != nil {
+		return nil, err
 	}
 	var st *stackRead
 	if c.splitReader != nil {

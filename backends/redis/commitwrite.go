@@ -43,11 +43,11 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 	if err != nil {
 		return backends.CommitResult{}, err
 	}
-	dk := s.dataKeys(keys)
+	pre := s.dataPrefix()
 	withData := func(ctx context.Context, skeys []string, args ...any) ([]any, error) {
 		var script any
 		err := raw.do(ctx, func(c *rawConn) error {
-			req, segs, _ := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, dk, heads, bodies)
+			req, segs, _ := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, keys, heads, bodies)
 			req = req.array(3 + len(skeys) + len(args)).str("EVALSHA").str(appendScript.Hash()).str(strconv.Itoa(len(skeys)))
 			for _, k := range skeys {
 				req = req.str(k)

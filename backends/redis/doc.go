@@ -108,6 +108,14 @@
 // then cells and commit) and the commit applies only with its cells (an
 // MSET the server refuses, out of memory, aborts both).
 //
+// Reads skip the lookup's round trip too: Meta is a backends.CachedLookup
+// and the Store a backends.ConfirmingReader. tq reads stacked columns of
+// rows the view already holds, and the Store sends the read of the log
+// records the view lacks together with the first MGET of the cells; if
+// those records changed none of the rows read (the usual case: nothing
+// was appended), the cells are the committed ones, else tq looks the
+// rows up and reads again.
+//
 // A writer that finds the log 256 records long replaces it with a
 // snapshot of its view (a new epoch), so that the logs of long-lived
 // partitions with many small writes stay quick to replay. A view costs

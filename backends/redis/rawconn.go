@@ -296,6 +296,14 @@ func (r request) bulkHeader(n int) request {
 	return append(r, '\r', '\n')
 }
 
+// key appends the bulk string pre+k: the Store's data key of k, built in
+// the request rather than as a string of its own.
+func (r request) key(pre, k string) request {
+	r = append(r.bulkHeader(len(pre)+len(k)), pre...)
+	r = append(r, k...)
+	return append(r, '\r', '\n')
+}
+
 func (r request) str(s string) request {
 	r = append(r.bulkHeader(len(s)), s...)
 	return append(r, '\r', '\n')

@@ -28,10 +28,10 @@ func (s *Store) GetSplit(ctx context.Context, keys []string, dst []backends.Spli
 	if raw == nil {
 		return s.getSplitCopy(ctx, keys, dst)
 	}
-	dk := s.dataKeys(keys)
+	pre := s.dataPrefix()
 	rounds := s.rounds(len(dst), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(dst[i].Head) + len(dst[i].Body) })
 	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
-		err := raw.mget(ctx, dk[r.lo:r.hi], dst[r.lo:r.hi])
+		err := raw.mget(ctx, pre, keys[r.lo:r.hi], dst[r.lo:r.hi])
 		if err == nil && s.opts.roundHook != nil {
 			s.opts.roundHook("get")
 		}
@@ -52,19 +52,29 @@ func (s *Store) getSplitCopy(ctx context.Context, keys []string, dst []backends.
 	return nil
 }
 
-// mget reads keys with one MGET into dst.
-func (p *rawConns) mget(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	return p.do(ctx, func(c *rawConn) error { return c.mget(keys, dst) })
+func (p *rawConns) mget(ctx context.Context, pre string, keys []string, dst []backends.SplitValue) error {
+	return p.do(ctx, func(c *rawConn) error { return c.mget(pre, keys, dst) })
 }
 
-func (c *rawConn) mget(keys []string, dst []backends.SplitValue) error {
-	req := request(c.cmd[:0]).array(1 + len(keys)).str("MGET")
-	for _, k := range keys {
-		req = req.str(k)
-	}
-	if err := c.send(req); err != nil {
+// mget reads the data keys pre+keys[i] with one MGET into dst.
+func (c *rawConn) mget(pre string, keys []string, dst []backends.SplitValue) error {
+	if err := c.send(appendMGET(request(c.cmd[:0]), pre, keys)); err != nil {
 		return err
 	}
+	return c.readMGET(keys, dst)
+}
+
+// appendMGET appends an MGET of the data keys pre+keys[i] to b.
+func appendMGET(b request, pre string, keys []string) request {
+	b = b.array(1 + len(keys)).str("MGET")
+	for _, k := range keys {
+		b = b.key(pre, k)
+	}
+	return b
+}
+
+// readMGET reads the reply of an MGET of keys into dst.
+func (c *rawConn) readMGET(keys []string, dst []backends.SplitValue) error {
 	n, err := c.header('*')
 	if err != nil {
 		return err

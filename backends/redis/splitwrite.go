@@ -40,10 +40,10 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 		}
 		return s.Put(ctx, keys, vals)
 	}
-	dk := s.dataKeys(keys)
+	pre := s.dataPrefix()
 	rounds := s.rounds(len(keys), s.opts.writeRoundBytes, 1, func(i int) int { return len(heads[i]) + len(bodies[i]) })
 	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
-		err := raw.set(ctx, dk[r.lo:r.hi], heads[r.lo:r.hi], bodies[r.lo:r.hi])
+		err := raw.set(ctx, pre, keys[r.lo:r.hi], heads[r.lo:r.hi], bodies[r.lo:r.hi])
 		if err == nil && s.opts.roundHook != nil {
 			s.opts.roundHook("set")
 		}
@@ -57,12 +57,12 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 // pipelined SETs; the server pays per command). A standalone server has
 // one keyspace, so a multi-key command is safe there; and an MSET applies
 // all of its keys or none.
-func (p *rawConns) set(ctx context.Context, keys []string, heads, bodies [][]byte) error {
-	return p.do(ctx, func(c *rawConn) error { return c.set(keys, heads, bodies) })
+func (p *rawConns) set(ctx context.Context, pre string, keys []string, heads, bodies [][]byte) error {
+	return p.do(ctx, func(c *rawConn) error { return c.set(pre, keys, heads, bodies) })
 }
 
-func (c *rawConn) set(keys []string, heads, bodies [][]byte) error {
-	if err := c.writeSegs(appendMSET(request(c.cmd[:0]), nil, keys, heads, bodies)); err != nil {
+func (c *rawConn) set(pre string, keys []string, heads, bodies [][]byte) error {
+	if err := c.writeSegs(appendMSET(request(c.cmd[:0]), nil, pre, keys, heads, bodies)); err != nil {
 		return err
 	}
 	l, err := c.line()
@@ -72,13 +72,13 @@ func (c *rawConn) set(keys []string, heads, bodies [][]byte) error {
 	return err
 }
 
-// appendMSET appends an MSET of keys to b: small pieces go into b, big
+// appendMSET appends an MSET of the data keys pre+keys[i] to b: small pieces go into b, big
 // bodies stay where they are; segs records, in order, which is which
 // (ends into b, or a body's index as -1-i), for writeSegs.
-func appendMSET(b request, segs []int, keys []string, heads, bodies [][]byte) (request, []int, [][]byte) {
+func appendMSET(b request, segs []int, pre string, keys []string, heads, bodies [][]byte) (request, []int, [][]byte) {
 	b = b.array(1 + 2*len(keys)).str("MSET")
 	for i, k := range keys {
-		b = b.str(k).bulkHeader(len(heads[i]) + len(bodies[i]))
+		b = b.key(pre, k).bulkHeader(len(heads[i]) + len(bodies[i]))
 		b = append(b, heads[i]...)
 		if len(bodies[i]) >= bigBody {
 			segs = append(segs, len(b), -1-i)

@@ -154,10 +154,13 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	return &Error{Op: op, Addr: s.addr, Err: err, callerDone: cerr != nil}
 }
 
-// dataKeys returns prefix + ":d:" + key for each key, built in one
+// dataPrefix is what every data key starts with.
+func (s *Store) dataPrefix() string { return s.opts.prefix + ":d:" }
+
+// dataKeys returns dataPrefix() + key for each key, built in one
 // allocation.
 func (s *Store) dataKeys(keys []string) []string {
-	pre := s.opts.prefix + ":d:"
+	pre := s.dataPrefix()
 	n := 0
 	for _, k := range keys {
 		n += len(pre) + len(k)

@@ -1,0 +1,155 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+var (
+	_ backends.CachedLookup     = (*Meta)(nil)
+	_ backends.ConfirmingReader = (*Store)(nil)
+)
+
+// cachedRows is the token of LookupCached: where the view was when it
+// gave rows for keys.
+type cachedRows struct {
+	partition string
+	v         *view
+	epoch     string
+	n         int64
+	era       uint64
+	keys      []string
+	rows      []*backends.Row
+}
+
+// LookupCached implements backends.CachedLookup: the rows of keys as the
+// partition's view holds them, if the Meta has a view of the partition's
+// log.
+func (m *Meta) LookupCached(partition string, keys []string) ([]*backends.Row, any, bool) {
+	if m.closed.Load() {
+		return nil, nil, false
+	}
+	m.mu.Lock()
+	v := m.views[partition]
+	m.mu.Unlock()
+	if v == nil {
+		return nil, nil, false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.epoch == "" || v.epoch == badEpoch {
+		return nil, nil, false
+	}
+	rows := make([]*backends.Row, len(keys))
+	for i, k := range keys {
+		if r := v.rows[k]; r != nil {
+			rows[i] = r.row
+		}
+	}
+	return rows, &cachedRows{partition: partition, v: v, epoch: v.epoch, n: v.n, era: v.era, keys: keys, rows: rows}, true
+}
+
+// current reports whether the view, brought up to date by a read of the
+// log, still holds the token's rows: the same Row of every key (a commit,
+// a delete or a snapshot of the partition makes new ones).
+func (t *cachedRows) current() bool {
+	v := t.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.epoch == t.epoch && v.n == t.n && v.era == t.era {
+		return true // nothing was appended
+	}
+	for i, k := range t.keys {
+		r := v.rows[k]
+		if r == nil || r.row != t.rows[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// GetSplitConfirmed implements backends.ConfirmingReader. On the engine's
+// own connection it sends the read of the log records the token's view
+// lacks and the first MGET of the cells together: the log is read right
+// before the cells, so if it holds nothing that changed the token's rows,
+// the cells read are those of the partition's committed rows at that
+// moment. Without its own connections, or for another Meta's token, it
+// reports the rows not current.
+func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, token any, keys []string, dst []backends.SplitValue) (bool, error) {
+	t, ok := token.(*cachedRows)
+	raw := s.rawPool()
+	if m, own := meta.(*Meta); !ok || !own || m != s.meta || raw == nil || s.cluster {
+		return false, nil
+	}
+	if err := s.check(ctx, keys, len(dst)); err != nil {
+		return false, err
+	}
+	if len(keys) == 0 {
+		return true, nil
+	}
+	m := s.meta
+	if err := m.check(ctx); err != nil {
+		return false, err
+	}
+	pre := s.dataPrefix()
+	rounds := s.rounds(len(dst), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(dst[i].Head) + len(dst[i].Body) })
+	first := rounds[0]
+	skeys := m.readKeys(t.partition)
+	var log any
+	err := raw.do(ctx, func(c *rawConn) error {
+		req := request(c.cmd[:0]).array(3 + len(skeys) + 4).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))
+		for _, k := range skeys {
+			req = req.str(k)
+		}
+		req = req.str(t.epoch).str(strconv.FormatInt(t.n, 10)).str("0").str(t.partition)
+		if err := c.send(appendMGET(req, pre, keys[first.lo:first.hi])); err != nil {
+			return err
+		}
+		var err error
+		if log, err = c.value(0); err != nil {
+			if _, isServer := err.(serverError); !isServer {
+				return err
+			}
+			log = err // NOSCRIPT: read the cells all the same, the stream stays in step
+		}
+		return c.readMGET(keys[first.lo:first.hi], dst[first.lo:first.hi])
+	})
+	if err != nil {
+		return false, s.wrap(ctx, "get", err)
+	}
+	reply, ok := log.([]any)
+	if !ok {
+		return false, nil // a script error: let the caller look the rows up
+	}
+	if len(reply) < 3 {
+		return false, s.wrap(ctx, "get", fmt.Errorf("%w: log reply %v", ErrCorrupt, reply))
+	}
+	moved, err := m.catchUp(t.v, t.era, reply)
+	if err != nil {
+		return false, s.wrap(ctx, "get", err)
+	}
+	if moved || !t.current() {
+		return false, nil
+	}
+	if s.opts.roundHook != nil {
+		s.opts.roundHook("get")
+	}
+	if len(rounds) > 1 {
+		// The rest of the cells: immutable once committed, whenever read.
+		rest := rounds[1:]
+		err := s.runRounds(ctx, rest, func(ctx context.Context, r span) error {
+			err := raw.mget(ctx, pre, keys[r.lo:r.hi], dst[r.lo:r.hi])
+			if err == nil && s.opts.roundHook != nil {
+				s.opts.roundHook("get")
+			}
+			return err
+		})
+		if err != nil {
+			return false, s.wrap(ctx, "get", err)
+		}
+	}
+	return true, nil
+}
