@@ -19,6 +19,13 @@
 //     row of a stacked tensor, with no packing copy on the way out and no
 //     stacking copy on the way in (redis implements both, memory the
 //     writer: its Get is already zero-copy).
+//   - [CommitWriter]: the engine writes cells and commits the rows that
+//     reference them in one request, when the MetaStore is its own (redis:
+//     one MULTI/EXEC), so a put waits for one round trip fewer.
+//   - [ConfirmingReader], with a MetaStore that is a [CachedLookup]: the
+//     metadata keeps a copy of the rows in the client, and the engine
+//     checks that copy in the request that reads the cells, so a read of
+//     rows the client has seen takes one round trip, not two (redis).
 //
 // Wrappers (metrics, fault injection) must pass these through; see
 // backendtest.Faulty for one that does.

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -263,18 +264,8 @@ func (v *view) committed() []*backends.Row {
 			out = append(out, r.row)
 		}
 	}
-	slices.SortFunc(out, func(a, b *backends.Row) int { return compareIndex(a.Index, b.Index) })
+	slices.SortFunc(out, func(a, b *backends.Row) int { return cmp.Compare(a.Index, b.Index) })
 	return out
-}
-
-func compareIndex(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // catchUp applies records recs, which the log of epoch holds from
