@@ -96,26 +96,22 @@ func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, 
 	}
 	pre := s.dataPrefix()
 	rounds := s.rounds(len(dst), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(dst[i].Head) + len(dst[i].Body) })
-	first := rounds[0]
 	skeys := m.readKeys(t.partition)
 	var log any
-	err := raw.do(ctx, func(c *rawConn) error {
-		req := request(c.cmd[:0]).array(3 + len(skeys) + 4).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))
-		for _, k := range skeys {
-			req = req.str(k)
-		}
-		req = req.str(t.epoch).str(strconv.FormatInt(t.n, 10)).str("0").str(t.partition)
-		if err := c.send(appendMGET(req, pre, keys[first.lo:first.hi])); err != nil {
-			return err
-		}
+	// The first round carries the log read; the others run beside it as
+	// usual (cells are immutable once committed: read early or late, a
+	// committed cell is the same).
+	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
 		var err error
-		if log, err = c.value(0); err != nil {
-			if _, isServer := err.(serverError); !isServer {
-				return err
-			}
-			log = err // NOSCRIPT: read the cells all the same, the stream stays in step
+		if r == rounds[0] {
+			err = s.confirmAndRead(ctx, raw, t, skeys, pre, keys[r.lo:r.hi], dst[r.lo:r.hi], &log)
+		} else {
+			err = raw.mget(ctx, pre, keys[r.lo:r.hi], dst[r.lo:r.hi])
 		}
-		return c.readMGET(keys[first.lo:first.hi], dst[first.lo:first.hi])
+		if err == nil && s.opts.roundHook != nil {
+			s.opts.roundHook("get")
+		}
+		return err
 	})
 	if err != nil {
 		return false, s.wrap(ctx, "get", err)
@@ -134,22 +130,30 @@ func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, 
 	if moved || !t.current() {
 		return false, nil
 	}
-	if s.opts.roundHook != nil {
-		s.opts.roundHook("get")
-	}
-	if len(rounds) > 1 {
-		// The rest of the cells: immutable once committed, whenever read.
-		rest := rounds[1:]
-		err := s.runRounds(ctx, rest, func(ctx context.Context, r span) error {
-			err := raw.mget(ctx, pre, keys[r.lo:r.hi], dst[r.lo:r.hi])
-			if err == nil && s.opts.roundHook != nil {
-				s.opts.roundHook("get")
-			}
-			return err
-		})
-		if err != nil {
-			return false, s.wrap(ctx, "get", err)
-		}
-	}
 	return true, nil
+}
+
+// confirmAndRead sends the read of the log records t's view lacks and an
+// MGET of keys together, sets *log to the log's reply (or the script's
+// error) and reads the cells into dst.
+func (s *Store) confirmAndRead(ctx context.Context, raw *rawConns, t *cachedRows, skeys []string, pre string, keys []string, dst []backends.SplitValue, log *any) error {
+	return raw.do(ctx, func(c *rawConn) error {
+		req := request(c.cmd[:0]).array(3 + len(skeys) + 4).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))
+		for _, k := range skeys {
+			req = req.str(k)
+		}
+		req = req.str(t.epoch).str(strconv.FormatInt(t.n, 10)).str("0").str(t.partition)
+		if err := c.send(appendMGET(req, pre, keys)); err != nil {
+			return err
+		}
+		v, err := c.value(0)
+		if err != nil {
+			if _, isServer := err.(serverError); !isServer {
+				return err
+			}
+			v = err // NOSCRIPT: read the cells all the same, the stream stays in step
+		}
+		*log = v
+		return c.readMGET(keys, dst)
+	})
 }
