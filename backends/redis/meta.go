@@ -130,6 +130,7 @@ func newEpoch() string {
 // it to the view (with the base of the drawn indexes).
 type change struct {
 	record  []byte
+	drop    bool // the change empties the partition: delete its log
 	need    int64
 	delta   int64
 	install func(base uint64)
@@ -187,8 +188,12 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 		if attempt == 0 && first != nil {
 			run = first
 		}
+		drop := "0"
+		if ch.drop {
+			drop = "1"
+		}
 		reply, err := run(ctx, skeys, epoch, want, newE,
-			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), ch.need, base, ch.delta, partition)
+			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), ch.need, base, ch.delta, partition, drop)
 		if err != nil {
 			return 0, m.s.wrap(ctx, op, err)
 		}
@@ -210,7 +215,10 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 			if v.epoch == epoch && v.n == want && v.era == era {
 				// Nobody moved the view since compute: apply the change
 				// (else a catch-up that fetched the record applied it).
-				if len(ch.record) > 0 {
+				switch {
+				case ch.drop:
+					v.reset("")
+				case len(ch.record) > 0:
 					ch.install(uint64(b))
 					v.epoch, v.n = cur, want+1
 					if ch.record[0] == recSnapshot {
@@ -522,7 +530,9 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 		if len(d.keys) == 0 {
 			return change{}, nil
 		}
-		return change{record: deleteRecord(d.keys), delta: -int64(len(d.rows)), install: func(uint64) { v.installDelete(d) }}, nil
+		// A delete of every row leaves nothing to keep a log for.
+		drop := len(d.keys) == len(v.rows)
+		return change{record: deleteRecord(d.keys), drop: drop, delta: -int64(len(d.rows)), install: func(uint64) { v.installDelete(d) }}, nil
 	})
 	if err != nil || len(d.rows) == 0 {
 		return nil, err

@@ -35,7 +35,8 @@ import goredis "github.com/redis/go-redis/v9"
 // newEpoch (for a log created or replaced), record ("" appends nothing:
 // the caller only checks its view), need (indexes a Prepare draws, inline),
 // base (of a Prepare's indexes, not inline), delta (committed rows),
-// partition.
+// partition, drop ("1": the record empties the partition, so the log, its
+// epoch and counter are deleted instead, as by DeletePartition).
 //
 // A Prepare record arrives as "P:..." and is stored as "P<base>:...".
 // A snapshot ("S...") replaces the log and its epoch.
@@ -50,6 +51,13 @@ if cur ~= ARGV[1] or len ~= want then
     from = want
   end
   return {'stale', cur, from, redis.call('LRANGE', KEYS[1], from, -1)}
+end
+if ARGV[9] == '1' then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  if KEYS[5] then
+    redis.call('SREM', KEYS[5], ARGV[8])
+  end
+  return {'ok', '', 0}
 end
 local rec = ARGV[4]
 local base = 0

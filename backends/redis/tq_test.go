@@ -250,6 +250,35 @@ func TestNoLeftovers(t *testing.T) {
 			t.Errorf("key %q left after ClearPartition (only the index counter and registry may stay)", k)
 		}
 	}
+
+	// Clearing every key (what a trainer does at the end of a step)
+	// leaves nothing either: no log of an emptied partition.
+	if err := c.BatchPut(ctx, "q", keys, rollout(keys, 7), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Clear(ctx, "q", keys[:10]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Clear(ctx, "q", keys[10:]); err != nil {
+		t.Fatal(err)
+	}
+	if left, err = cl.Keys(ctx, "*").Result(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range left {
+		if !strings.HasPrefix(k, "clean:{clean}:") {
+			t.Errorf("key %q left after clearing every key (only the index counter and registry may stay)", k)
+		}
+	}
+	if parts, err := c.Partitions(ctx); err != nil || len(parts) != 0 {
+		t.Errorf("Partitions after clearing everything: %q, %v", parts, err)
+	}
+	if err := c.BatchPut(ctx, "q", keys[:3], rollout(keys[:3], 8), nil); err != nil {
+		t.Fatalf("put into the emptied partition: %v", err)
+	}
+	if m, err := c.List(ctx, "q"); err != nil || len(m.Rows) != 3 {
+		t.Fatalf("List after a put into the emptied partition: %v, %v", m, err)
+	}
 }
 
 // TestPrefixIsolation has two jobs share one server under two prefixes.
