@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,11 +16,13 @@ var _ backends.CommitWriter = (*Store)(nil)
 // PutSplitCommit implements backends.CommitWriter. When meta is the
 // Store's own Meta, the server standalone and the cells one write round,
 // it sends the cells' MSET and the commit's append in one MULTI/EXEC on
-// the engine's own connection: one round trip less per put, and the
-// commit applies only with the cells (a rejected MSET, out of memory say,
-// aborts both). If the append finds the log moved on, the cells are
-// written and the commit computes again as Commit does. Otherwise it is
-// PutSplit, then meta.Commit.
+// the engine's own connection: one round trip less per put. The MSET also
+// sets a marker key, which the append requires and deletes: a transaction
+// runs every command it queued even when one fails at EXEC (an ACL changed
+// meanwhile, say), and the marker makes the commit apply only with its
+// cells. If the append finds the log moved on, the cells are written and
+// the commit computes again as Commit does. Otherwise it is PutSplit, then
+// meta.Commit.
 func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, keys []string, heads, bodies [][]byte, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
 	m, own := meta.(*Meta)
 	raw := s.rawPool()
@@ -44,10 +47,16 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 		return backends.CommitResult{}, err
 	}
 	pre := s.dataPrefix()
+	marker := pre + "!put:" + newEpoch()
 	withData := func(ctx context.Context, skeys []string, args ...any) ([]any, error) {
-		var script any
+		skeys = append(slices.Clip(skeys), marker)
+		args = append(slices.Clip(args), "1")
+		var (
+			script any
+			sent   bool // the transaction may have reached the server
+		)
 		err := raw.do(ctx, func(c *rawConn) error {
-			req, segs, _ := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, keys, heads, bodies)
+			req, segs, _ := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, keys, heads, bodies, marker)
 			req = req.array(3 + len(skeys) + len(args)).str("EVALSHA").str(appendScript.Hash()).str(strconv.Itoa(len(skeys)))
 			for _, k := range skeys {
 				req = req.str(k)
@@ -55,19 +64,27 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 			for _, a := range args {
 				req = req.str(argString(a))
 			}
-			if err := c.writeSegs(req.cmd("EXEC"), segs, bodies); err != nil {
+			err := c.writeSegs(req.cmd("EXEC"), segs, bodies)
+			sent = true // even a failed write may have delivered it all
+			if err != nil {
 				return err
 			}
-			var err error
 			script, err = c.execReply()
 			return err
 		})
-		if err != nil {
+		var se serverError
+		switch {
+		case errors.As(err, &se):
+			return nil, err // refused, nothing applied (EXECABORT, or the MSET: see the marker)
+		case err != nil && sent:
+			return nil, &replyLost{err}
+		case err != nil:
 			return nil, err
 		}
 		if se, ok := script.(serverError); ok {
 			if strings.HasPrefix(string(se), "NOSCRIPT") {
-				// The cells are written; the script is not loaded yet.
+				// The cells and marker are written; the script is not
+				// loaded yet.
 				return m.runAppend(ctx, skeys, args...)
 			}
 			return nil, se
@@ -91,7 +108,8 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 // execReply reads the replies of MULTI, MSET, EVALSHA and EXEC and returns
 // the script's reply (a serverError when the script failed). A command
 // refused while queued (out of memory, say) aborts the transaction: its
-// error is returned.
+// error is returned; so is the MSET's error at EXEC, after which the
+// script found no marker and appended nothing.
 func (c *rawConn) execReply() (any, error) {
 	var queued error
 	for _, want := range []string{"OK", "QUEUED", "QUEUED"} {

@@ -34,6 +34,10 @@ func (m *Meta) LookupCached(partition string, keys []string) ([]*backends.Row, a
 	}
 	m.mu.Lock()
 	v := m.views[partition]
+	if v != nil {
+		m.tick++
+		v.used = m.tick
+	}
 	m.mu.Unlock()
 	if v == nil {
 		return nil, nil, false

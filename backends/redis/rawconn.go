@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -111,8 +112,9 @@ func (p *rawConns) get(ctx context.Context, fresh bool) (_ *rawConn, reused bool
 // do runs one request on a connection of the pool. A connection that sat
 // idle may have been closed by the server (a restart, an idle timeout):
 // if the request fails on one with a network error, it runs once more on
-// a new connection. Every request the pool sends may run twice: MGET, and
-// MSET of the same values.
+// a new connection. Every request the pool sends may run twice: MGET, MSET
+// of the same values, and a put's MULTI/EXEC, whose second append finds
+// the log moved on by the first and catches up.
 func (p *rawConns) do(ctx context.Context, f func(c *rawConn) error) error {
 	select {
 	case p.slots <- struct{}{}:
@@ -329,6 +331,11 @@ func (c *rawConn) send(req request) error {
 	return err
 }
 
+// maxBulk bounds the length of a bulk reply this package reads into
+// memory of its own: Redis's proto-max-bulk-len is 512 MB by default, and
+// a length past 2 GiB is a corrupt stream, not a reason to allocate it.
+const maxBulk = math.MaxInt32
+
 // maxReplyDepth bounds the nesting value reads: the scripts reply at most
 // two levels deep.
 const maxReplyDepth = 4
@@ -358,9 +365,15 @@ func (c *rawConn) value(depth int) (any, error) {
 		if n < 0 {
 			return nil, nil
 		}
+		if n > maxBulk {
+			return nil, fmt.Errorf("%w: bulk reply of %d bytes", ErrCorrupt, n)
+		}
 		b := make([]byte, n+2)
 		if _, err := io.ReadFull(c.br, b); err != nil {
 			return nil, err
+		}
+		if b[n] != '\r' || b[n+1] != '\n' {
+			return nil, fmt.Errorf("%w: bulk reply not ended by CRLF", ErrCorrupt)
 		}
 		return unsafe.String(unsafe.SliceData(b), n), nil
 	case '*':

@@ -36,12 +36,19 @@ import goredis "github.com/redis/go-redis/v9"
 // the caller only checks its view), need (indexes a Prepare draws, inline),
 // base (of a Prepare's indexes, not inline), delta (committed rows),
 // partition, drop ("1": the record empties the partition, so the log, its
-// epoch and counter are deleted instead, as by DeletePartition).
+// epoch and counter are deleted instead, as by DeletePartition), marked
+// ("1": the last key is a marker the MSET of the record's cells set in the
+// same transaction; the script deletes it and, if it is missing because
+// that MSET failed, appends nothing and replies {"nodata"}).
 //
 // A Prepare record arrives as "P:..." and is stored as "P<base>:...".
 // A snapshot ("S...") replaces the log and its epoch.
-// Reply: {"ok", epoch, base} or {"stale", epoch, from, records from on}.
+// Reply: {"ok", epoch, base}, {"stale", epoch, from, records from on}, or
+// {"nodata"}.
 var appendScript = goredis.NewScript(`
+if ARGV[10] == '1' and redis.call('DEL', KEYS[#KEYS]) == 0 then
+  return {'nodata'}
+end
 local cur = redis.call('GET', KEYS[2]) or ''
 local len = redis.call('LLEN', KEYS[1])
 local want = tonumber(ARGV[2])

@@ -99,6 +99,8 @@ func (c *rawConn) readMGET(keys []string, dst []backends.SplitValue) error {
 			if _, err := io.ReadFull(c.br, d.Body); err != nil {
 				return err
 			}
+		case size > maxBulk:
+			return fmt.Errorf("%w: value of %d bytes", ErrCorrupt, size)
 		default:
 			d.Other = make([]byte, size)
 			if _, err := io.ReadFull(c.br, d.Other); err != nil {

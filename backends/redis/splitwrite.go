@@ -62,7 +62,7 @@ func (p *rawConns) set(ctx context.Context, pre string, keys []string, heads, bo
 }
 
 func (c *rawConn) set(pre string, keys []string, heads, bodies [][]byte) error {
-	if err := c.writeSegs(appendMSET(request(c.cmd[:0]), nil, pre, keys, heads, bodies)); err != nil {
+	if err := c.writeSegs(appendMSET(request(c.cmd[:0]), nil, pre, keys, heads, bodies, "")); err != nil {
 		return err
 	}
 	l, err := c.line()
@@ -72,11 +72,19 @@ func (c *rawConn) set(pre string, keys []string, heads, bodies [][]byte) error {
 	return err
 }
 
-// appendMSET appends an MSET of the data keys pre+keys[i] to b: small pieces go into b, big
+// appendMSET appends an MSET of the data keys pre+keys[i] (and of marker
+// to "1", unless it is "") to b: small pieces go into b, big
 // bodies stay where they are; segs records, in order, which is which
 // (ends into b, or a body's index as -1-i), for writeSegs.
-func appendMSET(b request, segs []int, pre string, keys []string, heads, bodies [][]byte) (request, []int, [][]byte) {
-	b = b.array(1 + 2*len(keys)).str("MSET")
+func appendMSET(b request, segs []int, pre string, keys []string, heads, bodies [][]byte, marker string) (request, []int, [][]byte) {
+	pairs := len(keys)
+	if marker != "" {
+		pairs++
+	}
+	b = b.array(1 + 2*pairs).str("MSET")
+	if marker != "" {
+		b = b.str(marker).str("1")
+	}
 	for i, k := range keys {
 		b = b.key(pre, k).bulkHeader(len(heads[i]) + len(bodies[i]))
 		b = append(b, heads[i]...)
