@@ -76,9 +76,14 @@ type CachedLookup interface {
 // reads cells, that rows from its MetaStore's LookupCached are current.
 type ConfirmingReader interface {
 	SplitReader
-	// GetSplitConfirmed is GetSplit, and reports whether the rows behind
-	// token (from meta's LookupCached) were still the partition's
-	// committed rows when the read ran. current false: dst is undefined,
-	// and the caller looks the rows up again.
-	GetSplitConfirmed(ctx context.Context, meta MetaStore, token any, keys []string, dst []SplitValue) (current bool, err error)
+	// GetSplitConfirmed is GetSplit into the destinations dst returns,
+	// and reports whether the rows behind token (from meta's
+	// LookupCached) were still the partition's committed rows when the
+	// read ran. sizes[i] is the expected length of keys[i]'s value (the
+	// length of Head and Body of its destination). dst is called once,
+	// before any value is read, and as late as the engine can (after its
+	// first requests went out), so that the caller's fresh memory is
+	// zeroed while the server works. current false: the destinations are
+	// undefined, and the caller looks the rows up again.
+	GetSplitConfirmed(ctx context.Context, meta MetaStore, token any, keys []string, sizes []int, dst func() []SplitValue) (current bool, err error)
 }

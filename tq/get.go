@@ -89,7 +89,7 @@ func (c *Client) getCached(ctx context.Context, partition string, keys, fields [
 	if st == nil || len(rest) > 0 || len(st.skeys) > c.opts.keysLimit {
 		return nil, false, nil
 	}
-	current, err := c.confirmingReader.GetSplitConfirmed(ctx, c.meta, token, st.skeys, st.dst)
+	current, err := c.confirmingReader.GetSplitConfirmed(ctx, c.meta, token, st.skeys, st.sizes(), st.allocate)
 	if err != nil || !current {
 		return nil, err != nil, err
 	}

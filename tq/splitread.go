@@ -21,7 +21,38 @@ import (
 type stackRead struct {
 	plans []stackPlan
 	skeys []string
-	dst   []backends.SplitValue // per plan, per row
+	n     int                   // rows
+	dst   []backends.SplitValue // per plan, per row; nil until allocate
+}
+
+// sizes is each cell's expected length (prefix and data), by skeys.
+func (s *stackRead) sizes() []int {
+	out := make([]int, 0, len(s.skeys))
+	for _, p := range s.plans {
+		for range s.n {
+			out = append(out, len(p.prefix)+p.size)
+		}
+	}
+	return out
+}
+
+// allocate makes the stacked columns and the destinations of the cells.
+// It is apart from planStacked so that a read can send its requests
+// before it zeroes the columns (a fresh 64 MiB column took 2-5 ms).
+func (s *stackRead) allocate() []backends.SplitValue {
+	n := s.n
+	dst := make([]backends.SplitValue, 0, n*len(s.plans))
+	for i := range s.plans {
+		p := &s.plans[i]
+		h := len(p.prefix)
+		p.out = make([]byte, n*p.size)
+		heads := make([]byte, n*h)
+		for j := range n {
+			dst = append(dst, backends.SplitValue{Head: heads[j*h : (j+1)*h : (j+1)*h], Body: p.out[j*p.size : (j+1)*p.size : (j+1)*p.size]})
+		}
+	}
+	s.dst = dst
+	return dst
 }
 
 // planStacked returns the read of the fields of rows known to stack (nil:
@@ -41,22 +72,19 @@ func planStacked(rows []*backends.Row, fields []string) (_ *stackRead, rest []st
 		return nil, rest
 	}
 	arena := newKeyArena(n*len(plans), maxLen(fields))
-	dst := make([]backends.SplitValue, 0, n*len(plans))
 	for i := range plans {
-		p := &plans[i]
-		h := len(p.prefix)
-		p.out = make([]byte, n*p.size)
-		heads := make([]byte, n*h)
-		for j, r := range rows {
-			arena.add(r.Index, p.field, r.Fields[p.field].Gen)
-			dst = append(dst, backends.SplitValue{Head: heads[j*h : (j+1)*h : (j+1)*h], Body: p.out[j*p.size : (j+1)*p.size : (j+1)*p.size]})
+		for _, r := range rows {
+			arena.add(r.Index, plans[i].field, r.Fields[plans[i].field].Gen)
 		}
 	}
-	return &stackRead{plans: plans, skeys: arena.keys(), dst: dst}, rest
+	return &stackRead{plans: plans, skeys: arena.keys(), n: n}, rest
 }
 
 // fetchStacked reads the cells of s from the engine.
 func (c *Client) fetchStacked(ctx context.Context, s *stackRead) error {
+	if s.dst == nil {
+		s.allocate()
+	}
 	return forChunks(ctx, len(s.skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
 		return c.splitReader.GetSplit(ctx, s.skeys[lo:hi], s.dst[lo:hi])
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -82,13 +83,13 @@ func (t *cachedRows) current() bool {
 // the cells read are those of the partition's committed rows at that
 // moment. Without its own connections, or for another Meta's token, it
 // reports the rows not current.
-func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, token any, keys []string, dst []backends.SplitValue) (bool, error) {
+func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, token any, keys []string, sizes []int, dst func() []backends.SplitValue) (bool, error) {
 	t, ok := token.(*cachedRows)
 	raw := s.rawPool()
 	if m, own := meta.(*Meta); !ok || !own || m != s.meta || raw == nil || s.cluster {
 		return false, nil
 	}
-	if err := s.check(ctx, keys, len(dst)); err != nil {
+	if err := s.check(ctx, keys, len(sizes)); err != nil {
 		return false, err
 	}
 	if len(keys) == 0 {
@@ -99,19 +100,44 @@ func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, 
 		return false, err
 	}
 	pre := s.dataPrefix()
-	rounds := s.rounds(len(dst), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(dst[i].Head) + len(dst[i].Body) })
+	rounds := s.rounds(len(sizes), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return sizes[i] })
 	skeys := m.readKeys(t.partition)
+	getDst := sync.OnceValue(dst)
 	var log any
 	// The first round carries the log read; the others run beside it as
 	// usual (cells are immutable once committed: read early or late, a
-	// committed cell is the same).
+	// committed cell is the same). Each round sends its request before it
+	// asks for the destinations, so the first to ask zeroes the caller's
+	// memory while the server works on both.
 	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
-		var err error
-		if r == rounds[0] {
-			err = s.confirmAndRead(ctx, raw, t, skeys, pre, keys[r.lo:r.hi], dst[r.lo:r.hi], &log)
-		} else {
-			err = raw.mget(ctx, pre, keys[r.lo:r.hi], dst[r.lo:r.hi])
-		}
+		err := raw.do(ctx, func(c *rawConn) error {
+			req := request(c.cmd[:0])
+			if r == rounds[0] {
+				req = req.array(3 + len(skeys) + 4).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))
+				for _, k := range skeys {
+					req = req.str(k)
+				}
+				req = req.str(t.epoch).str(strconv.FormatInt(t.n, 10)).str("0").str(t.partition)
+			}
+			if err := c.send(appendMGET(req, pre, keys[r.lo:r.hi])); err != nil {
+				return err
+			}
+			if r == rounds[0] {
+				v, err := c.value(0)
+				if err != nil {
+					if _, isServer := err.(serverError); !isServer {
+						return err
+					}
+					v = err // NOSCRIPT: read the cells all the same, the stream stays in step
+				}
+				log = v
+			}
+			d := getDst()
+			if len(d) != len(keys) {
+				return fmt.Errorf("%w: %d destinations for %d keys", backends.ErrInvalid, len(d), len(keys))
+			}
+			return c.readMGET(keys[r.lo:r.hi], d[r.lo:r.hi])
+		})
 		if err == nil && s.opts.roundHook != nil {
 			s.opts.roundHook("get")
 		}
@@ -135,29 +161,4 @@ func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, 
 		return false, nil
 	}
 	return true, nil
-}
-
-// confirmAndRead sends the read of the log records t's view lacks and an
-// MGET of keys together, sets *log to the log's reply (or the script's
-// error) and reads the cells into dst.
-func (s *Store) confirmAndRead(ctx context.Context, raw *rawConns, t *cachedRows, skeys []string, pre string, keys []string, dst []backends.SplitValue, log *any) error {
-	return raw.do(ctx, func(c *rawConn) error {
-		req := request(c.cmd[:0]).array(3 + len(skeys) + 4).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))
-		for _, k := range skeys {
-			req = req.str(k)
-		}
-		req = req.str(t.epoch).str(strconv.FormatInt(t.n, 10)).str("0").str(t.partition)
-		if err := c.send(appendMGET(req, pre, keys)); err != nil {
-			return err
-		}
-		v, err := c.value(0)
-		if err != nil {
-			if _, isServer := err.(serverError); !isServer {
-				return err
-			}
-			v = err // NOSCRIPT: read the cells all the same, the stream stays in step
-		}
-		*log = v
-		return c.readMGET(keys, dst)
-	})
 }

@@ -113,8 +113,8 @@ func TestConfirmedReadOtherMeta(t *testing.T) {
 	if !ok || rows[0] == nil {
 		t.Fatalf("LookupCached after a commit: %v, %v", rows, ok)
 	}
-	dst := make([]backends.SplitValue, 1)
-	current, err := s.GetSplitConfirmed(ctx, m, token, []string{backends.StorageKey(rows[0].Index, "f", 0)}, dst)
+	dst := func() []backends.SplitValue { return make([]backends.SplitValue, 1) }
+	current, err := s.GetSplitConfirmed(ctx, m, token, []string{backends.StorageKey(rows[0].Index, "f", 0)}, []int{4}, dst)
 	if err != nil || current {
 		t.Fatalf("GetSplitConfirmed with another Store's Meta: current %v, %v; want false", current, err)
 	}
