@@ -51,12 +51,14 @@
 // UNLINK): the server pays per command, and one MSET of 1024 x 512 B
 // values took 0.34 ms where pipelined SETs took 0.92 ms. On a Cluster a
 // round is a pipeline of single-key commands (SET, GET, UNLINK), never a
-// multi-key command across slots. Rounds are sized by bytes as well as keys: one huge pipeline or
-// reply makes the server fault in fresh pages for its query or output
-// buffer, which on the VM this was measured on cost more than the copy
-// (see bench_test.go). A read does not know value sizes in advance, so a
-// Store keeps a running mean of the sizes it read and sizes read rounds
-// from it (its first read learns from a round of 16 keys).
+// multi-key command across slots. Rounds are sized by bytes as well as
+// keys: one huge pipeline or reply makes the server fault in fresh pages
+// for its query or output buffer, which on the VM this was measured on
+// cost more than the copy (see bench_test.go); a read round still carries
+// at least 4 values, up to 4 MiB, since a round trip per large value cost
+// more. Get does not know value sizes in advance, so a Store keeps a
+// running mean of the sizes it read and sizes read rounds from it (its
+// first read learns from a round of 16 keys).
 //
 // The Store is also a backends.Allocator: tq packs into buffers from pools
 // of recycled memory rather than fresh heap, whose page faults cost more
@@ -105,8 +107,11 @@
 // The Store is also a backends.CommitWriter: when a put's cells fit one
 // write round, their MSET and the commit's append go in one MULTI/EXEC on
 // the engine's own connection, so a put takes two round trips (Prepare,
-// then cells and commit) and the commit applies only with its cells (an
-// MSET the server refuses, out of memory, aborts both).
+// then cells and commit). The commit applies only with its cells: an MSET
+// refused while queued (out of memory) aborts the transaction, and one
+// that fails at EXEC leaves out a marker key the append requires. A reply
+// lost after the request went out is an error whose Timeout() is true:
+// the caller must look the rows up to learn whether the put applied.
 //
 // Reads skip the lookup's round trip too: Meta is a backends.CachedLookup
 // and the Store a backends.ConfirmingReader. tq reads stacked columns of
@@ -114,7 +119,8 @@
 // records the view lacks together with the first MGET of the cells; if
 // those records changed none of the rows read (the usual case: nothing
 // was appended), the cells are the committed ones, else tq looks the
-// rows up and reads again.
+// rows up and reads again. tq zeroes the stacked columns once the first
+// requests are out, while the server works on them.
 //
 // A writer that finds the log 256 records long replaces it with a
 // snapshot of its view (a new epoch), so that the logs of long-lived
