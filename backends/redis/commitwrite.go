@@ -49,19 +49,21 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 	pre := s.dataPrefix()
 	marker := pre + "!put:" + newEpoch()
 	withData := func(ctx context.Context, skeys []string, args ...any) ([]any, error) {
-		skeys = append(slices.Clip(skeys), marker)
-		args = append(slices.Clip(args), "1")
+		mkeys := append(slices.Clip(skeys), marker)
+		margs := append(slices.Clip(args), "1")
 		var (
 			script any
-			sent   bool // the transaction may have reached the server
+			sent   bool // an attempt may have reached the server
+			resent bool // and this one repeats it (rawConns.do's retry)
 		)
 		err := raw.do(ctx, func(c *rawConn) error {
+			resent = sent
 			req, segs, _ := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, keys, heads, bodies, marker)
-			req = req.array(3 + len(skeys) + len(args)).str("EVALSHA").str(appendScript.Hash()).str(strconv.Itoa(len(skeys)))
-			for _, k := range skeys {
+			req = req.array(3 + len(mkeys) + len(margs)).str("EVALSHA").str(appendScript.Hash()).str(strconv.Itoa(len(mkeys)))
+			for _, k := range mkeys {
 				req = req.str(k)
 			}
-			for _, a := range args {
+			for _, a := range margs {
 				req = req.str(argString(a))
 			}
 			err := c.writeSegs(req.cmd("EXEC"), segs, bodies)
@@ -74,6 +76,10 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 		})
 		var se serverError
 		switch {
+		case err != nil && resent:
+			// The first attempt may have applied: a refusal of the
+			// second says nothing about it.
+			return nil, &replyLost{err}
 		case errors.As(err, &se):
 			return nil, err // refused, nothing applied (EXECABORT, or the MSET: see the marker)
 		case err != nil && sent:
@@ -82,16 +88,27 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 			return nil, err
 		}
 		if se, ok := script.(serverError); ok {
-			if strings.HasPrefix(string(se), "NOSCRIPT") {
-				// The cells and marker are written; the script is not
-				// loaded yet.
-				return m.runAppend(ctx, skeys, args...)
+			switch {
+			case resent:
+				return nil, &replyLost{se}
+			case strings.HasPrefix(string(se), "NOSCRIPT"):
+				// The cells and marker are written (EXEC ran the MSET);
+				// the script is not loaded yet: append without the
+				// marker, and drop it.
+				reply, err := m.runAppend(ctx, skeys, args...)
+				_ = s.client.Del(ctx, marker).Err()
+				return reply, err
 			}
 			return nil, se
 		}
 		reply, ok := script.([]any)
 		if !ok {
 			return nil, fmt.Errorf("%w: append replied %v", ErrCorrupt, script)
+		}
+		if status, _ := replyString(reply, 0); status == "nodata" {
+			// Only a repeated transaction finds no marker (the first
+			// deleted it): whether that one applied is unknown here.
+			return nil, &replyLost{fmt.Errorf("%w: the put's marker was gone", ErrCorrupt)}
 		}
 		if s.opts.roundHook != nil {
 			s.opts.roundHook("set")

@@ -107,7 +107,12 @@ func (c *rawConn) readMGET(keys []string, dst []backends.SplitValue) error {
 				return err
 			}
 		}
-		if _, err := c.br.Discard(2); err != nil { // CRLF
+		if crlf, err := c.br.Peek(2); err != nil {
+			return err
+		} else if crlf[0] != '\r' || crlf[1] != '\n' {
+			return fmt.Errorf("%w: value not ended by CRLF", ErrCorrupt)
+		}
+		if _, err := c.br.Discard(2); err != nil {
 			return err
 		}
 	}
