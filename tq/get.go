@@ -85,18 +85,39 @@ func (c *Client) getCached(ctx context.Context, partition string, keys, fields [
 	if err != nil {
 		return nil, true, err
 	}
-	st, rest := planStacked(rows, fields)
-	if st == nil || len(rest) > 0 || len(st.skeys) > c.opts.keysLimit {
+	st, others := planStacked(rows, fields)
+	if st == nil || len(st.skeys) > c.opts.keysLimit {
 		return nil, false, nil
 	}
+	// Fields that do not stack are read the general way beside the
+	// confirmed read; the confirmation vouches for both (cells do not
+	// change once committed).
+	var (
+		other    Batch
+		otherErr error
+		done     chan struct{}
+	)
+	if len(others) > 0 {
+		done = make(chan struct{})
+		go func() {
+			defer close(done)
+			other, otherErr = c.readCells(ctx, partition, rows, others)
+		}()
+	}
 	current, err := c.confirmingReader.GetSplitConfirmed(ctx, c.meta, token, st.skeys, st.sizes(), st.allocate)
+	if done != nil {
+		<-done
+	}
 	if err != nil || !current {
 		return nil, err != nil, err
 	}
 	out, rest, err := st.finish(partition, rows)
-	if err != nil || len(rest) > 0 {
-		return nil, false, nil // vanished or unexpected cells: the usual path sorts them out
+	if err != nil || len(rest) > 0 || otherErr != nil {
+		// Vanished or unexpected cells, or a field some row lacks: the
+		// usual path sorts them out and names them.
+		return nil, false, nil
 	}
+	maps.Copy(out, other)
 	return out, true, nil
 }
 

@@ -154,3 +154,52 @@ func rewriteKeepingOld(t *testing.T, s *redis.Store, p string, keys []string, se
 	}
 	return data
 }
+
+// TestConfirmedReadMixed: a read of stacked and packed fields (a GRPO
+// batch's tensors and uid strings) also skips the lookup when the copy is
+// current, reading the packed cells beside the confirmed read, and sees
+// another process's rewrite of the packed field.
+func TestConfirmedReadMixed(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	url := srv.URL() + "?prefix=mixed"
+	c, h := commitTQ(t, url, func(int) {})
+	keys := keyRange("k", 64)
+	uids := func(tag string) tq.Column {
+		vals := make([]any, len(keys))
+		for i := range vals {
+			vals[i] = tag + keys[i]
+		}
+		return tq.Values(vals)
+	}
+	data, batch := smallBatch(len(keys), 1)
+	batch["uid"] = uids("a-")
+	if err := c.BatchPut(ctx, "p", keys, batch, nil); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what, tag string) {
+		t.Helper()
+		got, err := c.BatchGet(ctx, "p", keys)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if x, ok := got["x"].Tensor(); !ok || !bytes.Equal(x.Data, data) {
+			t.Fatalf("%s: field x read back is not what was put", what)
+		}
+		vals := got["uid"].Values()
+		if len(vals) != len(keys) || vals[3] != tag+keys[3] {
+			t.Fatalf("%s: uid %v; want %q at row 3", what, vals, tag+keys[3])
+		}
+	}
+	check("first read (the server learns the read script)", "a-")
+	before := h.scripts.Load()
+	check("read of the client's own put", "a-")
+	if got := h.scripts.Load() - before; got != 0 {
+		t.Errorf("a mixed read from the copy ran %d scripts through go-redis, want 0", got)
+	}
+	other := openTQ(t, url)
+	if err := other.BatchPut(ctx, "p", keys, tq.Batch{"uid": uids("b-")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("after another process rewrote uid", "b-")
+}
