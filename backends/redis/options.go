@@ -137,6 +137,9 @@ func WithReadRoundBytes(n int) Option {
 // (default 2). Each round in flight holds a connection of the client's
 // pool; rounds wait on the network and the server, not on this process's
 // CPU, so this is a queue depth, sized apart from tq's packing workers.
+// Writes of tensor cells on the engine's own connections (PutSplit, and
+// Put on a standalone server) send all their rounds as one pipeline on one
+// connection instead.
 func WithIODepth(n int) Option {
 	return func(o *options) error {
 		if n < 1 {

@@ -18,7 +18,10 @@ var _ backends.SplitWriter = (*Store)(nil)
 const bigBody = 1 << 10
 
 // PutSplit implements backends.SplitWriter. On a standalone server it
-// sends one MSET per round on connections of its own, writing each value's
+// sends one MSET per round (one command rather than a SET per key:
+// measured, 1024 x 530 B through go-redis, 0.34 ms against 0.92 ms for
+// pipelined SETs; the server pays per command, and an MSET applies all
+// of its keys or none) on connections of its own, writing each value's
 // head and body from the caller's memory with writev, where go-redis would
 // need them joined into one buffer and then copies that into its own
 // write buffer. On a Cluster it joins them and uses Put.
@@ -42,42 +45,53 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 	}
 	pre := s.dataPrefix()
 	rounds := s.rounds(len(keys), s.opts.writeRoundBytes, 1, func(i int) int { return len(heads[i]) + len(bodies[i]) })
-	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
-		err := raw.set(ctx, pre, keys[r.lo:r.hi], heads[r.lo:r.hi], bodies[r.lo:r.hi])
-		if err == nil && s.opts.roundHook != nil {
-			s.opts.roundHook("set")
+	// All rounds go as one pipeline on one connection: the server reads
+	// the next round while it runs this one, as it does a client's
+	// pipelined SETs, where rounds in turn on two connections left it
+	// waiting for each round's reply to reach the client (64 x 1 MiB put
+	// 15.1-17.4 -> 14.0-14.4 ms, alternated A/B; 8 KiB and 512 B alike).
+	err := raw.do(ctx, func(c *rawConn) error {
+		req, segs := request(c.cmd[:0]), []int(nil)
+		for _, r := range rounds {
+			req, segs, _ = appendMSETRange(req, segs, pre, keys, heads, bodies, "", r)
 		}
-		return err
+		if err := c.writeSegs(req, segs, bodies); err != nil {
+			return err
+		}
+		var first error
+		for range rounds {
+			l, err := c.line()
+			switch {
+			case err == nil && string(l) != "+OK":
+				err = fmt.Errorf("%w: MSET replied %q", ErrCorrupt, l)
+			case err != nil:
+				if _, isServer := err.(serverError); !isServer {
+					return err // the stream is broken
+				}
+			}
+			if first == nil {
+				first = err
+			}
+			if err == nil && s.opts.roundHook != nil {
+				s.opts.roundHook("set")
+			}
+		}
+		return first
 	})
 	return s.wrap(ctx, "put", err)
 }
 
-// set writes one round as an MSET: one command rather than a SET per key
-// (measured, 1024 x 530 B through go-redis: 0.34 ms against 0.92 ms for
-// pipelined SETs; the server pays per command). A standalone server has
-// one keyspace, so a multi-key command is safe there; and an MSET applies
-// all of its keys or none.
-func (p *rawConns) set(ctx context.Context, pre string, keys []string, heads, bodies [][]byte) error {
-	return p.do(ctx, func(c *rawConn) error { return c.set(pre, keys, heads, bodies) })
-}
-
-func (c *rawConn) set(pre string, keys []string, heads, bodies [][]byte) error {
-	if err := c.writeSegs(appendMSET(request(c.cmd[:0]), nil, pre, keys, heads, bodies, "")); err != nil {
-		return err
-	}
-	l, err := c.line()
-	if err == nil && string(l) != "+OK" {
-		err = fmt.Errorf("%w: MSET replied %q", ErrCorrupt, l)
-	}
-	return err
-}
-
 // appendMSET appends an MSET of the data keys pre+keys[i] (and of marker
-// to "1", unless it is "") to b: small pieces go into b, big
-// bodies stay where they are; segs records, in order, which is which
-// (ends into b, or a body's index as -1-i), for writeSegs.
+// to "1", unless it is "") to b: small pieces go into b, big bodies stay
+// where they are; segs records, in order, which is which (ends into b, or
+// a body's index as -1-i), for writeSegs.
 func appendMSET(b request, segs []int, pre string, keys []string, heads, bodies [][]byte, marker string) (request, []int, [][]byte) {
-	pairs := len(keys)
+	return appendMSETRange(b, segs, pre, keys, heads, bodies, marker, span{0, len(keys)})
+}
+
+// appendMSETRange is appendMSET of the items of r.
+func appendMSETRange(b request, segs []int, pre string, keys []string, heads, bodies [][]byte, marker string, r span) (request, []int, [][]byte) {
+	pairs := r.hi - r.lo
 	if marker != "" {
 		pairs++
 	}
@@ -85,8 +99,8 @@ func appendMSET(b request, segs []int, pre string, keys []string, heads, bodies 
 	if marker != "" {
 		b = b.str(marker).str("1")
 	}
-	for i, k := range keys {
-		b = b.key(pre, k).bulkHeader(len(heads[i]) + len(bodies[i]))
+	for i := r.lo; i < r.hi; i++ {
+		b = b.key(pre, keys[i]).bulkHeader(len(heads[i]) + len(bodies[i]))
 		b = append(b, heads[i]...)
 		if len(bodies[i]) >= bigBody {
 			segs = append(segs, len(b), -1-i)
