@@ -161,8 +161,9 @@ func diffRows(x, y *backends.Row) string {
 	return ""
 }
 
-// sameTagValue is reflect.DeepEqual, but for NaNs of one type, which
-// are the same value here (a NaN a record holds replays as a NaN).
+// sameTagValue is reflect.DeepEqual, but for NaNs of one type (also
+// inside arrays and maps), which are the same value here: a NaN a record
+// holds replays as a NaN.
 func sameTagValue(x, y any) bool {
 	switch a := x.(type) {
 	case float64:
@@ -173,6 +174,28 @@ func sameTagValue(x, y any) bool {
 		if b, ok := y.(float32); ok && a != a && b != b {
 			return true
 		}
+	case []any:
+		b, ok := y.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !sameTagValue(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		b, ok := y.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, v := range a {
+			if w, ok := b[k]; !ok || !sameTagValue(v, w) {
+				return false
+			}
+		}
+		return true
 	}
 	return reflect.DeepEqual(x, y)
 }
