@@ -19,13 +19,10 @@ import (
 // faultProxy forwards TCP between the Store and a redis-server and, once
 // armed, interferes with one request of the engine's own connections.
 type faultProxy struct {
-	ln     net.Listener
-	target string
-	mode   atomic.Int32 // what to do to the next matching request
-	hook   func()       // modeHookBeforeExec: runs before EXEC is forwarded
+	*tcpProxy
+	mode atomic.Int32 // what to do to the next matching request
+	hook func()       // modeHookBeforeExec: runs before EXEC is forwarded
 
-	mu    sync.Mutex
-	conns []net.Conn
 }
 
 const (
@@ -46,44 +43,12 @@ var execMarker = []byte("*1\r\n$4\r\nEXEC\r\n")
 
 func startFaultProxy(t *testing.T, target string) *faultProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultProxy{ln: ln, target: target}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(c)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-	})
+	p := &faultProxy{}
+	p.tcpProxy = startTCPProxy(t, target, p.serve)
 	return p
 }
 
-func (p *faultProxy) url(prefix string) string {
-	return "redis://" + p.ln.Addr().String() + "/0?prefix=" + prefix
-}
-
-func (p *faultProxy) serve(client net.Conn) {
-	server, err := net.Dial("tcp", p.target)
-	if err != nil {
-		client.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns = append(p.conns, client, server)
-	p.mu.Unlock()
+func (p *faultProxy) serve(client, server net.Conn) {
 	var act atomic.Int32
 	queued := make(chan struct{})
 	var queuedOnce sync.Once

@@ -3,7 +3,6 @@ package redis_test
 import (
 	"bytes"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -19,8 +18,7 @@ import (
 // reach the server, lets the server run it, and then drops the connection
 // without passing on a single byte of the reply.
 type dropProxy struct {
-	ln     net.Listener
-	target string
+	*tcpProxy
 	// armed: the next client chunk containing trigger marks its
 	// connection; once the server's reply on it contains done, hook runs
 	// and the connection is dropped.
@@ -28,51 +26,16 @@ type dropProxy struct {
 	trigger []byte
 	done    []byte
 	hook    func()
-
-	mu    sync.Mutex
-	conns []net.Conn
 }
 
 func startDropProxy(t *testing.T, target string) *dropProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &dropProxy{ln: ln, target: target}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(c)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-	})
+	p := &dropProxy{}
+	p.tcpProxy = startTCPProxy(t, target, p.serve)
 	return p
 }
 
-func (p *dropProxy) url(prefix string) string {
-	return "redis://" + p.ln.Addr().String() + "/0?prefix=" + prefix
-}
-
-func (p *dropProxy) serve(client net.Conn) {
-	server, err := net.Dial("tcp", p.target)
-	if err != nil {
-		client.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns = append(p.conns, client, server)
-	p.mu.Unlock()
+func (p *dropProxy) serve(client, server net.Conn) {
 	var drop atomic.Bool
 	go func() { // server -> client
 		var seen []byte
