@@ -56,10 +56,10 @@
 // keys: one huge pipeline or reply makes the server fault in fresh pages
 // for its query or output buffer, which on the VM this was measured on
 // cost more than the copy (see bench_test.go); a read round still carries
-// at least 4 values, up to 4 MiB, since a round trip per large value cost
-// more. Get does not know value sizes in advance, so a Store keeps a
-// running mean of the sizes it read and sizes read rounds from it (its
-// first read learns from a round of 16 keys).
+// at least 4 values, up to 4 times its size, since a round trip per large
+// value cost more. Get does not know value sizes in advance, so a Store
+// keeps a running mean of the sizes it read and sizes read rounds from it
+// (its first read learns from a round of 16 keys).
 //
 // The Store is also a backends.Allocator: tq packs into buffers from pools
 // of recycled memory rather than fresh heap, whose page faults cost more

@@ -31,7 +31,7 @@ func TestRoundSizes(t *testing.T) {
 		{"2 x 8 MiB read", 2, 8 * mib, minReadRoundKeys, []int{1, 1}},
 		{"2000 x 16 B", 2000, 16, 1, []int{1024, 976}},
 	} {
-		got := sizes(s.rounds(c.n, DefaultReadRoundBytes, c.minK, func(int) int { return c.size }))
+		got := sizes(s.rounds(c.n, mib, c.minK, func(int) int { return c.size }))
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: rounds of %v keys, want %v", c.name, got, c.want)
 		}
