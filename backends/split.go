@@ -34,18 +34,27 @@ type SplitWriter interface {
 	PutSplit(ctx context.Context, keys []string, heads, bodies [][]byte) error
 }
 
-// FillSplit stores v, one value read whole (nil: missing), in d as
-// SplitReader.GetSplit would: into Head and Body when it has their length,
-// else in Other (aliasing v).
-func FillSplit(d *SplitValue, v []byte) {
-	d.Found, d.Other = v != nil, nil
-	switch {
-	case v == nil:
-	case len(v) == len(d.Head)+len(d.Body):
-		copy(d.Body, v[copy(d.Head, v):])
-	default:
-		d.Other = v
+// GetSplitFromGet is SplitReader.GetSplit done with b's Get: each value
+// read whole goes into Head and Body when it has their length, else into
+// Other (aliasing it); a missing one leaves Found false. For engines whose
+// reads cannot land in the caller's memory, and for tests.
+func GetSplitFromGet(ctx context.Context, b Backend, keys []string, dst []SplitValue) error {
+	vals, err := b.Get(ctx, keys)
+	if err != nil {
+		return err
 	}
+	for i, v := range vals {
+		d := &dst[i]
+		d.Found, d.Other = v != nil, nil
+		switch {
+		case v == nil:
+		case len(v) == len(d.Head)+len(d.Body):
+			copy(d.Body, v[copy(d.Head, v):])
+		default:
+			d.Other = v
+		}
+	}
+	return nil
 }
 
 // CommitWriter is a SplitWriter that can write cells and commit the rows

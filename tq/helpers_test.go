@@ -115,14 +115,7 @@ func (s *spy) Close() error { return nil }
 type splitMem struct{ *memory.Store }
 
 func (m splitMem) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	vals, err := m.Get(ctx, keys)
-	if err != nil {
-		return err
-	}
-	for i, v := range vals {
-		backends.FillSplit(&dst[i], v)
-	}
-	return nil
+	return backends.GetSplitFromGet(ctx, m.Store, keys, dst)
 }
 
 // splitSpy is the spy with PutSplit, so tensor cells skip packing; the

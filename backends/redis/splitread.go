@@ -26,7 +26,7 @@ func (s *Store) GetSplit(ctx context.Context, keys []string, dst []backends.Spli
 	}
 	raw := s.rawPool()
 	if raw == nil {
-		return s.getSplitCopy(ctx, keys, dst)
+		return backends.GetSplitFromGet(ctx, s, keys, dst)
 	}
 	pre := s.dataPrefix()
 	rounds := s.rounds(len(dst), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(dst[i].Head) + len(dst[i].Body) })
@@ -38,18 +38,6 @@ func (s *Store) GetSplit(ctx context.Context, keys []string, dst []backends.Spli
 		return err
 	})
 	return s.wrap(ctx, "get", err)
-}
-
-// getSplitCopy is GetSplit through Get.
-func (s *Store) getSplitCopy(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	vals, err := s.Get(ctx, keys)
-	if err != nil {
-		return err
-	}
-	for i, v := range vals {
-		backends.FillSplit(&dst[i], v)
-	}
-	return nil
 }
 
 func (p *rawConns) mget(ctx context.Context, pre string, keys []string, dst []backends.SplitValue) error {
