@@ -224,7 +224,7 @@ func (m *Merger) Merge(next, cur *Row, u *RowUpdate, res *CommitResult) {
 // fields returns the Fields of a row whose committed ones are cur (none
 // when !committed) with u applied.
 func (m *Merger) fields(committed bool, cur map[string]FieldInfo, u *RowUpdate, res *CommitResult) map[string]FieldInfo {
-	if m.valid && sameMap(cur, m.cur) && sameMap(u.Fields, m.up) {
+	if m.valid && SameMap(cur, m.cur) && SameMap(u.Fields, m.up) {
 		for _, r := range m.stale {
 			r.Index = u.Index
 			res.Stale = append(res.Stale, r)
@@ -254,8 +254,10 @@ func (m *Merger) fields(committed bool, cur map[string]FieldInfo, u *RowUpdate, 
 	return next
 }
 
-// sameMap reports whether a and b are one map (not merely equal ones). A
-// map value is a pointer to the map's header.
-func sameMap[K comparable, V any](a, b map[K]V) bool {
+// SameMap reports whether a and b are one map (not merely equal ones): a
+// map value is a pointer to the map's header. Rows and updates share their
+// maps (see Merger), so this is how engines and tq find work already done
+// for a row's map.
+func SameMap[K comparable, V any](a, b map[K]V) bool {
 	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }

@@ -72,7 +72,7 @@ func TestMergerMatchesMergeRow(t *testing.T) {
 			if !reflect.DeepEqual(&g, w) {
 				t.Fatalf("row %d of %v onto %v: Merge = %+v, MergeRow = %+v", i, ups[i], curs[i], g, *w)
 			}
-			if ups[i].Tag != nil && sameMap(g.Tag, ups[i].Tag) {
+			if ups[i].Tag != nil && SameMap(g.Tag, ups[i].Tag) {
 				t.Fatalf("row %d: Merge kept the caller's tag", i)
 			}
 		}
@@ -102,7 +102,7 @@ func TestMergerShares(t *testing.T) {
 	for i := range rows {
 		m.Merge(&rows[i], &Row{Key: fmt.Sprint(i), Index: uint64(i), Fields: committed}, &RowUpdate{Key: fmt.Sprint(i), Index: uint64(i), Fields: update}, &res)
 	}
-	if !sameMap(rows[0].Fields, rows[2].Fields) || sameMap(rows[0].Fields, committed) || sameMap(rows[0].Fields, update) {
+	if !SameMap(rows[0].Fields, rows[2].Fields) || SameMap(rows[0].Fields, committed) || SameMap(rows[0].Fields, update) {
 		t.Fatal("rows merging the same maps do not share one new map")
 	}
 	if len(res.Superseded) != 3 || res.Superseded[2] != (Ref{Index: 2, Field: "a"}) {
@@ -110,7 +110,7 @@ func TestMergerShares(t *testing.T) {
 	}
 	var first Row
 	m.Merge(&first, nil, &RowUpdate{Key: "n", Index: 9, Fields: update}, &res)
-	if !sameMap(first.Fields, update) {
+	if !SameMap(first.Fields, update) {
 		t.Fatal("a first commit copied the update's map")
 	}
 	if len(committed) != 1 || len(update) != 2 {

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"unsafe"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/codec"
@@ -283,7 +282,7 @@ func (c *Client) readCells(ctx context.Context, partition string, rows []*backen
 			ok   bool
 		)
 		for i, r := range rows {
-			if i == 0 || !sameMap(r.Fields, prev) {
+			if i == 0 || !backends.SameMap(r.Fields, prev) {
 				prev = r.Fields
 				fi, ok = prev[f]
 			}
@@ -366,7 +365,7 @@ func unionFields(rows []*backends.Row) []string {
 	set := map[string]struct{}{}
 	var prev map[string]backends.FieldInfo
 	for _, r := range rows {
-		if sameMap(r.Fields, prev) {
+		if backends.SameMap(r.Fields, prev) {
 			continue // rows of one put share their Fields map
 		}
 		prev = r.Fields
@@ -380,12 +379,6 @@ func unionFields(rows []*backends.Row) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// sameMap reports whether a and b are one map (not merely equal ones). A
-// map value is a pointer to the map's header.
-func sameMap[K comparable, V any](a, b map[K]V) bool {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }
 
 // columnOf regroups decoded cells: stacked when every row is a tensor of

@@ -175,7 +175,7 @@ func (c *Client) deleteRows(ctx context.Context, rows []*backends.Row) error {
 	var prev map[string]backends.FieldInfo
 	for _, r := range rows {
 		cells += len(r.Fields)
-		if !sameMap(r.Fields, prev) {
+		if !backends.SameMap(r.Fields, prev) {
 			prev = r.Fields
 			for f := range prev {
 				fieldLen = max(fieldLen, len(f))

@@ -385,7 +385,7 @@ func (w *write) reserve(ctx context.Context) error {
 			gen  uint64
 		)
 		for i := range n {
-			if i == 0 || !sameMap(res[i].Gens, gens) {
+			if i == 0 || !backends.SameMap(res[i].Gens, gens) {
 				gens = res[i].Gens // often one map for many rows
 				gen = gens[f]
 			}

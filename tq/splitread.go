@@ -133,7 +133,7 @@ func planStack(rows []*backends.Row, f string) (stackPlan, bool) {
 	}
 	prev := rows[0].Fields
 	for _, r := range rows[1:] {
-		if sameMap(r.Fields, prev) {
+		if backends.SameMap(r.Fields, prev) {
 			continue // rows of one put share their map
 		}
 		prev = r.Fields

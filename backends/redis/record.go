@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"unsafe"
 
 	"github.com/tinylib/msgp/msgp"
 
@@ -170,11 +169,11 @@ func (t *tableWriter) ref(fields map[string]backends.FieldInfo) uint64 {
 	if fields == nil {
 		return 0
 	}
-	if t.last > 0 && sameMap(t.maps[t.last-1], fields) {
+	if t.last > 0 && backends.SameMap(t.maps[t.last-1], fields) {
 		return uint64(t.last)
 	}
 	for i, m := range t.maps {
-		if sameMap(m, fields) {
+		if backends.SameMap(m, fields) {
 			t.last = i + 1
 			return uint64(t.last)
 		}
@@ -183,12 +182,6 @@ func (t *tableWriter) ref(fields map[string]backends.FieldInfo) uint64 {
 	t.tables = appendFields(t.tables, fields)
 	t.last = len(t.maps)
 	return uint64(t.last)
-}
-
-// sameMap reports whether a and b are one map (not merely equal ones): a
-// map value is a pointer to the map's header.
-func sameMap[K comparable, V any](a, b map[K]V) bool {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }
 
 // record assembles kind, the tables and the rows' part.
