@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -99,51 +98,32 @@ func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, 
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	pre := s.dataPrefix()
-	rounds := s.rounds(len(sizes), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return sizes[i] })
 	skeys := m.readKeys(t.partition)
-	getDst := sync.OnceValue(dst)
 	var log any
-	// The first round carries the log read; the others run beside it as
-	// usual (cells are immutable once committed: read early or late, a
-	// committed cell is the same). Each round sends its request before it
-	// asks for the destinations, so the first to ask zeroes the caller's
-	// memory while the server works on both.
-	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
-		err := raw.do(ctx, func(c *rawConn) error {
-			req := request(c.cmd[:0])
-			if r == rounds[0] {
-				req = req.array(3 + len(skeys) + 4).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))
-				for _, k := range skeys {
-					req = req.str(k)
+	// The log read rides with the first round; the other rounds run
+	// beside it (cells are immutable once committed: read early or late,
+	// a committed cell is the same).
+	lead := &leadRead{
+		add: func(req request) request {
+			req = req.array(3 + len(skeys) + 4).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))
+			for _, k := range skeys {
+				req = req.str(k)
+			}
+			return req.str(t.epoch).str(strconv.FormatInt(t.n, 10)).str("0").str(t.partition)
+		},
+		reply: func(c *rawConn) error {
+			v, err := c.value(0)
+			if err != nil {
+				if _, isServer := err.(serverError); !isServer {
+					return err
 				}
-				req = req.str(t.epoch).str(strconv.FormatInt(t.n, 10)).str("0").str(t.partition)
+				v = err // NOSCRIPT: read the cells all the same, the stream stays in step
 			}
-			if err := c.send(appendMGET(req, pre, keys[r.lo:r.hi])); err != nil {
-				return err
-			}
-			if r == rounds[0] {
-				v, err := c.value(0)
-				if err != nil {
-					if _, isServer := err.(serverError); !isServer {
-						return err
-					}
-					v = err // NOSCRIPT: read the cells all the same, the stream stays in step
-				}
-				log = v
-			}
-			d := getDst()
-			if len(d) != len(keys) {
-				return fmt.Errorf("%w: %d destinations for %d keys", backends.ErrInvalid, len(d), len(keys))
-			}
-			return c.readMGET(keys[r.lo:r.hi], d[r.lo:r.hi])
-		})
-		if err == nil && s.opts.roundHook != nil {
-			s.opts.roundHook("get")
-		}
-		return err
-	})
-	if err != nil {
+			log = v
+			return nil
+		},
+	}
+	if err := s.readRounds(ctx, raw, keys, func(i int) int { return sizes[i] }, dst, lead); err != nil {
 		return false, s.wrap(ctx, "get", err)
 	}
 	reply, ok := log.([]any)

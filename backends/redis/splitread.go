@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -28,28 +29,54 @@ func (s *Store) GetSplit(ctx context.Context, keys []string, dst []backends.Spli
 	if raw == nil {
 		return backends.GetSplitFromGet(ctx, s, keys, dst)
 	}
+	size := func(i int) int { return len(dst[i].Head) + len(dst[i].Body) }
+	err := s.readRounds(ctx, raw, keys, size, func() []backends.SplitValue { return dst }, nil)
+	return s.wrap(ctx, "get", err)
+}
+
+// leadRead is a command that goes ahead of the first round's MGET, in the
+// same request: add appends it, reply reads its reply.
+type leadRead struct {
+	add   func(request) request
+	reply func(c *rawConn) error
+}
+
+// readRounds reads keys, whose values are expected size(i) bytes long, in
+// MGET rounds on the engine's own connections, into the destinations dst
+// returns. Each round sends its request before it asks for them, and dst
+// is called once: so the first to ask has the caller's fresh memory
+// zeroed while the server works. lead, if not nil, rides with the first
+// round.
+func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, size func(i int) int, dst func() []backends.SplitValue, lead *leadRead) error {
 	pre := s.dataPrefix()
-	rounds := s.rounds(len(dst), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(dst[i].Head) + len(dst[i].Body) })
-	err := s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
-		err := raw.mget(ctx, pre, keys[r.lo:r.hi], dst[r.lo:r.hi])
+	rounds := s.rounds(len(keys), s.opts.readRoundBytes, minReadRoundKeys, size)
+	getDst := sync.OnceValue(dst)
+	return s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
+		first := lead != nil && r == rounds[0]
+		err := raw.do(ctx, func(c *rawConn) error {
+			req := request(c.cmd[:0])
+			if first {
+				req = lead.add(req)
+			}
+			if err := c.send(appendMGET(req, pre, keys[r.lo:r.hi])); err != nil {
+				return err
+			}
+			if first {
+				if err := lead.reply(c); err != nil {
+					return err
+				}
+			}
+			d := getDst()
+			if len(d) != len(keys) {
+				return fmt.Errorf("%w: %d destinations for %d keys", backends.ErrInvalid, len(d), len(keys))
+			}
+			return c.readMGET(keys[r.lo:r.hi], d[r.lo:r.hi])
+		})
 		if err == nil && s.opts.roundHook != nil {
 			s.opts.roundHook("get")
 		}
 		return err
 	})
-	return s.wrap(ctx, "get", err)
-}
-
-func (p *rawConns) mget(ctx context.Context, pre string, keys []string, dst []backends.SplitValue) error {
-	return p.do(ctx, func(c *rawConn) error { return c.mget(pre, keys, dst) })
-}
-
-// mget reads the data keys pre+keys[i] with one MGET into dst.
-func (c *rawConn) mget(pre string, keys []string, dst []backends.SplitValue) error {
-	if err := c.send(appendMGET(request(c.cmd[:0]), pre, keys)); err != nil {
-		return err
-	}
-	return c.readMGET(keys, dst)
 }
 
 // appendMGET appends an MGET of the data keys pre+keys[i] to b.
