@@ -40,13 +40,19 @@ func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, 
 // fails. prev and prevErr are an earlier attempt's rows and its
 // errVanished, if any.
 func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []string, prev []*backends.Row, prevErr error) (Batch, error) {
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	if err := checkKeys(keys); err != nil {
+		return nil, err
+	}
 	if prevErr == nil && c.cachedLookup != nil {
 		if b, ok, err := c.getCached(ctx, partition, keys, fields); ok {
 			return b, err
 		}
 	}
 	for {
-		rows, err := c.lookupRows(ctx, partition, keys)
+		rows, err := c.lookupValid(ctx, partition, keys)
 		if err != nil {
 			return nil, err
 		}
@@ -65,15 +71,10 @@ func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []
 // copy in this client holds, confirmed current in the same request as the
 // read (backends.ConfirmingReader): one round trip where looking the rows
 // up first takes two. ok false: the read was not such a read, or the
-// copy was stale; the caller looks up and reads as usual.
+// copy was stale; the caller looks up and reads as usual. The caller has
+// checked partition and keys.
 func (c *Client) getCached(ctx context.Context, partition string, keys, fields []string) (_ Batch, ok bool, _ error) {
 	if err := c.check(ctx); err != nil {
-		return nil, true, err
-	}
-	if err := checkPartition(partition); err != nil {
-		return nil, true, err
-	}
-	if err := checkKeys(keys); err != nil {
 		return nil, true, err
 	}
 	rows, token, ok := c.cachedLookup.LookupCached(partition, keys)

@@ -104,6 +104,14 @@ func (c *Client) lookupRows(ctx context.Context, partition string, keys []string
 	if err := checkKeys(keys); err != nil {
 		return nil, err
 	}
+	return c.lookupValid(ctx, partition, keys)
+}
+
+// lookupValid is lookupRows of a partition and keys already checked.
+func (c *Client) lookupValid(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := c.meta.Lookup(ctx, partition, keys)
 	if err != nil {
 		return nil, err
