@@ -47,12 +47,7 @@ func (m *Meta) LookupCached(partition string, keys []string) ([]*backends.Row, a
 	if v.epoch == "" || v.epoch == badEpoch {
 		return nil, nil, false
 	}
-	rows := make([]*backends.Row, len(keys))
-	for i, k := range keys {
-		if r := v.rows[k]; r != nil {
-			rows[i] = r.row
-		}
-	}
+	rows := v.committedRows(keys)
 	return rows, &cachedRows{partition: partition, v: v, epoch: v.epoch, n: v.n, era: v.era, keys: keys, rows: rows}, true
 }
 

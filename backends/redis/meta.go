@@ -449,9 +449,8 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]*backends.Row, len(keys))
 	if len(keys) == 0 {
-		return out, nil
+		return make([]*backends.Row, 0), nil
 	}
 	v, err := m.read(ctx, "lookup", partition)
 	if err != nil {
@@ -459,12 +458,7 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for i, k := range keys {
-		if r := v.rows[k]; r != nil {
-			out[i] = r.row
-		}
-	}
-	return out, nil
+	return v.committedRows(keys), nil
 }
 
 // List implements backends.MetaStore.

@@ -256,6 +256,18 @@ func (v *view) installDelete(d *deleting) {
 	}
 }
 
+// committedRows returns the committed row of each key (nil: unknown or
+// not committed).
+func (v *view) committedRows(keys []string) []*backends.Row {
+	out := make([]*backends.Row, len(keys))
+	for i, k := range keys {
+		if r := v.rows[k]; r != nil {
+			out[i] = r.row
+		}
+	}
+	return out
+}
+
 // committed returns the view's committed rows by index.
 func (v *view) committed() []*backends.Row {
 	out := make([]*backends.Row, 0, len(v.rows))
