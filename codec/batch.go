@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/panjf2000/ants/v2"
+
+	"github.com/tqgo/tqgo/internal/uninit"
 )
 
 // Allocator returns one destination buffer per size, each at least that
@@ -337,7 +339,7 @@ func BatchDecodeStack(bufs [][]byte) (Tensor, bool) {
 			return Tensor{}, false
 		}
 	}
-	out := make([]byte, rb*len(bufs))
+	out := uninit.Bytes(rb * len(bufs)) // every byte is copied over below
 	for i, b := range bufs {
 		data, _ := payload(b, 1, tensorTableEnd) // read above
 		copy(out[i*rb:], data)

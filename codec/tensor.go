@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/bits"
 	"unsafe"
+
+	"github.com/tqgo/tqgo/internal/uninit"
 )
 
 // Tensor is an n-dimensional array as a byte view: a dtype, a shape and the
@@ -251,7 +253,7 @@ func Stack(rows []Tensor) (Tensor, error) {
 		}
 	}
 	rb := len(first.Data)
-	data := make([]byte, rb*len(rows))
+	data := uninit.Bytes(rb * len(rows)) // every byte is copied over below
 	for i, r := range rows {
 		copy(data[i*rb:], r.Data)
 	}
