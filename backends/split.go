@@ -91,8 +91,8 @@ type ConfirmingReader interface {
 	// read ran. sizes[i] is the expected length of keys[i]'s value (the
 	// length of Head and Body of its destination). dst is called once,
 	// before any value is read, and as late as the engine can (after its
-	// first requests went out), so that the caller's fresh memory is
-	// zeroed while the server works. current false: the destinations are
+	// first requests went out), so that the caller allocates its
+	// fresh memory while the server works. current false: the destinations are
 	// undefined, and the caller looks the rows up again.
 	GetSplitConfirmed(ctx context.Context, meta MetaStore, token any, keys []string, sizes []int, dst func() []SplitValue) (current bool, err error)
 }

@@ -120,7 +120,7 @@
 // records the view lacks together with the first MGET of the cells; if
 // those records changed none of the rows read (the usual case: nothing
 // was appended), the cells are the committed ones, else tq looks the
-// rows up and reads again. tq zeroes the stacked columns once the first
+// rows up and reads again. tq allocates the stacked columns once the first
 // requests are out, while the server works on them.
 //
 // A writer that finds the log 256 records long replaces it with a

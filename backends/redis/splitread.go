@@ -45,7 +45,7 @@ type leadRead struct {
 // MGET rounds on the engine's own connections, into the destinations dst
 // returns. Each round sends its request before it asks for them, and dst
 // is called once: so the first to ask has the caller's fresh memory
-// zeroed while the server works. lead, if not nil, rides with the first
+// allocated while the server works. lead, if not nil, rides with the first
 // round.
 func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, size func(i int) int, dst func() []backends.SplitValue, lead *leadRead) error {
 	pre := s.dataPrefix()

@@ -12,8 +12,8 @@ import (
 const MinSize = 64 << 10
 
 // lead is the string the builder holds; the returned bytes lie past it.
-// Its length keeps them aligned for any element type: a large allocation
-// starts on a page.
+// Its length keeps them aligned for any element type: an allocation over
+// 32 KiB (MinSize must stay above that) starts on a page.
 const lead = "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
 	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
 	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
