@@ -85,6 +85,24 @@ func TestRunQuick(t *testing.T) {
 		}
 	}
 
+	if withRedis {
+		var rows []string
+		for _, sh := range cfg.RedisShapes {
+			rows = append(rows, sh.String()+" BatchPut", sh.String()+" BatchGet")
+		}
+		tab := checkTable(t, rep, md, "redis-targets", rows, func(r []string) string { return r[0] + " " + r[1] })
+		if tab != nil {
+			for _, r := range tab.Rows {
+				if slices.Contains(r, "n/a") || !strings.Contains(r[5], "met)") || !strings.Contains(r[8], "met)") {
+					t.Errorf("redis-targets row %v: a measurement or a verdict is missing", r)
+				}
+			}
+			if len(tab.Notes) != len(cfg.RedisShapes) {
+				t.Errorf("redis-targets: %d notes on MGET chunkings, want one per shape", len(tab.Notes))
+			}
+		}
+	}
+
 	// Every record is a real measurement.
 	if len(rep.Records) == 0 {
 		t.Fatal("no records")

@@ -10,7 +10,7 @@ import (
 )
 
 // Suites, in the order a report prints them.
-var allSuites = []string{"pack", "kv", "limit"}
+var allSuites = []string{"pack", "kv", "limit", "redis"}
 
 // Config is one run of the report. DefaultConfig is the README's report;
 // QuickConfig shrinks every size so the whole run takes a second or two.
@@ -34,6 +34,9 @@ type Config struct {
 
 	// limit
 	RedisBytes int // bytes per batch of the raw Redis limits (object count = RedisBytes/size, clamped)
+
+	// redis
+	RedisShapes []redisShape // batch shapes measured against issue 4's targets
 
 	// Quick marks the toy preset: outside tools (redis-benchmark) run at
 	// their lightest too.
@@ -61,6 +64,8 @@ func DefaultConfig() Config {
 		Samples:    512,
 		L:          512,
 		RedisBytes: 64 << 20,
+		// Issue 4's shapes.
+		RedisShapes: []redisShape{{1024, 512}, {1024, 8 << 10}, {64, 1 << 20}},
 	}
 }
 
@@ -78,6 +83,7 @@ func QuickConfig() Config {
 	c.Samples = 8
 	c.L = 16
 	c.RedisBytes = 64 << 10
+	c.RedisShapes = []redisShape{{16, 512}, {8, 4 << 10}}
 	return c
 }
 

@@ -32,7 +32,7 @@ func main() {
 func run(args []string) error {
 	def := DefaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	suites := fs.String("suites", strings.Join(def.Suites, ","), "suites to run, a comma list of pack, kv, limit")
+	suites := fs.String("suites", strings.Join(def.Suites, ","), "suites to run, a comma list of pack, kv, limit, redis")
 	sizes := fs.String("sizes", joinSizes(def.Sizes), "object sizes of the pack size sweep and the Redis limits (512, 8KiB, 1MiB, ...)")
 	counts := fs.String("counts", joinInts(def.Counts), "object counts of the pack count sweep")
 	objects := fs.Int("objects", def.Objects, "objects per batch in the pack size sweep")

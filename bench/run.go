@@ -17,7 +17,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 	}
 	rep := &Report{}
 	var targets []*target
-	if cfg.has("kv") || cfg.has("limit") {
+	if cfg.has("kv") || cfg.has("limit") || cfg.has("redis") {
 		var err error
 		if targets, err = resolveTargets(ctx, cfg.URLs, rep); err != nil {
 			return nil, err
@@ -36,6 +36,9 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 	}
 	if cfg.has("limit") {
 		prog.add(limitSteps(cfg, targets, cfg.has("pack") && len(cfg.Sizes) > 0, m))
+	}
+	if cfg.has("redis") {
+		prog.add(redisSteps(cfg, m))
 	}
 
 	rep.Machine = machineLines(cfg, time.Now())
@@ -62,6 +65,11 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 	if cfg.has("limit") {
 		if err := runLimit(ctx, cfg, m, targets, rep); err != nil {
 			return nil, fmt.Errorf("limit: %w", err)
+		}
+	}
+	if cfg.has("redis") {
+		if err := runRedis(ctx, cfg, m, targets, rep); err != nil {
+			return nil, fmt.Errorf("redis: %w", err)
 		}
 	}
 	prog.finish()
