@@ -59,6 +59,9 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 		err := raw.do(ctx, func(c *rawConn) error {
 			resent = sent
 			req, segs, _ := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, keys, heads, bodies, marker)
+			// The append deletes the marker; when it does not run to
+			// the end (a script error, a reply lost), the marker expires.
+			req = req.cmd("PEXPIRE", marker, markerTTL)
 			req = req.array(3 + len(mkeys) + len(margs)).str("EVALSHA").str(appendScript.Hash()).str(strconv.Itoa(len(mkeys)))
 			for _, k := range mkeys {
 				req = req.str(k)
@@ -122,14 +125,19 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 	return res, nil
 }
 
-// execReply reads the replies of MULTI, MSET, EVALSHA and EXEC and returns
-// the script's reply (a serverError when the script failed). A command
-// refused while queued (out of memory, say) aborts the transaction: its
-// error is returned; so is the MSET's error at EXEC, after which the
-// script found no marker and appended nothing.
+// markerTTL is the lifetime of a put's marker, in milliseconds: the
+// append runs in the same transaction, so any bound works; this one only
+// keeps markers whose append failed from piling up.
+const markerTTL = "600000"
+
+// execReply reads the replies of MULTI, MSET, PEXPIRE, EVALSHA and EXEC
+// and returns the script's reply (a serverError when the script failed).
+// A command refused while queued (out of memory, say) aborts the
+// transaction: its error is returned; so is the MSET's error at EXEC,
+// after which the script found no marker and appended nothing.
 func (c *rawConn) execReply() (any, error) {
 	var queued error
-	for _, want := range []string{"OK", "QUEUED", "QUEUED"} {
+	for _, want := range []string{"OK", "QUEUED", "QUEUED", "QUEUED"} {
 		l, err := c.line()
 		var se serverError
 		switch {
@@ -151,13 +159,13 @@ func (c *rawConn) execReply() (any, error) {
 		return nil, err
 	}
 	replies, ok := v.([]any)
-	if !ok || len(replies) != 2 {
+	if !ok || len(replies) != 3 {
 		return nil, fmt.Errorf("%w: EXEC replied %v", ErrCorrupt, v)
 	}
 	if se, ok := replies[0].(serverError); ok {
 		return nil, se
 	}
-	return replies[1], nil
+	return replies[2], nil
 }
 
 // argString is a script argument as go-redis would send it.

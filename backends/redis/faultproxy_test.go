@@ -61,7 +61,7 @@ func (p *faultProxy) serve(client, server net.Conn) {
 				switch act.Load() {
 				case modeDropExecReply:
 					seen = append(seen, buf[:n]...)
-					status := []byte("+OK\r\n+QUEUED\r\n+QUEUED\r\n")
+					status := []byte("+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n")
 					if i := bytes.Index(seen, status); i >= 0 && len(seen) > i+len(status) {
 						client.Write(seen[:i+len(status)])
 						client.Close()
@@ -76,7 +76,7 @@ func (p *faultProxy) serve(client, server net.Conn) {
 					return
 				case modeHookBeforeExec:
 					seen = append(seen, buf[:n]...)
-					if bytes.Contains(seen, []byte("+QUEUED\r\n+QUEUED\r\n")) {
+					if bytes.Contains(seen, []byte("+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n")) {
 						queuedOnce.Do(func() { close(queued) })
 					}
 				}

@@ -96,7 +96,7 @@ func TestPutRetriedAfterAppliedThenRefused(t *testing.T) {
 	srv := redistest.Start(t)
 	p := startDropProxy(t, srv.Addr())
 	p.trigger = []byte("*1\r\n$5\r\nMULTI\r\n")
-	p.done = []byte("+QUEUED\r\n+QUEUED\r\n*2\r\n") // EXEC ran
+	p.done = []byte("+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n") // EXEC ran
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	ctx := t.Context()
