@@ -23,7 +23,8 @@ type Backend interface {
 // buffers in its own memory, the caller fills them, and Publish makes them
 // visible. A reader never sees a staged buffer before Publish.
 type Allocator interface {
-	// Allocate stages one buffer per key, buffers[i] exactly sizes[i] long.
+	// Allocate stages one buffer per key, buffers[i] exactly sizes[i] long,
+	// of unspecified contents: the caller writes every byte.
 	// sizes is only valid during the call (the codec reuses it); keys stay
 	// valid until Publish or Discard returns.
 	Allocate(ctx context.Context, keys []string, sizes []int) (Staged, error)

@@ -29,7 +29,7 @@ func HeapAllocator(sizes []int) ([][]byte, error) {
 	// One backing array: a batch of small objects costs one allocation.
 	// Each buffer starts aligned like the tensor payloads in it, so a
 	// decoded tensor's View is zero-copy.
-	backing := make([]byte, total)
+	backing := uninit.Bytes(total) // the packer writes every byte of each buffer
 	out := make([][]byte, len(sizes))
 	off := 0
 	for i, s := range sizes {

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/tqgo/tqgo/internal/uninit"
 )
 
 // tensorAlign is the alignment of every tensor payload's offset, so that View
@@ -228,7 +230,7 @@ func Encode(v any) ([]byte, error) {
 	if err := e.add(v, &l); err != nil {
 		return nil, err
 	}
-	buf := make([]byte, l.size)
+	buf := uninit.Bytes(l.size) // pack writes every byte
 	e.pack(buf, &l, nil)
 	return buf, nil
 }

@@ -175,3 +175,33 @@ func BenchmarkBatchGet(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBatchPutLarge writes 64 rows of a 1 MiB tensor each (a
+// per-sample tensor as large as a vocabulary's logits) to new rows of the
+// embedded engine: its cost is the copy into the engine's memory.
+func BenchmarkBatchPutLarge(b *testing.B) {
+	ctx := context.Background()
+	c := newClient(b, memory.New(), nil)
+	const n, size = 64, 1 << 20
+	data := make([]float32, n*size/4)
+	for i := range data {
+		data[i] = float32(i)
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("s%d", i)
+	}
+	batch := tq.Batch{"logits": tq.Stacked(data, n, size/4)}
+	b.SetBytes(n * size)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.BatchPut(ctx, "train", keys, batch, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := c.ClearPartition(ctx, "train"); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}

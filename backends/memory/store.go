@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/uninit"
 )
 
 // numShards spreads keys over independently locked maps, so writers of
@@ -193,7 +194,7 @@ func (s *Store) Allocate(ctx context.Context, keys []string, sizes []int) (backe
 		if n < smallObject {
 			bufs[i], arena = arena[:n:n], arena[slot(n):]
 		} else {
-			bufs[i] = make([]byte, n)
+			bufs[i] = uninit.Bytes(n) // the caller fills every byte (Allocator)
 		}
 	}
 	return &staged{store: s, keys: keys, bufs: bufs}, nil
