@@ -123,9 +123,16 @@ func BenchmarkBatchPut(b *testing.B) {
 // first generation); the partition is cleared between iterations, off the
 // clock.
 func BenchmarkBatchPutFresh(b *testing.B) {
-	ctx := context.Background()
 	c := newClient(b, memory.New(), nil)
 	keys, batch, bytes := grpoBatch(false)
+	putFresh(b, c, keys, batch, bytes)
+	perSample(b)
+}
+
+// putFresh times BatchPut of batch to new rows, clearing the partition
+// between iterations off the clock.
+func putFresh(b *testing.B, c *tq.Client, keys []string, batch tq.Batch, bytes int64) {
+	ctx := context.Background()
 	b.SetBytes(bytes)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -139,7 +146,6 @@ func BenchmarkBatchPutFresh(b *testing.B) {
 		}
 		b.StartTimer()
 	}
-	perSample(b)
 }
 
 // BenchmarkBatchGet reads every field of the 512 rows.
@@ -180,7 +186,6 @@ func BenchmarkBatchGet(b *testing.B) {
 // per-sample tensor as large as a vocabulary's logits) to new rows of the
 // embedded engine: its cost is the copy into the engine's memory.
 func BenchmarkBatchPutLarge(b *testing.B) {
-	ctx := context.Background()
 	c := newClient(b, memory.New(), nil)
 	const n, size = 64, 1 << 20
 	data := make([]float32, n*size/4)
@@ -191,17 +196,5 @@ func BenchmarkBatchPutLarge(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("s%d", i)
 	}
-	batch := tq.Batch{"logits": tq.Stacked(data, n, size/4)}
-	b.SetBytes(n * size)
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := c.BatchPut(ctx, "train", keys, batch, nil); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		if err := c.ClearPartition(ctx, "train"); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
+	putFresh(b, c, keys, tq.Batch{"logits": tq.Stacked(data, n, size/4)}, n*size)
 }
