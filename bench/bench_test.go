@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/internal/redisserver"
 	"github.com/tqgo/tqgo/internal/redistest"
@@ -287,6 +289,35 @@ func TestBenchShape(t *testing.T) {
 		p, c, n := benchShape(size, 64, false)
 		if p < 1 || c < 1 || (p > 1 && p*size > benchPipeBytes) || (c > 1 && c*p*size > benchFlightBytes) || n < 64 {
 			t.Errorf("%s: -P %d -c %d -n %d", fmtSize(size), p, c, n)
+		}
+	}
+}
+
+// TestRedisSuiteOnURLWithQuery: the redis suite runs on a server given by
+// a URL that has its own query (a prefix), and leaves no key behind but
+// tq's index counter.
+func TestRedisSuiteOnURLWithQuery(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := QuickConfig()
+	cfg.Suites = []string{"redis"}
+	cfg.URLs = []string{srv.URL() + "?prefix=mine&pool_size=4"}
+	var out bytes.Buffer
+	rep, err := Run(t.Context(), cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Table("redis-targets") == nil {
+		t.Fatal("no redis-targets table")
+	}
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rc.Close()
+	keys, err := rc.Keys(t.Context(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !strings.HasSuffix(k, ":next") {
+			t.Errorf("key %q left on the server after the suite", k)
 		}
 	}
 }

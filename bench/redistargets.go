@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -78,7 +79,14 @@ func runRedis(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 		rep.note("redis suite: skipped, no Redis engine among -urls")
 		return nil
 	}
-	c, err := tq.Open(ctx, t.url+"?prefix=tqgo-bench-targets")
+	u, err := url.Parse(t.url)
+	if err != nil {
+		return err
+	}
+	q := u.Query()
+	q.Set("prefix", "tqgo-bench-targets") // its own keys, whatever -urls set
+	u.RawQuery = q.Encode()
+	c, err := tq.Open(ctx, u.String())
 	if err != nil {
 		return fmt.Errorf("open %s: %w", t.name, err)
 	}
@@ -139,6 +147,9 @@ func runRedisShape(ctx context.Context, m *meter, c *tq.Client, raw *redis.Clien
 	if err := c.ClearPartition(ctx, partition); err != nil {
 		return err
 	}
+	// A run stopped in a put leaves nothing behind on the server.
+	defer c.ClearPartition(context.WithoutCancel(ctx), partition)
+	defer raw.Unlink(context.WithoutCancel(ctx), rawKeys...)
 	if err := c.BatchPut(ctx, getPart, keys, batch, nil); err != nil {
 		return err
 	}

@@ -20,7 +20,9 @@ import (
 // (or use the lengths of the returned buffers, which are cut to the sizes).
 type Allocator func(sizes []int) ([][]byte, error)
 
-// HeapAllocator allocates ordinary Go buffers.
+// HeapAllocator allocates ordinary Go buffers of unspecified contents
+// (large ones are not zeroed): the packer writes every byte, and a direct
+// caller must too.
 func HeapAllocator(sizes []int) ([][]byte, error) {
 	total := 0
 	for _, s := range sizes {
