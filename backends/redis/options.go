@@ -134,12 +134,13 @@ func WithReadRoundBytes(n int) Option {
 }
 
 // WithIODepth sets how many rounds of one call are in flight at once
-// (default 2). Each round in flight holds a connection of the client's
-// pool; rounds wait on the network and the server, not on this process's
-// CPU, so this is a queue depth, sized apart from tq's packing workers.
-// Writes of tensor cells on the engine's own connections (PutSplit, and
-// Put on a standalone server) send all their rounds as one pipeline on one
-// connection instead.
+// (default 2). Rounds wait on the network and the server, not on this
+// process's CPU, so this is a queue depth, sized apart from tq's packing
+// workers. Through go-redis each round in flight holds a connection of the
+// client's pool. On the engine's own connections a call holds one: reads
+// of tensor cells (GetSplit) request rounds this far ahead on it, and
+// writes (PutSplit, and Put on a standalone server) send all their rounds
+// as one pipeline.
 func WithIODepth(n int) Option {
 	return func(o *options) error {
 		if n < 1 {

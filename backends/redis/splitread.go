@@ -42,40 +42,63 @@ type leadRead struct {
 }
 
 // readRounds reads keys, whose values are expected size(i) bytes long, in
-// MGET rounds on the engine's own connections, into the destinations dst
-// returns. Each round sends its request before it asks for them, and dst
-// is called once: so the first to ask has the caller's fresh memory
-// allocated while the server works. lead, if not nil, rides with the first
-// round.
+// MGET rounds into the destinations dst returns, on one of the engine's
+// connections and on the calling goroutine: up to ioDepth rounds are
+// requested ahead of the one being read, so the server always has the
+// next MGET queued while its last reply drains, and holds no more than
+// ioDepth replies at once (one huge reply makes it fault fresh pages in).
+// Rounds on goroutines of their own, one connection each, measured slower
+// where a waiting core had to be woken for each round (this VM's vCPUs take
+// up to 1.75 ms to wake after idling: see machine-limits.md). dst is
+// called once, after the first requests went out, so the caller's fresh
+// memory is allocated while the server works. lead, if not nil, rides with
+// the first round.
 func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, size func(i int) int, dst func() []backends.SplitValue, lead *leadRead) error {
 	pre := s.dataPrefix()
 	rounds := s.rounds(len(keys), s.opts.readRoundBytes, minReadRoundKeys, size)
 	getDst := sync.OnceValue(dst)
-	return s.runRounds(ctx, rounds, func(ctx context.Context, r span) error {
-		first := lead != nil && r == rounds[0]
-		err := raw.do(ctx, func(c *rawConn) error {
+	return raw.do(ctx, func(c *rawConn) error {
+		sent := 0
+		// sendUpTo writes the requests of rounds [sent, n) in one write.
+		sendUpTo := func(n int) error {
 			req := request(c.cmd[:0])
-			if first {
+			if sent == 0 && lead != nil {
 				req = lead.add(req)
 			}
-			if err := c.send(appendMGET(req, pre, keys[r.lo:r.hi])); err != nil {
+			for ; sent < n; sent++ {
+				r := rounds[sent]
+				req = appendMGET(req, pre, keys[r.lo:r.hi])
+			}
+			return c.send(req)
+		}
+		if err := sendUpTo(min(len(rounds), s.opts.ioDepth)); err != nil {
+			return err
+		}
+		if lead != nil {
+			if err := lead.reply(c); err != nil {
 				return err
 			}
-			if first {
-				if err := lead.reply(c); err != nil {
+		}
+		d := getDst()
+		if len(d) != len(keys) {
+			return fmt.Errorf("%w: %d destinations for %d keys", backends.ErrInvalid, len(d), len(keys))
+		}
+		for i, r := range rounds {
+			if sent < len(rounds) && sent <= i+s.opts.ioDepth-1 {
+				// The next round goes out before this one's reply is
+				// read: the server works on it meanwhile.
+				if err := sendUpTo(sent + 1); err != nil {
 					return err
 				}
 			}
-			d := getDst()
-			if len(d) != len(keys) {
-				return fmt.Errorf("%w: %d destinations for %d keys", backends.ErrInvalid, len(d), len(keys))
+			if err := c.readMGET(keys[r.lo:r.hi], d[r.lo:r.hi]); err != nil {
+				return err
 			}
-			return c.readMGET(keys[r.lo:r.hi], d[r.lo:r.hi])
-		})
-		if err == nil && s.opts.roundHook != nil {
-			s.opts.roundHook("get")
+			if s.opts.roundHook != nil {
+				s.opts.roundHook("get")
+			}
 		}
-		return err
+		return nil
 	})
 }
 

@@ -1,0 +1,96 @@
+package redis_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/redis"
+	"github.com/tqgo/tqgo/internal/redistest"
+)
+
+// TestGetSplitPipelinedRounds: a read of many rounds, each requested up to
+// io_depth rounds ahead on one connection, puts every value where it
+// belongs, values of other lengths and missing keys included, at every
+// depth; and it takes one connection of the engine's, whatever the depth.
+func TestGetSplitPipelinedRounds(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	watch := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer watch.Close()
+	const n, size = 300, 1000
+	keys := make([]string, n)
+	vals := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%03d", i)
+		vals[i] = bytes.Repeat([]byte{byte(i)}, size)
+		if i%17 == 5 {
+			vals[i] = vals[i][:size/2] // another length: read into Other
+		}
+	}
+	for _, depth := range []int{1, 2, 3, 8} {
+		t.Run(fmt.Sprintf("depth %d", depth), func(t *testing.T) {
+			var rounds int
+			prefix := fmt.Sprintf("pipe%d", depth)
+			// 4 KiB rounds of 1000-byte values: 75 rounds.
+			s := open(t, fmt.Sprintf("%s?prefix=%s&read_round_bytes=4096&io_depth=%d", srv.URL(), prefix, depth),
+				redis.WithRoundHook(func(op string) {
+					if op == "get" {
+						rounds++
+					}
+				}))
+			var present []string
+			var presentVals [][]byte
+			for i := range keys {
+				if i%23 != 7 { // missing
+					present, presentVals = append(present, keys[i]), append(presentVals, vals[i])
+				}
+			}
+			if err := s.Put(ctx, present, presentVals); err != nil {
+				t.Fatal(err)
+			}
+			before, err := watch.ClientList(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst := make([]backends.SplitValue, n)
+			for i := range dst {
+				dst[i] = backends.SplitValue{Head: make([]byte, 10), Body: make([]byte, size-10)}
+			}
+			if err := s.GetSplit(ctx, keys, dst); err != nil {
+				t.Fatal(err)
+			}
+			if rounds < 50 {
+				t.Errorf("%d rounds, want the read cut into many", rounds)
+			}
+			for i, d := range dst {
+				switch {
+				case i%23 == 7:
+					if d.Found {
+						t.Fatalf("missing key %s found", keys[i])
+					}
+				case len(vals[i]) != size:
+					if !d.Found || !bytes.Equal(d.Other, vals[i]) {
+						t.Fatalf("key %s of another length: found %v, Other %d bytes", keys[i], d.Found, len(d.Other))
+					}
+				default:
+					if !d.Found || d.Other != nil || !bytes.Equal(append(d.Head, d.Body...), vals[i]) {
+						t.Fatalf("key %s read wrong", keys[i])
+					}
+				}
+			}
+			after, err := watch.ClientList(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Put and GetSplit share the engine's one idle connection.
+			if grew := strings.Count(after, "\n") - strings.Count(before, "\n"); grew > 0 {
+				t.Errorf("GetSplit opened %d connections, want none beyond the one Put left idle", grew)
+			}
+		})
+	}
+}
