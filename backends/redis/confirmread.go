@@ -95,9 +95,9 @@ func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, 
 	}
 	skeys := m.readKeys(t.partition)
 	var log any
-	// The log read rides with the first round; the other rounds run
-	// beside it (cells are immutable once committed: read early or late,
-	// a committed cell is the same).
+	// The log read rides with the first round; the other rounds follow
+	// on the same connection (cells are immutable once committed: read
+	// early or late, a committed cell is the same).
 	lead := &leadRead{
 		add: func(req request) request {
 			req = req.array(3 + len(skeys) + 4).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))

@@ -138,7 +138,7 @@ func WithReadRoundBytes(n int) Option {
 // process's CPU, so this is a queue depth, sized apart from tq's packing
 // workers. Through go-redis each round in flight holds a connection of the
 // client's pool. On the engine's own connections a call holds one: reads
-// of tensor cells (GetSplit) request rounds this far ahead on it, and
+// of tensor cells (GetSplit) keep this many rounds requested on it, and
 // writes (PutSplit, and Put on a standalone server) send all their rounds
 // as one pipeline.
 func WithIODepth(n int) Option {

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -34,13 +35,23 @@ func TestGetSplitPipelinedRounds(t *testing.T) {
 	}
 	for _, depth := range []int{1, 2, 3, 8} {
 		t.Run(fmt.Sprintf("depth %d", depth), func(t *testing.T) {
-			var rounds int
+			var (
+				rounds  int
+				counted bool  // hooks count MGETs from now on
+				base    int64 // MGETs the server ran before the read
+				window  []int64
+			)
 			prefix := fmt.Sprintf("pipe%d", depth)
 			// 4 KiB rounds of 1000-byte values: 75 rounds.
 			s := open(t, fmt.Sprintf("%s?prefix=%s&read_round_bytes=4096&io_depth=%d", srv.URL(), prefix, depth),
 				redis.WithRoundHook(func(op string) {
-					if op == "get" {
-						rounds++
+					if op != "get" {
+						return
+					}
+					rounds++
+					if counted {
+						// MGETs the server has run, beyond the rounds read.
+						window = append(window, mgetCalls(t, watch)-base-int64(rounds))
 					}
 				}))
 			var present []string
@@ -57,6 +68,7 @@ func TestGetSplitPipelinedRounds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			base, counted = mgetCalls(t, watch), true
 			dst := make([]backends.SplitValue, n)
 			for i := range dst {
 				dst[i] = backends.SplitValue{Head: make([]byte, 10), Body: make([]byte, size-10)}
@@ -64,8 +76,20 @@ func TestGetSplitPipelinedRounds(t *testing.T) {
 			if err := s.GetSplit(ctx, keys, dst); err != nil {
 				t.Fatal(err)
 			}
+			counted = false
 			if rounds < 50 {
 				t.Errorf("%d rounds, want the read cut into many", rounds)
+			}
+			// Once a round is read, the server has run at most depth-1
+			// more (never more requested); after the first, which went
+			// out in one write with the next depth-1, exactly that many.
+			if window[0] != int64(depth-1) {
+				t.Errorf("after the first round the server had run %d more MGETs, want %d", window[0], depth-1)
+			}
+			for i, w := range window {
+				if w > int64(depth-1) {
+					t.Fatalf("after round %d the server had run %d more MGETs, want at most %d", i, w, depth-1)
+				}
 			}
 			for i, d := range dst {
 				switch {
@@ -93,4 +117,22 @@ func TestGetSplitPipelinedRounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mgetCalls is how many MGETs the server has run (INFO commandstats).
+func mgetCalls(t *testing.T, c *goredis.Client) int64 {
+	info, err := c.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_mget:calls="); ok {
+			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
 }

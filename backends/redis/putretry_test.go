@@ -216,8 +216,8 @@ func TestPutNoMarkerLeft(t *testing.T) {
 	}
 }
 
-// TestConfirmedReadManyRounds: a confirmed read of many rounds
-// running side by side calls dst exactly once, with every round reading
+// TestConfirmedReadManyRounds: a confirmed read of many rounds, eight
+// requested at a time, calls dst exactly once, with every round reading
 // into its own part of what it returned (also under -race).
 func TestConfirmedReadManyRounds(t *testing.T) {
 	srv := redistest.Start(t)

@@ -34,8 +34,8 @@ func (s *Store) rawPool() *rawConns {
 		if opt.Dialer == nil || opt.OnConnect != nil || opt.StreamingCredentialsProvider != nil {
 			return
 		}
-		// As many connections as the client's pool may hold: the rounds
-		// of many concurrent calls each take one.
+		// As many connections as the client's pool may hold: many
+		// concurrent calls each take one.
 		size := max(opt.PoolSize, 2*s.opts.ioDepth)
 		s.raw = &rawConns{opt: opt, maxIdle: size, slots: make(chan struct{}, size)}
 	})

@@ -43,10 +43,11 @@ type leadRead struct {
 
 // readRounds reads keys, whose values are expected size(i) bytes long, in
 // MGET rounds into the destinations dst returns, on one of the engine's
-// connections and on the calling goroutine: up to ioDepth rounds are
-// requested ahead of the one being read, so the server always has the
-// next MGET queued while its last reply drains, and holds no more than
-// ioDepth replies at once (one huge reply makes it fault fresh pages in).
+// connections and on the calling goroutine: ioDepth rounds are requested
+// at a time, counting the one being read, so with ioDepth >= 2 the server
+// has the next MGET queued while its last reply drains, and it holds no
+// more than ioDepth replies at once (one huge reply makes it fault fresh
+// pages in).
 // Rounds on goroutines of their own, one connection each, measured slower
 // where a waiting core had to be woken for each round (this VM's vCPUs take
 // up to 1.75 ms to wake after idling: see machine-limits.md). dst is
@@ -84,8 +85,18 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 			return fmt.Errorf("%w: %d destinations for %d keys", backends.ErrInvalid, len(d), len(keys))
 		}
 		for i, r := range rounds {
-			if sent < len(rounds) && sent <= i+s.opts.ioDepth-1 {
-				// The next round goes out before this one's reply is
+			if i > 0 {
+				// The client's timeouts bound each round, as they would a
+				// round of its own, not the whole call. A ctx cancelled
+				// before this moved the deadline to the past: checked
+				// after the reset, so that cancellation still wins.
+				c.deadline(ctx, raw.opt)
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			if sent < len(rounds) && sent < i+s.opts.ioDepth {
+				// Round i+ioDepth-1 goes out before round i's reply is
 				// read: the server works on it meanwhile.
 				if err := sendUpTo(sent + 1); err != nil {
 					return err

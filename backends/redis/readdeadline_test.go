@@ -1,0 +1,72 @@
+package redis_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/redistest"
+)
+
+// TestGetSplitDeadlinePerRound: on a link where each read round takes well
+// under the client's read_timeout+write_timeout but the whole call takes
+// longer, GetSplit (no ctx deadline) succeeds: the timeouts bound each
+// round, not the call.
+func TestGetSplitDeadlinePerRound(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	// Throttle server -> client to about 32 KiB every 5 ms (~6.5 MB/s).
+	p := startTCPProxy(t, srv.Addr(), func(client, server net.Conn) {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := server.Read(buf)
+				if n > 0 {
+					time.Sleep(5 * time.Millisecond)
+					if _, werr := client.Write(buf[:n]); werr != nil {
+						server.Close()
+						return
+					}
+				}
+				if err != nil {
+					client.Close()
+					return
+				}
+			}
+		}()
+		io.Copy(server, client)
+		server.Close()
+	})
+	// Per-do deadline: 150ms + 150ms = 300 ms. Rounds of 256 KiB take ~40 ms
+	// each; 16 rounds of them ~650 ms.
+	s := open(t, p.url("dl")+"&read_timeout=150ms&write_timeout=150ms&read_round_bytes=262144")
+	const n, size = 64, 64 << 10
+	keys := make([]string, n)
+	vals := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%02d", i)
+		vals[i] = bytes.Repeat([]byte{byte(i)}, size)
+	}
+	if err := s.Put(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]backends.SplitValue, n)
+	for i := range dst {
+		dst[i] = backends.SplitValue{Head: make([]byte, 1), Body: make([]byte, size-1)}
+	}
+	start := time.Now()
+	err := s.GetSplit(ctx, keys, dst)
+	t.Logf("GetSplit took %v: %v", time.Since(start), err)
+	if err != nil {
+		t.Fatalf("GetSplit of rounds each far inside read_timeout: %v", err)
+	}
+	for i, d := range dst {
+		if !d.Found || !bytes.Equal(append(d.Head, d.Body...), vals[i]) {
+			t.Fatalf("value %d read wrong", i)
+		}
+	}
+}
