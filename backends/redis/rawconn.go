@@ -229,6 +229,15 @@ func (c *rawConn) deadline(ctx context.Context, opt *goredis.Options) {
 	c.SetDeadline(dl)
 }
 
+// renewDeadline sets the connection's deadline afresh, for the next round
+// of a call. A ctx cancelled before this had moved the deadline to the
+// past (rawConns.do): it is checked after the reset, so that cancellation
+// still wins.
+func (c *rawConn) renewDeadline(ctx context.Context, opt *goredis.Options) error {
+	c.deadline(ctx, opt)
+	return ctx.Err()
+}
+
 // serverError is an error reply; it satisfies go-redis's Error interface,
 // so ErrAuth and the rest classify it as they do go-redis's.
 type serverError string

@@ -70,3 +70,59 @@ func TestGetSplitDeadlinePerRound(t *testing.T) {
 		}
 	}
 }
+
+// TestPutSplitDeadlinePerRound: the same for writes. Client to server is
+// throttled, so each 256 KiB round takes about 40 ms to write and the
+// whole put of 4 MiB about 650 ms, past read_timeout+write_timeout (300
+// ms): the put succeeds, and every value reads back.
+func TestPutSplitDeadlinePerRound(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	p := startTCPProxy(t, srv.Addr(), func(client, server net.Conn) {
+		go func() {
+			io.Copy(client, server)
+			client.Close()
+		}()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := client.Read(buf)
+			if n > 0 {
+				time.Sleep(5 * time.Millisecond)
+				if _, werr := server.Write(buf[:n]); werr != nil {
+					client.Close()
+					return
+				}
+			}
+			if err != nil {
+				server.Close()
+				return
+			}
+		}
+	})
+	s := open(t, p.url("dlw")+"&read_timeout=150ms&write_timeout=150ms&write_round_bytes=262144")
+	const n, size = 64, 64 << 10
+	keys := make([]string, n)
+	heads := make([][]byte, n)
+	bodies := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%02d", i)
+		heads[i] = []byte{byte(i)}
+		bodies[i] = bytes.Repeat([]byte{byte(i)}, size-1)
+	}
+	start := time.Now()
+	err := s.PutSplit(ctx, keys, heads, bodies)
+	t.Logf("PutSplit took %v: %v", time.Since(start), err)
+	if err != nil {
+		t.Fatalf("PutSplit of rounds each far inside the timeouts: %v", err)
+	}
+	direct := open(t, srv.URL()+"?prefix=dlw")
+	got, err := direct.Get(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range got {
+		if !bytes.Equal(v, append([]byte{byte(i)}, bodies[i]...)) {
+			t.Fatalf("value %d read back wrong", i)
+		}
+	}
+}

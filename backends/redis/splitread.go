@@ -87,11 +87,8 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 		for i, r := range rounds {
 			if i > 0 {
 				// The client's timeouts bound each round, as they would a
-				// round of its own, not the whole call. A ctx cancelled
-				// before this moved the deadline to the past: checked
-				// after the reset, so that cancellation still wins.
-				c.deadline(ctx, raw.opt)
-				if err := ctx.Err(); err != nil {
+				// round of its own, not the whole call.
+				if err := c.renewDeadline(ctx, raw.opt); err != nil {
 					return err
 				}
 			}

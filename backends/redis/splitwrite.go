@@ -52,14 +52,32 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 	// 15.1-17.4 -> 14.0-14.4 ms, alternated A/B; 8 KiB and 512 B alike).
 	err := raw.do(ctx, func(c *rawConn) error {
 		req, segs := request(c.cmd[:0]), []int(nil)
-		for _, r := range rounds {
+		ends := make([][2]int, len(rounds)) // where each round ends in req and segs
+		for k, r := range rounds {
 			req, segs, _ = appendMSETRange(req, segs, pre, keys, heads, bodies, "", r)
+			ends[k] = [2]int{len(req), len(segs)}
 		}
-		if err := c.writeSegs(req, segs, bodies); err != nil {
-			return err
+		c.cmd = req[:0]
+		from := [2]int{}
+		for k, end := range ends {
+			if k > 0 {
+				// The client's timeouts bound each round's write, not the
+				// whole pipeline (see readRounds).
+				if err := c.renewDeadline(ctx, raw.opt); err != nil {
+					return err
+				}
+			}
+			if err := c.writeRange(req, from[0], end[0], segs[from[1]:end[1]], bodies); err != nil {
+				return err
+			}
+			from = end
 		}
 		var first error
 		for range rounds {
+			// Each round's reply comes once the server has read it.
+			if err := c.renewDeadline(ctx, raw.opt); err != nil {
+				return err
+			}
 			l, err := c.line()
 			switch {
 			case err == nil && string(l) != "+OK":
@@ -116,17 +134,22 @@ func appendMSETRange(b request, segs []int, pre string, keys []string, heads, bo
 // after it, in one write (writev when big bodies stay apart).
 func (c *rawConn) writeSegs(b request, segs []int, bodies [][]byte) error {
 	c.cmd = b[:0]
-	if segs == nil {
-		_, err := c.Write(b)
+	return c.writeRange(b, 0, len(b), segs, bodies)
+}
+
+// writeRange writes b[from:to] with the bodies segs places in it (segs:
+// positions in b, as appendMSET records them, all within the range).
+func (c *rawConn) writeRange(b request, from, to int, segs []int, bodies [][]byte) error {
+	if len(segs) == 0 {
+		_, err := c.Write(b[from:to])
 		return err
 	}
 	bufs := make(net.Buffers, 0, len(segs)+1)
-	from := 0
 	for j := 0; j < len(segs); j += 2 {
 		bufs = append(bufs, b[from:segs[j]], bodies[-1-segs[j+1]])
 		from = segs[j]
 	}
-	bufs = append(bufs, b[from:])
+	bufs = append(bufs, b[from:to])
 	_, err := bufs.WriteTo(c.Conn)
 	return err
 }
