@@ -203,3 +203,41 @@ func TestConfirmedReadMixed(t *testing.T) {
 	}
 	check("after another process rewrote uid", "b-")
 }
+
+// TestConfirmedReadMixedVanishedCell: a packed cell read beside the
+// confirmed read is gone from the server (deleted behind tq's back): the
+// read falls back to the usual path, which names the row and field.
+func TestConfirmedReadMixedVanishedCell(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	url := srv.URL() + "?prefix=mixgone"
+	c, _ := commitTQ(t, url, func(int) {})
+	keys := keyRange("k", 16)
+	_, batch := smallBatch(len(keys), 1)
+	vals := make([]any, len(keys))
+	for i := range vals {
+		vals[i] = "uid-" + keys[i]
+	}
+	batch["uid"] = tq.Values(vals)
+	if err := c.BatchPut(ctx, "p", keys, batch, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.BatchGet(ctx, "p", keys); err != nil { // the copy is current
+		t.Fatal(err)
+	}
+	m, err := c.Lookup(ctx, "p", keys[3:4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	cell := "mixgone:d:" + backends.StorageKey(m.Rows[0].Index, "uid", 0) // first put: generation 0
+	if n, err := admin.Del(ctx, cell).Result(); err != nil || n != 1 {
+		t.Fatalf("deleting %s: %d, %v", cell, n, err)
+	}
+	_, err = c.BatchGet(ctx, "p", keys)
+	var ke *tq.KeyError
+	if !errors.As(err, &ke) || ke.Key != keys[3] || ke.Field != "uid" {
+		t.Fatalf("BatchGet with a vanished uid cell: %v, want a KeyError for %s/uid", err, keys[3])
+	}
+}
