@@ -89,6 +89,7 @@ func (c *Client) getCached(ctx context.Context, partition string, keys, fields [
 	if st == nil || len(st.skeys) > c.opts.keysLimit {
 		return nil, false, nil
 	}
+	defer st.release()
 	// Fields that do not stack are read the general way beside the
 	// confirmed read; the confirmation vouches for both (cells do not
 	// change once committed).
@@ -218,6 +219,7 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 	if st == nil {
 		return c.readCells(ctx, partition, rows, fields)
 	}
+	defer st.release()
 	// The fields known to stack are read into their columns while the
 	// others are read the general way: two requests in flight, not one
 	// after the other.
