@@ -19,25 +19,8 @@ import (
 func TestGetSplitDeadlinePerRound(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	// Throttle server -> client to about 32 KiB every 5 ms (~6.5 MB/s).
 	p := startTCPProxy(t, srv.Addr(), func(client, server net.Conn) {
-		go func() {
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := server.Read(buf)
-				if n > 0 {
-					time.Sleep(5 * time.Millisecond)
-					if _, werr := client.Write(buf[:n]); werr != nil {
-						server.Close()
-						return
-					}
-				}
-				if err != nil {
-					client.Close()
-					return
-				}
-			}
-		}()
+		go throttledCopy(client, server)
 		io.Copy(server, client)
 		server.Close()
 	})
@@ -83,21 +66,7 @@ func TestPutSplitDeadlinePerRound(t *testing.T) {
 			io.Copy(client, server)
 			client.Close()
 		}()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := client.Read(buf)
-			if n > 0 {
-				time.Sleep(5 * time.Millisecond)
-				if _, werr := server.Write(buf[:n]); werr != nil {
-					client.Close()
-					return
-				}
-			}
-			if err != nil {
-				server.Close()
-				return
-			}
-		}
+		throttledCopy(server, client)
 	})
 	s := open(t, p.url("dlw")+"&read_timeout=150ms&write_timeout=150ms&write_round_bytes=262144")
 	const n, size = 64, 64 << 10
@@ -123,6 +92,26 @@ func TestPutSplitDeadlinePerRound(t *testing.T) {
 	for i, v := range got {
 		if !bytes.Equal(v, append([]byte{byte(i)}, bodies[i]...)) {
 			t.Fatalf("value %d read back wrong", i)
+		}
+	}
+}
+
+// throttledCopy copies src to dst at about 32 KiB every 5 ms (~6.5 MB/s),
+// closing both when either side ends.
+func throttledCopy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			time.Sleep(5 * time.Millisecond)
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				src.Close()
+				return
+			}
+		}
+		if err != nil {
+			dst.Close()
+			return
 		}
 	}
 }
