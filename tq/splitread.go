@@ -38,15 +38,23 @@ type splitScratch struct {
 
 var splitScratchPool sync.Pool
 
+// Scratch larger than this is not pooled: one huge read would otherwise
+// pin its scratch for as long as reads keep taking it from the pool.
+const (
+	maxPooledDst   = 1 << 15 // destinations (80 B each)
+	maxPooledHeads = 2 << 20 // bytes
+)
+
 // release returns the read's scratch to the pool; s's destinations must
 // not be used after it.
 func (s *stackRead) release() {
-	if s.scratch == nil {
+	sc := s.scratch
+	s.scratch, s.dst = nil, nil
+	if sc == nil || cap(sc.dst) > maxPooledDst || cap(sc.heads) > maxPooledHeads {
 		return
 	}
-	clear(s.scratch.dst) // no reference to the caller's columns stays behind
-	splitScratchPool.Put(s.scratch)
-	s.scratch, s.dst = nil, nil
+	clear(sc.dst) // no reference to the caller's columns stays behind
+	splitScratchPool.Put(sc)
 }
 
 // sizes is each cell's expected length (prefix and data), by skeys.

@@ -1,0 +1,5 @@
+//go:build race
+
+package tq
+
+const raceEnabled = true
