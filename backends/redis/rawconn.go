@@ -320,11 +320,6 @@ func (r request) str(s string) request {
 	return append(r, '\r', '\n')
 }
 
-func (r request) bytes(b []byte) request {
-	r = append(r.bulkHeader(len(b)), b...)
-	return append(r, '\r', '\n')
-}
-
 func (r request) cmd(args ...string) request {
 	r = r.array(len(args))
 	for _, a := range args {
