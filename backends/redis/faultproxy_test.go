@@ -52,85 +52,55 @@ func (p *faultProxy) serve(client, server net.Conn) {
 	var act atomic.Int32
 	queued := make(chan struct{})
 	var queuedOnce sync.Once
-	go func() { // server -> client
-		var seen []byte
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := server.Read(buf)
-			if n > 0 {
-				switch act.Load() {
-				case modeDropExecReply:
-					seen = append(seen, buf[:n]...)
-					status := []byte("+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n")
-					if i := bytes.Index(seen, status); i >= 0 && len(seen) > i+len(status) {
-						client.Write(seen[:i+len(status)])
-						client.Close()
-						server.Close()
-						return
-					}
-					continue
-				case modeHugeBulk:
-					client.Write([]byte("$9223372036854775807\r\n"))
-					client.Close()
-					server.Close()
-					return
-				case modeHookBeforeExec:
-					seen = append(seen, buf[:n]...)
-					if bytes.Contains(seen, []byte("+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n")) {
-						queuedOnce.Do(func() { close(queued) })
-					}
-				}
-				if _, err := client.Write(buf[:n]); err != nil {
-					server.Close()
-					return
-				}
+	var seen []byte
+	go pump(client, server, func(chunk []byte) ([]byte, bool) {
+		switch act.Load() {
+		case modeDropExecReply:
+			seen = append(seen, chunk...)
+			status := []byte("+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n")
+			if i := bytes.Index(seen, status); i >= 0 && len(seen) > i+len(status) {
+				return seen[:i+len(status)], true
 			}
-			if err != nil {
-				client.Close()
-				return
+			return nil, false
+		case modeHugeBulk:
+			return []byte("$9223372036854775807\r\n"), true
+		case modeHookBeforeExec:
+			seen = append(seen, chunk...)
+			if bytes.Contains(seen, []byte("+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n")) {
+				queuedOnce.Do(func() { close(queued) })
 			}
 		}
-	}()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := client.Read(buf)
-		if n > 0 {
-			chunk := buf[:n]
-			if act.Load() == modePass {
-				switch m := p.mode.Load(); m {
-				case modeDropExecReply:
-					if bytes.Contains(chunk, execMarker) && p.mode.CompareAndSwap(m, modePass) {
-						act.Store(m)
-					}
-				case modeHugeBulk:
-					if bytes.Contains(chunk, []byte("EVALSHA")) && bytes.Contains(chunk, []byte("MGET")) && p.mode.CompareAndSwap(m, modePass) {
-						act.Store(m)
-					}
-				case modeHookBeforeExec:
-					if i := bytes.Index(chunk, execMarker); i >= 0 && p.mode.CompareAndSwap(m, modePass) {
-						act.Store(m)
-						if _, err := server.Write(chunk[:i]); err != nil {
-							break
-						}
-						select {
-						case <-queued:
-						case <-time.After(5 * time.Second):
-						}
-						p.hook()
-						chunk = chunk[i:]
-					}
+		return chunk, false
+	})
+	pump(server, client, func(chunk []byte) ([]byte, bool) {
+		if act.Load() != modePass {
+			return chunk, false
+		}
+		switch m := p.mode.Load(); m {
+		case modeDropExecReply:
+			if bytes.Contains(chunk, execMarker) && p.mode.CompareAndSwap(m, modePass) {
+				act.Store(m)
+			}
+		case modeHugeBulk:
+			if bytes.Contains(chunk, []byte("EVALSHA")) && bytes.Contains(chunk, []byte("MGET")) && p.mode.CompareAndSwap(m, modePass) {
+				act.Store(m)
+			}
+		case modeHookBeforeExec:
+			if i := bytes.Index(chunk, execMarker); i >= 0 && p.mode.CompareAndSwap(m, modePass) {
+				act.Store(m)
+				if _, err := server.Write(chunk[:i]); err != nil {
+					return nil, true
 				}
-			}
-			if _, err := server.Write(chunk); err != nil {
-				client.Close()
-				return
+				select {
+				case <-queued:
+				case <-time.After(5 * time.Second):
+				}
+				p.hook()
+				return chunk[i:], false
 			}
 		}
-		if err != nil {
-			server.Close()
-			return
-		}
-	}
+		return chunk, false
+	})
 }
 
 // proxyTQ is a tq client on a Store (and its own Meta) at url.

@@ -56,3 +56,33 @@ func startTCPProxy(t *testing.T, target string, serve func(client, server net.Co
 func (p *tcpProxy) url(prefix string) string {
 	return "redis://" + p.ln.Addr().String() + "/0?prefix=" + prefix
 }
+
+// pump copies src to dst a chunk at a time until either side ends, then
+// closes both. each, if not nil, sees every chunk first and returns what
+// to forward (nil: nothing) and whether to stop after it; the chunk is
+// only valid during the call.
+func pump(dst, src net.Conn, each func(chunk []byte) (forward []byte, stop bool)) {
+	defer src.Close()
+	defer dst.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			out, stop := buf[:n], false
+			if each != nil {
+				out, stop = each(out)
+			}
+			if len(out) > 0 {
+				if _, err := dst.Write(out); err != nil {
+					return
+				}
+			}
+			if stop {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -37,52 +37,26 @@ func startDropProxy(t *testing.T, target string) *dropProxy {
 
 func (p *dropProxy) serve(client, server net.Conn) {
 	var drop atomic.Bool
-	go func() { // server -> client
-		var seen []byte
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := server.Read(buf)
-			if n > 0 {
-				if drop.Load() {
-					seen = append(seen, buf[:n]...)
-					if bytes.Contains(seen, p.done) {
-						if p.hook != nil {
-							p.hook()
-						}
-						client.Close()
-						server.Close()
-						return
-					}
-					continue
-				}
-				if _, err := client.Write(buf[:n]); err != nil {
-					server.Close()
-					return
-				}
-			}
-			if err != nil {
-				client.Close()
-				return
-			}
+	var seen []byte
+	go pump(client, server, func(chunk []byte) ([]byte, bool) {
+		if !drop.Load() {
+			return chunk, false
 		}
-	}()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := client.Read(buf)
-		if n > 0 {
-			if !drop.Load() && bytes.Contains(buf[:n], p.trigger) && p.armed.CompareAndSwap(true, false) {
-				drop.Store(true) // before the server can reply
+		seen = append(seen, chunk...)
+		if bytes.Contains(seen, p.done) {
+			if p.hook != nil {
+				p.hook()
 			}
-			if _, err := server.Write(buf[:n]); err != nil {
-				client.Close()
-				return
-			}
+			return nil, true
 		}
-		if err != nil {
-			server.Close()
-			return
+		return nil, false
+	})
+	pump(server, client, func(chunk []byte) ([]byte, bool) {
+		if !drop.Load() && bytes.Contains(chunk, p.trigger) && p.armed.CompareAndSwap(true, false) {
+			drop.Store(true) // before the server can reply
 		}
-	}
+		return chunk, false
+	})
 }
 
 // TestPutRetriedAfterAppliedThenRefused: PutSplitCommit's transaction

@@ -3,7 +3,6 @@ package redis_test
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -20,9 +19,8 @@ func TestGetSplitDeadlinePerRound(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	p := startTCPProxy(t, srv.Addr(), func(client, server net.Conn) {
-		go throttledCopy(client, server)
-		io.Copy(server, client)
-		server.Close()
+		go pump(client, server, throttle)
+		pump(server, client, nil)
 	})
 	// Per-do deadline: 150ms + 150ms = 300 ms. Rounds of 256 KiB take ~40 ms
 	// each; 16 rounds of them ~650 ms.
@@ -62,11 +60,8 @@ func TestPutSplitDeadlinePerRound(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	p := startTCPProxy(t, srv.Addr(), func(client, server net.Conn) {
-		go func() {
-			io.Copy(client, server)
-			client.Close()
-		}()
-		throttledCopy(server, client)
+		go pump(client, server, nil)
+		pump(server, client, throttle)
 	})
 	s := open(t, p.url("dlw")+"&read_timeout=150ms&write_timeout=150ms&write_round_bytes=262144")
 	const n, size = 64, 64 << 10
@@ -96,22 +91,8 @@ func TestPutSplitDeadlinePerRound(t *testing.T) {
 	}
 }
 
-// throttledCopy copies src to dst at about 32 KiB every 5 ms (~6.5 MB/s),
-// closing both when either side ends.
-func throttledCopy(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			time.Sleep(5 * time.Millisecond)
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				src.Close()
-				return
-			}
-		}
-		if err != nil {
-			dst.Close()
-			return
-		}
-	}
+// throttle passes each chunk (at most 64 KiB) after 10 ms: about 6.5 MB/s.
+func throttle(chunk []byte) ([]byte, bool) {
+	time.Sleep(10 * time.Millisecond)
+	return chunk, false
 }
