@@ -58,7 +58,7 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 		)
 		err := raw.do(ctx, func(c *rawConn) error {
 			resent = sent
-			req, segs, _ := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, keys, heads, bodies, marker)
+			req, segs := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, keys, heads, bodies, marker)
 			// The append deletes the marker; when it does not run to
 			// the end (a script error, a reply lost), the marker expires.
 			req = req.cmd("PEXPIRE", marker, markerTTL)

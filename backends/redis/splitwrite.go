@@ -54,7 +54,7 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 		req, segs := request(c.cmd[:0]), []int(nil)
 		ends := make([][2]int, len(rounds)) // where each round ends in req and segs
 		for k, r := range rounds {
-			req, segs, _ = appendMSETRange(req, segs, pre, keys, heads, bodies, "", r)
+			req, segs = appendMSETRange(req, segs, pre, keys, heads, bodies, "", r)
 			ends[k] = [2]int{len(req), len(segs)}
 		}
 		c.cmd = req[:0]
@@ -103,12 +103,12 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 // to "1", unless it is "") to b: small pieces go into b, big bodies stay
 // where they are; segs records, in order, which is which (ends into b, or
 // a body's index as -1-i), for writeSegs.
-func appendMSET(b request, segs []int, pre string, keys []string, heads, bodies [][]byte, marker string) (request, []int, [][]byte) {
+func appendMSET(b request, segs []int, pre string, keys []string, heads, bodies [][]byte, marker string) (request, []int) {
 	return appendMSETRange(b, segs, pre, keys, heads, bodies, marker, span{0, len(keys)})
 }
 
 // appendMSETRange is appendMSET of the items of r.
-func appendMSETRange(b request, segs []int, pre string, keys []string, heads, bodies [][]byte, marker string, r span) (request, []int, [][]byte) {
+func appendMSETRange(b request, segs []int, pre string, keys []string, heads, bodies [][]byte, marker string, r span) (request, []int) {
 	pairs := r.hi - r.lo
 	if marker != "" {
 		pairs++
@@ -127,7 +127,7 @@ func appendMSETRange(b request, segs []int, pre string, keys []string, heads, bo
 		}
 		b = append(b, '\r', '\n')
 	}
-	return b, segs, bodies
+	return b, segs
 }
 
 // writeSegs writes a request appendMSET built, with what was appended
