@@ -39,15 +39,6 @@ func timeUnit(sec float64) (scale float64, name string) {
 	return 1, "s"
 }
 
-// fmtDuration prints seconds with three significant digits.
-func fmtDuration(sec float64) string {
-	if math.IsNaN(sec) {
-		return "n/a"
-	}
-	scale, unit := timeUnit(sec)
-	return sig3(sec*scale) + " " + unit
-}
-
 // fmtTime is a time distribution as "median [min–max]", the range in the
 // median's unit: "1.23 ms [1.20–1.31]".
 func fmtTime(d Dist) string {

@@ -231,40 +231,6 @@ func (s *spy) live(t testing.TB) []string {
 	return out
 }
 
-// failNth fails the n-th call of op, writing none of its keys.
-func failNth(op string, n int) hookFunc {
-	return func(_ context.Context, o string, i int, keys []string) (int, error) {
-		if o == op && i == n {
-			return 0, errInjected
-		}
-		return len(keys), nil
-	}
-}
-
-// failAfterKeys lets op store k keys in all, then fails the call that would
-// store more, after storing the keys up to k.
-func failAfterKeys(op string, k int) hookFunc {
-	var left atomic.Int64
-	left.Store(int64(k))
-	return func(_ context.Context, o string, _ int, keys []string) (int, error) {
-		if o != op {
-			return len(keys), nil
-		}
-		for {
-			l := left.Load()
-			if l >= int64(len(keys)) {
-				if left.CompareAndSwap(l, l-int64(len(keys))) {
-					return len(keys), nil
-				}
-				continue
-			}
-			if left.CompareAndSwap(l, 0) {
-				return int(l), errInjected
-			}
-		}
-	}
-}
-
 // metaSpy wraps a MetaStore, counts the calls that change state, and can
 // fail Prepare or Commit or run a function before Commit.
 type metaSpy struct {

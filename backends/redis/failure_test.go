@@ -218,6 +218,21 @@ func TestConnectionRefused(t *testing.T) {
 	}
 }
 
+// TestWithAddr: a Store over the caller's own client names the address
+// WithAddr gives (a proxy's or service's name, say), not the client's.
+func TestWithAddr(t *testing.T) {
+	redistest.Available(t)
+	addr := freeAddr(t)
+	client := goredis.NewClient(&goredis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1})
+	defer client.Close()
+	s, err := redis.New(client, redis.WithAddr("redis.job1.svc:6379"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Get(t.Context(), []string{"k"})
+	wantServerError(t, "Get through a client of a closed port", err, "redis.job1.svc:6379", redis.ErrUnavailable)
+}
+
 func TestAuthFailure(t *testing.T) {
 	srv := redistest.Start(t, redisserver.Options{Password: "s3cret"})
 	ctx := t.Context()

@@ -126,9 +126,6 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// Nodes are the cluster's servers (to Kill one, say).
-func (c *Cluster) Nodes() []*Server { return c.nodes }
-
 // URL is the redis+cluster:// URL naming every master, as the tqgo redis
 // engine parses it: "redis+cluster://h1:p1,h2:p2,h3:p3/".
 func (c *Cluster) URL() string {
