@@ -316,4 +316,14 @@ func TestPolicyUpdateFollowsAdvantage(t *testing.T) {
 	if p := pol.probs(0, 0, make([]float64, 3))[1]; p > 1.0/3*1.2*1.5 {
 		t.Errorf("p(1) = %v: clip did not hold the update", p)
 	}
+
+	// Clip 0 is no clipping (-clip 0), not a clip of every token whose
+	// ratio the float32 old log-prob rounds off 1.
+	pol = newPolicy(tk)
+	if clipped := pol.update(batch, 1, 0, 20); clipped != 0 {
+		t.Errorf("clip 0 clipped %v of the tokens, want none", clipped)
+	}
+	if p := pol.probs(0, 0, make([]float64, 3))[1]; p <= 1.0/3*1.2*1.5 {
+		t.Errorf("p(1) = %v after 20 unclipped epochs: want it past where the clip holds it", p)
+	}
 }

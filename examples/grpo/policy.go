@@ -110,7 +110,8 @@ type trainRow struct {
 //	obj   = min(ratio·A, clip(ratio, 1-eps, 1+eps)·A)
 //
 // The gradient of obj with respect to the logits of the row that produced a
-// is A·ratio·(onehot(a) - pi) unless the clip is active, where it is 0.
+// is A·ratio·(onehot(a) - pi) unless the clip is active, where it is 0
+// (eps 0 turns the clip off: float32 rounding alone moves ratio off 1).
 // Gradients are summed over tokens and averaged over responses. It returns
 // the fraction of tokens clipped in the last epoch. In the first epoch the
 // policy is the one that sampled, so ratio = 1 (up to the float32 rounding
@@ -131,7 +132,7 @@ func (pl *policy) update(batch []trainRow, lr, clipEps float64, epochs int) (cli
 				a, adv := s.response[j], float64(s.adv[j])
 				pl.probs(j, p, pr)
 				ratio := math.Exp(math.Log(pr[a]) - float64(s.oldLogp[j]))
-				if adv > 0 && ratio > 1+clipEps || adv < 0 && ratio < 1-clipEps {
+				if clipEps > 0 && (adv > 0 && ratio > 1+clipEps || adv < 0 && ratio < 1-clipEps) {
 					clipped++
 					continue
 				}
