@@ -1,6 +1,7 @@
 package yuanrong_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -64,6 +65,32 @@ func TestBackendStagedRollback(t *testing.T) {
 	}
 	if err := st.Publish(ctx); !errors.Is(err, yuanrong.ErrInvalid) {
 		t.Fatalf("publish again: %v, want ErrInvalid", err)
+	}
+}
+
+// A Staged published on a context that ended before its first round
+// changes nothing: old values stay, no buffer stays created.
+func TestBackendStagedCanceledBeforePublish(t *testing.T) {
+	local := yuanrong.NewLocal()
+	b := newBackend(t, local, yuanrong.WithPutKeysLimit(4))
+	c := newClient(t, local)
+	if _, err := c.Put(t.Context(), []string{"9@f"}, []any{"old"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.Allocate(t.Context(), keysN("f", 10), make([]int, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := st.Publish(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("publish on a canceled context: %v, want context.Canceled", err)
+	}
+	if local.Len() != 1 || local.Pending() != 0 {
+		t.Fatalf("datasystem holds %d keys and %d created buffers, want the old key only", local.Len(), local.Pending())
+	}
+	if got := mget(t, local, "9@f"); got[0] == nil {
+		t.Error("the old value of a key of the canceled put is gone")
 	}
 }
 

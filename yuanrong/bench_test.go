@@ -24,7 +24,7 @@ import (
 //	        PoolMinBatchBytes 1)
 //	ds16    this port's default: DSMaxWorkers 16, size-aware (capped at
 //	        GOMAXPROCS; the pool only for objects >= 256 KiB in batches
-//	        holding >= 8 MiB of them)
+//	        holding >= 32 MiB (codec.DefaultPoolMinBatchBytes) of them)
 //
 // The sweeps are paired: each iteration puts the batch once per
 // configuration, rotating which goes first, so the load other tenants of a

@@ -44,9 +44,11 @@ func NewClient(ds DataSystem, opts ...Option) (*Client, error) {
 // are created at their packed sizes (rounds of PutKeysLimit), packed in
 // place and published round by round, each round deleting its keys first
 // (the datasystem does not overwrite). If a round fails, Put deletes
-// every key it may have published and releases the rest, and returns the
-// first error: on error no key of the put is left, not even its old
-// value. An empty put returns no tags and no error.
+// every key of the put and releases the buffers, and returns the first
+// error: on error no key of the put is left, not even its old value (a
+// round's delete may already have taken it), except that a put whose
+// context ends before its first round changes nothing. An empty put
+// returns no tags and no error.
 func (c *Client) Put(ctx context.Context, keys []string, values []any) ([]string, error) {
 	if err := c.e.check(ctx); err != nil {
 		return nil, err

@@ -173,9 +173,12 @@ func releaseAll(bufs []Buffer) {
 // (TransferQueue deletes before mset_d2h for the same reason): a reader
 // sees the old value until the round's delete, no value in between, and
 // the new one after its publish, never a mix. If a round fails, publish
-// rolls the put back by index: it deletes the keys of that round and of
-// every round before it (published, or deleted for this put), releases
-// the buffers not published, and returns the round's error.
+// rolls the whole put back: it deletes every key of the put (those of the
+// rounds before were published or deleted already, so the keys of later
+// rounds go too: after a failed put none of its keys is left, a state the
+// caller can tell from the error alone), releases the buffers not
+// published, and returns the round's error. A put whose context ends before
+// its first round changes nothing.
 func (st *stage) publish(ctx context.Context) error {
 	if st.done {
 		return invalidf("buffers already published or discarded")
@@ -183,14 +186,16 @@ func (st *stage) publish(ctx context.Context) error {
 	e := st.e
 	err := rounds(len(st.keys), e.putLimit, func(lo, hi int) error {
 		if err := e.check(ctx); err != nil {
-			// Rounds before this one are published: take them back.
-			return errors.Join(err, st.rollback(ctx, lo))
+			if lo == 0 { // nothing deleted or published yet: change nothing
+				releaseAll(st.bufs)
+				return err
+			}
+			return errors.Join(err, st.rollback(ctx))
 		}
 		err := st.publishRound(ctx, lo, hi)
 		if err != nil {
-			// This round may be published in part: take it back too.
 			err = fmt.Errorf("yuanrong: publish keys %d-%d: %w", lo, hi-1, err)
-			return errors.Join(err, st.rollback(ctx, hi))
+			return errors.Join(err, st.rollback(ctx))
 		}
 		return nil
 	})
@@ -254,18 +259,15 @@ func keysTaken(err error) map[string]bool {
 	return taken
 }
 
-// rollback deletes keys[:hi] (none when hi is 0) and releases every buffer
-// not published. It runs on a context of its own: the caller's may be the
+// rollback deletes every key of the put and releases every buffer not
+// published. It runs on a context of its own: the caller's may be the
 // reason for it.
-func (st *stage) rollback(ctx context.Context, hi int) error {
+func (st *stage) rollback(ctx context.Context) error {
 	releaseAll(st.bufs)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if hi == 0 {
-		return nil
-	}
-	if err := st.e.deleteKeys(ctx, st.keys[:hi]); err != nil {
-		return fmt.Errorf("yuanrong: rollback left keys 0-%d behind: %w", hi-1, err)
+	if err := st.e.deleteKeys(ctx, st.keys); err != nil {
+		return fmt.Errorf("yuanrong: rollback left keys of the put behind: %w", err)
 	}
 	return nil
 }
