@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redis-benchmark's shape per value size: -P 64 as machine-limits.md ran it,
+// redis-benchmark's shape per value size: -P 64 as the team's machine notes ran it,
 // but at most benchPipeBytes per pipeline and benchFlightBytes in flight over
 // all connections (-c at most 50, its default). Deeper pipelines of large
 // values stall redis-benchmark itself (SET of 1 MiB values at -P 16 -c 1

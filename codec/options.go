@@ -6,7 +6,7 @@ import "runtime"
 // pool pays only from about 256 KiB per object.
 //
 // DefaultPoolMinBatchBytes is measured by BenchmarkPoolEngage on the 2-vCPU
-// machine of shared/machine-limits.md (Go 1.26, -count 5, medians; pool =
+// CI VM (AMD EPYC; its team notes put a vCPU wake-up at up to 1.75 ms; Go 1.26, -count 5, medians; pool =
 // caller + 1 pool goroutine claiming 64-256 KiB chunks; "idle" sleeps 2 ms
 // before each batch). Pool time over serial time, busy / idle:
 //

@@ -50,7 +50,7 @@ type leadRead struct {
 // pages in).
 // Rounds on goroutines of their own, one connection each, measured slower
 // where a waiting core had to be woken for each round (this VM's vCPUs take
-// up to 1.75 ms to wake after idling: see machine-limits.md). dst is
+// up to 1.75 ms to wake after idling, measured by the team on the CI VM). dst is
 // called once, after the first requests went out, so the caller's fresh
 // memory is allocated while the server works. lead, if not nil, rides with
 // the first round.

@@ -212,5 +212,8 @@ func engineName(cfg Config) string {
 	if err != nil {
 		return "?"
 	}
+	if u.User == nil {
+		return cfg.URL // Redacted would print "memory:" for "memory://"
+	}
 	return u.Redacted()
 }
