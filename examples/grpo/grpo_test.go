@@ -10,8 +10,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -325,5 +328,28 @@ func TestPolicyUpdateFollowsAdvantage(t *testing.T) {
 	}
 	if p := pol.probs(0, 0, make([]float64, 3))[1]; p <= 1.0/3*1.2*1.5 {
 		t.Errorf("p(1) = %v after 20 unclipped epochs: want it past where the clip holds it", p)
+	}
+}
+
+// The example runs on Redis through -url, as the README shows, learns there
+// as on the embedded engine, and leaves no key of its prefix behind but the
+// global index counter (indexes stay unique for the life of the prefix).
+func TestRunOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := smallConfig()
+	cfg.URL = srv.URL() + "?prefix=grpo"
+	res, err := Run(t.Context(), cfg, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, last := res.First(3), res.Last(3); last < first+0.4 {
+		t.Errorf("reward %.3f -> %.3f on Redis: did not rise by 0.4", first, last)
+	}
+	raw := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer raw.Close()
+	left, err := raw.Keys(t.Context(), "*grpo*").Result()
+	left = slices.DeleteFunc(left, func(k string) bool { return strings.HasSuffix(k, "}:next") })
+	if err != nil || len(left) != 0 {
+		t.Errorf("keys left on the server: %q, %v", left, err)
 	}
 }
