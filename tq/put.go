@@ -234,10 +234,11 @@ func (w *write) orderFields(batch Batch) int {
 // commitFailed decides what a failed Commit means. Only a timeout leaves
 // the outcome unknown (the store may have applied the commit before the
 // reply was lost, see backends.MetaStore.Commit); then the rows are looked
-// up: if they reference this write's cells the put succeeded and its bytes
-// must stay; if they do not, roll back; if the lookup fails too, keep the
-// bytes (unreferenced garbage at worst, never a listed row whose data is
-// gone) and return the error. Any other error applied nothing: roll back.
+// up: if they (the same rows, by index) reference this write's cells the
+// put succeeded and its bytes must stay; if they do not, roll back; if the
+// lookup fails too, keep the bytes (unreferenced garbage at worst, never a
+// listed row whose data is gone) and return the error. Any other error
+// applied nothing: roll back.
 func (w *write) commitFailed(err error) error {
 	if !outcomeUnknown(err) {
 		w.rollback(err)
@@ -257,7 +258,9 @@ func (w *write) commitFailed(err error) error {
 		for fi, f := range w.fields {
 			info := w.infos[fi*n+i]
 			cur, ok := backends.FieldInfo{}, false
-			if r != nil {
+			if r != nil && r.Index == w.res[i].Index {
+				// Another index: the key was cleared and made anew, and
+				// that row's generations say nothing about this write.
 				cur, ok = r.Fields[f]
 			}
 			switch {
