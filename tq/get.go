@@ -146,7 +146,10 @@ func sameCell(a, b []*backends.Row, err error) bool {
 // BatchGetByMeta reads fields of the rows of m (from List or Lookup)
 // without looking their metadata up again; if a cell was replaced since m
 // was taken, or m lacks a field that has been written since, it looks the
-// rows up afresh.
+// rows up afresh. It reads the keys of m.Rows in m.Partition, as BatchGet
+// would: a BatchMeta whose Partition, or a row's Key or Index, the caller
+// changed is looked up afresh by key, never read from the rows it was
+// taken from.
 func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (Batch, error) {
 	release, err := c.enter(ctx)
 	if err != nil {
@@ -162,16 +165,15 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 	if err := checkKeys(m.Keys()); err != nil {
 		return nil, err
 	}
-	if slices.ContainsFunc(m.Rows, func(r RowInfo) bool { return r.row == nil }) {
+	edited := func(r RowInfo) bool { return r.row == nil || r.Key != r.row.Key || r.Index != r.row.Index }
+	if m.from != m.Partition || slices.ContainsFunc(m.Rows, edited) {
+		// Built or edited by the caller: the rows it was taken from (if
+		// any) may be another partition's or another key's.
 		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil)
 	}
 	rows := make([]*backends.Row, len(m.Rows))
 	for i, r := range m.Rows {
 		rows[i] = r.row
-		if r.Key != r.row.Key || r.Index != r.row.Index {
-			// The caller edited the metadata: read the row it names.
-			rows[i] = &backends.Row{Key: r.Key, Index: r.Index, Fields: r.row.Fields}
-		}
 	}
 	b, err := c.read(ctx, m.Partition, rows, fields)
 	switch {

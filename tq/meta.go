@@ -29,6 +29,8 @@ type RowInfo struct {
 type BatchMeta struct {
 	Partition string
 	Rows      []RowInfo
+
+	from string // the partition List or Lookup took Rows from
 }
 
 // Keys returns the rows' keys in order.
@@ -84,7 +86,7 @@ func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*
 
 // batchMeta is the caller's copy of rows of partition.
 func batchMeta(partition string, rows []*backends.Row) *BatchMeta {
-	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows))}
+	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows)), from: partition}
 	for i, r := range rows {
 		m.Rows[i] = rowInfo(r)
 	}
