@@ -2,6 +2,7 @@ package backends
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -55,7 +56,12 @@ func Schemes() []string {
 func Open(ctx context.Context, rawURL string) (Engine, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return Engine{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		// Not url.Parse's own error: it quotes the URL, password included.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return Engine{}, fmt.Errorf("%w: parse URL: %w", ErrInvalid, err)
 	}
 	registryMu.RLock()
 	open := registry[u.Scheme]

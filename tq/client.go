@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -43,7 +44,9 @@ type Client struct {
 // Open opens the queue at url: "memory://" (or "") for the embedded engine,
 // or any scheme an imported engine registered ("redis://…" after importing
 // github.com/tqgo/tqgo/backends/redis). An engine that keeps no metadata of
-// its own gets an in-process metadata store.
+// its own gets an in-process metadata store. A malformed URL or engine
+// option gives an error matching ErrInvalid (and backends.ErrInvalid); no
+// error shows the URL's password.
 func Open(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if url == "" {
 		url = "memory://"
@@ -54,7 +57,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	}
 	eng, err := backends.Open(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("tq: open %q: %w", redactURL(url), err)
+		return nil, &openError{url: redactURL(url), err: err}
 	}
 	if eng.Meta == nil {
 		eng.Meta = memory.NewMetaStore()
@@ -139,11 +142,31 @@ func (c *Client) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// redactURL drops a password from url for error messages.
+// redactURL drops a password from url for error messages. A URL that does
+// not parse loses everything between "://" and its last "@", where a
+// password could be (the parser's idea of where it ends is not to be had).
 func redactURL(raw string) string {
 	u, err := parseURL(raw)
-	if err != nil {
+	if err == nil {
+		return u.Redacted()
+	}
+	start := strings.Index(raw, "://")
+	at := strings.LastIndexByte(raw, '@')
+	if start < 0 || at < start+3 {
 		return raw
 	}
-	return u.Redacted()
+	return raw[:start+3] + "xxxxx" + raw[at:]
+}
+
+// openError is Open's failure: it names the URL (without its password) and
+// matches ErrInvalid as well when the URL or an engine option is malformed.
+type openError struct {
+	url string
+	err error
+}
+
+func (e *openError) Error() string { return fmt.Sprintf("tq: open %q: %v", e.url, e.err) }
+func (e *openError) Unwrap() error { return e.err }
+func (e *openError) Is(target error) bool {
+	return target == ErrInvalid && errors.Is(e.err, backends.ErrInvalid)
 }

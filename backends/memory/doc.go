@@ -8,6 +8,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 
 	"github.com/tqgo/tqgo/backends"
@@ -15,6 +16,11 @@ import (
 
 func init() {
 	backends.Register("memory", func(ctx context.Context, u *url.URL) (backends.Engine, error) {
+		// Nothing to name or set: a host, path or option is a mistake
+		// (another engine's URL with the wrong scheme, say).
+		if u.Host != "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Opaque != "" {
+			return backends.Engine{}, fmt.Errorf("%w: memory:// takes no host, path or options", backends.ErrInvalid)
+		}
 		return backends.Engine{Data: New(), Meta: NewMetaStore()}, nil
 	})
 }
