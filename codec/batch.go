@@ -209,7 +209,8 @@ func (pc *parallelCopy) work() {
 
 // runParallel copies e.jobs with the calling goroutine and up to workers-1
 // pool goroutines, cutting them into chunks, and returns when every byte is
-// copied. It reports whether it woke the pool.
+// copied. It reports whether it woke the pool (a pool that refused every
+// share, its workers busy with other batches, was not woken).
 func (p *Packer) runParallel(e *encoder, workers int) bool {
 	total := 0
 	for _, j := range e.jobs {
@@ -236,15 +237,20 @@ func (p *Packer) runParallel(e *encoder, workers int) bool {
 	e.pieces = chunks
 	pc := &parallelCopy{chunks: chunks, finished: make(chan struct{})}
 
-	p.poolRuns.Add(1)
+	submitted := 0
 	for range min(workers-1, len(chunks)-1) {
 		if err := pool.Submit(pc.work); err != nil {
 			break // a pool that refuses work leaves it to the caller
 		}
-		p.poolTasks.Add(1)
+		submitted++
 	}
 	pc.work()
 	<-pc.finished
+	if submitted == 0 {
+		return false
+	}
+	p.poolRuns.Add(1)
+	p.poolTasks.Add(uint64(submitted))
 	return true
 }
 
@@ -334,6 +340,9 @@ func BatchDecodeStack(bufs [][]byte) (Tensor, bool) {
 		return Tensor{}, false
 	}
 	shape := append([]int64{int64(len(bufs))}, d.dims...)
+	if _, err := NumElements(shape); err != nil {
+		return Tensor{}, false // rows of no bytes, too many of them
+	}
 	rb := len(first)
 	for _, b := range bufs[1:] {
 		t, data, ok := d.readSingle(b)

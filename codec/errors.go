@@ -33,7 +33,7 @@ var (
 )
 
 // Value errors: raised when encoding a bad value, and when decoding a buffer
-// that describes one (then they match ErrCorrupt as well, see DecodeError).
+// that describes one (then they match ErrCorrupt as well).
 var (
 	// ErrUnknownDType: a dtype name or number that is not in the dtype table.
 	ErrUnknownDType = errors.New("codec: unknown dtype")
@@ -41,8 +41,10 @@ var (
 	ErrShapeMismatch = errors.New("codec: shape does not match byte length")
 	// ErrNegativeDim: a shape with a negative dimension.
 	ErrNegativeDim = errors.New("codec: negative dimension")
-	// ErrTooLarge: a payload of more than 4 GiB - 1 bytes, or a packed object
-	// whose offsets would not fit in 32 bits.
+	// ErrTooLarge: a payload of more than 4 GiB - 1 bytes, a packed object
+	// whose offsets would not fit in 32 bits, or a limit of FORMAT.md
+	// section 4 passed: a shape whose element count overflows, too many
+	// dimensions or tensors (and Rows of more than MaxEmptyRows empty rows).
 	ErrTooLarge = errors.New("codec: payload larger than 4 GiB - 1")
 	// ErrUnsupportedType: a Go value the value model has no encoding for.
 	ErrUnsupportedType = errors.New("codec: unsupported value type")
@@ -52,6 +54,12 @@ var (
 	ErrDTypeMismatch = errors.New("codec: tensor dtype does not match element type")
 	// ErrInvalidBool: a bool tensor holding a byte other than 0 or 1.
 	ErrInvalidBool = errors.New("codec: bool tensor byte is not 0 or 1")
+)
+
+// Call errors: a caller's mistake on a valid tensor, not a bad buffer.
+var (
+	// ErrRowIndex: Row of an index outside the leading dimension.
+	ErrRowIndex = errors.New("codec: row index out of range")
 )
 
 // Batch errors.

@@ -249,3 +249,38 @@ func TestBatchDecodeTensors(t *testing.T) {
 		t.Errorf("BatchDecodeTensors took a string")
 	}
 }
+
+// FuzzDecodeTensorsPairs: the header cache of BatchDecodeTensors and
+// BatchDecodeStack across two cells never yields something Decode would not.
+func FuzzDecodeTensorsPairs(f *testing.F) {
+	seeds := fuzzSeeds(f)
+	for i := range seeds {
+		f.Add(seeds[i], seeds[(i+1)%len(seeds)])
+		f.Add(seeds[i], seeds[i])
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		bufs := [][]byte{a, b, a}
+		ts, ok := BatchDecodeTensors(bufs)
+		if ok {
+			for i, buf := range bufs {
+				v, err := Decode(buf)
+				if err != nil {
+					t.Fatalf("cell %d: BatchDecodeTensors took what Decode rejects: %v", i, err)
+				}
+				if !reflect.DeepEqual(v, ts[i]) {
+					t.Fatalf("cell %d: %#v vs %#v", i, ts[i], v)
+				}
+			}
+		}
+		st, ok := BatchDecodeStack(bufs)
+		if ok {
+			if len(ts) != 3 {
+				t.Fatalf("BatchDecodeStack took cells BatchDecodeTensors declined")
+			}
+			want, err := Stack(ts)
+			if err != nil || !reflect.DeepEqual(want, st) {
+				t.Fatalf("stack mismatch: %v", err)
+			}
+		}
+	})
+}

@@ -24,18 +24,29 @@ type Tensor struct {
 const maxPayload = math.MaxUint32
 
 // NumElements is the product of the shape (1 for a 0-d tensor), or an error
-// for a negative dimension or a product that overflows int.
+// for a negative dimension or when the product of the non-zero dimensions
+// overflows int. A zero dimension makes the tensor empty but does not
+// excuse the others: the rule does not depend on the order of the
+// dimensions, so stacking rows of a valid shape, or slicing rows off one,
+// cannot turn it invalid through a zero that moved.
 func NumElements(shape []int64) (int, error) {
-	n := uint64(1)
+	n, empty := uint64(1), false
 	for _, d := range shape {
 		if d < 0 {
 			return 0, fmt.Errorf("%w: shape %v", ErrNegativeDim, shape)
+		}
+		if d == 0 {
+			empty = true
+			continue
 		}
 		hi, lo := bits.Mul64(n, uint64(d))
 		if hi != 0 || lo > math.MaxInt {
 			return 0, fmt.Errorf("%w: shape %v has too many elements", ErrTooLarge, shape)
 		}
 		n = lo
+	}
+	if empty {
+		return 0, nil
 	}
 	return int(n), nil
 }
@@ -153,8 +164,10 @@ func View[T Element](t Tensor) ([]T, error) {
 	return viewBytes[T](t.Data), nil
 }
 
-// ViewAs reinterprets the tensor's bytes as []T, checking only that the
-// element sizes agree: View for float16 or bfloat16 data as uint16, say.
+// ViewAs reinterprets the tensor's bytes as []T when the element sizes
+// agree: View for float16 or bfloat16 data as uint16, say. Bool is the
+// exception both ways: a bool tensor views only as []bool (checked 0 or 1),
+// and []bool views only a bool tensor.
 func ViewAs[T Element](t Tensor) ([]T, error) {
 	var z T
 	if t.DType.ItemSize() != int(unsafe.Sizeof(z)) || t.DType == Bool && DTypeOf[T]() != Bool {
@@ -201,7 +214,13 @@ func (t Tensor) RowBytes() int {
 	if err != nil {
 		return 0
 	}
-	return n * t.DType.ItemSize()
+	// Only a tensor with no rows (shape [0, ...]) gets here with rows too
+	// large to address; it has no row to measure.
+	hi, lo := bits.Mul64(uint64(n), uint64(t.DType.ItemSize()))
+	if hi != 0 || lo > math.MaxInt {
+		return 0
+	}
+	return int(lo)
 }
 
 // Row is row i of t along the leading dimension, as a zero-copy view.
@@ -213,14 +232,20 @@ func (t Tensor) Row(i int) (Tensor, error) {
 		return Tensor{}, err // Data may be too short for the rows the shape claims
 	}
 	if i < 0 || int64(i) >= t.Shape[0] {
-		return Tensor{}, fmt.Errorf("%w: row %d of %d", ErrOutOfRange, i, t.Shape[0])
+		return Tensor{}, fmt.Errorf("%w: row %d of %d", ErrRowIndex, i, t.Shape[0])
 	}
 	rb := t.RowBytes()
 	return Tensor{DType: t.DType, Shape: t.Shape[1:len(t.Shape):len(t.Shape)], Data: t.Data[i*rb : (i+1)*rb : (i+1)*rb]}, nil
 }
 
+// MaxEmptyRows is the most rows Rows returns for a tensor whose rows hold
+// no bytes (shape [n, 0, ...]): their number is not backed by any data, so
+// a few bytes of input could otherwise ask for any number of them.
+const MaxEmptyRows = 1 << 20
+
 // Rows is every row of t along the leading dimension, Row(i) for each i,
-// with t validated once rather than once per row.
+// with t validated once rather than once per row. More than MaxEmptyRows
+// rows of no bytes give ErrTooLarge.
 func (t Tensor) Rows() ([]Tensor, error) {
 	if len(t.Shape) == 0 {
 		return nil, fmt.Errorf("%w: a 0-d tensor has no rows", ErrShapeMismatch)
@@ -229,6 +254,9 @@ func (t Tensor) Rows() ([]Tensor, error) {
 		return nil, err
 	}
 	rb := t.RowBytes()
+	if rb == 0 && t.Shape[0] > MaxEmptyRows {
+		return nil, fmt.Errorf("%w: %d rows of no bytes (at most %d)", ErrTooLarge, t.Shape[0], MaxEmptyRows)
+	}
 	shape := t.Shape[1:len(t.Shape):len(t.Shape)]
 	out := make([]Tensor, t.Shape[0])
 	for i := range out {
@@ -258,6 +286,9 @@ func Stack(rows []Tensor) (Tensor, error) {
 		copy(data[i*rb:], r.Data)
 	}
 	shape := append([]int64{int64(len(rows))}, first.Shape...)
+	if _, err := NumElements(shape); err != nil {
+		return Tensor{}, err // rows of no bytes, too many of them
+	}
 	return Tensor{DType: first.DType, Shape: shape, Data: data}, nil
 }
 

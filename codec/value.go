@@ -166,6 +166,9 @@ type bodyDecoder struct {
 	budget int
 }
 
+// maxMapHint is the most entries a decoded map is sized for up front.
+const maxMapHint = 64
+
 func (d *bodyDecoder) readValue(b []byte, depth int) (any, []byte, error) {
 	if depth > MaxDepth {
 		return nil, b, fmt.Errorf("%w: nested deeper than %d", ErrTooDeep, MaxDepth)
@@ -244,7 +247,10 @@ func (d *bodyDecoder) readValue(b []byte, depth int) (any, []byte, error) {
 			return nil, b, fmt.Errorf("%w: map of %d in %d bytes", ErrTruncated, n, len(rest))
 		}
 		d.budget -= 2 * int(n)
-		out := make(map[string]any, n)
+		// A map's buckets cost ~40 bytes an entry, against the 2 an entry
+		// takes at least in the buffer: the hint is capped so that a
+		// count the buffer cannot back does not reserve 20x its size.
+		out := make(map[string]any, min(n, maxMapHint))
 		for range n {
 			var k []byte
 			if k, rest, err = msgp.ReadStringZC(rest); err != nil {
