@@ -17,12 +17,13 @@ import (
 // packer. It is safe for concurrent use; no lock is held across backend I/O,
 // and metadata is locked per partition by the store.
 type Client struct {
-	data   backends.Backend
-	meta   backends.MetaStore
-	owns   bool // Close closes data and meta (they came from Open)
-	packer *codec.Packer
-	opts   options
-	closed atomic.Bool
+	data      backends.Backend
+	meta      backends.MetaStore
+	owns      bool // Close closes data and meta (they came from Open)
+	packer    *codec.Packer
+	opts      options
+	closed    atomic.Bool
+	closeOnce sync.Once
 	// life is held shared by every call in flight and exclusively by Close,
 	// so Close waits for them: a put is never cut off between its data and
 	// its commit or rollback, which would leave orphaned bytes.
@@ -107,16 +108,19 @@ func newClient(data backends.Backend, meta backends.MetaStore, o options) *Clien
 
 // Close waits for calls in flight to finish, releases the packing pool and,
 // for a client from Open, closes the engine. Later calls return ErrClosed.
+// A Close during or after another returns nil once the first has finished,
+// so that whichever returns, the resources are released.
 func (c *Client) Close() error {
-	if c.closed.Swap(true) {
-		return nil
-	}
-	c.life.Lock() // wait for calls in flight; new ones see closed and leave
-	defer c.life.Unlock()
-	err := c.packer.Close()
-	if c.owns {
-		err = errors.Join(err, c.meta.Close(), c.data.Close())
-	}
+	var err error
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		c.life.Lock() // wait for calls in flight; new ones see closed and leave
+		defer c.life.Unlock()
+		err = c.packer.Close()
+		if c.owns {
+			err = errors.Join(err, c.meta.Close(), c.data.Close())
+		}
+	})
 	return err
 }
 

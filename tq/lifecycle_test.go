@@ -96,6 +96,40 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 	}
 }
 
+// A second Close, while the first waits for a put in flight, returns only
+// once the first has finished: either return means the client is done.
+func TestSecondCloseWaitsForTheFirst(t *testing.T) {
+	ctx := context.Background()
+	f := &backendtest.Faulty{}
+	st := memory.New()
+	c, err := tq.New(backendtest.Wrap(st, f), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetDelay(backendtest.OpPublish, 200*time.Millisecond)
+	f.SetDelay(backendtest.OpPut, 200*time.Millisecond)
+	keys := keysN("k", 8)
+	putDone := make(chan error, 1)
+	go func() { putDone <- c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](0, 8))}, nil) }()
+	for f.Calls(backendtest.OpPublish) == 0 && f.Calls(backendtest.OpPut) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { _ = c.Close() }()
+	// Let the first Close start waiting for the put (a call made to see
+	// that would queue behind it); whichever Close runs first, the other
+	// must wait for it.
+	time.Sleep(20 * time.Millisecond)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Len(); n != 8 {
+		t.Errorf("a Close returned with %d of the put's 8 cells stored: the put was still in flight", n)
+	}
+	if err := <-putDone; err != nil {
+		t.Fatalf("put in flight at Close: %v", err)
+	}
+}
+
 // Small cells share one arena in the memory engine; each starts 16-byte
 // aligned, so a decoded row's View aliases the stored bytes, every dtype.
 func TestDecodedRowsViewWithoutCopy(t *testing.T) {
