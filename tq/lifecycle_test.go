@@ -54,17 +54,26 @@ func TestCommitNotAppliedRollsBack(t *testing.T) {
 	}
 }
 
-// Close waits for a put in flight: the put finishes (data and commit), and
-// only calls that start after Close began see ErrClosed.
-func TestCloseWaitsForCallsInFlight(t *testing.T) {
-	ctx := context.Background()
+// slowPublishClient is a client (closed by the test itself) over the
+// memory engine whose writes take delay: a put stays in flight that long.
+func slowPublishClient(t *testing.T, delay time.Duration) (*tq.Client, *backendtest.Faulty, *memory.Store) {
+	t.Helper()
 	f := &backendtest.Faulty{}
 	st := memory.New()
 	c, err := tq.New(backendtest.Wrap(st, f), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.SetDelay(backendtest.OpPublish, 100*time.Millisecond)
+	f.SetDelay(backendtest.OpPublish, delay)
+	f.SetDelay(backendtest.OpPut, delay)
+	return c, f, st
+}
+
+// Close waits for a put in flight: the put finishes (data and commit), and
+// only calls that start after Close began see ErrClosed.
+func TestCloseWaitsForCallsInFlight(t *testing.T) {
+	ctx := context.Background()
+	c, f, st := slowPublishClient(t, 100*time.Millisecond)
 	keys := keysN("k", 8)
 	var wg sync.WaitGroup
 	var putErr error
@@ -100,14 +109,7 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 // once the first has finished: either return means the client is done.
 func TestSecondCloseWaitsForTheFirst(t *testing.T) {
 	ctx := context.Background()
-	f := &backendtest.Faulty{}
-	st := memory.New()
-	c, err := tq.New(backendtest.Wrap(st, f), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.SetDelay(backendtest.OpPublish, 200*time.Millisecond)
-	f.SetDelay(backendtest.OpPut, 200*time.Millisecond)
+	c, f, st := slowPublishClient(t, 200*time.Millisecond)
 	keys := keysN("k", 8)
 	putDone := make(chan error, 1)
 	go func() { putDone <- c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](0, 8))}, nil) }()
