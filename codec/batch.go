@@ -330,7 +330,14 @@ func BatchDecodeTensors(bufs [][]byte) ([]Tensor, bool) {
 // tensors' bytes into the stacked tensor without decoding each into a
 // Tensor first. It returns false if bufs is empty or BatchDecodeTensors
 // would, or if the tensors differ in dtype or shape.
-func BatchDecodeStack(bufs [][]byte) (Tensor, bool) {
+func BatchDecodeStack(bufs [][]byte) (Tensor, bool) { return BatchDecodeStackInto(bufs, nil) }
+
+// BatchDecodeStackInto is BatchDecodeStack writing the stacked bytes into
+// dst when it holds enough of them (the result's Data is then dst's first
+// bytes), and into fresh memory otherwise. Reusing one buffer across reads
+// spares the page faults of fresh memory, which for large columns cost more
+// than the copy. When it returns false, dst is unchanged.
+func BatchDecodeStackInto(bufs [][]byte, dst []byte) (Tensor, bool) {
 	if len(bufs) == 0 {
 		return Tensor{}, false
 	}
@@ -350,7 +357,12 @@ func BatchDecodeStack(bufs [][]byte) (Tensor, bool) {
 			return Tensor{}, false
 		}
 	}
-	out := uninit.Bytes(rb * len(bufs)) // every byte is copied over below
+	var out []byte
+	if need := rb * len(bufs); len(dst) >= need {
+		out = dst[:need:need]
+	} else {
+		out = uninit.Bytes(need) // every byte is copied over below
+	}
 	for i, b := range bufs {
 		data, _ := payload(b, 1, tensorTableEnd) // read above
 		copy(out[i*rb:], data)

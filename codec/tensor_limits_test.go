@@ -119,3 +119,43 @@ func TestStatsCountNoPoolRunWhenNoTaskWasSubmitted(t *testing.T) {
 		t.Fatalf("no task reached the pool, yet stats say %+v", s)
 	}
 }
+
+// BatchDecodeStackInto writes into dst when it is large enough (and only
+// its first bytes), into fresh memory when it is not, and leaves dst as it
+// was when the cells do not stack.
+func TestBatchDecodeStackInto(t *testing.T) {
+	var bufs [][]byte
+	for i := range 3 {
+		x, err := FromSlice([]int32{int32(i), int32(i + 10)}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Encode(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, b)
+	}
+	want := []int32{0, 10, 1, 11, 2, 12}
+	dst := make([]byte, 40) // 24 needed
+	for i := range dst {
+		dst[i] = 0xee
+	}
+	st, ok := BatchDecodeStackInto(bufs, dst)
+	if !ok {
+		t.Fatal("cells of one shape did not stack")
+	}
+	if v, _ := View[int32](st); fmt.Sprint(v) != fmt.Sprint(want) || &st.Data[0] != &dst[0] || cap(st.Data) != 24 || dst[24] != 0xee {
+		t.Errorf("into a large enough dst: %v (in dst: %v, cap %d, byte after: %#x)", v, &st.Data[0] == &dst[0], cap(st.Data), dst[24])
+	}
+	small := make([]byte, 23)
+	st, ok = BatchDecodeStackInto(bufs, small)
+	if v, _ := View[int32](st); !ok || fmt.Sprint(v) != fmt.Sprint(want) || within(st.Data, small) {
+		t.Errorf("into a dst too small: %v, ok %v, in dst %v", v, ok, within(st.Data, small))
+	}
+	other, _ := Encode("not a tensor")
+	before := append([]byte(nil), dst...)
+	if _, ok := BatchDecodeStackInto([][]byte{bufs[0], other}, dst); ok || string(dst) != string(before) {
+		t.Errorf("cells that do not stack: ok %v, dst changed %v", ok, string(dst) != string(before))
+	}
+}

@@ -23,14 +23,15 @@ var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
 // are tensors of different shapes, and a values column otherwise. Tensor
 // bytes of jagged and values columns, and []byte values, alias the fetched
 // buffers, which may be the engine's own memory: treat them as read-only
-// (copy before modifying). Stacked columns are fresh copies.
+// (copy before modifying). Stacked columns are fresh copies (BatchGetInto
+// writes them into memory the caller hands back instead).
 func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (Batch, error) {
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return c.getFresh(ctx, partition, keys, fields, nil, nil)
+	return c.getFresh(ctx, partition, keys, fields, nil, nil, nil)
 }
 
 // getFresh looks keys up and reads them. A cell missing from the backend is
@@ -39,7 +40,7 @@ func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, 
 // progress); when it names the same cell, the engine lost it and the read
 // fails. prev and prevErr are an earlier attempt's rows and its
 // errVanished, if any.
-func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []string, prev []*backends.Row, prevErr error) (Batch, error) {
+func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []string, prev []*backends.Row, prevErr error, into reuse) (Batch, error) {
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
@@ -47,7 +48,7 @@ func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []
 		return nil, err
 	}
 	if prevErr == nil && c.cachedLookup != nil {
-		if b, ok, err := c.getCached(ctx, partition, keys, fields); ok {
+		if b, ok, err := c.getCached(ctx, partition, keys, fields, into); ok {
 			return b, err
 		}
 	}
@@ -59,7 +60,7 @@ func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []
 		if prevErr != nil && sameCell(prev, rows, prevErr) {
 			return nil, prevErr
 		}
-		b, err := c.read(ctx, partition, rows, fields)
+		b, err := c.read(ctx, partition, rows, fields, into)
 		if !errors.Is(err, errVanished) {
 			return b, err
 		}
@@ -73,7 +74,7 @@ func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []
 // up first takes two. ok false: the read was not such a read, or the
 // copy was stale; the caller looks up and reads as usual. The caller has
 // checked partition and keys.
-func (c *Client) getCached(ctx context.Context, partition string, keys, fields []string) (_ Batch, ok bool, _ error) {
+func (c *Client) getCached(ctx context.Context, partition string, keys, fields []string, into reuse) (_ Batch, ok bool, _ error) {
 	if err := c.check(ctx); err != nil {
 		return nil, true, err
 	}
@@ -89,6 +90,7 @@ func (c *Client) getCached(ctx context.Context, partition string, keys, fields [
 	if st == nil || len(st.skeys) > c.opts.keysLimit {
 		return nil, false, nil
 	}
+	st.into = into
 	defer st.release()
 	// Fields that do not stack are read the general way beside the
 	// confirmed read; the confirmation vouches for both (cells do not
@@ -102,7 +104,7 @@ func (c *Client) getCached(ctx context.Context, partition string, keys, fields [
 		done = make(chan struct{})
 		go func() {
 			defer close(done)
-			other, otherErr = c.readCells(ctx, partition, rows, others)
+			other, otherErr = c.readCells(ctx, partition, rows, others, into)
 		}()
 	}
 	current, err := c.confirmingReader.GetSplitConfirmed(ctx, c.meta, token, st.skeys, st.sizes(), st.allocate)
@@ -169,19 +171,19 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 	if m.from != m.Partition || slices.ContainsFunc(m.Rows, edited) {
 		// Built or edited by the caller: the rows it was taken from (if
 		// any) may be another partition's or another key's.
-		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil)
+		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil, nil)
 	}
 	rows := make([]*backends.Row, len(m.Rows))
 	for i, r := range m.Rows {
 		rows[i] = r.row
 	}
-	b, err := c.read(ctx, m.Partition, rows, fields)
+	b, err := c.read(ctx, m.Partition, rows, fields, nil)
 	switch {
 	case errors.Is(err, errVanished):
-		return c.getFresh(ctx, m.Partition, m.Keys(), fields, rows, err)
+		return c.getFresh(ctx, m.Partition, m.Keys(), fields, rows, err, nil)
 	case errors.Is(err, ErrNotReady):
 		// m may predate the field's write: ask the metadata once more.
-		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil)
+		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil, nil)
 	}
 	return b, err
 }
@@ -206,7 +208,7 @@ func readFields(rows []*backends.Row, fields []string) ([]string, error) {
 }
 
 // read fetches and decodes the cells of rows of partition.
-func (c *Client) read(ctx context.Context, partition string, rows []*backends.Row, fields []string) (Batch, error) {
+func (c *Client) read(ctx context.Context, partition string, rows []*backends.Row, fields []string, into reuse) (Batch, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
@@ -219,8 +221,9 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 		st, fields = planStacked(rows, fields)
 	}
 	if st == nil {
-		return c.readCells(ctx, partition, rows, fields)
+		return c.readCells(ctx, partition, rows, fields, into)
 	}
+	st.into = into
 	defer st.release()
 	// The fields known to stack are read into their columns while the
 	// others are read the general way: two requests in flight, not one
@@ -249,7 +252,7 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 		go func() {
 			defer close(done)
 			var err error
-			other, err = c.readCells(ctx, partition, rows, fields)
+			other, err = c.readCells(ctx, partition, rows, fields, into)
 			fail(err)
 		}()
 		fail(c.fetchStacked(ctx, st))
@@ -265,7 +268,7 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 	if len(rest) > 0 {
 		// Cells that are not the tensors the metadata names: read those
 		// fields again the general way.
-		again, err := c.readCells(ctx, partition, rows, rest)
+		again, err := c.readCells(ctx, partition, rows, rest, into)
 		if err != nil {
 			return nil, err
 		}
@@ -276,7 +279,7 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 }
 
 // readCells fetches and decodes the cells of fields of rows.
-func (c *Client) readCells(ctx context.Context, partition string, rows []*backends.Row, fields []string) (Batch, error) {
+func (c *Client) readCells(ctx context.Context, partition string, rows []*backends.Row, fields []string, into reuse) (Batch, error) {
 	n := len(rows)
 	arena := newKeyArena(n*len(fields), maxLen(fields))
 	tags := make([]string, 0, n*len(fields))
@@ -335,7 +338,7 @@ func (c *Client) readCells(ctx context.Context, partition string, rows []*backen
 	}
 	out := make(Batch, len(fields))
 	for fi, f := range fields {
-		col, err := decodeColumn(bufs[fi*n : (fi+1)*n])
+		col, err := decodeColumn(bufs[fi*n:(fi+1)*n], into[f])
 		if err != nil {
 			var oe *codec.ObjectError
 			if errors.As(err, &oe) {
@@ -351,9 +354,10 @@ func (c *Client) readCells(ctx context.Context, partition string, rows []*backen
 
 // decodeColumn decodes one field's cells: a column of bare tensors (the
 // common case) without boxing each, stacked straight from the buffers when
-// they agree in dtype and shape; anything else through the general decoder.
-func decodeColumn(bufs [][]byte) (Column, error) {
-	if st, ok := codec.BatchDecodeStack(bufs); ok {
+// they agree in dtype and shape (into dst, if it is large enough); anything
+// else through the general decoder.
+func decodeColumn(bufs [][]byte, dst []byte) (Column, error) {
+	if st, ok := codec.BatchDecodeStackInto(bufs, dst); ok {
 		return Column{kind: KindStacked, stacked: st}, nil
 	}
 	if ts, ok := codec.BatchDecodeTensors(bufs); ok {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/codec"
-	"github.com/tqgo/tqgo/internal/uninit"
 )
 
 // A stackRead reads the fields of rows that are known to stack straight
@@ -26,6 +25,7 @@ type stackRead struct {
 	n       int                   // rows
 	dst     []backends.SplitValue // per plan, per row; nil until allocate
 	scratch *splitScratch         // dst and the cells' heads, back to the pool by release
+	into    reuse                 // memory the columns may take (BatchGetInto)
 }
 
 // splitScratch is what a stacked read needs only while it runs: the
@@ -93,7 +93,7 @@ func (s *stackRead) allocate() []backends.SplitValue {
 		h := len(p.prefix)
 		// Not zeroed: finish exposes a column only when every row's
 		// bytes came from its cell (read into it, or copied by check).
-		p.out = uninit.Bytes(n * p.size)
+		p.out = s.into.bytes(p.field, n*p.size)
 		for j := range n {
 			dst = append(dst, backends.SplitValue{Head: heads[j*h : (j+1)*h : (j+1)*h], Body: p.out[j*p.size : (j+1)*p.size : (j+1)*p.size]})
 		}

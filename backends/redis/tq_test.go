@@ -378,3 +378,43 @@ func TestNewCallerClient(t *testing.T) {
 		}
 	}
 }
+
+// BatchGetInto on Redis reads each step's stacked column into the memory
+// of the step before's, on the confirmed one-request read (a client reading
+// rows it has seen) and on the read that looks rows up first (a client that
+// has not).
+func TestBatchGetIntoOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	writer := openTQ(t, srv.URL()+"?prefix=into")
+	reader := openTQ(t, srv.URL()+"?prefix=into")
+	ctx := t.Context()
+	keys := keyRange("k", 64)
+	all := make([]int, len(keys))
+	for i := range all {
+		all[i] = i
+	}
+	for name, c := range map[string]*tq.Client{"confirmed read": writer, "looked-up read": reader} {
+		t.Run(name, func(t *testing.T) {
+			var prev tq.Batch
+			var at *byte
+			for step := range 3 {
+				part := fmt.Sprintf("%s-%d", strings.ReplaceAll(name, " ", "-"), step)
+				if err := writer.BatchPut(ctx, part, keys, rollout(keys, step), nil); err != nil {
+					t.Fatal(err)
+				}
+				got, err := c.BatchGetInto(ctx, part, keys, prev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRollout(t, got, keys, step, all)
+				x, _ := got["prompts"].Tensor()
+				if step == 0 {
+					at = &x.Data[0]
+				} else if &x.Data[0] != at {
+					t.Errorf("step %d: prompts read into fresh memory, not the step before's", step)
+				}
+				prev = got
+			}
+		})
+	}
+}
