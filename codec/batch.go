@@ -358,7 +358,7 @@ func BatchDecodeStackInto(bufs [][]byte, dst []byte) (Tensor, bool) {
 		}
 	}
 	var out []byte
-	if need := rb * len(bufs); len(dst) >= need {
+	if need := rb * len(bufs); need > 0 && len(dst) >= need {
 		out = dst[:need:need]
 	} else {
 		out = uninit.Bytes(need) // every byte is copied over below
