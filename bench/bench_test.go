@@ -90,7 +90,7 @@ func TestRunQuick(t *testing.T) {
 	if withRedis {
 		var rows []string
 		for _, sh := range cfg.RedisShapes {
-			rows = append(rows, sh.String()+" BatchPut", sh.String()+" BatchGet")
+			rows = append(rows, sh.String()+" BatchPut", sh.String()+" BatchGet", sh.String()+" BatchGetInto")
 		}
 		tab := checkTable(t, rep, md, "redis-targets", rows, func(r []string) string { return r[0] + " " + r[1] })
 		if tab != nil {

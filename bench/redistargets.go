@@ -22,7 +22,9 @@ import (
 // drift hits every arm alike:
 //   - BatchPut within 1.15x of one pipeline of SETs;
 //   - BatchGet at least as fast as the fastest raw MGET chunking (every
-//     chunk size is an arm; the fastest median is the bar);
+//     chunk size is an arm; the fastest median is the bar), and BatchGetInto,
+//     as a trainer's loop calls it (each read into the memory of the one
+//     before), against the same bar;
 //   - both at least 10x faster than one round trip per key.
 
 // redisShape is one batch shape of the redis suite.
@@ -56,7 +58,7 @@ func redisSteps(cfg Config, m *meter) int {
 
 // redisArmsFor names the arms of shape s, in rotation order.
 func redisArmsFor(s redisShape) []string {
-	names := []string{"tq BatchPut", "raw pipelined SET", "raw SET per key", "tq BatchGet", "raw MGET all"}
+	names := []string{"tq BatchPut", "raw pipelined SET", "raw SET per key", "tq BatchGet", "tq BatchGetInto", "raw MGET all"}
 	for _, k := range mgetChunks {
 		if k < s.n {
 			names = append(names, fmt.Sprintf("raw MGET ×%d", k))
@@ -99,7 +101,8 @@ func runRedis(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 		Title: "Redis engine against raw go-redis (issue 4)",
 		Intro: fmt.Sprintf("n values of one size: tq writes a [n, size] uint8 column into fresh rows of an empty partition, and reads "+
 			"it back; raw go-redis moves values as long as tq's packed cells on the same server. Per shape the puts are one "+
-			"rotation and the gets another (%d repetitions), time per batch median [min–max]. Targets: BatchPut ≤ %.2fx one pipeline of SETs; "+
+			"rotation and the gets another (%d repetitions), time per batch median [min–max]. BatchGetInto is BatchGet as a trainer's loop calls "+
+			"it, each read into the memory of the batch before (no fresh pages). Targets: BatchPut ≤ %.2fx one pipeline of SETs; "+
 			"BatchGet ≤ %.2fx the fastest raw MGET chunking (of all keys, and of %s keys); both ≥ %.0fx faster than one "+
 			"round trip per key (%d keys timed, scaled to n).",
 			cfg.Reps, putTargetRatio, getTargetRatio, joinInts(mgetChunks), perKeyTarget, perKeyOps),
@@ -215,6 +218,16 @@ func runRedisShape(ctx context.Context, m *meter, c *tq.Client, raw *redis.Clien
 				}
 				return err
 			}
+		case name == "tq BatchGetInto":
+			var last tq.Batch // the trainer's loop: each read into the one before's memory
+			a.op = func() error {
+				b, err := c.BatchGetInto(ctx, getPart, keys, last)
+				if err == nil && b.Len() != s.n {
+					err = fmt.Errorf("BatchGetInto read %d rows of %d", b.Len(), s.n)
+				}
+				last = b
+				return err
+			}
 		case name == "raw GET per key":
 			a.timed = perKey(func(i int) error { return raw.Get(ctx, getKeys[i]).Err() }, nil)
 		default: // raw MGET
@@ -260,6 +273,7 @@ func runRedisShape(ctx context.Context, m *meter, c *tq.Client, raw *redis.Clien
 	}{
 		{"BatchPut", "raw pipelined SET", dist("tq BatchPut"), dist("raw pipelined SET"), dist("raw SET per key"), putTargetRatio},
 		{"BatchGet", bestName, dist("tq BatchGet"), bestGet, dist("raw GET per key"), getTargetRatio},
+		{"BatchGetInto", bestName, dist("tq BatchGetInto"), bestGet, dist("raw GET per key"), getTargetRatio},
 	} {
 		ratio := row.tq.Median / row.raw.Median
 		speedup := row.perKey.Median / row.tq.Median

@@ -225,6 +225,33 @@ func BenchmarkBatchGet(b *testing.B) {
 				}
 			}
 		})
+		b.Run(sz.name+"/tq-into", func(b *testing.B) {
+			// A trainer's loop: each read into the memory of the one before.
+			c, err := tq.Open(ctx, url+"?prefix=bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			keys := rawKeys("k", sz.n)
+			if err := c.BatchPut(ctx, "g", keys, batch, nil); err != nil {
+				b.Fatal(err)
+			}
+			defer c.ClearPartition(ctx, "g")
+			last, err := c.BatchGet(ctx, "g", keys)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(bytes)
+			b.ReportAllocs()
+			for b.Loop() {
+				if last, err = c.BatchGetInto(ctx, "g", keys, last); err != nil {
+					b.Fatal(err)
+				}
+				if last["x"].Len() != sz.n {
+					b.Fatalf("read %d rows", last["x"].Len())
+				}
+			}
+		})
 		vals := rawValues(sz.n, cell)
 		keys := rawKeys(fmt.Sprintf("rawget%d:", sz.size), sz.n)
 		if err := pipelinedSet(ctx, raw, keys, vals); err != nil {
