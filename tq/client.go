@@ -14,8 +14,9 @@ import (
 )
 
 // Client is a handle on one queue: a data backend, a metadata store and a
-// packer. It is safe for concurrent use; no lock is held across backend I/O,
-// and metadata is locked per partition by the store.
+// packer. It is safe for concurrent use; no lock that another call waits on
+// is held across backend I/O (a call holds a shared lock only Close waits
+// for), and metadata is locked per partition by the store.
 type Client struct {
 	data      backends.Backend
 	meta      backends.MetaStore
