@@ -333,10 +333,11 @@ func BatchDecodeTensors(bufs [][]byte) ([]Tensor, bool) {
 func BatchDecodeStack(bufs [][]byte) (Tensor, bool) { return BatchDecodeStackInto(bufs, nil) }
 
 // BatchDecodeStackInto is BatchDecodeStack writing the stacked bytes into
-// dst when it holds enough of them (the result's Data is then dst's first
-// bytes), and into fresh memory otherwise. Reusing one buffer across reads
-// spares the page faults of fresh memory, which for large columns cost more
-// than the copy. When it returns false, dst is unchanged.
+// dst when it holds enough of them and is aligned for the dtype (the
+// result's Data is then dst's first bytes), and into fresh memory
+// otherwise. Reusing one buffer across reads spares the page faults of
+// fresh memory, which for large columns cost more than the copy. dst must
+// not overlap bufs. When it returns false, dst is unchanged.
 func BatchDecodeStackInto(bufs [][]byte, dst []byte) (Tensor, bool) {
 	if len(bufs) == 0 {
 		return Tensor{}, false
@@ -358,7 +359,7 @@ func BatchDecodeStackInto(bufs [][]byte, dst []byte) (Tensor, bool) {
 		}
 	}
 	var out []byte
-	if need := rb * len(bufs); need > 0 && len(dst) >= need {
+	if need := rb * len(bufs); need > 0 && len(dst) >= need && AlignedFor(dst, dt.ItemSize()) {
 		out = dst[:need:need]
 	} else {
 		out = uninit.Bytes(need) // every byte is copied over below

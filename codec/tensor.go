@@ -197,6 +197,14 @@ func viewBytes[T Element](b []byte) []T {
 	return out
 }
 
+// AlignedFor reports whether b starts where elements of itemSize bytes (a
+// DType's ItemSize) can be viewed in place: at a multiple of their
+// alignment, which is the item size up to 8 bytes. View copies otherwise.
+func AlignedFor(b []byte, itemSize int) bool {
+	align := uintptr(min(max(itemSize, 1), 8))
+	return len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%align == 0
+}
+
 // Aliases reports whether a slice returned by View shares memory with t.Data.
 func Aliases[T Element](view []T, t Tensor) bool {
 	if len(view) == 0 || len(t.Data) == 0 {

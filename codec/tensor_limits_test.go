@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"unsafe"
 )
 
 // catchPanic runs f and returns what it panicked with, or nil.
@@ -153,9 +154,27 @@ func TestBatchDecodeStackInto(t *testing.T) {
 	if v, _ := View[int32](st); !ok || fmt.Sprint(v) != fmt.Sprint(want) || within(st.Data, small) {
 		t.Errorf("into a dst too small: %v, ok %v, in dst %v", v, ok, within(st.Data, small))
 	}
+	odd := make([]byte, 41)
+	st, ok = BatchDecodeStackInto(bufs, odd[1:])
+	if v, _ := View[int32](st); !ok || fmt.Sprint(v) != fmt.Sprint(want) || within(st.Data, odd) {
+		t.Errorf("into a dst not aligned for int32: %v, ok %v, in dst %v", v, ok, within(st.Data, odd))
+	}
 	other, _ := Encode("not a tensor")
 	before := append([]byte(nil), dst...)
 	if _, ok := BatchDecodeStackInto([][]byte{bufs[0], other}, dst); ok || string(dst) != string(before) {
 		t.Errorf("cells that do not stack: ok %v, dst changed %v", ok, string(dst) != string(before))
+	}
+}
+
+func TestAlignedFor(t *testing.T) {
+	buf := make([]int64, 4) // 8-byte aligned
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), 32)
+	for _, tc := range []struct {
+		off, item int
+		want      bool
+	}{{0, 8, true}, {0, 16, true}, {8, 16, true}, {4, 8, false}, {4, 4, true}, {2, 4, false}, {2, 2, true}, {1, 2, false}, {1, 1, true}, {3, 0, true}} {
+		if got := AlignedFor(b[tc.off:], tc.item); got != tc.want {
+			t.Errorf("AlignedFor(offset %d, item %d) = %v, want %v", tc.off, tc.item, got, tc.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/tqgo/tqgo/codec"
 	"github.com/tqgo/tqgo/internal/uninit"
 )
 
@@ -17,7 +18,9 @@ import (
 // for large columns costs more than reading them.
 //
 // Only into's stacked columns are taken, each up to its length (never
-// into memory past it), and none whose memory overlaps another's. into
+// into memory past it), none whose memory overlaps another's and none not
+// aligned for the new column's dtype. A result's column is as long as its
+// rows: after a smaller batch, a larger one takes fresh memory again. into
 // must not be used after the call, whatever its outcome: its columns' bytes
 // are overwritten, in part on error. A nil into makes it BatchGet.
 func (c *Client) BatchGetInto(ctx context.Context, partition string, keys []string, into Batch, fields ...string) (Batch, error) {
@@ -64,11 +67,12 @@ func reuseOf(into Batch) reuse {
 	return out
 }
 
-// bytes returns n bytes for field's column: the reused memory when it is
-// large enough, else fresh memory, not zeroed (the reader overwrites every
-// byte before the column is exposed).
-func (r reuse) bytes(field string, n int) []byte {
-	if b := r[field]; n > 0 && len(b) >= n {
+// bytes returns n bytes for field's column of elements of align bytes: the
+// reused memory when it is large enough and aligned for them (else views of
+// the column would copy), else fresh memory, not zeroed (the reader
+// overwrites every byte before the column is exposed).
+func (r reuse) bytes(field string, n, align int) []byte {
+	if b := r[field]; n > 0 && len(b) >= n && codec.AlignedFor(b, align) {
 		return b[:n:n]
 	}
 	return uninit.Bytes(n)

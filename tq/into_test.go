@@ -149,6 +149,23 @@ func TestBatchGetIntoTakesOnlyWhatIsSafe(t *testing.T) {
 			t.Error("two columns of the result share memory")
 		}
 	})
+	t.Run("misaligned", func(t *testing.T) {
+		// A uint8 column at an odd address is large enough for x's
+		// float32 rows, but a float32 view of it would have to copy.
+		raw := make([]byte, 4*3*n+1)
+		odd := tq.Stacked(raw[1:], int64(len(raw)-1))
+		got, err := c.BatchGetInto(ctx, "p", keys, tq.Batch{"x": odd}, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(flat[float32](t, got["x"]), flat[float32](t, stepBatch(1, n)["x"])) {
+			t.Fatal("read back other values")
+		}
+		x, _ := got["x"].Tensor()
+		if dataStart(t, got["x"]) == &raw[1] || !codec.AlignedFor(x.Data, 4) {
+			t.Error("a column not aligned for float32 was written into")
+		}
+	})
 	t.Run("nil into", func(t *testing.T) {
 		got, err := c.BatchGetInto(ctx, "p", keys, nil, "x")
 		if err != nil {

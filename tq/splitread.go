@@ -93,7 +93,7 @@ func (s *stackRead) allocate() []backends.SplitValue {
 		h := len(p.prefix)
 		// Not zeroed: finish exposes a column only when every row's
 		// bytes came from its cell (read into it, or copied by check).
-		p.out = s.into.bytes(p.field, n*p.size)
+		p.out = s.into.bytes(p.field, n*p.size, p.dtype.ItemSize())
 		for j := range n {
 			dst = append(dst, backends.SplitValue{Head: heads[j*h : (j+1)*h : (j+1)*h], Body: p.out[j*p.size : (j+1)*p.size : (j+1)*p.size]})
 		}
