@@ -20,21 +20,10 @@ func TestIntoKeepsStore(t *testing.T) {
 		data backends.Backend
 	}{{"memory", memory.New()}, {"split reader", splitMem{memory.New()}}, {"spy", newSpy(nil)}, {"alloc spy", newSpy(nil).backend(true)}} {
 		t.Run(eng.name, func(t *testing.T) {
-			ctx := t.Context()
 			c := newClient(t, eng.data, nil)
 			for _, n := range []int{1, 3, 40} {
 				keys := keysN("k", n)
-				var prev tq.Batch
-				for step := range 4 {
-					part := "p" + string(rune('0'+n)) + string(rune('0'+step))
-					mustPut(t, c, part, keys, stepBatch(step, n), nil)
-					got, err := c.BatchGetInto(ctx, part, keys, prev)
-					if err != nil {
-						t.Fatal(err)
-					}
-					checkStep(t, got, step, n)
-					prev = got
-				}
+				readStepsInto(t, c, "p"+string(rune('0'+n)), n, 4, nil)
 				for step := range 4 {
 					part := "p" + string(rune('0'+n)) + string(rune('0'+step))
 					checkStep(t, mustGet(t, c, part, keys), step, n)
@@ -68,22 +57,12 @@ func (s otherSplit) GetSplit(ctx context.Context, keys []string, dst []backends.
 
 // Cells answered in Other are decoded and copied into the reused column.
 func TestIntoOtherCells(t *testing.T) {
-	ctx := t.Context()
 	var calls atomic.Int32
 	st := memory.New()
 	c := newClient(t, otherSplit{splitMem{st}, &calls, func(_, i int) bool { return i%2 == 1 }}, nil)
-	const n = 9
-	keys := keysN("k", n)
-	var prev tq.Batch
-	for step := range 4 {
-		part := "q" + string(rune('0'+step))
-		mustPut(t, c, part, keys, stepBatch(step, n), nil)
-		got, err := c.BatchGetInto(ctx, part, keys, prev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkStep(t, got, step, n)
-		prev = got
+	readStepsInto(t, c, "q", 9, 4, nil)
+	if calls.Load() == 0 {
+		t.Fatal("the reads did not go through the split reader that answers cells whole")
 	}
 }
 

@@ -36,6 +36,28 @@ func stepBatch(step, n int) tq.Batch {
 	return tq.Batch{"x": tq.Stacked(x, int64(n), 3), "y": tq.Stacked(y, int64(n)), "s": tq.ValuesOf(s)}
 }
 
+// readStepsInto puts steps 0..steps-1 of n rows into partitions prefix+step
+// and reads each into the batch read before it, checking the values; each
+// read goes to seen, if set.
+func readStepsInto(t *testing.T, c *tq.Client, prefix string, n, steps int, seen func(step int, got tq.Batch)) {
+	t.Helper()
+	keys := keysN("k", n)
+	var prev tq.Batch
+	for step := range steps {
+		part := prefix + string(rune('0'+step))
+		mustPut(t, c, part, keys, stepBatch(step, n), nil)
+		got, err := c.BatchGetInto(t.Context(), part, keys, prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkStep(t, got, step, n)
+		if seen != nil {
+			seen(step, got)
+		}
+		prev = got
+	}
+}
+
 func checkStep(t *testing.T, b tq.Batch, step, n int) {
 	t.Helper()
 	want := stepBatch(step, n)
@@ -54,27 +76,15 @@ func TestBatchGetIntoReusesColumns(t *testing.T) {
 		data backends.Backend
 	}{{"memory", memory.New()}, {"split reader", splitMem{memory.New()}}} {
 		t.Run(eng.name, func(t *testing.T) {
-			ctx := t.Context()
 			c := newClient(t, eng.data, nil)
-			const n = 40
-			keys := keysN("k", n)
-			var prev tq.Batch
 			var xAt, yAt *byte
-			for step := range 4 {
-				part := "step" + string(rune('0'+step))
-				mustPut(t, c, part, keys, stepBatch(step, n), nil)
-				got, err := c.BatchGetInto(ctx, part, keys, prev)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkStep(t, got, step, n)
+			readStepsInto(t, c, "step", 40, 4, func(step int, got tq.Batch) {
 				if step == 0 {
 					xAt, yAt = dataStart(t, got["x"]), dataStart(t, got["y"])
 				} else if dataStart(t, got["x"]) != xAt || dataStart(t, got["y"]) != yAt {
 					t.Errorf("step %d: stacked columns in fresh memory, not in the step before's", step)
 				}
-				prev = got
-			}
+			})
 		})
 	}
 }

@@ -202,56 +202,43 @@ func BenchmarkBatchGet(b *testing.B) {
 	for _, sz := range benchSizes {
 		batch, cell := cellBatch(b, sz.n, sz.size)
 		bytes := int64(sz.n * cell)
-		b.Run(sz.name+"/tq", func(b *testing.B) {
-			c, err := tq.Open(ctx, url+"?prefix=bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			keys := rawKeys("k", sz.n)
-			if err := c.BatchPut(ctx, "g", keys, batch, nil); err != nil {
-				b.Fatal(err)
-			}
-			defer c.ClearPartition(ctx, "g")
-			b.SetBytes(bytes)
-			b.ReportAllocs()
-			for b.Loop() {
-				got, err := c.BatchGet(ctx, "g", keys)
+		// tq-into is a trainer's loop: each read into the memory of the one
+		// before (BatchGetInto); tq allocates fresh columns every call.
+		for _, arm := range []struct {
+			name string
+			into bool
+		}{{"tq", false}, {"tq-into", true}} {
+			b.Run(sz.name+"/"+arm.name, func(b *testing.B) {
+				c, err := tq.Open(ctx, url+"?prefix=bench")
 				if err != nil {
 					b.Fatal(err)
 				}
-				if got["x"].Len() != sz.n {
-					b.Fatalf("read %d rows", got["x"].Len())
-				}
-			}
-		})
-		b.Run(sz.name+"/tq-into", func(b *testing.B) {
-			// A trainer's loop: each read into the memory of the one before.
-			c, err := tq.Open(ctx, url+"?prefix=bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			keys := rawKeys("k", sz.n)
-			if err := c.BatchPut(ctx, "g", keys, batch, nil); err != nil {
-				b.Fatal(err)
-			}
-			defer c.ClearPartition(ctx, "g")
-			last, err := c.BatchGet(ctx, "g", keys)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(bytes)
-			b.ReportAllocs()
-			for b.Loop() {
-				if last, err = c.BatchGetInto(ctx, "g", keys, last); err != nil {
+				defer c.Close()
+				keys := rawKeys("k", sz.n)
+				if err := c.BatchPut(ctx, "g", keys, batch, nil); err != nil {
 					b.Fatal(err)
 				}
-				if last["x"].Len() != sz.n {
-					b.Fatalf("read %d rows", last["x"].Len())
+				defer c.ClearPartition(ctx, "g")
+				var last tq.Batch
+				b.SetBytes(bytes)
+				b.ReportAllocs()
+				for b.Loop() {
+					var got tq.Batch
+					if arm.into {
+						got, err = c.BatchGetInto(ctx, "g", keys, last)
+					} else {
+						got, err = c.BatchGet(ctx, "g", keys)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					if got["x"].Len() != sz.n {
+						b.Fatalf("read %d rows", got["x"].Len())
+					}
+					last = got
 				}
-			}
-		})
+			})
+		}
 		vals := rawValues(sz.n, cell)
 		keys := rawKeys(fmt.Sprintf("rawget%d:", sz.size), sz.n)
 		if err := pipelinedSet(ctx, raw, keys, vals); err != nil {
