@@ -12,6 +12,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/codec"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -330,6 +331,16 @@ func rowsOf[T int64 | int32 | float32 | float64 | bool](t testing.TB, col tq.Col
 		t.Fatalf("RowsAs: %v (kind %v)", err, col.Kind())
 	}
 	return rows
+}
+
+// stackedOf is col's stacked tensor; another kind of column fails t.
+func stackedOf(t testing.TB, col tq.Column) codec.Tensor {
+	t.Helper()
+	x, ok := col.Tensor()
+	if !ok {
+		t.Fatalf("column kind %v, want stacked", col.Kind())
+	}
+	return x
 }
 
 // flat returns a tensor column's elements as one []T.

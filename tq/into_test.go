@@ -14,9 +14,9 @@ import (
 // dataStart is where a stacked column's bytes begin.
 func dataStart(t *testing.T, col tq.Column) *byte {
 	t.Helper()
-	x, ok := col.Tensor()
-	if !ok || len(x.Data) == 0 {
-		t.Fatalf("column of kind %v, want a stacked one with data", col.Kind())
+	x := stackedOf(t, col)
+	if len(x.Data) == 0 {
+		t.Fatal("stacked column without data")
 	}
 	return unsafe.SliceData(x.Data)
 }

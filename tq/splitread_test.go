@@ -62,14 +62,7 @@ func TestStackedReadOtherEncodings(t *testing.T) {
 	if err := st.Put(ctx, cellKey(1), [][]byte{alt}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.BatchGet(ctx, "p", keys, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, ok := got["x"].Tensor()
-	if !ok {
-		t.Fatalf("column kind %v, want stacked", got["x"].Kind())
-	}
+	x := stackedOf(t, mustGet(t, c, "p", keys, "x")["x"])
 	vals, err := codec.View[float32](x)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +81,7 @@ func TestStackedReadOtherEncodings(t *testing.T) {
 	if err := st.Put(ctx, cellKey(2), [][]byte{other}); err != nil {
 		t.Fatal(err)
 	}
-	got, err = c.BatchGet(ctx, "p", keys, "x")
+	got, err := c.BatchGet(ctx, "p", keys, "x")
 	if err != nil {
 		t.Fatal(err)
 	}

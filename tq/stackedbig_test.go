@@ -101,14 +101,7 @@ func testLargeStackedRead(t *testing.T, st *memory.Store, engine backends.Backen
 			runtime.KeepAlive(junk)
 		}
 		runtime.GC()
-		got, err := c.BatchGet(ctx, "p", keys, "x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		x, ok := got["x"].Tensor()
-		if !ok {
-			t.Fatalf("column kind %v, want stacked", got["x"].Kind())
-		}
+		x := stackedOf(t, mustGet(t, c, "p", keys, "x")["x"])
 		vals, err := codec.View[uint32](codec.Tensor{DType: codec.Uint32, Shape: []int64{n * d}, Data: x.Data})
 		if err != nil {
 			t.Fatal(err)
