@@ -198,8 +198,9 @@ func viewBytes[T Element](b []byte) []T {
 }
 
 // AlignedFor reports whether b starts where elements of itemSize bytes (a
-// DType's ItemSize) can be viewed in place: at a multiple of their
-// alignment, which is the item size up to 8 bytes. View copies otherwise.
+// DType's ItemSize) can be viewed in place: at a multiple of the item size
+// up to 8 bytes. That is what View needs for every dtype (complex64, whose
+// parts are 4-byte floats, needs only 4); View copies otherwise.
 func AlignedFor(b []byte, itemSize int) bool {
 	align := uintptr(min(max(itemSize, 1), 8))
 	return len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%align == 0
