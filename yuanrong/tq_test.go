@@ -11,6 +11,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/tq"
+	"github.com/tqgo/tqgo/tq/tqtest"
 	"github.com/tqgo/tqgo/yuanrong"
 )
 
@@ -220,4 +221,17 @@ func TestTQBatchesAtKeyLimits(t *testing.T) {
 	if !slices.Equal(creates, want) || !slices.Equal(publishes, want) || !slices.Equal(gets, want) {
 		t.Fatalf("creates %v publishes %v gets %v, want %v each", creates, publishes, gets, want)
 	}
+}
+
+func TestClientConformance(t *testing.T) {
+	tqtest.Run(t, func(t *testing.T) tqtest.Engine {
+		data := newBackend(t, yuanrong.NewLocal(), yuanrong.WithPutKeysLimit(7), yuanrong.WithGetClearKeysLimit(5))
+		meta := memory.NewMetaStore()
+		t.Cleanup(func() { _ = meta.Close() })
+		return tqtest.Engine{
+			Open: func(t *testing.T) *tq.Client { return newTQ(t, data, meta) },
+			Data: data,
+			Meta: meta,
+		}
+	})
 }

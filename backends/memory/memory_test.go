@@ -6,6 +6,8 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/tq"
+	"github.com/tqgo/tqgo/tq/tqtest"
 )
 
 func TestConformance(t *testing.T) {
@@ -21,5 +23,24 @@ func TestMetaConformance(t *testing.T) {
 		m := memory.NewMetaStore()
 		t.Cleanup(func() { _ = m.Close() })
 		return m
+	})
+}
+
+func TestClientConformance(t *testing.T) {
+	tqtest.Run(t, func(t *testing.T) tqtest.Engine {
+		data, meta := memory.New(), memory.NewMetaStore()
+		t.Cleanup(func() { _ = data.Close(); _ = meta.Close() })
+		return tqtest.Engine{
+			Open: func(t *testing.T) *tq.Client {
+				c, err := tq.New(data, meta)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			},
+			Data: data,
+			Meta: meta,
+		}
 	})
 }

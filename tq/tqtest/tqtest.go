@@ -1,0 +1,46 @@
+package tqtest
+
+import (
+	"testing"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// Engine is one storage engine under test. Every client Open returns
+// shares the engine's store, as processes sharing one server do, so a
+// test can write with one client and read with another.
+type Engine struct {
+	// Open returns a new client over the engine's store; Open closes it
+	// when t ends.
+	Open func(t *testing.T) *tq.Client
+	// Data and Meta are the engine's data backend and metadata store
+	// themselves (not a client's), for tests that reach under the client:
+	// to tamper with a stored cell, or to look at a row's generations.
+	Data backends.Backend
+	Meta backends.MetaStore
+}
+
+// Run runs the suite, one subtest per rule, each on a fresh Engine from
+// newEngine.
+func Run(t *testing.T, newEngine func(t *testing.T) Engine) {
+	t.Helper()
+	for _, c := range cases() {
+		t.Run(c.name, func(t *testing.T) { c.run(t, newEngine(t)) })
+	}
+}
+
+// testCase is one rule of the suite.
+type testCase struct {
+	name string
+	run  func(t *testing.T, e Engine)
+}
+
+// cases lists every rule; each file of the suite contributes its own.
+func cases() []testCase {
+	var all []testCase
+	all = append(all, tagCases()...)
+	all = append(all, readCases()...)
+	all = append(all, byMetaCases()...)
+	return all
+}
