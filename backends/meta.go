@@ -105,11 +105,15 @@ type MetaStore interface {
 	// keys or fields are allowed (a tag-only write reserves no generation).
 	Prepare(ctx context.Context, partition string, keys, fields []string) ([]Reservation, error)
 	// Commit applies updates atomically. It returns ErrConflict, applying
-	// nothing, if a row was cleared or re-indexed since Prepare. An error
-	// whose outcome is unknown (the store may have applied the commit
-	// before the reply was lost) must wrap context.DeadlineExceeded or have
-	// a Timeout() bool method reporting true; any other error means nothing
-	// was applied.
+	// nothing, if a row was cleared or re-indexed since Prepare. A store
+	// that lost the reply to a request settles the outcome before it
+	// returns (a store over a network asks again and makes sure a copy of
+	// the request still on its way cannot apply later); only when it
+	// cannot does it return an error matching ErrOutcomeUnknown. Any
+	// other error means nothing was applied. The same holds for Delete
+	// and DeletePartition. Prepare's errors never match ErrOutcomeUnknown:
+	// a Prepare whose outcome is unknown reserved at most rows that stay
+	// invisible.
 	Commit(ctx context.Context, partition string, updates []RowUpdate) (CommitResult, error)
 	// Lookup returns the committed row of each key, or nil for a key that is
 	// unknown or not yet committed. An unknown partition gives all nils.

@@ -11,8 +11,9 @@ import (
 )
 
 // lostCommitMeta: the first Commit is not applied and reports a timeout
-// (outcome unknown); before it returns, another writer clears the row and
-// writes it again (a new row, a new index, the same field generation 0).
+// (settled: nothing applied); before it returns, another writer clears the
+// row and writes it again (a new row, a new index, the same field
+// generation 0).
 type lostCommitMeta struct {
 	backends.MetaStore
 	hook func()
@@ -30,8 +31,8 @@ func (m *lostCommitMeta) Commit(ctx context.Context, partition string, updates [
 
 // A put whose commit timed out without being applied must not be taken for
 // applied because a *different* row (same key, re-created with another
-// index) happens to hold the same generation of the field: the put must
-// fail and delete its cells, not report success and leak them.
+// index) holds the same generation of the field: the put must fail and
+// delete its cells, not report success and leak them.
 func TestCommitOutcomeChecksRowIndex(t *testing.T) {
 	ctx := context.Background()
 	inner := memory.NewMetaStore()

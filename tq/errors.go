@@ -23,6 +23,15 @@ var (
 	// by another caller meanwhile; nothing of the put was kept. Retry if the
 	// row should exist.
 	ErrConflict = backends.ErrConflict
+	// ErrOutcomeUnknown: a write (BatchPut, Put, Clear, ClearPartition)
+	// whose metadata request went out but whose reply was lost, and that
+	// the engine could not settle afterwards (the server stayed out of
+	// reach), or, with an engine's replication requirement, that applied
+	// with too few replicas. The write is either whole or absent; nothing
+	// it may reference was deleted. Look the rows up (List, Lookup,
+	// BatchGet) once the engine is back to learn which. Every other error
+	// of a write means nothing of it is visible.
+	ErrOutcomeUnknown = backends.ErrOutcomeUnknown
 )
 
 // KeyError names the key (and field) a call failed on.

@@ -3,29 +3,32 @@ package tq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
 	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/codec"
 	"github.com/tqgo/tqgo/tq"
 )
 
-// A Commit the store applied but whose reply was lost (a timeout waiting
-// for it) is a successful put: the row must stay readable, not be rolled
-// back into a listed row whose bytes are gone.
+// A Commit the store applied but could not confirm (its reply lost, and
+// settling it failed: ErrOutcomeUnknown) fails the put with
+// ErrOutcomeUnknown and keeps its cells: the row must stay readable, not
+// be rolled back into a listed row whose bytes are gone.
 func TestCommitAppliedDespiteError(t *testing.T) {
 	ctx := context.Background()
 	meta := newMetaSpy()
 	st := memory.New()
 	c := newClient(t, st, meta)
 	keys := keysN("k", 4)
-	meta.appliedErr = context.DeadlineExceeded
+	meta.appliedErr = fmt.Errorf("%w: reply lost", backends.ErrOutcomeUnknown)
 	err := c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](10, 4))}, nil)
-	if err != nil {
-		t.Fatalf("put whose commit was applied: %v", err)
+	if !errors.Is(err, tq.ErrOutcomeUnknown) {
+		t.Fatalf("put whose commit outcome is unknown: %v, want ErrOutcomeUnknown", err)
 	}
 	meta.appliedErr = nil
 	got := flat[int64](t, mustGet(t, c, "p", keys, "x")["x"])
@@ -37,8 +40,8 @@ func TestCommitAppliedDespiteError(t *testing.T) {
 	}
 }
 
-// A Commit that failed without applying (the same error, nothing applied)
-// still rolls the put back completely.
+// A Commit that failed without applying (any error but ErrOutcomeUnknown,
+// a timeout included: the store settled it) rolls the put back completely.
 func TestCommitNotAppliedRollsBack(t *testing.T) {
 	ctx := context.Background()
 	meta := newMetaSpy()

@@ -231,57 +231,19 @@ func (w *write) orderFields(batch Batch) int {
 	return nSplit
 }
 
-// commitFailed decides what a failed Commit means. Only a timeout leaves
-// the outcome unknown (the store may have applied the commit before the
-// reply was lost, see backends.MetaStore.Commit); then the rows are looked
-// up: if they (the same rows, by index) reference this write's cells the
-// put succeeded and its bytes must stay; if they do not, roll back; if the
-// lookup fails too, keep the bytes (unreferenced garbage at worst, never a
-// listed row whose data is gone) and return the error. Any other error
-// applied nothing: roll back.
+// commitFailed decides what a failed Commit means. The store settles a
+// lost reply itself (see backends.MetaStore.Commit): an error that does
+// not match ErrOutcomeUnknown applied nothing, so this write's cells are
+// deleted. One that does may have applied: the cells stay (unreferenced
+// garbage at worst, for Reclaim; never a listed row whose data is gone)
+// and the caller learns that the outcome is unknown.
 func (w *write) commitFailed(err error) error {
-	if !outcomeUnknown(err) {
+	if !errors.Is(err, ErrOutcomeUnknown) {
 		w.rollback(err)
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	rows, lerr := w.c.meta.Lookup(ctx, w.partition, w.keys)
-	if lerr != nil {
-		w.c.opts.logger.Warn("tq: commit outcome unknown; keeping this put's cells", "partition", w.partition, "err", err, "lookup", lerr)
-		return err
-	}
-	n := len(w.keys)
-	applied := false
-	var stale []backends.Ref
-	for i, r := range rows {
-		for fi, f := range w.fields {
-			info := w.infos[fi*n+i]
-			cur, ok := backends.FieldInfo{}, false
-			if r != nil && r.Index == w.res[i].Index {
-				// Another index: the key was cleared and made anew, and
-				// that row's generations say nothing about this write.
-				cur, ok = r.Fields[f]
-			}
-			switch {
-			case ok && cur.Gen == info.Gen:
-				applied = true
-			case ok && cur.Gen > info.Gen:
-				stale = append(stale, backends.Ref{Index: w.res[i].Index, Field: f, Gen: info.Gen, Tag: info.BackendTag})
-			}
-		}
-	}
-	if !applied {
-		w.rollback(err)
-		return err
-	}
-	// Commits are atomic, so all of it was applied: the put succeeded. The
-	// generations it replaced are unknown here and stay as garbage.
-	w.c.opts.logger.Warn("tq: commit reported an error but was applied", "partition", w.partition, "err", err)
-	if len(stale) > 0 {
-		w.c.deleteRefs(stale, "cells a newer write replaced")
-	}
-	return nil
+	w.c.opts.logger.Warn("tq: commit outcome unknown; keeping this put's cells", "partition", w.partition, "keys", len(w.keys), "err", err)
+	return err
 }
 
 func maxLen(ss []string) int {
@@ -290,13 +252,6 @@ func maxLen(ss []string) int {
 		m = max(m, len(s))
 	}
 	return m
-}
-
-// outcomeUnknown: the error is a timeout, after which the request may have
-// been applied.
-func outcomeUnknown(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout()
 }
 
 // cellInfo is the metadata of one cell's value.

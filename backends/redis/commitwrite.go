@@ -26,7 +26,7 @@ var _ backends.CommitWriter = (*Store)(nil)
 func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, keys []string, heads, bodies [][]byte, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
 	m, own := meta.(*Meta)
 	raw := s.rawPool()
-	if !own || m != s.meta || raw == nil || s.cluster || len(keys) == 0 || len(bodies) != len(keys) || len(heads) != len(keys) ||
+	if !own || m != s.meta || raw == nil || s.cluster || s.opts.replicas > 0 || len(keys) == 0 || len(bodies) != len(keys) || len(heads) != len(keys) ||
 		len(s.rounds(len(keys), s.opts.writeRoundBytes, 1, func(i int) int { return len(heads[i]) + len(bodies[i]) })) != 1 {
 		if err := s.PutSplit(ctx, keys, heads, bodies); err != nil {
 			return backends.CommitResult{}, err

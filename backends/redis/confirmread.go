@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	"github.com/tqgo/tqgo/backends"
@@ -100,11 +99,11 @@ func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, 
 	// early or late, a committed cell is the same).
 	lead := &leadRead{
 		add: func(req request) request {
-			req = req.array(3 + len(skeys) + 4).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))
+			req = req.array(3 + len(skeys) + 2).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))
 			for _, k := range skeys {
 				req = req.str(k)
 			}
-			return req.str(t.epoch).str(strconv.FormatInt(t.n, 10)).str("0").str(t.partition)
+			return req.str(t.epoch).str(strconv.FormatInt(t.n, 10))
 		},
 		reply: func(c *rawConn) error {
 			v, err := c.value(0)
@@ -124,9 +123,6 @@ func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, 
 	reply, ok := log.([]any)
 	if !ok {
 		return false, nil // a script error: let the caller look the rows up
-	}
-	if len(reply) < 3 {
-		return false, s.wrap(ctx, "get", fmt.Errorf("%w: log reply %v", ErrCorrupt, reply))
 	}
 	moved, err := m.catchUp(t.v, t.era, reply)
 	if err != nil {

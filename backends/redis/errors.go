@@ -8,8 +8,11 @@ import (
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
 )
 
 // Sentinel errors. Every error of a failed call to the server is an *Error
@@ -33,7 +36,43 @@ var (
 	// ErrContention: a metadata write gave up after other writers of the
 	// partition came first in each of its many attempts.
 	ErrContention = errors.New("redis: metadata write contention")
+	// ErrNotReplicated: a metadata write applied on the master, but fewer
+	// replicas than WithReplicas asks for acknowledged it in time. The
+	// error also matches backends.ErrOutcomeUnknown: a failover may still
+	// lose the write.
+	ErrNotReplicated = errors.New("redis: write not acknowledged by enough replicas")
 )
+
+// unknownOutcome marks a metadata write that may or may not have been
+// applied, after the engine could not settle it: it matches
+// backends.ErrOutcomeUnknown (and tq.ErrOutcomeUnknown) besides its cause.
+type unknownOutcome struct{ err error }
+
+func (e *unknownOutcome) Error() string {
+	return "outcome unknown: " + e.err.Error()
+}
+func (e *unknownOutcome) Unwrap() error { return e.err }
+func (e *unknownOutcome) Is(target error) bool {
+	return target == backends.ErrOutcomeUnknown
+}
+
+// notReplicated is a write that applied but that too few replicas
+// acknowledged; it matches ErrNotReplicated.
+type notReplicated struct {
+	want    int
+	got     int64
+	timeout time.Duration
+	err     error // the WAIT's own failure, if any
+}
+
+func (e *notReplicated) Error() string {
+	if e.err != nil {
+		return fmt.Sprintf("%v: WAIT %d failed: %v", ErrNotReplicated, e.want, e.err)
+	}
+	return fmt.Sprintf("%v: %d of %d replicas within %v", ErrNotReplicated, e.got, e.want, e.timeout)
+}
+func (e *notReplicated) Unwrap() error        { return e.err }
+func (e *notReplicated) Is(target error) bool { return target == ErrNotReplicated }
 
 // Error is a failed call to the server: the operation, the address of the
 // server (or the cluster's seed addresses) and the cause.

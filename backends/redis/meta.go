@@ -104,13 +104,13 @@ var partEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // partKeys are the key names of one partition (see scripts.go).
 type partKeys struct {
-	l, e, n string
+	l, e, h, n, x string
 }
 
 func (m *Meta) keys(partition string) partKeys {
 	p := m.s.opts.prefix
 	base := p + ":{" + p + ":" + partEscaper.Replace(partition) + "}"
-	return partKeys{l: base + ":l", e: base + ":e", n: base + ":n"}
+	return partKeys{l: base + ":l", e: base + ":e", h: base + ":h", n: base + ":n", x: base + ":x"}
 }
 
 func (m *Meta) counterKeys() (next, parts string) {
@@ -125,15 +125,24 @@ func newEpoch() string {
 }
 
 // change is what a write computed against a view: the record to append
-// ("" for none: the write only checks that the view was current), the
-// indexes a Prepare draws, the change in committed rows, and how to apply
-// it to the view (with the base of the drawn indexes).
+// (empty for none: the write only checks that the view was current; else
+// built with an id slot, see record.go), the indexes a Prepare draws, the
+// change in committed rows, and how to apply it to the view (with the
+// base of the drawn indexes).
 type change struct {
 	record  []byte
 	drop    bool // the change empties the partition: delete its log
 	need    int64
 	delta   int64
 	install func(base uint64)
+}
+
+// pos is where a view was when a write was computed against it.
+type pos struct {
+	epoch string
+	n     int64
+	head  string
+	era   uint64
 }
 
 // write runs compute against the partition's view and appends its record,
@@ -150,19 +159,30 @@ func (m *Meta) write(ctx context.Context, op, partition string, compute func(v *
 type appendRunner func(ctx context.Context, keys []string, args ...any) ([]any, error)
 
 // writeVia is write with the first attempt's script run by first.
+//
+// Every attempt of one write carries the same id in its record. The log
+// accepts a record only at the position the attempt was computed for, so
+// at most one attempt applies, and a resent attempt (go-redis resends a
+// command whose reply it lost) finds its own record in the reply and
+// counts as applied. An attempt that fails without a reply is settled
+// (see settle) before writeVia returns: only when that fails too is the
+// error one of unknown outcome.
 func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(v *view) (change, error), first appendRunner) (uint64, error) {
 	pk := m.keys(partition)
 	inline := !m.s.cluster
-	skeys := []string{pk.l, pk.e, pk.n}
+	skeys := []string{pk.l, pk.e, pk.h, pk.n, pk.x}
+	inlineArg := "0"
 	if inline {
 		next, parts := m.counterKeys()
 		skeys = append(skeys, next, parts)
+		inlineArg = "1"
 	}
+	id := newID()
 	v := m.view(partition)
 	var rangeBase, rangeLen int64 // indexes reserved on a Cluster
 	for attempt := 0; ; attempt++ {
 		v.mu.Lock()
-		epoch, want, era := v.epoch, v.n, v.era
+		at := pos{epoch: v.epoch, n: v.n, head: v.head, era: v.era}
 		ch, cerr := compute(v)
 		v.mu.Unlock()
 		if cerr != nil && !errors.Is(cerr, backends.ErrConflict) {
@@ -181,10 +201,13 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 		}
 		m.s.computed()
 		newE := ""
-		if epoch == "" || (len(ch.record) > 0 && ch.record[0] == recSnapshot) {
+		if at.epoch == "" || (len(ch.record) > 0 && ch.record[0] == recSnapshot) {
 			newE = newEpoch()
 		}
 		run := m.runAppend
+		if m.s.opts.replicas > 0 && op != "prepare" && op != "compact" {
+			run = m.runAppendReplicated
+		}
 		if attempt == 0 && first != nil {
 			run = first
 		}
@@ -192,18 +215,39 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 		if ch.drop {
 			drop = "1"
 		}
-		reply, err := run(ctx, skeys, epoch, want, newE,
-			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), ch.need, base, ch.delta, partition, drop)
+		if len(ch.record) > 0 {
+			setID(ch.record, id)
+		}
+		reply, err := run(ctx, skeys, at.epoch, at.n, at.head, newE,
+			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), id, ch.need, base, ch.delta, partition, drop, inlineArg)
+		var cause error // the failure a settled reply answers
 		if err != nil {
-			return 0, m.s.wrap(ctx, op, err)
+			var short *notReplicated
+			switch {
+			case errors.As(err, &short):
+				return 0, &unknownOutcome{m.s.wrap(ctx, op, err)}
+			case len(ch.record) == 0 && !ch.drop:
+				return 0, m.s.wrap(ctx, op, err) // a check only: nothing to apply
+			}
+			cause = err
+			if reply, err = m.settle(partition, at, id, cause); err != nil {
+				if op == "prepare" {
+					return 0, m.s.wrap(ctx, op, err) // reserved rows, if any, stay invisible
+				}
+				return 0, &unknownOutcome{m.s.wrap(ctx, op, err)}
+			}
 		}
 		status, ok := replyString(reply, 0)
-		if !ok || len(reply) < 3 {
+		if !ok {
 			return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
 		}
-		cur, _ := replyString(reply, 1)
 		switch status {
 		case "ok":
+			if len(reply) < 4 {
+				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
+			}
+			cur, _ := replyString(reply, 1)
+			head, _ := replyString(reply, 3)
 			b, ok := reply[2].(int64)
 			if !ok || b < 0 {
 				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied base %v", ErrCorrupt, reply[2]))
@@ -212,7 +256,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				return 0, cerr
 			}
 			v.mu.Lock()
-			if v.epoch == epoch && v.n == want && v.era == era {
+			if v.epoch == at.epoch && v.n == at.n && v.era == at.era && v.head == at.head {
 				// Nobody moved the view since compute: apply the change
 				// (else a catch-up that fetched the record applied it).
 				switch {
@@ -220,7 +264,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 					v.reset("")
 				case len(ch.record) > 0:
 					ch.install(uint64(b))
-					v.epoch, v.n = cur, want+1
+					v.epoch, v.n, v.head = cur, at.n+1, head
 					if ch.record[0] == recSnapshot {
 						v.n = 1
 					}
@@ -232,14 +276,41 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				m.compact(ctx, partition)
 			}
 			return uint64(b), nil
-		case "stale":
-			if len(reply) < 4 {
+		case "dropped":
+			// This write deleted the log (a resent drop, or one settled).
+			v.mu.Lock()
+			if v.epoch == at.epoch && v.n == at.n && v.era == at.era {
+				v.reset("")
+			}
+			v.mu.Unlock()
+			return 0, nil
+		case "fenced":
+			return 0, m.s.wrap(ctx, op, cause) // it did not apply, and never will
+		case "stale", "moved":
+			if len(reply) < 5 {
 				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
+			}
+			if own := ownRecord(reply[4], id); own != "" {
+				// An attempt of this write applied (sent twice, or its
+				// reply lost): its record stands where it was computed.
+				var b uint64
+				if own[0] == recPrepare {
+					var err error
+					if b, _, _, err = readPrepare(unsafeBytes(own)); err != nil {
+						return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: %v", ErrCorrupt, err))
+					}
+				}
+				_, _ = m.catchUp(v, at.era, reply[1:]) // replays it; a failure leaves the view to be read again
+				return b, nil
 			}
 			// Whether the view caught up or moved on meanwhile, the next
 			// attempt computes against what it holds then.
-			if _, err := m.catchUp(v, era, reply[1:]); err != nil {
+			if _, err := m.catchUp(v, at.era, reply[1:]); err != nil {
 				return 0, m.s.wrap(ctx, op, err)
+			}
+			if status == "moved" {
+				// The log moved past where the write could apply.
+				return 0, m.s.wrap(ctx, op, cause)
 			}
 			if attempt+1 >= maxWriteAttempts {
 				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: %d attempts on partition %q", ErrContention, maxWriteAttempts, partition))
@@ -256,9 +327,86 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 	}
 }
 
+// ownRecord returns the record of recs (a reply's list of records) that
+// carries the write id, or "".
+func ownRecord(recs any, id string) string {
+	list, _ := recs.([]any)
+	for _, r := range list {
+		if s, ok := r.(string); ok && len(s) >= bodyAt && s[0] != recFence && s[1:bodyAt] == id {
+			return s
+		}
+	}
+	return ""
+}
+
+// settleTimeout bounds settle, which runs even when the caller's context
+// is done: a write must not be left unsettled for that.
+const settleTimeout = 10 * time.Second
+
+// settle finds out what became of a write computed at at, with id, whose
+// append failed without a reply (cause): fenceScript either finds the
+// write's record or makes sure it can never be appended. It returns the
+// script's reply, or an error (wrapping cause) when the server cannot be
+// asked.
+func (m *Meta) settle(partition string, at pos, id string, cause error) ([]any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	pk := m.keys(partition)
+	reply, err := fenceScript.Run(ctx, m.s.client, []string{pk.l, pk.e, pk.h, pk.x},
+		at.epoch, at.n, at.head, id, newID(), newEpoch()).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("%w; settling its outcome failed: %w", cause, err)
+	}
+	return reply, nil
+}
+
 // runAppend runs appendScript through the client.
 func (m *Meta) runAppend(ctx context.Context, keys []string, args ...any) ([]any, error) {
 	return appendScript.Run(ctx, m.s.client, keys, args...).Slice()
+}
+
+// runAppendReplicated runs appendScript and then WAIT on the same
+// connection (WithReplicas): WAIT counts the replicas that acknowledged
+// every write the connection made, and since replication is one ordered
+// stream, a commit acknowledged carries the cells written before it. An
+// append that applied with too few acknowledgements returns a
+// *notReplicated error.
+func (m *Meta) runAppendReplicated(ctx context.Context, keys []string, args ...any) ([]any, error) {
+	node, err := m.s.nodeFor(ctx, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	want, timeout := m.s.opts.replicas, m.s.opts.replicaTimeout
+	for try := 0; ; try++ {
+		pipe := node.Pipeline()
+		ev := pipe.EvalSha(ctx, appendScript.Hash(), keys, args...)
+		wait := pipe.Do(ctx, "WAIT", want, timeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		if err := ev.Err(); err != nil {
+			if try == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+				if err := appendScript.Load(ctx, node).Err(); err != nil {
+					return nil, err
+				}
+				continue // nothing ran: send it again with the script loaded
+			}
+			return nil, err
+		}
+		reply, err := ev.Slice()
+		if err != nil {
+			return nil, err
+		}
+		if status, _ := replyString(reply, 0); status != "ok" {
+			return reply, nil // nothing was written: nothing to wait for
+		}
+		got, err := wait.Int64()
+		if err != nil {
+			return nil, &notReplicated{want: want, err: err}
+		}
+		if got < int64(want) {
+			return nil, &notReplicated{want: want, got: got, timeout: timeout}
+		}
+		return reply, nil
+	}
 }
 
 // compact replaces a long log with a snapshot of the view. It is an
@@ -276,35 +424,39 @@ func (m *Meta) compact(ctx context.Context, partition string) {
 	})
 }
 
-// logReply decodes a reply {epoch, from, records}.
-func logReply(reply []any) (epoch string, from int64, recs []string, _ error) {
+// logReply decodes a reply {epoch, from, head, records}.
+func logReply(reply []any) (epoch string, from int64, head string, recs []string, _ error) {
+	if len(reply) < 4 {
+		return "", 0, "", nil, fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
+	}
 	epoch, ok1 := replyString(reply, 0)
 	from, ok2 := reply[1].(int64)
-	raw, ok3 := reply[2].([]any)
-	if !ok1 || !ok2 || !ok3 || from < 0 {
-		return "", 0, nil, fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
+	head, ok3 := replyString(reply, 2)
+	raw, ok4 := reply[3].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 || from < 0 {
+		return "", 0, "", nil, fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
 	}
 	recs = make([]string, len(raw))
 	for i, r := range raw {
 		s, ok := r.(string)
 		if !ok {
-			return "", 0, nil, fmt.Errorf("%w: log record of type %T", ErrCorrupt, r)
+			return "", 0, "", nil, fmt.Errorf("%w: log record of type %T", ErrCorrupt, r)
 		}
 		recs[i] = s
 	}
-	return epoch, from, recs, nil
+	return epoch, from, head, recs, nil
 }
 
-// catchUp applies a reply {epoch, from, records}, asked for when v was in
-// era, to v (see view.catchUp).
+// catchUp applies a reply {epoch, from, head, records}, asked for when v
+// was in era, to v (see view.catchUp).
 func (m *Meta) catchUp(v *view, era uint64, reply []any) (moved bool, _ error) {
-	epoch, from, recs, err := logReply(reply)
+	epoch, from, head, recs, err := logReply(reply)
 	if err != nil {
 		return false, err
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.catchUp(era, epoch, from, recs)
+	return v.catchUp(era, epoch, from, head, recs)
 }
 
 func replyString(reply []any, i int) (string, bool) {
@@ -322,12 +474,7 @@ const maxReadAttempts = 16
 // readKeys are the keys readScript takes.
 func (m *Meta) readKeys(partition string) []string {
 	pk := m.keys(partition)
-	skeys := []string{pk.l, pk.e, pk.n}
-	if !m.s.cluster {
-		_, parts := m.counterKeys()
-		skeys = append(skeys, parts)
-	}
-	return skeys
+	return []string{pk.l, pk.e, pk.h}
 }
 
 // read brings the partition's view up to date and returns it.
@@ -338,10 +485,7 @@ func (m *Meta) read(ctx context.Context, op, partition string) (*view, error) {
 		v.mu.Lock()
 		epoch, from, era := v.epoch, v.n, v.era
 		v.mu.Unlock()
-		reply, err := readScript.Run(ctx, m.s.client, skeys, epoch, from, "0", partition).Slice()
-		if err == nil && len(reply) < 3 {
-			err = fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
-		}
+		reply, err := readScript.Run(ctx, m.s.client, skeys, epoch, from).Slice()
 		var moved bool
 		if err == nil {
 			moved, err = m.catchUp(v, era, reply)
@@ -534,47 +678,26 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 	return d.rows, nil
 }
 
-// DeletePartition implements backends.MetaStore. The script deletes the
-// partition and replies with its whole log, from which the rows removed
-// are those of the view, if it holds a beginning of that log, with the
-// rest replayed, all under the view's lock (a view that moved meanwhile
-// says nothing about the log deleted); else those of the log replayed
-// afresh.
+// DeletePartition implements backends.MetaStore. It is a write like
+// any other: computed against the view (the committed rows it removes),
+// applied only if the log is still what the view replayed, and then it
+// deletes the log's keys. A resent delete finds its id in the partition's
+// x key and counts as applied.
 func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	reply, err := readScript.Run(ctx, m.s.client, m.readKeys(partition), badEpoch, 0, "1", partition).Slice()
-	if err == nil && len(reply) < 3 {
-		err = fmt.Errorf("%w: log reply %v", ErrCorrupt, reply)
-	}
-	var (
-		epoch string
-		recs  []string
-	)
-	if err == nil {
-		epoch, _, recs, err = logReply(reply)
-	}
-	if err != nil {
-		return nil, m.s.wrap(ctx, "delete partition", err)
-	}
-	v := m.view(partition)
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	src := v
-	if v.epoch != epoch || v.n > int64(len(recs)) {
-		src = newView()
-		src.epoch = epoch
-	}
-	if _, err := src.catchUp(src.era, epoch, 0, recs); err != nil {
-		return nil, m.s.wrap(ctx, "delete partition", err)
-	}
-	rows := src.committed()
-	if v.epoch == epoch {
-		v.reset("")
-	}
-	if len(rows) == 0 {
-		return nil, nil
+	var rows []*backends.Row
+	_, err := m.write(ctx, "delete partition", partition, func(v *view) (change, error) {
+		rows = nil
+		if v.epoch == "" && len(v.rows) == 0 {
+			return change{}, nil // no log as far as the view knows: check that
+		}
+		rows = v.committed()
+		return change{drop: true}, nil
+	})
+	if err != nil || len(rows) == 0 {
+		return nil, err
 	}
 	return rows, nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -59,6 +60,35 @@ var ownParams = map[string]func(string) (Option, error){
 	},
 }
 
+// DefaultReplicaTimeout is how long a metadata write waits for its
+// replicas when the URL gives replicas but no replica_timeout.
+const DefaultReplicaTimeout = time.Second
+
+// replicasParam reads replicas=N and replica_timeout=D (a Go duration,
+// default DefaultReplicaTimeout) from q, removing both; nil when neither
+// is given.
+func replicasParam(q url.Values) (Option, error) {
+	n, d := q.Get("replicas"), q.Get("replica_timeout")
+	q.Del("replicas")
+	q.Del("replica_timeout")
+	if n == "" && d == "" {
+		return nil, nil
+	}
+	count, timeout := 0, DefaultReplicaTimeout
+	var err error
+	if n != "" {
+		if count, err = strconv.Atoi(n); err != nil {
+			return nil, fmt.Errorf("%w: redis URL parameter replicas=%q: %v", backends.ErrInvalid, n, err)
+		}
+	}
+	if d != "" {
+		if timeout, err = time.ParseDuration(d); err != nil {
+			return nil, fmt.Errorf("%w: redis URL parameter replica_timeout=%q: %v", backends.ErrInvalid, d, err)
+		}
+	}
+	return WithReplicas(count, timeout), nil
+}
+
 // OpenURL connects to the Redis that rawURL names, checks that it answers
 // PING, and returns a Store (and, through Store.Meta, its metadata store)
 // that owns the client. See the package doc for the URL forms and
@@ -82,6 +112,11 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 		}
 		own = append(own, opt)
 		q.Del(name)
+	}
+	if opt, err := replicasParam(q); err != nil {
+		return nil, err
+	} else if opt != nil {
+		own = append(own, opt)
 	}
 	if err := o.apply(append(own, opts...)); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -37,6 +38,8 @@ type options struct {
 	addr            string // for error messages; "" means ask the client
 	clusterSafe     bool   // force the cluster-safe (two-step) metadata path
 	noDirect        bool   // never use the engine's own connections
+	replicas        int    // WAIT for this many replicas after each metadata write (0: none)
+	replicaTimeout  time.Duration
 	// roundHook, when set (tests), runs after each round GetSplit or
 	// PutSplit sends on its own connections ("get", "set"), and between a
 	// metadata write's computation and the script that appends it ("meta").
@@ -169,6 +172,28 @@ func WithAddr(addr string) Option {
 func WithDirectConnections(on bool) Option {
 	return func(o *options) error {
 		o.noDirect = !on
+		return nil
+	}
+}
+
+// WithReplicas makes an acknowledged metadata write (a put's commit, a
+// Clear, a ClearPartition) mean replicated: after each one the engine
+// sends WAIT n on the same connection, and a write that fewer than n
+// replicas acknowledged within timeout returns an error matching
+// backends.ErrOutcomeUnknown and ErrNotReplicated (the master applied it;
+// a failover may still lose it). Replication is one ordered stream, so a
+// commit acknowledged carries the cells written before it. Default 0: no
+// wait, and a failover to a replica that lags may lose acknowledged puts
+// (clients then detect that the log is not the one they replayed, and
+// read it again). A put with this option takes one more round trip: its
+// cells and commit no longer share a transaction. timeout must be
+// positive when n is (WAIT 0 would block forever).
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(o *options) error {
+		if n < 0 || (n > 0 && timeout <= 0) {
+			return fmt.Errorf("%w: redis replicas %d with timeout %v (want n >= 0 and, for n > 0, a positive timeout)", backends.ErrInvalid, n, timeout)
+		}
+		o.replicas, o.replicaTimeout = n, timeout
 		return nil
 	}
 }

@@ -38,16 +38,17 @@ func (h *afterScript) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 	return next
 }
 
-// readScriptArgs matches the inline read script (4 keys: l, e, n, parts)
-// with ARGV[3] (drop) equal to drop.
-func readScriptArgs(drop string) func(args []any) bool {
-	return func(args []any) bool {
-		if len(args) < 3+4+3 {
-			return false
-		}
-		nk, ok := args[2].(int)
-		return ok && nk == 4 && args[3+4+2] == drop
-	}
+// readScriptArgs matches the read script (3 keys: l, e, h; 2 arguments).
+func readScriptArgs(args []any) bool {
+	nk, ok := args[2].(int)
+	return ok && nk == 3 && len(args) == 3+3+2
+}
+
+// dropArgs matches an append that deletes the partition (ARGV[11] drop
+// "1"; 7 keys inline).
+func dropArgs(args []any) bool {
+	nk, ok := args[2].(int)
+	return ok && nk == 7 && len(args) >= 3+7+11 && args[3+7+10] == "1"
 }
 
 func commitOne(t *testing.T, m *redis.Meta, p string, keys ...string) {
@@ -74,7 +75,7 @@ func TestReadRacingOwnWrite(t *testing.T) {
 	m := s.Meta()
 	commitOne(t, m, "p", "a")
 	n := 0
-	h := &afterScript{match: readScriptArgs("0"), f: func() {
+	h := &afterScript{match: readScriptArgs, f: func() {
 		n++
 		if _, err := m.Prepare(ctx, "p", []string{"z" + strconv.Itoa(n)}, []string{"f"}); err != nil {
 			t.Errorf("concurrent Prepare: %v", err)
@@ -117,7 +118,7 @@ func TestDeletePartitionRacingRead(t *testing.T) {
 	s := open(t, srv.URL()+"?prefix=rvdrop")
 	m := s.Meta()
 	commitOne(t, m, "p", "a")
-	h := &afterScript{match: readScriptArgs("1"), f: func() {
+	h := &afterScript{match: dropArgs, f: func() {
 		if _, err := m.Lookup(ctx, "p", []string{"a"}); err != nil {
 			t.Errorf("concurrent Lookup: %v", err)
 		}
@@ -183,7 +184,7 @@ func TestReadRacingCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer redis.SetCompactAt(4)()
-	h := &afterScript{match: readScriptArgs("0"), f: func() {
+	h := &afterScript{match: readScriptArgs, f: func() {
 		// The 4th record: the writer compacts the log right after.
 		if _, err := m.Prepare(ctx, "p", []string{"c"}, []string{"f"}); err != nil {
 			t.Errorf("concurrent Prepare: %v", err)

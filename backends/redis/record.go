@@ -2,8 +2,11 @@ package redis
 
 import (
 	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 
@@ -13,17 +16,21 @@ import (
 )
 
 // A partition's metadata is a log of records (see scripts.go), each one
-// string: a kind byte, then msgpack.
+// string: a kind byte, the id of the write that made it (idLen lowercase
+// hex digits, random), then msgpack. LAYOUT.md gives the byte formats.
 //
-//	P<base>:[fields] [keys]        Prepare: keys new to the partition
+//	P<id><base>:[fields] [keys]    Prepare: keys new to the partition
 //	                               take base, base+1, ... in key order
 //	                               (the script writes <base>, decimal)
-//	C[tables] n (key index t tag)*n Commit: t is 0 (no fields) or the
+//	C<id>[tables] n (key index t tag)*n
+//	                               Commit: t is 0 (no fields) or the
 //	                               1-based field table of the row's update
-//	D[keys]                        Delete
-//	S[tables] n (key index gens t tag committed)*n
+//	D<id>[keys]                    Delete
+//	S<id>[tables] n (key index gens t tag committed)*n
 //	                               a snapshot of the whole partition,
 //	                               which replaces the log (compaction)
+//	F<id>                          a fence: changes nothing (see
+//	                               fenceScript)
 //
 // A field table is a field section (appendFields): fields in name order,
 // each [dtype, shape, gen, backend tag]. Rows of one put share their
@@ -35,7 +42,49 @@ const (
 	recCommit   = 'C'
 	recDelete   = 'D'
 	recSnapshot = 'S'
+	recFence    = 'F'
 )
+
+// idLen is the length of a record's id: 16 hex digits of a random uint64.
+const idLen = 16
+
+// bodyAt is where a record's body starts, after its kind and id.
+const bodyAt = 1 + idLen
+
+// newID returns a write's id: random, so that two writes never share one.
+func newID() string {
+	var b [idLen]byte
+	const digits = "0123456789abcdef"
+	x := rand.Uint64()
+	for i := range b {
+		b[i] = digits[x>>60]
+		x <<= 4
+	}
+	return string(b[:])
+}
+
+// setID writes id into rec's id slot (records are built with one).
+func setID(rec []byte, id string) {
+	copy(rec[1:bodyAt], id)
+}
+
+// recordID returns the id of a record as the log holds it.
+func recordID(rec string) (string, bool) {
+	if len(rec) < bodyAt {
+		return "", false
+	}
+	return rec[1:bodyAt], true
+}
+
+// chainHead is the head of a log after a record with id is appended to a
+// log whose head is head: the hex SHA-1 of head followed by id (the empty
+// log's head is ""). The scripts compute the same with redis.sha1hex.
+func chainHead(head, id string) string {
+	h := sha1.New()
+	h.Write([]byte(head))
+	h.Write([]byte(id))
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // appendFields appends the field section of a row, fields in name order.
 func appendFields(b []byte, fields map[string]backends.FieldInfo) []byte {
@@ -186,8 +235,8 @@ func (t *tableWriter) ref(fields map[string]backends.FieldInfo) uint64 {
 
 // record assembles kind, the tables and the rows' part.
 func (t *tableWriter) record(kind byte, rows []byte) []byte {
-	b := make([]byte, 0, 1+5+len(t.tables)+len(rows))
-	b = append(b, kind)
+	b := make([]byte, bodyAt, bodyAt+5+len(t.tables)+len(rows))
+	b[0] = kind
 	b = msgp.AppendArrayHeader(b, uint32(len(t.maps)))
 	b = append(b, t.tables...)
 	return append(b, rows...)
@@ -260,17 +309,18 @@ func readStrings(b []byte) ([]string, []byte, error) {
 }
 
 // prepareRecord is a Prepare's record as the client sends it: the script
-// puts the base of the new rows' indexes after the kind byte.
+// puts the base of the new rows' indexes after the id.
 func prepareRecord(keys, fields []string) []byte {
-	n := 2 + 5 + 5
+	n := bodyAt + 1 + 5 + 5
 	for _, f := range fields {
 		n += len(f) + 5
 	}
 	for _, k := range keys {
 		n += len(k) + 5
 	}
-	b := make([]byte, 0, n)
-	b = append(b, recPrepare, ':')
+	b := make([]byte, bodyAt, n)
+	b[0] = recPrepare
+	b = append(b, ':')
 	b = appendStrings(b, fields)
 	return appendStrings(b, keys)
 }
@@ -278,10 +328,10 @@ func prepareRecord(keys, fields []string) []byte {
 // readPrepare decodes a Prepare record as the log holds it.
 func readPrepare(rec []byte) (base uint64, keys, fields []string, err error) {
 	colon := bytes.IndexByte(rec, ':')
-	if colon < 2 {
+	if colon < bodyAt+1 {
 		return 0, nil, nil, fmt.Errorf("prepare record without base")
 	}
-	if base, err = strconv.ParseUint(string(rec[1:colon]), 10, 64); err != nil {
+	if base, err = strconv.ParseUint(string(rec[bodyAt:colon]), 10, 64); err != nil {
 		return 0, nil, nil, err
 	}
 	b := rec[colon+1:]
@@ -316,7 +366,7 @@ func commitRecord(updates []backends.RowUpdate) ([]byte, error) {
 }
 
 func readCommit(rec []byte) ([]backends.RowUpdate, error) {
-	tables, b, err := readTables(rec[1:])
+	tables, b, err := readTables(rec[bodyAt:])
 	if err != nil {
 		return nil, err
 	}
@@ -350,11 +400,16 @@ func readCommit(rec []byte) ([]backends.RowUpdate, error) {
 }
 
 func deleteRecord(keys []string) []byte {
-	return appendStrings([]byte{recDelete}, keys)
+	b := make([]byte, bodyAt, bodyAt+5+len(keys)*8)
+	b[0] = recDelete
+	return appendStrings(b, keys)
 }
 
+// fenceRecord is a fence as the log holds it.
+func fenceRecord(id string) string { return string(recFence) + id }
+
 func readDelete(rec []byte) ([]string, error) {
-	keys, b, err := readStrings(rec[1:])
+	keys, b, err := readStrings(rec[bodyAt:])
 	if err == nil && len(b) != 0 {
 		err = fmt.Errorf("%d trailing bytes", len(b))
 	}

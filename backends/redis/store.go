@@ -82,6 +82,18 @@ func newStore(client goredis.UniversalClient, o options, owned bool) *Store {
 	return s
 }
 
+// nodeFor returns a client of the one server that holds key, whose
+// pipelines run on one connection (WAIT counts that connection's writes).
+func (s *Store) nodeFor(ctx context.Context, key string) (*goredis.Client, error) {
+	switch c := s.client.(type) {
+	case *goredis.Client:
+		return c, nil
+	case *goredis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	}
+	return nil, fmt.Errorf("%w: WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", backends.ErrInvalid, s.client)
+}
+
 // Meta returns the metadata store kept in the same Redis, under the same
 // prefix. Closing it does not close the Store, nor the reverse.
 func (s *Store) Meta() *Meta { return s.meta }

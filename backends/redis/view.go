@@ -14,10 +14,11 @@ import (
 
 // view is one client's copy of a partition's state, rebuilt from the
 // partition's log: the state after the first n records of the log whose
-// epoch is epoch. Replaying a record is deterministic, so every client
-// that has applied the same records holds the same state, and a write
-// computed against a view at n is valid exactly when the log still has n
-// records (the append script checks that atomically).
+// epoch is epoch, and whose head (the chain of their ids, see chainHead)
+// is head. Replaying a record is deterministic, so every client that has
+// applied the same records holds the same state, and a write computed
+// against a view is valid exactly when the log still has that epoch,
+// length and head (the append script checks that atomically).
 //
 // The rules are backends/memory's: rows map keys to indexes and the next
 // generation of each field; a row is visible once committed.
@@ -25,6 +26,7 @@ type view struct {
 	mu    sync.Mutex // guards everything below
 	epoch string     // "" no log (a fresh partition); badEpoch: unknown
 	n     int64
+	head  string // the chain of the ids of the n records
 	rows  map[string]*metaRow
 	// era counts resets: a write installs its change only if the view is
 	// where the write computed it, same era (the same row objects) and n.
@@ -57,7 +59,7 @@ func newView() *view { return &view{rows: map[string]*metaRow{}} }
 // reset empties the view: epoch "" and no records is a partition with no
 // log; badEpoch makes the next read fetch the whole log.
 func (v *view) reset(epoch string) {
-	v.epoch, v.n, v.rows = epoch, 0, map[string]*metaRow{}
+	v.epoch, v.n, v.head, v.rows = epoch, 0, "", map[string]*metaRow{}
 	v.era++
 }
 
@@ -281,25 +283,49 @@ func (v *view) committed() []*backends.Row {
 }
 
 // catchUp applies records recs, which the log of epoch holds from
-// position from on, to a view that was in era when the records were asked
-// for. A view of the same log takes what it lacks (another goroutine may
-// have moved it past the reply already); a view still in era takes a
-// whole log (from 0) in place of its own. Otherwise the view moved to
-// another log since (a compaction, a delete, a reset) and moved is true:
-// the reply cannot tell which is newer, so the caller asks again. A
-// record that does not decode leaves the view to be read again in full.
-func (v *view) catchUp(era uint64, epoch string, from int64, recs []string) (moved bool, _ error) {
+// position from on and whose head is head, to a view that was in era when
+// the records were asked for. A view of the same log takes what it lacks
+// (another goroutine may have moved it past the reply already); a view
+// still in era takes a whole log (from 0) in place of its own. Otherwise
+// the view moved to another log since (a compaction, a delete, a reset)
+// and moved is true: the reply cannot tell which is newer, so the caller
+// asks again.
+//
+// The records must chain from the view's head to the log's: if they do
+// not, the log is not the one the view replayed (a replica promoted
+// before it had the view's last records, a log truncated or rewritten
+// with its epoch kept), and the view is reset to be read again in full
+// (moved is true). A record that does not decode, or a whole log whose
+// records do not chain to its head, leaves the view to be read again in
+// full and is an error.
+func (v *view) catchUp(era uint64, epoch string, from int64, head string, recs []string) (moved bool, _ error) {
 	switch {
 	case epoch == v.epoch && from <= v.n:
-		// The same log: the view has its first v.n records.
+		// The same epoch: the view should hold the log's first v.n records.
 	case from == 0 && v.era == era:
 		v.reset(epoch)
 	default:
 		return true, nil
 	}
 	skip := v.n - from
-	if skip >= int64(len(recs)) {
-		return false, nil
+	h := v.head
+	if skip <= int64(len(recs)) {
+		for _, rec := range recs[skip:] {
+			id, ok := recordID(rec)
+			if !ok {
+				v.reset(badEpoch)
+				return false, fmt.Errorf("%w: record %d of the partition's log has no id", ErrCorrupt, v.n)
+			}
+			h = chainHead(h, id)
+		}
+	}
+	if skip > int64(len(recs)) || h != head {
+		whole := v.n == 0 && from == 0
+		v.reset(badEpoch)
+		if whole {
+			return false, fmt.Errorf("%w: the partition's log does not chain to its head", ErrCorrupt)
+		}
+		return true, nil // not the log the view replayed: read it all again
 	}
 	for _, rec := range recs[skip:] {
 		if err := v.apply(rec); err != nil {
@@ -308,16 +334,21 @@ func (v *view) catchUp(era uint64, epoch string, from int64, recs []string) (mov
 		}
 		v.n++
 	}
+	v.head = head
 	return false, nil
 }
 
 // apply replays one record.
 func (v *view) apply(rec string) error {
-	if rec == "" {
-		return fmt.Errorf("empty record")
+	if len(rec) < bodyAt {
+		return fmt.Errorf("record of %d bytes", len(rec))
 	}
 	b := unsafeBytes(rec)
 	switch rec[0] {
+	case recFence:
+		if len(rec) != bodyAt {
+			return fmt.Errorf("fence of %d bytes", len(rec))
+		}
 	case recPrepare:
 		base, keys, fields, err := readPrepare(b)
 		if err != nil {
@@ -379,7 +410,7 @@ func (v *view) snapshot() ([]byte, error) {
 }
 
 func (v *view) readSnapshot(b []byte) error {
-	tables, b, err := readTables(b[1:])
+	tables, b, err := readTables(b[bodyAt:])
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,8 @@ import (
 //     rows, and the committed-row deltas add up to the committed rows.
 func FuzzViewApply(f *testing.F) {
 	pre := prepareRecord([]string{"a", "b"}, []string{"f"})
-	prep := "P7" + string(pre[1:])
+	setID(pre, newID())
+	prep := string(pre[:bodyAt]) + "7" + string(pre[bodyAt:])
 	com, _ := commitRecord([]backends.RowUpdate{
 		{Key: "a", Index: 7, Fields: map[string]backends.FieldInfo{"f": {DType: "u8", Shape: []int64{2}, Gen: 0, BackendTag: "t"}}, Tag: map[string]any{"i": int64(3), "s": "x"}},
 		{Key: "b", Index: 8, Tag: map[string]any{"b": true, "f": 0.5}},
@@ -40,11 +41,16 @@ func FuzzViewApply(f *testing.F) {
 		w.installCommit(c)
 	}
 	snap, _ := w.snapshot()
+	del := deleteRecord([]string{"a", "zz"})
+	for _, r := range [][]byte{com, snap, del} {
+		setID(r, newID())
+	}
+	id := "0123456789abcdef"
 
-	f.Add([]byte(prep), com, deleteRecord([]string{"a", "zz"}), []byte{0x00, 0x13, 0x21, 0x47, 0x02, 0x31, 0xa5, 0x0b})
-	f.Add(snap, []byte("P9:\x91\xa1f\x91\xa1c"), com, []byte{0x03, 0x20, 0x61, 0xff, 0x30, 0x0e, 0x13, 0x25})
-	f.Add([]byte("S\x90\x90"), []byte("C\x90\x91\xa1a\x01\x05\xc0"), []byte("D\x9f"), []byte{0x10, 0x07, 0x33, 0x01, 0x0f, 0x41, 0x52, 0x12, 0x63, 0x70})
-	f.Add([]byte("P1:\x90\x90"), []byte{}, []byte{}, []byte{})
+	f.Add([]byte(prep), com, del, []byte{0x00, 0x13, 0x21, 0x47, 0x02, 0x31, 0xa5, 0x0b})
+	f.Add(snap, []byte("P"+id+"9:\x91\xa1f\x91\xa1c"), com, []byte{0x03, 0x20, 0x61, 0xff, 0x30, 0x0e, 0x13, 0x25})
+	f.Add([]byte("S"+id+"\x90\x90"), []byte("C"+id+"\x90\x91\xa1a\x01\x05\xc0"), []byte("D"+id+"\x9f"), []byte{0x10, 0x07, 0x33, 0x01, 0x0f, 0x41, 0x52, 0x12, 0x63, 0x70})
+	f.Add([]byte("P"+id+"1:\x90\x90"), []byte("F"+id), []byte{}, []byte{})
 
 	f.Fuzz(func(t *testing.T, a, b, c, ops []byte) {
 		var recs []string
@@ -58,9 +64,19 @@ func FuzzViewApply(f *testing.F) {
 	})
 }
 
+// headOf is the head of a log of recs appended to one whose head is head
+// (see chainHead); the ids of records too short to have one count as "".
+func headOf(head string, recs []string) string {
+	for _, r := range recs {
+		id, _ := recordID(r)
+		head = chainHead(head, id)
+	}
+	return head
+}
+
 func replayRecords(t *testing.T, recs []string) {
 	v := newView()
-	_, err := v.catchUp(v.era, "e", 0, recs)
+	_, err := v.catchUp(v.era, "e", 0, headOf("", recs), recs)
 	if err != nil {
 		if !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("catchUp error %v does not match ErrCorrupt", err)
@@ -75,7 +91,7 @@ func replayRecords(t *testing.T, recs []string) {
 	}
 	one := newView()
 	for i, r := range recs {
-		if _, err := one.catchUp(one.era, "e", int64(i), []string{r}); err != nil {
+		if _, err := one.catchUp(one.era, "e", int64(i), headOf(one.head, []string{r}), []string{r}); err != nil {
 			t.Fatalf("record %d alone: %v; all at once: no error", i, err)
 		}
 	}
@@ -231,7 +247,11 @@ func roundTrip(t *testing.T, ops []byte) {
 	committed := int64(0)
 	replay := func(what string, rec []byte) {
 		t.Helper()
-		if _, err := r.catchUp(r.era, epoch, logN, []string{string(rec)}); err != nil {
+		head := headOf(r.head, []string{string(rec)})
+		if logN == 0 {
+			head = headOf("", []string{string(rec)})
+		}
+		if _, err := r.catchUp(r.era, epoch, logN, head, []string{string(rec)}); err != nil {
 			t.Fatalf("%s: replaying its own record: %v", what, err)
 		}
 		logN++
@@ -266,7 +286,8 @@ func roundTrip(t *testing.T, ops []byte) {
 			w.installPrepare(p, ks, fs, base)
 			p.setBase(base)
 			rec := prepareRecord(ks, fs)
-			replay("prepare", append([]byte("P"+strconv.FormatUint(base, 10)), rec[1:]...))
+			setID(rec, newID())
+			replay("prepare", append(append(rec[:bodyAt:bodyAt], strconv.FormatUint(base, 10)...), rec[bodyAt:]...))
 			for i, k := range ks {
 				x := r.rows[k]
 				if x == nil || x.index != p.res[i].Index {
@@ -344,6 +365,7 @@ func roundTrip(t *testing.T, ops []byte) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			setID(rec, newID())
 			c, err := w.commit("p", ups)
 			if err != nil {
 				if !errors.Is(err, backends.ErrConflict) {
@@ -366,16 +388,19 @@ func roundTrip(t *testing.T, ops []byte) {
 			}
 			w.installDelete(d)
 			committed -= int64(len(d.rows))
-			replay("delete", deleteRecord(d.keys))
+			rec := deleteRecord(d.keys)
+			setID(rec, newID())
+			replay("delete", rec)
 			check("delete")
 		case 3: // compaction
 			snap, err := w.snapshot()
 			if err != nil {
 				t.Fatal(err)
 			}
+			setID(snap, newID())
 			epoch, logN = "e"+strconv.Itoa(step+1), 0
 			fresh := newView()
-			if _, err := fresh.catchUp(fresh.era, epoch, 0, []string{string(snap)}); err != nil {
+			if _, err := fresh.catchUp(fresh.era, epoch, 0, headOf("", []string{string(snap)}), []string{string(snap)}); err != nil {
 				t.Fatalf("snapshot: %v", err)
 			}
 			if d := diffViews(w, fresh); d != "" {
