@@ -21,8 +21,9 @@ var _ backends.CommitWriter = (*Store)(nil)
 // runs every command it queued even when one fails at EXEC (an ACL changed
 // meanwhile, say), and the marker makes the commit apply only with its
 // cells. If the append finds the log moved on, the cells are written and
-// the commit computes again as Commit does. Otherwise it is PutSplit, then
-// meta.Commit.
+// the commit computes again as Commit does. Otherwise (a Cluster, the
+// engine's own connections off, WithReplicas, more than one round) it is
+// PutSplit, then meta.Commit.
 func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, keys []string, heads, bodies [][]byte, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
 	m, own := meta.(*Meta)
 	raw := s.rawPool()
@@ -51,13 +52,10 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 	withData := func(ctx context.Context, skeys []string, args ...any) ([]any, error) {
 		mkeys := append(slices.Clip(skeys), marker)
 		margs := append(slices.Clip(args), "1")
-		var (
-			script any
-			sent   bool // an attempt may have reached the server
-			resent bool // and this one repeats it (rawConns.do's retry)
-		)
+		// Any failure is settled by writeVia: a transaction sent again by
+		// rawConns.do finds its own record, one that never ran is fenced.
+		var script any
 		err := raw.do(ctx, func(c *rawConn) error {
-			resent = sent
 			req, segs := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, keys, heads, bodies, marker)
 			// The append deletes the marker; when it does not run to
 			// the end (a script error, a reply lost), the marker expires.
@@ -69,32 +67,18 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 			for _, a := range margs {
 				req = req.str(argString(a))
 			}
-			err := c.writeSegs(req.cmd("EXEC"), segs, bodies)
-			sent = true // even a failed write may have delivered it all
-			if err != nil {
+			if err := c.writeSegs(req.cmd("EXEC"), segs, bodies); err != nil {
 				return err
 			}
+			var err error
 			script, err = c.execReply()
 			return err
 		})
-		var se serverError
-		switch {
-		case err != nil && resent:
-			// The first attempt may have applied: a refusal of the
-			// second says nothing about it.
-			return nil, &replyLost{err}
-		case errors.As(err, &se):
-			return nil, err // refused, nothing applied (EXECABORT, or the MSET: see the marker)
-		case err != nil && sent:
-			return nil, &replyLost{err}
-		case err != nil:
+		if err != nil {
 			return nil, err
 		}
 		if se, ok := script.(serverError); ok {
-			switch {
-			case resent:
-				return nil, &replyLost{se}
-			case strings.HasPrefix(string(se), "NOSCRIPT"):
+			if strings.HasPrefix(string(se), "NOSCRIPT") {
 				// The cells and marker are written (EXEC ran the MSET);
 				// the script is not loaded yet: append without the
 				// marker, and drop it.
@@ -109,9 +93,8 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 			return nil, fmt.Errorf("%w: append replied %v", ErrCorrupt, script)
 		}
 		if status, _ := replyString(reply, 0); status == "nodata" {
-			// Only a repeated transaction finds no marker (the first
-			// deleted it): whether that one applied is unknown here.
-			return nil, &replyLost{fmt.Errorf("%w: the put's marker was gone", ErrCorrupt)}
+			// The MSET failed at EXEC, so the append did nothing.
+			return nil, errors.New("the put's cells were not written (its MSET failed in the transaction)")
 		}
 		if s.opts.roundHook != nil {
 			s.opts.roundHook("set")

@@ -97,24 +97,54 @@
 // Meta keeps a view of the partitions it uses, the state the log's
 // records make when replayed in order (see view.go). A write computes its
 // outcome against its view and appends its record with a script that
-// checks, atomically, that the log still has the epoch and length the
-// view has; if another writer came first, the script replies with the
-// records the view lacks, and the write computes again. A read fetches
-// the records its view lacks (mostly none) and answers from the view.
-// Every call is thus one script of a few arguments on the partition's
-// slot, whatever the batch size, and the server never parses a record.
-// Per-row entries in a hash, the design before this one, cost the
-// server 0.25-0.3 ms per write of 1024 rows (twice per put) plus Lua's
-// per-argument work; a record is one string.
+// checks, atomically, that the log still has the epoch, length and head
+// the view has; if another writer came first, the script replies with
+// the records the view lacks, and the write computes again. A read
+// fetches the records its view lacks (mostly none) and answers from the
+// view. Every call is thus one script of a few arguments on the
+// partition's slot, whatever the batch size, and the server never parses
+// a record: per-row entries would cost the server 0.25-0.3 ms per write
+// of 1024 rows plus Lua's per-argument work; a record is one string.
+// LAYOUT.md gives every key and byte format, and the replay rules.
+//
+// # Lost replies and failovers
+//
+// Every record carries the random id of the write that made it, and the
+// log's head is a hash chain over those ids. So:
+//
+//   - A write sent twice (go-redis resends a command whose reply it lost;
+//     its default MaxRetries is 3) applies once: the log accepts a record
+//     only at the position it was computed for, and the second send finds
+//     the first's record and reports it applied.
+//   - A write whose request failed without a reply is settled before the
+//     call returns: a second script either finds the write's record
+//     (applied) or, if the log is still where the write was computed,
+//     appends a fence record, so that a copy of the request still on its
+//     way can never apply (not applied). Only when the server cannot be
+//     asked (within 10 s) does the call return an error matching
+//     backends.ErrOutcomeUnknown; every other error means nothing was
+//     applied, and tq rolls such a put back.
+//   - A view whose records do not chain to the log's head is not looking
+//     at the log it replayed (a replica promoted before it had the last
+//     records, a log truncated or rewritten with its epoch kept): the
+//     client drops it and replays the log, and no write is ever accepted
+//     against it, since the script checks the head.
+//   - WithReplicas (replicas=N in the URL) makes an acknowledged commit or
+//     clear mean replicated: WAIT N after each, and ErrNotReplicated (which
+//     matches backends.ErrOutcomeUnknown) when too few replicas answered.
+//     Without it, a failover to a lagging replica loses the writes it
+//     lacked, though every client then agrees on what is left.
+//
+// Every script reads and checks all the keys it uses before its first
+// write (a counter that is not a number, a key of the wrong type): a
+// script that fails has changed nothing.
 //
 // The Store is also a backends.CommitWriter: when a put's cells fit one
 // write round, their MSET and the commit's append go in one MULTI/EXEC on
 // the engine's own connection, so a put takes two round trips (Prepare,
 // then cells and commit). The commit applies only with its cells: an MSET
 // refused while queued (out of memory) aborts the transaction, and one
-// that fails at EXEC leaves out a marker key the append requires. A reply
-// lost after the request went out is an error whose Timeout() is true:
-// the caller must look the rows up to learn whether the put applied.
+// that fails at EXEC leaves out a marker key the append requires.
 //
 // Reads skip the lookup's round trip too: Meta is a backends.CachedLookup
 // and the Store a backends.ConfirmingReader. tq reads stacked columns of

@@ -92,20 +92,12 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Timeout reports a request whose reply did not come in time, or was lost
-// after the request went out: it may have been applied (tq then checks the
-// metadata before rolling a commit back).
+// Timeout reports a request whose reply did not come in time (the
+// client's timeout or the caller's deadline). Whether a metadata write
+// applied is not told by this but by backends.ErrOutcomeUnknown.
 func (e *Error) Timeout() bool {
-	var lost *replyLost
-	return isTimeout(e.Err) || errors.Is(e.Err, context.DeadlineExceeded) || errors.As(e.Err, &lost)
+	return isTimeout(e.Err) || errors.Is(e.Err, context.DeadlineExceeded)
 }
-
-// replyLost is a failure after a request that changes state was sent: the
-// server may have applied it.
-type replyLost struct{ err error }
-
-func (e *replyLost) Error() string { return "reply lost, outcome unknown: " + e.err.Error() }
-func (e *replyLost) Unwrap() error { return e.err }
 
 // Is classifies the cause, so callers can tell a server that is down from
 // one that refuses them without parsing messages.
