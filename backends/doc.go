@@ -36,6 +36,16 @@
 // partition's keys to global indexes (allocated once, monotonic, never
 // reused), records which fields each row has committed with their dtype and
 // shape, and keeps each row's tag. See its doc for the write protocol.
+// Its optional interfaces:
+//
+//   - [CachedLookup]: a client-side copy of rows, for [ConfirmingReader]
+//     (see Data above).
+//   - [Reclaimer]: the store remembers every cell it handed out a
+//     generation for until the caller reports it deleted, and hands back
+//     those nothing references (replaced, rolled back, abandoned by a
+//     client that died, left by a clear whose deletes failed), so
+//     tq.Client.Reclaim deletes leaked cells with no scan of the data
+//     (memory implements it).
 //
 // # Registry
 //

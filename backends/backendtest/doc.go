@@ -65,6 +65,19 @@
 // float64). A store that serialises tags must keep the type; tag values of
 // other types are not checked.
 //
+// For a store that is a [backends.Reclaimer] (RunMeta's Reclaim subtests,
+// skipped for another): Garbage returns exactly the cells nothing
+// references and not yet reported swept, whatever the order of Prepare,
+// Commit, Delete, DeletePartition, Garbage and Swept (checked against a
+// model over random sequences): superseded and stale generations with
+// their tags, the committed cells of removed rows at once, and
+// reservations (of live or removed rows, tag "") once older than
+// olderThan, which it aborts so that their Commit fails with ErrConflict,
+// applying nothing; a younger reservation is never returned and commits.
+// Swept of a pending reservation aborts it; Swept of cells that are not
+// garbage (committed ones, unknown ones, another partition's) changes
+// nothing; a negative olderThan is an error wrapping [backends.ErrInvalid].
+//
 // # Keys, partitions and instances
 //
 // Every key and partition name the suites use starts with a prefix unique to

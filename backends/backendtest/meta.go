@@ -30,6 +30,21 @@ func RunMeta(t *testing.T, newMeta func(t *testing.T) backends.MetaStore) {
 			tc.fn(&mt{t: t, ctx: t.Context(), m: m, prefix: prefix(nonce, t)})
 		})
 	}
+	t.Run("Reclaim", func(t *testing.T) {
+		for _, tc := range reclaimTests {
+			t.Run(tc.name, func(t *testing.T) {
+				m := newMeta(t)
+				if m == nil {
+					t.Fatal("newMeta returned nil")
+				}
+				r, ok := m.(backends.Reclaimer)
+				if !ok {
+					t.Skip("the store is not a backends.Reclaimer")
+				}
+				tc.fn(&rt{mt: &mt{t: t, ctx: t.Context(), m: m, prefix: prefix(nonce, t)}, r: r})
+			})
+		}
+	})
 }
 
 var metaTests = []struct {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -13,9 +14,15 @@ import (
 // MetaStore keeps metadata in process. It is safe for concurrent use and
 // locks per partition: writers of different partitions never contend.
 // Rows it returns are shared and must be treated as read-only.
+//
+// It is a [backends.Reclaimer]: it keeps each partition's pending
+// reservations with the time they were made, and a record of each garbage
+// cell until it is reported swept (see Garbage and Swept). A partition is
+// forgotten once it has no rows and no garbage.
 type MetaStore struct {
 	next   atomic.Uint64 // next global index, shared by every partition
 	closed atomic.Bool
+	epoch  time.Time // reservation times are durations since, on the monotonic clock
 
 	mu    sync.RWMutex // guards parts (the map, not the partitions in it)
 	parts map[string]*partition
@@ -24,11 +31,26 @@ type MetaStore struct {
 var _ backends.MetaStore = (*MetaStore)(nil)
 
 type partition struct {
-	mu   sync.RWMutex // guards rows, dead and every metaRow in rows; readers share it
+	mu   sync.RWMutex // guards everything below and every metaRow in rows; readers share it
 	rows map[string]*metaRow
-	// dead is set when the partition is dropped from MetaStore.parts (it
-	// emptied): a caller that fetched it before must fetch it again.
-	dead bool
+	// dropped is set when the partition is removed from MetaStore.parts
+	// (it emptied): a caller that fetched it before must fetch it again.
+	dropped bool
+	// pending counts the reservations of rows, so Garbage and Swept skip
+	// the scan of rows when there are none.
+	pending int
+	// garbage is every cell known unreferenced and not yet swept, in the
+	// order they became so (a commit's Superseded and Stale are one run).
+	garbage []backends.Ref
+	// orphans are the reservations of removed rows: aborted, but their
+	// put may still be writing them, so they become garbage only once as
+	// old as Garbage's olderThan.
+	orphans []pendingRef
+}
+
+// empty reports whether the partition holds nothing worth keeping.
+func (p *partition) empty() bool {
+	return len(p.rows) == 0 && len(p.garbage) == 0 && len(p.orphans) == 0
 }
 
 // blockRows is how many records (metaRows, committed Rows) Prepare and
@@ -49,27 +71,88 @@ type metaRow struct {
 type fieldGen struct {
 	field string
 	next  uint64
+	// pend are the reservations not yet committed or aborted, oldest
+	// first; mostly one, whose slot stays for the next put of the field.
+	pend []pendingGen
 }
 
-// reserve returns the generation to write field at and reserves it. hint
-// is where field likely sits in r.gens (its position in the call's fields).
-func (r *metaRow) reserve(field string, hint int) uint64 {
-	i := hint
-	if i >= len(r.gens) || r.gens[i].field != field {
-		i = slices.IndexFunc(r.gens, func(g fieldGen) bool { return g.field == field })
-		if i < 0 {
-			i = len(r.gens)
-			r.gens = append(r.gens, fieldGen{field: field})
+// pendingGen is one reservation: its generation and when it was made.
+type pendingGen struct {
+	gen uint64
+	at  time.Duration // since MetaStore.epoch
+}
+
+// pendingRef is a removed row's reservation.
+type pendingRef struct {
+	ref backends.Ref
+	at  time.Duration
+}
+
+// find returns field's place in r.gens, or -1. hint is where it likely
+// sits (its place in the last row's or the call's fields).
+func (r *metaRow) find(field string, hint int) int {
+	if hint < len(r.gens) && r.gens[hint].field == field {
+		return hint
+	}
+	return slices.IndexFunc(r.gens, func(g fieldGen) bool { return g.field == field })
+}
+
+// reserve returns the generation to write field at and reserves it at
+// time at. hint is where field likely sits in r.gens (its position in the
+// call's fields); slots supplies room for the reservation when the field
+// has none, so that rows of one call share blocks.
+func (r *metaRow) reserve(field string, hint int, at time.Duration, slots *pendSlots) uint64 {
+	i := r.find(field, hint)
+	if i < 0 {
+		i = len(r.gens)
+		r.gens = append(r.gens, fieldGen{field: field})
+	}
+	fg := &r.gens[i]
+	if cap(fg.pend) == 0 {
+		fg.pend = slots.take()
+	}
+	g := fg.next
+	fg.next++
+	fg.pend = append(fg.pend, pendingGen{gen: g, at: at})
+	return g
+}
+
+// unpend removes gen from field's reservations and reports whether it was
+// one. hint is as for find, and returned as live returns it.
+func (r *metaRow) unpend(field string, gen uint64, hint int) (int, bool) {
+	i := r.find(field, hint)
+	if i < 0 {
+		return hint, false
+	}
+	pend := r.gens[i].pend
+	for j := range pend {
+		if pend[j].gen == gen {
+			r.gens[i].pend = slices.Delete(pend, j, j+1)
+			return i, true
 		}
 	}
-	g := r.gens[i].next
-	r.gens[i].next++
-	return g
+	return i, false
+}
+
+// pendSlots hands out one-reservation slots from blocks, for a call that
+// reserves many rows' fields.
+type pendSlots struct {
+	block []pendingGen
+	size  int // slots per block
+}
+
+func (s *pendSlots) take() []pendingGen {
+	if len(s.block) == 0 {
+		s.block = make([]pendingGen, max(s.size, 1))
+	}
+	slot := s.block[:0:1]
+	s.block = s.block[1:]
+	return slot
 }
 
 // NewMetaStore returns an empty store.
 func NewMetaStore() *MetaStore {
-	return &MetaStore{parts: make(map[string]*partition)}
+	return &MetaStore{parts: make(map[string]*partition), epoch: time.Now()}
 }
 
 // part returns the partition, creating it when create is set (nil otherwise)
@@ -100,16 +183,16 @@ func (m *MetaStore) lockPart(name string, create bool, size int) *partition {
 			return nil
 		}
 		p.mu.Lock()
-		if !p.dead {
+		if !p.dropped {
 			return p
 		}
 		p.mu.Unlock()
 	}
 }
 
-// dropIfEmpty removes an emptied partition from the map, so a job that
-// makes a partition per step does not grow the map forever. Lock order is
-// m.mu before p.mu, everywhere.
+// dropIfEmpty removes an emptied partition (no rows, no garbage) from the
+// map, so a job that makes a partition per step does not grow the map
+// forever. Lock order is m.mu before p.mu, everywhere.
 func (m *MetaStore) dropIfEmpty(name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -119,8 +202,8 @@ func (m *MetaStore) dropIfEmpty(name string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.rows) == 0 {
-		p.dead = true
+	if p.empty() {
+		p.dropped = true
 		delete(m.parts, name)
 	}
 }
@@ -143,13 +226,16 @@ func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields 
 	nf := len(fields)
 	p := m.lockPart(partition, true, len(keys))
 	defer p.mu.Unlock()
+	at := time.Since(m.epoch)
 	var (
 		fresh     []metaRow  // new rows, allocated on first need
 		freshGens []fieldGen // their generations, nf each
+		slots     = pendSlots{size: nf * min(len(keys), blockRows)}
 		gens      = make([]uint64, 2*nf)
 		cur, prev = gens[:nf], gens[nf:]
 		prevMap   map[string]uint64
 	)
+	p.pending += len(keys) * nf
 	for i, k := range keys {
 		r := p.rows[k]
 		if r == nil {
@@ -164,7 +250,7 @@ func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields 
 			p.rows[k] = r
 		}
 		for j, f := range fields {
-			cur[j] = r.reserve(f, j)
+			cur[j] = r.reserve(f, j, at, &slots)
 		}
 		if prevMap == nil || !slices.Equal(cur, prev) {
 			prevMap = make(map[string]uint64, nf)
@@ -179,7 +265,10 @@ func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields 
 }
 
 // Commit implements backends.MetaStore. The rows it stores share maps with
-// the updates and with each other (see backends.Merger).
+// the updates and with each other (see backends.Merger). A field commits
+// only under a pending reservation of its row (or as the row's committed
+// generation again): anything else, an aborted reservation say, is an
+// ErrConflict (see backends.Reclaimer).
 func (m *MetaStore) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
 	var res backends.CommitResult
 	if err := m.check(ctx); err != nil {
@@ -194,10 +283,20 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 	}
 	defer p.mu.Unlock()
 	rows := make([]*metaRow, len(updates)) // checked, then updated
-	for i, u := range updates {
+	var cells updateCells
+	for i := range updates {
+		u := &updates[i]
 		r := p.rows[u.Key]
 		if r == nil || r.index != u.Index {
 			return res, fmt.Errorf("%w: key %q in partition %q", backends.ErrConflict, u.Key, partition)
+		}
+		cs := cells.of(u.Fields)
+		for j := range cs {
+			var ok bool
+			if cs[j].hint, ok = r.live(cs[j].field, cs[j].gen, cs[j].hint); !ok {
+				return res, fmt.Errorf("%w: key %q field %q in partition %q: generation %d is not reserved (aborted?)",
+					backends.ErrConflict, u.Key, cs[j].field, partition, cs[j].gen)
+			}
 		}
 		rows[i] = r
 	}
@@ -206,15 +305,72 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 		block []backends.Row
 	)
 	for i, r := range rows {
+		u := &updates[i]
+		cs := cells.of(u.Fields)
+		for j := range cs {
+			var ok bool
+			if cs[j].hint, ok = r.unpend(cs[j].field, cs[j].gen, cs[j].hint); ok {
+				p.pending--
+			}
+		}
 		if len(block) == 0 {
 			block = make([]backends.Row, min(len(rows)-i, blockRows))
 		}
 		next := &block[0]
 		block = block[1:]
-		merge.Merge(next, r.view, &updates[i], &res)
+		merge.Merge(next, r.view, u, &res)
 		r.view = next
 	}
+	p.garbage = append(p.garbage, res.Superseded...)
+	p.garbage = append(p.garbage, res.Stale...)
 	return res, nil
+}
+
+// live reports whether field may commit at gen: it is a pending
+// reservation, or the generation already committed. It returns the
+// field's place in r.gens (hint if not found), the next row's hint.
+func (r *metaRow) live(field string, gen uint64, hint int) (int, bool) {
+	i := r.find(field, hint)
+	if i >= 0 {
+		for _, pg := range r.gens[i].pend {
+			if pg.gen == gen {
+				return i, true
+			}
+		}
+	} else {
+		i = hint
+	}
+	if r.view != nil {
+		fi, ok := r.view.Fields[field]
+		return i, ok && fi.Gen == gen
+	}
+	return i, false
+}
+
+// updateCells lists the cells of an update's Fields map, worked out once
+// per map: the updates of a commit mostly share theirs (see
+// backends.RowUpdate).
+type updateCells struct {
+	m     map[string]backends.FieldInfo
+	valid bool
+	cells []updateCell
+}
+
+type updateCell struct {
+	field string
+	gen   uint64
+	hint  int // the field's place in the last row's gens
+}
+
+func (u *updateCells) of(fields map[string]backends.FieldInfo) []updateCell {
+	if u.valid && backends.SameMap(fields, u.m) {
+		return u.cells
+	}
+	u.m, u.valid, u.cells = fields, true, u.cells[:0]
+	for f, fi := range fields {
+		u.cells = append(u.cells, updateCell{field: f, gen: fi.Gen})
+	}
+	return u.cells
 }
 
 // Lookup implements backends.MetaStore.
@@ -295,7 +451,9 @@ func (m *MetaStore) Partitions(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Delete implements backends.MetaStore.
+// Delete implements backends.MetaStore. The removed rows' cells become
+// garbage (see backends.Reclaimer): the committed ones at once, for the
+// caller to delete and report swept, their reservations once old enough.
 func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
@@ -310,11 +468,12 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 			if r.view != nil {
 				out = append(out, r.view)
 			}
+			p.retire(r)
 			delete(p.rows, k)
 			*r = metaRow{} // its block may live on: hold nothing
 		}
 	}
-	empty := len(p.rows) == 0
+	empty := p.empty()
 	p.mu.Unlock()
 	if empty {
 		m.dropIfEmpty(partition)
@@ -322,31 +481,46 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 	return out, nil
 }
 
-// DeletePartition implements backends.MetaStore.
+// DeletePartition implements backends.MetaStore. The rows' cells become
+// garbage as Delete's do; the partition is forgotten once none is left.
 func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	p := m.parts[partition]
-	delete(m.parts, partition)
-	if p != nil {
-		p.mu.Lock()
-		p.dead = true
-	}
-	m.mu.Unlock()
+	p := m.lockPart(partition, false, 0)
 	if p == nil {
 		return nil, nil
 	}
-	defer p.mu.Unlock()
 	var out []*backends.Row
 	for _, r := range p.rows {
 		if r.view != nil {
 			out = append(out, r.view)
 		}
+		p.retire(r)
 	}
 	p.rows = map[string]*metaRow{}
+	empty := p.empty()
+	p.mu.Unlock()
+	if empty {
+		m.dropIfEmpty(partition)
+	}
 	return out, nil
+}
+
+// retire records the cells of a row being removed: its committed ones are
+// garbage, its reservations orphans.
+func (p *partition) retire(r *metaRow) {
+	if r.view != nil {
+		for f, fi := range r.view.Fields {
+			p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
+		}
+	}
+	for _, g := range r.gens {
+		for _, pg := range g.pend {
+			p.orphans = append(p.orphans, pendingRef{ref: backends.Ref{Index: r.index, Field: g.field, Gen: pg.gen}, at: pg.at})
+		}
+		p.pending -= len(g.pend)
+	}
 }
 
 // Close implements backends.MetaStore.

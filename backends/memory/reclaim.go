@@ -1,0 +1,149 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+var _ backends.Reclaimer = (*MetaStore)(nil)
+
+// Garbage implements backends.Reclaimer. It scans the partition's rows only
+// when some reservation is pending; otherwise its cost is the garbage it
+// returns.
+func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan time.Duration) ([]backends.Ref, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	if olderThan < 0 {
+		return nil, fmt.Errorf("%w: negative olderThan %v", backends.ErrInvalid, olderThan)
+	}
+	p := m.lockPart(partition, false, 0)
+	if p == nil {
+		return nil, nil
+	}
+	defer p.mu.Unlock()
+	cutoff := time.Since(m.epoch) - olderThan // reserved at or before: aborted
+	if p.pending > 0 {
+		for _, r := range p.rows {
+			for i := range r.gens {
+				g := &r.gens[i]
+				g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
+					if pg.at > cutoff {
+						return false
+					}
+					p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: pg.gen})
+					p.pending--
+					return true
+				})
+			}
+		}
+	}
+	p.orphans = slices.DeleteFunc(p.orphans, func(o pendingRef) bool {
+		if o.at > cutoff {
+			return false
+		}
+		p.garbage = append(p.garbage, o.ref)
+		return true
+	})
+	return slices.Clone(p.garbage), nil
+}
+
+// Swept implements backends.Reclaimer. Refs that are one run of the
+// garbage, as a commit's Superseded and Stale are, cost their length;
+// others cost the partition's garbage, and the scan of its rows when they
+// name pending reservations (a rollback's).
+func (m *MetaStore) Swept(ctx context.Context, partition string, refs []backends.Ref) error {
+	if err := m.check(ctx); err != nil {
+		return err
+	}
+	if len(refs) == 0 {
+		return nil
+	}
+	p := m.lockPart(partition, false, 0)
+	if p == nil {
+		return nil
+	}
+	if !p.sweepRun(refs) {
+		p.sweepSet(refs)
+	}
+	empty := p.empty()
+	p.mu.Unlock()
+	if empty {
+		m.dropIfEmpty(partition)
+	}
+	return nil
+}
+
+// sweepRun removes refs from the garbage if they are a run of it, in
+// order, and reports whether they were. The newest runs are tried first.
+func (p *partition) sweepRun(refs []backends.Ref) bool {
+	n := len(refs)
+	for i := len(p.garbage) - n; i >= 0; i-- {
+		if !sameCell(p.garbage[i], refs[0]) {
+			continue
+		}
+		for j := 1; j < n; j++ {
+			if !sameCell(p.garbage[i+j], refs[j]) {
+				return false
+			}
+		}
+		p.garbage = slices.Delete(p.garbage, i, i+n)
+		return true
+	}
+	return false
+}
+
+// sweepSet removes the cells refs name from the garbage, the orphans and
+// the rows' reservations, wherever they are.
+func (p *partition) sweepSet(refs []backends.Ref) {
+	set := make(map[cellID]struct{}, len(refs))
+	for _, r := range refs {
+		set[idOf(r)] = struct{}{}
+	}
+	found := 0
+	p.garbage = slices.DeleteFunc(p.garbage, func(r backends.Ref) bool {
+		_, ok := set[idOf(r)]
+		if ok {
+			found++
+		}
+		return ok
+	})
+	p.orphans = slices.DeleteFunc(p.orphans, func(o pendingRef) bool {
+		_, ok := set[idOf(o.ref)]
+		if ok {
+			found++
+		}
+		return ok
+	})
+	if found >= len(set) || p.pending == 0 {
+		return // a cell is in one place only: nothing left to find
+	}
+	for _, r := range p.rows {
+		for i := range r.gens {
+			g := &r.gens[i]
+			g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
+				_, ok := set[cellID{index: r.index, gen: pg.gen, field: g.field}]
+				if ok {
+					p.pending--
+				}
+				return ok
+			})
+		}
+	}
+}
+
+// cellID is what names a cell: its storage key's parts.
+type cellID struct {
+	index, gen uint64
+	field      string
+}
+
+func idOf(r backends.Ref) cellID { return cellID{index: r.Index, gen: r.Gen, field: r.Field} }
+
+func sameCell(a, b backends.Ref) bool {
+	return a.Index == b.Index && a.Gen == b.Gen && a.Field == b.Field
+}
