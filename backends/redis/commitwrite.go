@@ -51,7 +51,8 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 	marker := pre + "!put:" + newEpoch()
 	withData := func(ctx context.Context, skeys []string, args ...any) ([]any, error) {
 		mkeys := append(slices.Clip(skeys), marker)
-		margs := append(slices.Clip(args), "1")
+		margs := slices.Clone(args)
+		margs[12] = "1" // marked
 		// Any failure is settled by writeVia: a transaction sent again by
 		// rawConns.do finds its own record, one that never ran is fenced.
 		var script any

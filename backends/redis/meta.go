@@ -134,7 +134,8 @@ type change struct {
 	drop    bool // the change empties the partition: delete its log
 	need    int64
 	delta   int64
-	install func(base uint64)
+	age     int64 // an abort's olderThan, microseconds
+	install func(base uint64, stamp int64)
 }
 
 // pos is where a view was when a write was computed against it.
@@ -219,7 +220,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 			setID(ch.record, id)
 		}
 		reply, err := run(ctx, skeys, at.epoch, at.n, at.head, newE,
-			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), id, ch.need, base, ch.delta, partition, drop, inlineArg)
+			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), id, ch.need, base, ch.delta, partition, drop, inlineArg, "0", ch.age)
 		var cause error // the failure a settled reply answers
 		if err != nil {
 			var short *notReplicated
@@ -243,14 +244,15 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 		}
 		switch status {
 		case "ok":
-			if len(reply) < 4 {
+			if len(reply) < 5 {
 				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
 			}
 			cur, _ := replyString(reply, 1)
 			head, _ := replyString(reply, 3)
 			b, ok := reply[2].(int64)
-			if !ok || b < 0 {
-				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied base %v", ErrCorrupt, reply[2]))
+			stamp, ok2 := reply[4].(int64)
+			if !ok || !ok2 || b < 0 {
+				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
 			}
 			if cerr != nil {
 				return 0, cerr
@@ -263,7 +265,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				case ch.drop:
 					v.reset("")
 				case len(ch.record) > 0:
-					ch.install(uint64(b))
+					ch.install(uint64(b), stamp)
 					v.epoch, v.n, v.head = cur, at.n+1, head
 					if ch.record[0] == recSnapshot {
 						v.n = 1
@@ -296,7 +298,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				var b uint64
 				if own[0] == recPrepare {
 					var err error
-					if b, _, _, err = readPrepare(unsafeBytes(own)); err != nil {
+					if b, _, _, _, err = readPrepare(unsafeBytes(own)); err != nil {
 						return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: %v", ErrCorrupt, err))
 					}
 				}
@@ -420,7 +422,7 @@ func (m *Meta) compact(ctx context.Context, partition string) {
 		if err != nil {
 			return change{}, err
 		}
-		return change{record: rec, install: func(uint64) {}}, nil
+		return change{record: rec, install: func(uint64, int64) {}}, nil
 	})
 }
 
@@ -517,8 +519,8 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 	var p *prepared
 	base, err := m.write(ctx, "prepare", partition, func(v *view) (change, error) {
 		p = v.prepare(keys, fields)
-		return change{record: record, need: int64(len(p.newPos)), install: func(base uint64) {
-			v.installPrepare(p, keys, fields, base)
+		return change{record: record, need: int64(len(p.newPos)), install: func(base uint64, at int64) {
+			v.installPrepare(p, keys, fields, base, at)
 		}}, nil
 	})
 	if err != nil {
@@ -580,7 +582,7 @@ func (m *Meta) commitVia(ctx context.Context, partition string, updates []backen
 		if c, err = v.commit(partition, updates); err != nil {
 			return change{}, err
 		}
-		return change{record: record, delta: c.fresh, install: func(uint64) { v.installCommit(c) }}, nil
+		return change{record: record, delta: c.fresh, install: func(uint64, int64) { v.installCommit(c) }}, nil
 	}, first)
 	if err != nil {
 		return backends.CommitResult{}, err
@@ -668,9 +670,10 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 		if len(d.keys) == 0 {
 			return change{}, nil
 		}
-		// A delete of every row leaves nothing to keep a log for.
-		drop := len(d.keys) == len(v.rows)
-		return change{record: deleteRecord(d.keys), drop: drop, delta: -int64(len(d.rows)), install: func(uint64) { v.installDelete(d) }}, nil
+		// A delete that leaves nothing (no row, no cell to sweep) leaves
+		// nothing to keep a log for.
+		drop := v.emptyAfter(d)
+		return change{record: deleteRecord(d.keys), drop: drop, delta: -int64(len(d.rows)), install: func(uint64, int64) { v.installDelete(d) }}, nil
 	})
 	if err != nil || len(d.rows) == 0 {
 		return nil, err
@@ -680,9 +683,11 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 
 // DeletePartition implements backends.MetaStore. It is a write like
 // any other: computed against the view (the committed rows it removes),
-// applied only if the log is still what the view replayed, and then it
-// deletes the log's keys. A resent delete finds its id in the partition's
-// x key and counts as applied.
+// applied only if the log is still what the view replayed. The removed
+// rows' cells stay known as garbage (see Garbage) until swept; the log's
+// keys go with the last of them (or at once when there are none). A
+// resent delete that deleted the log finds its id in the partition's x
+// key and counts as applied.
 func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
@@ -694,7 +699,14 @@ func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backen
 			return change{}, nil // no log as far as the view knows: check that
 		}
 		rows = v.committed()
-		return change{drop: true}, nil
+		d := &deleting{rows: rows}
+		for k := range v.rows {
+			d.keys = append(d.keys, k)
+		}
+		if v.emptyAfter(d) {
+			return change{drop: true}, nil
+		}
+		return change{record: bareRecord(recClear), delta: -int64(len(rows)), install: func(uint64, int64) { v.clear() }}, nil
 	})
 	if err != nil || len(rows) == 0 {
 		return nil, err

@@ -19,13 +19,22 @@ import (
 // string: a kind byte, the id of the write that made it (idLen lowercase
 // hex digits, random), then msgpack. LAYOUT.md gives the byte formats.
 //
-//	P<id><base>:[fields] [keys]    Prepare: keys new to the partition
-//	                               take base, base+1, ... in key order
-//	                               (the script writes <base>, decimal)
+//	P<id><base>:<at>:[fields] [keys]
+//	                               Prepare: keys new to the partition
+//	                               take base, base+1, ... in key order;
+//	                               at is the server's time (microseconds
+//	                               since the Unix epoch) of the
+//	                               reservations (the script writes both,
+//	                               decimal)
 //	C<id>[tables] n (key index t tag)*n
 //	                               Commit: t is 0 (no fields) or the
 //	                               1-based field table of the row's update
 //	D<id>[keys]                    Delete
+//	X<id>                          DeletePartition: every row removed
+//	A<id><cutoff>                  abort every reservation made at or
+//	                               before cutoff (server time, decimal
+//	                               microseconds; the script writes it)
+//	W<id>[[index field gen]...]    swept: these cells are deleted
 //	S<id>[tables] n (key index gens t tag committed)*n
 //	                               a snapshot of the whole partition,
 //	                               which replaces the log (compaction)
@@ -43,6 +52,9 @@ const (
 	recDelete   = 'D'
 	recSnapshot = 'S'
 	recFence    = 'F'
+	recClear    = 'X'
+	recAbort    = 'A'
+	recSwept    = 'W'
 )
 
 // idLen is the length of a record's id: 16 hex digits of a random uint64.
@@ -326,25 +338,39 @@ func prepareRecord(keys, fields []string) []byte {
 }
 
 // readPrepare decodes a Prepare record as the log holds it.
-func readPrepare(rec []byte) (base uint64, keys, fields []string, err error) {
-	colon := bytes.IndexByte(rec, ':')
+func readPrepare(rec []byte) (base uint64, at int64, keys, fields []string, err error) {
+	colon := bytes.IndexByte(rec[bodyAt:], ':') + bodyAt
 	if colon < bodyAt+1 {
-		return 0, nil, nil, fmt.Errorf("prepare record without base")
+		return 0, 0, nil, nil, fmt.Errorf("prepare record without base")
 	}
 	if base, err = strconv.ParseUint(string(rec[bodyAt:colon]), 10, 64); err != nil {
-		return 0, nil, nil, err
+		return 0, 0, nil, nil, err
 	}
 	b := rec[colon+1:]
+	colon = bytes.IndexByte(b, ':')
+	if colon < 1 {
+		return 0, 0, nil, nil, fmt.Errorf("prepare record without time")
+	}
+	if at, err = strconv.ParseInt(string(b[:colon]), 10, 64); err != nil {
+		return 0, 0, nil, nil, err
+	}
+	b = b[colon+1:]
+	keys, fields, err = readPrepareBody(b)
+	return base, at, keys, fields, err
+}
+
+// readPrepareBody decodes a Prepare record's msgpack: fields, then keys.
+func readPrepareBody(b []byte) (keys, fields []string, err error) {
 	if fields, b, err = readStrings(b); err != nil {
-		return 0, nil, nil, err
+		return nil, nil, err
 	}
 	if keys, b, err = readStrings(b); err != nil {
-		return 0, nil, nil, err
+		return nil, nil, err
 	}
 	if len(b) != 0 {
-		return 0, nil, nil, fmt.Errorf("%d trailing bytes", len(b))
+		return nil, nil, fmt.Errorf("%d trailing bytes", len(b))
 	}
-	return base, keys, fields, nil
+	return keys, fields, nil
 }
 
 // commitRecord encodes updates.
@@ -405,8 +431,67 @@ func deleteRecord(keys []string) []byte {
 	return appendStrings(b, keys)
 }
 
-// fenceRecord is a fence as the log holds it.
-func fenceRecord(id string) string { return string(recFence) + id }
+// bareRecord is a record of kind with an id slot and no body (a clear;
+// an abort, whose cutoff the script appends).
+func bareRecord(kind byte) []byte {
+	b := make([]byte, bodyAt)
+	b[0] = kind
+	return b
+}
+
+// sweptRecord lists the cells refs name: [[index field gen]...].
+func sweptRecord(refs []backends.Ref) []byte {
+	b := make([]byte, bodyAt, bodyAt+5+len(refs)*24)
+	b[0] = recSwept
+	b = msgp.AppendArrayHeader(b, uint32(len(refs)))
+	for _, r := range refs {
+		b = msgp.AppendArrayHeader(b, 3)
+		b = msgp.AppendUint64(b, r.Index)
+		b = msgp.AppendString(b, r.Field)
+		b = msgp.AppendUint64(b, r.Gen)
+	}
+	return b
+}
+
+func readSwept(rec []byte) ([]backends.Ref, error) {
+	b := rec[bodyAt:]
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	if uint32(len(b)) < n*4 {
+		return nil, msgp.ErrShortBytes
+	}
+	out := make([]backends.Ref, n)
+	for i := range out {
+		var parts uint32
+		if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, err
+		}
+		if parts != 3 {
+			return nil, fmt.Errorf("swept cell of %d parts, want 3", parts)
+		}
+		if out[i].Index, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, err
+		}
+		if out[i].Field, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		if out[i].Gen, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, err
+		}
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return out, nil
+}
+
+// readStamp decodes the decimal number a record holds after its id (an
+// abort's cutoff).
+func readStamp(rec []byte) (int64, error) {
+	return strconv.ParseInt(string(rec[bodyAt:]), 10, 64)
+}
 
 func readDelete(rec []byte) ([]string, error) {
 	keys, b, err := readStrings(rec[bodyAt:])

@@ -58,13 +58,16 @@ import goredis "github.com/redis/go-redis/v9"
 // counter and registry keys are given), marked ("1": the last key is a
 // marker the MSET of the record's cells set in the same transaction; the
 // script deletes it and, if it is missing because that MSET failed,
-// appends nothing and replies {"nodata"}).
+// appends nothing and replies {"nodata"}), age (an abort's olderThan in
+// microseconds; the script writes the cutoff, its time less age).
 //
 // A Prepare record arrives as "P<id>:..." and is stored as
-// "P<id><base>:...". A snapshot ("S...") replaces the log and its epoch.
-// Reply: {"ok", epoch, base, head}, {"stale", epoch, from, head, records
-// from on}, {"dropped"} (this id deleted the log: a resent drop), or
-// {"nodata"}.
+// "P<id><base>:<time>:...", time the server's (microseconds since the Unix
+// epoch); an abort arrives as "A<id>" and is stored as "A<id><cutoff>". A
+// snapshot ("S...") replaces the log and its epoch. Reply: {"ok", epoch,
+// base, head, stamp} (stamp: the time or cutoff written, else 0),
+// {"stale", epoch, from, head, records from on}, {"dropped"} (this id
+// deleted the log: a resent drop), or {"nodata"}.
 var appendScript = goredis.NewScript(`
 local marked = ARGV[13] == '1'
 if marked and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
@@ -112,10 +115,11 @@ if ARGV[11] == '1' then
   if inline then
     redis.call('SREM', KEYS[7], ARGV[10])
   end
-  return {'ok', '', 0, ''}
+  return {'ok', '', 0, '', 0}
 end
 local rec = ARGV[5]
 local base = 0
+local stamp = 0
 if rec ~= '' then
   local kind = string.sub(rec, 1, 1)
   if kind == 'S' then
@@ -137,7 +141,13 @@ if rec ~= '' then
     else
       base = tonumber(ARGV[8])
     end
-    rec = string.sub(rec, 1, 17) .. string.format('%d', base) .. string.sub(rec, 18)
+    local t = redis.call('TIME')
+    stamp = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    rec = string.sub(rec, 1, 17) .. string.format('%d', base) .. ':' .. string.format('%d', stamp) .. string.sub(rec, 18)
+  elseif kind == 'A' then
+    local t = redis.call('TIME')
+    stamp = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[14])
+    rec = rec .. string.format('%d', stamp)
   end
   redis.call('RPUSH', KEYS[1], rec)
   head = redis.sha1hex(head .. ARGV[6])
@@ -147,7 +157,7 @@ local delta = tonumber(ARGV[9])
 if delta ~= 0 and redis.call('INCRBY', KEYS[4], delta) <= 0 then
   redis.call('DEL', KEYS[4])
 end
-return {'ok', cur, base, head}
+return {'ok', cur, base, head, stamp}
 `)
 
 // readScript replies with the records of the log a view at (epoch, from)

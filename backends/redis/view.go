@@ -21,7 +21,12 @@ import (
 // length and head (the append script checks that atomically).
 //
 // The rules are backends/memory's: rows map keys to indexes and the next
-// generation of each field; a row is visible once committed.
+// generation of each field; a row is visible once committed; a field
+// commits only under a pending reservation (or as its committed
+// generation again); and every cell handed out is remembered until it is
+// reported swept (see backends.Reclaimer): reservations with the server's
+// time they were made, garbage cells in the order they died, and the
+// reservations of removed rows (orphans).
 type view struct {
 	mu    sync.Mutex // guards everything below
 	epoch string     // "" no log (a fresh partition); badEpoch: unknown
@@ -33,6 +38,28 @@ type view struct {
 	era   uint64
 	stamp uint64 // counts commit computations (see metaRow.stamp)
 	used  uint64 // when Meta last handed the view out, for eviction
+
+	pending int            // reservations of rows, so aborts skip the scan when 0
+	garbage []backends.Ref // cells nothing references, not yet swept, oldest first
+	orphans []pendingRef   // reservations of removed rows
+}
+
+// pendingGen is one reservation: its generation and the server's time
+// (microseconds since the Unix epoch) when the Prepare that made it ran.
+type pendingGen struct {
+	gen uint64
+	at  int64
+}
+
+// pendingRef is a removed row's reservation.
+type pendingRef struct {
+	ref backends.Ref
+	at  int64
+}
+
+// empty reports whether the view holds nothing worth a log.
+func (v *view) empty() bool {
+	return len(v.rows) == 0 && len(v.garbage) == 0 && len(v.orphans) == 0
 }
 
 // badEpoch marks a view that must be read again from the start: no log
@@ -52,6 +79,7 @@ type metaRow struct {
 type fieldGen struct {
 	field string
 	next  uint64
+	pend  []pendingGen // reservations not yet committed or aborted, oldest first
 }
 
 func newView() *view { return &view{rows: map[string]*metaRow{}} }
@@ -60,6 +88,7 @@ func newView() *view { return &view{rows: map[string]*metaRow{}} }
 // log; badEpoch makes the next read fetch the whole log.
 func (v *view) reset(epoch string) {
 	v.epoch, v.n, v.head, v.rows = epoch, 0, "", map[string]*metaRow{}
+	v.pending, v.garbage, v.orphans = 0, nil, nil
 	v.era++
 }
 
@@ -133,8 +162,8 @@ func (p *prepared) setBase(base uint64) {
 }
 
 // installPrepare applies p, computed against the view as it is, with the
-// new rows' indexes from base.
-func (v *view) installPrepare(p *prepared, keys, fields []string, base uint64) {
+// new rows' indexes from base, its reservations made at server time at.
+func (v *view) installPrepare(p *prepared, keys, fields []string, base uint64, at int64) {
 	if len(p.newPos) > len(v.rows) {
 		// Sized up front: growing a map of many new rows rehashes it
 		// several times (measured: most of a 1024-row Prepare's CPU).
@@ -143,12 +172,15 @@ func (v *view) installPrepare(p *prepared, keys, fields []string, base uint64) {
 		v.rows = rows
 	}
 	nf := len(fields)
+	v.pending += len(keys) * nf
 	var block []metaRow
 	var gens []fieldGen
+	var slots []pendingGen // one reservation each, so rows of one Prepare share blocks
 	for j, i := range p.newPos {
 		if len(block) == 0 {
 			block = make([]metaRow, min(len(p.newPos)-j, blockRows))
 			gens = make([]fieldGen, nf*len(block))
+			slots = make([]pendingGen, nf*len(block))
 		}
 		r := &block[0]
 		block = block[1:]
@@ -156,7 +188,9 @@ func (v *view) installPrepare(p *prepared, keys, fields []string, base uint64) {
 		// into the next row's share.
 		r.index, r.gens, gens = base+uint64(j), gens[:nf:nf], gens[nf:]
 		for g, f := range fields {
-			r.gens[g] = fieldGen{field: f, next: 1}
+			slots[0] = pendingGen{gen: 0, at: at}
+			r.gens[g] = fieldGen{field: f, next: 1, pend: slots[:1:1]}
+			slots = slots[1:]
 		}
 		v.rows[keys[i]] = r
 	}
@@ -165,35 +199,103 @@ func (v *view) installPrepare(p *prepared, keys, fields []string, base uint64) {
 			continue
 		}
 		for j, f := range fields {
-			if _, at := r.gen(f, j); at >= 0 {
-				r.gens[at].next++
+			if _, i := r.gen(f, j); i >= 0 {
+				g := &r.gens[i]
+				g.pend = append(g.pend, pendingGen{gen: g.next, at: at})
+				g.next++
 			} else {
-				r.gens = append(r.gens, fieldGen{field: f, next: 1})
+				r.gens = append(r.gens, fieldGen{field: f, next: 1, pend: []pendingGen{{gen: 0, at: at}}})
 			}
 		}
 	}
+}
+
+// live reports whether field may commit at gen in r: a pending
+// reservation, or the generation already committed.
+func (r *metaRow) live(field string, gen uint64, hint int) bool {
+	if _, i := r.gen(field, hint); i >= 0 {
+		for _, pg := range r.gens[i].pend {
+			if pg.gen == gen {
+				return true
+			}
+		}
+	}
+	if r.row != nil {
+		fi, ok := r.row.Fields[field]
+		return ok && fi.Gen == gen
+	}
+	return false
+}
+
+// unpend removes gen from field's reservations and reports whether it was
+// one.
+func (r *metaRow) unpend(field string, gen uint64, hint int) bool {
+	_, i := r.gen(field, hint)
+	if i < 0 {
+		return false
+	}
+	pend := r.gens[i].pend
+	for j := range pend {
+		if pend[j].gen == gen {
+			r.gens[i].pend = slices.Delete(pend, j, j+1)
+			return true
+		}
+	}
+	return false
+}
+
+// updateCells lists the cells of an update's Fields map, worked out once
+// per map: the updates of a commit mostly share theirs.
+type updateCells struct {
+	m     map[string]backends.FieldInfo
+	valid bool
+	cells []updateCell
+}
+
+type updateCell struct {
+	field string
+	gen   uint64
+}
+
+func (u *updateCells) of(fields map[string]backends.FieldInfo) []updateCell {
+	if u.valid && backends.SameMap(fields, u.m) {
+		return u.cells
+	}
+	u.m, u.valid, u.cells = fields, true, u.cells[:0]
+	for f, fi := range fields {
+		u.cells = append(u.cells, updateCell{field: f, gen: fi.Gen})
+	}
+	return u.cells
 }
 
 // committing is what a Commit computed against a view: the rows and their
 // next states, the cells no longer referenced, and the change in the
 // number of committed rows.
 type committing struct {
-	rows  []*metaRow
-	next  []*backends.Row
-	res   backends.CommitResult
-	fresh int64
+	rows    []*metaRow
+	next    []*backends.Row
+	updates []backends.RowUpdate
+	res     backends.CommitResult
+	fresh   int64
 }
 
 // commit computes a Commit of updates without changing the view (but for
 // the rows' scratch stamps). A row that is gone or has another index is a
 // conflict.
 func (v *view) commit(partition string, updates []backends.RowUpdate) (*committing, error) {
-	c := &committing{rows: make([]*metaRow, len(updates)), next: make([]*backends.Row, len(updates))}
+	c := &committing{rows: make([]*metaRow, len(updates)), next: make([]*backends.Row, len(updates)), updates: updates}
+	var cells updateCells
 	for i := range updates {
 		u := &updates[i]
 		r := v.rows[u.Key]
 		if r == nil || r.index != u.Index {
 			return nil, fmt.Errorf("%w: key %q in partition %q", backends.ErrConflict, u.Key, partition)
+		}
+		for j, cell := range cells.of(u.Fields) {
+			if !r.live(cell.field, cell.gen, j) {
+				return nil, fmt.Errorf("%w: key %q field %q in partition %q: generation %d is not reserved (aborted?)",
+					backends.ErrConflict, u.Key, cell.field, partition, cell.gen)
+			}
 		}
 		c.rows[i] = r
 	}
@@ -221,11 +323,21 @@ func (v *view) commit(partition string, updates []backends.RowUpdate) (*committi
 	return c, nil
 }
 
-// installCommit applies c, computed against the view as it is.
+// installCommit applies c, computed against the view as it is: the
+// committed generations are no longer pending, and the cells the commit
+// left unreferenced are garbage.
 func (v *view) installCommit(c *committing) {
+	var cells updateCells
 	for i, r := range c.rows {
 		r.row, r.pend = c.next[i], nil
+		for j, cell := range cells.of(c.updates[i].Fields) {
+			if r.unpend(cell.field, cell.gen, j) {
+				v.pending--
+			}
+		}
 	}
+	v.garbage = append(v.garbage, c.res.Superseded...)
+	v.garbage = append(v.garbage, c.res.Stale...)
 }
 
 // deleting is what a Delete computed: the committed rows it removes.
@@ -252,11 +364,153 @@ func (v *view) delete(keys []string) *deleting {
 	return d
 }
 
+// installDelete applies d: the removed rows' committed cells are garbage
+// and their reservations orphans.
 func (v *view) installDelete(d *deleting) {
 	for _, k := range d.keys {
+		v.retire(v.rows[k])
 		delete(v.rows, k)
 	}
 }
+
+// emptyAfter reports whether the view would be empty once d is applied.
+func (v *view) emptyAfter(d *deleting) bool {
+	if len(d.keys) != len(v.rows) || len(d.rows) > 0 || len(v.garbage) > 0 || len(v.orphans) > 0 {
+		return false
+	}
+	for _, k := range d.keys {
+		for _, g := range v.rows[k].gens {
+			if len(g.pend) > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// clear removes every row, as installDelete does.
+func (v *view) clear() {
+	for _, r := range v.rows {
+		v.retire(r)
+	}
+	v.rows = map[string]*metaRow{}
+}
+
+// retire makes a removed row's cells garbage and its reservations orphans.
+func (v *view) retire(r *metaRow) {
+	if r.row != nil {
+		for f, fi := range r.row.Fields {
+			v.garbage = append(v.garbage, backends.Ref{Index: r.index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
+		}
+	}
+	for _, g := range r.gens {
+		for _, pg := range g.pend {
+			v.orphans = append(v.orphans, pendingRef{ref: backends.Ref{Index: r.index, Field: g.field, Gen: pg.gen}, at: pg.at})
+		}
+		v.pending -= len(g.pend)
+	}
+}
+
+// abort makes every reservation made at or before cutoff (server time,
+// microseconds) garbage: pending ones of rows (their commits then
+// conflict) and orphans.
+func (v *view) abort(cutoff int64) {
+	if v.pending > 0 {
+		for _, r := range v.rows {
+			for i := range r.gens {
+				g := &r.gens[i]
+				g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
+					if pg.at > cutoff {
+						return false
+					}
+					v.garbage = append(v.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: pg.gen})
+					v.pending--
+					return true
+				})
+			}
+		}
+	}
+	v.orphans = slices.DeleteFunc(v.orphans, func(o pendingRef) bool {
+		if o.at > cutoff {
+			return false
+		}
+		v.garbage = append(v.garbage, o.ref)
+		return true
+	})
+}
+
+// sweep forgets the cells refs name: garbage, orphans, and pending
+// reservations (which it aborts: a rolled-back put reports its own).
+func (v *view) sweep(refs []backends.Ref) {
+	if len(refs) == 0 {
+		return
+	}
+	set := make(map[cellID]struct{}, len(refs))
+	for _, r := range refs {
+		set[idOf(r)] = struct{}{}
+	}
+	found := 0
+	v.garbage = slices.DeleteFunc(v.garbage, func(r backends.Ref) bool {
+		_, ok := set[idOf(r)]
+		if ok {
+			found++
+		}
+		return ok
+	})
+	v.orphans = slices.DeleteFunc(v.orphans, func(o pendingRef) bool {
+		_, ok := set[idOf(o.ref)]
+		if ok {
+			found++
+		}
+		return ok
+	})
+	if found >= len(set) || v.pending == 0 {
+		return // a cell is in one place only: nothing left to find
+	}
+	for _, r := range v.rows {
+		for i := range r.gens {
+			g := &r.gens[i]
+			g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
+				_, ok := set[cellID{index: r.index, gen: pg.gen, field: g.field}]
+				if ok {
+					v.pending--
+				}
+				return ok
+			})
+		}
+	}
+}
+
+// emptyAfterSweep reports whether the view would be empty once refs are
+// swept (it changes nothing).
+func (v *view) emptyAfterSweep(refs []backends.Ref) bool {
+	if len(v.rows) > 0 || len(v.garbage)+len(v.orphans) > len(refs) {
+		return false
+	}
+	set := make(map[cellID]struct{}, len(refs))
+	for _, r := range refs {
+		set[idOf(r)] = struct{}{}
+	}
+	for _, r := range v.garbage {
+		if _, ok := set[idOf(r)]; !ok {
+			return false
+		}
+	}
+	for _, o := range v.orphans {
+		if _, ok := set[idOf(o.ref)]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// cellID is what names a cell: its storage key's parts.
+type cellID struct {
+	index, gen uint64
+	field      string
+}
+
+func idOf(r backends.Ref) cellID { return cellID{index: r.Index, gen: r.Gen, field: r.Field} }
 
 // committedRows returns the committed row of each key (nil: unknown or
 // not committed).
@@ -350,11 +604,11 @@ func (v *view) apply(rec string) error {
 			return fmt.Errorf("fence of %d bytes", len(rec))
 		}
 	case recPrepare:
-		base, keys, fields, err := readPrepare(b)
+		base, at, keys, fields, err := readPrepare(b)
 		if err != nil {
 			return err
 		}
-		v.installPrepare(v.prepare(keys, fields), keys, fields, base)
+		v.installPrepare(v.prepare(keys, fields), keys, fields, base, at)
 	case recCommit:
 		updates, err := readCommit(b)
 		if err != nil {
@@ -371,6 +625,23 @@ func (v *view) apply(rec string) error {
 			return err
 		}
 		v.installDelete(v.delete(keys))
+	case recClear:
+		if len(rec) != bodyAt {
+			return fmt.Errorf("clear record of %d bytes", len(rec))
+		}
+		v.clear()
+	case recAbort:
+		cutoff, err := readStamp(b)
+		if err != nil {
+			return err
+		}
+		v.abort(cutoff)
+	case recSwept:
+		refs, err := readSwept(b)
+		if err != nil {
+			return err
+		}
+		v.sweep(refs)
 	case recSnapshot:
 		if v.n != 0 {
 			return fmt.Errorf("snapshot at position %d", v.n)
@@ -389,10 +660,15 @@ func (v *view) snapshot() ([]byte, error) {
 	for k, r := range v.rows {
 		rows = msgp.AppendString(rows, k)
 		rows = msgp.AppendUint64(rows, r.index)
-		rows = msgp.AppendArrayHeader(rows, uint32(2*len(r.gens)))
+		rows = msgp.AppendArrayHeader(rows, uint32(3*len(r.gens)))
 		for _, g := range r.gens {
 			rows = msgp.AppendString(rows, g.field)
 			rows = msgp.AppendUint64(rows, g.next)
+			rows = msgp.AppendArrayHeader(rows, uint32(2*len(g.pend)))
+			for _, pg := range g.pend {
+				rows = msgp.AppendUint64(rows, pg.gen)
+				rows = msgp.AppendInt64(rows, pg.at)
+			}
 		}
 		rows = msgp.AppendBool(rows, r.row != nil)
 		var fields map[string]backends.FieldInfo
@@ -405,6 +681,22 @@ func (v *view) snapshot() ([]byte, error) {
 		if rows, err = appendTag(rows, tag); err != nil {
 			return nil, err
 		}
+	}
+	rows = msgp.AppendArrayHeader(rows, uint32(len(v.garbage)))
+	for _, r := range v.garbage {
+		rows = msgp.AppendArrayHeader(rows, 4)
+		rows = msgp.AppendUint64(rows, r.Index)
+		rows = msgp.AppendString(rows, r.Field)
+		rows = msgp.AppendUint64(rows, r.Gen)
+		rows = msgp.AppendString(rows, r.Tag)
+	}
+	rows = msgp.AppendArrayHeader(rows, uint32(len(v.orphans)))
+	for _, o := range v.orphans {
+		rows = msgp.AppendArrayHeader(rows, 4)
+		rows = msgp.AppendUint64(rows, o.ref.Index)
+		rows = msgp.AppendString(rows, o.ref.Field)
+		rows = msgp.AppendUint64(rows, o.ref.Gen)
+		rows = msgp.AppendInt64(rows, o.at)
 	}
 	return t.record(recSnapshot, rows), nil
 }
@@ -436,17 +728,37 @@ func (v *view) readSnapshot(b []byte) error {
 		if ng, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
 			return err
 		}
-		if ng%2 != 0 || uint32(len(b)) < ng {
+		if ng%3 != 0 || uint32(len(b)) < ng {
 			return fmt.Errorf("row %q: %d generation values", k, ng)
 		}
-		r.gens = make([]fieldGen, ng/2)
+		r.gens = make([]fieldGen, ng/3)
 		for j := range r.gens {
-			if r.gens[j].field, b, err = msgp.ReadStringBytes(b); err != nil {
+			g := &r.gens[j]
+			if g.field, b, err = msgp.ReadStringBytes(b); err != nil {
 				return err
 			}
-			if r.gens[j].next, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			if g.next, b, err = msgp.ReadUint64Bytes(b); err != nil {
 				return err
 			}
+			var np uint32
+			if np, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return err
+			}
+			if np%2 != 0 || uint32(len(b)) < np {
+				return fmt.Errorf("row %q field %q: %d reservation values", k, g.field, np)
+			}
+			if np > 0 {
+				g.pend = make([]pendingGen, np/2)
+			}
+			for q := range g.pend {
+				if g.pend[q].gen, b, err = msgp.ReadUint64Bytes(b); err != nil {
+					return err
+				}
+				if g.pend[q].at, b, err = msgp.ReadInt64Bytes(b); err != nil {
+					return err
+				}
+			}
+			v.pending += len(g.pend)
 		}
 		var committed bool
 		if committed, b, err = msgp.ReadBoolBytes(b); err != nil {
@@ -468,8 +780,77 @@ func (v *view) readSnapshot(b []byte) error {
 		}
 		v.rows[k] = r
 	}
+	var err2 error
+	if v.garbage, b, err2 = readCells(b); err2 != nil {
+		return err2
+	}
+	var orphans []backends.Ref
+	var ats []int64
+	if orphans, b, err2 = readCellsAt(b, &ats); err2 != nil {
+		return err2
+	}
+	for i, o := range orphans {
+		v.orphans = append(v.orphans, pendingRef{ref: o, at: ats[i]})
+	}
 	if len(b) != 0 {
 		return fmt.Errorf("%d trailing bytes", len(b))
 	}
 	return nil
+}
+
+// readCells reads a snapshot's garbage: [[index field gen tag]...].
+func readCells(b []byte) ([]backends.Ref, []byte, error) {
+	return readCellList(b, func(b []byte, r *backends.Ref) ([]byte, error) {
+		var err error
+		r.Tag, b, err = msgp.ReadStringBytes(b)
+		return b, err
+	})
+}
+
+// readCellsAt reads a snapshot's orphans: [[index field gen at]...], the
+// times into *ats.
+func readCellsAt(b []byte, ats *[]int64) ([]backends.Ref, []byte, error) {
+	return readCellList(b, func(b []byte, _ *backends.Ref) ([]byte, error) {
+		at, b, err := msgp.ReadInt64Bytes(b)
+		*ats = append(*ats, at)
+		return b, err
+	})
+}
+
+// readCellList reads [[index field gen x]...], x by last.
+func readCellList(b []byte, last func([]byte, *backends.Ref) ([]byte, error)) ([]backends.Ref, []byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < n*5 {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	var out []backends.Ref
+	if n > 0 {
+		out = make([]backends.Ref, n)
+	}
+	for i := range out {
+		var parts uint32
+		if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if parts != 4 {
+			return nil, nil, fmt.Errorf("cell of %d parts, want 4", parts)
+		}
+		r := &out[i]
+		if r.Index, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+		if r.Field, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if r.Gen, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+		if b, err = last(b, r); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, b, nil
 }

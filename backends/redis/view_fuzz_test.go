@@ -30,13 +30,13 @@ import (
 func FuzzViewApply(f *testing.F) {
 	pre := prepareRecord([]string{"a", "b"}, []string{"f"})
 	setID(pre, newID())
-	prep := string(pre[:bodyAt]) + "7" + string(pre[bodyAt:])
+	prep := string(pre[:bodyAt]) + "7:1000" + string(pre[bodyAt:])
 	com, _ := commitRecord([]backends.RowUpdate{
 		{Key: "a", Index: 7, Fields: map[string]backends.FieldInfo{"f": {DType: "u8", Shape: []int64{2}, Gen: 0, BackendTag: "t"}}, Tag: map[string]any{"i": int64(3), "s": "x"}},
 		{Key: "b", Index: 8, Tag: map[string]any{"b": true, "f": 0.5}},
 	})
 	w := newView()
-	w.installPrepare(w.prepare([]string{"a", "c"}, []string{"f", "g"}), []string{"a", "c"}, []string{"f", "g"}, 3)
+	w.installPrepare(w.prepare([]string{"a", "c"}, []string{"f", "g"}), []string{"a", "c"}, []string{"f", "g"}, 3, 1000)
 	if c, err := w.commit("", []backends.RowUpdate{{Key: "a", Index: 3, Fields: map[string]backends.FieldInfo{}, Tag: map[string]any{}}}); err == nil {
 		w.installCommit(c)
 	}
@@ -48,9 +48,9 @@ func FuzzViewApply(f *testing.F) {
 	id := "0123456789abcdef"
 
 	f.Add([]byte(prep), com, del, []byte{0x00, 0x13, 0x21, 0x47, 0x02, 0x31, 0xa5, 0x0b})
-	f.Add(snap, []byte("P"+id+"9:\x91\xa1f\x91\xa1c"), com, []byte{0x03, 0x20, 0x61, 0xff, 0x30, 0x0e, 0x13, 0x25})
+	f.Add(snap, []byte("P"+id+"9:5:\x91\xa1f\x91\xa1c"), com, []byte{0x03, 0x20, 0x61, 0xff, 0x30, 0x0e, 0x13, 0x25})
 	f.Add([]byte("S"+id+"\x90\x90"), []byte("C"+id+"\x90\x91\xa1a\x01\x05\xc0"), []byte("D"+id+"\x9f"), []byte{0x10, 0x07, 0x33, 0x01, 0x0f, 0x41, 0x52, 0x12, 0x63, 0x70})
-	f.Add([]byte("P"+id+"1:\x90\x90"), []byte("F"+id), []byte{}, []byte{})
+	f.Add([]byte("P"+id+"1:2:\x90\x90"), []byte("F"+id), []byte{}, []byte{})
 
 	f.Fuzz(func(t *testing.T, a, b, c, ops []byte) {
 		var recs []string
@@ -104,6 +104,7 @@ func replayRecords(t *testing.T, recs []string) {
 type rowState struct {
 	index uint64
 	gens  map[string]uint64
+	pend  map[string]string // each field's reservations, printed
 	row   *backends.Row
 }
 
@@ -111,12 +112,16 @@ func viewState(v *view) map[string]rowState {
 	out := make(map[string]rowState, len(v.rows))
 	for k, r := range v.rows {
 		g := make(map[string]uint64, len(r.gens))
+		pend := make(map[string]string, len(r.gens))
 		for _, x := range r.gens {
 			if _, dup := g[x.field]; !dup {
 				g[x.field] = x.next
+				if len(x.pend) > 0 {
+					pend[x.field] = fmt.Sprint(x.pend)
+				}
 			}
 		}
-		out[k] = rowState{index: r.index, gens: g, row: r.row}
+		out[k] = rowState{index: r.index, gens: g, pend: pend, row: r.row}
 	}
 	return out
 }
@@ -132,8 +137,8 @@ func diffViews(x, y *view) string {
 		if !ok {
 			return fmt.Sprintf("key %q only in the first", k)
 		}
-		if rx.index != ra.index || !maps.Equal(rx.gens, ra.gens) {
-			return fmt.Sprintf("key %q: index %d gens %v vs index %d gens %v", k, rx.index, rx.gens, ra.index, ra.gens)
+		if rx.index != ra.index || !maps.Equal(rx.gens, ra.gens) || !maps.Equal(rx.pend, ra.pend) {
+			return fmt.Sprintf("key %q: index %d gens %v pending %v vs index %d gens %v pending %v", k, rx.index, rx.gens, rx.pend, ra.index, ra.gens, ra.pend)
 		}
 		if (rx.row == nil) != (ra.row == nil) {
 			return fmt.Sprintf("key %q: committed %v vs %v", k, rx.row != nil, ra.row != nil)
@@ -149,7 +154,30 @@ func diffViews(x, y *view) string {
 			return fmt.Sprintf("key %q only in the second", k)
 		}
 	}
+	if gx, gy := cellSet(x.garbage, nil), cellSet(y.garbage, nil); !slices.Equal(gx, gy) {
+		return fmt.Sprintf("garbage %v vs %v", gx, gy)
+	}
+	if ox, oy := cellSet(nil, x.orphans), cellSet(nil, y.orphans); !slices.Equal(ox, oy) {
+		return fmt.Sprintf("orphans %v vs %v", ox, oy)
+	}
+	if x.pending != y.pending {
+		return fmt.Sprintf("pending %d vs %d", x.pending, y.pending)
+	}
 	return ""
+}
+
+// cellSet prints refs and orphans, sorted: their order in a view depends
+// on map iteration and says nothing.
+func cellSet(refs []backends.Ref, orphans []pendingRef) []string {
+	var out []string
+	for _, r := range refs {
+		out = append(out, fmt.Sprintf("%d@%s#%d/%s", r.Index, r.Field, r.Gen, r.Tag))
+	}
+	for _, o := range orphans {
+		out = append(out, fmt.Sprintf("%d@%s#%d@%d", o.ref.Index, o.ref.Field, o.ref.Gen, o.at))
+	}
+	slices.Sort(out)
+	return out
 }
 
 func diffRows(x, y *backends.Row) string {
@@ -274,7 +302,7 @@ func roundTrip(t *testing.T, ops []byte) {
 	in := &opReader{b: ops}
 	for step := 0; len(in.b) > 0 && step < 64; step++ {
 		op := in.next()
-		switch op % 4 {
+		switch op % 7 {
 		case 0: // Prepare
 			ks, fs := pick(keys, in.next()), pick(fields, in.next())
 			if len(ks) == 0 {
@@ -283,11 +311,13 @@ func roundTrip(t *testing.T, ops []byte) {
 			p := w.prepare(ks, fs)
 			base := next
 			next += uint64(len(p.newPos)) + uint64(op>>6) // a Cluster range may be larger
-			w.installPrepare(p, ks, fs, base)
+			at := int64(step) * 1000
+			w.installPrepare(p, ks, fs, base, at)
 			p.setBase(base)
 			rec := prepareRecord(ks, fs)
 			setID(rec, newID())
-			replay("prepare", append(append(rec[:bodyAt:bodyAt], strconv.FormatUint(base, 10)...), rec[bodyAt:]...))
+			stored := append(rec[:bodyAt:bodyAt], strconv.FormatUint(base, 10)+":"+strconv.FormatInt(at, 10)...)
+			replay("prepare", append(stored, rec[bodyAt:]...))
 			for i, k := range ks {
 				x := r.rows[k]
 				if x == nil || x.index != p.res[i].Index {
@@ -392,6 +422,53 @@ func roundTrip(t *testing.T, ops []byte) {
 			setID(rec, newID())
 			replay("delete", rec)
 			check("delete")
+		case 4: // DeletePartition (a clear record)
+			if len(w.rows) == 0 {
+				continue
+			}
+			for _, x := range w.rows {
+				if x.row != nil {
+					committed--
+				}
+			}
+			w.clear()
+			rec := bareRecord(recClear)
+			setID(rec, newID())
+			replay("clear", rec)
+			check("clear")
+		case 5: // an abort of reservations made by step cutoff
+			cutoff := int64(in.next()%8) * 1000
+			w.abort(cutoff)
+			rec := bareRecord(recAbort)
+			setID(rec, newID())
+			replay("abort", append(rec, strconv.FormatInt(cutoff, 10)...))
+			check("abort")
+		case 6: // swept: some of the garbage and orphans, and a reservation
+			mask := in.next()
+			var refs []backends.Ref
+			for i, r := range w.garbage {
+				if mask&(1<<(i%8)) != 0 {
+					refs = append(refs, r)
+				}
+			}
+			for i, o := range w.orphans {
+				if mask&(1<<((i+3)%8)) != 0 {
+					refs = append(refs, o.ref)
+				}
+			}
+			for _, k := range pick(keys, in.next()) {
+				if x := w.rows[k]; x != nil && len(x.gens) > 0 && len(x.gens[0].pend) > 0 {
+					refs = append(refs, backends.Ref{Index: x.index, Field: x.gens[0].field, Gen: x.gens[0].pend[0].gen})
+				}
+			}
+			if len(refs) == 0 {
+				continue
+			}
+			w.sweep(refs)
+			rec := sweptRecord(refs)
+			setID(rec, newID())
+			replay("swept", rec)
+			check("swept")
 		case 3: // compaction
 			snap, err := w.snapshot()
 			if err != nil {
