@@ -18,7 +18,10 @@ var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
 
 // BatchGet reads fields (all fields the rows have, when none are named) of
 // keys. An unknown key gives ErrNotFound; a field some key lacks gives
-// ErrNotReady; both as *KeyError naming the key and field. Each column is
+// ErrNotReady; a cell that does not decode, or is not what its row's
+// metadata says (a tensor of the dtype and shape List reports, or a value
+// that is not a tensor), gives an error matching codec.ErrCorrupt; all as
+// *KeyError naming the key and field. Each column is
 // stacked when every row has the same dtype and shape, jagged when the rows
 // are tensors of different shapes, and a values column otherwise. Tensor
 // bytes of jagged and values columns, and []byte values, alias the fetched
@@ -114,10 +117,10 @@ func (c *Client) getCached(ctx context.Context, partition string, keys, fields [
 	if err != nil || !current {
 		return nil, err != nil, err
 	}
-	out, rest, err := st.finish(partition, rows)
-	if err != nil || len(rest) > 0 || otherErr != nil {
-		// Vanished or unexpected cells, or a field some row lacks: the
-		// usual path sorts them out and names them.
+	out, err := st.finish(partition, rows)
+	if err != nil || otherErr != nil {
+		// Vanished or corrupt cells, or a field some row lacks: the usual
+		// path sorts them out and names them.
 		return nil, false, nil
 	}
 	maps.Copy(out, other)
@@ -261,24 +264,16 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 	if first != nil {
 		return nil, first
 	}
-	out, rest, err := st.finish(partition, rows)
+	out, err := st.finish(partition, rows)
 	if err != nil {
 		return nil, err
-	}
-	if len(rest) > 0 {
-		// Cells that are not the tensors the metadata names: read those
-		// fields again the general way.
-		again, err := c.readCells(ctx, partition, rows, rest, into)
-		if err != nil {
-			return nil, err
-		}
-		maps.Copy(out, again)
 	}
 	maps.Copy(out, other)
 	return out, nil
 }
 
-// readCells fetches and decodes the cells of fields of rows.
+// readCells fetches and decodes the cells of fields of rows, and checks
+// each against its row's metadata (checkColumn).
 func (c *Client) readCells(ctx context.Context, partition string, rows []*backends.Row, fields []string, into reuse) (Batch, error) {
 	n := len(rows)
 	arena := newKeyArena(n*len(fields), maxLen(fields))
@@ -345,6 +340,9 @@ func (c *Client) readCells(ctx context.Context, partition string, rows []*backen
 				oe.Index += fi * n // the cell's place among all of them
 				return nil, &KeyError{Partition: partition, Key: rows[oe.Index%n].Key, Field: f, Err: err}
 			}
+			return nil, err
+		}
+		if err := checkColumn(partition, rows, f, col); err != nil {
 			return nil, err
 		}
 		out[f] = col

@@ -3,6 +3,7 @@ package tq
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -16,9 +17,13 @@ import (
 // holds a tensor of one dtype and shape. Each cell's bytes go from the
 // engine into their row of the column, with no buffer per cell and no
 // second copy to stack them (that copy into fresh memory was most of a
-// large read's cost). The bytes before each cell's data are checked against
-// what the codec writes for that dtype and shape; a cell that differs is
-// decoded in full and checked the same way.
+// large read's cost). The bytes before each cell's data are compared with
+// what the codec writes for that dtype and shape, so a cell that is what
+// the metadata says costs a comparison of those bytes and nothing more (a
+// bool column's bytes are also checked to be 0 or 1, one pass over them);
+// a cell whose bytes differ is decoded in full, and is corrupt
+// (cellMismatchError) unless it decodes to a tensor of that dtype and
+// shape.
 type stackRead struct {
 	plans   []stackPlan
 	skeys   []string
@@ -138,26 +143,21 @@ func (c *Client) fetchStacked(ctx context.Context, s *stackRead) error {
 	})
 }
 
-// finish checks what fetchStacked read and returns the stacked columns,
-// and the fields with a cell that is not the tensor the metadata names
-// (for the general path).
-func (s *stackRead) finish(partition string, rows []*backends.Row) (out Batch, rest []string, _ error) {
+// finish checks what fetchStacked read and returns the stacked columns.
+// A cell missing is errVanished, one that is not the tensor the metadata
+// names is corrupt; both name the cell.
+func (s *stackRead) finish(partition string, rows []*backends.Row) (Batch, error) {
 	n := len(rows)
-	out = make(Batch, len(s.plans))
+	out := make(Batch, len(s.plans))
 	for i := range s.plans {
 		p := &s.plans[i]
-		ok, err := p.check(partition, rows, s.dst[i*n:(i+1)*n])
-		if err != nil {
-			return nil, nil, err
-		}
-		if !ok {
-			rest = append(rest, p.field)
-			continue
+		if err := p.check(partition, rows, s.dst[i*n:(i+1)*n]); err != nil {
+			return nil, err
 		}
 		shape := append([]int64{int64(n)}, p.shape...)
 		out[p.field] = Column{kind: KindStacked, stacked: codec.Tensor{DType: p.dtype, Shape: shape, Data: p.out}}
 	}
-	return out, rest, nil
+	return out, nil
 }
 
 // stackPlan is one field of a stackRead.
@@ -201,19 +201,24 @@ func planStack(rows []*backends.Row, f string) (stackPlan, bool) {
 	return stackPlan{field: f, dtype: dt, shape: first.Shape, prefix: prefix, size: size}, true
 }
 
-// check verifies what GetSplit read for the plan's cells; ok false: a cell
-// is not the tensor the metadata names (read the field the general way).
-func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends.SplitValue) (ok bool, _ error) {
+// check verifies what GetSplit read for the plan's cells, and copies into
+// the column a cell that was not read into it.
+func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends.SplitValue) error {
 	for i := range dst {
 		d := &dst[i]
 		if !d.Found {
-			return false, &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: errVanished}
+			return &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: errVanished}
 		}
 		// The column is not zeroed: its row is trusted only when the
 		// engine read into it (Body still is the row), else the cell is
 		// decoded and copied into the row itself.
 		row := p.out[i*p.size : (i+1)*p.size]
 		if d.Other == nil && bytes.Equal(d.Head, p.prefix) && sameStart(d.Body, row) {
+			if p.dtype == codec.Bool {
+				if err := (codec.Tensor{DType: p.dtype, Shape: p.shape, Data: row}).ValidateBools(); err != nil {
+					return &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: fmt.Errorf("%w: %w", codec.ErrCorrupt, err)}
+				}
+			}
 			continue
 		}
 		// Another writer's encoding of the cell, or another value: decode
@@ -224,15 +229,15 @@ func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends
 		}
 		v, err := codec.Decode(buf)
 		if err != nil {
-			return false, &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: err}
+			return &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: err}
 		}
-		t, isTensor := v.(codec.Tensor)
-		if !isTensor || t.DType != p.dtype || !slices.Equal(t.Shape, p.shape) {
-			return false, nil
+		if t, isTensor := v.(codec.Tensor); !isTensor || t.DType != p.dtype || !slices.Equal(t.Shape, p.shape) {
+			spec := specOf(rows[i].Fields[p.field])
+			return spec.mismatch(partition, rows[i], p.field, describeValue(v))
 		}
-		copy(row, t.Data)
+		copy(row, v.(codec.Tensor).Data)
 	}
-	return true, nil
+	return nil
 }
 
 // sameStart reports whether a and b are the same memory (an empty row has
