@@ -71,12 +71,17 @@ func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []
 	}
 }
 
-// getCached is a read of stacked columns from the rows the metadata's
-// copy in this client holds, confirmed current in the same request as the
-// read (backends.ConfirmingReader): one round trip where looking the rows
-// up first takes two. ok false: the read was not such a read, or the
-// copy was stale; the caller looks up and reads as usual. The caller has
-// checked partition and keys.
+// getCached is a read of the rows the metadata's copy in this client
+// holds, confirmed current in the same request as the read
+// (backends.ConfirmingReader): one round trip where looking the rows up
+// first takes two. Fields known to stack are read into their columns;
+// the cells of the others are read whole in the same request (a
+// destination of no bytes takes any value whole) and decoded as readCells
+// decodes them. ok false: the read was not such a read (no cell to read,
+// or more than KeysLimit), the copy was stale, or a cell was missing,
+// corrupt or of a field some row lacks; the caller looks up and reads as
+// usual, which names such cells against the rows as they are. The caller
+// has checked partition and keys.
 func (c *Client) getCached(ctx context.Context, partition string, keys, fields []string, into reuse) (_ Batch, ok bool, _ error) {
 	if err := c.check(ctx); err != nil {
 		return nil, true, err
@@ -90,40 +95,39 @@ func (c *Client) getCached(ctx context.Context, partition string, keys, fields [
 		return nil, true, err
 	}
 	st, others := planStacked(rows, fields)
-	if st == nil || len(st.skeys) > c.opts.keysLimit {
+	var whole []string
+	if len(others) > 0 {
+		if whole, _, err = cellKeys(partition, rows, others); err != nil {
+			return nil, false, nil
+		}
+	}
+	if st == nil {
+		if len(whole) == 0 {
+			return nil, false, nil // no cell whose read could confirm the rows
+		}
+		st = &stackRead{n: len(rows)}
+	}
+	st.addWhole(whole)
+	if len(st.skeys) > c.opts.keysLimit {
 		return nil, false, nil
 	}
 	st.into = into
 	defer st.release()
-	// Fields that do not stack are read the general way beside the
-	// confirmed read; the confirmation vouches for both (cells do not
-	// change once committed).
-	var (
-		other    Batch
-		otherErr error
-		done     chan struct{}
-	)
-	if len(others) > 0 {
-		done = make(chan struct{})
-		go func() {
-			defer close(done)
-			other, otherErr = c.readCells(ctx, partition, rows, others, into)
-		}()
-	}
 	current, err := c.confirmingReader.GetSplitConfirmed(ctx, c.meta, token, st.skeys, st.sizes(), st.allocate)
-	if done != nil {
-		<-done
-	}
 	if err != nil || !current {
 		return nil, err != nil, err
 	}
 	out, err := st.finish(partition, rows)
-	if err != nil || otherErr != nil {
-		// Vanished or corrupt cells, or a field some row lacks: the usual
-		// path sorts them out and names them.
+	if err != nil {
 		return nil, false, nil
 	}
-	maps.Copy(out, other)
+	if len(others) > 0 {
+		other, err := decodeCells(partition, rows, others, st.wholeValues(), into)
+		if err != nil {
+			return nil, false, nil
+		}
+		maps.Copy(out, other)
+	}
 	return out, true, nil
 }
 
@@ -261,33 +265,15 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 // readCells fetches and decodes the cells of fields of rows, and checks
 // each against its row's metadata (checkColumn).
 func (c *Client) readCells(ctx context.Context, partition string, rows []*backends.Row, fields []string, into reuse) (Batch, error) {
-	n := len(rows)
-	arena := newKeyArena(n*len(fields), maxLen(fields))
-	tags := make([]string, 0, n*len(fields))
-	for _, f := range fields {
-		var (
-			prev map[string]backends.FieldInfo
-			fi   backends.FieldInfo
-			ok   bool
-		)
-		for i, r := range rows {
-			if i == 0 || !backends.SameMap(r.Fields, prev) {
-				prev = r.Fields
-				fi, ok = prev[f]
-			}
-			if !ok {
-				return nil, &KeyError{Partition: partition, Key: r.Key, Field: f, Err: ErrNotReady}
-			}
-			arena.add(r.Index, f, fi.Gen)
-			tags = append(tags, fi.BackendTag)
-		}
+	skeys, tags, err := cellKeys(partition, rows, fields)
+	if err != nil {
+		return nil, err
 	}
-	skeys := arena.keys()
 	var bufs [][]byte // one chunk's reply as it is; chunks' replies copied in
 	if len(skeys) > c.opts.keysLimit {
 		bufs = make([][]byte, len(skeys))
 	}
-	err := forChunks(ctx, len(skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+	err = forChunks(ctx, len(skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
 		var got [][]byte
 		var err error
 		if c.taggedReader != nil {
@@ -312,6 +298,41 @@ func (c *Client) readCells(ctx context.Context, partition string, rows []*backen
 	if err != nil {
 		return nil, err
 	}
+	return decodeCells(partition, rows, fields, bufs, into)
+}
+
+// cellKeys names the cells of fields of rows, field-major, with the
+// backend tag of each; a field some row lacks is ErrNotReady.
+func cellKeys(partition string, rows []*backends.Row, fields []string) (skeys, tags []string, _ error) {
+	n := len(rows)
+	arena := newKeyArena(n*len(fields), maxLen(fields))
+	tags = make([]string, 0, n*len(fields))
+	for _, f := range fields {
+		var (
+			prev map[string]backends.FieldInfo
+			fi   backends.FieldInfo
+			ok   bool
+		)
+		for i, r := range rows {
+			if i == 0 || !backends.SameMap(r.Fields, prev) {
+				prev = r.Fields
+				fi, ok = prev[f]
+			}
+			if !ok {
+				return nil, nil, &KeyError{Partition: partition, Key: r.Key, Field: f, Err: ErrNotReady}
+			}
+			arena.add(r.Index, f, fi.Gen)
+			tags = append(tags, fi.BackendTag)
+		}
+	}
+	return arena.keys(), tags, nil
+}
+
+// decodeCells decodes the cells of fields of rows that bufs holds, as
+// cellKeys names them (nil: missing, errVanished), into columns, and checks
+// each against its row's metadata (checkColumn).
+func decodeCells(partition string, rows []*backends.Row, fields []string, bufs [][]byte, into reuse) (Batch, error) {
+	n := len(rows)
 	for i, b := range bufs {
 		if b == nil {
 			return nil, &KeyError{Partition: partition, Key: rows[i%n].Key, Field: fields[i/n], Err: errVanished}

@@ -26,7 +26,8 @@ import (
 // shape.
 type stackRead struct {
 	plans   []stackPlan
-	skeys   []string
+	skeys   []string              // the plans' cells, then the whole ones
+	whole   int                   // cells read whole (addWhole), after the plans'
 	n       int                   // rows
 	dst     []backends.SplitValue // per plan, per row; nil until allocate
 	scratch *splitScratch         // dst and the cells' heads, back to the pool by release
@@ -62,12 +63,44 @@ func (s *stackRead) release() {
 	splitScratchPool.Put(sc)
 }
 
-// sizes is each cell's expected length (prefix and data), by skeys.
+// sizes is each cell's expected length (prefix and data), by skeys; 0
+// for a cell read whole.
 func (s *stackRead) sizes() []int {
 	out := make([]int, 0, len(s.skeys))
 	for _, p := range s.plans {
 		for range s.n {
 			out = append(out, len(p.prefix)+p.size)
+		}
+	}
+	for range s.whole {
+		out = append(out, 0)
+	}
+	return out
+}
+
+// addWhole adds cells to read whole beside the plans' (a destination of
+// no bytes: every value goes to Other), for a read of other fields in the
+// same request. Call it before allocate.
+func (s *stackRead) addWhole(skeys []string) {
+	if len(skeys) == 0 {
+		return
+	}
+	s.skeys = append(slices.Clip(s.skeys), skeys...)
+	s.whole += len(skeys)
+}
+
+// wholeValues are the values of the cells addWhole added, as read: nil
+// for a missing one. They are the engine's buffers, which stay valid after
+// release.
+func (s *stackRead) wholeValues() [][]byte {
+	out := make([][]byte, s.whole)
+	for i, d := range s.dst[len(s.dst)-s.whole:] {
+		switch {
+		case !d.Found:
+		case d.Other != nil:
+			out[i] = d.Other
+		default:
+			out[i] = []byte{} // a value of no bytes, which does not decode
 		}
 	}
 	return out
@@ -86,7 +119,7 @@ func (s *stackRead) allocate() []backends.SplitValue {
 	for i := range s.plans {
 		headBytes += n * len(s.plans[i].prefix)
 	}
-	if need := n * len(s.plans); cap(sc.dst) < need {
+	if need := n*len(s.plans) + s.whole; cap(sc.dst) < need {
 		sc.dst = make([]backends.SplitValue, 0, need)
 	}
 	if cap(sc.heads) < headBytes {
@@ -103,6 +136,9 @@ func (s *stackRead) allocate() []backends.SplitValue {
 			dst = append(dst, backends.SplitValue{Head: heads[j*h : (j+1)*h : (j+1)*h], Body: p.out[j*p.size : (j+1)*p.size : (j+1)*p.size]})
 		}
 		heads = heads[n*h:]
+	}
+	for range s.whole {
+		dst = append(dst, backends.SplitValue{})
 	}
 	sc.dst, s.scratch, s.dst = dst, sc, dst
 	return dst
