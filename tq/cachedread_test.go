@@ -194,9 +194,45 @@ func TestCachedReadFallsBack(t *testing.T) {
 		t.Fatalf("read of a corrupt cell from the copy: %v, want ErrCorrupt naming k4/v", err)
 	}
 
+	// j of k5 (int32 [2]) rewritten as a float32 [2] (a cell of the same
+	// length), then as an int32 [1] (of another length).
+	f2, _ := codec.FromSlice([]float32{1, 2})
+	i1, _ := codec.FromSlice([]int32{1})
+	for _, v := range []codec.Tensor{f2, i1} {
+		rows, err := meta.MetaStore.Lookup(ctx, "p", []string{"k5"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, _ := codec.Encode(v)
+		sameLength := len(enc) == len(mustEncodeTQ(t, codec.Tensor{DType: codec.Int32, Shape: []int64{2}, Data: make([]byte, 8)}))
+		if sameLength != (v.DType == codec.Float32) {
+			t.Fatalf("%v: not the cell length the case is about", v.DType)
+		}
+		if err := st.Store.Put(ctx, []string{backends.StorageKey(rows[0].Index, "j", rows[0].Fields["j"].Gen)}, [][]byte{enc}); err != nil {
+			t.Fatal(err)
+		}
+		before := meta.lookups.Load()
+		_, err = c.BatchGet(ctx, "p", keys, "j")
+		if !errors.As(err, &ke) || ke.Key != "k5" || ke.Field != "j" || !errors.Is(err, codec.ErrCorrupt) {
+			t.Fatalf("read of a corrupt jagged cell (%v) from the copy: %v, want ErrCorrupt naming k5/j", v, err)
+		}
+		if meta.lookups.Load() == before {
+			t.Fatal("a corrupt cell in the confirmed read was not read again after a lookup")
+		}
+	}
+
 	mustPut(t, c, "p", keys[:1], tq.Batch{"r": tq.ValuesOf([]int64{1})}, nil)
 	_, err = c.BatchGet(ctx, "p", keys)
 	if !errors.As(err, &ke) || ke.Key != "k1" || ke.Field != "r" || !errors.Is(err, tq.ErrNotReady) {
 		t.Fatalf("read of every field where a row lacks one: %v, want ErrNotReady naming k1/r", err)
 	}
+}
+
+func mustEncodeTQ(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := codec.Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

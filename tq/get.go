@@ -75,9 +75,8 @@ func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []
 // holds, confirmed current in the same request as the read
 // (backends.ConfirmingReader): one round trip where looking the rows up
 // first takes two. Fields known to stack are read into their columns;
-// the cells of the others are read whole in the same request (a
-// destination of no bytes takes any value whole) and decoded as readCells
-// decodes them. ok false: the read was not such a read (no cell to read,
+// the cells of the others are read whole in the same request
+// (stackRead.addWhole) and decoded as readCells decodes them. ok false: the read was not such a read (no cell to read,
 // or more than KeysLimit), the copy was stale, or a cell was missing,
 // corrupt or of a field some row lacks; the caller looks up and reads as
 // usual, which names such cells against the rows as they are. The caller
@@ -107,7 +106,7 @@ func (c *Client) getCached(ctx context.Context, partition string, keys, fields [
 		}
 		st = &stackRead{n: len(rows)}
 	}
-	st.addWhole(whole)
+	st.addWhole(whole, wholeSizes(rows, others))
 	if len(st.skeys) > c.opts.keysLimit {
 		return nil, false, nil
 	}

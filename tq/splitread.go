@@ -9,6 +9,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/codec"
+	"github.com/tqgo/tqgo/internal/uninit"
 )
 
 // A stackRead reads the fields of rows that are known to stack straight
@@ -27,7 +28,7 @@ import (
 type stackRead struct {
 	plans   []stackPlan
 	skeys   []string              // the plans' cells, then the whole ones
-	whole   int                   // cells read whole (addWhole), after the plans'
+	whole   []int                 // expected size of each cell read whole (addWhole), after the plans'
 	n       int                   // rows
 	dst     []backends.SplitValue // per plan, per row; nil until allocate
 	scratch *splitScratch         // dst and the cells' heads, back to the pool by release
@@ -63,8 +64,8 @@ func (s *stackRead) release() {
 	splitScratchPool.Put(sc)
 }
 
-// sizes is each cell's expected length (prefix and data), by skeys; 0
-// for a cell read whole.
+// sizes is each cell's expected length (prefix and data), by skeys; for
+// a cell read whole, the length its metadata makes likely (0: unknown).
 func (s *stackRead) sizes() []int {
 	out := make([]int, 0, len(s.skeys))
 	for _, p := range s.plans {
@@ -72,33 +73,62 @@ func (s *stackRead) sizes() []int {
 			out = append(out, len(p.prefix)+p.size)
 		}
 	}
-	for range s.whole {
-		out = append(out, 0)
-	}
-	return out
+	return append(out, s.whole...)
 }
 
-// addWhole adds cells to read whole beside the plans' (a destination of
-// no bytes: every value goes to Other), for a read of other fields in the
-// same request. Call it before allocate.
-func (s *stackRead) addWhole(skeys []string) {
+// addWhole adds cells to read whole beside the plans', for a read of other
+// fields in the same request: sizes[i] is what cell i's metadata says its
+// length is (a tensor's; 0 for a value, whose length it does not know). A
+// value of that length is read into memory of its own, one of any other
+// length whole into Other (engines cut their requests by these sizes, so
+// a large cell counts for what it is). Call it before allocate.
+func (s *stackRead) addWhole(skeys []string, sizes []int) {
 	if len(skeys) == 0 {
 		return
 	}
 	s.skeys = append(slices.Clip(s.skeys), skeys...)
-	s.whole += len(skeys)
+	s.whole = append(s.whole, sizes...)
+}
+
+// wholeSizes is the expected length of each cell of fields of rows, as
+// cellKeys names them, for addWhole: a tensor's packed length when its
+// metadata gives dtype and shape, else 0.
+func wholeSizes(rows []*backends.Row, fields []string) []int {
+	out := make([]int, 0, len(rows)*len(fields))
+	for _, f := range fields {
+		var (
+			prev map[string]backends.FieldInfo
+			size int
+		)
+		for i, r := range rows {
+			if i == 0 || !backends.SameMap(r.Fields, prev) {
+				prev = r.Fields
+				size = 0
+				if fi := prev[f]; fi.DType != "" {
+					if dt, err := codec.ParseDType(fi.DType); err == nil {
+						if prefix, n, err := codec.TensorPrefix(dt, fi.Shape); err == nil && n <= maxInt-len(prefix) {
+							size = len(prefix) + n
+						}
+					}
+				}
+			}
+			out = append(out, size)
+		}
+	}
+	return out
 }
 
 // wholeValues are the values of the cells addWhole added, as read: nil
-// for a missing one. They are the engine's buffers, which stay valid after
-// release.
+// for a missing one. They stay valid after release.
 func (s *stackRead) wholeValues() [][]byte {
-	out := make([][]byte, s.whole)
-	for i, d := range s.dst[len(s.dst)-s.whole:] {
+	out := make([][]byte, len(s.whole))
+	for i, d := range s.dst[len(s.dst)-len(s.whole):] {
 		switch {
 		case !d.Found:
 		case d.Other != nil:
 			out[i] = d.Other
+		case d.Body != nil:
+			out[i] = d.Body // of the expected length: read into it
 		default:
 			out[i] = []byte{} // a value of no bytes, which does not decode
 		}
@@ -119,7 +149,7 @@ func (s *stackRead) allocate() []backends.SplitValue {
 	for i := range s.plans {
 		headBytes += n * len(s.plans[i].prefix)
 	}
-	if need := n*len(s.plans) + s.whole; cap(sc.dst) < need {
+	if need := n*len(s.plans) + len(s.whole); cap(sc.dst) < need {
 		sc.dst = make([]backends.SplitValue, 0, need)
 	}
 	if cap(sc.heads) < headBytes {
@@ -137,8 +167,21 @@ func (s *stackRead) allocate() []backends.SplitValue {
 		}
 		heads = heads[n*h:]
 	}
-	for range s.whole {
-		dst = append(dst, backends.SplitValue{})
+	// The cells read whole that have an expected length share one buffer,
+	// each at a multiple of 16 bytes as the codec aligns a buffer's
+	// tensors (so decoded tensors view in place). Not zeroed: a cell's
+	// bytes are used only when a value of exactly that length filled them.
+	wholeBytes := 0
+	for _, size := range s.whole {
+		wholeBytes += (size + 15) &^ 15
+	}
+	slab := uninit.Bytes(wholeBytes)
+	for _, size := range s.whole {
+		var d backends.SplitValue
+		if size > 0 {
+			d.Body, slab = slab[:size:size], slab[(size+15)&^15:]
+		}
+		dst = append(dst, d)
 	}
 	sc.dst, s.scratch, s.dst = dst, sc, dst
 	return dst
