@@ -153,21 +153,23 @@ func sameCell(a, b []*backends.Row, err error) bool {
 
 // BatchGetByMeta reads fields of m's rows (from List or Lookup): it
 // answers exactly as BatchGet(ctx, m.Partition, m.Keys(), fields...)
-// would now, whatever changed since m was taken. Rows cleared since give
-// ErrNotFound (also when re-created since: the key then names the new row,
-// whose data and fields are read), a read naming no fields returns every
+// would now, whatever changed since m was taken. A row cleared since gives
+// ErrNotFound; a key cleared and written again since names its new row,
+// whose data and fields are read; a read naming no fields returns every
 // field the rows have now (those written since m was taken included, and
-// ErrNotReady when some row lacks one), and a field replaced since reads
-// as it is now. m only names the rows, by partition and key: a BatchMeta
-// the caller built or edited is read the same way.
+// ErrNotReady when some row lacks one); a field replaced since reads as it
+// is now. m only names the rows, by partition and key: a BatchMeta the
+// caller built or edited is read the same way.
 //
-// That takes the rows' current metadata, at the cost BatchGet pays for
-// it: in-process engines (memory://, and the metadata of yuanrong://) look
-// it up without a request, and on Redis a client that holds a current copy
-// of the partition's metadata (it read or wrote it before) reads stacked
-// columns in one round trip, the copy confirmed current in the request
-// that reads the cells (backends.ConfirmingReader); otherwise the rows are
-// looked up first.
+// So it takes the rows' current metadata, at the cost BatchGet pays for
+// it: metadata kept in the process (memory://, or an engine with no
+// metadata store of its own, which Open gives an in-process one) is
+// looked up without a request; on Redis, a client holding a current copy
+// of the partition's metadata (it read or wrote the partition before)
+// reads in one round trip, the copy confirmed current in the request that
+// reads the cells (backends.ConfirmingReader, on the engine's own
+// connections to a standalone server), and otherwise looks the rows up
+// first.
 func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (Batch, error) {
 	release, err := c.enter(ctx)
 	if err != nil {
