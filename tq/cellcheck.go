@@ -12,21 +12,20 @@ import (
 // tensor of the metadata's dtype and shape, or a value that is not a
 // tensor when the metadata's DType is "". Cells never change once
 // committed (a rewrite goes to a new generation's key), so a cell that
-// differs was damaged or replaced under tq's feet: the read fails with
-// a *cellMismatchError rather than returning a column the metadata (and List)
-// contradicts.
+// differs was damaged or replaced under tq's feet: the read fails with a
+// *cellMismatchError rather than return a column that the metadata (and
+// List) contradicts.
 
 // cellSpec is what a row's metadata says one cell of a field holds.
 type cellSpec struct {
-	tensor bool        // a tensor, not a general value
-	known  bool        // dtype is the metadata's dtype (false: one this build lacks, no cell matches)
-	dtype  codec.DType // when tensor
-	shape  []int64     // when tensor
 	fi     backends.FieldInfo
+	tensor bool        // a tensor, not a general value
+	known  bool        // dtype is fi.DType (false: a dtype this build lacks; no cell matches)
+	dtype  codec.DType // when tensor
 }
 
 func specOf(fi backends.FieldInfo) cellSpec {
-	s := cellSpec{tensor: fi.DType != "", shape: fi.Shape, fi: fi}
+	s := cellSpec{fi: fi, tensor: fi.DType != ""}
 	if s.tensor {
 		dt, err := codec.ParseDType(fi.DType)
 		s.dtype, s.known = dt, err == nil
@@ -37,7 +36,7 @@ func specOf(fi backends.FieldInfo) cellSpec {
 // matchesTensor reports whether a tensor of dtype dt and shape is the cell
 // s describes.
 func (s *cellSpec) matchesTensor(dt codec.DType, shape []int64) bool {
-	return s.tensor && s.known && s.dtype == dt && slices.Equal(s.shape, shape)
+	return s.tensor && s.known && s.dtype == dt && slices.Equal(s.fi.Shape, shape)
 }
 
 // matchesValue reports whether the decoded value v is the cell s describes.
