@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/codec"
 )
 
 // Sentinel errors. Match them with errors.Is; a *KeyError carries the key
@@ -39,7 +40,7 @@ type KeyError struct {
 	Partition string
 	Key       string
 	Field     string // "" when the error is about the whole row
-	Err       error  // ErrNotFound, ErrNotReady, ErrInvalid, or a codec error for a corrupt cell
+	Err       error  // ErrNotFound, ErrNotReady, ErrInvalid, or an error matching codec.ErrCorrupt for a corrupt cell (one that does not decode, or is not what its metadata says)
 }
 
 func (e *KeyError) Error() string {
@@ -54,3 +55,18 @@ func (e *KeyError) Unwrap() error { return e.Err }
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
+
+// cellMismatchError: a stored cell that is not what its row's metadata
+// says (another dtype or shape, a value where a tensor should be, or a
+// tensor where a value should be). A read returns it in a *KeyError naming
+// the cell; it matches codec.ErrCorrupt, as a cell that does not decode
+// does.
+type cellMismatchError struct {
+	got, want string // "a float32 tensor of shape [3]", "a value"
+}
+
+func (e *cellMismatchError) Error() string {
+	return fmt.Sprintf("tq: corrupt cell: it is %s, its metadata says %s", e.got, e.want)
+}
+
+func (e *cellMismatchError) Is(target error) bool { return target == codec.ErrCorrupt }

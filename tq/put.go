@@ -359,8 +359,8 @@ func (w *write) reserve(ctx context.Context) error {
 // that stores values in two parts (backends.SplitWriter) gets the caller's
 // tensor rows as they are: no packing copy. Every value is a tensor (the
 // cells of stacked and jagged columns); cells of one dtype and shape share
-// a prefix. An invalid tensor is a *codec.ObjectError, as the packer
-// reports it.
+// a prefix. An invalid tensor (a bool tensor with a byte other than 0 or
+// 1 included) is a *codec.ObjectError, as the packer reports it.
 func splitCells(values []any) (heads, bodies [][]byte, _ error) {
 	heads, bodies = make([][]byte, len(values)), make([][]byte, len(values))
 	var (
@@ -395,6 +395,9 @@ func splitCells(values []any) (heads, bodies [][]byte, _ error) {
 				err = codec.ErrShapeMismatch
 			}
 			return nil, nil, &codec.ObjectError{Index: i, Err: err}
+		}
+		if err := t.ValidateBools(); err != nil {
+			return nil, nil, &codec.ObjectError{Index: i, Err: err} // as the packer rejects it
 		}
 		heads[i], bodies[i] = prefix, t.Data
 	}
