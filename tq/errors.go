@@ -42,6 +42,22 @@ func (e *KeyError) Error() string {
 
 func (e *KeyError) Unwrap() error { return e.Err }
 
+// TagError is a tag value of a type a Tag does not hold (see Tag). Put and
+// BatchPut return it inside a *KeyError naming the row, the whole matching
+// ErrInvalid.
+type TagError struct {
+	Tag    string // the tag key
+	Path   string // where in the key's value: "" for the value itself, else steps like [2]["name"]
+	Reason string // what is wrong with it
+}
+
+func (e *TagError) Error() string {
+	if e.Path == "" {
+		return fmt.Sprintf("tq: tag %q: %s", e.Tag, e.Reason)
+	}
+	return fmt.Sprintf("tq: tag %q at %s: %s", e.Tag, e.Path, e.Reason)
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
