@@ -30,7 +30,7 @@ type KeyError struct {
 	Partition string
 	Key       string
 	Field     string // "" when the error is about the whole row
-	Err       error  // ErrNotFound, ErrNotReady, ErrInvalid, or a codec error for a corrupt cell
+	Err       error  // ErrNotFound, ErrNotReady, ErrInvalid, a *TagError, or a codec error for a bad or corrupt cell
 }
 
 func (e *KeyError) Error() string {
