@@ -118,10 +118,19 @@ func (e *encoder) add(v any, l *layout) error {
 	return nil
 }
 
-// checkTensor is Validate plus the encoder's own limit on dimensions. Its
+// checkTensor is Validate, ValidateBools and the encoder's own limit on
+// dimensions.
+func checkTensor(t *Tensor) error {
+	if err := checkLayout(t); err != nil {
+		return err
+	}
+	return t.ValidateBools()
+}
+
+// checkLayout is Validate plus the encoder's own limit on dimensions. Its
 // fast path accepts only tensors Validate accepts; anything else (errors
 // included) is left to Validate.
-func checkTensor(t *Tensor) error {
+func checkLayout(t *Tensor) error {
 	if t.DType.Valid() && len(t.Shape) <= maxDims {
 		// Bytes, not elements: itemsize >= 1, so a byte count that stays
 		// within MaxInt bounds the element count NumElements computes too.
@@ -330,6 +339,9 @@ func (d *decoder) decode(buf []byte) (any, error) {
 		if err := t.Validate(); err != nil {
 			return nil, corrupt(err)
 		}
+		if err := t.ValidateBools(); err != nil {
+			return nil, corrupt(err)
+		}
 	}
 	d.body.tensors = d.tensors
 	d.body.next = 0
@@ -367,9 +379,9 @@ func (d *decoder) singleTensor(buf []byte) (Tensor, bool) {
 
 // readSingle reads buf when it is exactly what packing one bare tensor
 // writes (payload 0 as appendSingleHeader writes it, then the tensor's
-// bytes) and the tensor is valid: it returns the dtype and the tensor's
-// bytes (aliasing buf), and leaves the shape in d.dims. It reports false for
-// anything else.
+// bytes) and the tensor is valid, a bool tensor's bytes included: it
+// returns the dtype and the tensor's bytes (aliasing buf), and leaves the
+// shape in d.dims. It reports false for anything else.
 func (d *decoder) readSingle(buf []byte) (DType, []byte, bool) {
 	if len(buf) < tensorTableEnd || binary.LittleEndian.Uint32(buf) != 2 {
 		return 0, nil, false
@@ -383,7 +395,8 @@ func (d *decoder) readSingle(buf []byte) (DType, []byte, bool) {
 		return 0, nil, false
 	}
 	if d.lastHead != nil && bytes.Equal(head, d.lastHead) && len(data) == d.lastLen {
-		return d.lastDType, data, true // as the last buffer read: valid, d.dims holds the shape
+		// As the last buffer read: valid, d.dims holds the shape.
+		return d.lastDType, data, d.lastDType != Bool || validBools(data)
 	}
 	d.lastHead = nil // d.dims changes below
 	// [version, [[dtype, shape]]], the shape a fixarray.
@@ -420,7 +433,7 @@ func (d *decoder) readSingle(buf []byte) (DType, []byte, bool) {
 		return 0, nil, false
 	}
 	d.lastHead, d.lastDType, d.lastLen = head, dt, len(data)
-	return dt, data, true
+	return dt, data, dt != Bool || validBools(data)
 }
 
 // readHeader parses the header at the start of payload 0 into d.tensors

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -69,6 +70,33 @@ func (t Tensor) Validate() error {
 		return fmt.Errorf("%w: tensor of %d bytes", ErrTooLarge, want)
 	}
 	return nil
+}
+
+// ValidateBools checks that every byte of a bool tensor is 0 or 1
+// (ErrInvalidBool); a tensor of another dtype passes. Validate does not
+// check this, as it reads every byte; the encoder and the decoder do (see
+// FORMAT.md), and so does View[bool].
+func (t Tensor) ValidateBools() error {
+	if t.DType == Bool && !validBools(t.Data) {
+		return fmt.Errorf("%w: bool tensor %v", ErrInvalidBool, t.Shape)
+	}
+	return nil
+}
+
+// validBools reports whether every byte of b is 0 or 1, eight at a time.
+func validBools(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b)&0xfefefefefefefefe != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, x := range b {
+		if x > 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // NewTensor builds a tensor over data (not copied) and validates it. Use it
@@ -154,12 +182,8 @@ func View[T Element](t Tensor) ([]T, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	if t.DType == Bool {
-		for _, b := range t.Data {
-			if b > 1 {
-				return nil, ErrInvalidBool
-			}
-		}
+	if err := t.ValidateBools(); err != nil {
+		return nil, err
 	}
 	return viewBytes[T](t.Data), nil
 }

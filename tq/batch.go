@@ -267,7 +267,37 @@ func (b Batch) Len() int {
 }
 
 // Tag is a row's small metadata map ({"step": 3, "status": "rewarded"}).
-// Values should be strings, bools, int64s or float64s: those round-trip
-// through every engine with their types. Tags are copied one level deep:
-// do not modify nested values (lists, maps) after handing them over.
+//
+// Every engine holds the same set of tag values, and every client reads a
+// value back with the same Go type and value, the writer included. Put and
+// BatchPut store a value as it is normalised:
+//
+//   - nil, bool and string stay as they are;
+//   - int, int8, int16, int32 and int64 become int64;
+//   - uint, uint8, uint16, uint32 and uint64 become uint64 (signed and
+//     unsigned stay apart: uint64(3) reads back as uint64, int(3) as int64);
+//   - float32 and float64 become float64 (float32 converted exactly);
+//     NaN is rejected, since it equals nothing, itself included; ±Inf is
+//     accepted;
+//   - []byte stays []byte (nil becomes empty);
+//   - []any and any slice type of accepted elements ([]string, [][]int32,
+//     []map[string]any ...) become []any of normalised elements (nil becomes
+//     empty);
+//   - map[string]any, Tag and any map type with string keys and accepted
+//     elements (map[string]float64 ...) become map[string]any (nil becomes
+//     empty).
+//
+// Lists and maps nest at most 32 deep (a list that contains itself is
+// rejected as too deep). Everything else is rejected: pointers, structs,
+// arrays, time.Time, complex numbers, uintptr, channels, funcs, errors,
+// maps whose keys are not strings, and named types (a type Status string,
+// time.Duration, a []Status), whose Go type no engine could give back.
+//
+// A rejected value fails the whole put with an error matching ErrInvalid,
+// before anything is written; errors.As finds a *KeyError naming the row
+// and a *TagError naming the tag key. The client stores a normalised deep
+// copy, so the caller may modify or reuse its tags, their lists, maps and
+// byte slices, as soon as the call returns. Tags read back (RowInfo.Tag)
+// are the caller's maps, but nested lists, maps and byte slices in them
+// may be shared with the store and other readers: treat them as read-only.
 type Tag map[string]any

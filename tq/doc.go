@@ -28,6 +28,16 @@
 // commits the metadata last. A reader never sees a field whose bytes are
 // not all written; a failed put deletes what it wrote and commits nothing.
 //
+// Tags are checked with the rest: a value of a type outside Tag's list
+// (pointers, structs, time.Time, complex numbers, NaN ...) fails the put
+// with ErrInvalid, naming the key and the tag key, before any engine
+// request. Accepted values are normalised (every signed integer to int64,
+// every unsigned one to uint64, floats to float64, lists to []any, maps to
+// map[string]any) into a deep copy the client owns, so every engine stores
+// the same types and every client, the writer included, reads back the
+// same Go types and values; changing the caller's tag objects afterwards
+// changes nothing stored.
+//
 // Overwriting a field writes a new generation ("<index>@<field>#<gen>")
 // and deletes the old one after the commit, so readers and failures never
 // see a half-replaced field.

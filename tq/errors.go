@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/codec"
 )
 
 // Sentinel errors. Match them with errors.Is; a *KeyError carries the key
@@ -39,7 +40,7 @@ type KeyError struct {
 	Partition string
 	Key       string
 	Field     string // "" when the error is about the whole row
-	Err       error  // ErrNotFound, ErrNotReady, ErrInvalid, or a codec error for a corrupt cell
+	Err       error  // ErrNotFound, ErrNotReady, ErrInvalid, a *TagError, or an error matching codec.ErrCorrupt for a corrupt cell (one that does not decode, or is not what its metadata says)
 }
 
 func (e *KeyError) Error() string {
@@ -51,6 +52,37 @@ func (e *KeyError) Error() string {
 
 func (e *KeyError) Unwrap() error { return e.Err }
 
+// TagError is a tag value of a type a Tag does not hold (see Tag). Put and
+// BatchPut return it inside a *KeyError naming the row, the whole matching
+// ErrInvalid.
+type TagError struct {
+	Tag    string // the tag key
+	Path   string // where in the key's value: "" for the value itself, else steps like [2]["name"]
+	Reason string // what is wrong with it
+}
+
+func (e *TagError) Error() string {
+	if e.Path == "" {
+		return fmt.Sprintf("tq: tag %q: %s", e.Tag, e.Reason)
+	}
+	return fmt.Sprintf("tq: tag %q at %s: %s", e.Tag, e.Path, e.Reason)
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
+
+// cellMismatchError: a stored cell that is not what its row's metadata
+// says (another dtype or shape, a value where a tensor should be, or a
+// tensor where a value should be). A read returns it in a *KeyError naming
+// the cell; it matches codec.ErrCorrupt, as a cell that does not decode
+// does.
+type cellMismatchError struct {
+	got, want string // "a float32 tensor of shape [3]", "a value"
+}
+
+func (e *cellMismatchError) Error() string {
+	return fmt.Sprintf("tq: corrupt cell: it is %s, its metadata says %s", e.got, e.want)
+}
+
+func (e *cellMismatchError) Is(target error) bool { return target == codec.ErrCorrupt }

@@ -18,7 +18,10 @@ var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
 
 // BatchGet reads fields (all fields the rows have, when none are named) of
 // keys. An unknown key gives ErrNotFound; a field some key lacks gives
-// ErrNotReady; both as *KeyError naming the key and field. Each column is
+// ErrNotReady; a cell that does not decode, or is not what its row's
+// metadata says (a tensor of the dtype and shape List reports, or a value
+// that is not a tensor), gives an error matching codec.ErrCorrupt; all as
+// *KeyError naming the key and field. Each column is
 // stacked when every row has the same dtype and shape, jagged when the rows
 // are tensors of different shapes, and a values column otherwise. Tensor
 // bytes of jagged and values columns, and []byte values, alias the fetched
@@ -68,12 +71,16 @@ func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []
 	}
 }
 
-// getCached is a read of stacked columns from the rows the metadata's
-// copy in this client holds, confirmed current in the same request as the
-// read (backends.ConfirmingReader): one round trip where looking the rows
-// up first takes two. ok false: the read was not such a read, or the
-// copy was stale; the caller looks up and reads as usual. The caller has
-// checked partition and keys.
+// getCached is a read of the rows the metadata's copy in this client
+// holds, confirmed current in the same request as the read
+// (backends.ConfirmingReader): one round trip where looking the rows up
+// first takes two. Fields known to stack are read into their columns;
+// the cells of the others are read whole in the same request
+// (stackRead.addWhole) and decoded as readCells decodes them. ok false: the read was not such a read (no cell to read,
+// or more than KeysLimit), the copy was stale, or a cell was missing,
+// corrupt or of a field some row lacks; the caller looks up and reads as
+// usual, which names such cells against the rows as they are. The caller
+// has checked partition and keys.
 func (c *Client) getCached(ctx context.Context, partition string, keys, fields []string, into reuse) (_ Batch, ok bool, _ error) {
 	if err := c.check(ctx); err != nil {
 		return nil, true, err
@@ -87,40 +94,39 @@ func (c *Client) getCached(ctx context.Context, partition string, keys, fields [
 		return nil, true, err
 	}
 	st, others := planStacked(rows, fields)
-	if st == nil || len(st.skeys) > c.opts.keysLimit {
+	var whole []string
+	if len(others) > 0 {
+		if whole, _, err = cellKeys(partition, rows, others); err != nil {
+			return nil, false, nil
+		}
+	}
+	if st == nil {
+		if len(whole) == 0 {
+			return nil, false, nil // no cell whose read could confirm the rows
+		}
+		st = &stackRead{n: len(rows)}
+	}
+	st.addWhole(whole, wholeSizes(rows, others))
+	if len(st.skeys) > c.opts.keysLimit {
 		return nil, false, nil
 	}
 	st.into = into
 	defer st.release()
-	// Fields that do not stack are read the general way beside the
-	// confirmed read; the confirmation vouches for both (cells do not
-	// change once committed).
-	var (
-		other    Batch
-		otherErr error
-		done     chan struct{}
-	)
-	if len(others) > 0 {
-		done = make(chan struct{})
-		go func() {
-			defer close(done)
-			other, otherErr = c.readCells(ctx, partition, rows, others, into)
-		}()
-	}
 	current, err := c.confirmingReader.GetSplitConfirmed(ctx, c.meta, token, st.skeys, st.sizes(), st.allocate)
-	if done != nil {
-		<-done
-	}
 	if err != nil || !current {
 		return nil, err != nil, err
 	}
-	out, rest, err := st.finish(partition, rows)
-	if err != nil || len(rest) > 0 || otherErr != nil {
-		// Vanished or unexpected cells, or a field some row lacks: the
-		// usual path sorts them out and names them.
+	out, err := st.finish(partition, rows)
+	if err != nil {
 		return nil, false, nil
 	}
-	maps.Copy(out, other)
+	if len(others) > 0 {
+		other, err := decodeCells(partition, rows, others, st.wholeValues(), into)
+		if err != nil {
+			return nil, false, nil
+		}
+		maps.Copy(out, other)
+	}
 	return out, true, nil
 }
 
@@ -145,13 +151,25 @@ func sameCell(a, b []*backends.Row, err error) bool {
 	return oka && okb && ia == ib && fa.Gen == fb.Gen
 }
 
-// BatchGetByMeta reads fields of the rows of m (from List or Lookup)
-// without looking their metadata up again; if a cell was replaced since m
-// was taken, or m lacks a field that has been written since, it looks the
-// rows up afresh. It reads the keys of m.Rows in m.Partition, as BatchGet
-// would: a BatchMeta whose Partition, or a row's Key or Index, the caller
-// changed is looked up afresh by key, never read from the rows it was
-// taken from.
+// BatchGetByMeta reads fields of m's rows (from List or Lookup): it
+// answers exactly as BatchGet(ctx, m.Partition, m.Keys(), fields...)
+// would now, whatever changed since m was taken. A row cleared since gives
+// ErrNotFound; a key cleared and written again since names its new row,
+// whose data and fields are read; a read naming no fields returns every
+// field the rows have now (those written since m was taken included, and
+// ErrNotReady when some row lacks one); a field replaced since reads as it
+// is now. m only names the rows, by partition and key: a BatchMeta the
+// caller built or edited is read the same way.
+//
+// So it takes the rows' current metadata, at the cost BatchGet pays for
+// it: metadata kept in the process (memory://, or an engine with no
+// metadata store of its own, which Open gives an in-process one) is
+// looked up without a request; on Redis, a client holding a current copy
+// of the partition's metadata (it read or wrote the partition before)
+// reads in one round trip, the copy confirmed current in the request that
+// reads the cells (backends.ConfirmingReader, on the engine's own
+// connections to a standalone server), and otherwise looks the rows up
+// first.
 func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (Batch, error) {
 	release, err := c.enter(ctx)
 	if err != nil {
@@ -161,31 +179,7 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 	if m == nil {
 		return nil, invalidf("nil BatchMeta")
 	}
-	if err := checkPartition(m.Partition); err != nil {
-		return nil, err
-	}
-	if err := checkKeys(m.Keys()); err != nil {
-		return nil, err
-	}
-	edited := func(r RowInfo) bool { return r.row == nil || r.Key != r.row.Key || r.Index != r.row.Index }
-	if m.from != m.Partition || slices.ContainsFunc(m.Rows, edited) {
-		// Built or edited by the caller: the rows it was taken from (if
-		// any) may be another partition's or another key's.
-		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil, nil)
-	}
-	rows := make([]*backends.Row, len(m.Rows))
-	for i, r := range m.Rows {
-		rows[i] = r.row
-	}
-	b, err := c.read(ctx, m.Partition, rows, fields, nil)
-	switch {
-	case errors.Is(err, errVanished):
-		return c.getFresh(ctx, m.Partition, m.Keys(), fields, rows, err, nil)
-	case errors.Is(err, ErrNotReady):
-		// m may predate the field's write: ask the metadata once more.
-		return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil, nil)
-	}
-	return b, err
+	return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil, nil)
 }
 
 // readFields are the fields a read of rows returns: those asked for
@@ -261,52 +255,26 @@ func (c *Client) read(ctx context.Context, partition string, rows []*backends.Ro
 	if first != nil {
 		return nil, first
 	}
-	out, rest, err := st.finish(partition, rows)
+	out, err := st.finish(partition, rows)
 	if err != nil {
 		return nil, err
-	}
-	if len(rest) > 0 {
-		// Cells that are not the tensors the metadata names: read those
-		// fields again the general way.
-		again, err := c.readCells(ctx, partition, rows, rest, into)
-		if err != nil {
-			return nil, err
-		}
-		maps.Copy(out, again)
 	}
 	maps.Copy(out, other)
 	return out, nil
 }
 
-// readCells fetches and decodes the cells of fields of rows.
+// readCells fetches and decodes the cells of fields of rows, and checks
+// each against its row's metadata (checkColumn).
 func (c *Client) readCells(ctx context.Context, partition string, rows []*backends.Row, fields []string, into reuse) (Batch, error) {
-	n := len(rows)
-	arena := newKeyArena(n*len(fields), maxLen(fields))
-	tags := make([]string, 0, n*len(fields))
-	for _, f := range fields {
-		var (
-			prev map[string]backends.FieldInfo
-			fi   backends.FieldInfo
-			ok   bool
-		)
-		for i, r := range rows {
-			if i == 0 || !backends.SameMap(r.Fields, prev) {
-				prev = r.Fields
-				fi, ok = prev[f]
-			}
-			if !ok {
-				return nil, &KeyError{Partition: partition, Key: r.Key, Field: f, Err: ErrNotReady}
-			}
-			arena.add(r.Index, f, fi.Gen)
-			tags = append(tags, fi.BackendTag)
-		}
+	skeys, tags, err := cellKeys(partition, rows, fields)
+	if err != nil {
+		return nil, err
 	}
-	skeys := arena.keys()
 	var bufs [][]byte // one chunk's reply as it is; chunks' replies copied in
 	if len(skeys) > c.opts.keysLimit {
 		bufs = make([][]byte, len(skeys))
 	}
-	err := forChunks(ctx, len(skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+	err = forChunks(ctx, len(skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
 		var got [][]byte
 		var err error
 		if c.taggedReader != nil {
@@ -331,6 +299,41 @@ func (c *Client) readCells(ctx context.Context, partition string, rows []*backen
 	if err != nil {
 		return nil, err
 	}
+	return decodeCells(partition, rows, fields, bufs, into)
+}
+
+// cellKeys names the cells of fields of rows, field-major, with the
+// backend tag of each; a field some row lacks is ErrNotReady.
+func cellKeys(partition string, rows []*backends.Row, fields []string) (skeys, tags []string, _ error) {
+	n := len(rows)
+	arena := newKeyArena(n*len(fields), maxLen(fields))
+	tags = make([]string, 0, n*len(fields))
+	for _, f := range fields {
+		var (
+			prev map[string]backends.FieldInfo
+			fi   backends.FieldInfo
+			ok   bool
+		)
+		for i, r := range rows {
+			if i == 0 || !backends.SameMap(r.Fields, prev) {
+				prev = r.Fields
+				fi, ok = prev[f]
+			}
+			if !ok {
+				return nil, nil, &KeyError{Partition: partition, Key: r.Key, Field: f, Err: ErrNotReady}
+			}
+			arena.add(r.Index, f, fi.Gen)
+			tags = append(tags, fi.BackendTag)
+		}
+	}
+	return arena.keys(), tags, nil
+}
+
+// decodeCells decodes the cells of fields of rows that bufs holds, as
+// cellKeys names them (nil: missing, errVanished), into columns, and checks
+// each against its row's metadata (checkColumn).
+func decodeCells(partition string, rows []*backends.Row, fields []string, bufs [][]byte, into reuse) (Batch, error) {
+	n := len(rows)
 	for i, b := range bufs {
 		if b == nil {
 			return nil, &KeyError{Partition: partition, Key: rows[i%n].Key, Field: fields[i/n], Err: errVanished}
@@ -345,6 +348,9 @@ func (c *Client) readCells(ctx context.Context, partition string, rows []*backen
 				oe.Index += fi * n // the cell's place among all of them
 				return nil, &KeyError{Partition: partition, Key: rows[oe.Index%n].Key, Field: f, Err: err}
 			}
+			return nil, err
+		}
+		if err := checkColumn(partition, rows, f, col); err != nil {
 			return nil, err
 		}
 		out[f] = col

@@ -20,17 +20,14 @@ type RowInfo struct {
 	Index  uint64 // global index: allocated on first put, never reused
 	Fields map[string]FieldInfo
 	Tag    Tag
-
-	row *backends.Row // the store's record, for reading without a lookup
 }
 
-// BatchMeta is the metadata of some rows of a partition, as List returns
-// it; BatchGetByMeta reads its rows without another metadata lookup.
+// BatchMeta is the metadata of some rows of a partition, as List and
+// Lookup return it: a copy, taken when they ran. BatchGetByMeta reads the
+// rows it names (by partition and key) as they are when it runs.
 type BatchMeta struct {
 	Partition string
 	Rows      []RowInfo
-
-	from string // the partition List or Lookup took Rows from
 }
 
 // Keys returns the rows' keys in order.
@@ -45,7 +42,7 @@ func (m *BatchMeta) Keys() []string {
 // rowInfo copies what the caller may change (tag, shapes) out of the
 // store's record, which other readers share.
 func rowInfo(r *backends.Row) RowInfo {
-	ri := RowInfo{Key: r.Key, Index: r.Index, Fields: make(map[string]FieldInfo, len(r.Fields)), Tag: Tag(maps.Clone(r.Tag)), row: r}
+	ri := RowInfo{Key: r.Key, Index: r.Index, Fields: make(map[string]FieldInfo, len(r.Fields)), Tag: Tag(maps.Clone(r.Tag))}
 	for f, fi := range r.Fields {
 		ri.Fields[f] = FieldInfo{DType: fi.DType, Shape: slices.Clone(fi.Shape)}
 	}
@@ -86,7 +83,7 @@ func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*
 
 // batchMeta is the caller's copy of rows of partition.
 func batchMeta(partition string, rows []*backends.Row) *BatchMeta {
-	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows)), from: partition}
+	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows))}
 	for i, r := range rows {
 		m.Rows[i] = rowInfo(r)
 	}

@@ -43,8 +43,10 @@ func (c *Client) Put(ctx context.Context, partition, key string, fields map[stri
 // BatchPut writes batch for keys: row i of every column belongs to keys[i].
 // Keys new to the partition get fresh global indexes; existing rows gain or
 // replace the batch's fields (columns added over time). tags is nil (leave
-// tags alone) or one Tag per key, merged into the row's tag; a batch with no
-// columns and tags updates tags only.
+// tags alone) or one Tag per key (nil for a row whose tag stays as it is),
+// merged into the row's tag: its keys overwrite, the row's other keys stay.
+// A batch with no columns and tags updates tags only. Tag values are
+// validated and normalised as Tag says; the client keeps its own deep copy.
 //
 // Everything is validated before anything is written (ErrInvalid). The call
 // is all or nothing: on error no field of it is readable and its bytes are
@@ -55,7 +57,7 @@ func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, 
 		return err
 	}
 	defer release()
-	fields, err := c.validatePut(partition, keys, batch, tags)
+	fields, tags, err := c.validatePut(partition, keys, batch, tags)
 	if err != nil {
 		return err
 	}
@@ -66,43 +68,49 @@ func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, 
 	return w.run(ctx, batch)
 }
 
-func (c *Client) validatePut(partition string, keys []string, batch Batch, tags []Tag) ([]string, error) {
+// validatePut checks a put and returns its fields, sorted, and its tags
+// normalised (see Tag): copies the caller may go on changing.
+func (c *Client) validatePut(partition string, keys []string, batch Batch, tags []Tag) ([]string, []Tag, error) {
 	if err := checkPartition(partition); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(keys) == 0 {
-		return nil, invalidf("no keys")
+		return nil, nil, invalidf("no keys")
 	}
 	if err := checkKeys(keys); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if tags != nil && len(tags) != len(keys) {
-		return nil, invalidf("%d tags for %d keys", len(tags), len(keys))
+		return nil, nil, invalidf("%d tags for %d keys", len(tags), len(keys))
 	}
 	if len(batch) == 0 && tags == nil {
-		return nil, invalidf("nothing to write: no columns and no tags")
+		return nil, nil, invalidf("nothing to write: no columns and no tags")
 	}
 	fields := batch.Fields()
 	for _, f := range fields {
 		if err := checkField(f); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		col := batch[f]
 		if col.err != nil {
 			var re *rowError
 			if errors.As(col.err, &re) && re.row < len(keys) {
-				return nil, fmt.Errorf("%w: %w", ErrInvalid, &KeyError{Partition: partition, Key: keys[re.row], Field: f, Err: re.err})
+				return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, &KeyError{Partition: partition, Key: keys[re.row], Field: f, Err: re.err})
 			}
-			return nil, fmt.Errorf("%w: field %q: %w", ErrInvalid, f, col.err)
+			return nil, nil, fmt.Errorf("%w: field %q: %w", ErrInvalid, f, col.err)
 		}
 		if col.kind == 0 {
-			return nil, invalidf("field %q: zero Column (use Stacked, Jagged or Values)", f)
+			return nil, nil, invalidf("field %q: zero Column (use Stacked, Jagged or Values)", f)
 		}
 		if col.Len() != len(keys) {
-			return nil, invalidf("field %q has %d rows for %d keys", f, col.Len(), len(keys))
+			return nil, nil, invalidf("field %q has %d rows for %d keys", f, col.Len(), len(keys))
 		}
 	}
-	return fields, nil
+	normTags, err := normalizeTags(partition, keys, tags)
+	if err != nil {
+		return nil, nil, err
+	}
+	return fields, normTags, nil
 }
 
 // write is the state of one BatchPut.
@@ -111,7 +119,7 @@ type write struct {
 	partition string
 	keys      []string
 	fields    []string // sorted
-	tags      []Tag
+	tags      []Tag    // normalised copies (see normalizeTags), nil to leave tags alone
 
 	res      []backends.Reservation
 	skeys    []string             // storage keys, field-major
@@ -359,8 +367,8 @@ func (w *write) reserve(ctx context.Context) error {
 // that stores values in two parts (backends.SplitWriter) gets the caller's
 // tensor rows as they are: no packing copy. Every value is a tensor (the
 // cells of stacked and jagged columns); cells of one dtype and shape share
-// a prefix. An invalid tensor is a *codec.ObjectError, as the packer
-// reports it.
+// a prefix. An invalid tensor (a bool tensor with a byte other than 0 or
+// 1 included) is a *codec.ObjectError, as the packer reports it.
 func splitCells(values []any) (heads, bodies [][]byte, _ error) {
 	heads, bodies = make([][]byte, len(values)), make([][]byte, len(values))
 	var (
@@ -395,6 +403,9 @@ func splitCells(values []any) (heads, bodies [][]byte, _ error) {
 				err = codec.ErrShapeMismatch
 			}
 			return nil, nil, &codec.ObjectError{Index: i, Err: err}
+		}
+		if err := t.ValidateBools(); err != nil {
+			return nil, nil, &codec.ObjectError{Index: i, Err: err} // as the packer rejects it
 		}
 		heads[i], bodies[i] = prefix, t.Data
 	}

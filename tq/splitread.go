@@ -3,11 +3,13 @@ package tq
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/codec"
+	"github.com/tqgo/tqgo/internal/uninit"
 )
 
 // A stackRead reads the fields of rows that are known to stack straight
@@ -16,12 +18,17 @@ import (
 // holds a tensor of one dtype and shape. Each cell's bytes go from the
 // engine into their row of the column, with no buffer per cell and no
 // second copy to stack them (that copy into fresh memory was most of a
-// large read's cost). The bytes before each cell's data are checked against
-// what the codec writes for that dtype and shape; a cell that differs is
-// decoded in full and checked the same way.
+// large read's cost). The bytes before each cell's data are compared with
+// what the codec writes for that dtype and shape, so a cell that is what
+// the metadata says costs a comparison of those bytes and nothing more (a
+// bool column's bytes are also checked to be 0 or 1, one pass over them);
+// a cell whose bytes differ is decoded in full, and is corrupt
+// (cellMismatchError) unless it decodes to a tensor of that dtype and
+// shape.
 type stackRead struct {
 	plans   []stackPlan
-	skeys   []string
+	skeys   []string              // the plans' cells, then the whole ones
+	whole   []int                 // expected size of each cell read whole (addWhole), after the plans'
 	n       int                   // rows
 	dst     []backends.SplitValue // per plan, per row; nil until allocate
 	scratch *splitScratch         // dst and the cells' heads, back to the pool by release
@@ -57,12 +64,73 @@ func (s *stackRead) release() {
 	splitScratchPool.Put(sc)
 }
 
-// sizes is each cell's expected length (prefix and data), by skeys.
+// sizes is each cell's expected length (prefix and data), by skeys; for
+// a cell read whole, the length its metadata makes likely (0: unknown).
 func (s *stackRead) sizes() []int {
 	out := make([]int, 0, len(s.skeys))
 	for _, p := range s.plans {
 		for range s.n {
 			out = append(out, len(p.prefix)+p.size)
+		}
+	}
+	return append(out, s.whole...)
+}
+
+// addWhole adds cells to read whole beside the plans', for a read of other
+// fields in the same request: sizes[i] is what cell i's metadata says its
+// length is (a tensor's; 0 for a value, whose length it does not know). A
+// value of that length is read into memory of its own, one of any other
+// length whole into Other (engines cut their requests by these sizes, so
+// a large cell counts for what it is). Call it before allocate.
+func (s *stackRead) addWhole(skeys []string, sizes []int) {
+	if len(skeys) == 0 {
+		return
+	}
+	s.skeys = append(slices.Clip(s.skeys), skeys...)
+	s.whole = append(s.whole, sizes...)
+}
+
+// wholeSizes is the expected length of each cell of fields of rows, as
+// cellKeys names them, for addWhole: a tensor's packed length when its
+// metadata gives dtype and shape, else 0.
+func wholeSizes(rows []*backends.Row, fields []string) []int {
+	out := make([]int, 0, len(rows)*len(fields))
+	for _, f := range fields {
+		var (
+			prev map[string]backends.FieldInfo
+			size int
+		)
+		for i, r := range rows {
+			if i == 0 || !backends.SameMap(r.Fields, prev) {
+				prev = r.Fields
+				size = 0
+				if fi := prev[f]; fi.DType != "" {
+					if dt, err := codec.ParseDType(fi.DType); err == nil {
+						if prefix, n, err := codec.TensorPrefix(dt, fi.Shape); err == nil && n <= maxInt-len(prefix) {
+							size = len(prefix) + n
+						}
+					}
+				}
+			}
+			out = append(out, size)
+		}
+	}
+	return out
+}
+
+// wholeValues are the values of the cells addWhole added, as read: nil
+// for a missing one. They stay valid after release.
+func (s *stackRead) wholeValues() [][]byte {
+	out := make([][]byte, len(s.whole))
+	for i, d := range s.dst[len(s.dst)-len(s.whole):] {
+		switch {
+		case !d.Found:
+		case d.Other != nil:
+			out[i] = d.Other
+		case d.Body != nil:
+			out[i] = d.Body // of the expected length: read into it
+		default:
+			out[i] = []byte{} // a value of no bytes, which does not decode
 		}
 	}
 	return out
@@ -81,7 +149,7 @@ func (s *stackRead) allocate() []backends.SplitValue {
 	for i := range s.plans {
 		headBytes += n * len(s.plans[i].prefix)
 	}
-	if need := n * len(s.plans); cap(sc.dst) < need {
+	if need := n*len(s.plans) + len(s.whole); cap(sc.dst) < need {
 		sc.dst = make([]backends.SplitValue, 0, need)
 	}
 	if cap(sc.heads) < headBytes {
@@ -98,6 +166,22 @@ func (s *stackRead) allocate() []backends.SplitValue {
 			dst = append(dst, backends.SplitValue{Head: heads[j*h : (j+1)*h : (j+1)*h], Body: p.out[j*p.size : (j+1)*p.size : (j+1)*p.size]})
 		}
 		heads = heads[n*h:]
+	}
+	// The cells read whole that have an expected length share one buffer,
+	// each at a multiple of 16 bytes as the codec aligns a buffer's
+	// tensors (so decoded tensors view in place). Not zeroed: a cell's
+	// bytes are used only when a value of exactly that length filled them.
+	wholeBytes := 0
+	for _, size := range s.whole {
+		wholeBytes += (size + 15) &^ 15
+	}
+	slab := uninit.Bytes(wholeBytes)
+	for _, size := range s.whole {
+		var d backends.SplitValue
+		if size > 0 {
+			d.Body, slab = slab[:size:size], slab[(size+15)&^15:]
+		}
+		dst = append(dst, d)
 	}
 	sc.dst, s.scratch, s.dst = dst, sc, dst
 	return dst
@@ -138,26 +222,21 @@ func (c *Client) fetchStacked(ctx context.Context, s *stackRead) error {
 	})
 }
 
-// finish checks what fetchStacked read and returns the stacked columns,
-// and the fields with a cell that is not the tensor the metadata names
-// (for the general path).
-func (s *stackRead) finish(partition string, rows []*backends.Row) (out Batch, rest []string, _ error) {
+// finish checks what fetchStacked read and returns the stacked columns.
+// A cell missing is errVanished, one that is not the tensor the metadata
+// names is corrupt; both name the cell.
+func (s *stackRead) finish(partition string, rows []*backends.Row) (Batch, error) {
 	n := len(rows)
-	out = make(Batch, len(s.plans))
+	out := make(Batch, len(s.plans))
 	for i := range s.plans {
 		p := &s.plans[i]
-		ok, err := p.check(partition, rows, s.dst[i*n:(i+1)*n])
-		if err != nil {
-			return nil, nil, err
-		}
-		if !ok {
-			rest = append(rest, p.field)
-			continue
+		if err := p.check(partition, rows, s.dst[i*n:(i+1)*n]); err != nil {
+			return nil, err
 		}
 		shape := append([]int64{int64(n)}, p.shape...)
 		out[p.field] = Column{kind: KindStacked, stacked: codec.Tensor{DType: p.dtype, Shape: shape, Data: p.out}}
 	}
-	return out, rest, nil
+	return out, nil
 }
 
 // stackPlan is one field of a stackRead.
@@ -201,19 +280,24 @@ func planStack(rows []*backends.Row, f string) (stackPlan, bool) {
 	return stackPlan{field: f, dtype: dt, shape: first.Shape, prefix: prefix, size: size}, true
 }
 
-// check verifies what GetSplit read for the plan's cells; ok false: a cell
-// is not the tensor the metadata names (read the field the general way).
-func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends.SplitValue) (ok bool, _ error) {
+// check verifies what GetSplit read for the plan's cells, and copies into
+// the column a cell that was not read into it.
+func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends.SplitValue) error {
 	for i := range dst {
 		d := &dst[i]
 		if !d.Found {
-			return false, &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: errVanished}
+			return &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: errVanished}
 		}
 		// The column is not zeroed: its row is trusted only when the
 		// engine read into it (Body still is the row), else the cell is
 		// decoded and copied into the row itself.
 		row := p.out[i*p.size : (i+1)*p.size]
 		if d.Other == nil && bytes.Equal(d.Head, p.prefix) && sameStart(d.Body, row) {
+			if p.dtype == codec.Bool {
+				if err := (codec.Tensor{DType: p.dtype, Shape: p.shape, Data: row}).ValidateBools(); err != nil {
+					return &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: fmt.Errorf("%w: %w", codec.ErrCorrupt, err)}
+				}
+			}
 			continue
 		}
 		// Another writer's encoding of the cell, or another value: decode
@@ -224,15 +308,15 @@ func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends
 		}
 		v, err := codec.Decode(buf)
 		if err != nil {
-			return false, &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: err}
+			return &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: err}
 		}
-		t, isTensor := v.(codec.Tensor)
-		if !isTensor || t.DType != p.dtype || !slices.Equal(t.Shape, p.shape) {
-			return false, nil
+		if t, isTensor := v.(codec.Tensor); !isTensor || t.DType != p.dtype || !slices.Equal(t.Shape, p.shape) {
+			spec := specOf(rows[i].Fields[p.field])
+			return spec.mismatch(partition, rows[i], p.field, describeValue(v))
 		}
-		copy(row, t.Data)
+		copy(row, v.(codec.Tensor).Data)
 	}
-	return true, nil
+	return nil
 }
 
 // sameStart reports whether a and b are the same memory (an empty row has

@@ -3,9 +3,11 @@ package redis
 import (
 	"bytes"
 	"crypto/sha1"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -44,8 +46,8 @@ import (
 // A field table is a field section (appendFields): fields in name order,
 // each [dtype, shape, gen, backend tag]. Rows of one put share their
 // Fields map, so a record holds one table for the whole batch, and the
-// rows decoded from it share one map again. Tags are msgpack values,
-// which keep Go's int64, float64, bool and string apart.
+// rows decoded from it share one map again. A tag is a msgpack map whose
+// values keep their Go types apart (see appendTag).
 const (
 	recPrepare  = 'P'
 	recCommit   = 'C'
@@ -174,46 +176,206 @@ func decodeFields(b []byte) (map[string]backends.FieldInfo, []byte, error) {
 	return out, b, nil
 }
 
-// appendTag appends a row's tag: nil, or a map of msgpack values.
+// tagDepthLimit bounds the nesting of lists and maps in a tag value that
+// appendTag writes and decodeTag reads (the value of a tag key is level 1).
+// It is above what tq accepts (see tq.Tag), so that every tag tq writes
+// fits, and stops a corrupt record from recursing without end.
+const tagDepthLimit = 64
+
+// appendTag appends a row's tag, deterministically: equal tags give equal
+// bytes. A nil tag is msgpack nil (0xc0). Any other tag is a msgpack map
+// (fixmap 0x80-0x8f, map16 0xde or map32 0xdf header) of its entries in
+// increasing byte order of their keys, each key a msgpack str (fixstr
+// 0xa0-0xbf, str8 0xd9, str16 0xda or str32 0xdb, the smallest that holds
+// it) followed by its value. A value is encoded by its Go type, always in
+// the smallest form msgpack allows for it, except where stated:
+//
+//	nil             nil 0xc0
+//	bool            false 0xc2, true 0xc3
+//	int64           positive fixint 0x00-0x7f, negative fixint 0xe0-0xff,
+//	                int8 0xd0, int16 0xd1, int32 0xd2 or int64 0xd3 (the
+//	                signed forms only: a non-negative int64 over 127 is
+//	                int16, int32 or int64, never uint*)
+//	uint64          uint8 0xcc, uint16 0xcd, uint32 0xce or uint64 0xcf,
+//	                never a fixint, even under 128: the first byte alone
+//	                tells an unsigned value from a signed one
+//	float64         float64 0xcb, 8 bytes of IEEE 754 (never float32)
+//	string          str (fixstr, str8, str16 or str32), the string's bytes
+//	[]byte          bin8 0xc4, bin16 0xc5 or bin32 0xc6, the bytes
+//	[]any           array (fixarray 0x90-0x9f, array16 0xdc or array32
+//	                0xdd), then its elements in order, encoded likewise
+//	map[string]any  map, as the tag itself: str keys in increasing byte
+//	                order, each followed by its value
+//
+// Multi-byte lengths and numbers are big-endian, as msgpack has them. These
+// are the types tq normalises tag values to (see tq.Tag); any other type,
+// or nesting deeper than tagDepthLimit, is an error matching
+// backends.ErrInvalid that names the tag key.
 func appendTag(b []byte, tag map[string]any) ([]byte, error) {
 	if tag == nil {
 		return msgp.AppendNil(b), nil
 	}
-	b = msgp.AppendMapHeader(b, uint32(len(tag)))
-	for k, v := range tag {
-		b = msgp.AppendString(b, k)
+	out := msgp.AppendMapHeader(b, uint32(len(tag)))
+	for _, k := range slices.Sorted(maps.Keys(tag)) {
+		out = msgp.AppendString(out, k)
 		var err error
-		if b, err = msgp.AppendIntf(b, v); err != nil {
-			return nil, fmt.Errorf("%w: tag %q: value of type %T: %v", backends.ErrInvalid, k, v, err)
+		if out, err = appendTagValue(out, tag[k], 1); err != nil {
+			return nil, fmt.Errorf("%w: tag %q: %w", backends.ErrInvalid, k, err)
 		}
 	}
-	return b, nil
+	return out, nil
 }
 
+// appendTagValue appends one value at nesting level depth.
+func appendTagValue(b []byte, v any, depth int) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return msgp.AppendNil(b), nil
+	case bool:
+		return msgp.AppendBool(b, x), nil
+	case int64:
+		return msgp.AppendInt64(b, x), nil
+	case uint64:
+		return appendTagUint(b, x), nil
+	case float64:
+		return msgp.AppendFloat64(b, x), nil
+	case string:
+		return msgp.AppendString(b, x), nil
+	case []byte:
+		return msgp.AppendBytes(b, x), nil
+	case []any:
+		if depth >= tagDepthLimit {
+			return nil, errTagTooDeep()
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(x)))
+		for i, e := range x {
+			var err error
+			if b, err = appendTagValue(b, e, depth+1); err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+		}
+		return b, nil
+	case map[string]any:
+		if depth >= tagDepthLimit {
+			return nil, errTagTooDeep()
+		}
+		b = msgp.AppendMapHeader(b, uint32(len(x)))
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			b = msgp.AppendString(b, k)
+			var err error
+			if b, err = appendTagValue(b, x[k], depth+1); err != nil {
+				return nil, fmt.Errorf("[%q]: %w", k, err)
+			}
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("value of type %T is not a tag value (tq normalises tags to nil, bool, int64, uint64, float64, string, []byte, []any and map[string]any)", v)
+}
+
+// errTagTooDeep is the error of a tag value nested deeper than
+// tagDepthLimit.
+func errTagTooDeep() error {
+	return fmt.Errorf("lists and maps nested more than %d deep", tagDepthLimit)
+}
+
+// appendTagUint appends u as the smallest msgpack uint form that holds it,
+// never a fixint (which reads back as signed).
+func appendTagUint(b []byte, u uint64) []byte {
+	switch {
+	case u <= math.MaxUint8:
+		return append(b, 0xcc, byte(u))
+	case u <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(u))
+	case u <= math.MaxUint32:
+		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(u))
+	}
+	return binary.BigEndian.AppendUint64(append(b, 0xcf), u)
+}
+
+// decodeTag decodes a tag appendTag wrote and returns what follows it.
+// Values come back with the Go types they were written with: every signed
+// form (fixints included) as int64, every uint form as uint64, float64 as
+// float64, bin as []byte (empty, not nil, for no bytes), arrays as []any,
+// maps as map[string]any. It also reads msgpack that appendTag does not
+// write: float32 as float64 (as tq normalises it), and extension types
+// (time, complex) as msgp.ReadIntfBytes gives them.
 func decodeTag(b []byte) (map[string]any, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
-	nt, b, err := msgp.ReadMapHeaderBytes(b)
+	return decodeTagMap(b, 1)
+}
+
+func decodeTagMap(b []byte, depth int) (map[string]any, []byte, error) {
+	n, b, err := msgp.ReadMapHeaderBytes(b)
 	if err != nil {
 		return nil, nil, err
 	}
-	if uint32(len(b)) < nt {
+	if uint32(len(b)) < n { // each entry takes at least a byte: no huge make from a bad header
 		return nil, nil, msgp.ErrShortBytes
 	}
-	tag := make(map[string]any, nt)
-	for range nt {
+	m := make(map[string]any, n)
+	for range n {
 		var k string
 		var v any
 		if k, b, err = msgp.ReadStringBytes(b); err != nil {
 			return nil, nil, err
 		}
-		if v, b, err = msgp.ReadIntfBytes(b); err != nil {
+		if v, b, err = decodeTagValue(b, depth); err != nil {
 			return nil, nil, err
 		}
-		tag[k] = v
+		m[k] = v
 	}
-	return tag, b, nil
+	return m, b, nil
+}
+
+// decodeTagValue decodes one value at nesting level depth.
+func decodeTagValue(b []byte, depth int) (any, []byte, error) {
+	switch msgp.NextType(b) {
+	case msgp.NilType:
+		b, err := msgp.ReadNilBytes(b)
+		return nil, b, err
+	case msgp.BoolType:
+		return msgp.ReadBoolBytes(b)
+	case msgp.IntType:
+		return msgp.ReadInt64Bytes(b)
+	case msgp.UintType:
+		return msgp.ReadUint64Bytes(b)
+	case msgp.Float64Type, msgp.Float32Type:
+		return msgp.ReadFloat64Bytes(b)
+	case msgp.StrType:
+		return msgp.ReadStringBytes(b)
+	case msgp.BinType:
+		v, b, err := msgp.ReadBytesBytes(b, nil)
+		if v == nil && err == nil {
+			v = []byte{}
+		}
+		return v, b, err
+	case msgp.ArrayType:
+		if depth >= tagDepthLimit {
+			return nil, nil, errTagTooDeep()
+		}
+		n, b, err := msgp.ReadArrayHeaderBytes(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		if uint32(len(b)) < n {
+			return nil, nil, msgp.ErrShortBytes
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], b, err = decodeTagValue(b, depth+1); err != nil {
+				return nil, nil, err
+			}
+		}
+		return out, b, nil
+	case msgp.MapType:
+		if depth >= tagDepthLimit {
+			return nil, nil, errTagTooDeep()
+		}
+		return decodeTagMap(b, depth+1)
+	}
+	return msgp.ReadIntfBytes(b)
 }
 
 // tableWriter numbers the distinct Fields maps of a record's rows. Rows
