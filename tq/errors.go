@@ -23,6 +23,10 @@ var (
 	// by another caller meanwhile; nothing of the put was kept. Retry if the
 	// row should exist.
 	ErrConflict = backends.ErrConflict
+	// ErrUnsupported: the engine cannot do what was asked (Reclaim of an
+	// engine whose metadata store tracks no garbage). It matches
+	// errors.ErrUnsupported as well.
+	ErrUnsupported = fmt.Errorf("tq: not supported by this engine: %w", errors.ErrUnsupported)
 )
 
 // KeyError names the key (and field) a call failed on.
