@@ -105,7 +105,8 @@ type MetaStore interface {
 	// keys or fields are allowed (a tag-only write reserves no generation).
 	Prepare(ctx context.Context, partition string, keys, fields []string) ([]Reservation, error)
 	// Commit applies updates atomically. It returns ErrConflict, applying
-	// nothing, if a row was cleared or re-indexed since Prepare. An error
+	// nothing, if a row was cleared or re-indexed since Prepare (or, in a
+	// store that is a Reclaimer, a reservation was aborted). An error
 	// whose outcome is unknown (the store may have applied the commit
 	// before the reply was lost) must wrap context.DeadlineExceeded or have
 	// a Timeout() bool method reporting true; any other error means nothing
