@@ -42,6 +42,19 @@
 // and deletes the old one after the commit, so readers and failures never
 // see a half-replaced field.
 //
+// # Reclaiming leaked cells
+//
+// A failure can leave cells no row references: a rollback whose deletes
+// failed, a client killed between writing cells and committing them or
+// before deleting the cells its commit replaced, a Clear whose deletes
+// failed. Where the engine's metadata tracks every cell it handed out
+// (memory does), Client.Reclaim(ctx, partition, olderThan) deletes them
+// with no scan of the data: run it now and then, with olderThan longer
+// than any put takes (a put reserved longer ago is taken for abandoned: it
+// is aborted and fails with ErrConflict). It never deletes a cell a
+// committed row references. In the normal course tq reports every delete
+// it makes to the metadata, so Reclaim only has failures to collect.
+//
 // # Engines
 //
 // Open picks an engine by URL scheme: "memory://" (or "") is embedded;

@@ -134,7 +134,9 @@ func (c *Client) Partitions(ctx context.Context) ([]string, error) {
 }
 
 // Clear removes keys from partition, metadata first and then their data;
-// unknown keys are ignored. Their global indexes are never reused.
+// unknown keys are ignored. Their global indexes are never reused. An
+// error after the rows are gone reports cells left behind, which Reclaim
+// deletes where the engine tracks garbage.
 func (c *Client) Clear(ctx context.Context, partition string, keys []string) error {
 	release, err := c.enter(ctx)
 	if err != nil {
@@ -151,10 +153,15 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) err
 	if err != nil {
 		return err
 	}
-	return c.deleteRows(ctx, rows)
+	return c.deleteRows(ctx, partition, rows)
 }
 
-// ClearPartition removes every row of partition and its data.
+// ClearPartition removes every row of partition and its data. Puts of the
+// partition in flight fail with ErrConflict and delete their own cells.
+// Cells it fails to delete (it returns the error), and cells of puts whose
+// client died mid-way, are deleted by a later Reclaim of the partition
+// (the latter once older than its olderThan), where the engine tracks
+// garbage: once both succeed, no cell of the partition is left.
 func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 	release, err := c.enter(ctx)
 	if err != nil {
@@ -168,42 +175,28 @@ func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 	if err != nil {
 		return err
 	}
-	return c.deleteRows(ctx, rows)
+	return c.deleteRows(ctx, partition, rows)
 }
 
-// deleteRows deletes the cells of rows already removed from the metadata.
-// The rows are gone for readers either way, and nothing could find their
-// cells later, so the deletes run even when ctx ends (bounded, as
-// rollbacks are); an error here reports data left behind.
-func (c *Client) deleteRows(ctx context.Context, rows []*backends.Row) error {
+// deleteRows deletes the cells of rows already removed from the metadata
+// of partition. The rows are gone for readers either way, so the deletes
+// run even when ctx ends (bounded, as rollbacks are); an error here reports
+// data left behind, which Reclaim deletes where the store tracks garbage
+// (it is told which deletes succeeded).
+func (c *Client) deleteRows(ctx context.Context, partition string, rows []*backends.Row) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	cells, fieldLen := 0, 0
-	var prev map[string]backends.FieldInfo
+	cells := 0
 	for _, r := range rows {
 		cells += len(r.Fields)
-		if !backends.SameMap(r.Fields, prev) {
-			prev = r.Fields
-			for f := range prev {
-				fieldLen = max(fieldLen, len(f))
-			}
-		}
 	}
-	// The cells of r.Refs(), named in one arena rather than a Ref and a
-	// string each.
-	arena := newKeyArena(cells, fieldLen)
-	tags := make([]string, 0, cells)
+	refs := make([]backends.Ref, 0, cells) // r.Refs() of every row, in one slice
 	for _, r := range rows {
 		for f, fi := range r.Fields {
-			arena.add(r.Index, f, fi.Gen)
-			tags = append(tags, fi.BackendTag)
+			refs = append(refs, backends.Ref{Index: r.Index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
 		}
 	}
-	keys := arena.keys()
-	return forChunks(ctx, len(keys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
-		if c.taggedDeleter != nil {
-			return c.taggedDeleter.DeleteTagged(ctx, keys[lo:hi], tags[lo:hi])
-		}
-		return c.data.Delete(ctx, keys[lo:hi])
-	})
+	deleted, err := c.deleteRefs(ctx, refs)
+	c.swept(ctx, partition, deleted, "cleared rows")
+	return err
 }

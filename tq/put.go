@@ -476,7 +476,7 @@ func (w *write) commit(ctx context.Context) error {
 // this write replaced, and this write's own cells where a newer write won.
 func (w *write) committed(res backends.CommitResult) {
 	if dead := append(res.Superseded, res.Stale...); len(dead) > 0 {
-		w.c.deleteRefs(dead, "replaced cells")
+		w.c.cleanup(w.partition, dead, "replaced cells")
 	}
 }
 
@@ -540,15 +540,30 @@ func (w *write) rollback(cause error) {
 			refs = append(refs, backends.Ref{Index: w.res[i].Index, Field: f, Gen: info.Gen, Tag: info.BackendTag})
 		}
 	}
-	w.c.deleteRefs(refs, "rollback")
+	w.c.cleanup(w.partition, refs, "rollback")
 }
 
-// deleteRefs deletes cells in chunks, even when the caller's context is
-// done; a failure is logged, not returned: the metadata no longer points at
-// these cells, so a leftover is garbage, never a visible partial row.
-func (c *Client) deleteRefs(refs []backends.Ref, why string) {
+// cleanup deletes cells nothing references (a rollback's, replaced ones)
+// of partition, even when the caller's context is done, and reports those
+// deleted to a store that tracks garbage (see Client.Reclaim). A failure
+// is logged, not returned: the metadata no longer points at these cells,
+// so a leftover is garbage, never a visible partial row, and Reclaim finds
+// it where the store tracks garbage.
+func (c *Client) cleanup(partition string, refs []backends.Ref, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	deleted, err := c.deleteRefs(ctx, refs)
+	if err != nil {
+		c.opts.logger.Warn("tq: deleting cells failed; they are unreferenced garbage", "why", why, "cells", len(refs)-len(deleted), "err", err)
+	}
+	c.swept(ctx, partition, deleted, why)
+}
+
+// deleteRefs deletes cells in chunks of KeysLimit, IODepth in flight, and
+// returns the cells deleted and the first error: the chunks that failed,
+// or never started after one did, keep their cells. With no error it
+// returns refs itself.
+func (c *Client) deleteRefs(ctx context.Context, refs []backends.Ref) ([]backends.Ref, error) {
 	fieldLen := 0
 	for _, r := range refs {
 		fieldLen = max(fieldLen, len(r.Field))
@@ -560,13 +575,26 @@ func (c *Client) deleteRefs(refs []backends.Ref, why string) {
 		tags[i] = r.Tag
 	}
 	keys := arena.keys()
-	err := forChunks(ctx, len(keys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+	limit := c.opts.keysLimit
+	done := make([]bool, (len(keys)+limit-1)/limit) // per chunk; each sets its own
+	err := forChunks(ctx, len(keys), limit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+		var err error
 		if c.taggedDeleter != nil {
-			return c.taggedDeleter.DeleteTagged(ctx, keys[lo:hi], tags[lo:hi])
+			err = c.taggedDeleter.DeleteTagged(ctx, keys[lo:hi], tags[lo:hi])
+		} else {
+			err = c.data.Delete(ctx, keys[lo:hi])
 		}
-		return c.data.Delete(ctx, keys[lo:hi])
+		done[lo/limit] = err == nil
+		return err
 	})
-	if err != nil {
-		c.opts.logger.Warn("tq: deleting cells failed; they are unreferenced garbage", "why", why, "cells", len(keys), "err", err)
+	if err == nil {
+		return refs, nil
 	}
+	var deleted []backends.Ref
+	for i, ok := range done {
+		if ok {
+			deleted = append(deleted, refs[i*limit:min((i+1)*limit, len(refs))]...)
+		}
+	}
+	return deleted, err
 }

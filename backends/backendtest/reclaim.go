@@ -140,9 +140,11 @@ func testGarbageOld(x *rt) {
 
 func testGarbageAges(x *rt) {
 	p := x.part("p")
-	const age = 200 * time.Millisecond
+	// The older reservation is older than age for sure; the younger has
+	// all of age to spare between its Prepare and Garbage.
+	const age = 500 * time.Millisecond
 	old := x.prepare(p, []string{"old"}, []string{"f"})
-	time.Sleep(2 * age)
+	time.Sleep(age + 50*time.Millisecond)
 	young := x.prepare(p, []string{"young"}, []string{"f"})
 	x.wantGarbage("Garbage(age) of one reservation older and one younger than age", p, age, ref(old[0].Index, "f", 0, false))
 	x.commit(p, backends.RowUpdate{Key: "young", Index: young[0].Index, Fields: fields(young[0], "f")})

@@ -366,6 +366,9 @@ func (u *updateCells) of(fields map[string]backends.FieldInfo) []updateCell {
 	if u.valid && backends.SameMap(fields, u.m) {
 		return u.cells
 	}
+	if u.cells == nil {
+		u.cells = make([]updateCell, 0, len(fields))
+	}
 	u.m, u.valid, u.cells = fields, true, u.cells[:0]
 	for f, fi := range fields {
 		u.cells = append(u.cells, updateCell{field: f, gen: fi.Gen})

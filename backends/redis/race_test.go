@@ -44,11 +44,15 @@ func readScriptArgs(args []any) bool {
 	return ok && nk == 3 && len(args) == 3+3+2
 }
 
-// dropArgs matches an append that deletes the partition (ARGV[11] drop
-// "1"; 7 keys inline).
-func dropArgs(args []any) bool {
+// clearArgs matches an append of DeletePartition's record (ARGV[5] a
+// clear record, "X<id>"; 7 keys inline).
+func clearArgs(args []any) bool {
 	nk, ok := args[2].(int)
-	return ok && nk == 7 && len(args) >= 3+7+11 && args[3+7+10] == "1"
+	if !ok || nk != 7 || len(args) < 3+7+5 {
+		return false
+	}
+	rec, _ := args[3+7+4].(string)
+	return len(rec) > 0 && rec[0] == 'X'
 }
 
 func commitOne(t *testing.T, m *redis.Meta, p string, keys ...string) {
@@ -118,7 +122,7 @@ func TestDeletePartitionRacingRead(t *testing.T) {
 	s := open(t, srv.URL()+"?prefix=rvdrop")
 	m := s.Meta()
 	commitOne(t, m, "p", "a")
-	h := &afterScript{match: dropArgs, f: func() {
+	h := &afterScript{match: clearArgs, f: func() {
 		if _, err := m.Lookup(ctx, "p", []string{"a"}); err != nil {
 			t.Errorf("concurrent Lookup: %v", err)
 		}

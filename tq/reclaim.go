@@ -1,0 +1,88 @@
+package tq
+
+import (
+	"context"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// ReclaimReport is what one Reclaim did.
+type ReclaimReport struct {
+	// Deleted is how many unreferenced cells were deleted. A cell that
+	// was already gone counts too (a reservation never written, a delete
+	// that succeeded but whose report to the store was lost): deleting a
+	// missing key is a no-op.
+	Deleted int
+	// Left is how many unreferenced cells could not be deleted; the next
+	// Reclaim tries them again.
+	Left int
+}
+
+// Reclaim deletes the cells of partition that nothing references and that
+// earlier calls leaked: a put whose rollback could not delete its cells, a
+// put whose client died after writing cells and before committing, cells
+// a commit replaced whose client died before deleting them, and cells of
+// a Clear or ClearPartition whose deletes failed or whose client died
+// after removing the rows. The metadata store knows every cell it handed
+// out, so nothing of the data store is scanned; an engine whose store
+// does not (it is not a backends.Reclaimer) gives an error matching
+// ErrUnsupported, and Reclaim changes nothing.
+//
+// Reclaim never deletes a cell that a committed row references, nor one
+// of a put reserved less than olderThan ago. A put reserved earlier is
+// taken for abandoned: Reclaim aborts it, deletes its cells, and if it was
+// in fact still running its commit fails with ErrConflict and it rolls
+// back. So olderThan must exceed the longest put; olderThan 0 aborts every
+// put of the partition in flight, which is right only when none is (after
+// the writers of a partition stopped, say, to collect what a
+// ClearPartition could not). A negative olderThan is ErrInvalid.
+//
+// It returns how many cells it deleted and how many it could not; an
+// error from the data store leaves those for the next Reclaim.
+func (c *Client) Reclaim(ctx context.Context, partition string, olderThan time.Duration) (ReclaimReport, error) {
+	release, err := c.enter(ctx)
+	if err != nil {
+		return ReclaimReport{}, err
+	}
+	defer release()
+	if err := checkPartition(partition); err != nil {
+		return ReclaimReport{}, err
+	}
+	if olderThan < 0 {
+		return ReclaimReport{}, invalidf("negative olderThan %v", olderThan)
+	}
+	rc, ok := c.meta.(backends.Reclaimer)
+	if !ok {
+		return ReclaimReport{}, ErrUnsupported
+	}
+	refs, err := rc.Garbage(ctx, partition, olderThan)
+	if err != nil {
+		return ReclaimReport{}, err
+	}
+	deleted, err := c.deleteRefs(ctx, refs)
+	rep := ReclaimReport{Deleted: len(deleted), Left: len(refs) - len(deleted)}
+	// The cells are gone whether or not ctx is: record it.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if serr := c.swept(sctx, partition, deleted, "reclaimed cells"); err == nil {
+		err = serr
+	}
+	return rep, err
+}
+
+// swept reports cells of partition deleted to a store that tracks garbage
+// (a backends.Reclaimer), so that it forgets them; a failure is logged and
+// returned, and only leaves them listed for a later Reclaim to delete
+// again.
+func (c *Client) swept(ctx context.Context, partition string, refs []backends.Ref, why string) error {
+	rc, ok := c.meta.(backends.Reclaimer)
+	if !ok || len(refs) == 0 {
+		return nil
+	}
+	err := rc.Swept(ctx, partition, refs)
+	if err != nil {
+		c.opts.logger.Warn("tq: reporting deleted cells to the metadata failed; a later Reclaim deletes them again", "why", why, "cells", len(refs), "err", err)
+	}
+	return err
+}
