@@ -2,7 +2,7 @@ package codec
 
 import "runtime"
 
-// Defaults. PackThreshold follows TransferQueue's finding (seed 000) that a
+// Defaults. PackThreshold follows TransferQueue's finding (TransferQueue PR #153) that a
 // pool pays only from about 256 KiB per object.
 //
 // DefaultPoolMinBatchBytes is measured by BenchmarkPoolEngage on the 2-vCPU
