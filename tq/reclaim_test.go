@@ -368,3 +368,40 @@ func (e *reclaimEngine) writeAndRead(ctx context.Context, w int) error {
 	}
 	return nil
 }
+
+// A put still running once older than olderThan is taken for abandoned,
+// as the put of a client that hangs mid-way would be: here its data
+// writes stall, and Reclaim aborts its reservations and deletes their
+// cells while it waits. The put then writes the rest of its cells, its
+// commit fails with ErrConflict, and its rollback deletes what it wrote:
+// the rows keep their old values, and nothing is left over.
+func TestReclaimTakesStalledPut(t *testing.T) {
+	ctx := context.Background()
+	e := newReclaimEngine(t, tq.WithKeysLimit(2), tq.WithIODepth(1))
+	keys := keysN("k", 4)
+	mustPut(t, e.c, "p", keys, tq.Batch{"x": ints(4, 1), "s": tq.ValuesOf(keys)}, nil)
+	e.faults.ResetCounts()
+	e.faults.SetDelay(backendtest.OpPut, 100*time.Millisecond) // per chunk of 2 tensor cells
+	done := make(chan error, 1)
+	go func() { done <- e.c.BatchPut(ctx, "p", keys, tq.Batch{"x": ints(4, 2), "s": tq.ValuesOf(keys)}, nil) }()
+	for e.faults.Calls(backendtest.OpPut) == 0 { // reserved, the first chunk stalled
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if rep := e.reclaim(t, "p", 10*time.Millisecond); rep != (tq.ReclaimReport{Deleted: 8}) {
+		t.Errorf("Reclaim(10ms) of a put reserved 20ms ago: %+v, want its 8 cells deleted", rep)
+	}
+	atReclaim := e.faults.Calls(backendtest.OpPut)
+	if err := <-done; !errors.Is(err, tq.ErrConflict) {
+		t.Fatalf("put taken by Reclaim: %v, want ErrConflict", err)
+	}
+	e.faults.Clear()
+	if n := e.faults.Calls(backendtest.OpPut); n <= atReclaim {
+		t.Fatalf("the put made %d writes, %d of them before Reclaim: none after it, so this tests nothing", n, atReclaim)
+	}
+	e.wantOnlyListed(t, "p")
+	e.wantNoGarbage(t, "p")
+	if got := flat[int64](t, mustGet(t, e.c, "p", keys, "x")["x"]); fmt.Sprint(got) != "[1 1 1 1]" {
+		t.Errorf("rows after the put taken by Reclaim: %v, want the first put's 1s", got)
+	}
+}
