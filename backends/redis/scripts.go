@@ -37,9 +37,9 @@ import goredis "github.com/redis/go-redis/v9"
 //	gbase:next  string  global index counter: the next index is its value
 //	gbase:parts set     partition names that may have rows: every
 //	                    Prepare adds its partition (the append script
-//	                    inline, allocScript on a Cluster); on a
-//	                    standalone server a write that deletes the log
-//	                    removes it
+//	                    inline; on a Cluster, allocScript for a Prepare
+//	                    of new keys); on a standalone server a write
+//	                    that deletes the log removes it
 //
 // A client's view of a log is (epoch, length, head). A write names the
 // view it was computed against and applies only if the log is still
