@@ -41,8 +41,8 @@
 // (the storage key is TransferQueue's "<global_index>@<field>"), plain
 // strings spread over the Cluster's slots. A partition's metadata keys
 // share the hash tag {<prefix>:<partition>} and so one slot; the global
-// index counter and the partition registry share {<prefix>}. See
-// scripts.go for the layout.
+// index counter and the partition registry share {<prefix>}. LAYOUT.md
+// lists every key, with its type, writer and lifetime.
 //
 // # Data
 //
@@ -105,7 +105,9 @@
 // partition's slot, whatever the batch size, and the server never parses
 // a record: per-row entries would cost the server 0.25-0.3 ms per write
 // of 1024 rows plus Lua's per-argument work; a record is one string.
-// LAYOUT.md gives every key and byte format, and the replay rules.
+// LAYOUT.md gives every key and byte format, and the replay rules,
+// enough for a program in another language to list a partition's rows and
+// read their cells.
 //
 // # Lost replies and failovers
 //

@@ -37,7 +37,7 @@ import (
 //	                               before cutoff (server time, decimal
 //	                               microseconds; the script writes it)
 //	W<id>[[index field gen]...]    swept: these cells are deleted
-//	S<id>[tables] n (key index gens t tag committed)*n
+//	S<id>[tables] n (key index gens committed t tag)*n [garbage] [orphans]
 //	                               a snapshot of the whole partition,
 //	                               which replaces the log (compaction)
 //	F<id>                          a fence: changes nothing (see

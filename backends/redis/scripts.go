@@ -35,7 +35,11 @@ import goredis "github.com/redis/go-redis/v9"
 // Prefix keys (gbase = <prefix>:{<prefix>}):
 //
 //	gbase:next  string  global index counter: the next index is its value
-//	gbase:parts set     partition names that may have rows
+//	gbase:parts set     partition names that may have rows: every
+//	                    Prepare adds its partition (the append script
+//	                    inline; on a Cluster, allocScript for a Prepare
+//	                    of new keys); on a standalone server a write
+//	                    that deletes the log removes it
 //
 // A client's view of a log is (epoch, length, head). A write names the
 // view it was computed against and applies only if the log is still
@@ -61,7 +65,9 @@ import goredis "github.com/redis/go-redis/v9"
 // appends nothing and replies {"nodata"}), age (an abort's olderThan in
 // microseconds; the script writes the cutoff, its time less age).
 //
-// A Prepare record arrives as "P<id>:..." and is stored as
+// A Prepare registers the partition (inline: its log may have been
+// created by fenceScript, which cannot reach the registry). A Prepare
+// record arrives as "P<id>:..." and is stored as
 // "P<id><base>:<time>:...", time the server's (microseconds since the Unix
 // epoch); an abort arrives as "A<id>" and is stored as "A<id><cutoff>". A
 // snapshot ("S...") replaces the log and its epoch. Reply: {"ok", epoch,
@@ -130,13 +136,11 @@ if rec ~= '' then
   elseif cur == '' then
     redis.call('SET', KEYS[2], ARGV[4])
     cur = ARGV[4]
-    if inline then
-      redis.call('SADD', KEYS[7], ARGV[10])
-    end
   end
   if kind == 'P' then
     local need = tonumber(ARGV[7])
     if inline then
+      redis.call('SADD', KEYS[7], ARGV[10])
       base = redis.call('INCRBY', KEYS[6], need) - need
     else
       base = tonumber(ARGV[8])
