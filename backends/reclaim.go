@@ -33,11 +33,13 @@ import (
 // calls Swept after every delete of cells that succeeds.
 type Reclaimer interface {
 	// Garbage returns the garbage cells of partition not yet reported
-	// swept, first aborting (atomically with the call) every pending
-	// reservation older than olderThan by the store's clock: a later
+	// swept, first aborting (atomically with the call) the pending
+	// reservations older than olderThan by the store's clock: a later
 	// Commit naming an aborted reservation fails with ErrConflict. A
 	// reservation younger than olderThan is live and never returned, nor
-	// is a cell a committed row references. A cell may be returned by
+	// is a cell a committed row references. A store may judge a
+	// reservation by the age of a newer pending reservation of the same
+	// cell, and so abort it later than it could. A cell may be returned by
 	// several calls until it is reported swept, and may already be
 	// deleted (deleting a missing key is no error). The Tag of an aborted
 	// reservation's cell is "": the store never learned its backend tag.

@@ -47,3 +47,70 @@ func TestClearedPartitionsForgotten(t *testing.T) {
 		t.Errorf("%d partitions kept after every one was cleared and swept", len(m.parts))
 	}
 }
+
+// Reservations of one cell beyond the window a field tracks in bits are
+// kept apart, and still commit, conflict once aborted, and turn into
+// orphans when their row is removed.
+func TestReservationsBeyondWindow(t *testing.T) {
+	ctx := context.Background()
+	m := NewMetaStore()
+	const n = window + 6
+	var res []backends.Reservation
+	for range n {
+		r, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = append(res, r...)
+	}
+	if far := len(m.parts["p"].far); far != n-window {
+		t.Fatalf("%d reservations kept apart, want %d", far, n-window)
+	}
+	commit := func(i int) error {
+		_, err := m.Commit(ctx, "p", []backends.RowUpdate{{Key: "k", Index: res[i].Index,
+			Fields: map[string]backends.FieldInfo{"f": {Gen: res[i].Gens["f"]}}}})
+		return err
+	}
+	if err := commit(0); err != nil {
+		t.Fatalf("Commit of the oldest reservation, out of the window: %v", err)
+	}
+	if err := commit(0); err != nil {
+		t.Fatalf("Commit of the committed generation again: %v", err)
+	}
+	if err := commit(n - 1); err != nil {
+		t.Fatalf("Commit of the newest: %v", err)
+	}
+	// 0 superseded; 1..n-2 pending, of which 1..5 apart.
+	if err := m.Swept(ctx, "p", []backends.Ref{{Index: res[1].Index, Field: "f", Gen: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(1); err == nil {
+		t.Error("Commit of a reservation reported swept, out of the window, succeeded")
+	}
+	garbage, err := m.Garbage(ctx, "p", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(garbage) != 1+(n-3) { // gen 0, and 2..n-2 aborted
+		t.Errorf("Garbage(0): %d cells, want %d", len(garbage), 1+(n-3))
+	}
+	if err := commit(2); err == nil {
+		t.Error("Commit of an aborted reservation out of the window succeeded")
+	}
+	if p := m.parts["p"]; p.pending != 0 || len(p.far) != 0 {
+		t.Errorf("after Garbage(0): %d pending, %d apart; want none", p.pending, len(p.far))
+	}
+
+	// A removed row's reservations out of the window become orphans.
+	for range n {
+		if _, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Delete(ctx, "p", []string{"k"}); err != nil {
+		t.Fatal(err)
+	}
+	if p := m.parts["p"]; p.pending != 0 || len(p.far) != 0 || len(p.orphans) != n {
+		t.Errorf("after Delete: %d pending, %d apart, %d orphans; want 0, 0, %d", p.pending, len(p.far), len(p.orphans), n)
+	}
+}

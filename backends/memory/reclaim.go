@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -30,17 +31,23 @@ func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan tim
 	if p.pending > 0 {
 		for _, r := range p.rows {
 			for i := range r.gens {
-				g := &r.gens[i]
-				g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
-					if pg.at > cutoff {
-						return false
-					}
-					p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: pg.gen})
-					p.pending--
-					return true
-				})
+				if g := &r.gens[i]; g.pend != 0 && g.at <= cutoff {
+					g.eachPending(func(gen uint64) {
+						p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: gen})
+					})
+					p.pending -= bits.OnesCount64(g.pend)
+					g.pend = 0
+				}
 			}
 		}
+		p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {
+			if o.at > cutoff {
+				return false
+			}
+			p.garbage = append(p.garbage, o.ref)
+			p.pending--
+			return true
+		})
 	}
 	p.orphans = slices.DeleteFunc(p.orphans, func(o pendingRef) bool {
 		if o.at > cutoff {
@@ -125,15 +132,21 @@ func (p *partition) sweepSet(refs []backends.Ref) {
 	for _, r := range p.rows {
 		for i := range r.gens {
 			g := &r.gens[i]
-			g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
-				_, ok := set[cellID{index: r.index, gen: pg.gen, field: g.field}]
-				if ok {
+			g.eachPending(func(gen uint64) {
+				if _, ok := set[cellID{index: r.index, gen: gen, field: g.field}]; ok {
+					g.drop(gen)
 					p.pending--
 				}
-				return ok
 			})
 		}
 	}
+	p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {
+		_, ok := set[idOf(o.ref)]
+		if ok {
+			p.pending--
+		}
+		return ok
+	})
 }
 
 // cellID is what names a cell: its storage key's parts.
