@@ -2,6 +2,8 @@ package backends
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -53,4 +55,30 @@ type Reclaimer interface {
 	// way. Refs the store does not know as garbage or pending are
 	// ignored; a partition left with no rows and no garbage is forgotten.
 	Swept(ctx context.Context, partition string, refs []Ref) error
+}
+
+// AppendRowRefs appends the cells of rows to dst, row by row and by field
+// name within a row. A Reclaimer's Delete and DeletePartition record the
+// cells of the rows they return in this order, so a caller that deletes
+// them and reports them swept in it lets the store match them as one run.
+// Rows that share a Fields map (see Merger) share the work of ordering it.
+func AppendRowRefs(dst []Ref, rows []*Row) []Ref {
+	var (
+		prev   map[string]FieldInfo
+		sorted []Ref // prev's cells by field, Index unset
+	)
+	for i, r := range rows {
+		if i == 0 || !SameMap(r.Fields, prev) {
+			prev, sorted = r.Fields, sorted[:0]
+			for f, fi := range r.Fields {
+				sorted = append(sorted, Ref{Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
+			}
+			slices.SortFunc(sorted, func(a, b Ref) int { return strings.Compare(a.Field, b.Field) })
+		}
+		for _, c := range sorted {
+			c.Index = r.Index
+			dst = append(dst, c)
+		}
+	}
+	return dst
 }

@@ -497,6 +497,7 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 			*r = metaRow{} // its block may live on: hold nothing
 		}
 	}
+	p.garbage = backends.AppendRowRefs(p.growGarbage(out), out)
 	empty := p.empty()
 	p.mu.Unlock()
 	if empty {
@@ -515,13 +516,14 @@ func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*b
 	if p == nil {
 		return nil, nil
 	}
-	var out []*backends.Row
+	out := make([]*backends.Row, 0, len(p.rows))
 	for _, r := range p.rows {
 		if r.view != nil {
 			out = append(out, r.view)
 		}
 		p.retire(r)
 	}
+	p.garbage = backends.AppendRowRefs(p.growGarbage(out), out)
 	p.rows = map[string]*metaRow{}
 	empty := p.empty()
 	p.mu.Unlock()
@@ -531,14 +533,11 @@ func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*b
 	return out, nil
 }
 
-// retire records the cells of a row being removed: its committed ones are
-// garbage, its reservations orphans.
+// retire records the reservations of a row being removed as orphans. Its
+// committed cells become garbage in the order of backends.AppendRowRefs,
+// which the caller appends for every row it removed at once, so that
+// Swept of them in that order is one run.
 func (p *partition) retire(r *metaRow) {
-	if r.view != nil {
-		for f, fi := range r.view.Fields {
-			p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
-		}
-	}
 	for i := range r.gens {
 		g := &r.gens[i]
 		g.eachPending(func(gen uint64) {
@@ -554,6 +553,15 @@ func (p *partition) retire(r *metaRow) {
 		p.pending--
 		return true
 	})
+}
+
+// growGarbage returns p.garbage with room for the cells of rows.
+func (p *partition) growGarbage(rows []*backends.Row) []backends.Ref {
+	n := 0
+	for _, r := range rows {
+		n += len(r.Fields)
+	}
+	return slices.Grow(p.garbage, n)
 }
 
 // Close implements backends.MetaStore.

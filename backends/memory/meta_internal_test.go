@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
@@ -112,5 +113,42 @@ func TestReservationsBeyondWindow(t *testing.T) {
 	}
 	if p := m.parts["p"]; p.pending != 0 || len(p.far) != 0 || len(p.orphans) != n {
 		t.Errorf("after Delete: %d pending, %d apart, %d orphans; want 0, 0, %d", p.pending, len(p.far), len(p.orphans), n)
+	}
+}
+
+// Delete and DeletePartition record the removed rows' cells in the order
+// backends.AppendRowRefs gives them, the order tq reports them swept in,
+// so that Swept of them is one run.
+func TestRemovedCellsInRowRefsOrder(t *testing.T) {
+	ctx := context.Background()
+	m := NewMetaStore()
+	keys := []string{"a", "b", "c", "d"}
+	res, err := m.Prepare(ctx, "p", keys, []string{"z", "y", "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ups := make([]backends.RowUpdate, len(keys))
+	for i, k := range keys {
+		ups[i] = backends.RowUpdate{Key: k, Index: res[i].Index, Fields: map[string]backends.FieldInfo{
+			"z": {Gen: res[i].Gens["z"]}, "y": {Gen: res[i].Gens["y"]}, "x": {Gen: res[i].Gens["x"]}}}
+	}
+	if _, err := m.Commit(ctx, "p", ups); err != nil {
+		t.Fatal(err)
+	}
+	p := m.parts["p"]
+	rows, err := m.Delete(ctx, "p", []string{"c", "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := backends.AppendRowRefs(nil, rows); !slices.Equal(p.garbage, want) {
+		t.Errorf("Delete recorded %v, want %v", p.garbage, want)
+	}
+	p.garbage = nil
+	rows, err = m.DeletePartition(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := backends.AppendRowRefs(nil, rows); !slices.Equal(p.garbage, want) {
+		t.Errorf("DeletePartition recorded %v, want %v", p.garbage, want)
 	}
 }

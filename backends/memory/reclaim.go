@@ -60,7 +60,8 @@ func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan tim
 }
 
 // Swept implements backends.Reclaimer. Refs that are one run of the
-// garbage, as a commit's Superseded and Stale are, cost their length;
+// garbage, as a commit's Superseded and Stale are, or the cells of the
+// rows a Delete returned in backends.AppendRowRefs order, cost their length;
 // others cost the partition's garbage, and the scan of its rows when they
 // name pending reservations (a rollback's).
 func (m *MetaStore) Swept(ctx context.Context, partition string, refs []backends.Ref) error {
