@@ -32,7 +32,10 @@ import (
 // The caller deletes cells, then reports them with Swept. Until then the
 // store keeps a record per garbage cell: a client that never calls Swept
 // makes the store grow by one record per cell a commit replaces, so tq
-// calls Swept after every delete of cells that succeeds.
+// calls Swept after every delete of cells that succeeds: with a commit's
+// Superseded then Stale cells as Commit returned them, with the cells of
+// the rows Delete or DeletePartition returned in [AppendRowRefs] order,
+// so that a store may match them against its records as one run.
 type Reclaimer interface {
 	// Garbage returns the garbage cells of partition not yet reported
 	// swept, first aborting (atomically with the call) the pending
@@ -58,10 +61,9 @@ type Reclaimer interface {
 }
 
 // AppendRowRefs appends the cells of rows to dst, row by row and by field
-// name within a row. A Reclaimer's Delete and DeletePartition record the
-// cells of the rows they return in this order, so a caller that deletes
-// them and reports them swept in it lets the store match them as one run.
-// Rows that share a Fields map (see Merger) share the work of ordering it.
+// name within a row: the order tq reports removed rows' cells swept in (see
+// Reclaimer), which a store may record them in (memory does). Rows that
+// share a Fields map (see Merger) share the work of ordering it.
 func AppendRowRefs(dst []Ref, rows []*Row) []Ref {
 	var (
 		prev   map[string]FieldInfo
