@@ -17,10 +17,10 @@ import (
 // Rows it returns are shared and must be treated as read-only.
 //
 // It is a [backends.Reclaimer]: it keeps a bit per pending reservation and
-// the time of each cell's newest one (the age Garbage judges all of the
-// cell's pending reservations by), and a record of each garbage cell
-// until it is reported swept (see Garbage and Swept). A partition is
-// forgotten once it has no rows and no garbage.
+// the times of each cell's oldest and newest ones (Garbage judges the
+// others by the newest's age), and a record of each garbage cell until it
+// is reported swept (see Garbage and Swept). A partition is forgotten once
+// it has no rows and no garbage.
 type MetaStore struct {
 	next   atomic.Uint64 // next global index, shared by every partition
 	closed atomic.Bool
@@ -81,10 +81,13 @@ type fieldGen struct {
 	// the window (by window newer ones of the cell) moves to
 	// partition.far.
 	pend uint64
-	// at is when the newest reservation was made. A pending reservation
-	// of the field is taken to be as young as that (it is no younger), so
-	// Garbage never aborts one younger than its olderThan.
-	at time.Duration
+	// at is when the newest reservation was made, and old when the oldest
+	// pending one in the window was, or later: a pending reservation is
+	// taken to be as young as old (the oldest) or at (the others), which
+	// it is no younger than, so Garbage never aborts one younger than its
+	// olderThan, and an abandoned reservation is aborted in time even
+	// while newer puts of its cell keep coming.
+	at, old time.Duration
 }
 
 // window is how many of a field's newest generations pend tracks.
@@ -107,8 +110,25 @@ func (g *fieldGen) drop(gen uint64) bool {
 	if !g.has(gen) {
 		return false
 	}
+	if gen == g.oldest() {
+		g.old = g.at // the next oldest was made at old or later
+	}
 	g.pend &^= 1 << (g.next - 1 - gen)
 	return true
+}
+
+// oldest returns the oldest generation pending in the window; pend must
+// not be 0.
+func (g *fieldGen) oldest() uint64 {
+	return g.next - 1 - uint64(63-bits.LeadingZeros64(g.pend))
+}
+
+// when returns when pending gen is taken to have been reserved.
+func (g *fieldGen) when(gen uint64) time.Duration {
+	if gen == g.oldest() {
+		return g.old
+	}
+	return g.at
 }
 
 // eachPending calls f with every generation pending in the window.
@@ -137,8 +157,12 @@ func (r *metaRow) reserve(p *partition, field string, hint int, at time.Duration
 		r.gens = append(r.gens, fieldGen{field: field})
 	}
 	g := &r.gens[i]
-	if g.pend>>(window-1) != 0 { // the oldest leaves the window
-		p.far = append(p.far, pendingRef{ref: backends.Ref{Index: r.index, Field: field, Gen: g.next - window}, at: g.at})
+	switch {
+	case g.pend == 0:
+		g.old = at
+	case g.pend>>(window-1) != 0: // the oldest leaves the window
+		p.far = append(p.far, pendingRef{ref: backends.Ref{Index: r.index, Field: field, Gen: g.next - window}, at: g.old})
+		g.old = g.at
 	}
 	gen := g.next
 	g.next++
@@ -541,7 +565,7 @@ func (p *partition) retire(r *metaRow) {
 	for i := range r.gens {
 		g := &r.gens[i]
 		g.eachPending(func(gen uint64) {
-			p.orphans = append(p.orphans, pendingRef{ref: backends.Ref{Index: r.index, Field: g.field, Gen: gen}, at: g.at})
+			p.orphans = append(p.orphans, pendingRef{ref: backends.Ref{Index: r.index, Field: g.field, Gen: gen}, at: g.when(gen)})
 		})
 		p.pending -= bits.OnesCount64(g.pend)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -150,5 +151,66 @@ func TestRemovedCellsInRowRefsOrder(t *testing.T) {
 	}
 	if want := backends.AppendRowRefs(nil, rows); !slices.Equal(p.garbage, want) {
 		t.Errorf("DeletePartition recorded %v, want %v", p.garbage, want)
+	}
+}
+
+// An abandoned reservation is aborted once older than olderThan even while
+// newer puts of its cell keep coming; those are left alone.
+func TestAbandonedReservationUnderRewrites(t *testing.T) {
+	// Older reservations are older than age for sure; younger ones have
+	// all of age to spare.
+	const age = 200 * time.Millisecond
+	ctx := context.Background()
+	m := NewMetaStore()
+	put := func() backends.Reservation {
+		t.Helper()
+		res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	commit := func(r backends.Reservation) error {
+		_, err := m.Commit(ctx, "p", []backends.RowUpdate{{Key: "k", Index: r.Index,
+			Fields: map[string]backends.FieldInfo{"f": {Gen: r.Gens["f"]}}}})
+		return err
+	}
+	abandoned := put()
+	time.Sleep(age + 50*time.Millisecond)
+	if err := commit(put()); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := put()
+	garbage, err := m.Garbage(ctx, "p", age)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []backends.Ref{{Index: abandoned.Index, Field: "f", Gen: abandoned.Gens["f"]}}
+	if !slices.Equal(garbage, want) {
+		t.Errorf("Garbage(%v) = %v, want the reservation made before the sleep %v", age, garbage, want)
+	}
+	if err := commit(abandoned); err == nil {
+		t.Error("Commit of the aborted reservation succeeded")
+	}
+	if err := commit(inFlight); err != nil {
+		t.Errorf("Commit of the reservation in flight: %v", err)
+	}
+
+	// Once the oldest commits, the next is judged by its own age.
+	first := put()
+	time.Sleep(age + 50*time.Millisecond)
+	second := put()
+	if err := commit(first); err != nil {
+		t.Fatal(err)
+	}
+	garbage, err = m.Garbage(ctx, "p", age)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(garbage, func(r backends.Ref) bool { return r.Gen == second.Gens["f"] }) {
+		t.Errorf("Garbage(%v) = %v has the reservation made just now (generation %d)", age, garbage, second.Gens["f"])
+	}
+	if err := commit(second); err != nil {
+		t.Errorf("Commit of a young reservation behind an old committed one: %v", err)
 	}
 }

@@ -31,12 +31,20 @@ func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan tim
 	if p.pending > 0 {
 		for _, r := range p.rows {
 			for i := range r.gens {
-				if g := &r.gens[i]; g.pend != 0 && g.at <= cutoff {
+				g := &r.gens[i]
+				switch {
+				case g.pend == 0:
+				case g.at <= cutoff: // all of them
 					g.eachPending(func(gen uint64) {
 						p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: gen})
 					})
 					p.pending -= bits.OnesCount64(g.pend)
 					g.pend = 0
+				case g.old <= cutoff: // the oldest
+					gen := g.oldest()
+					g.drop(gen)
+					p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: gen})
+					p.pending--
 				}
 			}
 		}
