@@ -2,6 +2,8 @@ package backends
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -30,14 +32,19 @@ import (
 // The caller deletes cells, then reports them with Swept. Until then the
 // store keeps a record per garbage cell: a client that never calls Swept
 // makes the store grow by one record per cell a commit replaces, so tq
-// calls Swept after every delete of cells that succeeds.
+// calls Swept after every delete of cells that succeeds: with a commit's
+// Superseded then Stale cells as Commit returned them, with the cells of
+// the rows Delete or DeletePartition returned in [AppendRowRefs] order,
+// so that a store may match them against its records as one run.
 type Reclaimer interface {
 	// Garbage returns the garbage cells of partition not yet reported
-	// swept, first aborting (atomically with the call) every pending
-	// reservation older than olderThan by the store's clock: a later
+	// swept, first aborting (atomically with the call) the pending
+	// reservations older than olderThan by the store's clock: a later
 	// Commit naming an aborted reservation fails with ErrConflict. A
 	// reservation younger than olderThan is live and never returned, nor
-	// is a cell a committed row references. A cell may be returned by
+	// is a cell a committed row references. A store may judge a
+	// reservation by the age of a newer pending reservation of the same
+	// cell, and so abort it later than it could. A cell may be returned by
 	// several calls until it is reported swept, and may already be
 	// deleted (deleting a missing key is no error). The Tag of an aborted
 	// reservation's cell is "": the store never learned its backend tag.
@@ -51,4 +58,29 @@ type Reclaimer interface {
 	// way. Refs the store does not know as garbage or pending are
 	// ignored; a partition left with no rows and no garbage is forgotten.
 	Swept(ctx context.Context, partition string, refs []Ref) error
+}
+
+// AppendRowRefs appends the cells of rows to dst, row by row and by field
+// name within a row: the order tq reports removed rows' cells swept in (see
+// Reclaimer), which a store may record them in (memory does). Rows that
+// share a Fields map (see Merger) share the work of ordering it.
+func AppendRowRefs(dst []Ref, rows []*Row) []Ref {
+	var (
+		prev   map[string]FieldInfo
+		sorted []Ref // prev's cells by field, Index unset
+	)
+	for i, r := range rows {
+		if i == 0 || !SameMap(r.Fields, prev) {
+			prev, sorted = r.Fields, sorted[:0]
+			for f, fi := range r.Fields {
+				sorted = append(sorted, Ref{Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
+			}
+			slices.SortFunc(sorted, func(a, b Ref) int { return strings.Compare(a.Field, b.Field) })
+		}
+		for _, c := range sorted {
+			c.Index = r.Index
+			dst = append(dst, c)
+		}
+	}
+	return dst
 }

@@ -190,12 +190,8 @@ func (c *Client) deleteRows(ctx context.Context, partition string, rows []*backe
 	for _, r := range rows {
 		cells += len(r.Fields)
 	}
-	refs := make([]backends.Ref, 0, cells) // r.Refs() of every row, in one slice
-	for _, r := range rows {
-		for f, fi := range r.Fields {
-			refs = append(refs, backends.Ref{Index: r.Index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
-		}
-	}
+	// In the order a Reclaimer recorded them, so Swept finds them as one run.
+	refs := backends.AppendRowRefs(make([]backends.Ref, 0, cells), rows)
 	deleted, err := c.deleteRefs(ctx, refs)
 	c.swept(ctx, partition, deleted, "cleared rows")
 	return err

@@ -33,10 +33,11 @@ type ReclaimReport struct {
 // of a put reserved less than olderThan ago. A put reserved earlier is
 // taken for abandoned: Reclaim aborts it, deletes its cells, and if it was
 // in fact still running its commit fails with ErrConflict and it rolls
-// back. So olderThan must exceed the longest put; olderThan 0 aborts every
-// put of the partition in flight, which is right only when none is (after
-// the writers of a partition stopped, say, to collect what a
-// ClearPartition could not). A negative olderThan is ErrInvalid.
+// back (cells it writes after Reclaim ran are then its rollback's alone
+// to delete). So olderThan must exceed the longest put; olderThan 0
+// aborts every put of the partition in flight, which is right only when
+// none is (after the writers of a partition stopped, say, to collect what
+// a ClearPartition could not). A negative olderThan is ErrInvalid.
 //
 // It returns how many cells it deleted and how many it could not; an
 // error from the data store leaves those for the next Reclaim.

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,10 +16,11 @@ import (
 // locks per partition: writers of different partitions never contend.
 // Rows it returns are shared and must be treated as read-only.
 //
-// It is a [backends.Reclaimer]: it keeps each partition's pending
-// reservations with the time they were made, and a record of each garbage
-// cell until it is reported swept (see Garbage and Swept). A partition is
-// forgotten once it has no rows and no garbage.
+// It is a [backends.Reclaimer]: it keeps a bit per pending reservation and
+// the times of each cell's oldest and newest ones (Garbage judges the
+// others by the newest's age), and a record of each garbage cell until it
+// is reported swept (see Garbage and Swept). A partition is forgotten once
+// it has no rows and no garbage.
 type MetaStore struct {
 	next   atomic.Uint64 // next global index, shared by every partition
 	closed atomic.Bool
@@ -46,6 +48,9 @@ type partition struct {
 	// put may still be writing them, so they become garbage only once as
 	// old as Garbage's olderThan.
 	orphans []pendingRef
+	// far are pending reservations of live rows pushed out of their
+	// fieldGen's window (see fieldGen.pend); almost always empty.
+	far []pendingRef
 }
 
 // empty reports whether the partition holds nothing worth keeping.
@@ -71,21 +76,66 @@ type metaRow struct {
 type fieldGen struct {
 	field string
 	next  uint64
-	// pend are the reservations not yet committed or aborted, oldest
-	// first; mostly one, whose slot stays for the next put of the field.
-	pend []pendingGen
+	// pend has bit i set when generation next-1-i is reserved and not yet
+	// committed or aborted: a reservation costs a bit. One pushed out of
+	// the window (by window newer ones of the cell) moves to
+	// partition.far.
+	pend uint64
+	// at is when the newest reservation was made, and old when the oldest
+	// pending one in the window was, or later: a pending reservation is
+	// taken to be as young as old (the oldest) or at (the others), which
+	// it is no younger than, so Garbage never aborts one younger than its
+	// olderThan, and an abandoned reservation is aborted in time even
+	// while newer puts of its cell keep coming.
+	at, old time.Duration
 }
 
-// pendingGen is one reservation: its generation and when it was made.
-type pendingGen struct {
-	gen uint64
-	at  time.Duration // since MetaStore.epoch
-}
+// window is how many of a field's newest generations pend tracks.
+const window = 64
 
-// pendingRef is a removed row's reservation.
+// pendingRef is a reservation kept apart from its fieldGen: a removed
+// row's, or one pushed out of the window.
 type pendingRef struct {
 	ref backends.Ref
 	at  time.Duration
+}
+
+// has reports whether gen is a pending reservation in the window.
+func (g *fieldGen) has(gen uint64) bool {
+	return gen < g.next && g.next-1-gen < window && g.pend>>(g.next-1-gen)&1 != 0
+}
+
+// drop clears gen from the window and reports whether it was pending.
+func (g *fieldGen) drop(gen uint64) bool {
+	if !g.has(gen) {
+		return false
+	}
+	if gen == g.oldest() {
+		g.old = g.at // the next oldest was made at old or later
+	}
+	g.pend &^= 1 << (g.next - 1 - gen)
+	return true
+}
+
+// oldest returns the oldest generation pending in the window; pend must
+// not be 0.
+func (g *fieldGen) oldest() uint64 {
+	return g.next - 1 - uint64(63-bits.LeadingZeros64(g.pend))
+}
+
+// when returns when pending gen is taken to have been reserved.
+func (g *fieldGen) when(gen uint64) time.Duration {
+	if gen == g.oldest() {
+		return g.old
+	}
+	return g.at
+}
+
+// eachPending calls f with every generation pending in the window.
+func (g *fieldGen) eachPending(f func(gen uint64)) {
+	for m := g.pend; m != 0; m &= m - 1 {
+		f(g.next - 1 - uint64(bits.TrailingZeros64(m)))
+	}
 }
 
 // find returns field's place in r.gens, or -1. hint is where it likely
@@ -99,55 +149,54 @@ func (r *metaRow) find(field string, hint int) int {
 
 // reserve returns the generation to write field at and reserves it at
 // time at. hint is where field likely sits in r.gens (its position in the
-// call's fields); slots supplies room for the reservation when the field
-// has none, so that rows of one call share blocks.
-func (r *metaRow) reserve(field string, hint int, at time.Duration, slots *pendSlots) uint64 {
+// call's fields).
+func (r *metaRow) reserve(p *partition, field string, hint int, at time.Duration) uint64 {
 	i := r.find(field, hint)
 	if i < 0 {
 		i = len(r.gens)
 		r.gens = append(r.gens, fieldGen{field: field})
 	}
-	fg := &r.gens[i]
-	if cap(fg.pend) == 0 {
-		fg.pend = slots.take()
+	g := &r.gens[i]
+	switch {
+	case g.pend == 0:
+		g.old = at
+	case g.pend>>(window-1) != 0: // the oldest leaves the window
+		p.far = append(p.far, pendingRef{ref: backends.Ref{Index: r.index, Field: field, Gen: g.next - window}, at: g.old})
+		g.old = g.at
 	}
-	g := fg.next
-	fg.next++
-	fg.pend = append(fg.pend, pendingGen{gen: g, at: at})
-	return g
+	gen := g.next
+	g.next++
+	g.pend = g.pend<<1 | 1
+	g.at = at
+	return gen
 }
 
 // unpend removes gen from field's reservations and reports whether it was
-// one. hint is as for find, and returned as live returns it.
-func (r *metaRow) unpend(field string, gen uint64, hint int) (int, bool) {
+// one. It returns field's place in r.gens, or hint if it has none: the
+// next row's hint.
+func (r *metaRow) unpend(p *partition, field string, gen uint64, hint int) (int, bool) {
 	i := r.find(field, hint)
 	if i < 0 {
 		return hint, false
 	}
-	pend := r.gens[i].pend
-	for j := range pend {
-		if pend[j].gen == gen {
-			r.gens[i].pend = slices.Delete(pend, j, j+1)
-			return i, true
-		}
+	if r.gens[i].drop(gen) {
+		return i, true
+	}
+	if j := p.farIndex(r.index, field, gen); j >= 0 {
+		p.far = slices.Delete(p.far, j, j+1)
+		return i, true
 	}
 	return i, false
 }
 
-// pendSlots hands out one-reservation slots from blocks, for a call that
-// reserves many rows' fields.
-type pendSlots struct {
-	block []pendingGen
-	size  int // slots per block
-}
-
-func (s *pendSlots) take() []pendingGen {
-	if len(s.block) == 0 {
-		s.block = make([]pendingGen, max(s.size, 1))
+// farIndex returns where the cell sits in p.far, or -1.
+func (p *partition) farIndex(index uint64, field string, gen uint64) int {
+	if len(p.far) == 0 {
+		return -1
 	}
-	slot := s.block[:0:1]
-	s.block = s.block[1:]
-	return slot
+	return slices.IndexFunc(p.far, func(o pendingRef) bool {
+		return o.ref.Index == index && o.ref.Gen == gen && o.ref.Field == field
+	})
 }
 
 // NewMetaStore returns an empty store.
@@ -230,7 +279,6 @@ func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields 
 	var (
 		fresh     []metaRow  // new rows, allocated on first need
 		freshGens []fieldGen // their generations, nf each
-		slots     = pendSlots{size: nf * min(len(keys), blockRows)}
 		gens      = make([]uint64, 2*nf)
 		cur, prev = gens[:nf], gens[nf:]
 		prevMap   map[string]uint64
@@ -250,7 +298,7 @@ func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields 
 			p.rows[k] = r
 		}
 		for j, f := range fields {
-			cur[j] = r.reserve(f, j, at, &slots)
+			cur[j] = r.reserve(p, f, j, at)
 		}
 		if prevMap == nil || !slices.Equal(cur, prev) {
 			prevMap = make(map[string]uint64, nf)
@@ -293,7 +341,7 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 		cs := cells.of(u.Fields)
 		for j := range cs {
 			var ok bool
-			if cs[j].hint, ok = r.live(cs[j].field, cs[j].gen, cs[j].hint); !ok {
+			if cs[j].hint, ok = r.live(p, cs[j].field, cs[j].gen, cs[j].hint); !ok {
 				return res, fmt.Errorf("%w: key %q field %q in partition %q: generation %d is not reserved (aborted?)",
 					backends.ErrConflict, u.Key, cs[j].field, partition, cs[j].gen)
 			}
@@ -309,7 +357,7 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 		cs := cells.of(u.Fields)
 		for j := range cs {
 			var ok bool
-			if cs[j].hint, ok = r.unpend(cs[j].field, cs[j].gen, cs[j].hint); ok {
+			if cs[j].hint, ok = r.unpend(p, cs[j].field, cs[j].gen, cs[j].hint); ok {
 				p.pending--
 			}
 		}
@@ -329,16 +377,13 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 // live reports whether field may commit at gen: it is a pending
 // reservation, or the generation already committed. It returns the
 // field's place in r.gens (hint if not found), the next row's hint.
-func (r *metaRow) live(field string, gen uint64, hint int) (int, bool) {
+func (r *metaRow) live(p *partition, field string, gen uint64, hint int) (int, bool) {
 	i := r.find(field, hint)
-	if i >= 0 {
-		for _, pg := range r.gens[i].pend {
-			if pg.gen == gen {
-				return i, true
-			}
-		}
-	} else {
-		i = hint
+	if i < 0 {
+		return hint, false // never reserved
+	}
+	if r.gens[i].has(gen) || p.farIndex(r.index, field, gen) >= 0 {
+		return i, true
 	}
 	if r.view != nil {
 		fi, ok := r.view.Fields[field]
@@ -476,6 +521,7 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 			*r = metaRow{} // its block may live on: hold nothing
 		}
 	}
+	p.garbage = backends.AppendRowRefs(p.growGarbage(out), out)
 	empty := p.empty()
 	p.mu.Unlock()
 	if empty {
@@ -494,13 +540,14 @@ func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*b
 	if p == nil {
 		return nil, nil
 	}
-	var out []*backends.Row
+	out := make([]*backends.Row, 0, len(p.rows))
 	for _, r := range p.rows {
 		if r.view != nil {
 			out = append(out, r.view)
 		}
 		p.retire(r)
 	}
+	p.garbage = backends.AppendRowRefs(p.growGarbage(out), out)
 	p.rows = map[string]*metaRow{}
 	empty := p.empty()
 	p.mu.Unlock()
@@ -510,20 +557,35 @@ func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*b
 	return out, nil
 }
 
-// retire records the cells of a row being removed: its committed ones are
-// garbage, its reservations orphans.
+// retire records the reservations of a row being removed as orphans. Its
+// committed cells become garbage in the order of backends.AppendRowRefs,
+// which the caller appends for every row it removed at once, so that
+// Swept of them in that order is one run.
 func (p *partition) retire(r *metaRow) {
-	if r.view != nil {
-		for f, fi := range r.view.Fields {
-			p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: f, Gen: fi.Gen, Tag: fi.BackendTag})
-		}
+	for i := range r.gens {
+		g := &r.gens[i]
+		g.eachPending(func(gen uint64) {
+			p.orphans = append(p.orphans, pendingRef{ref: backends.Ref{Index: r.index, Field: g.field, Gen: gen}, at: g.when(gen)})
+		})
+		p.pending -= bits.OnesCount64(g.pend)
 	}
-	for _, g := range r.gens {
-		for _, pg := range g.pend {
-			p.orphans = append(p.orphans, pendingRef{ref: backends.Ref{Index: r.index, Field: g.field, Gen: pg.gen}, at: pg.at})
+	p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {
+		if o.ref.Index != r.index {
+			return false
 		}
-		p.pending -= len(g.pend)
+		p.orphans = append(p.orphans, o)
+		p.pending--
+		return true
+	})
+}
+
+// growGarbage returns p.garbage with room for the cells of rows.
+func (p *partition) growGarbage(rows []*backends.Row) []backends.Ref {
+	n := 0
+	for _, r := range rows {
+		n += len(r.Fields)
 	}
+	return slices.Grow(p.garbage, n)
 }
 
 // Close implements backends.MetaStore.

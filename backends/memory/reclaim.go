@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -31,16 +32,30 @@ func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan tim
 		for _, r := range p.rows {
 			for i := range r.gens {
 				g := &r.gens[i]
-				g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
-					if pg.at > cutoff {
-						return false
-					}
-					p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: pg.gen})
+				switch {
+				case g.pend == 0:
+				case g.at <= cutoff: // all of them
+					g.eachPending(func(gen uint64) {
+						p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: gen})
+					})
+					p.pending -= bits.OnesCount64(g.pend)
+					g.pend = 0
+				case g.old <= cutoff: // the oldest
+					gen := g.oldest()
+					g.drop(gen)
+					p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: gen})
 					p.pending--
-					return true
-				})
+				}
 			}
 		}
+		p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {
+			if o.at > cutoff {
+				return false
+			}
+			p.garbage = append(p.garbage, o.ref)
+			p.pending--
+			return true
+		})
 	}
 	p.orphans = slices.DeleteFunc(p.orphans, func(o pendingRef) bool {
 		if o.at > cutoff {
@@ -53,7 +68,8 @@ func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan tim
 }
 
 // Swept implements backends.Reclaimer. Refs that are one run of the
-// garbage, as a commit's Superseded and Stale are, cost their length;
+// garbage, as a commit's Superseded and Stale are, or the cells of the
+// rows a Delete returned in backends.AppendRowRefs order, cost their length;
 // others cost the partition's garbage, and the scan of its rows when they
 // name pending reservations (a rollback's).
 func (m *MetaStore) Swept(ctx context.Context, partition string, refs []backends.Ref) error {
@@ -125,15 +141,21 @@ func (p *partition) sweepSet(refs []backends.Ref) {
 	for _, r := range p.rows {
 		for i := range r.gens {
 			g := &r.gens[i]
-			g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
-				_, ok := set[cellID{index: r.index, gen: pg.gen, field: g.field}]
-				if ok {
+			g.eachPending(func(gen uint64) {
+				if _, ok := set[cellID{index: r.index, gen: gen, field: g.field}]; ok {
+					g.drop(gen)
 					p.pending--
 				}
-				return ok
 			})
 		}
 	}
+	p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {
+		_, ok := set[idOf(o.ref)]
+		if ok {
+			p.pending--
+		}
+		return ok
+	})
 }
 
 // cellID is what names a cell: its storage key's parts.
