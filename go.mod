@@ -1,6 +1,10 @@
 module github.com/tqgo/tqgo
 
-go 1.26.8
+// go 1.26.2, not 1.26: the redis+cluster://h1:p1,h2:p2 URLs of
+// backends/redis hold several host:port pairs in the host, which
+// net/url.Parse rejects in Go 1.26.0 and 1.26.1 ("invalid port ... after
+// host"); Go 1.26.2 limits that strict colon check to http and https URLs.
+go 1.26.2
 
 require (
 	github.com/panjf2000/ants/v2 v2.12.1

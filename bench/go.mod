@@ -1,6 +1,6 @@
 module github.com/tqgo/tqgo/bench
 
-go 1.26.8
+go 1.26.2 // the root module's floor: see ../go.mod
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
