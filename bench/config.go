@@ -19,11 +19,11 @@ type Config struct {
 
 	// pack
 	Sizes     []int // object sizes of the size sweep (and of the Redis limits)
-	Objects   int   // objects per batch in the size sweep (seed 000: 1024)
+	Objects   int   // objects per batch in the size sweep (TransferQueue PR #153: 1024)
 	Counts    []int // object counts of the count sweep
-	CountSize int   // object size of the count sweep (seed 000: 512 B)
+	CountSize int   // object size of the count sweep (TransferQueue PR #153: 512 B)
 
-	// method (seed 001)
+	// method (FlashPack PR #31)
 	Reps      int           // samples per arm, each a median input (>= 1)
 	MinSample time.Duration // each sample repeats its op for at least this long
 
@@ -36,7 +36,7 @@ type Config struct {
 	RedisBytes int // bytes per batch of the raw Redis limits (object count = RedisBytes/size, clamped)
 
 	// redis
-	RedisShapes []redisShape // batch shapes measured against issue 4's targets
+	RedisShapes []redisShape // batch shapes measured against the Redis engine's targets
 
 	// Quick marks the toy preset: outside tools (redis-benchmark) run at
 	// their lightest too.
@@ -64,7 +64,7 @@ func DefaultConfig() Config {
 		Samples:    512,
 		L:          512,
 		RedisBytes: 64 << 20,
-		// Issue 4's shapes.
+		// The Redis targets' shapes.
 		RedisShapes: []redisShape{{1024, 512}, {1024, 8 << 10}, {64, 1 << 20}},
 	}
 }

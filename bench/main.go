@@ -5,14 +5,14 @@
 //	go run ./bench -suites pack -png sweep.png -csv sweep.csv
 //	go run ./bench -urls memory://,redis://127.0.0.1:6379/0
 //
-// Suites: pack (seed 000's object-size and object-count sweeps: serial,
+// Suites: pack (TransferQueue PR #153's object-size and object-count sweeps: serial,
 // TransferQueue's pool of 16, and the size-aware default, against copy()),
 // kv (BatchPut and BatchGet of a GRPO-shaped batch on every engine, parity
 // checked, against raw go-redis or copy() of the same bytes), limit
 // (copy() bandwidth; raw go-redis beside redis-benchmark) and redis (issue
 // 4's targets: the Redis engine against raw go-redis and one round trip per
 // key). The method is
-// seed 001's: warm-up, interleaved arms, medians and ranges over -reps.
+// FlashPack PR #31's: warm-up, interleaved arms, medians and ranges over -reps.
 package main
 
 import (

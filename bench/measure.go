@@ -47,7 +47,7 @@ func (a *arm) sample(iters int) (float64, error) {
 	return total.Seconds() / float64(iters), nil
 }
 
-// meter runs arms the way seed 001 prescribes: each arm is warmed up and
+// meter runs arms the way FlashPack PR #31 prescribes: each arm is warmed up and
 // calibrated, then every repetition takes one sample of each arm in turn
 // (the starting arm rotating with the repetition), so slow drifts of a
 // shared machine hit every arm alike instead of whichever ran last. The

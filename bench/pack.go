@@ -11,7 +11,7 @@ import (
 	"github.com/tqgo/tqgo/codec"
 )
 
-// packModes are the three packers of seed 000's table, in Go: everything on
+// packModes are the three packers of TransferQueue PR #153's table, in Go: everything on
 // the calling goroutine; TransferQueue's fixed pool of 16 used for every
 // object; and the size-aware default.
 var packModes = []struct {
@@ -66,7 +66,7 @@ func runPack(ctx context.Context, cfg Config, m *meter, rep *Report) error {
 	if len(counts) > 0 {
 		t := packTable("pack-count", fmt.Sprintf("Pack: object-count sweep (%s objects)", fmtSize(cfg.CountSize)), counts,
 			func(p sweepPoint) string { return fmt.Sprint(p.Objects) }, rep)
-		t.Intro = "Seed 000's second table: the same modes and method at a fixed object size, the count growing."
+		t.Intro = "TransferQueue PR #153's second table: the same modes and method at a fixed object size, the count growing."
 		if len(sizes) == 0 {
 			t.Intro = packIntro
 		}
@@ -107,7 +107,7 @@ func packTable(id, title string, pts []sweepPoint, label func(sweepPoint) string
 }
 
 // crossover names the smallest object size at which the pool's median beats
-// serial's (seed 000 found about 256 KiB in Python), and says whether the
+// serial's (TransferQueue PR #153 found about 256 KiB in Python), and says whether the
 // two ranges are apart or the win is within the spread of the repetitions.
 func crossover(pts []sweepPoint) string {
 	for _, p := range pts {

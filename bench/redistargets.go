@@ -15,7 +15,7 @@ import (
 	"github.com/tqgo/tqgo/tq"
 )
 
-// The redis suite measures the Redis engine against issue 4's targets:
+// The redis suite measures the Redis engine against the Redis engine's targets:
 // BatchPut and BatchGet of n values of one size through tq, against raw
 // go-redis moving the same bytes (values as long as tq's packed cells) on
 // the same server, in one rotation per shape, so that a shared machine's
@@ -32,7 +32,7 @@ type redisShape struct{ n, size int }
 
 func (s redisShape) String() string { return fmt.Sprintf("%d × %s", s.n, fmtSize(s.size)) }
 
-// Issue 4's bars.
+// The Redis targets' bars.
 const (
 	putTargetRatio = 1.15 // BatchPut time over pipelined SET time, at most
 	getTargetRatio = 1.0  // BatchGet time over the best chunked MGET's, at most
@@ -98,7 +98,7 @@ func runRedis(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 
 	tbl := &Table{
 		ID:    "redis-targets",
-		Title: "Redis engine against raw go-redis (issue 4)",
+		Title: "Redis engine against raw go-redis",
 		Intro: fmt.Sprintf("n values of one size: tq writes a [n, size] uint8 column into fresh rows of an empty partition, and reads "+
 			"it back; raw go-redis moves values as long as tq's packed cells on the same server. Per shape the puts are one "+
 			"rotation and the gets another (%d repetitions), time per batch median [min–max]. BatchGetInto is BatchGet as a trainer's loop calls "+

@@ -7,7 +7,7 @@ import (
 )
 
 // Dist summarises repeated samples of one quantity: the median and the
-// range, as seed 001 reports them.
+// range, as FlashPack PR #31 reports them.
 type Dist struct {
 	Median, Min, Max float64
 	N                int
