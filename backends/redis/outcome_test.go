@@ -1,0 +1,436 @@
+package redis_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/internal/redisserver"
+	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// The outcome suite: a fault between the tq client and a real
+// redis-server (AOF on, fsync on every write) at each request of a put,
+// a Clear and a ClearPartition, and afterwards, read by a fresh client,
+// the outcome must be the one the call's return promised:
+//
+//   - nil: the write is whole (a put's rows read back with its values; a
+//     clear's rows are gone);
+//   - an error not matching tq.ErrOutcomeUnknown: nothing of the write is
+//     visible (no new row, a replaced field keeps its old value; a
+//     clear's rows are all there and read back);
+//   - tq.ErrOutcomeUnknown: whole or absent, never part;
+//
+// and in every case every listed row reads back (nothing a row needs was
+// deleted).
+
+// durable are the server flags of the suite: a write the server replied
+// to is on disk, so a server killed after it ran a request and restarted
+// on its files still has what the request did.
+var durable = redisserver.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}}
+
+// outcomeOp is an operation the suite injects faults into.
+type outcomeOp string
+
+const (
+	opPut            outcomeOp = "put"
+	opClear          outcomeOp = "clear"
+	opClearPartition outcomeOp = "clearpartition"
+)
+
+// outcomeGroup is a client configuration and the requests (as the proxy
+// labels them) each operation sends with it, in order: the suite faults
+// each of them in turn. A put's last request deletes the cells of the
+// fields it replaced, after its commit.
+type outcomeGroup struct {
+	name  string
+	query string // URL parameters of the faulted client
+	mixed bool   // the batch has a values column besides the tensor
+	want  map[outcomeOp][]string
+}
+
+var clearRequests = []string{"EVALSHA append", "UNLINK"}
+
+var outcomeGroups = []outcomeGroup{
+	{
+		// One write round on the engine's own connections: cells and
+		// commit in one MULTI/EXEC.
+		name: "fused",
+		want: map[outcomeOp][]string{
+			opPut:            {"EVALSHA append", "MULTI", "UNLINK"},
+			opClear:          clearRequests,
+			opClearPartition: clearRequests,
+		},
+	},
+	{
+		name:  "rounds",
+		query: "write_round_bytes=1200", // two cells (512 B and their codec prefix) a round
+		want: map[outcomeOp][]string{
+			opPut: {"EVALSHA append", "MSET", "MSET", "EVALSHA append", "UNLINK"},
+		},
+	},
+	{
+		// The values column is packed and published apart from the
+		// tensor cells.
+		name:  "mixed",
+		mixed: true,
+		want: map[outcomeOp][]string{
+			opPut:            {"EVALSHA append", "MSET", "MSET", "EVALSHA append", "UNLINK"},
+			opClear:          clearRequests,
+			opClearPartition: clearRequests,
+		},
+	},
+	{
+		name:  "goredis",
+		query: "direct=false",
+		want: map[outcomeOp][]string{
+			opPut: {"EVALSHA append", "MSET", "EVALSHA append", "UNLINK"},
+		},
+	},
+	{
+		name:  "goredis mixed",
+		query: "direct=false",
+		mixed: true,
+		want: map[outcomeOp][]string{
+			opPut:            {"EVALSHA append", "MSET", "MSET", "EVALSHA append", "UNLINK"},
+			opClear:          clearRequests,
+			opClearPartition: clearRequests,
+		},
+	},
+}
+
+// restartMode is how a server killed after a request comes back.
+type restartMode int
+
+const (
+	// restartQuick: at once, and the proxy holds new connections until
+	// it is up, so go-redis's retries (or the settle) reach it.
+	restartQuick restartMode = iota + 1
+	// restartAfter: only once the call returned; until then the proxy
+	// refuses every connection.
+	restartAfter
+)
+
+// outcomeFault is one fault of the matrix.
+type outcomeFault struct {
+	kind    faultKind
+	restart restartMode // faultKill only
+}
+
+func (f outcomeFault) String() string {
+	switch f.restart {
+	case restartQuick:
+		return f.kind.String() + "/restart-quick"
+	case restartAfter:
+		return f.kind.String() + "/down-until-return"
+	}
+	return f.kind.String()
+}
+
+var outcomeFaults = []outcomeFault{
+	{kind: faultDrop},
+	{kind: faultLoseReply},
+	{kind: faultKill, restart: restartQuick},
+	{kind: faultKill, restart: restartAfter},
+}
+
+// Rows of every case: the partition holds baseRows before the faulted
+// call; the put replaces putReplaced of them and adds putNew rows; the
+// clear removes clearRows.
+var (
+	baseRows    = []string{"a0", "a1", "a2", "a3"}
+	putReplaced = []string{"a0", "a1"}
+	putNew      = []string{"n0", "n1"}
+	clearRows   = []string{"a0", "a1"}
+)
+
+const (
+	cellBytes = 512
+	oldSeed   = 1 // the base rows' cells
+	newSeed   = 2 // the put's
+	part      = "p"
+)
+
+// cellOf is the tensor cell of key written with seed.
+func cellOf(key string, seed byte) []byte {
+	b := make([]byte, cellBytes)
+	h := byte(len(key))
+	for _, c := range []byte(key) {
+		h = h*31 + c
+	}
+	for i := range b {
+		b[i] = byte(i*7) + h + seed*101
+	}
+	return b
+}
+
+// valueOf is the values-column cell of key written with seed.
+func valueOf(key string, seed byte) string { return fmt.Sprintf("%s/v%d", key, seed) }
+
+// batchOf is the batch of keys written with seed.
+func batchOf(keys []string, seed byte, mixed bool) tq.Batch {
+	var data []byte
+	vals := make([]string, len(keys))
+	for i, k := range keys {
+		data = append(data, cellOf(k, seed)...)
+		vals[i] = valueOf(k, seed)
+	}
+	b := tq.Batch{"x": tq.Stacked(data, int64(len(keys)), cellBytes)}
+	if mixed {
+		b["v"] = tq.ValuesOf(vals)
+	}
+	return b
+}
+
+func TestOutcomes(t *testing.T) {
+	srv := redistest.Start(t, durable)
+	p := startRequestProxy(t, srv.Addr())
+	ctx := t.Context()
+	n := 0
+	for _, g := range outcomeGroups {
+		t.Run(g.name, func(t *testing.T) {
+			for _, op := range []outcomeOp{opPut, opClear, opClearPartition} {
+				want, ok := g.want[op]
+				if !ok {
+					continue
+				}
+				// A run without faults shows the requests the cases
+				// below fault in turn.
+				n++
+				oc := &outcomeCase{srv: srv, p: p, g: g, op: op, prefix: fmt.Sprintf("oc%d", n)}
+				if got := oc.run(t, 0, outcomeFault{}); !slices.Equal(got, want) {
+					t.Fatalf("%s sent the counted requests %q, want %q", op, got, want)
+				}
+				for nth := range want {
+					for _, f := range outcomeFaults {
+						n++
+						oc := &outcomeCase{srv: srv, p: p, g: g, op: op, prefix: fmt.Sprintf("oc%d", n)}
+						t.Run(fmt.Sprintf("%s/%d-%s/%s", op, nth+1, strings.ReplaceAll(want[nth], " ", "-"), f), func(t *testing.T) {
+							got := oc.run(t, nth+1, f)
+							if len(got) < nth+1 || got[nth] != want[nth] {
+								t.Fatalf("request %d was %q, not %q (all: %q)", nth+1, got, want[nth], got)
+							}
+						})
+						if ctx.Err() != nil {
+							return
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// outcomeCase is one faulted call on a partition of its own (prefix).
+type outcomeCase struct {
+	srv    *redisserver.Server
+	p      *requestProxy
+	g      outcomeGroup
+	op     outcomeOp
+	prefix string
+}
+
+// run writes the base rows, makes the faulted call through the proxy
+// with the fault at its nth counted request (none for nth 0), checks the
+// outcome, and returns the counted requests the call sent.
+func (oc *outcomeCase) run(t *testing.T, nth int, f outcomeFault) []string {
+	t.Helper()
+	ctx := t.Context()
+	query := "prefix=" + oc.prefix
+	if oc.g.query != "" {
+		query += "&" + oc.g.query
+	}
+	setup := proxyTQ(t, oc.srv.URL()+"?"+query)
+	if err := setup.BatchPut(ctx, part, baseRows, batchOf(baseRows, oldSeed, oc.g.mixed), nil); err != nil {
+		t.Fatalf("writing the base rows: %v", err)
+	}
+	setup.Close()
+
+	faulted := proxyTQ(t, oc.p.url(query))
+	if _, err := faulted.List(ctx, part); err != nil { // its view is current
+		t.Fatal(err)
+	}
+	var restarted sync.WaitGroup
+	var restartErr error
+	kill := func(string) {
+		if err := oc.srv.Kill(); err != nil {
+			t.Errorf("kill: %v", err)
+		}
+		if f.restart == restartQuick {
+			restarted.Add(1)
+			go func() {
+				defer restarted.Done()
+				time.Sleep(20 * time.Millisecond)
+				restartErr = oc.srv.Restart(context.WithoutCancel(ctx))
+			}()
+		}
+	}
+	oc.p.setWaitUp(f.restart == restartQuick)
+	fired := oc.p.arm(nth, f.kind, kill)
+	var err error
+	switch oc.op {
+	case opPut:
+		err = faulted.BatchPut(ctx, part, slices.Concat(putReplaced, putNew), batchOf(slices.Concat(putReplaced, putNew), newSeed, oc.g.mixed), nil)
+	case opClear:
+		err = faulted.Clear(ctx, part, clearRows)
+	case opClearPartition:
+		err = faulted.ClearPartition(ctx, part)
+	}
+	seen := oc.p.requestsSeen()
+	oc.p.reset()
+	faulted.Close()
+	restarted.Wait()
+	if restartErr != nil {
+		t.Fatalf("restart: %v", restartErr)
+	}
+	if f.restart == restartAfter {
+		if err := oc.srv.Restart(context.WithoutCancel(ctx)); err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+	}
+	oc.p.setWaitUp(false)
+	if nth > 0 {
+		select {
+		case <-fired:
+		default:
+			t.Fatalf("the fault at request %d did not act (requests %q); %s returned %v", nth, seen, oc.op, err)
+		}
+	}
+	t.Logf("%s with %v at request %d of %q: %v", oc.op, f, nth, seen, err)
+	if nth == 0 && err != nil {
+		t.Fatalf("%s without a fault: %v", oc.op, err)
+	}
+	oc.check(t, query, nth, err)
+	return seen
+}
+
+// outcome is what a fresh client reads of the rows a call wrote or
+// cleared.
+type outcome int
+
+const (
+	outcomeAbsent outcome = iota // none of the call is visible
+	outcomeWhole                 // all of it is
+	outcomePart                  // some of it: never allowed
+)
+
+// check reads the partition with a fresh client and checks that the
+// outcome is the one callErr promises.
+func (oc *outcomeCase) check(t *testing.T, query string, nth int, callErr error) {
+	t.Helper()
+	ctx := t.Context()
+	fresh := proxyTQ(t, oc.srv.URL()+"?"+query)
+	m, err := fresh.List(ctx, part)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	listed := m.Keys()
+	// Nothing a listed row needs is gone, and each row holds what the
+	// outcome says: the put's values or the base rows'.
+	var got tq.Batch
+	if len(listed) > 0 {
+		if got, err = fresh.BatchGet(ctx, part, listed); err != nil {
+			t.Fatalf("%s returned %v; BatchGet of the listed rows %q: %v", oc.op, callErr, listed, err)
+		}
+	}
+	seeds := make(map[string]byte, len(listed)) // the seed each listed row was written with
+	for i, k := range listed {
+		x, ok := got["x"].Tensor()
+		if !ok {
+			t.Fatalf("x is not stacked")
+		}
+		cell := x.Data[i*cellBytes : (i+1)*cellBytes]
+		switch {
+		case bytes.Equal(cell, cellOf(k, oldSeed)):
+			seeds[k] = oldSeed
+		case bytes.Equal(cell, cellOf(k, newSeed)):
+			seeds[k] = newSeed
+		default:
+			t.Fatalf("%s returned %v; row %q reads back a cell no put wrote", oc.op, callErr, k)
+		}
+		if oc.g.mixed {
+			if v := fmt.Sprint(got["v"].Row(i)); v != valueOf(k, seeds[k]) {
+				t.Fatalf("%s returned %v; row %q has x of seed %d but v %q", oc.op, callErr, k, seeds[k], v)
+			}
+		}
+	}
+	var o outcome
+	var untouched []string // rows the call must leave as they were
+	switch oc.op {
+	case opPut:
+		o = putOutcome(seeds)
+		untouched = slices.DeleteFunc(slices.Clone(baseRows), func(k string) bool { return slices.Contains(putReplaced, k) })
+	case opClear:
+		o = clearOutcome(seeds, clearRows)
+		untouched = slices.DeleteFunc(slices.Clone(baseRows), func(k string) bool { return slices.Contains(clearRows, k) })
+	case opClearPartition:
+		o = clearOutcome(seeds, baseRows)
+	}
+	for _, k := range untouched {
+		if seeds[k] != oldSeed {
+			t.Fatalf("%s returned %v; row %q, which it does not touch, is gone or changed (listed: %q)", oc.op, callErr, k, listed)
+		}
+	}
+	unknown := errors.Is(callErr, tq.ErrOutcomeUnknown)
+	switch {
+	case o == outcomePart:
+		t.Fatalf("%s returned %v and applied in part: listed %q with seeds %v", oc.op, callErr, listed, seeds)
+	case callErr == nil && o != outcomeWhole:
+		t.Fatalf("%s returned nil but did not apply: listed %q with seeds %v", oc.op, listed, seeds)
+	case callErr != nil && !unknown && o != outcomeAbsent:
+		if oc.op != opPut && o == outcomeWhole && oc.g.want[oc.op][nth-1] == "UNLINK" {
+			// A clear removes the rows first, then their cells; when
+			// deleting the cells fails, the rows are gone and the error
+			// reports cells left behind (see tq.Client.Clear).
+			t.Logf("%s returned %v after it removed the rows: their cells were left behind", oc.op, callErr)
+			return
+		}
+		t.Fatalf("%s returned %v, a definite failure, but applied: listed %q with seeds %v", oc.op, callErr, listed, seeds)
+	}
+}
+
+// putOutcome classifies the put from the seeds of the listed rows.
+func putOutcome(seeds map[string]byte) outcome {
+	whole, absent := true, true
+	for _, k := range putReplaced {
+		whole = whole && seeds[k] == newSeed
+		absent = absent && seeds[k] == oldSeed
+	}
+	for _, k := range putNew {
+		_, listed := seeds[k]
+		whole = whole && listed
+		absent = absent && !listed
+	}
+	switch {
+	case whole:
+		return outcomeWhole
+	case absent:
+		return outcomeAbsent
+	}
+	return outcomePart
+}
+
+// clearOutcome classifies a clear of rows from the seeds of the listed
+// rows.
+func clearOutcome(seeds map[string]byte, rows []string) outcome {
+	whole, absent := true, true
+	for _, k := range rows {
+		s, listed := seeds[k]
+		whole = whole && !listed
+		absent = absent && listed && s == oldSeed
+	}
+	switch {
+	case whole:
+		return outcomeWhole
+	case absent:
+		return outcomeAbsent
+	}
+	return outcomePart
+}
