@@ -31,9 +31,9 @@ import (
 //     wrote it to its AOF) kill the server, then close the connection.
 //
 // While a server is down, a connection to its listener is closed at once,
-// unless waitUp is set: then the proxy waits (up to upWait) for the server
-// to come back before it dials, as a client's dial would wait on a server
-// that restarts quickly.
+// unless the proxy is held (see hold): then it waits (up to upWait) until
+// released, and for the server to accept, before it dials, as a client's
+// dial would wait on a server that restarts quickly.
 type requestProxy struct {
 	t       *testing.T
 	targets []*proxyTarget
@@ -44,7 +44,7 @@ type requestProxy struct {
 	kind     faultKind
 	fired    chan struct{} // closed once the armed fault acted
 	onKill   func(target string)
-	waitUp   bool
+	held     chan struct{} // closed on release; nil: not held
 	closed   bool
 	conns    []net.Conn
 	requests int // counted requests since reset
@@ -112,15 +112,15 @@ func (p *requestProxy) close() {
 	}
 }
 
-// addr is the proxy's address in front of server addr.
-func (p *requestProxy) addr(server string) string {
+// frontOf is the proxy's address in front of server addr, or addr when
+// the proxy has no listener for it.
+func (p *requestProxy) frontOf(addr string) string {
 	for _, tg := range p.targets {
-		if tg.addr == server {
+		if tg.addr == addr {
 			return tg.ln.Addr().String()
 		}
 	}
-	p.t.Fatalf("the proxy has no listener for %s", server)
-	return ""
+	return addr
 }
 
 // url is a redis URL through the proxy in front of the first server.
@@ -147,11 +147,24 @@ func (p *requestProxy) arm(nth int, kind faultKind, onKill func(target string)) 
 	return p.fired
 }
 
-// setWaitUp sets whether connections wait for a server that is down.
-func (p *requestProxy) setWaitUp(on bool) {
+// hold makes new connections wait, until release is called, before they
+// dial their server (and then wait for it to accept).
+func (p *requestProxy) hold() (release func()) {
+	ch := make(chan struct{})
 	p.mu.Lock()
-	p.waitUp = on
+	p.held = ch
 	p.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			if p.held == ch {
+				p.held = nil
+			}
+			p.mu.Unlock()
+			close(ch)
+		})
+	}
 }
 
 // requestsSeen returns the counted requests since the last reset or arm.
@@ -185,18 +198,28 @@ func (p *requestProxy) accept(tg *proxyTarget) {
 	}
 }
 
-// dial connects to tg's server, waiting for it to come back if waitUp.
+// dial connects to tg's server; while the proxy is held, it first waits
+// for the release, and then for the server to accept.
 func (p *requestProxy) dial(tg *proxyTarget) (net.Conn, error) {
 	deadline := time.Now().Add(upWait)
+	p.mu.Lock()
+	held := p.held
+	p.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-time.After(upWait):
+		}
+	}
 	for {
 		server, err := net.Dial("tcp", tg.addr)
 		if err == nil {
 			return server, nil
 		}
 		p.mu.Lock()
-		wait, closed := p.waitUp, p.closed
+		closed := p.closed
 		p.mu.Unlock()
-		if !wait || closed || time.Now().After(deadline) {
+		if held == nil || closed || time.Now().After(deadline) {
 			return nil, err
 		}
 		time.Sleep(10 * time.Millisecond)
