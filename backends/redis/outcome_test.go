@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redisserver"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/tq"
@@ -54,6 +57,13 @@ type outcomeGroup struct {
 	query string // URL parameters of the faulted client
 	mixed bool   // the batch has a values column besides the tensor
 	want  map[outcomeOp][]string
+	// empty: the partition has no rows (and no log) before the put,
+	// which replaces nothing.
+	empty bool
+	// cold: the faulted client has no view of the partition, so its
+	// first append is computed against no log, finds the log, catches
+	// up and computes again.
+	cold bool
 	// killFirst: kill a server only at the first of requests of one
 	// label in a row (a restarted Cluster node takes two seconds to
 	// serve again).
@@ -89,6 +99,30 @@ var outcomeGroups = []outcomeGroup{
 			opPut:            {"EVALSHA append", "MSET", "MSET", "EVALSHA append", "UNLINK"},
 			opClear:          clearRequests,
 			opClearPartition: clearRequests,
+		},
+	},
+	{
+		name:  "empty partition",
+		empty: true,
+		want: map[outcomeOp][]string{
+			opPut: {"EVALSHA append", "MULTI"},
+		},
+	},
+	{
+		name:  "empty partition goredis",
+		query: "direct=false",
+		empty: true,
+		want: map[outcomeOp][]string{
+			opPut: {"EVALSHA append", "MSET", "EVALSHA append"},
+		},
+	},
+	{
+		name: "cold view",
+		cold: true,
+		want: map[outcomeOp][]string{
+			opPut:            {"EVALSHA append", "EVALSHA append", "MULTI", "UNLINK"},
+			opClear:          {"EVALSHA append", "EVALSHA append", "UNLINK"},
+			opClearPartition: {"EVALSHA append", "EVALSHA append", "UNLINK"},
 		},
 	},
 	{
@@ -204,6 +238,11 @@ func TestOutcomes(t *testing.T) {
 			}
 			return proxyTQ(t, srv.URL()+"?"+query)
 		},
+		loadScripts: func(ctx context.Context) error {
+			c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+			defer c.Close()
+			return redis.LoadScripts(ctx, c)
+		},
 		kill:    func(string) error { return srv.Kill() },
 		restart: func(ctx context.Context, _ string) error { return srv.Restart(ctx) },
 	}
@@ -254,10 +293,13 @@ func runOutcomes(t *testing.T, env *outcomeEnv, groups []outcomeGroup) {
 // server(s) or through the proxy, and how a server the proxy names is
 // killed and restarted (Restart returns once it serves again).
 type outcomeEnv struct {
-	p       *requestProxy
-	client  func(t *testing.T, query string, proxied bool) *tq.Client
-	kill    func(addr string) error
-	restart func(ctx context.Context, addr string) error
+	p      *requestProxy
+	client func(t *testing.T, query string, proxied bool) *tq.Client
+	// loadScripts loads the engine's scripts on every server, so that
+	// a case after a restart sends the same requests as one before.
+	loadScripts func(ctx context.Context) error
+	kill        func(addr string) error
+	restart     func(ctx context.Context, addr string) error
 }
 
 // outcomeCase is one faulted call on a partition of its own (prefix).
@@ -279,15 +321,22 @@ func (oc *outcomeCase) run(t *testing.T, nth int, f outcomeFault) []string {
 	if oc.g.query != "" {
 		query += "&" + oc.g.query
 	}
-	setup := env.client(t, query, false)
-	if err := setup.BatchPut(ctx, part, baseRows, batchOf(baseRows, oldSeed, oc.g.mixed), nil); err != nil {
-		t.Fatalf("writing the base rows: %v", err)
+	if err := env.loadScripts(ctx); err != nil {
+		t.Fatal(err)
 	}
-	setup.Close()
+	if !oc.g.empty {
+		setup := env.client(t, query, false)
+		if err := setup.BatchPut(ctx, part, baseRows, batchOf(baseRows, oldSeed, oc.g.mixed), nil); err != nil {
+			t.Fatalf("writing the base rows: %v", err)
+		}
+		setup.Close()
+	}
 
 	faulted := env.client(t, query, true)
-	if _, err := faulted.List(ctx, part); err != nil { // its view is current
-		t.Fatal(err)
+	if !oc.g.cold {
+		if _, err := faulted.List(ctx, part); err != nil { // its view is current
+			t.Fatal(err)
+		}
 	}
 	var restarted sync.WaitGroup
 	var restartErr error
@@ -315,7 +364,8 @@ func (oc *outcomeCase) run(t *testing.T, nth int, f outcomeFault) []string {
 	var err error
 	switch oc.op {
 	case opPut:
-		err = faulted.BatchPut(ctx, part, slices.Concat(putReplaced, putNew), batchOf(slices.Concat(putReplaced, putNew), newSeed, oc.g.mixed), nil)
+		keys := oc.putKeys()
+		err = faulted.BatchPut(ctx, part, keys, batchOf(keys, newSeed, oc.g.mixed), nil)
 	case opClear:
 		err = faulted.Clear(ctx, part, clearRows)
 	case opClearPartition:
@@ -402,11 +452,11 @@ func (oc *outcomeCase) check(t *testing.T, query string, nth int, callErr error)
 	var untouched []string // rows the call must leave as they were
 	switch oc.op {
 	case opPut:
-		o = putOutcome(seeds)
-		untouched = slices.DeleteFunc(slices.Clone(baseRows), func(k string) bool { return slices.Contains(putReplaced, k) })
+		o = putOutcome(seeds, oc.replaced())
+		untouched = slices.DeleteFunc(oc.baseRows(), func(k string) bool { return slices.Contains(putReplaced, k) })
 	case opClear:
 		o = clearOutcome(seeds, clearRows)
-		untouched = slices.DeleteFunc(slices.Clone(baseRows), func(k string) bool { return slices.Contains(clearRows, k) })
+		untouched = slices.DeleteFunc(oc.baseRows(), func(k string) bool { return slices.Contains(clearRows, k) })
 	case opClearPartition:
 		o = clearOutcome(seeds, baseRows)
 	}
@@ -433,10 +483,30 @@ func (oc *outcomeCase) check(t *testing.T, query string, nth int, callErr error)
 	}
 }
 
-// putOutcome classifies the put from the seeds of the listed rows.
-func putOutcome(seeds map[string]byte) outcome {
+// baseRows are the rows the partition holds before the call.
+func (oc *outcomeCase) baseRows() []string {
+	if oc.g.empty {
+		return nil
+	}
+	return slices.Clone(baseRows)
+}
+
+// replaced are the rows the put replaces.
+func (oc *outcomeCase) replaced() []string {
+	if oc.g.empty {
+		return nil
+	}
+	return putReplaced
+}
+
+// putKeys are the rows the put writes.
+func (oc *outcomeCase) putKeys() []string { return slices.Concat(oc.replaced(), putNew) }
+
+// putOutcome classifies the put, which replaced rows and added putNew,
+// from the seeds of the listed rows.
+func putOutcome(seeds map[string]byte, replaced []string) outcome {
 	whole, absent := true, true
-	for _, k := range putReplaced {
+	for _, k := range replaced {
 		whole = whole && seeds[k] == newSeed
 		absent = absent && seeds[k] == oldSeed
 	}

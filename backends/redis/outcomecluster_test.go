@@ -78,6 +78,13 @@ func TestOutcomesCluster(t *testing.T) {
 			t.Cleanup(func() { tc.Close() })
 			return tc
 		},
+		loadScripts: func(ctx context.Context) error {
+			rc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.Addrs()})
+			defer rc.Close()
+			return rc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
+				return redis.LoadScripts(ctx, n)
+			})
+		},
 		kill: func(addr string) error { return nodes[addr].Kill() },
 		restart: func(ctx context.Context, addr string) error {
 			if err := nodes[addr].Restart(ctx); err != nil {
