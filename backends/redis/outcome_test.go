@@ -46,7 +46,10 @@ const (
 	opPut            outcomeOp = "put"
 	opClear          outcomeOp = "clear"
 	opClearPartition outcomeOp = "clearpartition"
+	opClearAll       outcomeOp = "clearall" // a Clear of every row: it deletes the log
 )
+
+var outcomeOps = []outcomeOp{opPut, opClear, opClearAll, opClearPartition}
 
 // outcomeGroup is a client configuration and the requests (as the proxy
 // labels them) each operation sends with it, in order: the suite faults
@@ -64,6 +67,10 @@ type outcomeGroup struct {
 	// first append is computed against no log, finds the log, catches
 	// up and computes again.
 	cold bool
+	// reuse: the faulted client has written before (elsewhere), so its
+	// engine connection is reused, and a request that fails on it
+	// without a reply is sent again on a new one.
+	reuse bool
 	// killFirst: kill a server only at the first of requests of one
 	// label in a row (a restarted Cluster node takes two seconds to
 	// serve again).
@@ -80,7 +87,15 @@ var outcomeGroups = []outcomeGroup{
 		want: map[outcomeOp][]string{
 			opPut:            {"EVALSHA append", "MULTI", "UNLINK"},
 			opClear:          clearRequests,
+			opClearAll:       clearRequests,
 			opClearPartition: clearRequests,
+		},
+	},
+	{
+		name:  "fused reused connection",
+		reuse: true,
+		want: map[outcomeOp][]string{
+			opPut: {"EVALSHA append", "MULTI", "UNLINK"},
 		},
 	},
 	{
@@ -230,7 +245,13 @@ func batchOf(keys []string, seed byte, mixed bool) tq.Batch {
 func TestOutcomes(t *testing.T) {
 	srv := redistest.Start(t, durable)
 	p := startRequestProxy(t, srv.Addr())
-	env := &outcomeEnv{
+	env := standaloneEnv(srv, p)
+	runOutcomes(t, env, outcomeGroups)
+}
+
+// standaloneEnv runs cases on srv, behind p.
+func standaloneEnv(srv *redisserver.Server, p *requestProxy) *outcomeEnv {
+	return &outcomeEnv{
 		p: p,
 		client: func(t *testing.T, query string, proxied bool) *tq.Client {
 			if proxied {
@@ -246,7 +267,6 @@ func TestOutcomes(t *testing.T) {
 		kill:    func(string) error { return srv.Kill() },
 		restart: func(ctx context.Context, _ string) error { return srv.Restart(ctx) },
 	}
-	runOutcomes(t, env, outcomeGroups)
 }
 
 // runOutcomes runs, for each group and operation, a call without faults
@@ -256,14 +276,14 @@ func runOutcomes(t *testing.T, env *outcomeEnv, groups []outcomeGroup) {
 	n := 0
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
-			for _, op := range []outcomeOp{opPut, opClear, opClearPartition} {
+			for _, op := range outcomeOps {
 				want, ok := g.want[op]
 				if !ok {
 					continue
 				}
 				n++
 				oc := &outcomeCase{env: env, g: g, op: op, prefix: fmt.Sprintf("oc%d", n)}
-				if got := oc.run(t, 0, outcomeFault{}); !slices.Equal(got, want) {
+				if got := oc.run(t); !slices.Equal(got, want) {
 					t.Fatalf("%s sent the counted requests %q, want %q", op, got, want)
 				}
 				for nth := range want {
@@ -274,7 +294,7 @@ func runOutcomes(t *testing.T, env *outcomeEnv, groups []outcomeGroup) {
 						n++
 						oc := &outcomeCase{env: env, g: g, op: op, prefix: fmt.Sprintf("oc%d", n)}
 						t.Run(fmt.Sprintf("%s/%d-%s/%s", op, nth+1, strings.ReplaceAll(want[nth], " ", "-"), f), func(t *testing.T) {
-							got := oc.run(t, nth+1, f)
+							got := oc.run(t, caseFault{nth + 1, f})
 							if len(got) < nth+1 || got[nth] != want[nth] {
 								t.Fatalf("request %d was not %q (all: %q)", nth+1, want[nth], got)
 							}
@@ -310,10 +330,16 @@ type outcomeCase struct {
 	prefix string
 }
 
+// caseFault is a fault at the nth counted request (1-based) of a call.
+type caseFault struct {
+	nth int
+	outcomeFault
+}
+
 // run writes the base rows, makes the faulted call through the proxy
-// with the fault at its nth counted request (none for nth 0), checks the
-// outcome, and returns the counted requests the call sent.
-func (oc *outcomeCase) run(t *testing.T, nth int, f outcomeFault) []string {
+// with faults (at most one of them a kill), checks the outcome, and
+// returns the counted requests the call sent.
+func (oc *outcomeCase) run(t *testing.T, faults ...caseFault) []string {
 	t.Helper()
 	ctx := t.Context()
 	env := oc.env
@@ -333,9 +359,22 @@ func (oc *outcomeCase) run(t *testing.T, nth int, f outcomeFault) []string {
 	}
 
 	faulted := env.client(t, query, true)
+	if oc.g.reuse {
+		if err := faulted.BatchPut(ctx, "elsewhere", []string{"w"}, batchOf([]string{"w"}, oldSeed, oc.g.mixed), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if !oc.g.cold {
 		if _, err := faulted.List(ctx, part); err != nil { // its view is current
 			t.Fatal(err)
+		}
+	}
+	var restart restartMode
+	planned := make([]plannedFault, len(faults))
+	for i, f := range faults {
+		planned[i] = plannedFault{nth: f.nth, kind: f.kind}
+		if f.kind == faultKill {
+			restart = f.restart
 		}
 	}
 	var restarted sync.WaitGroup
@@ -344,13 +383,13 @@ func (oc *outcomeCase) run(t *testing.T, nth int, f outcomeFault) []string {
 	kill := func(addr string) {
 		killed = addr
 		var release func()
-		if f.restart == restartQuick {
+		if restart == restartQuick {
 			release = env.p.hold() // new connections wait for the restart
 		}
 		if err := env.kill(addr); err != nil {
 			t.Errorf("kill: %v", err)
 		}
-		if f.restart == restartQuick {
+		if restart == restartQuick {
 			restarted.Add(1)
 			go func() {
 				defer restarted.Done()
@@ -360,7 +399,7 @@ func (oc *outcomeCase) run(t *testing.T, nth int, f outcomeFault) []string {
 			}()
 		}
 	}
-	fired := env.p.arm(nth, f.kind, kill)
+	fired := env.p.arm(kill, planned...)
 	var err error
 	switch oc.op {
 	case opPut:
@@ -368,33 +407,39 @@ func (oc *outcomeCase) run(t *testing.T, nth int, f outcomeFault) []string {
 		err = faulted.BatchPut(ctx, part, keys, batchOf(keys, newSeed, oc.g.mixed), nil)
 	case opClear:
 		err = faulted.Clear(ctx, part, clearRows)
+	case opClearAll:
+		err = faulted.Clear(ctx, part, baseRows)
 	case opClearPartition:
 		err = faulted.ClearPartition(ctx, part)
 	}
 	seen := env.p.requestsSeen()
 	env.p.reset()
 	faulted.Close()
-	if nth > 0 {
+	for i, ch := range fired {
 		select {
-		case <-fired: // and so kill, if it was called, has returned
+		case <-ch: // and so kill, if it was called, has returned
 		case <-time.After(10 * time.Second):
-			t.Fatalf("the fault at request %d did not act (requests %q); %s returned %v", nth, seen, oc.op, err)
+			t.Fatalf("the fault at request %d did not act (requests %q); %s returned %v", faults[i].nth, seen, oc.op, err)
 		}
 	}
 	restarted.Wait()
 	if restartErr != nil {
 		t.Fatalf("restart: %v", restartErr)
 	}
-	if f.restart == restartAfter && killed != "" {
+	if restart == restartAfter && killed != "" {
 		if err := env.restart(context.WithoutCancel(ctx), killed); err != nil {
 			t.Fatalf("restart: %v", err)
 		}
 	}
-	t.Logf("%s with %v at request %d of %q: %v", oc.op, f, nth, seen, err)
-	if nth == 0 && err != nil {
+	t.Logf("%s with faults %v of requests %q: %v", oc.op, faults, seen, err)
+	if len(faults) == 0 && err != nil {
 		t.Fatalf("%s without a fault: %v", oc.op, err)
 	}
-	oc.check(t, query, nth, err)
+	unlinkFaulted := false
+	for _, f := range faults {
+		unlinkFaulted = unlinkFaulted || (f.nth <= len(seen) && seen[f.nth-1] == "UNLINK")
+	}
+	oc.check(t, query, unlinkFaulted, err)
 	return seen
 }
 
@@ -409,8 +454,9 @@ const (
 )
 
 // check reads the partition with a fresh client and checks that the
-// outcome is the one callErr promises.
-func (oc *outcomeCase) check(t *testing.T, query string, nth int, callErr error) {
+// outcome is the one callErr promises; unlinkFaulted says a fault hit
+// an UNLINK of the call.
+func (oc *outcomeCase) check(t *testing.T, query string, unlinkFaulted bool, callErr error) {
 	t.Helper()
 	ctx := t.Context()
 	fresh := oc.env.client(t, query, false)
@@ -457,7 +503,7 @@ func (oc *outcomeCase) check(t *testing.T, query string, nth int, callErr error)
 	case opClear:
 		o = clearOutcome(seeds, clearRows)
 		untouched = slices.DeleteFunc(oc.baseRows(), func(k string) bool { return slices.Contains(clearRows, k) })
-	case opClearPartition:
+	case opClearPartition, opClearAll:
 		o = clearOutcome(seeds, baseRows)
 	}
 	for _, k := range untouched {
@@ -472,7 +518,7 @@ func (oc *outcomeCase) check(t *testing.T, query string, nth int, callErr error)
 	case callErr == nil && o != outcomeWhole:
 		t.Fatalf("%s returned nil but did not apply: listed %q with seeds %v", oc.op, listed, seeds)
 	case callErr != nil && !unknown && o != outcomeAbsent:
-		if oc.op != opPut && o == outcomeWhole && oc.g.want[oc.op][nth-1] == "UNLINK" {
+		if oc.op != opPut && o == outcomeWhole && unlinkFaulted {
 			// A clear removes the rows first, then their cells; when
 			// deleting the cells fails, the rows are gone and the error
 			// reports cells left behind (see tq.Client.Clear).
@@ -541,3 +587,33 @@ func clearOutcome(seeds map[string]byte, rows []string) outcome {
 	}
 	return outcomePart
 }
+
+// TestOutcomesOfSettle faults the settle itself: the fused put's
+// MULTI/EXEC is dropped before it reaches the server (so the commit did
+// not apply) or runs and loses its reply (so it did), the engine settles
+// the commit with fenceScript, and that request meets each fault in
+// turn. A fence sent twice finds its own fence and the write still
+// unapplied; a settle that cannot reach the server leaves the outcome
+// unknown.
+func TestOutcomesOfSettle(t *testing.T) {
+	srv := redistest.Start(t, durable)
+	p := startRequestProxy(t, srv.Addr())
+	env := standaloneEnv(srv, p)
+	g := outcomeGroup{name: "fused"}
+	const multi, fence = 2, 3 // the put's requests: Prepare, MULTI, fence
+	n := 0
+	for _, first := range []faultKind{faultDrop, faultLoseReply} {
+		for _, f := range outcomeFaults {
+			n++
+			oc := &outcomeCase{env: env, g: g, op: opPut, prefix: fmt.Sprintf("st%d", n)}
+			t.Run(fmt.Sprintf("%v/%v", first, f), func(t *testing.T) {
+				got := oc.run(t, caseFault{multi, outcomeFault{kind: first}}, caseFault{fence, f})
+				if len(got) < fence || got[multi-1] != "MULTI" || got[fence-1] != "EVALSHA fence" {
+					t.Fatalf("requests %q: want MULTI, then the settle's fence", got)
+				}
+			})
+		}
+	}
+}
+
+func (f caseFault) String() string { return fmt.Sprintf("%v at %d", f.outcomeFault, f.nth) }

@@ -25,6 +25,7 @@ var clusterGroups = []outcomeGroup{
 		want: map[outcomeOp][]string{
 			opPut:            {"EVALSHA alloc", "EVALSHA append", "SET", "SET", "SET", "SET", "EVALSHA append", "UNLINK", "UNLINK"},
 			opClear:          {"EVALSHA append", "UNLINK", "UNLINK"},
+			opClearAll:       {"EVALSHA append", "UNLINK", "UNLINK", "UNLINK", "UNLINK"},
 			opClearPartition: {"EVALSHA append", "UNLINK", "UNLINK", "UNLINK", "UNLINK"},
 		},
 	},

@@ -39,10 +39,8 @@ type requestProxy struct {
 	targets []*proxyTarget
 
 	mu       sync.Mutex
-	seen     []string // the counted requests since reset, labelled
-	nth      int      // the request to act on (1-based; 0: none)
-	kind     faultKind
-	fired    chan struct{} // closed once the armed fault acted
+	seen     []string            // the counted requests since reset, labelled
+	armed    map[int]*armedFault // by the (1-based) request it acts on
 	onKill   func(target string)
 	held     chan struct{} // closed on release; nil: not held
 	closed   bool
@@ -132,19 +130,36 @@ func (p *requestProxy) url(query string) string {
 func (p *requestProxy) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.seen, p.requests, p.nth, p.kind, p.fired, p.onKill = nil, 0, 0, 0, nil, nil
+	p.seen, p.requests, p.armed, p.onKill = nil, 0, nil, nil
 }
 
-// arm makes the proxy act (kind) on the nth counted request from now on;
-// onKill, for faultKill, kills the server named. The channel returned is
-// closed once the fault acted.
-func (p *requestProxy) arm(nth int, kind faultKind, onKill func(target string)) <-chan struct{} {
+// plannedFault is a fault at the nth counted request (1-based).
+type plannedFault struct {
+	nth  int
+	kind faultKind
+}
+
+// armedFault is a planned fault; fired is closed once it acted.
+type armedFault struct {
+	kind  faultKind
+	fired chan struct{}
+}
+
+// arm makes the proxy act on the counted requests faults name, counted
+// from now on; onKill, for faultKill, kills the server named. The
+// channels returned, one per fault, are closed once it acted.
+func (p *requestProxy) arm(onKill func(target string), faults ...plannedFault) []<-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.seen, p.requests = nil, 0
-	p.nth, p.kind, p.onKill = nth, kind, onKill
-	p.fired = make(chan struct{})
-	return p.fired
+	p.seen, p.requests, p.onKill = nil, 0, onKill
+	p.armed = map[int]*armedFault{}
+	out := make([]<-chan struct{}, len(faults))
+	for i, f := range faults {
+		a := &armedFault{kind: f.kind, fired: make(chan struct{})}
+		p.armed[f.nth] = a
+		out[i] = a.fired
+	}
+	return out
 }
 
 // hold makes new connections wait, until release is called, before they
@@ -283,13 +298,13 @@ func (c *proxyConn) requests() {
 			p.mu.Lock()
 			p.requests++
 			p.seen = append(p.seen, label)
-			act := p.nth > 0 && p.requests == p.nth
+			a, act := p.armed[p.requests]
 			var kind faultKind
 			var fired chan struct{}
 			var onKill func(string)
 			if act {
-				kind, fired, onKill = p.kind, p.fired, p.onKill
-				p.nth = 0
+				kind, fired, onKill = a.kind, a.fired, p.onKill
+				delete(p.armed, p.requests)
 			}
 			p.mu.Unlock()
 			if act {
