@@ -165,8 +165,10 @@ type appendRunner func(ctx context.Context, keys []string, args ...any) ([]any, 
 // at most one attempt applies, and a resent attempt (go-redis resends a
 // command whose reply it lost) finds its own record in the reply and
 // counts as applied. An attempt that fails without a reply is settled
-// (see settle) before writeVia returns: only when that fails too is the
-// error one of unknown outcome.
+// (see settle) before writeVia returns: only when that fails too, or
+// finds the log replaced since the attempt was computed (so that the
+// write's record may be gone although the write applied), is the error
+// one of unknown outcome.
 func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(v *view) (change, error), first appendRunner) (uint64, error) {
 	pk := m.keys(partition)
 	inline := !m.s.cluster
@@ -309,7 +311,16 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				return 0, m.s.wrap(ctx, op, err)
 			}
 			if status == "moved" {
-				// The log moved past where the write could apply.
+				// The log moved past where the write could apply. The
+				// records from there on tell whether it applied only if
+				// they are that log's: a log replaced meanwhile (a
+				// compaction's snapshot, a delete and a new log, a
+				// truncation) may hold the write's effect but not its
+				// record. A Prepare that may have applied only reserved
+				// rows, which stay invisible.
+				if epoch, from, _, _, _ := logReply(reply[1:]); op != "prepare" && (epoch != at.epoch || from != at.n) {
+					return 0, &unknownOutcome{m.s.wrap(ctx, op, fmt.Errorf("%w; the log was replaced before the write could be settled", cause))}
+				}
 				return 0, m.s.wrap(ctx, op, cause)
 			}
 			if attempt+1 >= maxWriteAttempts {

@@ -42,6 +42,7 @@ type requestProxy struct {
 	seen     []string            // the counted requests since reset, labelled
 	armed    map[int]*armedFault // by the (1-based) request it acts on
 	onKill   func(target string)
+	onLost   func()        // runs when a faultLoseReply swallowed its reply
 	held     chan struct{} // closed on release; nil: not held
 	closed   bool
 	conns    []net.Conn
@@ -160,6 +161,15 @@ func (p *requestProxy) arm(onKill func(target string), faults ...plannedFault) [
 		out[i] = a.fired
 	}
 	return out
+}
+
+// setOnLostReply makes f run each time a faultLoseReply has swallowed
+// its reply, before the connection closes: what f does happens between
+// the request and the client's learning that its reply was lost.
+func (p *requestProxy) setOnLostReply(f func()) {
+	p.mu.Lock()
+	p.onLost = f
+	p.mu.Unlock()
 }
 
 // hold makes new connections wait, until release is called, before they
@@ -368,8 +378,16 @@ func (c *proxyConn) replies() {
 			}
 			c.mu.Unlock()
 			if act {
-				if kind == faultKill {
+				switch kind {
+				case faultKill:
 					onKill(c.tg.addr)
+				case faultLoseReply:
+					c.p.mu.Lock()
+					onLost := c.p.onLost
+					c.p.mu.Unlock()
+					if onLost != nil {
+						onLost()
+					}
 				}
 				c.closeBoth()
 				close(fired)
