@@ -32,7 +32,14 @@ import (
 //   - tq.ErrOutcomeUnknown: whole or absent, never part;
 //
 // and in every case every listed row reads back (nothing a row needs was
-// deleted).
+// deleted), and rows the call does not touch are as they were. One
+// exception is tq's documented behaviour: a Clear (or ClearPartition)
+// removes the rows first and their cells after; when deleting the cells
+// fails, it returns that error although the rows are gone.
+//
+// The fault hits the nth request whose command the proxy counts (see
+// countedCommand); each group's table lists the requests of each
+// operation, which a run without faults checks first.
 
 // durable are the server flags of the suite: a write the server replied
 // to is on disk, so a server killed after it ran a request and restarted

@@ -35,7 +35,6 @@ import (
 // released, and for the server to accept, before it dials, as a client's
 // dial would wait on a server that restarts quickly.
 type requestProxy struct {
-	t       *testing.T
 	targets []*proxyTarget
 
 	mu       sync.Mutex
@@ -85,7 +84,7 @@ func countedCommand(name string) bool {
 // addrs; everything closes with the test.
 func startRequestProxy(t *testing.T, addrs ...string) *requestProxy {
 	t.Helper()
-	p := &requestProxy{t: t}
+	p := &requestProxy{}
 	for _, a := range addrs {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
