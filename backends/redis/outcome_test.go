@@ -78,6 +78,10 @@ type outcomeGroup struct {
 	// engine connection is reused, and a request that fails on it
 	// without a reply is sent again on a new one.
 	reuse bool
+	// compactAt, when set, is the log length from which writers compact
+	// the log: the put's commit makes it that long, and the put then
+	// compacts it.
+	compactAt int64
 	// killFirst: kill a server only at the first of requests of one
 	// label in a row (a restarted Cluster node takes two seconds to
 	// serve again).
@@ -145,6 +149,13 @@ var outcomeGroups = []outcomeGroup{
 			opPut:            {"EVALSHA append", "EVALSHA append", "MULTI", "UNLINK"},
 			opClear:          {"EVALSHA append", "EVALSHA append", "UNLINK"},
 			opClearPartition: {"EVALSHA append", "EVALSHA append", "UNLINK"},
+		},
+	},
+	{
+		name:      "compacting",
+		compactAt: 4, // the base rows' Prepare and commit, the put's
+		want: map[outcomeOp][]string{
+			opPut: {"EVALSHA append", "MULTI", "EVALSHA append", "UNLINK"},
 		},
 	},
 	{
@@ -283,6 +294,9 @@ func runOutcomes(t *testing.T, env *outcomeEnv, groups []outcomeGroup) {
 	n := 0
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
+			if g.compactAt > 0 {
+				defer redis.SetCompactAt(g.compactAt)()
+			}
 			for _, op := range outcomeOps {
 				want, ok := g.want[op]
 				if !ok {
