@@ -287,7 +287,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 			v.mu.Unlock()
 			return 0, nil
 		case "fenced":
-			return 0, m.s.wrap(ctx, op, cause) // it did not apply, and never will
+			return 0, m.s.wrap(ctx, op, notApplied(cause)) // and never will
 		case "stale", "moved":
 			if len(reply) < 5 {
 				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
@@ -321,7 +321,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				if epoch, from, _, _, _ := logReply(reply[1:]); op != "prepare" && (epoch != at.epoch || from != at.n) {
 					return 0, &unknownOutcome{m.s.wrap(ctx, op, fmt.Errorf("%w; the log was replaced before the write could be settled", cause))}
 				}
-				return 0, m.s.wrap(ctx, op, cause)
+				return 0, m.s.wrap(ctx, op, notApplied(cause))
 			}
 			if attempt+1 >= maxWriteAttempts {
 				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: %d attempts on partition %q", ErrContention, maxWriteAttempts, partition))
@@ -348,6 +348,17 @@ func ownRecord(recs any, id string) string {
 		}
 	}
 	return ""
+}
+
+// notApplied is the error of a write whose failure without a reply (cause)
+// the settle found did not apply: no longer a lost reply of unknown
+// outcome, but its cause.
+func notApplied(cause error) error {
+	var lost *replyLost
+	if errors.As(cause, &lost) {
+		cause = lost.err
+	}
+	return fmt.Errorf("%w (settled: the write did not apply)", cause)
 }
 
 // settleTimeout bounds settle, which runs even when the caller's context

@@ -533,6 +533,9 @@ func (oc *outcomeCase) check(t *testing.T, query string, unlinkFaulted bool, cal
 		}
 	}
 	unknown := errors.Is(callErr, tq.ErrOutcomeUnknown)
+	if callErr != nil && !unknown && strings.Contains(callErr.Error(), "outcome unknown") {
+		t.Errorf("%s returned a definite failure that says its outcome is unknown: %v", oc.op, callErr)
+	}
 	switch {
 	case o == outcomePart:
 		t.Fatalf("%s returned %v and applied in part: listed %q with seeds %v", oc.op, callErr, listed, seeds)
