@@ -15,9 +15,10 @@ var (
 	// ErrOutcomeUnknown is returned by a MetaStore write (Commit, Delete,
 	// DeletePartition) that may or may not have been applied, and that
 	// the store could not settle: the request went out, no reply came
-	// back, and asking the store afterwards failed too (or, with a
-	// replication requirement, the write applied but too few replicas
-	// acknowledged it). The caller must keep what the write may reference
+	// back, and asking the store afterwards failed too or could not
+	// tell (the store's record of its writes was replaced meanwhile), or,
+	// with a replication requirement, the write applied but too few
+	// replicas acknowledged it. The caller must keep what the write may reference
 	// (its cells) and may look the rows up later. Every other error of a
 	// MetaStore write means nothing of it was applied.
 	ErrOutcomeUnknown = errors.New("backends: outcome unknown")

@@ -27,7 +27,8 @@ var (
 	// ErrOutcomeUnknown: a write (BatchPut, Put, Clear, ClearPartition)
 	// whose metadata request went out but whose reply was lost, and that
 	// the engine could not settle afterwards (the server stayed out of
-	// reach), or, with an engine's replication requirement, that applied
+	// reach, or its record of the write was replaced meanwhile), or,
+	// with an engine's replication requirement, that applied
 	// with too few replicas. The write is either whole or absent; nothing
 	// it may reference was deleted. Look the rows up (List, Lookup,
 	// BatchGet) once the engine is back to learn which. Every other error

@@ -146,7 +146,12 @@
 // the engine's own connection, so a put takes two round trips (Prepare,
 // then cells and commit). The commit applies only with its cells: an MSET
 // refused while queued (out of memory) aborts the transaction, and one
-// that fails at EXEC leaves out a marker key the append requires.
+// that fails at EXEC leaves out a marker key the append requires. A reply
+// lost after the request went out is settled before the call returns
+// (see Meta): the commit's record is found, or a fence makes sure it
+// never applies; only when that cannot be done is the error one matching
+// backends.ErrOutcomeUnknown, and the caller must look the rows up to
+// learn whether the put applied.
 //
 // Reads skip the lookup's round trip too: Meta is a backends.CachedLookup
 // and the Store a backends.ConfirmingReader. tq reads stacked columns of

@@ -166,8 +166,10 @@ type appendRunner func(ctx context.Context, keys []string, args ...any) ([]any, 
 // at most one attempt applies, and a resent attempt (go-redis resends a
 // command whose reply it lost) finds its own record in the reply and
 // counts as applied. An attempt that fails without a reply is settled
-// (see settle) before writeVia returns: only when that fails too is the
-// error one of unknown outcome.
+// (see settle) before writeVia returns: only when that fails too, or
+// finds the log replaced since the attempt was computed (so that the
+// write's record may be gone although the write applied), is the error
+// one of unknown outcome.
 func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(v *view) (change, error), first appendRunner) (uint64, error) {
 	pk := m.keys(partition)
 	inline := !m.s.cluster
@@ -287,7 +289,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 			v.mu.Unlock()
 			return 0, nil
 		case "fenced":
-			return 0, m.s.wrap(ctx, op, cause) // it did not apply, and never will
+			return 0, m.s.wrap(ctx, op, notApplied(cause)) // and never will
 		case "stale", "moved":
 			if len(reply) < 5 {
 				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
@@ -311,8 +313,17 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				return 0, m.s.wrap(ctx, op, err)
 			}
 			if status == "moved" {
-				// The log moved past where the write could apply.
-				return 0, m.s.wrap(ctx, op, cause)
+				// The log moved past where the write could apply. The
+				// records from there on tell whether it applied only if
+				// they are that log's: a log replaced meanwhile (a
+				// compaction's snapshot, a delete and a new log, a
+				// truncation) may hold the write's effect but not its
+				// record. A Prepare that may have applied only reserved
+				// rows, which stay invisible.
+				if epoch, from, _, _, _ := logReply(reply[1:]); op != "prepare" && (epoch != at.epoch || from != at.n) {
+					return 0, &unknownOutcome{m.s.wrap(ctx, op, fmt.Errorf("%w; the log was replaced before the write could be settled", cause))}
+				}
+				return 0, m.s.wrap(ctx, op, notApplied(cause))
 			}
 			if attempt+1 >= maxWriteAttempts {
 				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: %d attempts on partition %q", ErrContention, maxWriteAttempts, partition))
@@ -339,6 +350,13 @@ func ownRecord(recs any, id string) string {
 		}
 	}
 	return ""
+}
+
+// notApplied is the error of a write whose failure without a reply (cause)
+// the settle found did not apply: no longer a lost reply of unknown
+// outcome, but its cause.
+func notApplied(cause error) error {
+	return fmt.Errorf("%w (settled: the write did not apply)", cause)
 }
 
 // settleTimeout bounds settle, which runs even when the caller's context

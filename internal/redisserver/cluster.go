@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -22,6 +23,17 @@ type Cluster struct {
 // node reports cluster_state:ok with all 16384 slots assigned. Stop it with
 // Stop.
 func StartCluster(ctx context.Context, n int) (*Cluster, error) {
+	return StartClusterWith(ctx, n, Options{})
+}
+
+// StartClusterWith is StartCluster with opts for every node: their Args
+// come after the cluster's own (and so win), and stay the node's on
+// Restart (e.g. --appendonly yes, so that a node restarted on its files
+// keeps its data). A Password is not supported.
+func StartClusterWith(ctx context.Context, n int, opts Options) (*Cluster, error) {
+	if opts.Password != "" {
+		return nil, errors.New("redisserver: a cluster with a password is not supported")
+	}
 	if n == 0 {
 		n = 3
 	}
@@ -38,7 +50,7 @@ func StartCluster(ctx context.Context, n int) (*Cluster, error) {
 	}
 	c := &Cluster{}
 	for range n {
-		s, err := startNode(ctx, bin)
+		s, err := startNode(ctx, bin, opts)
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -61,17 +73,17 @@ func StartCluster(ctx context.Context, n int) (*Cluster, error) {
 
 // startNode starts one cluster-enabled server whose port and bus port
 // (port + 10000) are both free.
-func startNode(ctx context.Context, bin string) (*Server, error) {
+func startNode(ctx context.Context, bin string, opts Options) (*Server, error) {
 	dir, err := os.MkdirTemp("", "tq-redis-cluster-")
 	if err != nil {
 		return nil, fmt.Errorf("redisserver: %w", err)
 	}
-	s := &Server{bin: bin, dir: dir}
-	extra := []string{
+	s := &Server{bin: bin, dir: dir, opts: Options{StartTimeout: opts.StartTimeout}}
+	extra := append([]string{
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", "5000",
-	}
+	}, opts.Args...)
 	for attempt := 0; ; attempt++ {
 		if s.port, err = freePort(true); err == nil {
 			if err = s.start(ctx, extra...); err == nil {
@@ -85,6 +97,10 @@ func startNode(ctx context.Context, bin string) (*Server, error) {
 		}
 	}
 }
+
+// WaitOK returns once every node says the cluster is ok (see waitOK),
+// as after a node's Restart, or an error after 30 seconds.
+func (c *Cluster) WaitOK(ctx context.Context) error { return c.waitOK(ctx) }
 
 // waitOK polls CLUSTER INFO on every node until each says the cluster is
 // ok: nodes learn the slot layout by gossip, a moment after create returns.
@@ -116,6 +132,10 @@ func (c *Cluster) waitOK(ctx context.Context) error {
 		}
 	}
 }
+
+// Nodes are the masters' servers, in the order of Addrs: a test may Kill
+// and Restart one.
+func (c *Cluster) Nodes() []*Server { return slices.Clone(c.nodes) }
 
 // Addrs are the masters' "127.0.0.1:port" addresses.
 func (c *Cluster) Addrs() []string {

@@ -106,7 +106,8 @@ func (s *Server) URL() string {
 func (s *Server) Dir() string { return s.dir }
 
 // Kill sends SIGKILL and waits for the process to exit: the server dies
-// mid-request, as a crashed host would. Restart brings it back (empty).
+// mid-request, as a crashed host would. Restart brings it back (empty,
+// unless Options.Args turn persistence on).
 func (s *Server) Kill() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -124,7 +125,8 @@ func (s *Server) killLocked() error {
 }
 
 // Restart starts the server again on the same port, after Kill (or kills it
-// first). It has no data: persistence is off.
+// first), on the same directory. It has no data unless Options.Args turn
+// persistence on (--appendonly yes): then it loads what it wrote there.
 func (s *Server) Restart(ctx context.Context) error {
 	s.mu.Lock()
 	if s.stopped {

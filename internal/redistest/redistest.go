@@ -52,8 +52,15 @@ func Start(t testing.TB, opts ...redisserver.Options) *redisserver.Server {
 // when t ends.
 func StartCluster(t testing.TB) *redisserver.Cluster {
 	t.Helper()
+	return StartClusterWith(t, redisserver.Options{})
+}
+
+// StartClusterWith is StartCluster with opts for every node (see
+// redisserver.StartClusterWith).
+func StartClusterWith(t testing.TB, opts redisserver.Options) *redisserver.Cluster {
+	t.Helper()
 	Available(t)
-	c, err := redisserver.StartCluster(t.Context(), 3)
+	c, err := redisserver.StartClusterWith(t.Context(), 3, opts)
 	if err != nil {
 		t.Fatalf("starting redis cluster: %v", err)
 	}

@@ -1,0 +1,98 @@
+package redis_test
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends/redis"
+	"github.com/tqgo/tqgo/internal/redisserver"
+	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// clusterGroups are the outcome cases on a Cluster: every request goes
+// through go-redis; a cell is one SET or UNLINK (keys of many slots), and
+// a Prepare first reserves indexes in the prefix's slot.
+var clusterGroups = []outcomeGroup{
+	{
+		name:      "cluster",
+		killFirst: true,
+		want: map[outcomeOp][]string{
+			opPut:            {"EVALSHA alloc", "EVALSHA append", "SET", "SET", "SET", "SET", "EVALSHA append", "UNLINK", "UNLINK"},
+			opClear:          {"EVALSHA append", "UNLINK", "UNLINK"},
+			opClearAll:       {"EVALSHA append", "UNLINK", "UNLINK", "UNLINK", "UNLINK"},
+			opClearPartition: {"EVALSHA append", "UNLINK", "UNLINK", "UNLINK", "UNLINK"},
+		},
+	},
+}
+
+// TestOutcomesCluster is the outcome suite on a three-master Cluster
+// whose nodes keep an AOF: the faulted client reaches every node through
+// the proxy (its dialer sends each node's address to the proxy's listener
+// in front of it), so a fault hits whichever node the request went to,
+// and a kill kills that node.
+func TestOutcomesCluster(t *testing.T) {
+	c := redistest.StartClusterWith(t, durable)
+	nodes := map[string]*redisserver.Server{}
+	for _, s := range c.Nodes() {
+		nodes[s.Addr()] = s
+	}
+	p := startRequestProxy(t, c.Addrs()...)
+	env := &outcomeEnv{
+		p: p,
+		client: func(t *testing.T, query string, proxied bool) *tq.Client {
+			if !proxied {
+				return proxyTQ(t, c.URL()+"?"+query)
+			}
+			q, err := url.ParseQuery(query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc := goredis.NewClusterClient(&goredis.ClusterOptions{
+				Addrs: c.Addrs(),
+				// A dial held while a node restarts (up to upWait) must
+				// not time out its first reply.
+				ReadTimeout: upWait + time.Second,
+				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					var d net.Dialer
+					return d.DialContext(ctx, network, p.frontOf(addr))
+				},
+			})
+			t.Cleanup(func() { rc.Close() })
+			s, err := redis.New(rc, redis.WithPrefix(q.Get("prefix")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				s.Close()
+				s.Meta().Close()
+			})
+			tc, err := tq.New(s, s.Meta())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { tc.Close() })
+			return tc
+		},
+		loadScripts: func(ctx context.Context) error {
+			rc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.Addrs()})
+			defer rc.Close()
+			return rc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
+				return redis.LoadScripts(ctx, n)
+			})
+		},
+		kill: func(addr string) error { return nodes[addr].Kill() },
+		restart: func(ctx context.Context, addr string) error {
+			if err := nodes[addr].Restart(ctx); err != nil {
+				return err
+			}
+			return c.WaitOK(ctx)
+		},
+	}
+	runOutcomes(t, env, clusterGroups)
+}
