@@ -134,9 +134,12 @@ func (c *Client) Partitions(ctx context.Context) ([]string, error) {
 }
 
 // Clear removes keys from partition, metadata first and then their data;
-// unknown keys are ignored. Their global indexes are never reused. An
-// error after the rows are gone reports cells left behind, which Reclaim
-// deletes where the engine tracks garbage.
+// unknown keys are ignored. Their global indexes are never reused. Like
+// every write it returns nil once applied (the rows are gone for every
+// client), an error that applied nothing, or one matching
+// ErrOutcomeUnknown. Cells it could not delete once the rows were gone
+// are logged and left to Reclaim, which finds them: they are unreferenced
+// garbage, not part of the outcome.
 func (c *Client) Clear(ctx context.Context, partition string, keys []string) error {
 	release, err := c.enter(ctx)
 	if err != nil {
@@ -156,12 +159,12 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) err
 	return c.deleteRows(ctx, partition, rows)
 }
 
-// ClearPartition removes every row of partition and its data. Puts of the
-// partition in flight fail with ErrConflict and delete their own cells.
-// Cells it fails to delete (it returns the error), and cells of puts whose
-// client died mid-way, are deleted by a later Reclaim of the partition
-// (the latter once older than its olderThan), where the engine tracks
-// garbage: once both succeed, no cell of the partition is left.
+// ClearPartition removes every row of partition and its data, and returns
+// as Clear does. Puts of the partition in flight fail with ErrConflict and
+// delete their own cells. Cells it fails to delete (logged), and cells of
+// puts whose client died mid-way, are deleted by a later Reclaim of the
+// partition (the latter once older than its olderThan), where the engine
+// tracks garbage: once both succeed, no cell of the partition is left.
 func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 	release, err := c.enter(ctx)
 	if err != nil {
@@ -180,9 +183,9 @@ func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 
 // deleteRows deletes the cells of rows already removed from the metadata
 // of partition. The rows are gone for readers either way, so the deletes
-// run even when ctx ends (bounded, as rollbacks are); an error here reports
-// data left behind, which Reclaim deletes where the store tracks garbage
-// (it is told which deletes succeeded).
+// run even when ctx ends (bounded, as rollbacks are); a failure leaves
+// data behind, which is logged and which Reclaim deletes where the store
+// tracks garbage (it is told which deletes succeeded).
 func (c *Client) deleteRows(ctx context.Context, partition string, rows []*backends.Row) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -194,5 +197,8 @@ func (c *Client) deleteRows(ctx context.Context, partition string, rows []*backe
 	refs := backends.AppendRowRefs(make([]backends.Ref, 0, cells), rows)
 	deleted, err := c.deleteRefs(ctx, refs)
 	c.swept(ctx, partition, deleted, "cleared rows")
-	return err
+	if err != nil {
+		c.opts.logger.Warn("tq: clear applied, but deleting its cells failed; Reclaim deletes them", "partition", partition, "cells", len(refs), "deleted", len(deleted), "err", err)
+	}
+	return nil
 }

@@ -88,7 +88,7 @@ type outcomeGroup struct {
 	killFirst bool
 }
 
-var clearRequests = []string{"EVALSHA append", "UNLINK"}
+var clearRequests = []string{"EVALSHA append", "UNLINK", "EVALSHA append"}
 
 var outcomeGroups = []outcomeGroup{
 	{
@@ -96,7 +96,7 @@ var outcomeGroups = []outcomeGroup{
 		// commit in one MULTI/EXEC.
 		name: "fused",
 		want: map[outcomeOp][]string{
-			opPut:            {"EVALSHA append", "MULTI", "UNLINK"},
+			opPut:            {"EVALSHA append", "MULTI", "UNLINK", "EVALSHA append"},
 			opClear:          clearRequests,
 			opClearAll:       clearRequests,
 			opClearPartition: clearRequests,
@@ -106,14 +106,14 @@ var outcomeGroups = []outcomeGroup{
 		name:  "fused reused connection",
 		reuse: true,
 		want: map[outcomeOp][]string{
-			opPut: {"EVALSHA append", "MULTI", "UNLINK"},
+			opPut: {"EVALSHA append", "MULTI", "UNLINK", "EVALSHA append"},
 		},
 	},
 	{
 		name:  "rounds",
 		query: "write_round_bytes=1200", // two cells (512 B and their codec prefix) a round
 		want: map[outcomeOp][]string{
-			opPut: {"EVALSHA append", "MSET", "MSET", "EVALSHA append", "UNLINK"},
+			opPut: {"EVALSHA append", "MSET", "MSET", "EVALSHA append", "UNLINK", "EVALSHA append"},
 		},
 	},
 	{
@@ -122,7 +122,7 @@ var outcomeGroups = []outcomeGroup{
 		name:  "mixed",
 		mixed: true,
 		want: map[outcomeOp][]string{
-			opPut:            {"EVALSHA append", "MSET", "MSET", "EVALSHA append", "UNLINK"},
+			opPut:            {"EVALSHA append", "MSET", "MSET", "EVALSHA append", "UNLINK", "EVALSHA append"},
 			opClear:          clearRequests,
 			opClearPartition: clearRequests,
 		},
@@ -146,23 +146,23 @@ var outcomeGroups = []outcomeGroup{
 		name: "cold view",
 		cold: true,
 		want: map[outcomeOp][]string{
-			opPut:            {"EVALSHA append", "EVALSHA append", "MULTI", "UNLINK"},
-			opClear:          {"EVALSHA append", "EVALSHA append", "UNLINK"},
-			opClearPartition: {"EVALSHA append", "EVALSHA append", "UNLINK"},
+			opPut:            {"EVALSHA append", "EVALSHA append", "MULTI", "UNLINK", "EVALSHA append"},
+			opClear:          {"EVALSHA append", "EVALSHA append", "UNLINK", "EVALSHA append"},
+			opClearPartition: {"EVALSHA append", "EVALSHA append", "UNLINK", "EVALSHA append"},
 		},
 	},
 	{
 		name:      "compacting",
 		compactAt: 4, // the base rows' Prepare and commit, the put's
 		want: map[outcomeOp][]string{
-			opPut: {"EVALSHA append", "MULTI", "EVALSHA append", "UNLINK"},
+			opPut: {"EVALSHA append", "MULTI", "EVALSHA append", "UNLINK", "EVALSHA append"},
 		},
 	},
 	{
 		name:  "goredis",
 		query: "direct=false",
 		want: map[outcomeOp][]string{
-			opPut: {"EVALSHA append", "MSET", "EVALSHA append", "UNLINK"},
+			opPut: {"EVALSHA append", "MSET", "EVALSHA append", "UNLINK", "EVALSHA append"},
 		},
 	},
 	{
@@ -170,7 +170,7 @@ var outcomeGroups = []outcomeGroup{
 		query: "direct=false",
 		mixed: true,
 		want: map[outcomeOp][]string{
-			opPut:            {"EVALSHA append", "MSET", "MSET", "EVALSHA append", "UNLINK"},
+			opPut:            {"EVALSHA append", "MSET", "MSET", "EVALSHA append", "UNLINK", "EVALSHA append"},
 			opClear:          clearRequests,
 			opClearPartition: clearRequests,
 		},

@@ -23,10 +23,10 @@ var clusterGroups = []outcomeGroup{
 		name:      "cluster",
 		killFirst: true,
 		want: map[outcomeOp][]string{
-			opPut:            {"EVALSHA alloc", "EVALSHA append", "SET", "SET", "SET", "SET", "EVALSHA append", "UNLINK", "UNLINK"},
-			opClear:          {"EVALSHA append", "UNLINK", "UNLINK"},
-			opClearAll:       {"EVALSHA append", "UNLINK", "UNLINK", "UNLINK", "UNLINK"},
-			opClearPartition: {"EVALSHA append", "UNLINK", "UNLINK", "UNLINK", "UNLINK"},
+			opPut:            {"EVALSHA alloc", "EVALSHA append", "SET", "SET", "SET", "SET", "EVALSHA append", "UNLINK", "UNLINK", "EVALSHA append"},
+			opClear:          {"EVALSHA append", "UNLINK", "UNLINK", "EVALSHA append"},
+			opClearAll:       {"EVALSHA append", "UNLINK", "UNLINK", "UNLINK", "UNLINK", "EVALSHA append"},
+			opClearPartition: {"EVALSHA append", "UNLINK", "UNLINK", "UNLINK", "UNLINK", "EVALSHA append"},
 		},
 	},
 }
