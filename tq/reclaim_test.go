@@ -167,11 +167,13 @@ func TestReclaimFailedDeletes(t *testing.T) {
 	}
 	e.faults.FailAll(backendtest.OpDelete, nil)
 	mustPut(t, e.c, "rewritten", keysN("k", 2), tq.Batch{"x": ints(2, 2)}, nil) // k0, k1's x replaced
-	if err := e.c.Clear(ctx, "cleared", []string{"k0", "k2"}); !errors.Is(err, backendtest.ErrInjected) {
-		t.Errorf("Clear with failing deletes: %v, want the injected error", err)
+	// The clears apply (their rows are gone), so they return nil; the
+	// cells they could not delete are Reclaim's.
+	if err := e.c.Clear(ctx, "cleared", []string{"k0", "k2"}); err != nil {
+		t.Errorf("Clear with failing deletes: %v, want nil", err)
 	}
-	if err := e.c.ClearPartition(ctx, "gone"); !errors.Is(err, backendtest.ErrInjected) {
-		t.Errorf("ClearPartition with failing deletes: %v, want the injected error", err)
+	if err := e.c.ClearPartition(ctx, "gone"); err != nil {
+		t.Errorf("ClearPartition with failing deletes: %v, want nil", err)
 	}
 	e.faults.Clear()
 	for p, want := range map[string]int{"rewritten": 2, "cleared": 4, "gone": 6} {
@@ -196,8 +198,8 @@ func TestReclaimPartialDelete(t *testing.T) {
 	e := newReclaimEngine(t, tq.WithKeysLimit(2), tq.WithIODepth(1))
 	mustPut(t, e.c, "p", keysN("k", 6), tq.Batch{"x": ints(6, 1)}, nil)
 	e.faults.FailAll(backendtest.OpDelete, nil)
-	if err := e.c.ClearPartition(ctx, "p"); err == nil {
-		t.Fatal("ClearPartition with failing deletes succeeded")
+	if err := e.c.ClearPartition(ctx, "p"); err != nil {
+		t.Fatalf("ClearPartition with failing deletes: %v, want nil (the rows are gone)", err)
 	}
 	e.faults.Clear()
 	e.faults.FailNth(backendtest.OpDelete, 2, nil) // the second chunk of three
