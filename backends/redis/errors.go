@@ -43,6 +43,10 @@ var (
 	ErrNotReplicated = errors.New("redis: write not acknowledged by enough replicas")
 )
 
+// errAckLost is why a write counts as not replicated when it applied on
+// a send whose WAIT reply was lost (see Meta.unacknowledged).
+var errAckLost = errors.New("redis: the write applied on a send whose WAIT reply was lost")
+
 // unknownOutcome marks a metadata write that may or may not have been
 // applied, after the engine could not settle it: it matches
 // backends.ErrOutcomeUnknown (and tq.ErrOutcomeUnknown) besides its cause.

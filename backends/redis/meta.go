@@ -205,7 +205,8 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 			newE = newEpoch()
 		}
 		run := m.runAppend
-		if m.s.opts.replicas > 0 && op != "prepare" && op != "compact" {
+		replicated := m.s.opts.replicas > 0 && op != "prepare" && op != "compact"
+		if replicated {
 			run = m.runAppendReplicated
 		}
 		if attempt == 0 && first != nil {
@@ -283,6 +284,9 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				v.reset("")
 			}
 			v.mu.Unlock()
+			if replicated {
+				return 0, m.unacknowledged(ctx, op)
+			}
 			return 0, nil
 		case "fenced":
 			return 0, m.s.wrap(ctx, op, cause) // it did not apply, and never will
@@ -301,6 +305,9 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 					}
 				}
 				_, _ = m.catchUp(v, at.era, reply[1:]) // replays it; a failure leaves the view to be read again
+				if replicated {
+					return 0, m.unacknowledged(ctx, op)
+				}
 				return b, nil
 			}
 			// Whether the view caught up or moved on meanwhile, the next
@@ -360,6 +367,16 @@ func (m *Meta) settle(partition string, at pos, id string, cause error) ([]any, 
 	return reply, nil
 }
 
+// unacknowledged is the error of a write with WithReplicas that applied
+// on an earlier send (go-redis resent the script, or settle found its
+// record), not on the send this call saw acknowledged: that send wrote
+// nothing, so its WAIT, which counts the replicas that have the
+// connection's own writes, says nothing of the write. It matches
+// ErrNotReplicated and backends.ErrOutcomeUnknown.
+func (m *Meta) unacknowledged(ctx context.Context, op string) error {
+	return &unknownOutcome{m.s.wrap(ctx, op, &notReplicated{want: m.s.opts.replicas, err: errAckLost})}
+}
+
 // runAppend runs appendScript through the client.
 func (m *Meta) runAppend(ctx context.Context, keys []string, args ...any) ([]any, error) {
 	return appendScript.Run(ctx, m.s.client, keys, args...).Slice()
@@ -380,7 +397,7 @@ func (m *Meta) runAppendReplicated(ctx context.Context, keys []string, args ...a
 	for try := 0; ; try++ {
 		pipe := node.Pipeline()
 		ev := pipe.EvalSha(ctx, appendScript.Hash(), keys, args...)
-		wait := pipe.Do(ctx, "WAIT", want, timeout.Milliseconds())
+		wait := pipe.Do(ctx, "WAIT", want, waitMillis(timeout))
 		_, _ = pipe.Exec(ctx)
 		if err := ev.Err(); err != nil {
 			if try == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -407,6 +424,13 @@ func (m *Meta) runAppendReplicated(ctx context.Context, keys []string, args ...a
 		}
 		return reply, nil
 	}
+}
+
+// waitMillis is WAIT's timeout argument for timeout: whole milliseconds,
+// rounded up, since WAIT 0 blocks until enough replicas answer, however
+// long that takes.
+func waitMillis(timeout time.Duration) int64 {
+	return int64((timeout + time.Millisecond - 1) / time.Millisecond)
 }
 
 // compact replaces a long log with a snapshot of the view. It is an

@@ -1,0 +1,136 @@
+package redis_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/redis"
+	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// wantNotReplicated fails t unless err matches redis.ErrNotReplicated,
+// tq.ErrOutcomeUnknown and backends.ErrOutcomeUnknown.
+func wantNotReplicated(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, tq.ErrOutcomeUnknown) || !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("%s: %v, want an error matching redis.ErrNotReplicated and tq.ErrOutcomeUnknown", what, err)
+	}
+}
+
+// TestReplicasURL: replicas= and replica_timeout= set WithReplicas: on a
+// server with no replica, a put waits replica_timeout (default
+// redis.DefaultReplicaTimeout), which its error names, and fails as not
+// replicated; replicas=0, or no replicas= at all, waits for nothing.
+// Values that are not a count or a duration, a negative count, and a
+// count with a timeout that is not positive are backends.ErrInvalid,
+// found before any connection is made.
+func TestReplicasURL(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	for _, tc := range []struct {
+		query string
+		wait  string // "" for no wait: the put returns nil
+	}{
+		{"&replicas=1&replica_timeout=150ms", "within 150ms"},
+		{"&replicas=1", "within " + redis.DefaultReplicaTimeout.String()},
+		{"&replicas=1&replica_timeout=400us", "within 400µs"},
+		{"&replicas=0&replica_timeout=5s", ""},
+		{"&replica_timeout=5s", ""},
+		{"", ""},
+	} {
+		c := openTQ(t, srv.URL()+"?prefix=u"+tc.query)
+		err := c.BatchPut(ctx, "p", []string{"a"}, rollout([]string{"a"}, 1), nil)
+		switch {
+		case tc.wait == "" && err != nil:
+			t.Errorf("%q: put: %v, want nil (no replicas to wait for)", tc.query, err)
+		case tc.wait != "":
+			wantNotReplicated(t, tc.query, err)
+			if !strings.Contains(err.Error(), tc.wait) {
+				t.Errorf("%q: put: %v, want the error to say %q", tc.query, err, tc.wait)
+			}
+		}
+	}
+	for _, q := range []string{
+		"replicas=x", "replicas=-1", "replicas=1.5", "replicas=1&replica_timeout=0s",
+		"replicas=1&replica_timeout=-1s", "replica_timeout=soon", "replica_timeout=5",
+	} {
+		url := "redis://127.0.0.1:1/0?" + q
+		if _, err := redis.OpenURL(ctx, url); !errors.Is(err, backends.ErrInvalid) {
+			t.Errorf("OpenURL(%q): %v, want ErrInvalid", url, err)
+		}
+		if _, err := tq.Open(ctx, url); !errors.Is(err, backends.ErrInvalid) {
+			t.Errorf("tq.Open(%q): %v, want ErrInvalid", url, err)
+		}
+	}
+	if _, err := redis.OpenURL(ctx, srv.URL(), redis.WithReplicas(1, 0)); !errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("WithReplicas(1, 0): %v, want ErrInvalid", err)
+	}
+}
+
+// waitReplyDropper forwards TCP to a server and, once armed, closes the
+// connection on which the next reply ":0" (a WAIT's: no replica
+// acknowledged) would come, before it reaches the client.
+type waitReplyDropper struct {
+	*tcpProxy
+	armed   atomic.Bool
+	dropped atomic.Int32
+}
+
+func (p *waitReplyDropper) serve(client, server net.Conn) {
+	go pump(server, client, nil)
+	pump(client, server, func(chunk []byte) ([]byte, bool) {
+		if bytes.Equal(chunk, []byte(":0\r\n")) && p.armed.CompareAndSwap(true, false) {
+			p.dropped.Add(1)
+			return nil, true
+		}
+		return chunk, false
+	})
+}
+
+// TestReplicatedWriteResent: with replicas=1, the reply of a write's
+// WAIT is lost (the connection drops after the script's reply came), and
+// go-redis sends script and WAIT again on a new connection. The second
+// send finds the write's record and writes nothing, so its WAIT counts
+// the replicas of nothing: the write must not return nil (the replica
+// may lack it), but an error matching redis.ErrNotReplicated. The same
+// for a Clear, and for a ClearPartition (whose resend finds the log
+// deleted by it).
+func TestReplicatedWriteResent(t *testing.T) {
+	srv := redistest.Start(t)
+	p := &waitReplyDropper{}
+	p.tcpProxy = startTCPProxy(t, srv.Addr(), p.serve)
+	c := openTQ(t, p.url("resent")+"&replicas=1&replica_timeout=100ms")
+	ctx := t.Context()
+	ks := keyRange("k", 4)
+	// Unarmed first: the scripts get loaded, and the put is not
+	// replicated (there is no replica) all the same.
+	wantNotReplicated(t, "put", c.BatchPut(ctx, "p", ks[:2], rollout(ks[:2], 1), nil))
+	for _, w := range []struct {
+		what  string
+		write func(context.Context) error
+	}{
+		{"put", func(ctx context.Context) error { return c.BatchPut(ctx, "p", ks[2:], rollout(ks[2:], 1), nil) }},
+		{"Clear", func(ctx context.Context) error { return c.Clear(ctx, "p", ks[:1]) }},
+		{"ClearPartition", func(ctx context.Context) error { return c.ClearPartition(ctx, "p") }},
+	} {
+		what, write := w.what, w.write
+		dropped := p.dropped.Load()
+		p.armed.Store(true)
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := write(ctx)
+		cancel()
+		p.armed.Store(false)
+		if p.dropped.Load() == dropped {
+			t.Fatalf("%s: no WAIT reply was dropped: the test did not run the resend", what)
+		}
+		wantNotReplicated(t, what+" whose WAIT reply was lost", err)
+	}
+}
