@@ -269,6 +269,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 					if ch.record[0] == recSnapshot {
 						v.n = 1
 					}
+					v.pass()
 				}
 			}
 			long := v.n >= compactAt && v.epoch == cur
@@ -304,7 +305,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 						return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: %v", ErrCorrupt, err))
 					}
 				}
-				_, _ = m.catchUp(v, at.era, reply[1:]) // replays it; a failure leaves the view to be read again
+				_, _ = m.catchUp(v, at.era, at.n, reply[1:]) // replays it; a failure leaves the view to be read again
 				if replicated {
 					return 0, m.unacknowledged(ctx, op)
 				}
@@ -312,7 +313,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 			}
 			// Whether the view caught up or moved on meanwhile, the next
 			// attempt computes against what it holds then.
-			if _, err := m.catchUp(v, at.era, reply[1:]); err != nil {
+			if _, err := m.catchUp(v, at.era, at.n, reply[1:]); err != nil {
 				return 0, m.s.wrap(ctx, op, err)
 			}
 			if status == "moved" {
@@ -472,15 +473,15 @@ func logReply(reply []any) (epoch string, from int64, head string, recs []string
 }
 
 // catchUp applies a reply {epoch, from, head, records}, asked for when v
-// was in era, to v (see view.catchUp).
-func (m *Meta) catchUp(v *view, era uint64, reply []any) (moved bool, _ error) {
+// was in era and held asked records, to v (see view.catchUp).
+func (m *Meta) catchUp(v *view, era uint64, asked int64, reply []any) (moved bool, _ error) {
 	epoch, from, head, recs, err := logReply(reply)
 	if err != nil {
 		return false, err
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.catchUp(era, epoch, from, head, recs)
+	return v.catchUp(era, asked, epoch, from, head, recs)
 }
 
 func replyString(reply []any, i int) (string, bool) {
@@ -512,7 +513,7 @@ func (m *Meta) read(ctx context.Context, op, partition string) (*view, error) {
 		reply, err := readScript.Run(ctx, m.s.client, skeys, epoch, from).Slice()
 		var moved bool
 		if err == nil {
-			moved, err = m.catchUp(v, era, reply)
+			moved, err = m.catchUp(v, era, from, reply)
 		}
 		if err != nil {
 			return nil, m.s.wrap(ctx, op, err)
