@@ -83,6 +83,14 @@ func wantValues(t *testing.T, c *tq.Client, who string, keys []string, from, to,
 	checkRollout(t, b, keys, seed, rows)
 }
 
+// wantNotFound checks that c's read of keys finds no such keys.
+func wantNotFound(t *testing.T, c *tq.Client, who string, keys []string) {
+	t.Helper()
+	if _, err := c.BatchGet(t.Context(), rewindPart, keys); !errors.Is(err, tq.ErrNotFound) {
+		t.Fatalf("%s: BatchGet %v of keys the log lacks: %v, want ErrNotFound", who, keys, err)
+	}
+}
+
 // put writes rollout(keys, seed) and fails t if c does not return nil.
 func put(t *testing.T, c *tq.Client, who string, keys []string, seed int) {
 	t.Helper()
@@ -92,17 +100,22 @@ func put(t *testing.T, c *tq.Client, who string, keys []string, seed int) {
 // testRewind runs clients through a partition whose metadata rw puts
 // back to an earlier state while some of them have replayed past it:
 //
-//  1. a writes k000-k019; b, c and e read them; rw.mark.
+//  1. a writes k000-k019; b, c, e, g and h read them; rw.mark.
 //  2. a overwrites k000-k009, adds n000-n009 and clears k019 (five
-//     records the marked state lacks); c and e read that: a's, c's and
-//     e's views are ahead of the marked state.
+//     records the marked state lacks); c, e, g and h read that: their
+//     views and a's are ahead of the marked state.
 //  3. rw.back.
 //  4. c's next call, a List, shows exactly the marked rows: its view is
-//     longer than the log.
+//     longer than the log. h's, a read of n005-n009 (which its view
+//     holds, answered from that view if the log check let it), finds no
+//     such keys.
 //  5. b, whose view is the marked state, adds m000-m009 in two puts and
 //     clears k018: five records, so the log is as long as a's and e's
 //     views again, with other records; only the head tells them apart.
-//  6. e's next call, a List, shows what b's shows. a's next call, a put
+//  6. e's next call, a List, shows what b's shows; g's, a read of
+//     n005-n009, finds no such keys (the log gave m005-m009 the indexes
+//     g's view has for them: a read from that view reads m's values). a's
+//     next call, a put
 //     over k000-k004 against its stale view, succeeds, and every client
 //     reads its values; a also puts n000-n004 again (rows its stale view
 //     has at indexes the log never gave them).
@@ -117,7 +130,7 @@ func put(t *testing.T, c *tq.Client, who string, keys []string, seed int) {
 func testRewind(t *testing.T, rw rewind) {
 	ctx := t.Context()
 	open := func() *tq.Client { return openTQ(t, rw.url) }
-	a, b, c, e := open(), open(), open(), open()
+	a, b, c, e, g, h := open(), open(), open(), open(), open(), open()
 	ks := keyRange("k", 20)
 	ns := keyRange("n", 10)
 	ms := keyRange("m", 10)
@@ -125,7 +138,7 @@ func testRewind(t *testing.T, rw rewind) {
 	// 1.
 	put(t, a, "a", ks, 1)
 	marked := listing(t, a, "a")
-	for who, cl := range map[string]*tq.Client{"b": b, "c": c, "e": e} {
+	for who, cl := range map[string]*tq.Client{"b": b, "c": c, "e": e, "g": g, "h": h} {
 		if got := listing(t, cl, who); !slices.Equal(got, marked) {
 			t.Fatalf("before the rewind, %s lists %v, a %v", who, got, marked)
 		}
@@ -140,10 +153,11 @@ func testRewind(t *testing.T, rw rewind) {
 	if len(ahead) != len(ks)+len(ns)-1 {
 		t.Fatalf("a lists %d rows before the rewind, want %d", len(ahead), len(ks)+len(ns)-1)
 	}
-	for who, cl := range map[string]*tq.Client{"c": c, "e": e} {
+	for who, cl := range map[string]*tq.Client{"c": c, "e": e, "g": g, "h": h} {
 		if got := listing(t, cl, who); !slices.Equal(got, ahead) {
 			t.Fatalf("before the rewind, %s lists %v, a %v", who, got, ahead)
 		}
+		wantValues(t, cl, who, ns, 5, 10, 2)
 	}
 	aheadLen, err := rw.server(t).LLen(ctx, rewindLog).Result()
 	must(t, "LLEN", err)
@@ -160,6 +174,8 @@ func testRewind(t *testing.T, rw rewind) {
 	if got := listing(t, c, "c"); !slices.Equal(got, marked) {
 		t.Fatalf("after the rewind, c (view ahead, log shorter) lists\n%v\nthe log holds\n%v", got, marked)
 	}
+
+	wantNotFound(t, h, "h", ns[5:])
 
 	// 5.
 	put(t, b, "b", ms[:5], 5)
@@ -178,8 +194,9 @@ func testRewind(t *testing.T, rw rewind) {
 	if got := listing(t, e, "e"); !slices.Equal(got, now) {
 		t.Fatalf("after the rewind, e (view ahead, log as long) lists\n%v\nb lists\n%v", got, now)
 	}
+	wantNotFound(t, g, "g", ns[5:])
 	put(t, a, "a", ks[:5], 3)
-	for who, cl := range map[string]*tq.Client{"a": a, "b": b, "c": c, "e": e} {
+	for who, cl := range map[string]*tq.Client{"a": a, "b": b, "c": c, "e": e, "g": g, "h": h} {
 		wantValues(t, cl, who, ks[:5], 0, 5, 3)
 	}
 	put(t, a, "a", ns[:5], 4)
@@ -189,9 +206,9 @@ func testRewind(t *testing.T, rw rewind) {
 	errs := make(chan error, 16)
 	own := map[string][]string{}
 	for who, cl := range map[string]*tq.Client{"a": a, "b": b, "c": c, "e": e} {
-		for g := range 2 {
-			keys := keyRange(fmt.Sprintf("x%s%d-", who, g), 4)
-			own[who+fmt.Sprint(g)] = keys
+		for n := range 2 {
+			keys := keyRange(fmt.Sprintf("x%s%d-", who, n), 4)
+			own[who+fmt.Sprint(n)] = keys
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -221,7 +238,7 @@ func testRewind(t *testing.T, rw rewind) {
 	if got := slices.Sorted(slices.Values(listedKeys(final))); !slices.Equal(got, want) {
 		t.Fatalf("a fresh client lists keys %v, want %v", got, want)
 	}
-	for who, cl := range map[string]*tq.Client{"a": a, "b": b, "c": c, "e": e, "fresh": f} {
+	for who, cl := range map[string]*tq.Client{"a": a, "b": b, "c": c, "e": e, "g": g, "h": h, "fresh": f} {
 		if got := listing(t, cl, who); !slices.Equal(got, final) {
 			t.Fatalf("%s lists\n%v\na fresh client\n%v", who, got, final)
 		}
