@@ -44,10 +44,14 @@ func (s *Server) Replication(ctx context.Context) (map[string]string, error) {
 	return fields, nil
 }
 
-// WaitReplicated waits until replica's link to its master is up and the
+// WaitReplicated waits until replica's link to its master is up, the
 // replica has processed the master's replication stream at least up to
-// where it was when WaitReplicated was called: every write the master
-// acknowledged before the call is then on the replica.
+// where it was when WaitReplicated was called (every write the master
+// acknowledged before the call is then on the replica), and a WAIT on the
+// master counts the replica: the first WAITs after a sync were seen to
+// wait for the replica's periodic acknowledgement (once a second) rather
+// than ask for one. The probe writes and deletes the key
+// "redisserver:wait-replicated".
 func WaitReplicated(ctx context.Context, master, replica *Server) error {
 	mi, err := master.Replication(ctx)
 	if err != nil {
@@ -64,27 +68,40 @@ func WaitReplicated(ctx context.Context, master, replica *Server) error {
 		}
 		if ri["master_link_status"] == "up" && ri["master_sync_in_progress"] == "0" {
 			if got, err := strconv.ParseInt(ri["slave_repl_offset"], 10, 64); err == nil && got >= want {
-				return nil
+				acked, err := master.do(ctx, nil,
+					[]string{"SET", "redisserver:wait-replicated", "1"},
+					[]string{"DEL", "redisserver:wait-replicated"},
+					[]string{"WAIT", "1", "100"})
+				if err != nil {
+					return err
+				}
+				if acked != "0" {
+					return nil
+				}
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("redisserver: replica %s did not reach offset %d of %s (replication: %v): %w", replica.Addr(), want, master.Addr(), ri, ctx.Err())
+			return fmt.Errorf("redisserver: replica %s did not reach offset %d of %s, acknowledged (replication: %v): %w", replica.Addr(), want, master.Addr(), ri, ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
 
-// do sends one command to s (authenticated when s has a password) and
-// returns its reply.
-func (s *Server) do(ctx context.Context, cmd []string) (string, error) {
+// do sends cmd, then more, to s on one connection (authenticated when s
+// has a password) and returns the last reply.
+func (s *Server) do(ctx context.Context, cmd []string, more ...[]string) (string, error) {
 	var cmds [][]string
 	if s.opts.Password != "" {
 		cmds = append(cmds, []string{"AUTH", s.opts.Password})
 	}
-	out, err := Do(ctx, s.Addr(), append(cmds, cmd)...)
+	if cmd != nil {
+		cmds = append(cmds, cmd)
+	}
+	cmds = append(cmds, more...)
+	out, err := Do(ctx, s.Addr(), cmds...)
 	if err != nil {
-		return "", fmt.Errorf("redisserver: %s on %s: %w", cmd[0], s.Addr(), err)
+		return "", fmt.Errorf("redisserver: %s on %s: %w", cmds[len(cmds)-1][0], s.Addr(), err)
 	}
 	return out[len(out)-1], nil
 }
