@@ -135,6 +135,9 @@ type change struct {
 	need    int64
 	delta   int64
 	install func(base uint64)
+	// cells are data keys the server must hold for the record to be
+	// appended (a commit's receipts, see receipts.go).
+	cells []string
 }
 
 // pos is where a view was when a write was computed against it.
@@ -219,8 +222,13 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 		if len(ch.record) > 0 {
 			setID(ch.record, id)
 		}
-		reply, err := run(ctx, skeys, at.epoch, at.n, at.head, newE,
-			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), id, ch.need, base, ch.delta, partition, drop, inlineArg)
+		keys, args := skeys, []any{at.epoch, at.n, at.head, newE,
+			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), id, ch.need, base, ch.delta, partition, drop, inlineArg}
+		if len(ch.cells) > 0 && inline && !(attempt == 0 && first != nil) {
+			keys = append(slices.Clip(skeys), ch.cells...)
+			args = append(args, "0", len(ch.cells))
+		}
+		reply, err := run(ctx, keys, args...)
 		var cause error // the failure a settled reply answers
 		if err != nil {
 			var short *notReplicated
@@ -291,6 +299,9 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 			return 0, nil
 		case "fenced":
 			return 0, m.s.wrap(ctx, op, cause) // it did not apply, and never will
+		case "nodata":
+			// The server lacks cells the record needs: nothing applied.
+			return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: partition %q", ErrCellsMissing, partition))
 		case "stale", "moved":
 			if len(reply) < 5 {
 				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
@@ -600,13 +611,20 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 // attempt run by first (see writeVia).
 func (m *Meta) commitVia(ctx context.Context, partition string, updates []backends.RowUpdate, record []byte, first appendRunner) (backends.CommitResult, error) {
 	var c *committing
+	var receipts []string // storage keys, taken from m.s.receipts
 	_, err := m.writeVia(ctx, "commit", partition, func(v *view) (change, error) {
 		var err error
 		if c, err = v.commit(partition, updates); err != nil {
 			return change{}, err
 		}
-		return change{record: record, delta: c.fresh, install: func(uint64) { v.installCommit(c) }}, nil
+		var cells []string
+		if !m.s.cluster {
+			receipts = m.s.receipts.of(updates)
+			cells = m.s.dataKeys(receipts)
+		}
+		return change{record: record, delta: c.fresh, install: func(uint64) { v.installCommit(c) }, cells: cells}, nil
 	}, first)
+	m.s.receipts.forget(receipts)
 	if err != nil {
 		return backends.CommitResult{}, err
 	}

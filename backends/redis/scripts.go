@@ -49,7 +49,7 @@ import goredis "github.com/redis/go-redis/v9"
 // lacks.
 //
 // KEYS: l, e, h, n, x, and inline only: next, parts; with marked, a
-// marker last. ARGV: epoch, want (length), head, newEpoch (for a log
+// marker last; with cells, that many data keys last. ARGV: epoch, want (length), head, newEpoch (for a log
 // created or replaced), record ("" appends nothing: the caller only checks
 // its view), id (the record's id), need (indexes a Prepare draws, inline),
 // base (of a Prepare's indexes, not inline), delta (committed rows),
@@ -58,7 +58,9 @@ import goredis "github.com/redis/go-redis/v9"
 // counter and registry keys are given), marked ("1": the last key is a
 // marker the MSET of the record's cells set in the same transaction; the
 // script deletes it and, if it is missing because that MSET failed,
-// appends nothing and replies {"nodata"}).
+// appends nothing and replies {"nodata"}), cells (not with marked: the
+// last cells KEYS are data keys, a commit's receipts, that must all
+// exist, else the script appends nothing and replies {"nodata"}).
 //
 // A Prepare record arrives as "P<id>:..." and is stored as
 // "P<id><base>:...". A snapshot ("S...") replaces the log and its epoch.
@@ -70,6 +72,7 @@ local marked = ARGV[13] == '1'
 if marked and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
   return {'nodata'}
 end
+local cells = tonumber(ARGV[14] or '0')
 local cur = redis.call('GET', KEYS[2]) or ''
 local len = redis.call('LLEN', KEYS[1])
 local head = redis.call('GET', KEYS[3]) or ''
@@ -87,6 +90,9 @@ if cur ~= ARGV[1] or len ~= want or head ~= ARGV[3] then
     redis.call('DEL', KEYS[#KEYS])
   end
   return {'stale', cur, from, head, recs}
+end
+if cells > 0 and redis.call('EXISTS', unpack(KEYS, #KEYS - cells + 1, #KEYS)) < cells then
+  return {'nodata'}
 end
 local count = redis.call('GET', KEYS[4])
 if count and not string.match(count, '^-?%d+$') then
