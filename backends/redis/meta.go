@@ -208,7 +208,10 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 			newE = newEpoch()
 		}
 		run := m.runAppend
-		replicated := m.s.opts.replicas > 0 && op != "prepare" && op != "compact"
+		// A Prepare waits too: indexes a failover could hand out again
+		// would let a stale put's cells, written or rolled back by
+		// storage key, hit another row's.
+		replicated := m.s.opts.replicas > 0 && op != "compact"
 		if replicated {
 			run = m.runAppendReplicated
 		}
@@ -233,6 +236,8 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 		if err != nil {
 			var short *notReplicated
 			switch {
+			case errors.As(err, &short) && op == "prepare":
+				return 0, m.s.wrap(ctx, op, err) // its rows stay invisible: nothing to be unsure of
 			case errors.As(err, &short):
 				return 0, &unknownOutcome{m.s.wrap(ctx, op, err)}
 			case len(ch.record) == 0 && !ch.drop:
@@ -386,7 +391,11 @@ func (m *Meta) settle(partition string, at pos, id string, cause error) ([]any, 
 // connection's own writes, says nothing of the write. It matches
 // ErrNotReplicated and backends.ErrOutcomeUnknown.
 func (m *Meta) unacknowledged(ctx context.Context, op string) error {
-	return &unknownOutcome{m.s.wrap(ctx, op, &notReplicated{want: m.s.opts.replicas, err: errAckLost})}
+	err := m.s.wrap(ctx, op, &notReplicated{want: m.s.opts.replicas, err: errAckLost})
+	if op == "prepare" {
+		return err // its rows stay invisible
+	}
+	return &unknownOutcome{err}
 }
 
 // runAppend runs appendScript through the client.

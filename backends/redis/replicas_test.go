@@ -16,15 +16,6 @@ import (
 	"github.com/tqgo/tqgo/tq"
 )
 
-// wantNotReplicated fails t unless err matches redis.ErrNotReplicated,
-// tq.ErrOutcomeUnknown and backends.ErrOutcomeUnknown.
-func wantNotReplicated(t *testing.T, what string, err error) {
-	t.Helper()
-	if !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, tq.ErrOutcomeUnknown) || !errors.Is(err, backends.ErrOutcomeUnknown) {
-		t.Fatalf("%s: %v, want an error matching redis.ErrNotReplicated and tq.ErrOutcomeUnknown", what, err)
-	}
-}
-
 // TestReplicasURL: replicas= and replica_timeout= set WithReplicas: on a
 // server with no replica, a put waits replica_timeout (default
 // redis.DefaultReplicaTimeout), which its error names, and fails as not
@@ -55,7 +46,10 @@ func TestReplicasURL(t *testing.T) {
 		case tc.wait == "" && err != nil:
 			t.Errorf("%q: put: %v, want nil (no replicas to wait for)", tc.query, err)
 		case tc.wait != "":
-			wantNotReplicated(t, tc.query, err)
+			// The Prepare waits first: its rows stay invisible.
+			if !errors.Is(err, redis.ErrNotReplicated) {
+				t.Fatalf("%q: put: %v, want an error matching redis.ErrNotReplicated", tc.query, err)
+			}
 			if !strings.Contains(err.Error(), tc.wait) {
 				t.Errorf("%q: put: %v, want the error to say %q", tc.query, err, tc.wait)
 			}
@@ -80,8 +74,8 @@ func TestReplicasURL(t *testing.T) {
 }
 
 // waitReplyDropper forwards TCP to a server and, once armed, closes the
-// connection on which the next reply ":0" (a WAIT's: no replica
-// acknowledged) would come, before it reaches the client.
+// connection on which the next reply ":1" (a WAIT's: one replica
+// acknowledged) would come, before that reply reaches the client.
 type waitReplyDropper struct {
 	*tcpProxy
 	armed   atomic.Bool
@@ -91,50 +85,70 @@ type waitReplyDropper struct {
 func (p *waitReplyDropper) serve(client, server net.Conn) {
 	go pump(server, client, nil)
 	pump(client, server, func(chunk []byte) ([]byte, bool) {
-		if bytes.Equal(chunk, []byte(":0\r\n")) && p.armed.CompareAndSwap(true, false) {
+		// A WAIT is the last command of its pipeline; the script's
+		// reply before it (which ends in a bulk string or an array) may
+		// come in the same chunk, and goes on.
+		if bytes.HasSuffix(chunk, []byte(":1\r\n")) && p.armed.CompareAndSwap(true, false) {
 			p.dropped.Add(1)
-			return nil, true
+			return chunk[:len(chunk)-4], true
 		}
 		return chunk, false
 	})
 }
 
-// TestReplicatedWriteResent: with replicas=1, the reply of a write's
-// WAIT is lost (the connection drops after the script's reply came), and
-// go-redis sends script and WAIT again on a new connection. The second
-// send finds the write's record and writes nothing, so its WAIT counts
-// the replicas of nothing: the write must not return nil (the replica
-// may lack it), but an error matching redis.ErrNotReplicated. The same
-// for a Clear, and for a ClearPartition (whose resend finds the log
-// deleted by it).
+// TestReplicatedWriteResent: with replicas=1 and a replica that
+// acknowledges, the reply of a write's WAIT is lost (the connection drops
+// after the script's reply came), and go-redis sends script and WAIT
+// again on a new connection. The second send finds the write's record
+// and writes nothing, so its WAIT counts the replicas of nothing: the
+// write must not return nil (nothing says the replica has it), but an
+// error matching redis.ErrNotReplicated, and for a commit, a Delete and a
+// DeletePartition (whose resend finds the log deleted by it) also
+// backends.ErrOutcomeUnknown; a Prepare's rows stay invisible.
 func TestReplicatedWriteResent(t *testing.T) {
-	srv := redistest.Start(t)
+	f := startFailover(t)
 	p := &waitReplyDropper{}
-	p.tcpProxy = startTCPProxy(t, srv.Addr(), p.serve)
-	c := openTQ(t, p.url("resent")+"&replicas=1&replica_timeout=100ms")
+	p.tcpProxy = startTCPProxy(t, f.master.Addr(), p.serve)
+	m := open(t, p.url("resent")+"&replicas=1&replica_timeout=5s").Meta()
 	ctx := t.Context()
-	ks := keyRange("k", 4)
-	// Unarmed first: the scripts get loaded, and the put is not
-	// replicated (there is no replica) all the same.
-	wantNotReplicated(t, "put", c.BatchPut(ctx, "p", ks[:2], rollout(ks[:2], 1), nil))
+	// Unarmed first: the scripts get loaded and the replica acknowledges.
+	res, err := m.Prepare(ctx, "p", []string{"a", "b"}, []string{"f"})
+	must(t, "Prepare", err)
+	_, err = m.Commit(ctx, "p", fieldUpdate([]string{"a"}, res[:1], "f"))
+	must(t, "Commit", err)
 	for _, w := range []struct {
-		what  string
-		write func(context.Context) error
+		what    string
+		unknown bool
+		write   func(context.Context) error
 	}{
-		{"put", func(ctx context.Context) error { return c.BatchPut(ctx, "p", ks[2:], rollout(ks[2:], 1), nil) }},
-		{"Clear", func(ctx context.Context) error { return c.Clear(ctx, "p", ks[:1]) }},
-		{"ClearPartition", func(ctx context.Context) error { return c.ClearPartition(ctx, "p") }},
+		{"Prepare", false, func(ctx context.Context) error {
+			_, err := m.Prepare(ctx, "p", []string{"c"}, []string{"f"})
+			return err
+		}},
+		{"Commit", true, func(ctx context.Context) error {
+			_, err := m.Commit(ctx, "p", fieldUpdate([]string{"b"}, res[1:], "f"))
+			return err
+		}},
+		{"Delete", true, func(ctx context.Context) error {
+			_, err := m.Delete(ctx, "p", []string{"a"})
+			return err
+		}},
+		{"DeletePartition", true, func(ctx context.Context) error {
+			_, err := m.DeletePartition(ctx, "p")
+			return err
+		}},
 	} {
-		what, write := w.what, w.write
 		dropped := p.dropped.Load()
 		p.armed.Store(true)
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := write(ctx)
+		err := w.write(ctx)
 		cancel()
 		p.armed.Store(false)
 		if p.dropped.Load() == dropped {
-			t.Fatalf("%s: no WAIT reply was dropped: the test did not run the resend", what)
+			t.Fatalf("%s: no WAIT reply was dropped: the test did not run the resend", w.what)
 		}
-		wantNotReplicated(t, what+" whose WAIT reply was lost", err)
+		if !errors.Is(err, redis.ErrNotReplicated) || errors.Is(err, backends.ErrOutcomeUnknown) != w.unknown {
+			t.Fatalf("%s whose WAIT reply was lost: %v, want an error matching redis.ErrNotReplicated, and backends.ErrOutcomeUnknown: %v", w.what, err, w.unknown)
+		}
 	}
 }
