@@ -389,7 +389,7 @@ func (m *Meta) settle(partition string, at pos, id string, cause error) ([]any, 
 // record), not on the send this call saw acknowledged: that send wrote
 // nothing, so its WAIT, which counts the replicas that have the
 // connection's own writes, says nothing of the write. It matches
-// ErrNotReplicated and backends.ErrOutcomeUnknown.
+// ErrNotReplicated and, but for a Prepare's, backends.ErrOutcomeUnknown.
 func (m *Meta) unacknowledged(ctx context.Context, op string) error {
 	err := m.s.wrap(ctx, op, &notReplicated{want: m.s.opts.replicas, err: errAckLost})
 	if op == "prepare" {
