@@ -89,6 +89,10 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 			}
 			return nil, se
 		}
+		// The MSET ran: if the append finds the log moved on, the next
+		// attempts go without the cells, and must find them where they
+		// apply (see receipts.go).
+		s.receipts.add(keys[len(keys)-1])
 		reply, ok := script.([]any)
 		if !ok {
 			return nil, fmt.Errorf("%w: append replied %v", ErrCorrupt, script)

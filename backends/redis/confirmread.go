@@ -124,7 +124,7 @@ func (s *Store) GetSplitConfirmed(ctx context.Context, meta backends.MetaStore, 
 	if !ok {
 		return false, nil // a script error: let the caller look the rows up
 	}
-	moved, err := m.catchUp(t.v, t.era, reply)
+	moved, err := m.catchUp(t.v, t.era, t.n, reply)
 	if err != nil {
 		return false, s.wrap(ctx, "get", err)
 	}

@@ -21,7 +21,8 @@
 // addr= parameters instead: redis+cluster://[::1]:7000/?addr=[::1]:7001).
 // Parameters this package reads: prefix (namespace, default "tq"),
 // io_depth, round_keys, write_round_bytes, read_round_bytes, direct,
-// replicas and replica_timeout (see the WithXxx options). Every other parameter goes to go-redis's ParseURL or
+// replicas and replica_timeout (see the WithXxx options; the last two are
+// WithReplicas). Every other parameter goes to go-redis's ParseURL or
 // ParseClusterURL, which reject unknown ones: pool_size, dial_timeout,
 // read_timeout, write_timeout, max_retries, protocol, client_name, ... A
 // URL-opened client honours context deadlines (ContextTimeoutEnabled), and

@@ -43,6 +43,15 @@ var (
 	ErrNotReplicated = errors.New("redis: write not acknowledged by enough replicas")
 )
 
+// ErrCellsMissing: a commit was refused because the server lacks cells
+// this Store wrote for it: a failover moved the clients to a replica
+// that missed them (see receipts.go). Nothing of the commit applied.
+var ErrCellsMissing = errors.New("redis: the commit's cells are not on the server")
+
+// errAckLost is why a write counts as not replicated when it applied on
+// a send whose WAIT reply was lost (see Meta.unacknowledged).
+var errAckLost = errors.New("redis: the write applied on a send whose WAIT reply was lost")
+
 // unknownOutcome marks a metadata write that may or may not have been
 // applied, after the engine could not settle it: it matches
 // backends.ErrOutcomeUnknown (and tq.ErrOutcomeUnknown) besides its cause.

@@ -90,7 +90,7 @@ func replayLayout(t *testing.T, recs [][]byte) *view {
 		strs[i] = string(r)
 	}
 	v := newView()
-	if _, err := v.catchUp(v.era, "e", 0, headOf("", strs), strs); err != nil {
+	if _, err := v.catchUp(v.era, 0, "e", 0, headOf("", strs), strs); err != nil {
 		t.Fatal(err)
 	}
 	return v

@@ -136,6 +136,9 @@ type change struct {
 	delta   int64
 	age     int64 // an abort's olderThan, microseconds
 	install func(base uint64, stamp int64)
+	// cells are data keys the server must hold for the record to be
+	// appended (a commit's receipts, see receipts.go).
+	cells []string
 }
 
 // pos is where a view was when a write was computed against it.
@@ -208,7 +211,11 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 			newE = newEpoch()
 		}
 		run := m.runAppend
-		if m.s.opts.replicas > 0 && op != "prepare" && op != "compact" {
+		// A Prepare waits too: indexes a failover could hand out again
+		// would let a stale put's cells, written or rolled back by
+		// storage key, hit another row's.
+		replicated := m.s.opts.replicas > 0 && op != "compact"
+		if replicated {
 			run = m.runAppendReplicated
 		}
 		if attempt == 0 && first != nil {
@@ -221,12 +228,19 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 		if len(ch.record) > 0 {
 			setID(ch.record, id)
 		}
-		reply, err := run(ctx, skeys, at.epoch, at.n, at.head, newE,
-			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), id, ch.need, base, ch.delta, partition, drop, inlineArg, "0", ch.age)
+		keys, args := skeys, []any{at.epoch, at.n, at.head, newE,
+			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), id, ch.need, base, ch.delta, partition, drop, inlineArg, "0", ch.age}
+		if len(ch.cells) > 0 && inline && !(attempt == 0 && first != nil) {
+			keys = append(slices.Clip(skeys), ch.cells...)
+			args = append(args, len(ch.cells))
+		}
+		reply, err := run(ctx, keys, args...)
 		var cause error // the failure a settled reply answers
 		if err != nil {
 			var short *notReplicated
 			switch {
+			case errors.As(err, &short) && op == "prepare":
+				return 0, m.s.wrap(ctx, op, err) // its rows stay invisible: nothing to be unsure of
 			case errors.As(err, &short):
 				return 0, &unknownOutcome{m.s.wrap(ctx, op, err)}
 			case len(ch.record) == 0 && !ch.drop:
@@ -272,6 +286,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 					if ch.record[0] == recSnapshot {
 						v.n = 1
 					}
+					v.pass()
 				}
 			}
 			long := v.n >= compactAt && v.epoch == cur
@@ -287,9 +302,15 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				v.reset("")
 			}
 			v.mu.Unlock()
+			if replicated {
+				return 0, m.unacknowledged(ctx, op)
+			}
 			return 0, nil
 		case "fenced":
 			return 0, m.s.wrap(ctx, op, notApplied(cause)) // and never will
+		case "nodata":
+			// The server lacks cells the record needs: nothing applied.
+			return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: partition %q", ErrCellsMissing, partition))
 		case "stale", "moved":
 			if len(reply) < 5 {
 				return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply))
@@ -304,12 +325,15 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 						return 0, m.s.wrap(ctx, op, fmt.Errorf("%w: %v", ErrCorrupt, err))
 					}
 				}
-				_, _ = m.catchUp(v, at.era, reply[1:]) // replays it; a failure leaves the view to be read again
+				_, _ = m.catchUp(v, at.era, at.n, reply[1:]) // replays it; a failure leaves the view to be read again
+				if replicated {
+					return 0, m.unacknowledged(ctx, op)
+				}
 				return b, nil
 			}
 			// Whether the view caught up or moved on meanwhile, the next
 			// attempt computes against what it holds then.
-			if _, err := m.catchUp(v, at.era, reply[1:]); err != nil {
+			if _, err := m.catchUp(v, at.era, at.n, reply[1:]); err != nil {
 				return 0, m.s.wrap(ctx, op, err)
 			}
 			if status == "moved" {
@@ -380,6 +404,20 @@ func (m *Meta) settle(partition string, at pos, id string, cause error) ([]any, 
 	return reply, nil
 }
 
+// unacknowledged is the error of a write with WithReplicas that applied
+// on an earlier send (go-redis resent the script, or settle found its
+// record), not on the send this call saw acknowledged: that send wrote
+// nothing, so its WAIT, which counts the replicas that have the
+// connection's own writes, says nothing of the write. It matches
+// ErrNotReplicated and, but for a Prepare's, backends.ErrOutcomeUnknown.
+func (m *Meta) unacknowledged(ctx context.Context, op string) error {
+	err := m.s.wrap(ctx, op, &notReplicated{want: m.s.opts.replicas, err: errAckLost})
+	if op == "prepare" {
+		return err // its rows stay invisible
+	}
+	return &unknownOutcome{err}
+}
+
 // runAppend runs appendScript through the client.
 func (m *Meta) runAppend(ctx context.Context, keys []string, args ...any) ([]any, error) {
 	return appendScript.Run(ctx, m.s.client, keys, args...).Slice()
@@ -400,7 +438,7 @@ func (m *Meta) runAppendReplicated(ctx context.Context, keys []string, args ...a
 	for try := 0; ; try++ {
 		pipe := node.Pipeline()
 		ev := pipe.EvalSha(ctx, appendScript.Hash(), keys, args...)
-		wait := pipe.Do(ctx, "WAIT", want, timeout.Milliseconds())
+		wait := pipe.Do(ctx, "WAIT", want, waitMillis(timeout))
 		_, _ = pipe.Exec(ctx)
 		if err := ev.Err(); err != nil {
 			if try == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -427,6 +465,13 @@ func (m *Meta) runAppendReplicated(ctx context.Context, keys []string, args ...a
 		}
 		return reply, nil
 	}
+}
+
+// waitMillis is WAIT's timeout argument for timeout: whole milliseconds,
+// rounded up, since WAIT 0 blocks until enough replicas answer, however
+// long that takes.
+func waitMillis(timeout time.Duration) int64 {
+	return int64((timeout + time.Millisecond - 1) / time.Millisecond)
 }
 
 // compact replaces a long log with a snapshot of the view. It is an
@@ -468,15 +513,15 @@ func logReply(reply []any) (epoch string, from int64, head string, recs []string
 }
 
 // catchUp applies a reply {epoch, from, head, records}, asked for when v
-// was in era, to v (see view.catchUp).
-func (m *Meta) catchUp(v *view, era uint64, reply []any) (moved bool, _ error) {
+// was in era and held asked records, to v (see view.catchUp).
+func (m *Meta) catchUp(v *view, era uint64, asked int64, reply []any) (moved bool, _ error) {
 	epoch, from, head, recs, err := logReply(reply)
 	if err != nil {
 		return false, err
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.catchUp(era, epoch, from, head, recs)
+	return v.catchUp(era, asked, epoch, from, head, recs)
 }
 
 func replyString(reply []any, i int) (string, bool) {
@@ -508,7 +553,7 @@ func (m *Meta) read(ctx context.Context, op, partition string) (*view, error) {
 		reply, err := readScript.Run(ctx, m.s.client, skeys, epoch, from).Slice()
 		var moved bool
 		if err == nil {
-			moved, err = m.catchUp(v, era, reply)
+			moved, err = m.catchUp(v, era, from, reply)
 		}
 		if err != nil {
 			return nil, m.s.wrap(ctx, op, err)
@@ -595,13 +640,20 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.
 // attempt run by first (see writeVia).
 func (m *Meta) commitVia(ctx context.Context, partition string, updates []backends.RowUpdate, record []byte, first appendRunner) (backends.CommitResult, error) {
 	var c *committing
+	var receipts []string // storage keys, taken from m.s.receipts
 	_, err := m.writeVia(ctx, "commit", partition, func(v *view) (change, error) {
 		var err error
 		if c, err = v.commit(partition, updates); err != nil {
 			return change{}, err
 		}
-		return change{record: record, delta: c.fresh, install: func(uint64, int64) { v.installCommit(c) }}, nil
+		var cells []string
+		if !m.s.cluster {
+			receipts = m.s.receipts.of(updates)
+			cells = m.s.dataKeys(receipts)
+		}
+		return change{record: record, delta: c.fresh, install: func(uint64, int64) { v.installCommit(c) }, cells: cells}, nil
 	}, first)
+	m.s.receipts.forget(receipts)
 	if err != nil {
 		return backends.CommitResult{}, err
 	}

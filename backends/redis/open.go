@@ -66,22 +66,26 @@ const DefaultReplicaTimeout = time.Second
 
 // replicasParam reads replicas=N and replica_timeout=D (a Go duration,
 // default DefaultReplicaTimeout) from q, removing both; nil when neither
-// is given.
+// is given. As for the other parameters, the last value given counts,
+// and an empty one is invalid.
 func replicasParam(q url.Values) (Option, error) {
-	n, d := q.Get("replicas"), q.Get("replica_timeout")
+	ns, hasN := q["replicas"]
+	ds, hasD := q["replica_timeout"]
 	q.Del("replicas")
 	q.Del("replica_timeout")
-	if n == "" && d == "" {
+	if !hasN && !hasD {
 		return nil, nil
 	}
 	count, timeout := 0, DefaultReplicaTimeout
 	var err error
-	if n != "" {
+	if hasN {
+		n := ns[len(ns)-1]
 		if count, err = strconv.Atoi(n); err != nil {
 			return nil, fmt.Errorf("%w: redis URL parameter replicas=%q: %v", backends.ErrInvalid, n, err)
 		}
 	}
-	if d != "" {
+	if hasD {
+		d := ds[len(ds)-1]
 		if timeout, err = time.ParseDuration(d); err != nil {
 			return nil, fmt.Errorf("%w: redis URL parameter replica_timeout=%q: %v", backends.ErrInvalid, d, err)
 		}

@@ -176,18 +176,23 @@ func WithDirectConnections(on bool) Option {
 	}
 }
 
-// WithReplicas makes an acknowledged metadata write (a put's commit, a
-// Clear, a ClearPartition) mean replicated: after each one the engine
-// sends WAIT n on the same connection, and a write that fewer than n
-// replicas acknowledged within timeout returns an error matching
-// backends.ErrOutcomeUnknown and ErrNotReplicated (the master applied it;
-// a failover may still lose it). Replication is one ordered stream, so a
+// WithReplicas makes an acknowledged metadata write (a put's Prepare and
+// commit, a Clear, a ClearPartition) mean replicated: after each one the
+// engine sends WAIT n on the same connection, and a write that fewer than
+// n replicas acknowledged within timeout returns an error matching
+// ErrNotReplicated and, but for a Prepare (whose rows stay invisible),
+// backends.ErrOutcomeUnknown (the master applied it; a failover may still
+// lose it). The Prepare waits so that a failover never hands out again
+// the indexes it drew. Replication is one ordered stream, so a
 // commit acknowledged carries the cells written before it. Default 0: no
 // wait, and a failover to a replica that lags may lose acknowledged puts
 // (clients then detect that the log is not the one they replayed, and
 // read it again). A put with this option takes one more round trip: its
 // cells and commit no longer share a transaction. timeout must be
-// positive when n is (WAIT 0 would block forever).
+// positive when n is (WAIT 0 would block forever); WAIT counts whole
+// milliseconds, and a timeout is rounded up to one. A write that applied
+// on a send whose WAIT reply was lost (go-redis resends a pipeline whose
+// reply it lost) is one the replicas may lack: it returns the same error.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) error {
 		if n < 0 || (n > 0 && timeout <= 0) {

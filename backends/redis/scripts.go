@@ -53,7 +53,7 @@ import goredis "github.com/redis/go-redis/v9"
 // lacks.
 //
 // KEYS: l, e, h, n, x, and inline only: next, parts; with marked, a
-// marker last. ARGV: epoch, want (length), head, newEpoch (for a log
+// marker last; with cells, that many data keys last. ARGV: epoch, want (length), head, newEpoch (for a log
 // created or replaced), record ("" appends nothing: the caller only checks
 // its view), id (the record's id), need (indexes a Prepare draws, inline),
 // base (of a Prepare's indexes, not inline), delta (committed rows),
@@ -63,7 +63,10 @@ import goredis "github.com/redis/go-redis/v9"
 // marker the MSET of the record's cells set in the same transaction; the
 // script deletes it and, if it is missing because that MSET failed,
 // appends nothing and replies {"nodata"}), age (an abort's olderThan in
-// microseconds; the script writes the cutoff, its time less age).
+// microseconds; the script writes the cutoff, its time less age), cells
+// (not with marked: the last cells KEYS are data keys, a commit's
+// receipts, that must all exist, else the script appends nothing and
+// replies {"nodata"}).
 //
 // A Prepare registers the partition (inline: its log may have been
 // created by fenceScript, which cannot reach the registry). A Prepare
@@ -79,6 +82,7 @@ local marked = ARGV[13] == '1'
 if marked and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
   return {'nodata'}
 end
+local cells = tonumber(ARGV[15] or '0')
 local cur = redis.call('GET', KEYS[2]) or ''
 local len = redis.call('LLEN', KEYS[1])
 local head = redis.call('GET', KEYS[3]) or ''
@@ -96,6 +100,9 @@ if cur ~= ARGV[1] or len ~= want or head ~= ARGV[3] then
     redis.call('DEL', KEYS[#KEYS])
   end
   return {'stale', cur, from, head, recs}
+end
+if cells > 0 and redis.call('EXISTS', unpack(KEYS, #KEYS - cells + 1, #KEYS)) < cells then
+  return {'nodata'}
 end
 local count = redis.call('GET', KEYS[4])
 if count and not string.match(count, '^-?%d+$') then

@@ -38,6 +38,8 @@ type Store struct {
 
 	rawOnce sync.Once
 	raw     *rawConns // GetSplit's connections; nil: it uses go-redis
+
+	receipts receipts // the last cells of data writes, standalone (see receipts.go)
 }
 
 var _ backends.Backend = (*Store)(nil)
@@ -270,7 +272,11 @@ func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
 			for i := r.lo; i < r.hi; i++ {
 				pairs = append(pairs, dk[i], values[i])
 			}
-			return s.client.MSet(ctx, pairs...).Err()
+			err := s.client.MSet(ctx, pairs...).Err()
+			if err == nil {
+				s.receipts.add(keys[r.hi-1]) // rounds run side by side: each is a receipt
+			}
+			return err
 		}
 		return s.pipelined(ctx, r, func(p goredis.Pipeliner, i int) { p.Set(ctx, dk[i], values[i], 0) })
 	})
@@ -401,6 +407,7 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
+	s.receipts.forget(keys)
 	dk := s.dataKeys(keys)
 	err := s.runRounds(ctx, countRounds(len(dk), s.opts.roundKeys), func(ctx context.Context, r span) error {
 		if !s.cluster {

@@ -42,6 +42,11 @@ type view struct {
 	pending int            // reservations of rows, so aborts skip the scan when 0
 	garbage []backends.Ref // cells nothing references, not yet swept, oldest first
 	orphans []pendingRef   // reservations of removed rows
+
+	// passed holds the view's last positions, by length modulo
+	// passedLen, so that catchUp can tell a reply the view has since
+	// moved past from one of another log.
+	passed [passedLen]position
 }
 
 // pendingGen is one reservation: its generation and the server's time
@@ -60,6 +65,28 @@ type pendingRef struct {
 // empty reports whether the view holds nothing worth a log.
 func (v *view) empty() bool {
 	return len(v.rows) == 0 && len(v.garbage) == 0 && len(v.orphans) == 0
+}
+
+// position is where a view stood: the log's epoch, length and head.
+type position struct {
+	epoch string
+	n     int64
+	head  string
+}
+
+// passedLen is how many of its last positions a view remembers.
+const passedLen = 8
+
+// pass records the view's position as one it passed.
+func (v *view) pass() {
+	v.passed[v.n%passedLen] = position{v.epoch, v.n, v.head}
+}
+
+// headAt returns the head the view had at length n of the log of epoch,
+// if it remembers it.
+func (v *view) headAt(epoch string, n int64) (string, bool) {
+	p := v.passed[n%passedLen]
+	return p.head, p.epoch == epoch && p.n == n
 }
 
 // badEpoch marks a view that must be read again from the start: no log
@@ -89,6 +116,7 @@ func newView() *view { return &view{rows: map[string]*metaRow{}} }
 func (v *view) reset(epoch string) {
 	v.epoch, v.n, v.head, v.rows = epoch, 0, "", map[string]*metaRow{}
 	v.pending, v.garbage, v.orphans = 0, nil, nil
+	v.passed = [passedLen]position{}
 	v.era++
 }
 
@@ -537,9 +565,11 @@ func (v *view) committed() []*backends.Row {
 }
 
 // catchUp applies records recs, which the log of epoch holds from
-// position from on and whose head is head, to a view that was in era when
-// the records were asked for. A view of the same log takes what it lacks
-// (another goroutine may have moved it past the reply already); a view
+// position from on and whose head is head, to a view that was in era and
+// held asked records when the records were asked for. A view of the same
+// log takes what it lacks (another goroutine may have moved it past the
+// reply already: a reply no shorter than the view was when asked, which
+// the view has since passed, holds nothing it lacks); a view
 // still in era takes a whole log (from 0) in place of its own. Otherwise
 // the view moved to another log since (a compaction, a delete, a reset)
 // and moved is true: the reply cannot tell which is newer, so the caller
@@ -552,7 +582,7 @@ func (v *view) committed() []*backends.Row {
 // (moved is true). A record that does not decode, or a whole log whose
 // records do not chain to its head, leaves the view to be read again in
 // full and is an error.
-func (v *view) catchUp(era uint64, epoch string, from int64, head string, recs []string) (moved bool, _ error) {
+func (v *view) catchUp(era uint64, asked int64, epoch string, from int64, head string, recs []string) (moved bool, _ error) {
 	switch {
 	case epoch == v.epoch && from <= v.n:
 		// The same epoch: the view should hold the log's first v.n records.
@@ -562,6 +592,15 @@ func (v *view) catchUp(era uint64, epoch string, from int64, head string, recs [
 		return true, nil
 	}
 	skip := v.n - from
+	if end := from + int64(len(recs)); skip > int64(len(recs)) && v.era == era && end >= asked {
+		// The view moved past the reply since it was asked for (this
+		// client's own writes, or another read's catch-up): if it passed
+		// the log's head, the reply holds nothing it lacks. A log
+		// shorter than the view was when asked is another matter.
+		if h, ok := v.headAt(epoch, end); ok && h == head {
+			return false, nil
+		}
+	}
 	h := v.head
 	if skip <= int64(len(recs)) {
 		for _, rec := range recs[skip:] {
@@ -589,6 +628,7 @@ func (v *view) catchUp(era uint64, epoch string, from int64, head string, recs [
 		v.n++
 	}
 	v.head = head
+	v.pass()
 	return false, nil
 }
 

@@ -76,7 +76,7 @@ func headOf(head string, recs []string) string {
 
 func replayRecords(t *testing.T, recs []string) {
 	v := newView()
-	_, err := v.catchUp(v.era, "e", 0, headOf("", recs), recs)
+	_, err := v.catchUp(v.era, 0, "e", 0, headOf("", recs), recs)
 	if err != nil {
 		if !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("catchUp error %v does not match ErrCorrupt", err)
@@ -91,7 +91,7 @@ func replayRecords(t *testing.T, recs []string) {
 	}
 	one := newView()
 	for i, r := range recs {
-		if _, err := one.catchUp(one.era, "e", int64(i), headOf(one.head, []string{r}), []string{r}); err != nil {
+		if _, err := one.catchUp(one.era, int64(i), "e", int64(i), headOf(one.head, []string{r}), []string{r}); err != nil {
 			t.Fatalf("record %d alone: %v; all at once: no error", i, err)
 		}
 	}
@@ -279,7 +279,7 @@ func roundTrip(t *testing.T, ops []byte) {
 		if logN == 0 {
 			head = headOf("", []string{string(rec)})
 		}
-		if _, err := r.catchUp(r.era, epoch, logN, head, []string{string(rec)}); err != nil {
+		if _, err := r.catchUp(r.era, logN, epoch, logN, head, []string{string(rec)}); err != nil {
 			t.Fatalf("%s: replaying its own record: %v", what, err)
 		}
 		logN++
@@ -477,7 +477,7 @@ func roundTrip(t *testing.T, ops []byte) {
 			setID(snap, newID())
 			epoch, logN = "e"+strconv.Itoa(step+1), 0
 			fresh := newView()
-			if _, err := fresh.catchUp(fresh.era, epoch, 0, headOf("", []string{string(snap)}), []string{string(snap)}); err != nil {
+			if _, err := fresh.catchUp(fresh.era, 0, epoch, 0, headOf("", []string{string(snap)}), []string{string(snap)}); err != nil {
 				t.Fatalf("snapshot: %v", err)
 			}
 			if d := diffViews(w, fresh); d != "" {
