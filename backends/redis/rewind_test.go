@@ -111,8 +111,9 @@ func put(t *testing.T, c *tq.Client, who string, keys []string, seed int) {
 //     holds, answered from that view if the log check let it), finds no
 //     such keys.
 //  5. b, whose view is the marked state, adds m000-m009 in two puts and
-//     clears k018, then Reclaims (an abort record): seven records, so the log is as long as a's and e's
-//     views again, with other records; only the head tells them apart.
+//     clears k018, then Reclaims (an abort record): seven records, so
+//     the log is as long as a's and e's views again, with other records;
+//     only the head tells them apart.
 //  6. e's next call, a List, shows what b's shows; g's, a read of
 //     n005-n009, finds no such keys (the log gave m005-m009 the indexes
 //     g's view has for them: a read from that view reads m's values).
