@@ -123,7 +123,9 @@
 //     (applied) or, if the log is still where the write was computed,
 //     appends a fence record, so that a copy of the request still on its
 //     way can never apply (not applied). Only when the server cannot be
-//     asked (within 10 s) does the call return an error matching
+//     asked (within 10 s), or the log was replaced meanwhile (a
+//     compaction's snapshot or a delete, which keep no ids of the records
+//     before them), does the call return an error matching
 //     backends.ErrOutcomeUnknown; every other error means nothing was
 //     applied, and tq rolls such a put back.
 //   - A view whose records do not chain to the log's head is not looking

@@ -166,8 +166,8 @@ type appendRunner func(ctx context.Context, keys []string, args ...any) ([]any, 
 // at most one attempt applies, and a resent attempt (go-redis resends a
 // command whose reply it lost) finds its own record in the reply and
 // counts as applied. An attempt that fails without a reply is settled
-// (see settle) before writeVia returns: only when that fails too is the
-// error one of unknown outcome.
+// (see settle) before writeVia returns: only when that fails too, or
+// finds the log replaced since, is the error one of unknown outcome.
 func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(v *view) (change, error), first appendRunner) (uint64, error) {
 	pk := m.keys(partition)
 	inline := !m.s.cluster
@@ -311,7 +311,15 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				return 0, m.s.wrap(ctx, op, err)
 			}
 			if status == "moved" {
-				// The log moved past where the write could apply.
+				// The log moved past where the write could apply. Had it
+				// applied, its record would be among those from its
+				// position on; but a log replaced since (a snapshot of
+				// a compaction, a delete) no longer holds the ids of the
+				// records before it, so then the outcome is unknown.
+				epoch, _ := replyString(reply, 1)
+				if from, _ := reply[2].(int64); op != "prepare" && (epoch != at.epoch || from != at.n) {
+					return 0, &unknownOutcome{m.s.wrap(ctx, op, cause)}
+				}
 				return 0, m.s.wrap(ctx, op, cause)
 			}
 			if attempt+1 >= maxWriteAttempts {

@@ -1,0 +1,119 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/redis"
+	"github.com/tqgo/tqgo/internal/redistest"
+)
+
+// loseReplyHook lets the first script call whose record argument starts
+// with kind run on the server, runs after, and then reports the call
+// failed as if the connection had dropped before the reply: the write
+// applied and its client does not know.
+type loseReplyHook struct {
+	kind  byte
+	armed atomic.Bool
+	after func()
+}
+
+func (h *loseReplyHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *loseReplyHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func (h *loseReplyHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && h.recordKind(cmd) == h.kind && h.armed.CompareAndSwap(true, false) {
+			h.after()
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+}
+
+// recordKind is the first byte of an appendScript call's record (ARGV[5]),
+// or 0 for any other command.
+func (h *loseReplyHook) recordKind(cmd goredis.Cmder) byte {
+	args := cmd.Args()
+	if len(args) < 3 || !strings.EqualFold(cmd.Name(), "evalsha") {
+		return 0
+	}
+	nk, ok := args[2].(int)
+	if !ok || len(args) < 3+nk+5 {
+		return 0
+	}
+	if rec, ok := args[3+nk+4].(string); ok && len(rec) > 0 {
+		return rec[0]
+	}
+	return 0
+}
+
+// TestCommitReplyLostThenLogCompacted: a Commit applies, its reply is
+// lost, and before the writer settles the outcome another client's write
+// compacts the log (a snapshot under a new epoch, which holds the commit
+// but not its record's id). The settling script then cannot find the
+// write's record; the commit did apply, so Commit must not report a
+// definite failure (tq would delete the cells of a committed row).
+func TestCommitReplyLostThenLogCompacted(t *testing.T) {
+	defer redis.SetCompactAt(2)()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+
+	other, err := redis.OpenURL(ctx, "redis://"+srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	defer other.Meta().Close()
+
+	hook := &loseReplyHook{kind: 'C'}
+	hook.after = func() {
+		// Another client's Prepare lengthens the log to compactAt; its
+		// writer then compacts it.
+		if _, err := other.Meta().Prepare(ctx, "p", []string{"other"}, []string{"f"}); err != nil {
+			t.Errorf("other client's prepare: %v", err)
+		}
+	}
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	client.AddHook(hook)
+	s, err := redis.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := s.Meta()
+	defer m.Close()
+
+	res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.armed.Store(true)
+	_, err = m.Commit(ctx, "p", []backends.RowUpdate{{Key: "k", Index: res[0].Index,
+		Fields: map[string]backends.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}})
+	if hook.armed.Load() {
+		t.Fatal("the commit's reply was never lost: the test did not run")
+	}
+	rows, lerr := other.Meta().Lookup(ctx, "p", []string{"k"})
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	committed := rows[0] != nil
+	if !committed {
+		t.Fatal("the commit did not apply: the test did not run")
+	}
+	if err != nil && !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("Commit applied but returned a definite error (the caller deletes the row's cells): %v", err)
+	}
+}
