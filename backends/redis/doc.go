@@ -135,7 +135,9 @@
 //     against it, since the script checks the head.
 //   - WithReplicas (replicas=N in the URL) makes an acknowledged commit or
 //     clear mean replicated: WAIT N after each, and ErrNotReplicated (which
-//     matches backends.ErrOutcomeUnknown) when too few replicas answered.
+//     matches backends.ErrOutcomeUnknown) when too few replicas answered,
+//     or when the write was found applied after its reply was lost (the
+//     count of replicas went with it).
 //     Without it, a failover to a lagging replica loses the writes it
 //     lacked, though every client then agrees on what is left.
 //

@@ -56,6 +56,10 @@ func (e *unknownOutcome) Is(target error) bool {
 	return target == backends.ErrOutcomeUnknown
 }
 
+// errReplicationUnconfirmed is the cause of a *notReplicated whose write
+// was found applied after its reply, and its WAIT's, were lost.
+var errReplicationUnconfirmed = errors.New("the write's reply was lost, and with it the count of replicas that acknowledged it")
+
 // notReplicated is a write that applied but that too few replicas
 // acknowledged; it matches ErrNotReplicated.
 type notReplicated struct {

@@ -303,6 +303,12 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 					}
 				}
 				_, _ = m.catchUp(v, at.era, reply[1:]) // replays it; a failure leaves the view to be read again
+				if m.s.opts.replicas > 0 && op != "prepare" && op != "compact" {
+					// The WAIT that would have counted its replicas went
+					// with the lost reply, and one on this connection
+					// counts none of that write.
+					return 0, &unknownOutcome{m.s.wrap(ctx, op, &notReplicated{want: m.s.opts.replicas, err: errReplicationUnconfirmed})}
+				}
 				return b, nil
 			}
 			// Whether the view caught up or moved on meanwhile, the next

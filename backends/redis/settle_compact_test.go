@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -115,5 +116,61 @@ func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 	}
 	if err != nil && !errors.Is(err, backends.ErrOutcomeUnknown) {
 		t.Fatalf("Commit applied but returned a definite error (the caller deletes the row's cells): %v", err)
+	}
+}
+
+// losePipelineReplyHook lets the first pipeline run on the server and
+// then fails its commands as if the connection had dropped before the
+// replies.
+type losePipelineReplyHook struct{ armed atomic.Bool }
+
+func (h *losePipelineReplyHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *losePipelineReplyHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return next
+}
+func (h *losePipelineReplyHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		err := next(ctx, cmds)
+		if err == nil && h.armed.CompareAndSwap(true, false) {
+			for _, c := range cmds {
+				c.SetErr(io.ErrUnexpectedEOF)
+			}
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+}
+
+// TestReplicatedCommitReplyLost: with WithReplicas, a commit whose reply
+// (and its WAIT's) was lost is settled by finding its record; no replica
+// acknowledged it (the server has none), so Commit must not report it
+// replicated: its error matches ErrNotReplicated and
+// backends.ErrOutcomeUnknown, as when the WAIT's reply comes.
+func TestReplicatedCommitReplyLost(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	hook := &losePipelineReplyHook{}
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	client.AddHook(hook)
+	s, err := redis.New(client, redis.WithReplicas(1, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := s.Meta()
+	defer m.Close()
+	res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := []backends.RowUpdate{{Key: "k", Index: res[0].Index, Fields: map[string]backends.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}}
+	hook.armed.Store(true)
+	_, err = m.Commit(ctx, "p", up)
+	if hook.armed.Load() {
+		t.Fatal("the commit's reply was never lost: the test did not run")
+	}
+	if !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("Commit on a server with no replica, reply lost: %v, want ErrNotReplicated and ErrOutcomeUnknown", err)
 	}
 }
