@@ -322,8 +322,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				// position on; but a log replaced since (a snapshot of
 				// a compaction, a delete) no longer holds the ids of the
 				// records before it, so then the outcome is unknown.
-				epoch, _ := replyString(reply, 1)
-				if from, _ := reply[2].(int64); op != "prepare" && (epoch != at.epoch || from != at.n) {
+				if epoch, _ := replyString(reply, 1); op != "prepare" && epoch != at.epoch {
 					return 0, &unknownOutcome{m.s.wrap(ctx, op, cause)}
 				}
 				return 0, m.s.wrap(ctx, op, cause)
