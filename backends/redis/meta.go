@@ -321,8 +321,10 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				// applied, its record would be among those from its
 				// position on; but a log replaced since (a snapshot of
 				// a compaction, a delete) no longer holds the ids of the
-				// records before it, so then the outcome is unknown.
-				if epoch, _ := replyString(reply, 1); op != "prepare" && epoch != at.epoch {
+				// records before it, so then the outcome is unknown (but
+				// for a write computed against a view to be read again,
+				// which no log accepts).
+				if epoch, _ := replyString(reply, 1); op != "prepare" && epoch != at.epoch && at.epoch != badEpoch {
 					return 0, &unknownOutcome{m.s.wrap(ctx, op, cause)}
 				}
 				return 0, m.s.wrap(ctx, op, cause)
