@@ -31,7 +31,9 @@ var (
 	// with too few replicas. The write is either whole or absent; nothing
 	// it may reference was deleted. Look the rows up (List, Lookup,
 	// BatchGet) once the engine is back to learn which. Every other error
-	// of a write means nothing of it is visible.
+	// of a write means nothing of it is visible, but for an error of Clear
+	// or ClearPartition from deleting the cells of rows already removed
+	// (the rows are gone; Reclaim deletes the cells left behind).
 	ErrOutcomeUnknown = backends.ErrOutcomeUnknown
 	// ErrUnsupported: the engine cannot do what was asked (Reclaim of an
 	// engine whose metadata store tracks no garbage). It matches
