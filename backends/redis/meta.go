@@ -394,10 +394,12 @@ func (m *Meta) runAppendReplicated(ctx context.Context, keys []string, args ...a
 		return nil, err
 	}
 	want, timeout := m.s.opts.replicas, m.s.opts.replicaTimeout
+	// WAIT counts whole milliseconds, and 0 waits forever: round up.
+	waitMillis := (timeout + time.Millisecond - 1).Milliseconds()
 	for try := 0; ; try++ {
 		pipe := node.Pipeline()
 		ev := pipe.EvalSha(ctx, appendScript.Hash(), keys, args...)
-		wait := pipe.Do(ctx, "WAIT", want, timeout.Milliseconds())
+		wait := pipe.Do(ctx, "WAIT", want, waitMillis)
 		_, _ = pipe.Exec(ctx)
 		if err := ev.Err(); err != nil {
 			if try == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT") {

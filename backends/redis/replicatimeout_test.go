@@ -1,0 +1,35 @@
+package redis
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/redistest"
+)
+
+// TestReplicaTimeoutUnderAMillisecond: WAIT takes milliseconds, and 0
+// blocks forever; a positive timeout under a millisecond must still bound
+// the wait, so that a commit no replica acknowledges gets the WAIT's own
+// count (none), not a read timeout.
+func TestReplicaTimeoutUnderAMillisecond(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	s, err := OpenURL(ctx, "redis://"+srv.Addr()+"?read_timeout=1s", WithReplicas(1, 500*time.Microsecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := s.Meta()
+	defer m.Close()
+	res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Commit(ctx, "p", []backends.RowUpdate{{Key: "k", Index: res[0].Index, Fields: map[string]backends.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}})
+	var short *notReplicated
+	if !errors.As(err, &short) || short.err != nil || short.got != 0 || !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("Commit with no replica and a 500us replica timeout: %v, want the WAIT's count of 0 replicas", err)
+	}
+}
