@@ -16,22 +16,22 @@ import (
 	"github.com/tqgo/tqgo/internal/redistest"
 )
 
-// loseReplyHook lets the first script call whose record argument starts
+// lostAppendReplyHook lets the first script call whose record argument starts
 // with kind run on the server, runs after, and then reports the call
 // failed as if the connection had dropped before the reply: the write
 // applied and its client does not know.
-type loseReplyHook struct {
+type lostAppendReplyHook struct {
 	kind  byte
 	armed atomic.Bool
 	after func()
 }
 
-func (h *loseReplyHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *loseReplyHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+func (h *lostAppendReplyHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *lostAppendReplyHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return next
 }
 
-func (h *loseReplyHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+func (h *lostAppendReplyHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		err := next(ctx, cmd)
 		if err == nil && h.recordKind(cmd) == h.kind && h.armed.CompareAndSwap(true, false) {
@@ -44,7 +44,7 @@ func (h *loseReplyHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHoo
 
 // recordKind is the first byte of an appendScript call's record (ARGV[5]),
 // or 0 for any other command.
-func (h *loseReplyHook) recordKind(cmd goredis.Cmder) byte {
+func (h *lostAppendReplyHook) recordKind(cmd goredis.Cmder) byte {
 	args := cmd.Args()
 	if len(args) < 3 || !strings.EqualFold(cmd.Name(), "evalsha") {
 		return 0
@@ -77,7 +77,7 @@ func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 	defer other.Close()
 	defer other.Meta().Close()
 
-	hook := &loseReplyHook{kind: 'C'}
+	hook := &lostAppendReplyHook{kind: 'C'}
 	hook.after = func() {
 		// Another client's Prepare lengthens the log to compactAt; its
 		// writer then compacts it.
@@ -119,16 +119,16 @@ func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 	}
 }
 
-// losePipelineReplyHook lets the first pipeline run on the server and
+// lostPipelineReplyHook lets the first pipeline run on the server and
 // then fails its commands as if the connection had dropped before the
 // replies.
-type losePipelineReplyHook struct{ armed atomic.Bool }
+type lostPipelineReplyHook struct{ armed atomic.Bool }
 
-func (h *losePipelineReplyHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *losePipelineReplyHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+func (h *lostPipelineReplyHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *lostPipelineReplyHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return next
 }
-func (h *losePipelineReplyHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+func (h *lostPipelineReplyHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		err := next(ctx, cmds)
 		if err == nil && h.armed.CompareAndSwap(true, false) {
@@ -149,7 +149,7 @@ func (h *losePipelineReplyHook) ProcessPipelineHook(next goredis.ProcessPipeline
 func TestReplicatedCommitReplyLost(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	hook := &losePipelineReplyHook{}
+	hook := &lostPipelineReplyHook{}
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer client.Close()
 	client.AddHook(hook)
