@@ -187,7 +187,10 @@ func WithDirectConnections(on bool) Option {
 // (clients then detect that the log is not the one they replayed, and
 // read it again). A put with this option takes one more round trip: its
 // cells and commit no longer share a transaction. timeout must be
-// positive when n is (WAIT 0 would block forever).
+// positive when n is (WAIT 0 would block forever), and should be below
+// the client's read timeout: a WAIT that outlasts it loses its reply,
+// and the write is then reported ErrNotReplicated whatever the replicas
+// did.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) error {
 		if n < 0 || (n > 0 && timeout <= 0) {
