@@ -174,3 +174,75 @@ func TestReplicatedCommitReplyLost(t *testing.T) {
 		t.Fatalf("Commit on a server with no replica, reply lost: %v, want ErrNotReplicated and ErrOutcomeUnknown", err)
 	}
 }
+
+// TestCommitReplyLostThenLogTruncated: a Commit applies, its reply is
+// lost, and before the writer settles the outcome the log loses its last
+// records, the commit's among them, its epoch kept (a failover to a
+// replica that lagged). The commit is gone and can never apply later, so
+// Commit fails definitely (tq deletes the put's cells, which the promoted
+// log may no longer know as reserved).
+func TestCommitReplyLostThenLogTruncated(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+
+	hook := &lostAppendReplyHook{kind: 'C'}
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	client.AddHook(hook)
+	s, err := redis.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := s.Meta()
+	defer m.Close()
+
+	if _, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"}); err != nil {
+		t.Fatal(err)
+	}
+	var headAtOne string
+	hook.after = func() {
+		// Keep the first record only, with the head it had then.
+		keys, err := admin.Keys(ctx, "*:l").Result()
+		if err != nil || len(keys) != 1 {
+			t.Errorf("log keys %v: %v", keys, err)
+			return
+		}
+		base := keys[0][:len(keys[0])-2]
+		if err := admin.LTrim(ctx, base+":l", 0, 0).Err(); err != nil {
+			t.Error(err)
+		}
+		if err := admin.Set(ctx, base+":h", headAtOne, 0).Err(); err != nil {
+			t.Error(err)
+		}
+	}
+	keys, err := admin.Keys(ctx, "*:h").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("head keys %v: %v", keys, err)
+	}
+	if headAtOne, err = admin.Get(ctx, keys[0]).Result(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.armed.Store(true)
+	_, err = m.Commit(ctx, "p", []backends.RowUpdate{{Key: "k", Index: res[0].Index,
+		Fields: map[string]backends.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}})
+	if hook.armed.Load() {
+		t.Fatal("the commit's reply was never lost: the test did not run")
+	}
+	if err == nil || errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("Commit whose record the log lost: %v, want a definite error", err)
+	}
+	rows, err := m.Lookup(ctx, "p", []string{"k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0] != nil {
+		t.Fatalf("row k committed after a definite error: %+v", rows[0])
+	}
+}
