@@ -49,8 +49,10 @@ func (c *Client) Put(ctx context.Context, partition, key string, fields map[stri
 // validated and normalised as Tag says; the client keeps its own deep copy.
 //
 // Everything is validated before anything is written (ErrInvalid). The call
-// is all or nothing: on error no field of it is readable and its bytes are
-// deleted; a replaced field keeps its old value.
+// is all or nothing: on an error that does not match ErrOutcomeUnknown no
+// field of it is readable and its bytes are deleted, and a replaced field
+// keeps its old value; on one that does, the put is whole or absent and
+// its bytes are kept (see ErrOutcomeUnknown).
 func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, batch Batch, tags []Tag) error {
 	release, err := c.enter(ctx)
 	if err != nil {

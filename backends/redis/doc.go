@@ -124,7 +124,9 @@
 //     (applied) or, if the log is still where the write was computed,
 //     appends a fence record, so that a copy of the request still on its
 //     way can never apply (not applied). Only when the server cannot be
-//     asked (within 10 s) does the call return an error matching
+//     asked (within 10 s), or the log was replaced meanwhile (a
+//     compaction's snapshot or a delete, which keep no ids of the records
+//     before them), does the call return an error matching
 //     backends.ErrOutcomeUnknown; every other error means nothing was
 //     applied, and tq rolls such a put back.
 //   - A view whose records do not chain to the log's head is not looking
@@ -134,7 +136,9 @@
 //     against it, since the script checks the head.
 //   - WithReplicas (replicas=N in the URL) makes an acknowledged commit or
 //     clear mean replicated: WAIT N after each, and ErrNotReplicated (which
-//     matches backends.ErrOutcomeUnknown) when too few replicas answered.
+//     matches backends.ErrOutcomeUnknown) when too few replicas answered,
+//     or when the write was found applied after its reply was lost (the
+//     count of replicas went with it).
 //     Without it, a failover to a lagging replica loses the writes it
 //     lacked, though every client then agrees on what is left.
 //

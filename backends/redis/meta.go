@@ -340,11 +340,14 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 				// The log moved past where the write could apply. The
 				// records from there on tell whether it applied only if
 				// they are that log's: a log replaced meanwhile (a
-				// compaction's snapshot, a delete and a new log, a
-				// truncation) may hold the write's effect but not its
-				// record. A Prepare that may have applied only reserved
+				// compaction's snapshot, a delete and a new log) may hold
+				// the write's effect but not its record. A log of the same
+				// epoch that is shorter (truncated, a replica promoted)
+				// lost the write if it ever applied: it is absent. A write
+				// computed against a view to be read again applies to no
+				// log, and a Prepare that may have applied only reserved
 				// rows, which stay invisible.
-				if epoch, from, _, _, _ := logReply(reply[1:]); op != "prepare" && (epoch != at.epoch || from != at.n) {
+				if epoch, _ := replyString(reply, 1); op != "prepare" && epoch != at.epoch && at.epoch != badEpoch {
 					return 0, &unknownOutcome{m.s.wrap(ctx, op, fmt.Errorf("%w; the log was replaced before the write could be settled", cause))}
 				}
 				return 0, m.s.wrap(ctx, op, notApplied(cause))

@@ -190,9 +190,11 @@ func WithDirectConnections(on bool) Option {
 // read it again). A put with this option takes one more round trip: its
 // cells and commit no longer share a transaction. timeout must be
 // positive when n is (WAIT 0 would block forever); WAIT counts whole
-// milliseconds, and a timeout is rounded up to one. A write that applied
-// on a send whose WAIT reply was lost (go-redis resends a pipeline whose
-// reply it lost) is one the replicas may lack: it returns the same error.
+// milliseconds, and a timeout is rounded up to one. It should be below
+// the client's read timeout: a WAIT that outlasts it loses its reply. A
+// write that applied on a send whose WAIT reply was lost (go-redis resends
+// a pipeline whose reply it lost) is one the replicas may lack: it
+// returns the same error.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) error {
 		if n < 0 || (n > 0 && timeout <= 0) {
