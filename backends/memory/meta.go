@@ -331,19 +331,19 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 	}
 	defer p.mu.Unlock()
 	rows := make([]*metaRow, len(updates)) // checked, then updated
-	var cells updateCells
+	var cells backends.UpdateCells
 	for i := range updates {
 		u := &updates[i]
 		r := p.rows[u.Key]
 		if r == nil || r.index != u.Index {
 			return res, fmt.Errorf("%w: key %q in partition %q", backends.ErrConflict, u.Key, partition)
 		}
-		cs := cells.of(u.Fields)
+		cs := cells.Of(u.Fields)
 		for j := range cs {
 			var ok bool
-			if cs[j].hint, ok = r.live(p, cs[j].field, cs[j].gen, cs[j].hint); !ok {
+			if cs[j].Hint, ok = r.live(p, cs[j].Field, cs[j].Gen, cs[j].Hint); !ok {
 				return res, fmt.Errorf("%w: key %q field %q in partition %q: generation %d is not reserved (aborted?)",
-					backends.ErrConflict, u.Key, cs[j].field, partition, cs[j].gen)
+					backends.ErrConflict, u.Key, cs[j].Field, partition, cs[j].Gen)
 			}
 		}
 		rows[i] = r
@@ -354,10 +354,10 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 	)
 	for i, r := range rows {
 		u := &updates[i]
-		cs := cells.of(u.Fields)
+		cs := cells.Of(u.Fields)
 		for j := range cs {
 			var ok bool
-			if cs[j].hint, ok = r.unpend(p, cs[j].field, cs[j].gen, cs[j].hint); ok {
+			if cs[j].Hint, ok = r.unpend(p, cs[j].Field, cs[j].Gen, cs[j].Hint); ok {
 				p.pending--
 			}
 		}
@@ -390,35 +390,6 @@ func (r *metaRow) live(p *partition, field string, gen uint64, hint int) (int, b
 		return i, ok && fi.Gen == gen
 	}
 	return i, false
-}
-
-// updateCells lists the cells of an update's Fields map, worked out once
-// per map: the updates of a commit mostly share theirs (see
-// backends.RowUpdate).
-type updateCells struct {
-	m     map[string]backends.FieldInfo
-	valid bool
-	cells []updateCell
-}
-
-type updateCell struct {
-	field string
-	gen   uint64
-	hint  int // the field's place in the last row's gens
-}
-
-func (u *updateCells) of(fields map[string]backends.FieldInfo) []updateCell {
-	if u.valid && backends.SameMap(fields, u.m) {
-		return u.cells
-	}
-	if u.cells == nil {
-		u.cells = make([]updateCell, 0, len(fields))
-	}
-	u.m, u.valid, u.cells = fields, true, u.cells[:0]
-	for f, fi := range fields {
-		u.cells = append(u.cells, updateCell{field: f, gen: fi.Gen})
-	}
-	return u.cells
 }
 
 // Lookup implements backends.MetaStore.

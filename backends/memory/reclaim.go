@@ -116,20 +116,20 @@ func (p *partition) sweepRun(refs []backends.Ref) bool {
 // sweepSet removes the cells refs name from the garbage, the orphans and
 // the rows' reservations, wherever they are.
 func (p *partition) sweepSet(refs []backends.Ref) {
-	set := make(map[cellID]struct{}, len(refs))
+	set := make(map[backends.CellID]struct{}, len(refs))
 	for _, r := range refs {
-		set[idOf(r)] = struct{}{}
+		set[r.ID()] = struct{}{}
 	}
 	found := 0
 	p.garbage = slices.DeleteFunc(p.garbage, func(r backends.Ref) bool {
-		_, ok := set[idOf(r)]
+		_, ok := set[r.ID()]
 		if ok {
 			found++
 		}
 		return ok
 	})
 	p.orphans = slices.DeleteFunc(p.orphans, func(o pendingRef) bool {
-		_, ok := set[idOf(o.ref)]
+		_, ok := set[o.ref.ID()]
 		if ok {
 			found++
 		}
@@ -142,7 +142,7 @@ func (p *partition) sweepSet(refs []backends.Ref) {
 		for i := range r.gens {
 			g := &r.gens[i]
 			g.eachPending(func(gen uint64) {
-				if _, ok := set[cellID{index: r.index, gen: gen, field: g.field}]; ok {
+				if _, ok := set[backends.CellID{Index: r.index, Gen: gen, Field: g.field}]; ok {
 					g.drop(gen)
 					p.pending--
 				}
@@ -150,21 +150,13 @@ func (p *partition) sweepSet(refs []backends.Ref) {
 		}
 	}
 	p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {
-		_, ok := set[idOf(o.ref)]
+		_, ok := set[o.ref.ID()]
 		if ok {
 			p.pending--
 		}
 		return ok
 	})
 }
-
-// cellID is what names a cell: its storage key's parts.
-type cellID struct {
-	index, gen uint64
-	field      string
-}
-
-func idOf(r backends.Ref) cellID { return cellID{index: r.Index, gen: r.Gen, field: r.Field} }
 
 func sameCell(a, b backends.Ref) bool {
 	return a.Index == b.Index && a.Gen == b.Gen && a.Field == b.Field

@@ -272,30 +272,6 @@ func (r *metaRow) unpend(field string, gen uint64, hint int) bool {
 	return false
 }
 
-// updateCells lists the cells of an update's Fields map, worked out once
-// per map: the updates of a commit mostly share theirs.
-type updateCells struct {
-	m     map[string]backends.FieldInfo
-	valid bool
-	cells []updateCell
-}
-
-type updateCell struct {
-	field string
-	gen   uint64
-}
-
-func (u *updateCells) of(fields map[string]backends.FieldInfo) []updateCell {
-	if u.valid && backends.SameMap(fields, u.m) {
-		return u.cells
-	}
-	u.m, u.valid, u.cells = fields, true, u.cells[:0]
-	for f, fi := range fields {
-		u.cells = append(u.cells, updateCell{field: f, gen: fi.Gen})
-	}
-	return u.cells
-}
-
 // committing is what a Commit computed against a view: the rows and their
 // next states, the cells no longer referenced, and the change in the
 // number of committed rows.
@@ -312,17 +288,17 @@ type committing struct {
 // conflict.
 func (v *view) commit(partition string, updates []backends.RowUpdate) (*committing, error) {
 	c := &committing{rows: make([]*metaRow, len(updates)), next: make([]*backends.Row, len(updates)), updates: updates}
-	var cells updateCells
+	var cells backends.UpdateCells
 	for i := range updates {
 		u := &updates[i]
 		r := v.rows[u.Key]
 		if r == nil || r.index != u.Index {
 			return nil, fmt.Errorf("%w: key %q in partition %q", backends.ErrConflict, u.Key, partition)
 		}
-		for j, cell := range cells.of(u.Fields) {
-			if !r.live(cell.field, cell.gen, j) {
+		for j, cell := range cells.Of(u.Fields) {
+			if !r.live(cell.Field, cell.Gen, j) {
 				return nil, fmt.Errorf("%w: key %q field %q in partition %q: generation %d is not reserved (aborted?)",
-					backends.ErrConflict, u.Key, cell.field, partition, cell.gen)
+					backends.ErrConflict, u.Key, cell.Field, partition, cell.Gen)
 			}
 		}
 		c.rows[i] = r
@@ -355,11 +331,11 @@ func (v *view) commit(partition string, updates []backends.RowUpdate) (*committi
 // committed generations are no longer pending, and the cells the commit
 // left unreferenced are garbage.
 func (v *view) installCommit(c *committing) {
-	var cells updateCells
+	var cells backends.UpdateCells
 	for i, r := range c.rows {
 		r.row, r.pend = c.next[i], nil
-		for j, cell := range cells.of(c.updates[i].Fields) {
-			if r.unpend(cell.field, cell.gen, j) {
+		for j, cell := range cells.Of(c.updates[i].Fields) {
+			if r.unpend(cell.Field, cell.Gen, j) {
 				v.pending--
 			}
 		}
@@ -473,20 +449,20 @@ func (v *view) sweep(refs []backends.Ref) {
 	if len(refs) == 0 {
 		return
 	}
-	set := make(map[cellID]struct{}, len(refs))
+	set := make(map[backends.CellID]struct{}, len(refs))
 	for _, r := range refs {
-		set[idOf(r)] = struct{}{}
+		set[r.ID()] = struct{}{}
 	}
 	found := 0
 	v.garbage = slices.DeleteFunc(v.garbage, func(r backends.Ref) bool {
-		_, ok := set[idOf(r)]
+		_, ok := set[r.ID()]
 		if ok {
 			found++
 		}
 		return ok
 	})
 	v.orphans = slices.DeleteFunc(v.orphans, func(o pendingRef) bool {
-		_, ok := set[idOf(o.ref)]
+		_, ok := set[o.ref.ID()]
 		if ok {
 			found++
 		}
@@ -499,7 +475,7 @@ func (v *view) sweep(refs []backends.Ref) {
 		for i := range r.gens {
 			g := &r.gens[i]
 			g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
-				_, ok := set[cellID{index: r.index, gen: pg.gen, field: g.field}]
+				_, ok := set[backends.CellID{Index: r.index, Gen: pg.gen, Field: g.field}]
 				if ok {
 					v.pending--
 				}
@@ -515,30 +491,22 @@ func (v *view) emptyAfterSweep(refs []backends.Ref) bool {
 	if len(v.rows) > 0 || len(v.garbage)+len(v.orphans) > len(refs) {
 		return false
 	}
-	set := make(map[cellID]struct{}, len(refs))
+	set := make(map[backends.CellID]struct{}, len(refs))
 	for _, r := range refs {
-		set[idOf(r)] = struct{}{}
+		set[r.ID()] = struct{}{}
 	}
 	for _, r := range v.garbage {
-		if _, ok := set[idOf(r)]; !ok {
+		if _, ok := set[r.ID()]; !ok {
 			return false
 		}
 	}
 	for _, o := range v.orphans {
-		if _, ok := set[idOf(o.ref)]; !ok {
+		if _, ok := set[o.ref.ID()]; !ok {
 			return false
 		}
 	}
 	return true
 }
-
-// cellID is what names a cell: its storage key's parts.
-type cellID struct {
-	index, gen uint64
-	field      string
-}
-
-func idOf(r backends.Ref) cellID { return cellID{index: r.Index, gen: r.Gen, field: r.Field} }
 
 // committedRows returns the committed row of each key (nil: unknown or
 // not committed).
