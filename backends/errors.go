@@ -1,6 +1,9 @@
 package backends
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrClosed is returned by any call on a closed backend or store.
@@ -12,6 +15,14 @@ var (
 	// ErrConflict is returned by MetaStore.Commit when a row it was asked to
 	// commit was cleared (or re-created with another index) after Prepare.
 	ErrConflict = errors.New("backends: row changed since prepare")
+	// ErrReservationLost is returned by MetaStore.Commit, matching
+	// ErrConflict too, when the store does not know the reservation the
+	// commit names at all: no pending reservation, no removed row's, no
+	// aborted one. The metadata that held it is gone (a failover to a
+	// replica that never had the Prepare), so its index or generation may
+	// since have been handed out again, and the caller must not delete the
+	// put's cells by their storage keys: they may be another row's now.
+	ErrReservationLost = fmt.Errorf("%w: the reservation is unknown to the store (lost in a failover?)", ErrConflict)
 	// ErrOutcomeUnknown is returned by a MetaStore write (Commit, Delete,
 	// DeletePartition) that may or may not have been applied, and that
 	// the store could not settle: the request went out, no reply came

@@ -241,13 +241,23 @@ func (w *write) orderFields(batch Batch) int {
 	return nSplit
 }
 
-// commitFailed decides what a failed Commit means. The store settles a
+// commitFailed decides what a failed Commit means. A reservation the
+// store lost (backends.ErrReservationLost) is not rolled back by storage
+// key: those keys may name another row's cells now. The store settles a
 // lost reply itself (see backends.MetaStore.Commit): an error that does
 // not match ErrOutcomeUnknown applied nothing, so this write's cells are
 // deleted. One that does may have applied: the cells stay (unreferenced
 // garbage at worst, for Reclaim; never a listed row whose data is gone)
 // and the caller learns that the outcome is unknown.
 func (w *write) commitFailed(err error) error {
+	if errors.Is(err, backends.ErrReservationLost) {
+		// The store lost this put's reservation (a failover): its indexes
+		// or generations may be another put's now, so its cells are not
+		// deleted by storage key. They are left behind, unreferenced.
+		w.discard()
+		w.c.opts.logger.Warn("tq: commit refused, its reservation lost; leaving this put's cells", "partition", w.partition, "keys", len(w.keys), "err", err)
+		return err
+	}
 	if !errors.Is(err, ErrOutcomeUnknown) {
 		w.rollback(err)
 		return err

@@ -159,10 +159,12 @@ func (m *Meta) write(ctx context.Context, op, partition string, compute func(v *
 }
 
 // appendRunner runs appendScript with keys and args; first, when not nil,
-// runs the first attempt of writeVia (a commit sent with its data).
+// runs the first attempt of writeVia whose record was computed to apply
+// (a commit sent with its data).
 type appendRunner func(ctx context.Context, keys []string, args ...any) ([]any, error)
 
-// writeVia is write with the first attempt's script run by first.
+// writeVia is write with the script of the first attempt that computed a
+// record run by first.
 //
 // Every attempt of one write carries the same id in its record. The log
 // accepts a record only at the position the attempt was computed for, so
@@ -218,8 +220,12 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 		if replicated {
 			run = m.runAppendReplicated
 		}
-		if attempt == 0 && first != nil {
-			run = first
+		// first sends the record's cells with it: only with a record
+		// computed to apply, so that a commit that conflicts (its
+		// reservation lost, say) never writes them.
+		useFirst := first != nil && cerr == nil
+		if useFirst {
+			run, first = first, nil
 		}
 		drop := "0"
 		if ch.drop {
@@ -230,7 +236,7 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 		}
 		keys, args := skeys, []any{at.epoch, at.n, at.head, newE,
 			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), id, ch.need, base, ch.delta, partition, drop, inlineArg, "0", ch.age}
-		if len(ch.cells) > 0 && inline && !(attempt == 0 && first != nil) {
+		if len(ch.cells) > 0 && inline && !useFirst {
 			keys = append(slices.Clip(skeys), ch.cells...)
 			args = append(args, len(ch.cells))
 		}

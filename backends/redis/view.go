@@ -293,10 +293,17 @@ func (v *view) commit(partition string, updates []backends.RowUpdate) (*committi
 		u := &updates[i]
 		r := v.rows[u.Key]
 		if r == nil || r.index != u.Index {
+			if !v.retired(u.Index) {
+				return nil, fmt.Errorf("%w: key %q index %d in partition %q", backends.ErrReservationLost, u.Key, u.Index, partition)
+			}
 			return nil, fmt.Errorf("%w: key %q in partition %q", backends.ErrConflict, u.Key, partition)
 		}
 		for j, cell := range cells.Of(u.Fields) {
 			if !r.live(cell.Field, cell.Gen, j) {
+				if next, _ := r.gen(cell.Field, j); cell.Gen >= next {
+					return nil, fmt.Errorf("%w: key %q field %q in partition %q: generation %d was never reserved here",
+						backends.ErrReservationLost, u.Key, cell.Field, partition, cell.Gen)
+				}
 				return nil, fmt.Errorf("%w: key %q field %q in partition %q: generation %d is not reserved (aborted?)",
 					backends.ErrConflict, u.Key, cell.Field, partition, cell.Gen)
 			}
@@ -325,6 +332,24 @@ func (v *view) commit(partition string, updates []backends.RowUpdate) (*committi
 		c.next[i] = next
 	}
 	return c, nil
+}
+
+// retired reports whether the view knows index as a row it removed (its
+// cells garbage, its reservations orphans): a commit of that row then
+// conflicts, and its cells are the committer's to delete. An index the
+// view does not know at all was never reserved in this log.
+func (v *view) retired(index uint64) bool {
+	for _, o := range v.orphans {
+		if o.ref.Index == index {
+			return true
+		}
+	}
+	for _, g := range v.garbage {
+		if g.Index == index {
+			return true
+		}
+	}
+	return false
 }
 
 // installCommit applies c, computed against the view as it is: the

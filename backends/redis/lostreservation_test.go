@@ -1,0 +1,147 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// rewinder saves a partition's metadata keys (DUMP) and puts them back
+// (RESTORE): the state of a replica that missed everything since the save.
+type rewinder struct {
+	cl    *goredis.Client
+	base  string
+	saved map[string]string
+}
+
+func (r *rewinder) save(t *testing.T) {
+	t.Helper()
+	r.saved = map[string]string{}
+	for _, k := range []string{"l", "e", "h", "n"} {
+		v, err := r.cl.Dump(t.Context(), r.base+":"+k).Result()
+		if err != nil {
+			t.Fatalf("DUMP %s: %v", k, err)
+		}
+		r.saved[k] = v
+	}
+}
+
+func (r *rewinder) back(ctx context.Context) error {
+	for k, v := range r.saved {
+		if err := r.cl.RestoreReplace(ctx, r.base+":"+k, 0, v).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestCommitOfLostReservation: a Prepare the log no longer has (it was
+// rewound to before it, as a promoted replica that missed it would be)
+// makes the Commit fail with backends.ErrReservationLost, which matches
+// ErrConflict too: the store does not know the reservation, so its index
+// may be another row's now.
+func TestCommitOfLostReservation(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	m := open(t, srv.URL()+"?prefix=lost").Meta()
+	commitOne(t, m, "p", "a")
+	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: "lost:{lost:p}"}
+	defer r.cl.Close()
+	r.save(t)
+	res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.back(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Commit(ctx, "p", fieldUpdate([]string{"k"}, res, "f"))
+	if !errors.Is(err, backends.ErrReservationLost) || !errors.Is(err, backends.ErrConflict) {
+		t.Fatalf("Commit of a reservation the log lost: %v, want ErrReservationLost (and ErrConflict)", err)
+	}
+	// A reservation of a row the log removed is an ordinary conflict.
+	res, err = m.Prepare(ctx, "p", []string{"a"}, []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Delete(ctx, "p", []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Commit(ctx, "p", fieldUpdate([]string{"a"}, res, "f"))
+	if !errors.Is(err, backends.ErrConflict) || errors.Is(err, backends.ErrReservationLost) {
+		t.Fatalf("Commit of a removed row's reservation: %v, want ErrConflict, not ErrReservationLost", err)
+	}
+}
+
+// rewindAfterPut rewinds the metadata once the put's cells are written,
+// between its data and its commit.
+type rewindAfterPut struct {
+	backends.Backend
+	r    *rewinder
+	once sync.Once
+	err  error
+}
+
+func (w *rewindAfterPut) Put(ctx context.Context, keys []string, values [][]byte) error {
+	err := w.Backend.Put(ctx, keys, values)
+	if err == nil {
+		w.once.Do(func() { w.err = w.r.back(ctx) })
+	}
+	return err
+}
+
+// TestPutOfLostReservationKeepsCells: a put whose reservation the log lost
+// between its cells and its commit fails, and does not delete its cells
+// by storage key, since the index they name may be another row's.
+func TestPutOfLostReservationKeepsCells(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	url := srv.URL() + "?prefix=lostput"
+	s := open(t, url)
+	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: "lostput:{lostput:p}"}
+	defer r.cl.Close()
+	w := &rewindAfterPut{Backend: s, r: r}
+	c, err := tq.New(w, s.Meta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.BatchPut(ctx, "p", []string{"a"}, tq.Batch{"x": tq.ValuesOf([]string{"first"})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.save(t)
+	w.once = sync.Once{}
+	keys := keyRange("k", 4)
+	err = c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.ValuesOf([]string{"0", "1", "2", "3"})}, nil)
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	if !errors.Is(err, backends.ErrReservationLost) {
+		t.Fatalf("put whose reservation the log lost: %v, want ErrReservationLost", err)
+	}
+	cells, err := r.cl.Keys(ctx, "lostput:d:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, k := range cells {
+		if !strings.Contains(k, "!") {
+			n++
+		}
+	}
+	if n != 1+len(keys) {
+		t.Errorf("%d cells after the put, want %d: a put whose reservation was lost must not delete cells by storage key", n, 1+len(keys))
+	}
+	m, err := c.List(ctx, "p")
+	if err != nil || len(m.Rows) != 1 || m.Rows[0].Key != "a" {
+		t.Fatalf("List: %v, %v; want row a only", m, err)
+	}
+}
