@@ -58,6 +58,21 @@ type Reclaimer interface {
 	// way. Refs the store does not know as garbage or pending are
 	// ignored; a partition left with no rows and no garbage is forgotten.
 	Swept(ctx context.Context, partition string, refs []Ref) error
+	// Abandon aborts the reservations refs name, of a put that failed
+	// before its commit applied and is about to delete its own cells:
+	// their Commit then fails with ErrConflict, and they become garbage
+	// (with the refs' Tags), returned by Garbage until swept. A ref that
+	// is already garbage, or a removed row's reservation (which becomes
+	// garbage too), is known as well. When some ref names nothing the
+	// store knows of the partition, Abandon still aborts the others and
+	// returns an error matching ErrReservationLost: that reservation was
+	// lost with metadata a failover replaced, its index or generation may
+	// be another row's now, and the caller must not delete those cells by
+	// storage key. A store whose metadata cannot be lost (in-process)
+	// takes such refs for cells Garbage aborted and Swept forgot (a put
+	// slower than olderThan), whose keys nobody else is given, and returns
+	// nil: the caller deletes them.
+	Abandon(ctx context.Context, partition string, refs []Ref) error
 }
 
 // AppendRowRefs appends the cells of rows to dst, row by row and by field

@@ -540,7 +540,12 @@ func (w *write) discard() {
 }
 
 // rollback deletes every cell this write may have stored. The storage keys
-// carry generations reserved for this write alone, so nothing else is lost.
+// carry generations reserved for this write alone, so nothing else is
+// lost: where the store is a backends.Reclaimer, it first abandons the
+// reservations, which confirms they are still this write's. If the store
+// does not know them (backends.ErrReservationLost: lost in a failover,
+// their keys perhaps another row's now), nothing is deleted: the cells
+// stay behind, unreferenced.
 func (w *write) rollback(cause error) {
 	w.c.opts.logger.Debug("tq: rolling back put", "partition", w.partition, "keys", len(w.keys), "cause", cause)
 	w.discard()
@@ -550,6 +555,20 @@ func (w *write) rollback(cause error) {
 		for i := range n {
 			info := w.infos[fi*n+i]
 			refs = append(refs, backends.Ref{Index: w.res[i].Index, Field: f, Gen: info.Gen, Tag: info.BackendTag})
+		}
+	}
+	if rc, ok := w.c.meta.(backends.Reclaimer); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		err := rc.Abandon(ctx, w.partition, refs)
+		cancel()
+		switch {
+		case errors.Is(err, backends.ErrReservationLost):
+			w.c.opts.logger.Warn("tq: rollback found this put's reservations lost; leaving its cells", "partition", w.partition, "cells", len(refs), "err", err)
+			return
+		case err != nil:
+			// The store did not say they are lost: delete as ever (the
+			// cells stay reserved for Reclaim if the deletes fail too).
+			w.c.opts.logger.Warn("tq: rollback could not abandon this put's reservations", "partition", w.partition, "cells", len(refs), "err", err)
 		}
 	}
 	w.c.cleanup(w.partition, refs, "rollback")

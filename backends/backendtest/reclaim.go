@@ -26,6 +26,7 @@ var reclaimTests = []struct {
 	{"DeletePartition", testGarbageDeletePartition},
 	{"SweptReservation", testSweptReservation},
 	{"SweptUnknown", testSweptUnknown},
+	{"Abandon", testAbandon},
 	{"Invalid", testGarbageInvalid},
 	{"Model", testGarbageModel},
 	{"Closed", testGarbageClosed},
@@ -230,6 +231,36 @@ func testSweptReservation(x *rt) {
 	x.wantConflict("Commit of a reservation reported swept", p,
 		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
 	x.wantGarbage("Garbage(0) after Swept of one reservation", p, 0, ref(r[1].Index, "f", 0, false))
+}
+
+// Abandon of a rolled-back put's reservations makes them garbage at
+// once (with the refs' tags), whatever olderThan, and their Commit then
+// conflicts; a removed row's reservation and a cell already garbage are
+// known too.
+func testAbandon(x *rt) {
+	p := x.part("p")
+	r := x.prepare(p, []string{"a", "b", "c"}, []string{"f"})
+	x.commit(p, backends.RowUpdate{Key: "c", Index: r[2].Index, Fields: fields(r[2], "f")})
+	rc := x.prepare(p, []string{"c"}, []string{"f"})
+	x.commit(p, backends.RowUpdate{Key: "c", Index: rc[0].Index, Fields: fields(rc[0], "f")}) // c's f#0 is garbage
+	x.delete(p, "b")                                                                          // b's f#0 is an orphan
+	x.swept(p, []backends.Ref{ref(r[2].Index, "f", 0, true)})
+	rc2 := x.prepare(p, []string{"c"}, []string{"f"})
+	x.commit(p, backends.RowUpdate{Key: "c", Index: rc2[0].Index, Fields: fields(rc2[0], "f")}) // c's f#1 is garbage
+	own := []backends.Ref{
+		{Index: r[0].Index, Field: "f", Gen: 0, Tag: "t-a"}, // pending
+		{Index: r[1].Index, Field: "f", Gen: 0, Tag: "t-b"}, // an orphan
+		ref(r[2].Index, "f", 1, true),                       // garbage already
+	}
+	if err := x.r.Abandon(x.ctx, p, own); err != nil {
+		x.t.Fatalf("Abandon of known reservations: %v", err)
+	}
+	x.wantConflict("Commit of an abandoned reservation", p,
+		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
+	x.wantGarbage("Garbage(1h) after Abandon", p, hour, own...)
+	if err := x.r.Abandon(x.ctx, p, nil); err != nil {
+		x.t.Errorf("Abandon of nothing: %v", err)
+	}
 }
 
 func testSweptUnknown(x *rt) {

@@ -158,6 +158,62 @@ func (p *partition) sweepSet(refs []backends.Ref) {
 	})
 }
 
+// Abandon implements backends.Reclaimer. It scans the partition's rows
+// for the reservations refs name: a rollback's, which is rare. It never
+// reports a reservation lost.
+func (m *MetaStore) Abandon(ctx context.Context, partition string, refs []backends.Ref) error {
+	if err := m.check(ctx); err != nil {
+		return err
+	}
+	if len(refs) == 0 {
+		return nil
+	}
+	set := make(map[backends.CellID]backends.Ref, len(refs))
+	for _, r := range refs {
+		set[r.ID()] = r
+	}
+	// A cell it does not know was aborted and swept already (this store
+	// loses no metadata, and never hands its key out again): the caller
+	// may delete it.
+	if p := m.lockPart(partition, false, 0); p != nil {
+		p.abandon(set)
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// abandon makes the reservations set names garbage.
+func (p *partition) abandon(set map[backends.CellID]backends.Ref) {
+	take := func(id backends.CellID) bool {
+		r, ok := set[id]
+		if ok {
+			p.garbage = append(p.garbage, r)
+		}
+		return ok
+	}
+	p.orphans = slices.DeleteFunc(p.orphans, func(o pendingRef) bool { return take(o.ref.ID()) })
+	if p.pending > 0 {
+		for _, r := range p.rows {
+			for i := range r.gens {
+				g := &r.gens[i]
+				g.eachPending(func(gen uint64) {
+					if take(backends.CellID{Index: r.index, Gen: gen, Field: g.field}) {
+						g.drop(gen)
+						p.pending--
+					}
+				})
+			}
+		}
+		p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {
+			if take(o.ref.ID()) {
+				p.pending--
+				return true
+			}
+			return false
+		})
+	}
+}
+
 func sameCell(a, b backends.Ref) bool {
 	return a.Index == b.Index && a.Gen == b.Gen && a.Field == b.Field
 }

@@ -140,14 +140,16 @@
 //     or when the write was found applied after its reply was lost (the
 //     count of replicas went with it).
 //     Without it, a failover to a lagging replica loses the writes it
-//     lacked, though every client then agrees on what is left; and since
-//     the promoted replica's index counter is behind, it hands out
-//     indexes again, so that a put in flight across the failover may
-//     write or roll back cells another row now has. A commit whose
-//     reservation the log lost fails with backends.ErrReservationLost and
-//     tq then deletes none of its cells; a put whose data write failed in
-//     the failover still rolls back by storage key. Use replicas=1 (a
-//     Prepare then waits for its replica too) where failovers happen.
+//     lacked, though every client then agrees on what is left. The
+//     promoted replica's index counter is behind, so it hands out indexes
+//     again: a put in flight across the failover holds storage keys that
+//     may be another row's now. Its commit fails with
+//     backends.ErrReservationLost, and its rollback first asks the log to
+//     abandon its reservations, which reports them lost too: tq then
+//     deletes none of its cells. What remains is a put that writes its
+//     cells after another row got the same index, overwriting them. Use
+//     replicas=1 (a Prepare then waits for its replica too) where
+//     failovers happen.
 //
 // Every script reads and checks all the keys it uses before its first
 // write (a counter that is not a number, a key of the wrong type): a

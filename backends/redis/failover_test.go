@@ -307,9 +307,9 @@ func (d *failoverDuringPut) Put(ctx context.Context, keys []string, values [][]b
 // deletes cells by storage key (index, field, generation) that may be
 // those of another row, which the promoted replica gave the same index,
 // committed and acknowledged. Its commit is refused with
-// backends.ErrReservationLost and then deletes nothing; what remains is a
-// put whose data write fails in the failover (its rollback deletes by
-// storage key) or that writes its cells over the other row's.
+// backends.ErrReservationLost, and its rollback (Abandon first) finds the
+// reservation lost: it deletes nothing. What remains is a put that writes
+// its cells over the other row's in the failover window.
 // It skips t, so that the test guards everything else until the engine
 // is fixed, unless TQ_KNOWN_GAPS=1, which makes it a failure.
 func cellsLostGap(t *testing.T, format string, args ...any) {

@@ -471,6 +471,32 @@ func (s *lrState) apply(rec []byte, pos int) error {
 				row.pending[f] = slices.DeleteFunc(ps, func(p lrReservation) bool { return gone(lrRef{index: row.index, field: f, gen: p.gen}) })
 			}
 		}
+	case 'B':
+		n := r.count()
+		named := map[lrRef]bool{}
+		for range n {
+			if r.count() != 4 {
+				return fmt.Errorf("abandoned cell of other than 4 elements")
+			}
+			named[lrRef{index: r.uint(), field: r.str(), gen: r.uint()}] = true
+			r.str() // the backend tag
+		}
+		if r.err != nil {
+			return r.err
+		}
+		take := func(x lrRef) bool {
+			if named[lrRef{index: x.index, field: x.field, gen: x.gen}] {
+				s.garbage = append(s.garbage, lrRef{index: x.index, field: x.field, gen: x.gen})
+				return true
+			}
+			return false
+		}
+		s.orphans = slices.DeleteFunc(s.orphans, take)
+		for _, row := range s.rows {
+			for f, ps := range row.pending {
+				row.pending[f] = slices.DeleteFunc(ps, func(p lrReservation) bool { return take(lrRef{index: row.index, field: f, gen: p.gen}) })
+			}
+		}
 	case 'F':
 	case 'S':
 		if pos != 0 {

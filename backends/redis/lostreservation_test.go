@@ -145,3 +145,74 @@ func TestPutOfLostReservationKeepsCells(t *testing.T) {
 		t.Fatalf("List: %v, %v; want row a only", m, err)
 	}
 }
+
+// rewindThenFail rewinds the metadata on the put's first data write and
+// fails the write after it went through, as a failover under a put would.
+type rewindThenFail struct {
+	backends.Backend
+	r     *rewinder
+	armed bool
+}
+
+var errFailedOver = errors.New("the server failed over under the write")
+
+func (w *rewindThenFail) Put(ctx context.Context, keys []string, values [][]byte) error {
+	if err := w.Backend.Put(ctx, keys, values); err != nil || !w.armed {
+		return err
+	}
+	w.armed = false
+	if err := w.r.back(ctx); err != nil {
+		return err
+	}
+	return errFailedOver
+}
+
+// TestRollbackOfLostReservationKeepsCells: a put whose data write fails
+// after the log lost its reservation rolls back without deleting its
+// cells by storage key (the store no longer confirms they are its own),
+// while a put whose reservation the log has rolls back as ever.
+func TestRollbackOfLostReservationKeepsCells(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	s := open(t, srv.URL()+"?prefix=lostrb")
+	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: "lostrb:{lostrb:p}"}
+	defer r.cl.Close()
+	w := &rewindThenFail{Backend: s, r: r}
+	c, err := tq.New(w, s.Meta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.BatchPut(ctx, "p", []string{"a"}, tq.Batch{"x": tq.ValuesOf([]string{"first"})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		cells, err := r.cl.Keys(ctx, "lostrb:d:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(cells)
+	}
+	// A failure with the reservation known: the rollback deletes.
+	w.armed, r.saved = true, map[string]string{} // a rewind that restores nothing
+	keys := keyRange("k", 3)
+	if err := c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.ValuesOf([]string{"0", "1", "2"})}, nil); !errors.Is(err, errFailedOver) {
+		t.Fatalf("put whose write failed: %v", err)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d cells after a rollback of a known reservation, want 1 (row a's)", n)
+	}
+	// The same failure after the log lost the reservation: nothing deleted.
+	r.save(t)
+	w.armed = true
+	if err := c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.ValuesOf([]string{"0", "1", "2"})}, nil); !errors.Is(err, errFailedOver) {
+		t.Fatalf("put whose write failed: %v", err)
+	}
+	if n := count(); n != 1+len(keys) {
+		t.Errorf("%d cells after a rollback of a lost reservation, want %d: its cells must not be deleted by storage key", n, 1+len(keys))
+	}
+	m, err := c.List(ctx, "p")
+	if err != nil || len(m.Rows) != 1 || m.Rows[0].Key != "a" {
+		t.Fatalf("List: %v, %v; want row a only", m, err)
+	}
+}

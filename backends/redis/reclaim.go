@@ -62,3 +62,34 @@ func (m *Meta) Swept(ctx context.Context, partition string, refs []backends.Ref)
 	})
 	return err
 }
+
+// Abandon implements backends.Reclaimer. It appends a record naming the
+// cells, computed against the view; the cells the view does not know make
+// the error.
+func (m *Meta) Abandon(ctx context.Context, partition string, refs []backends.Ref) error {
+	if err := m.check(ctx); err != nil {
+		return err
+	}
+	if len(refs) == 0 {
+		return nil
+	}
+	distinct := make(map[backends.CellID]struct{}, len(refs))
+	for _, r := range refs {
+		distinct[r.ID()] = struct{}{}
+	}
+	known := 0
+	_, err := m.write(ctx, "abandon", partition, func(v *view) (change, error) {
+		known = v.knownCells(refs)
+		if known == 0 {
+			return change{}, nil // nothing to record: check the view is current
+		}
+		return change{record: abandonRecord(refs), install: func(uint64, int64) { v.abandon(refs) }}, nil
+	})
+	if err != nil {
+		return err
+	}
+	if known < len(distinct) {
+		return fmt.Errorf("%w: %d of %d cells of partition %q", backends.ErrReservationLost, len(distinct)-known, len(distinct), partition)
+	}
+	return nil
+}

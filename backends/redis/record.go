@@ -37,6 +37,9 @@ import (
 //	                               before cutoff (server time, decimal
 //	                               microseconds; the script writes it)
 //	W<id>[[index field gen]...]    swept: these cells are deleted
+//	B<id>[[index field gen tag]...]
+//	                               abandoned: these reservations (a
+//	                               rolled-back put's) are garbage
 //	S<id>[tables] n (key index gens committed t tag)*n [garbage] [orphans]
 //	                               a snapshot of the whole partition,
 //	                               which replaces the log (compaction)
@@ -57,6 +60,7 @@ const (
 	recClear    = 'X'
 	recAbort    = 'A'
 	recSwept    = 'W'
+	recAbandon  = 'B'
 )
 
 // idLen is the length of a record's id: 16 hex digits of a random uint64.
@@ -613,6 +617,30 @@ func sweptRecord(refs []backends.Ref) []byte {
 		b = msgp.AppendUint64(b, r.Gen)
 	}
 	return b
+}
+
+// abandonRecord lists the cells refs name with their tags:
+// [[index field gen tag]...].
+func abandonRecord(refs []backends.Ref) []byte {
+	b := make([]byte, bodyAt, bodyAt+5+len(refs)*28)
+	b[0] = recAbandon
+	b = msgp.AppendArrayHeader(b, uint32(len(refs)))
+	for _, r := range refs {
+		b = msgp.AppendArrayHeader(b, 4)
+		b = msgp.AppendUint64(b, r.Index)
+		b = msgp.AppendString(b, r.Field)
+		b = msgp.AppendUint64(b, r.Gen)
+		b = msgp.AppendString(b, r.Tag)
+	}
+	return b
+}
+
+func readAbandon(rec []byte) ([]backends.Ref, error) {
+	refs, b, err := readCells(rec[bodyAt:])
+	if err == nil && len(b) != 0 {
+		err = fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return refs, err
 }
 
 func readSwept(rec []byte) ([]backends.Ref, error) {

@@ -510,6 +510,76 @@ func (v *view) sweep(refs []backends.Ref) {
 	}
 }
 
+// abandon makes the reservations refs name garbage (with the refs'
+// tags): pending ones of rows, and orphans. It returns how many cells of
+// refs the view knows (garbage already included).
+func (v *view) abandon(refs []backends.Ref) int {
+	set := make(map[backends.CellID]backends.Ref, len(refs))
+	for _, r := range refs {
+		set[r.ID()] = r
+	}
+	known := 0
+	for _, g := range v.garbage {
+		if _, ok := set[g.ID()]; ok {
+			known++
+		}
+	}
+	take := func(id backends.CellID) bool {
+		r, ok := set[id]
+		if ok {
+			v.garbage = append(v.garbage, r)
+			known++
+		}
+		return ok
+	}
+	v.orphans = slices.DeleteFunc(v.orphans, func(o pendingRef) bool { return take(o.ref.ID()) })
+	if v.pending > 0 {
+		for _, r := range v.rows {
+			for i := range r.gens {
+				g := &r.gens[i]
+				g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
+					if take(backends.CellID{Index: r.index, Gen: pg.gen, Field: g.field}) {
+						v.pending--
+						return true
+					}
+					return false
+				})
+			}
+		}
+	}
+	return known
+}
+
+// knownCells counts the cells of refs the view knows: garbage, orphans
+// and pending reservations (it changes nothing).
+func (v *view) knownCells(refs []backends.Ref) int {
+	set := make(map[backends.CellID]struct{}, len(refs))
+	for _, r := range refs {
+		set[r.ID()] = struct{}{}
+	}
+	known := 0
+	for _, g := range v.garbage {
+		if _, ok := set[g.ID()]; ok {
+			known++
+		}
+	}
+	for _, o := range v.orphans {
+		if _, ok := set[o.ref.ID()]; ok {
+			known++
+		}
+	}
+	for _, r := range v.rows {
+		for _, g := range r.gens {
+			for _, pg := range g.pend {
+				if _, ok := set[backends.CellID{Index: r.index, Gen: pg.gen, Field: g.field}]; ok {
+					known++
+				}
+			}
+		}
+	}
+	return known
+}
+
 // emptyAfterSweep reports whether the view would be empty once refs are
 // swept (it changes nothing).
 func (v *view) emptyAfterSweep(refs []backends.Ref) bool {
@@ -675,6 +745,12 @@ func (v *view) apply(rec string) error {
 			return err
 		}
 		v.sweep(refs)
+	case recAbandon:
+		refs, err := readAbandon(b)
+		if err != nil {
+			return err
+		}
+		v.abandon(refs)
 	case recSnapshot:
 		if v.n != 0 {
 			return fmt.Errorf("snapshot at position %d", v.n)

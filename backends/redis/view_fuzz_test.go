@@ -302,7 +302,7 @@ func roundTrip(t *testing.T, ops []byte) {
 	in := &opReader{b: ops}
 	for step := 0; len(in.b) > 0 && step < 64; step++ {
 		op := in.next()
-		switch op % 7 {
+		switch op % 8 {
 		case 0: // Prepare
 			ks, fs := pick(keys, in.next()), pick(fields, in.next())
 			if len(ks) == 0 {
@@ -469,6 +469,24 @@ func roundTrip(t *testing.T, ops []byte) {
 			setID(rec, newID())
 			replay("swept", rec)
 			check("swept")
+		case 7: // abandon: a rolled-back put's reservations, and orphans
+			var refs []backends.Ref
+			for _, k := range pick(keys, in.next()) {
+				if x := w.rows[k]; x != nil && len(x.gens) > 0 && len(x.gens[0].pend) > 0 {
+					refs = append(refs, backends.Ref{Index: x.index, Field: x.gens[0].field, Gen: x.gens[0].pend[0].gen, Tag: "t"})
+				}
+			}
+			if len(w.orphans) > 0 && op&0x80 != 0 {
+				refs = append(refs, w.orphans[0].ref)
+			}
+			if len(refs) == 0 {
+				continue
+			}
+			w.abandon(refs)
+			rec := abandonRecord(refs)
+			setID(rec, newID())
+			replay("abandon", rec)
+			check("abandon")
 		case 3: // compaction
 			snap, err := w.snapshot()
 			if err != nil {
