@@ -14,6 +14,43 @@ import (
 	"github.com/tqgo/tqgo/tq"
 )
 
+// lostClient opens a tq client under prefix on srv whose data backend is
+// wrap of the engine's, with a rewinder of partition p, and writes row a.
+func lostClient(t *testing.T, srv interface {
+	URL() string
+	Addr() string
+}, prefix string, wrap func(backends.Backend, *rewinder) backends.Backend) (*tq.Client, *rewinder) {
+	t.Helper()
+	s := open(t, srv.URL()+"?prefix="+prefix)
+	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: prefix + ":{" + prefix + ":p}"}
+	t.Cleanup(func() { r.cl.Close() })
+	c, err := tq.New(wrap(s, r), s.Meta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.BatchPut(t.Context(), "p", []string{"a"}, tq.Batch{"x": tq.ValuesOf([]string{"first"})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return c, r
+}
+
+// cellCount counts the data cells under prefix (put markers aside).
+func cellCount(t *testing.T, r *rewinder, prefix string) int {
+	t.Helper()
+	keys, err := r.cl.Keys(t.Context(), prefix+":d:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, k := range keys {
+		if !strings.Contains(k, "!") {
+			n++
+		}
+	}
+	return n
+}
+
 // rewinder saves a partition's metadata keys (DUMP) and puts them back
 // (RESTORE): the state of a replica that missed everything since the save.
 type rewinder struct {
@@ -104,39 +141,22 @@ func (w *rewindAfterPut) Put(ctx context.Context, keys []string, values [][]byte
 func TestPutOfLostReservationKeepsCells(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	url := srv.URL() + "?prefix=lostput"
-	s := open(t, url)
-	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: "lostput:{lostput:p}"}
-	defer r.cl.Close()
-	w := &rewindAfterPut{Backend: s, r: r}
-	c, err := tq.New(w, s.Meta())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.BatchPut(ctx, "p", []string{"a"}, tq.Batch{"x": tq.ValuesOf([]string{"first"})}, nil); err != nil {
-		t.Fatal(err)
-	}
+	var w *rewindAfterPut
+	c, r := lostClient(t, srv, "lostput", func(b backends.Backend, r *rewinder) backends.Backend {
+		w = &rewindAfterPut{Backend: b, r: r}
+		return w
+	})
 	r.save(t)
 	w.once = sync.Once{}
 	keys := keyRange("k", 4)
-	err = c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.ValuesOf([]string{"0", "1", "2", "3"})}, nil)
+	err := c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.ValuesOf([]string{"0", "1", "2", "3"})}, nil)
 	if w.err != nil {
 		t.Fatal(w.err)
 	}
 	if !errors.Is(err, backends.ErrReservationLost) {
 		t.Fatalf("put whose reservation the log lost: %v, want ErrReservationLost", err)
 	}
-	cells, err := r.cl.Keys(ctx, "lostput:d:*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, k := range cells {
-		if !strings.Contains(k, "!") {
-			n++
-		}
-	}
+	n := cellCount(t, r, "lostput")
 	if n != 1+len(keys) {
 		t.Errorf("%d cells after the put, want %d: a put whose reservation was lost must not delete cells by storage key", n, 1+len(keys))
 	}
@@ -174,25 +194,12 @@ func (w *rewindThenFail) Put(ctx context.Context, keys []string, values [][]byte
 func TestRollbackOfLostReservationKeepsCells(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	s := open(t, srv.URL()+"?prefix=lostrb")
-	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: "lostrb:{lostrb:p}"}
-	defer r.cl.Close()
-	w := &rewindThenFail{Backend: s, r: r}
-	c, err := tq.New(w, s.Meta())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.BatchPut(ctx, "p", []string{"a"}, tq.Batch{"x": tq.ValuesOf([]string{"first"})}, nil); err != nil {
-		t.Fatal(err)
-	}
-	count := func() int {
-		cells, err := r.cl.Keys(ctx, "lostrb:d:*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(cells)
-	}
+	var w *rewindThenFail
+	c, r := lostClient(t, srv, "lostrb", func(b backends.Backend, r *rewinder) backends.Backend {
+		w = &rewindThenFail{Backend: b, r: r}
+		return w
+	})
+	count := func() int { return cellCount(t, r, "lostrb") }
 	// A failure with the reservation known: the rollback deletes.
 	w.armed, r.saved = true, map[string]string{} // a rewind that restores nothing
 	keys := keyRange("k", 3)

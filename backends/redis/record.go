@@ -606,31 +606,30 @@ func bareRecord(kind byte) []byte {
 }
 
 // sweptRecord lists the cells refs name: [[index field gen]...].
-func sweptRecord(refs []backends.Ref) []byte {
-	b := make([]byte, bodyAt, bodyAt+5+len(refs)*24)
-	b[0] = recSwept
-	b = msgp.AppendArrayHeader(b, uint32(len(refs)))
-	for _, r := range refs {
-		b = msgp.AppendArrayHeader(b, 3)
-		b = msgp.AppendUint64(b, r.Index)
-		b = msgp.AppendString(b, r.Field)
-		b = msgp.AppendUint64(b, r.Gen)
-	}
-	return b
-}
+func sweptRecord(refs []backends.Ref) []byte { return cellsRecord(recSwept, refs, false) }
 
 // abandonRecord lists the cells refs name with their tags:
 // [[index field gen tag]...].
-func abandonRecord(refs []backends.Ref) []byte {
+func abandonRecord(refs []backends.Ref) []byte { return cellsRecord(recAbandon, refs, true) }
+
+// cellsRecord is a record of kind whose body lists the cells refs name,
+// with their backend tags when tags is set.
+func cellsRecord(kind byte, refs []backends.Ref, tags bool) []byte {
+	parts := uint32(3)
+	if tags {
+		parts = 4
+	}
 	b := make([]byte, bodyAt, bodyAt+5+len(refs)*28)
-	b[0] = recAbandon
+	b[0] = kind
 	b = msgp.AppendArrayHeader(b, uint32(len(refs)))
 	for _, r := range refs {
-		b = msgp.AppendArrayHeader(b, 4)
+		b = msgp.AppendArrayHeader(b, parts)
 		b = msgp.AppendUint64(b, r.Index)
 		b = msgp.AppendString(b, r.Field)
 		b = msgp.AppendUint64(b, r.Gen)
-		b = msgp.AppendString(b, r.Tag)
+		if tags {
+			b = msgp.AppendString(b, r.Tag)
+		}
 	}
 	return b
 }
