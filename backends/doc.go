@@ -2,50 +2,56 @@
 // and metadata, in the manner of database/sql/driver: trainer code imports
 // package tq; engines import this package (and codec), never tq.
 //
-// # Data
+// An engine is an [Opener], registered under a URL scheme, that returns an
+// [Engine]: a [Store] for the data and a [MetaStore] for the metadata.
 //
-// A [Backend] stores opaque packed objects by storage key. It is small on
-// purpose; extra abilities are optional interfaces found by type assertion:
+// # Data: Store
 //
-//   - [Allocator]: the engine hands out destination buffers of its own
-//     memory, the codec packs straight into them, and [Staged.Publish] makes
-//     them visible (zero-copy write; memory and yuanrong implement it).
-//   - [TagReporter]: the engine reports an opaque tag per key on write (a
-//     strategy, in TransferQueue's words "custom backend meta"), which the
-//     metadata keeps and hands back through [TaggedReader] and [TaggedDeleter].
-//   - [SplitWriter] and [SplitReader]: the engine stores a value given as a
-//     head and a body, and reads a value straight into a head and a body of
-//     the caller's, so tq moves a tensor cell as the codec's prefix and the
-//     row of a stacked tensor, with no packing copy on the way out and no
-//     stacking copy on the way in (redis implements both, memory the
-//     writer: its Get is already zero-copy).
-//   - [CommitWriter]: the engine writes cells and commits the rows that
-//     reference them in one request, when the MetaStore is its own (redis:
-//     one MULTI/EXEC), so a put waits for one round trip fewer.
-//   - [ConfirmingReader], with a MetaStore that is a [CachedLookup]: the
-//     metadata keeps a copy of the rows in the client, and the engine
-//     checks that copy in the request that reads the cells, so a read of
-//     rows the client has seen takes one round trip, not two (redis).
+// A Store writes, reads and deletes cells: opaque values under storage
+// keys ([StorageKey]: "<global_index>@<field>", TransferQueue's layout).
 //
-// Wrappers (metrics, fault injection) must pass these through; see
-// backendtest.Faulty for one that does.
+//   - Write takes each value as a Head and a Body (a tensor travels as the
+//     codec's prefix and the caller's own row, never packed first) and
+//     reports a Tag per cell if the engine wants one back (a storage
+//     strategy: TransferQueue's "custom backend meta"), which the
+//     metadata keeps and Read and Delete hand back.
+//   - Read reads each value into the caller's Head and Body when it has
+//     their length (a stacked column's row, filled in place), or returns
+//     it whole.
+//   - A plain key-value engine implements [KV] (Put, Get, Delete, Close)
+//     and [FromKV] makes the Store: an engine in a screen of code.
 //
-// # Metadata
+// Optional: a [Stager] hands out the engine's own memory for values the
+// codec packs, which Write then publishes with no copy (memory, yuanrong).
 //
-// A [MetaStore] plays the part of TransferQueue's controller: it maps a
+// # Metadata: MetaStore
+//
+// A MetaStore plays the part of TransferQueue's controller: it maps a
 // partition's keys to global indexes (allocated once, monotonic, never
 // reused), records which fields each row has committed with their dtype and
-// shape, and keeps each row's tag. See its doc for the write protocol.
-// Its optional interfaces:
+// shape, keeps each row's tag, and finds cells nothing references
+// (Garbage). A write goes Prepare, cells, Commit; see MetaStore. Every
+// failure is classed: an error matching [ErrOutcomeUnknown] may have
+// applied; any other applied nothing.
 //
-//   - [CachedLookup]: a client-side copy of rows, for [ConfirmingReader]
-//     (see Data above).
-//   - [Reclaimer]: the store remembers every cell it handed out a
-//     generation for until the caller reports it deleted, and hands back
-//     those nothing references (replaced, rolled back, abandoned by a
-//     client that died, left by a clear whose deletes failed), so
-//     tq.Client.Reclaim deletes leaked cells with no scan of the data
-//     (memory implements it).
+// Metadata must be as shared as the data: an engine over storage other
+// processes reach returns its MetaStore; only a Local engine may return
+// none and get an in-process one (package memory's).
+//
+// Optional: a MetaStore whose server also holds the data is [Colocated]: it
+// writes cells with their commit, and reads cells confirming the rows, in
+// one request each (redis).
+//
+// # Observing
+//
+// An engine reports each request it waits on with [CountRoundTrips], so a
+// tracer sees the round trips of every call.
+//
+// # Testing
+//
+// Package backendtest holds the conformance suites every engine runs
+// (RunStore, RunMeta, ...) and wrappers (Faulty) that pass every
+// capability through.
 //
 // # Registry
 //

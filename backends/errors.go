@@ -34,3 +34,15 @@ var (
 	// MetaStore write means nothing of it was applied.
 	ErrOutcomeUnknown = errors.New("backends: outcome unknown")
 )
+
+// countError: an engine returned a result of the wrong length.
+type countError struct {
+	op        string
+	want, got int
+}
+
+func (e *countError) Error() string {
+	return "backends: " + e.op + " returned " + itoa(e.got) + " values for " + itoa(e.want) + " keys"
+}
+
+func itoa(n int) string { return fmt.Sprint(n) }

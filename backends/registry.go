@@ -9,12 +9,31 @@ import (
 	"sync"
 )
 
-// Engine is what an Opener returns: a data backend and, when the engine
-// shares metadata between processes (redis), a MetaStore. A nil Meta makes
-// tq keep metadata in process.
+// Engine is what an Opener returns: its Store and its MetaStore.
+//
+// Metadata must be as shared as the data: an engine whose data other
+// processes can reach (a server, a shared file system) gives the MetaStore
+// they all use, or two processes would hand out the same global indexes and
+// overwrite each other's cells. Only an engine whose data lives in this
+// process alone sets Local, and may then leave Meta nil: tq gives it an
+// in-process MetaStore. tq.Open and tq.New refuse a nil Meta without Local
+// (ErrInvalid).
 type Engine struct {
-	Data Backend
-	Meta MetaStore
+	Data  Store
+	Meta  MetaStore
+	Local bool // the data is this process's alone
+}
+
+// Check reports whether e is an engine tq can use: a Store, and a
+// MetaStore unless the engine is Local. Its error wraps ErrInvalid.
+func (e Engine) Check() error {
+	switch {
+	case e.Data == nil:
+		return fmt.Errorf("%w: engine without a Store", ErrInvalid)
+	case e.Meta == nil && !e.Local:
+		return fmt.Errorf("%w: engine without a MetaStore whose data is not process-local: processes sharing its data would hand out the same global indexes", ErrInvalid)
+	}
+	return nil
 }
 
 // Opener opens an engine for a URL of its scheme.
@@ -69,5 +88,22 @@ func Open(ctx context.Context, rawURL string) (Engine, error) {
 	if open == nil {
 		return Engine{}, fmt.Errorf("%w %q (forgotten import?)", ErrUnknownScheme, u.Scheme)
 	}
-	return open(ctx, u)
+	eng, err := open(ctx, u)
+	if err != nil {
+		return Engine{}, err
+	}
+	if err := eng.Check(); err != nil {
+		closeEngine(eng)
+		return Engine{}, fmt.Errorf("scheme %q: %w", u.Scheme, err)
+	}
+	return eng, nil
+}
+
+func closeEngine(e Engine) {
+	if e.Meta != nil {
+		_ = e.Meta.Close()
+	}
+	if e.Data != nil {
+		_ = e.Data.Close()
+	}
 }
