@@ -29,7 +29,7 @@ func (c *Client) BatchGetInto(ctx context.Context, partition string, keys []stri
 		return nil, err
 	}
 	defer release()
-	return c.getFresh(ctx, partition, keys, fields, nil, nil, reuseOf(into))
+	return c.getFresh(ctx, partition, keys, fields, reuseOf(into))
 }
 
 // reuse is memory a read may write its stacked columns into, by field.

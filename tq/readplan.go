@@ -2,8 +2,8 @@ package tq
 
 import (
 	"bytes"
-	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -12,34 +12,96 @@ import (
 	"github.com/tqgo/tqgo/internal/uninit"
 )
 
-// A stackRead reads the fields of rows that are known to stack straight
-// into their stacked tensors, when the engine reads into caller memory
-// (backends.SplitReader): a field stacks when the metadata says every row
-// holds a tensor of one dtype and shape. Each cell's bytes go from the
-// engine into their row of the column, with no buffer per cell and no
-// second copy to stack them (that copy into fresh memory was most of a
-// large read's cost). The bytes before each cell's data are compared with
-// what the codec writes for that dtype and shape, so a cell that is what
-// the metadata says costs a comparison of those bytes and nothing more (a
-// bool column's bytes are also checked to be 0 or 1, one pass over them);
-// a cell whose bytes differ is decoded in full, and is corrupt
-// (cellMismatchError) unless it decodes to a tensor of that dtype and
-// shape.
-type stackRead struct {
+// A readPlan is one read of the cells of some rows: it chooses where each
+// cell's value goes, and then checks and decodes what the engine read.
+//
+// A field stacks when the metadata says every row holds a tensor of one
+// dtype and shape: its cells are read straight into their rows of the
+// stacked tensor (backends.Store.Read fills a destination of the value's
+// length), with no buffer per cell and no second copy to stack them (that
+// copy into fresh memory was most of a large read's cost). The bytes
+// before each cell's data are compared with what the codec writes for that
+// dtype and shape, so a cell that is what the metadata says costs a
+// comparison of those bytes and nothing more (a bool column's bytes are
+// also checked to be 0 or 1, one pass over them); a cell whose bytes
+// differ is decoded in full, and is corrupt (cellMismatchError) unless it
+// decodes to a tensor of that dtype and shape. The cells of other fields
+// are read whole (a tensor of known size into memory of its own, a value
+// as the engine hands it) and decoded as decodeCells does.
+type readPlan struct {
+	partition string
+	asked     []string // the fields asked for, sorted; nil: every field of the rows
+	into      reuse    // memory the columns may take (BatchGetInto)
+
+	rows    []*backends.Row // what plan was last called with
 	plans   []stackPlan
+	others  []string              // fields read whole
 	skeys   []string              // the plans' cells, then the whole ones
-	whole   []int                 // expected size of each cell read whole (addWhole), after the plans'
+	tags    []string              // the engine's tag of each cell, by skeys
+	whole   []int                 // expected size of each cell read whole, after the plans'
 	n       int                   // rows
-	dst     []backends.SplitValue // per plan, per row; nil until allocate
-	scratch *splitScratch         // dst and the cells' heads, back to the pool by release
-	into    reuse                 // memory the columns may take (BatchGetInto)
+	cells   []backends.ReadCell   // per plan, per row, then the whole cells; nil until allocate
+	scratch *splitScratch         // cells and their heads, back to the pool by release
 }
 
-// splitScratch is what a stacked read needs only while it runs: the
-// destinations and the bytes before each cell's data. Reused across reads
+// plan is the callback of the read (backends.Colocated.ReadRows): it
+// checks rows (an unknown key is ErrNotFound, a field some row lacks
+// ErrNotReady, both as *KeyError) and returns the cells to read into.
+// It may be called again with newer rows; each call starts afresh.
+func (r *readPlan) plan(rows []*backends.Row) ([]backends.ReadCell, error) {
+	r.release()
+	for _, row := range rows {
+		if row == nil {
+			return nil, nil // the caller reports the key (lookupFailed)
+		}
+	}
+	fields := r.asked
+	if len(fields) == 0 {
+		fields = unionFields(rows)
+	}
+	r.rows, r.n = rows, len(rows)
+	var plans []stackPlan
+	r.others = nil
+	for _, f := range fields {
+		if p, ok := planStack(rows, f); ok {
+			plans = append(plans, p)
+		} else {
+			r.others = append(r.others, f)
+		}
+	}
+	r.plans = plans
+	arena := newKeyArena(r.n*len(fields), maxLen(fields))
+	r.tags = make([]string, 0, r.n*len(fields))
+	for i := range plans {
+		for _, row := range rows {
+			fi := row.Fields[plans[i].field]
+			arena.add(row.Index, plans[i].field, fi.Gen)
+			r.tags = append(r.tags, fi.BackendTag)
+		}
+	}
+	if err := addCellKeys(arena, &r.tags, r.partition, rows, r.others); err != nil {
+		return nil, err
+	}
+	r.skeys = arena.keys()
+	r.whole = wholeSizes(rows, r.others)
+	return r.allocate(), nil
+}
+
+// lookupFailed names the first key of keys whose row is nil.
+func lookupFailed(partition string, keys []string, rows []*backends.Row) error {
+	for i, row := range rows {
+		if row == nil {
+			return &KeyError{Partition: partition, Key: keys[i], Err: ErrNotFound}
+		}
+	}
+	return nil
+}
+
+// splitScratch is what a read needs only while it runs: the destinations
+// and the bytes before each stacked cell's data. Reused across reads
 // (about 100 KiB for 1024 rows, which cost a large, zeroed allocation each).
 type splitScratch struct {
-	dst   []backends.SplitValue
+	cells []backends.ReadCell
 	heads []byte
 }
 
@@ -48,50 +110,24 @@ var splitScratchPool sync.Pool
 // Scratch larger than this is not pooled: one huge read would otherwise
 // pin its scratch for as long as reads keep taking it from the pool.
 const (
-	maxPooledDst   = 1 << 15 // destinations (80 B each)
+	maxPooledDst   = 1 << 15 // destinations (120 B each)
 	maxPooledHeads = 2 << 20 // bytes
 )
 
-// release returns the read's scratch to the pool; s's destinations must
+// release returns the read's scratch to the pool; the destinations must
 // not be used after it.
-func (s *stackRead) release() {
+func (s *readPlan) release() {
 	sc := s.scratch
-	s.scratch, s.dst = nil, nil
-	if sc == nil || cap(sc.dst) > maxPooledDst || cap(sc.heads) > maxPooledHeads {
+	s.scratch, s.cells = nil, nil
+	if sc == nil || cap(sc.cells) > maxPooledDst || cap(sc.heads) > maxPooledHeads {
 		return
 	}
-	clear(sc.dst) // no reference to the caller's columns stays behind
+	clear(sc.cells[:cap(sc.cells)]) // no reference to the caller's columns stays behind
 	splitScratchPool.Put(sc)
 }
 
-// sizes is each cell's expected length (prefix and data), by skeys; for
-// a cell read whole, the length its metadata makes likely (0: unknown).
-func (s *stackRead) sizes() []int {
-	out := make([]int, 0, len(s.skeys))
-	for _, p := range s.plans {
-		for range s.n {
-			out = append(out, len(p.prefix)+p.size)
-		}
-	}
-	return append(out, s.whole...)
-}
-
-// addWhole adds cells to read whole beside the plans', for a read of other
-// fields in the same request: sizes[i] is what cell i's metadata says its
-// length is (a tensor's; 0 for a value, whose length it does not know). A
-// value of that length is read into memory of its own, one of any other
-// length whole into Other (engines cut their requests by these sizes, so
-// a large cell counts for what it is). Call it before allocate.
-func (s *stackRead) addWhole(skeys []string, sizes []int) {
-	if len(skeys) == 0 {
-		return
-	}
-	s.skeys = append(slices.Clip(s.skeys), skeys...)
-	s.whole = append(s.whole, sizes...)
-}
-
 // wholeSizes is the expected length of each cell of fields of rows, as
-// cellKeys names them, for addWhole: a tensor's packed length when its
+// addCellKeys names them: a tensor's packed length when its
 // metadata gives dtype and shape, else 0.
 func wholeSizes(rows []*backends.Row, fields []string) []int {
 	out := make([]int, 0, len(rows)*len(fields))
@@ -118,15 +154,15 @@ func wholeSizes(rows []*backends.Row, fields []string) []int {
 	return out
 }
 
-// wholeValues are the values of the cells addWhole added, as read: nil
-// for a missing one. They stay valid after release.
-func (s *stackRead) wholeValues() [][]byte {
+// wholeValues are the values of the cells read whole, as read: nil for a
+// missing one. They stay valid after release.
+func (s *readPlan) wholeValues() [][]byte {
 	out := make([][]byte, len(s.whole))
-	for i, d := range s.dst[len(s.dst)-len(s.whole):] {
+	for i, d := range s.cells[len(s.cells)-len(s.whole):] {
 		switch {
 		case !d.Found:
-		case d.Other != nil:
-			out[i] = d.Other
+		case d.Value != nil:
+			out[i] = d.Value
 		case d.Body != nil:
 			out[i] = d.Body // of the expected length: read into it
 		default:
@@ -137,9 +173,7 @@ func (s *stackRead) wholeValues() [][]byte {
 }
 
 // allocate makes the stacked columns and the destinations of the cells.
-// It is apart from planStacked so that a read can send its requests
-// before it allocates.
-func (s *stackRead) allocate() []backends.SplitValue {
+func (s *readPlan) allocate() []backends.ReadCell {
 	n := s.n
 	sc, _ := splitScratchPool.Get().(*splitScratch)
 	if sc == nil {
@@ -149,13 +183,13 @@ func (s *stackRead) allocate() []backends.SplitValue {
 	for i := range s.plans {
 		headBytes += n * len(s.plans[i].prefix)
 	}
-	if need := n*len(s.plans) + len(s.whole); cap(sc.dst) < need {
-		sc.dst = make([]backends.SplitValue, 0, need)
+	if need := n*len(s.plans) + len(s.whole); cap(sc.cells) < need {
+		sc.cells = make([]backends.ReadCell, 0, need)
 	}
 	if cap(sc.heads) < headBytes {
 		sc.heads = make([]byte, headBytes)
 	}
-	dst, heads := sc.dst[:0], sc.heads[:headBytes] // heads: read into before check compares them
+	dst, heads := sc.cells[:0], sc.heads[:headBytes] // heads: read into before check compares them
 	for i := range s.plans {
 		p := &s.plans[i]
 		h := len(p.prefix)
@@ -163,7 +197,8 @@ func (s *stackRead) allocate() []backends.SplitValue {
 		// bytes came from its cell (read into it, or copied by check).
 		p.out = s.into.bytes(p.field, n*p.size, p.dtype.ItemSize())
 		for j := range n {
-			dst = append(dst, backends.SplitValue{Head: heads[j*h : (j+1)*h : (j+1)*h], Body: p.out[j*p.size : (j+1)*p.size : (j+1)*p.size]})
+			k := len(dst)
+			dst = append(dst, backends.ReadCell{Key: s.skeys[k], Tag: s.tags[k], Head: heads[j*h : (j+1)*h : (j+1)*h], Body: p.out[j*p.size : (j+1)*p.size : (j+1)*p.size]})
 		}
 		heads = heads[n*h:]
 	}
@@ -177,69 +212,43 @@ func (s *stackRead) allocate() []backends.SplitValue {
 	}
 	slab := uninit.Bytes(wholeBytes)
 	for _, size := range s.whole {
-		var d backends.SplitValue
+		k := len(dst)
+		d := backends.ReadCell{Key: s.skeys[k], Tag: s.tags[k]}
 		if size > 0 {
 			d.Body, slab = slab[:size:size], slab[(size+15)&^15:]
 		}
 		dst = append(dst, d)
 	}
-	sc.dst, s.scratch, s.dst = dst, sc, dst
+	sc.cells, s.scratch, s.cells = dst, sc, dst
 	return dst
 }
 
-// planStacked returns the read of the fields of rows known to stack (nil:
-// none) and the other fields.
-func planStacked(rows []*backends.Row, fields []string) (_ *stackRead, rest []string) {
+// finish checks and decodes what the engine read into the plan's cells,
+// for rows (those plan was last called with), and returns the columns. A
+// cell missing is errVanished, one that is not what the metadata names is
+// corrupt; both name the cell.
+func (s *readPlan) finish(rows []*backends.Row) (Batch, error) {
 	n := len(rows)
-	var plans []stackPlan
-	for _, f := range fields {
-		p, ok := planStack(rows, f)
-		if !ok {
-			rest = append(rest, f)
-			continue
-		}
-		plans = append(plans, p)
-	}
-	if len(plans) == 0 {
-		return nil, rest
-	}
-	arena := newKeyArena(n*len(plans), maxLen(fields))
-	for i := range plans {
-		for _, r := range rows {
-			arena.add(r.Index, plans[i].field, r.Fields[plans[i].field].Gen)
-		}
-	}
-	return &stackRead{plans: plans, skeys: arena.keys(), n: n}, rest
-}
-
-// fetchStacked reads the cells of s from the engine.
-func (c *Client) fetchStacked(ctx context.Context, s *stackRead) error {
-	if s.dst == nil {
-		s.allocate()
-	}
-	return forChunks(ctx, len(s.skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
-		return c.splitReader.GetSplit(ctx, s.skeys[lo:hi], s.dst[lo:hi])
-	})
-}
-
-// finish checks what fetchStacked read and returns the stacked columns.
-// A cell missing is errVanished, one that is not the tensor the metadata
-// names is corrupt; both name the cell.
-func (s *stackRead) finish(partition string, rows []*backends.Row) (Batch, error) {
-	n := len(rows)
-	out := make(Batch, len(s.plans))
+	out := make(Batch, len(s.plans)+len(s.others))
 	for i := range s.plans {
 		p := &s.plans[i]
-		if err := p.check(partition, rows, s.dst[i*n:(i+1)*n]); err != nil {
+		if err := p.check(s.partition, rows, s.cells[i*n:(i+1)*n]); err != nil {
 			return nil, err
 		}
 		shape := append([]int64{int64(n)}, p.shape...)
 		out[p.field] = Column{kind: KindStacked, stacked: codec.Tensor{DType: p.dtype, Shape: shape, Data: p.out}}
 	}
+	if len(s.others) > 0 {
+		other, err := decodeCells(s.partition, rows, s.others, s.wholeValues(), s.into)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, other)
+	}
 	return out, nil
 }
 
-// stackPlan is one field of a stackRead.
+// stackPlan is one stacked field of a readPlan.
 type stackPlan struct {
 	field  string
 	dtype  codec.DType
@@ -280,9 +289,9 @@ func planStack(rows []*backends.Row, f string) (stackPlan, bool) {
 	return stackPlan{field: f, dtype: dt, shape: first.Shape, prefix: prefix, size: size}, true
 }
 
-// check verifies what GetSplit read for the plan's cells, and copies into
+// check verifies what the engine read for the plan's cells, and copies into
 // the column a cell that was not read into it.
-func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends.SplitValue) error {
+func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends.ReadCell) error {
 	for i := range dst {
 		d := &dst[i]
 		if !d.Found {
@@ -292,7 +301,7 @@ func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends
 		// engine read into it (Body still is the row), else the cell is
 		// decoded and copied into the row itself.
 		row := p.out[i*p.size : (i+1)*p.size]
-		if d.Other == nil && bytes.Equal(d.Head, p.prefix) && sameStart(d.Body, row) {
+		if d.Value == nil && bytes.Equal(d.Head, p.prefix) && sameStart(d.Body, row) {
 			if p.dtype == codec.Bool {
 				if err := (codec.Tensor{DType: p.dtype, Shape: p.shape, Data: row}).ValidateBools(); err != nil {
 					return &KeyError{Partition: partition, Key: rows[i].Key, Field: p.field, Err: fmt.Errorf("%w: %w", codec.ErrCorrupt, err)}
@@ -302,7 +311,7 @@ func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends
 		}
 		// Another writer's encoding of the cell, or another value: decode
 		// it whole.
-		buf := d.Other
+		buf := d.Value
 		if buf == nil {
 			buf = append(slices.Clip(d.Head), d.Body...)
 		}
