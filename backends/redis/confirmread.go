@@ -74,7 +74,8 @@ const maxConfirmAttempts = 3
 // gives the rows again, plan is called with them, and the cells are read
 // again (up to maxConfirmAttempts reads; then, or when the Meta has no view
 // of the partition, or on a Cluster, Lookup then Store.Read: two round
-// trips).
+// trips). When plan fails on the view's copy, the rows are looked up and
+// plan is called with them: only its error on current rows is returned.
 func (m *Meta) ReadRows(ctx context.Context, partition string, keys []string, plan func(rows []*backends.Row) ([]backends.ReadCell, error)) ([]*backends.Row, error) {
 	s := m.s
 	ctx = s.traced(ctx)
@@ -89,7 +90,9 @@ func (m *Meta) ReadRows(ctx context.Context, partition string, keys []string, pl
 			}
 			cells, err := plan(t.rows)
 			if err != nil {
-				return nil, err
+				// The copy may be stale (a field another process
+				// added since): plan gets the rows as they are.
+				break
 			}
 			current, again, err := m.readConfirmed(ctx, raw, partition, t, cells)
 			if err != nil {
