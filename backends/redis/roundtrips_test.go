@@ -21,8 +21,8 @@ import (
 func TestRoundTrips(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, tc := range []struct {
-		name                         string
-		query                        string
+		name                            string
+		query                           string
 		writeCommit, readRows, prepares int64
 	}{
 		{"direct", "", 1, 1, 1},
