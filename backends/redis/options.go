@@ -98,7 +98,7 @@ func validPrefix(s string) bool {
 	return true
 }
 
-// WithRoundKeys sets the most keys one pipelined round of Put, Get or
+// WithRoundKeys sets the most keys one pipelined round of Write, Read or
 // Delete carries (default DefaultRoundKeys, 1024).
 func WithRoundKeys(n int) Option {
 	return func(o *options) error {

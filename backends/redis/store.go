@@ -34,7 +34,7 @@ type Store struct {
 	openRefs atomic.Int32
 
 	// meanSize is a running mean of the sizes of values read, in bytes
-	// (0: nothing read yet); Get sizes its rounds from it.
+	// (0: nothing read yet); reads through go-redis size their rounds from it.
 	meanSize atomic.Int64
 
 	rawOnce sync.Once
