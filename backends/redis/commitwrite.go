@@ -39,18 +39,17 @@ func (m *Meta) WriteCommit(ctx context.Context, partition string, cells []backen
 		}
 		return m.Commit(ctx, partition, updates)
 	}
-	keys, heads, bodies := splitCells(cells)
 	for i := range cells {
 		cells[i].Tag = ""
 	}
-	rounds := s.rounds(len(keys), s.opts.writeRoundBytes, 1, func(i int) int { return len(heads[i]) + len(bodies[i]) })
+	rounds := s.writeRounds(cells)
 	if last := rounds[len(rounds)-1].lo; last > 0 {
 		// The earlier rounds go as Write sends them; their receipt
 		// makes the commit check that they are where it applies.
-		if err := s.putSplit(ctx, raw, keys[:last], heads[:last], bodies[:last]); err != nil {
+		if err := s.putSplit(ctx, raw, cells[:last]); err != nil {
 			return backends.CommitResult{}, err
 		}
-		keys, heads, bodies = keys[last:], heads[last:], bodies[last:]
+		cells = cells[last:]
 	}
 	record, err := commitRecord(updates)
 	if err != nil {
@@ -66,7 +65,7 @@ func (m *Meta) WriteCommit(ctx context.Context, partition string, cells []backen
 		// rawConns.do finds its own record, one that never ran is fenced.
 		var script any
 		err := raw.do(ctx, func(c *rawConn) error {
-			req, segs := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, keys, heads, bodies, marker)
+			req, segs := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, cells, marker)
 			// The append deletes the marker; when it does not run to
 			// the end (a script error, a reply lost), the marker expires.
 			req = req.cmd("PEXPIRE", marker, markerTTL)
@@ -77,7 +76,7 @@ func (m *Meta) WriteCommit(ctx context.Context, partition string, cells []backen
 			for _, a := range margs {
 				req = req.str(argString(a))
 			}
-			if err := c.writeSegs(req.cmd("EXEC"), segs, bodies); err != nil {
+			if err := c.writeSegs(req.cmd("EXEC"), segs, cells); err != nil {
 				return err
 			}
 			var err error
@@ -102,7 +101,7 @@ func (m *Meta) WriteCommit(ctx context.Context, partition string, cells []backen
 		// The MSET ran: if the append finds the log moved on, the next
 		// attempts go without the cells, and must find them where they
 		// apply (see receipts.go).
-		s.receipts.add(keys[len(keys)-1])
+		s.receipts.add(cells[len(cells)-1].Key)
 		reply, ok := script.([]any)
 		if !ok {
 			return nil, fmt.Errorf("%w: append replied %v", ErrCorrupt, script)

@@ -23,9 +23,9 @@ const bigBody = 1 << 10
 // caller's memory with writev, where go-redis would need them joined into
 // one buffer and then copies that into its own write buffer. keys is not
 // empty.
-func (s *Store) putSplit(ctx context.Context, raw *rawConns, keys []string, heads, bodies [][]byte) error {
+func (s *Store) putSplit(ctx context.Context, raw *rawConns, cells []backends.Cell) error {
 	pre := s.dataPrefix()
-	rounds := s.rounds(len(keys), s.opts.writeRoundBytes, 1, func(i int) int { return len(heads[i]) + len(bodies[i]) })
+	rounds := s.writeRounds(cells)
 	// All rounds go as one pipeline on one connection: the server reads
 	// the next round while it runs this one, as it does a client's
 	// pipelined SETs, where rounds in turn on two connections left it
@@ -35,7 +35,7 @@ func (s *Store) putSplit(ctx context.Context, raw *rawConns, keys []string, head
 		req, segs := request(c.cmd[:0]), []int(nil)
 		ends := make([][2]int, len(rounds)) // where each round ends in req and segs
 		for k, r := range rounds {
-			req, segs = appendMSETRange(req, segs, pre, keys, heads, bodies, "", r)
+			req, segs = appendMSETRange(req, segs, pre, cells, "", r)
 			ends[k] = [2]int{len(req), len(segs)}
 		}
 		c.cmd = req[:0]
@@ -48,7 +48,7 @@ func (s *Store) putSplit(ctx context.Context, raw *rawConns, keys []string, head
 					return err
 				}
 			}
-			if err := c.writeRange(req, from[0], end[0], segs[from[1]:end[1]], bodies); err != nil {
+			if err := c.writeRange(req, from[0], end[0], segs[from[1]:end[1]], cells); err != nil {
 				return err
 			}
 			from = end
@@ -81,7 +81,7 @@ func (s *Store) putSplit(ctx context.Context, raw *rawConns, keys []string, head
 	if err == nil {
 		// Every round went in order on one connection: the last cell is
 		// the write's receipt.
-		s.receipts.add(keys[len(keys)-1])
+		s.receipts.add(cells[len(cells)-1].Key)
 	}
 	return s.wrap(ctx, "put", err)
 }
@@ -90,12 +90,12 @@ func (s *Store) putSplit(ctx context.Context, raw *rawConns, keys []string, head
 // to "1", unless it is "") to b: small pieces go into b, big bodies stay
 // where they are; segs records, in order, which is which (ends into b, or
 // a body's index as -1-i), for writeSegs.
-func appendMSET(b request, segs []int, pre string, keys []string, heads, bodies [][]byte, marker string) (request, []int) {
-	return appendMSETRange(b, segs, pre, keys, heads, bodies, marker, span{0, len(keys)})
+func appendMSET(b request, segs []int, pre string, cells []backends.Cell, marker string) (request, []int) {
+	return appendMSETRange(b, segs, pre, cells, marker, span{0, len(cells)})
 }
 
 // appendMSETRange is appendMSET of the items of r.
-func appendMSETRange(b request, segs []int, pre string, keys []string, heads, bodies [][]byte, marker string, r span) (request, []int) {
+func appendMSETRange(b request, segs []int, pre string, cells []backends.Cell, marker string, r span) (request, []int) {
 	pairs := r.hi - r.lo
 	if marker != "" {
 		pairs++
@@ -105,12 +105,13 @@ func appendMSETRange(b request, segs []int, pre string, keys []string, heads, bo
 		b = b.str(marker).str("1")
 	}
 	for i := r.lo; i < r.hi; i++ {
-		b = b.key(pre, keys[i]).bulkHeader(len(heads[i]) + len(bodies[i]))
-		b = append(b, heads[i]...)
-		if len(bodies[i]) >= bigBody {
+		c := &cells[i]
+		b = b.key(pre, c.Key).bulkHeader(len(c.Head) + len(c.Body))
+		b = append(b, c.Head...)
+		if len(c.Body) >= bigBody {
 			segs = append(segs, len(b), -1-i)
 		} else {
-			b = append(b, bodies[i]...)
+			b = append(b, c.Body...)
 		}
 		b = append(b, '\r', '\n')
 	}
@@ -119,21 +120,21 @@ func appendMSETRange(b request, segs []int, pre string, keys []string, heads, bo
 
 // writeSegs writes a request appendMSET built, with what was appended
 // after it, in one write (writev when big bodies stay apart).
-func (c *rawConn) writeSegs(b request, segs []int, bodies [][]byte) error {
+func (c *rawConn) writeSegs(b request, segs []int, cells []backends.Cell) error {
 	c.cmd = b[:0]
-	return c.writeRange(b, 0, len(b), segs, bodies)
+	return c.writeRange(b, 0, len(b), segs, cells)
 }
 
 // writeRange writes b[from:to] with the bodies segs places in it (segs:
 // positions in b, as appendMSET records them, all within the range).
-func (c *rawConn) writeRange(b request, from, to int, segs []int, bodies [][]byte) error {
+func (c *rawConn) writeRange(b request, from, to int, segs []int, cells []backends.Cell) error {
 	if len(segs) == 0 {
 		_, err := c.Write(b[from:to])
 		return err
 	}
 	bufs := make(net.Buffers, 0, len(segs)+1)
 	for j := 0; j < len(segs); j += 2 {
-		bufs = append(bufs, b[from:segs[j]], bodies[-1-segs[j+1]])
+		bufs = append(bufs, b[from:segs[j]], cells[-1-segs[j+1]].Body)
 		from = segs[j]
 	}
 	bufs = append(bufs, b[from:to])

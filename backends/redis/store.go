@@ -194,8 +194,8 @@ type span struct{ lo, hi int }
 
 // writeRounds cuts values into rounds of at most roundKeys keys and
 // writeRoundBytes bytes (a larger value goes alone).
-func (s *Store) writeRounds(values [][]byte) []span {
-	return s.rounds(len(values), s.opts.writeRoundBytes, 1, func(i int) int { return len(values[i]) })
+func (s *Store) writeRounds(cells []backends.Cell) []span {
+	return s.rounds(len(cells), s.opts.writeRoundBytes, 1, func(i int) int { return len(cells[i].Head) + len(cells[i].Body) })
 }
 
 // minReadRoundKeys is how many values a read round carries even past its
@@ -269,29 +269,26 @@ func (s *Store) write(ctx context.Context, cells []backends.Cell) error {
 	if len(cells) == 0 {
 		return nil
 	}
-	keys, heads, bodies := splitCells(cells)
 	for i := range cells {
 		cells[i].Tag = ""
 	}
 	if raw := s.rawPool(); raw != nil {
-		return s.putSplit(ctx, raw, keys, heads, bodies)
+		return s.putSplit(ctx, raw, cells)
 	}
-	vals := make([][]byte, len(cells))
-	for i := range vals {
-		vals[i] = append(append(make([]byte, 0, len(heads[i])+len(bodies[i])), heads[i]...), bodies[i]...)
-	}
-	return s.put(ctx, keys, vals)
-}
-
-// splitCells returns the cells' keys, heads and bodies.
-func splitCells(cells []backends.Cell) (keys []string, heads, bodies [][]byte) {
-	keys = make([]string, len(cells))
-	parts := make([][]byte, 2*len(cells))
-	heads, bodies = parts[:len(cells):len(cells)], parts[len(cells):]
+	// go-redis writes one buffer per value: Head and Body joined, in one
+	// allocation for the whole call.
+	n := 0
 	for i := range cells {
-		keys[i], heads[i], bodies[i] = cells[i].Key, cells[i].Head, cells[i].Body
+		n += len(cells[i].Head) + len(cells[i].Body)
 	}
-	return keys, heads, bodies
+	buf := make([]byte, 0, n)
+	vals := make([][]byte, len(cells))
+	for i := range cells {
+		lo := len(buf)
+		buf = append(append(buf, cells[i].Head...), cells[i].Body...)
+		vals[i] = buf[lo:len(buf):len(buf)]
+	}
+	return s.put(ctx, cellKeys(cells), vals)
 }
 
 // cellKeys returns the cells' keys.
@@ -356,7 +353,7 @@ func (s *Store) Delete(ctx context.Context, cells []backends.Cell) error {
 // round on a standalone server, pipelined SETs on a Cluster.
 func (s *Store) put(ctx context.Context, keys []string, values [][]byte) error {
 	dk := s.dataKeys(keys)
-	err := s.runRounds(ctx, s.writeRounds(values), func(ctx context.Context, r span) error {
+	err := s.runRounds(ctx, s.rounds(len(values), s.opts.writeRoundBytes, 1, func(i int) int { return len(values[i]) }), func(ctx context.Context, r span) error {
 		if !s.cluster {
 			pairs := make([]any, 0, 2*(r.hi-r.lo))
 			for i := r.lo; i < r.hi; i++ {
