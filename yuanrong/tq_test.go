@@ -16,8 +16,8 @@ import (
 	"github.com/tqgo/tqgo/yuanrong"
 )
 
-// recordingBackend records the tags tq hands back to GetTagged and
-// DeleteTagged. Embedding keeps every other ability (Allocate, PutTagged).
+// recordingBackend records the tags tq hands back to Read and Delete.
+// Embedding keeps every other ability (Stage, Write, Unstage).
 type recordingBackend struct {
 	*yuanrong.Backend
 
@@ -26,18 +26,22 @@ type recordingBackend struct {
 	delTags []string
 }
 
-func (r *recordingBackend) GetTagged(ctx context.Context, keys, tags []string) ([][]byte, error) {
+func (r *recordingBackend) Read(ctx context.Context, cells []backends.ReadCell) error {
 	r.mu.Lock()
-	r.getTags = append(r.getTags, tags...)
+	for _, c := range cells {
+		r.getTags = append(r.getTags, c.Tag)
+	}
 	r.mu.Unlock()
-	return r.Backend.GetTagged(ctx, keys, tags)
+	return r.Backend.Read(ctx, cells)
 }
 
-func (r *recordingBackend) DeleteTagged(ctx context.Context, keys, tags []string) error {
+func (r *recordingBackend) Delete(ctx context.Context, cells []backends.Cell) error {
 	r.mu.Lock()
-	r.delTags = append(r.delTags, tags...)
+	for _, c := range cells {
+		r.delTags = append(r.delTags, c.Tag)
+	}
 	r.mu.Unlock()
-	return r.Backend.DeleteTagged(ctx, keys, tags)
+	return r.Backend.Delete(ctx, cells)
 }
 
 func (r *recordingBackend) tags() (get, del []string) {
@@ -48,9 +52,12 @@ func (r *recordingBackend) tags() (get, del []string) {
 	return
 }
 
-func newTQ(t *testing.T, data backends.Backend, meta backends.MetaStore, opts ...tq.Option) *tq.Client {
+// newTQ opens a tq client over data and meta; a nil meta makes the engine
+// Local (tq keeps the metadata in process), as every datasystem of these
+// tests is in process.
+func newTQ(t *testing.T, data backends.Store, meta backends.MetaStore, opts ...tq.Option) *tq.Client {
 	t.Helper()
-	c, err := tq.New(data, meta, opts...)
+	c, err := tq.New(backends.Engine{Data: data, Meta: meta, Local: meta == nil}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,8 +99,9 @@ func TestTQOpen(t *testing.T) {
 
 func TestTQOpenRejects(t *testing.T) {
 	ctx := t.Context()
-	if _, err := tq.Open(ctx, "yuanrong://10.0.0.1:31501"); !errors.Is(err, yuanrong.ErrNoSDK) {
-		t.Errorf("a datasystem address: %v, want ErrNoSDK", err)
+	_, err := tq.Open(ctx, "yuanrong://10.0.0.1:31501")
+	if !errors.Is(err, yuanrong.ErrNoSDK) || !errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("a datasystem address: %v, want ErrNoSDK and ErrInvalid", err)
 	}
 	for _, u := range []string{"yuanrong://?put_keys_limit=0", "yuanrong://?put_keys_limit=x", "yuanrong://?workers=3"} {
 		if _, err := tq.Open(ctx, u); !errors.Is(err, backends.ErrInvalid) {
@@ -102,7 +110,7 @@ func TestTQOpenRejects(t *testing.T) {
 	}
 }
 
-// The strategy tag reported on publish lands in tq's metadata
+// The strategy tag Write reports lands in tq's metadata
 // (FieldInfo.BackendTag) and comes back on get and clear.
 func TestTQStrategyTagsRoundTrip(t *testing.T) {
 	ctx := t.Context()
@@ -180,8 +188,8 @@ func TestTQUnknownStrategy(t *testing.T) {
 
 // A publish failing part-way through a tq put leaves nothing: no row is
 // visible, no key or created buffer is left in the datasystem. With tq's
-// KeysLimit 4 tq stages three chunks and publishes them concurrently; with
-// its default one chunk of 10 the Backend publishes it in three rounds.
+// KeysLimit 4 tq stages and writes three chunks concurrently; with its
+// default, one chunk of 10, the Backend publishes it in three rounds.
 func TestTQRollbackOnPublishFailure(t *testing.T) {
 	for _, tqLimit := range []int{4, tq.DefaultKeysLimit} {
 		t.Run(fmt.Sprintf("tqKeysLimit%d", tqLimit), func(t *testing.T) {
