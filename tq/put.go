@@ -53,7 +53,9 @@ func (c *Client) Put(ctx context.Context, partition, key string, fields map[stri
 // field of it is readable and its bytes are deleted, and a replaced field
 // keeps its old value; on one that does, the put is whole or absent and
 // its bytes are kept (see ErrOutcomeUnknown).
-func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, batch Batch, tags []Tag) error {
+func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, batch Batch, tags []Tag) (err error) {
+	ctx, tr := c.trace(ctx, "BatchPut", partition, len(keys))
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return err
@@ -65,9 +67,14 @@ func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, 
 	}
 	w := &write{c: c, partition: partition, keys: keys, fields: fields, tags: tags}
 	if len(fields) == 0 {
-		return w.tagsOnly(ctx)
+		err = w.tagsOnly(ctx)
+	} else {
+		err = w.run(ctx, batch)
 	}
-	return w.run(ctx, batch)
+	if err == nil {
+		tr.add(len(keys), len(w.cells), w.bytes())
+	}
+	return err
 }
 
 // validatePut checks a put and returns its fields, sorted, and its tags
@@ -180,6 +187,15 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 		}
 	}
 	return w.store(ctx)
+}
+
+// bytes is the size of the cells' values.
+func (w *write) bytes() int64 {
+	var n int64
+	for i := range w.cells {
+		n += int64(len(w.cells[i].Head) + len(w.cells[i].Body))
+	}
+	return n
 }
 
 // plan lists the cells, puts the fields whose every cell is a tensor
