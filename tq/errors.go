@@ -34,10 +34,6 @@ var (
 	// BatchGet) once the engine is back to learn which. Every other error
 	// of a write means nothing of it is visible.
 	ErrOutcomeUnknown = backends.ErrOutcomeUnknown
-	// ErrUnsupported: the engine cannot do what was asked (Reclaim of an
-	// engine whose metadata store tracks no garbage). It matches
-	// errors.ErrUnsupported as well.
-	ErrUnsupported = fmt.Errorf("tq: not supported by this engine: %w", errors.ErrUnsupported)
 )
 
 // KeyError names the key (and field) a call failed on.

@@ -51,7 +51,9 @@ func rowInfo(r *backends.Row) RowInfo {
 
 // List returns the metadata of every row of partition, by global index.
 // An unknown partition gives an empty BatchMeta.
-func (c *Client) List(ctx context.Context, partition string) (*BatchMeta, error) {
+func (c *Client) List(ctx context.Context, partition string) (_ *BatchMeta, err error) {
+	ctx, tr := c.trace(ctx, "List", partition, 0)
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -64,11 +66,14 @@ func (c *Client) List(ctx context.Context, partition string) (*BatchMeta, error)
 	if err != nil {
 		return nil, err
 	}
+	tr.add(len(rows), 0, 0)
 	return batchMeta(partition, rows), nil
 }
 
 // Lookup returns the metadata of keys; an unknown key gives ErrNotFound.
-func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*BatchMeta, error) {
+func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (_ *BatchMeta, err error) {
+	ctx, tr := c.trace(ctx, "Lookup", partition, len(keys))
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -78,6 +83,7 @@ func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*
 	if err != nil {
 		return nil, err
 	}
+	tr.add(len(rows), 0, 0)
 	return batchMeta(partition, rows), nil
 }
 
@@ -124,7 +130,9 @@ func (c *Client) lookupValid(ctx context.Context, partition string, keys []strin
 }
 
 // Partitions returns the names of partitions that have rows, sorted.
-func (c *Client) Partitions(ctx context.Context) ([]string, error) {
+func (c *Client) Partitions(ctx context.Context) (_ []string, err error) {
+	ctx, tr := c.trace(ctx, "Partitions", "", 0)
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -140,7 +148,9 @@ func (c *Client) Partitions(ctx context.Context) ([]string, error) {
 // ErrOutcomeUnknown. Cells it could not delete once the rows were gone
 // are logged and left to Reclaim, which finds them: they are unreferenced
 // garbage, not part of the outcome.
-func (c *Client) Clear(ctx context.Context, partition string, keys []string) error {
+func (c *Client) Clear(ctx context.Context, partition string, keys []string) (err error) {
+	ctx, tr := c.trace(ctx, "Clear", partition, len(keys))
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return err
@@ -156,7 +166,7 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) err
 	if err != nil {
 		return err
 	}
-	return c.deleteRows(ctx, partition, rows)
+	return c.deleteRows(ctx, tr, partition, rows)
 }
 
 // ClearPartition removes every row of partition and its data, and returns
@@ -165,7 +175,9 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) err
 // puts whose client died mid-way, are deleted by a later Reclaim of the
 // partition (the latter once older than its olderThan), where the engine
 // tracks garbage: once both succeed, no cell of the partition is left.
-func (c *Client) ClearPartition(ctx context.Context, partition string) error {
+func (c *Client) ClearPartition(ctx context.Context, partition string) (err error) {
+	ctx, tr := c.trace(ctx, "ClearPartition", partition, 0)
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return err
@@ -178,7 +190,7 @@ func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 	if err != nil {
 		return err
 	}
-	return c.deleteRows(ctx, partition, rows)
+	return c.deleteRows(ctx, tr, partition, rows)
 }
 
 // deleteRows deletes the cells of rows already removed from the metadata
@@ -186,7 +198,7 @@ func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 // run even when ctx ends (bounded, as rollbacks are); a failure leaves
 // data behind, which is logged and which Reclaim deletes where the store
 // tracks garbage (it is told which deletes succeeded).
-func (c *Client) deleteRows(ctx context.Context, partition string, rows []*backends.Row) error {
+func (c *Client) deleteRows(ctx context.Context, tr *callTrace, partition string, rows []*backends.Row) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	cells := 0
@@ -196,6 +208,7 @@ func (c *Client) deleteRows(ctx context.Context, partition string, rows []*backe
 	// In the order a Reclaimer recorded them, so Swept finds them as one run.
 	refs := backends.AppendRowRefs(make([]backends.Ref, 0, cells), rows)
 	deleted, err := c.deleteRefs(ctx, refs)
+	tr.add(len(rows), len(deleted), 0)
 	c.swept(ctx, partition, deleted, "cleared rows")
 	if err != nil {
 		c.opts.logger.Warn("tq: clear applied, but deleting its cells failed; Reclaim deletes them", "partition", partition, "cells", len(refs), "deleted", len(deleted), "err", err)

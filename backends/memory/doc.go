@@ -21,6 +21,6 @@ func init() {
 		if u.Host != "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Opaque != "" {
 			return backends.Engine{}, fmt.Errorf("%w: memory:// takes no host, path or options", backends.ErrInvalid)
 		}
-		return backends.Engine{Data: New(), Meta: NewMetaStore()}, nil
+		return backends.Engine{Data: New(), Meta: NewMetaStore(), Local: true}, nil
 	})
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 )
 
-var _ backends.Reclaimer = (*MetaStore)(nil)
+var _ backends.MetaStore = (*MetaStore)(nil)
 
 // Garbage implements backends.Reclaimer. It scans the partition's rows only
 // when some reservation is pending; otherwise its cost is the garbage it

@@ -30,8 +30,8 @@ type shard struct {
 }
 
 var (
-	_ backends.Backend   = (*Store)(nil)
-	_ backends.Allocator = (*Store)(nil)
+	_ backends.Store  = (*Store)(nil)
+	_ backends.Stager = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -93,46 +93,94 @@ func (s *Store) check(ctx context.Context, keys []string, n int) error {
 	return ctx.Err()
 }
 
-// Put stores values under keys. It keeps the value slices.
-func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
-	if err := s.check(ctx, keys, len(values)); err != nil {
-		return err
-	}
+// put stores values under keys, keeping the slices.
+func (s *Store) put(keys []string, values [][]byte) {
 	s.forShards(keys, func(sh *shard, pos []int32) {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		for _, i := range pos {
 			v := values[i]
 			if v == nil {
-				v = []byte{} // nil means "missing" to Get: store an empty value
+				v = []byte{} // nil means "missing": store an empty value
 			}
 			sh.m[keys[i]] = v
+		}
+	})
+}
+
+func cellKeys(cells []backends.Cell) []string {
+	keys := make([]string, len(cells))
+	for i := range cells {
+		keys[i] = cells[i].Key
+	}
+	return keys
+}
+
+// Write implements backends.Store: a staged cell's Body is published as it
+// is; other cells are copied into the store's memory (one arena for the
+// small ones).
+func (s *Store) Write(ctx context.Context, cells []backends.Cell) error {
+	if err := s.check(ctx, nil, -1); err != nil {
+		return err
+	}
+	keys := cellKeys(cells)
+	values := make([][]byte, len(cells))
+	var sizes []int
+	var idx []int
+	for i := range cells {
+		c := &cells[i]
+		if _, ok := c.Staged.(*stageHandle); ok {
+			values[i] = c.Body
+			continue
+		}
+		sizes = append(sizes, len(c.Head)+len(c.Body))
+		idx = append(idx, i)
+	}
+	if len(idx) > 0 {
+		bufs := s.alloc(sizes)
+		for j, i := range idx {
+			b := bufs[j]
+			copy(b[copy(b, cells[i].Head):], cells[i].Body)
+			values[i] = b
+		}
+	}
+	s.put(keys, values)
+	for i := range cells {
+		cells[i].Tag = ""
+		if h, ok := cells[i].Staged.(*stageHandle); ok {
+			h.published = true
+		}
+	}
+	return nil
+}
+
+// Read implements backends.Store: a value of the destination's length is
+// copied into it; any other is returned as the store holds it (zero-copy;
+// stored values are never modified).
+func (s *Store) Read(ctx context.Context, cells []backends.ReadCell) error {
+	if err := s.check(ctx, nil, -1); err != nil {
+		return err
+	}
+	keys := make([]string, len(cells))
+	for i := range cells {
+		keys[i] = cells[i].Key
+	}
+	s.forShards(keys, func(sh *shard, pos []int32) {
+		sh.mu.RLock()
+		defer sh.mu.RUnlock()
+		for _, i := range pos {
+			backends.FillReadCell(&cells[i], sh.m[keys[i]])
 		}
 	})
 	return nil
 }
 
-// Get returns each key's value, nil for a missing key.
-func (s *Store) Get(ctx context.Context, keys []string) ([][]byte, error) {
-	if err := s.check(ctx, keys, -1); err != nil {
-		return nil, err
-	}
-	out := make([][]byte, len(keys))
-	s.forShards(keys, func(sh *shard, pos []int32) {
-		sh.mu.RLock()
-		defer sh.mu.RUnlock()
-		for _, i := range pos {
-			out[i] = sh.m[keys[i]]
-		}
-	})
-	return out, nil
-}
-
-// Delete removes keys; missing keys are ignored.
-func (s *Store) Delete(ctx context.Context, keys []string) error {
-	if err := s.check(ctx, keys, -1); err != nil {
+// Delete implements backends.Store.
+func (s *Store) Delete(ctx context.Context, cells []backends.Cell) error {
+	if err := s.check(ctx, nil, -1); err != nil {
 		return err
 	}
+	keys := cellKeys(cells)
 	s.forShards(keys, func(sh *shard, pos []int32) {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
@@ -174,61 +222,60 @@ func (s *Store) Close() error {
 // own so that clearing some rows frees their memory.
 const smallObject = 4 << 10
 
-// Allocate stages buffers of the given sizes in the store's memory.
-func (s *Store) Allocate(ctx context.Context, keys []string, sizes []int) (backends.Staged, error) {
-	if err := s.check(ctx, keys, len(sizes)); err != nil {
-		return nil, err
+// Stage implements backends.Stager.
+func (s *Store) Stage(ctx context.Context, cells []backends.Cell, sizes []int) error {
+	if err := s.check(ctx, nil, -1); err != nil {
+		return err
 	}
-	small := 0
+	if len(sizes) != len(cells) {
+		return fmt.Errorf("%w: %d cells, %d sizes", backends.ErrInvalid, len(cells), len(sizes))
+	}
 	for _, n := range sizes {
 		if n < 0 {
-			return nil, fmt.Errorf("%w: negative size %d", backends.ErrInvalid, n)
+			return fmt.Errorf("%w: negative size %d", backends.ErrInvalid, n)
 		}
+	}
+	bufs := s.alloc(sizes)
+	for i := range cells {
+		cells[i].Body = bufs[i]
+		cells[i].Staged = &stageHandle{}
+	}
+	return nil
+}
+
+// Unstage implements backends.Stager: staged memory is the garbage
+// collector's once dropped.
+func (s *Store) Unstage(cells []backends.Cell) {
+	for i := range cells {
+		if _, ok := cells[i].Staged.(*stageHandle); ok {
+			cells[i].Staged = nil
+		}
+	}
+}
+
+type stageHandle struct{ published bool }
+
+// alloc returns buffers of sizes: the small ones in one arena.
+func (s *Store) alloc(sizes []int) [][]byte {
+	small := 0
+	for _, n := range sizes {
 		if n < smallObject {
 			small += slot(n)
 		}
 	}
-	arena := make([]byte, small)
+	arena := uninit.Bytes(small)
 	bufs := make([][]byte, len(sizes))
 	for i, n := range sizes {
 		if n < smallObject {
 			bufs[i], arena = arena[:n:n], arena[slot(n):]
 		} else {
-			bufs[i] = uninit.Bytes(n) // the caller fills every byte (Allocator)
+			bufs[i] = uninit.Bytes(n) // the caller fills every byte
 		}
 	}
-	return &staged{store: s, keys: keys, bufs: bufs}, nil
+	return bufs
 }
 
 // slot rounds a small buffer's share of the arena up to 16 bytes, so every
 // buffer starts aligned like the codec's tensor payloads and a decoded
 // tensor's View is zero-copy.
 func slot(n int) int { return (n + 15) &^ 15 }
-
-// staged holds buffers not yet visible to readers.
-type staged struct {
-	store *Store
-	keys  []string
-	bufs  [][]byte
-	done  bool
-}
-
-func (st *staged) Buffers() [][]byte { return st.bufs }
-
-// Publish makes every buffer visible. Publishing is all in memory, so once
-// the checks pass it cannot fail part-way.
-func (st *staged) Publish(ctx context.Context) error {
-	if st.done {
-		return fmt.Errorf("%w: staged buffers already published or discarded", backends.ErrInvalid)
-	}
-	if err := st.store.Put(ctx, st.keys, st.bufs); err != nil {
-		return err
-	}
-	st.done = true
-	return nil
-}
-
-func (st *staged) Discard(context.Context) error {
-	st.done, st.bufs = true, nil
-	return nil
-}
