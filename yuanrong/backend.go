@@ -107,7 +107,8 @@ func (b *Backend) Unstage(cells []backends.Cell) {
 
 // Write stores each cell's value under its key, replacing an existing
 // value, and sets each cell's Tag to TagKV. A staged cell's buffer is
-// published as it is (its Head must be empty); any other cell's Head and
+// published as it is (its Head must be empty and its Body the length
+// staged); any other cell's Head and
 // Body are copied into a buffer Write creates (rounds of PutKeysLimit).
 // Keys must be valid and unique among the cells; a cell staged by another
 // Backend, or staged and already written or unstaged, gives ErrInvalid,
@@ -116,9 +117,11 @@ func (b *Backend) Unstage(cells []backends.Cell) {
 // The buffers are published round by round (see Client.Put): if a round
 // fails, Write deletes every key of the call and releases the buffers not
 // published, staged ones included, and returns the round's error; a Write
-// whose context ends before its first round changes nothing. Either way
-// every staged buffer it was given is its own from then on, and a later
-// Unstage ignores them. It implements backends.Store.
+// whose context ends before its first round changes nothing. Once Write
+// gets to publishing, every staged buffer it was given is its own
+// (published or released) and a later Unstage ignores it; after an error
+// before that (validation, creating the other cells' buffers) the staged
+// cells are still the caller's to Unstage. It implements backends.Store.
 func (b *Backend) Write(ctx context.Context, cells []backends.Cell) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
@@ -139,6 +142,9 @@ func (b *Backend) Write(ctx context.Context, cells []backends.Cell) error {
 			return &KeyError{Key: c.Key, Err: invalidf("staged cell already written or unstaged")}
 		case len(c.Head) > 0:
 			return &KeyError{Key: c.Key, Err: invalidf("staged cell with a Head")}
+		case len(c.Body) != len(h.buf.Data()):
+			// The datasystem publishes the buffer whole.
+			return &KeyError{Key: c.Key, Err: invalidf("staged Body of %d bytes cut to %d", len(h.buf.Data()), len(c.Body))}
 		}
 	}
 	if err := checkWrite(keys, len(cells)); err != nil {

@@ -197,6 +197,11 @@ func TestBackendValidates(t *testing.T) {
 	}
 	headed := slices.Clone(foreign)
 	headed[0].Head = []byte("h")
+	mine := stage(t, b, []string{"m"})
+	defer b.Unstage(mine)
+	cut := slices.Clone(mine)
+	cut[0].Body = cut[0].Body[:0]
+	_, _, _, _ = ds.calls() // forget the staging
 	for name, call := range map[string]func() error{
 		"stage negative size":  func() error { return b.Stage(ctx, cellsOf("a", "b"), []int{1, -1}) },
 		"stage duplicate key":  func() error { return b.Stage(ctx, cellsOf("a", "a"), []int{1, 1}) },
@@ -206,6 +211,7 @@ func TestBackendValidates(t *testing.T) {
 		"write long key":       func() error { return b.Write(ctx, cellsOf(string(make([]byte, 256)))) },
 		"write foreign staged": func() error { return b.Write(ctx, foreign) },
 		"write staged headed":  func() error { return b.Write(ctx, headed) },
+		"write staged cut":     func() error { return b.Write(ctx, cut) },
 		"read unknown tag": func() error {
 			return b.Read(ctx, []backends.ReadCell{{Key: "a"}, {Key: "b", Tag: "npu"}})
 		},
