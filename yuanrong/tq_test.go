@@ -22,8 +22,16 @@ type recordingBackend struct {
 	*yuanrong.Backend
 
 	mu      sync.Mutex // guards the fields below
+	staged  int
 	getTags []string
 	delTags []string
+}
+
+func (r *recordingBackend) Stage(ctx context.Context, cells []backends.Cell, sizes []int) error {
+	r.mu.Lock()
+	r.staged += len(cells)
+	r.mu.Unlock()
+	return r.Backend.Stage(ctx, cells, sizes)
 }
 
 func (r *recordingBackend) Read(ctx context.Context, cells []backends.ReadCell) error {
@@ -110,8 +118,9 @@ func TestTQOpenRejects(t *testing.T) {
 	}
 }
 
-// The strategy tag Write reports lands in tq's metadata
-// (FieldInfo.BackendTag) and comes back on get and clear.
+// tq packs values into buffers the Backend stages. The strategy tag Write
+// reports lands in tq's metadata (FieldInfo.BackendTag) and comes back on
+// get and clear.
 func TestTQStrategyTagsRoundTrip(t *testing.T) {
 	ctx := t.Context()
 	local := yuanrong.NewLocal()
@@ -136,6 +145,15 @@ func TestTQStrategyTagsRoundTrip(t *testing.T) {
 				t.Errorf("row %q field %q: BackendTag %q, want %q", r.Key, f, fi.BackendTag, yuanrong.TagKV)
 			}
 		}
+	}
+	rec.mu.Lock()
+	staged := rec.staged
+	rec.mu.Unlock()
+	if staged == 0 {
+		t.Error("tq staged nothing: its packed values did not go straight into the datasystem's buffers")
+	}
+	if local.Pending() != 0 {
+		t.Errorf("%d created buffers left after the put", local.Pending())
 	}
 	if _, err := c.BatchGet(ctx, "p", keys); err != nil {
 		t.Fatal(err)
