@@ -15,9 +15,13 @@ import (
 // different keys rarely contend.
 const numShards = 64
 
-// Store is the in-memory data backend. It is safe for concurrent use.
-// Stored slices are never modified in place (a Put replaces the slice), so a
-// reader may keep what Get returned.
+// Store is the in-memory data store: a backends.Store and a
+// backends.Stager. It is safe for concurrent use.
+//
+// A stored value is never modified in place (Write replaces the slice), so
+// the Value a Read returns stays as it was however the key is rewritten
+// later. Write copies Head and Body into the store's memory, except a
+// staged Body, which it keeps. Tags are always "".
 type Store struct {
 	seed   maphash.Seed
 	closed atomic.Bool
@@ -30,8 +34,8 @@ type shard struct {
 }
 
 var (
-	_ backends.Backend   = (*Store)(nil)
-	_ backends.Allocator = (*Store)(nil)
+	_ backends.Store  = (*Store)(nil)
+	_ backends.Stager = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -43,28 +47,28 @@ func New() *Store {
 	return s
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%numShards]
+func (s *Store) shardOf(key string) int32 {
+	return int32(maphash.String(s.seed, key) % numShards)
 }
 
 // firstPos is the positions of a one-key batch (read-only).
 var firstPos = []int32{0}
 
-// forShards calls f once for each shard holding any of keys, with their
-// positions in keys (in order), so a batch takes each shard's lock once
-// rather than once per key.
-func (s *Store) forShards(keys []string, f func(sh *shard, pos []int32)) {
-	if len(keys) == 1 {
-		f(s.shard(keys[0]), firstPos)
+// forShards calls f once for each shard holding any of the n keys key
+// returns, with their positions (in order), so a batch takes each shard's
+// lock once rather than once per key.
+func (s *Store) forShards(n int, key func(i int) string, f func(sh *shard, pos []int32)) {
+	if n == 1 {
+		f(&s.shards[s.shardOf(key(0))], firstPos)
 		return
 	}
 	// A counting sort by shard: of[i] is key i's shard, pos the positions
 	// grouped by shard, start[j] where shard j's group begins.
-	scratch := make([]int32, 2*len(keys))
-	of, pos := scratch[:len(keys)], scratch[len(keys):]
+	scratch := make([]int32, 2*n)
+	of, pos := scratch[:n], scratch[n:]
 	var start [numShards + 1]int32
-	for i, k := range keys {
-		j := int32(maphash.String(s.seed, k) % numShards)
+	for i := range n {
+		j := s.shardOf(key(i))
 		of[i] = j
 		start[j+1]++
 	}
@@ -83,62 +87,153 @@ func (s *Store) forShards(keys []string, f func(sh *shard, pos []int32)) {
 	}
 }
 
-func (s *Store) check(ctx context.Context, keys []string, n int) error {
+func (s *Store) check(ctx context.Context) error {
 	if s.closed.Load() {
 		return backends.ErrClosed
-	}
-	if n >= 0 && n != len(keys) {
-		return fmt.Errorf("%w: %d keys, %d values", backends.ErrInvalid, len(keys), n)
 	}
 	return ctx.Err()
 }
 
-// Put stores values under keys. It keeps the value slices.
-func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
-	if err := s.check(ctx, keys, len(values)); err != nil {
+// Copies of values under smallObject bytes share arenas of up to
+// arenaSize bytes (one allocation for a batch of small cells); a larger
+// value gets its own allocation, so clearing its row frees its memory.
+const (
+	smallObject = 64 << 10
+	arenaSize   = 1 << 20
+)
+
+// arena hands out slices of shared allocations.
+type arena struct{ free []byte }
+
+// take returns n bytes (capacity n) of unspecified contents, the caller
+// to write every byte; need is the small bytes still to be taken, for
+// sizing the next allocation.
+func (a *arena) take(n, need int) []byte {
+	switch {
+	case n == 0:
+		return empty
+	case n >= smallObject:
+		return uninit.Bytes(n)
+	}
+	if len(a.free) < slot(n) {
+		a.free = uninit.Bytes(max(min(need, arenaSize), slot(n)))
+	}
+	b := a.free[:n:n]
+	a.free = a.free[min(slot(n), len(a.free)):]
+	return b
+}
+
+// empty is every zero-length value: not nil, which Read would take for a
+// missing key.
+var empty = []byte{}
+
+// slot rounds a small value's share of an arena up to 16 bytes, so every
+// value starts aligned like the codec's tensor payloads and a decoded
+// tensor's View is zero-copy.
+func slot(n int) int { return (n + 15) &^ 15 }
+
+// Write stores each cell's Head and Body, copied into the store's memory,
+// or a staged cell's Body as it is (see Stage). It sets every Tag to "". A
+// cell staged by another Store, or already unstaged, is an error wrapping
+// backends.ErrInvalid, and the call then writes nothing.
+func (s *Store) Write(ctx context.Context, cells []backends.Cell) error {
+	if len(cells) == 0 {
+		return nil
+	}
+	if err := s.check(ctx); err != nil {
 		return err
 	}
-	s.forShards(keys, func(sh *shard, pos []int32) {
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		for _, i := range pos {
-			v := values[i]
-			if v == nil {
-				v = []byte{} // nil means "missing" to Get: store an empty value
+	small := 0
+	for i := range cells {
+		c := &cells[i]
+		if c.Staged != nil {
+			h, ok := c.Staged.(*stagedCell)
+			if !ok || h.store != s || h.state.Load() == unstaged {
+				return fmt.Errorf("%w: cell %q was not staged by this store, or was unstaged", backends.ErrInvalid, c.Key)
 			}
-			sh.m[keys[i]] = v
+			if len(c.Head) == 0 {
+				continue
+			}
 		}
+		if n := len(c.Head) + len(c.Body); n < smallObject {
+			small += slot(n)
+		}
+	}
+	// Copy outside the locks, then publish shard by shard.
+	vals := make([][]byte, len(cells))
+	var a arena
+	for i := range cells {
+		c := &cells[i]
+		c.Tag = ""
+		if c.Staged != nil && len(c.Head) == 0 {
+			vals[i] = c.Body[:len(c.Body):len(c.Body)]
+			if vals[i] == nil {
+				vals[i] = empty
+			}
+			continue
+		}
+		n := len(c.Head) + len(c.Body)
+		v := a.take(n, small)
+		if n < smallObject {
+			small -= slot(n)
+		}
+		copy(v[copy(v, c.Head):], c.Body)
+		vals[i] = v
+	}
+	s.forShards(len(cells), func(i int) string { return cells[i].Key }, func(sh *shard, pos []int32) {
+		sh.mu.Lock()
+		for _, i := range pos {
+			sh.m[cells[i].Key] = vals[i]
+		}
+		sh.mu.Unlock()
 	})
+	for i := range cells {
+		if h, ok := cells[i].Staged.(*stagedCell); ok {
+			h.state.Store(published)
+		}
+	}
 	return nil
 }
 
-// Get returns each key's value, nil for a missing key.
-func (s *Store) Get(ctx context.Context, keys []string) ([][]byte, error) {
-	if err := s.check(ctx, keys, -1); err != nil {
-		return nil, err
+// Read fills each cell's destination with a copy of its value when the
+// value has the destination's length, and otherwise sets Value to the
+// stored value itself, which the caller must not modify.
+func (s *Store) Read(ctx context.Context, cells []backends.ReadCell) error {
+	if len(cells) == 0 {
+		return nil
 	}
-	out := make([][]byte, len(keys))
-	s.forShards(keys, func(sh *shard, pos []int32) {
-		sh.mu.RLock()
-		defer sh.mu.RUnlock()
-		for _, i := range pos {
-			out[i] = sh.m[keys[i]]
-		}
-	})
-	return out, nil
-}
-
-// Delete removes keys; missing keys are ignored.
-func (s *Store) Delete(ctx context.Context, keys []string) error {
-	if err := s.check(ctx, keys, -1); err != nil {
+	if err := s.check(ctx); err != nil {
 		return err
 	}
-	s.forShards(keys, func(sh *shard, pos []int32) {
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
+	// Look up under the read locks, keeping each value in its cell's
+	// Value; copy after them (values are never modified in place).
+	s.forShards(len(cells), func(i int) string { return cells[i].Key }, func(sh *shard, pos []int32) {
+		sh.mu.RLock()
 		for _, i := range pos {
-			delete(sh.m, keys[i])
+			cells[i].Value = sh.m[cells[i].Key]
 		}
+		sh.mu.RUnlock()
+	})
+	for i := range cells {
+		backends.FillReadCell(&cells[i], cells[i].Value)
+	}
+	return nil
+}
+
+// Delete removes the cells' keys; missing keys are ignored.
+func (s *Store) Delete(ctx context.Context, cells []backends.Cell) error {
+	if len(cells) == 0 {
+		return nil
+	}
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.forShards(len(cells), func(i int) string { return cells[i].Key }, func(sh *shard, pos []int32) {
+		sh.mu.Lock()
+		for _, i := range pos {
+			delete(sh.m, cells[i].Key)
+		}
+		sh.mu.Unlock()
 	})
 	return nil
 }
@@ -169,66 +264,64 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// smallObject is the size under which staged buffers share one allocation:
-// a batch of small cells costs one allocation, while a large buffer gets its
-// own so that clearing some rows frees their memory.
-const smallObject = 4 << 10
+// The states of a staged cell.
+const (
+	staged uint32 = iota
+	published
+	unstaged
+)
 
-// Allocate stages buffers of the given sizes in the store's memory.
-func (s *Store) Allocate(ctx context.Context, keys []string, sizes []int) (backends.Staged, error) {
-	if err := s.check(ctx, keys, len(sizes)); err != nil {
-		return nil, err
+// stagedCell is the Staged handle of one cell: the cells of a Stage call
+// share one allocation of handles.
+type stagedCell struct {
+	store *Store
+	state atomic.Uint32
+}
+
+// Stage sets each cell's Body to sizes[i] bytes of the store's memory
+// (values under 64 KiB share arenas, one allocation per call for a batch
+// of small values) and its Staged to the store's handle. A negative size
+// is an error wrapping backends.ErrInvalid, as is a sizes slice of another
+// length than cells.
+func (s *Store) Stage(ctx context.Context, cells []backends.Cell, sizes []int) error {
+	if len(sizes) != len(cells) {
+		return fmt.Errorf("%w: %d cells, %d sizes", backends.ErrInvalid, len(cells), len(sizes))
+	}
+	if len(cells) == 0 {
+		return nil
+	}
+	if err := s.check(ctx); err != nil {
+		return err
 	}
 	small := 0
 	for _, n := range sizes {
 		if n < 0 {
-			return nil, fmt.Errorf("%w: negative size %d", backends.ErrInvalid, n)
+			return fmt.Errorf("%w: negative size %d", backends.ErrInvalid, n)
 		}
 		if n < smallObject {
 			small += slot(n)
 		}
 	}
-	arena := make([]byte, small)
-	bufs := make([][]byte, len(sizes))
+	handles := make([]stagedCell, len(cells))
+	var a arena
 	for i, n := range sizes {
+		handles[i].store = s
+		cells[i].Body = a.take(n, small)
 		if n < smallObject {
-			bufs[i], arena = arena[:n:n], arena[slot(n):]
-		} else {
-			bufs[i] = uninit.Bytes(n) // the caller fills every byte (Allocator)
+			small -= slot(n)
+		}
+		cells[i].Staged = &handles[i]
+	}
+	return nil
+}
+
+// Unstage releases the staged cells Write did not publish; a later Write
+// of one is an error. Published cells, cells staged elsewhere and cells
+// never staged are ignored.
+func (s *Store) Unstage(cells []backends.Cell) {
+	for i := range cells {
+		if h, ok := cells[i].Staged.(*stagedCell); ok && h.store == s {
+			h.state.CompareAndSwap(staged, unstaged)
 		}
 	}
-	return &staged{store: s, keys: keys, bufs: bufs}, nil
-}
-
-// slot rounds a small buffer's share of the arena up to 16 bytes, so every
-// buffer starts aligned like the codec's tensor payloads and a decoded
-// tensor's View is zero-copy.
-func slot(n int) int { return (n + 15) &^ 15 }
-
-// staged holds buffers not yet visible to readers.
-type staged struct {
-	store *Store
-	keys  []string
-	bufs  [][]byte
-	done  bool
-}
-
-func (st *staged) Buffers() [][]byte { return st.bufs }
-
-// Publish makes every buffer visible. Publishing is all in memory, so once
-// the checks pass it cannot fail part-way.
-func (st *staged) Publish(ctx context.Context) error {
-	if st.done {
-		return fmt.Errorf("%w: staged buffers already published or discarded", backends.ErrInvalid)
-	}
-	if err := st.store.Put(ctx, st.keys, st.bufs); err != nil {
-		return err
-	}
-	st.done = true
-	return nil
-}
-
-func (st *staged) Discard(context.Context) error {
-	st.done, st.bufs = true, nil
-	return nil
 }
