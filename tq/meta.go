@@ -10,7 +10,7 @@ import (
 // FieldInfo is what the metadata knows of one cell without reading it.
 type FieldInfo struct {
 	DType string // tensor dtype name, "" for a general value
-	Shape []int  // tensor shape (empty for a 0-d tensor), nil for a general value
+	Shape []int  // tensor shape, nil for a general value (a 0-d tensor's DType is set)
 }
 
 // RowInfo is one row's metadata.
