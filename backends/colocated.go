@@ -16,7 +16,9 @@ type Colocated interface {
 	// Errors are Commit's: on one that does not match ErrOutcomeUnknown the
 	// commit did not apply (some cells may be written: the caller deletes
 	// them as after a failed Commit); on one that does, the caller keeps
-	// the cells. The cells are not staged (Colocated writes them itself).
+	// the cells. Staged cells are published as the engine's Store.Write
+	// publishes them. A Colocated engine's cells carry no tags: WriteCommit
+	// sets every Cell.Tag to "", and updates name none.
 	WriteCommit(ctx context.Context, partition string, cells []Cell, updates []RowUpdate) (CommitResult, error)
 	// ReadRows looks up the committed rows of keys (nil for a key unknown
 	// or not yet committed), calls plan with them to learn which cells to

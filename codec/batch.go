@@ -107,16 +107,44 @@ func (p *Packer) Close() error {
 // cut to its packed size. Every value is validated and sized before alloc is
 // called, so a bad value costs no allocation; the error names the object
 // (*ObjectError). alloc returning an error, too few buffers or a buffer
-// shorter than its size gives ErrAlloc.
+// shorter than its size gives ErrAlloc. It is Plan, alloc, Encode.
 func (p *Packer) BatchEncodeInto(values []any, alloc Allocator) ([][]byte, error) {
+	enc, err := p.Plan(values)
+	if err != nil {
+		return nil, err
+	}
+	defer enc.Release()
+	bufs, err := alloc(enc.Sizes())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrAlloc, err)
+	}
+	if err := enc.Encode(bufs); err != nil {
+		return nil, err
+	}
+	return bufs, nil
+}
+
+// Encoding is a batch of values validated and sized by Plan, to be packed
+// into buffers by Encode: the two phases of an encode, so that a caller
+// can do what it must between them (reserve storage keys, ask an engine
+// for memory) with no callback from inside the codec. It holds the values
+// (do not change them before Encode) and the Packer's shared lock (Close
+// waits for it) until Release. Not safe for concurrent use.
+type Encoding struct {
+	p          *Packer
+	e          *encoder
+	largeBytes int
+}
+
+// Plan validates and sizes values. The error names the failing object
+// (*ObjectError), or is ErrClosed after Close.
+func (p *Packer) Plan(values []any) (*Encoding, error) {
 	p.mu.RLock()
-	defer p.mu.RUnlock()
 	if p.closed {
+		p.mu.RUnlock()
 		return nil, ErrClosed
 	}
 	e := getEncoder()
-	defer putEncoder(e)
-
 	threshold := p.opts.PackThreshold
 	e.layouts = slices.Grow(e.layouts[:0], len(values))[:len(values)]
 	e.sizes = slices.Grow(e.sizes[:0], len(values))[:len(values)]
@@ -124,6 +152,8 @@ func (p *Packer) BatchEncodeInto(values []any, alloc Allocator) ([][]byte, error
 	for i, v := range values {
 		l := &e.layouts[i]
 		if err := e.add(v, l); err != nil {
+			putEncoder(e)
+			p.mu.RUnlock()
 			return nil, &ObjectError{Index: i, Err: err}
 		}
 		e.sizes[i] = l.size
@@ -131,21 +161,28 @@ func (p *Packer) BatchEncodeInto(values []any, alloc Allocator) ([][]byte, error
 			largeBytes += l.size
 		}
 	}
-	bufs, err := alloc(e.sizes)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrAlloc, err)
-	}
-	if len(bufs) != len(values) {
-		return nil, fmt.Errorf("%w: asked for %d buffers, got %d", ErrAlloc, len(values), len(bufs))
+	return &Encoding{p: p, e: e, largeBytes: largeBytes}, nil
+}
+
+// Sizes returns each value's packed size, valid until Release.
+func (enc *Encoding) Sizes() []int { return enc.e.sizes }
+
+// Encode packs value i into bufs[i] and cuts bufs[i] to its size. Fewer
+// buffers than values, or a buffer shorter than its size, gives ErrAlloc
+// and writes nothing. Call it at most once.
+func (enc *Encoding) Encode(bufs [][]byte) error {
+	p, e := enc.p, enc.e
+	if len(bufs) != len(e.layouts) {
+		return fmt.Errorf("%w: asked for %d buffers, got %d", ErrAlloc, len(e.layouts), len(bufs))
 	}
 	for i, b := range bufs {
 		if size := e.layouts[i].size; len(b) < size {
-			return nil, &ObjectError{Index: i, Err: fmt.Errorf("%w: buffer of %d bytes for a %d-byte object", ErrAlloc, len(b), size)}
+			return &ObjectError{Index: i, Err: fmt.Errorf("%w: buffer of %d bytes for a %d-byte object", ErrAlloc, len(b), size)}
 		}
 	}
-
+	threshold := p.opts.PackThreshold
 	workers := p.opts.workers()
-	usePool := workers > 1 && largeBytes >= p.opts.PoolMinBatchBytes
+	usePool := workers > 1 && enc.largeBytes >= p.opts.PoolMinBatchBytes
 	e.jobs = e.jobs[:0]
 	var nSerial, nPooled uint64
 	for i := range e.layouts {
@@ -165,7 +202,18 @@ func (p *Packer) BatchEncodeInto(values []any, alloc Allocator) ([][]byte, error
 	p.batches.Add(1)
 	p.serial.Add(nSerial)
 	p.pooled.Add(nPooled)
-	return bufs, nil
+	return nil
+}
+
+// Release drops the encoding's references to the values and its shared
+// lock on the Packer. It is idempotent.
+func (enc *Encoding) Release() {
+	if enc.e == nil {
+		return
+	}
+	putEncoder(enc.e)
+	enc.e = nil
+	enc.p.mu.RUnlock()
 }
 
 // Chunk sizes of the parallel copy. A chunk is the unit a goroutine claims:

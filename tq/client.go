@@ -18,7 +18,7 @@ import (
 // is held across backend I/O (a call holds a shared lock only Close waits
 // for), and metadata is locked per partition by the store.
 type Client struct {
-	data      backends.Backend
+	data      backends.Store
 	meta      backends.MetaStore
 	owns      bool // Close closes data and meta (they came from Open)
 	packer    *codec.Packer
@@ -30,25 +30,17 @@ type Client struct {
 	// its commit or rollback, which would leave orphaned bytes.
 	life sync.RWMutex
 
-	// Optional abilities of data, found once.
-	allocator    backends.Allocator
-	taggedWriter backends.TaggedWriter
-	taggedReader backends.TaggedReader
-	splitReader  backends.SplitReader  // nil when reads carry tags
-	splitWriter  backends.SplitWriter  // nil when writes report tags
-	commitWriter backends.CommitWriter // nil when splitWriter is
-	// Both or neither: reads of cached rows confirmed with the data.
-	cachedLookup     backends.CachedLookup
-	confirmingReader backends.ConfirmingReader
-	taggedDeleter    backends.TaggedDeleter
+	// What the engine can do beyond the required interfaces, found once.
+	stager    backends.Stager    // data encodes straight into the engine's memory
+	colocated backends.Colocated // cells go with their commit, reads confirm rows
 }
 
 // Open opens the queue at url: "memory://" (or "") for the embedded engine,
 // or any scheme an imported engine registered ("redis://…" after importing
-// github.com/tqgo/tqgo/backends/redis). An engine that keeps no metadata of
-// its own gets an in-process metadata store. A malformed URL or engine
-// option gives an error matching ErrInvalid (and backends.ErrInvalid); no
-// error shows the URL's password.
+// github.com/tqgo/tqgo/backends/redis). A malformed URL or engine option,
+// or an engine that shares its data but gives no metadata store (see
+// backends.Engine), gives an error matching ErrInvalid (and
+// backends.ErrInvalid); no error shows the URL's password.
 func Open(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if url == "" {
 		url = "memory://"
@@ -61,49 +53,33 @@ func Open(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, &openError{url: redactURL(url), err: err}
 	}
-	if eng.Meta == nil {
-		eng.Meta = memory.NewMetaStore()
-	}
-	c := newClient(eng.Data, eng.Meta, o)
+	c := newClient(eng, o)
 	c.owns = true
 	return c, nil
 }
 
-// New makes a client over a data backend and metadata store the caller
-// built (a caller-owned Redis client, a wrapped backend in a test). A nil
-// meta gets an in-process store. Close does not close data or meta.
-func New(data backends.Backend, meta backends.MetaStore, opts ...Option) (*Client, error) {
-	if data == nil {
-		return nil, fmt.Errorf("%w: nil backend", ErrInvalid)
+// New makes a client over an engine the caller built (a caller-owned Redis
+// client, a wrapped engine in a test). A nil eng.Meta is accepted only from
+// a Local engine, which gets an in-process metadata store; otherwise New
+// fails with ErrInvalid. Close does not close the engine.
+func New(eng backends.Engine, opts ...Option) (*Client, error) {
+	if err := eng.Check(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	o := defaultOptions()
 	if err := o.apply(opts); err != nil {
 		return nil, err
 	}
-	if meta == nil {
-		meta = memory.NewMetaStore()
-	}
-	return newClient(data, meta, o), nil
+	return newClient(eng, o), nil
 }
 
-func newClient(data backends.Backend, meta backends.MetaStore, o options) *Client {
-	c := &Client{data: data, meta: meta, opts: o, packer: codec.NewPacker(o.pack)}
-	c.allocator, _ = data.(backends.Allocator)
-	c.taggedWriter, _ = data.(backends.TaggedWriter)
-	c.taggedReader, _ = data.(backends.TaggedReader)
-	if c.taggedReader == nil {
-		c.splitReader, _ = data.(backends.SplitReader)
-		cl, ok1 := meta.(backends.CachedLookup)
-		cr, ok2 := data.(backends.ConfirmingReader)
-		if ok1 && ok2 {
-			c.cachedLookup, c.confirmingReader = cl, cr
-		}
+func newClient(eng backends.Engine, o options) *Client {
+	if eng.Meta == nil {
+		eng.Meta = memory.NewMetaStore() // a Local engine's: see backends.Engine
 	}
-	if c.taggedWriter == nil {
-		c.splitWriter, _ = data.(backends.SplitWriter)
-		c.commitWriter, _ = data.(backends.CommitWriter)
-	}
-	c.taggedDeleter, _ = data.(backends.TaggedDeleter)
+	c := &Client{data: eng.Data, meta: eng.Meta, opts: o, packer: codec.NewPacker(o.pack)}
+	c.stager, _ = eng.Data.(backends.Stager)
+	c.colocated, _ = eng.Meta.(backends.Colocated)
 	return c
 }
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
-	"sync"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/codec"
@@ -28,106 +26,87 @@ var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
 // buffers, which may be the engine's own memory: treat them as read-only
 // (copy before modifying). Stacked columns are fresh copies (BatchGetInto
 // writes them into memory the caller hands back instead).
-func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (Batch, error) {
+func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (_ Batch, err error) {
+	ctx, tr := c.trace(ctx, "BatchGet", partition, len(keys))
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return c.getFresh(ctx, partition, keys, fields, nil, nil, nil)
+	return c.getFresh(ctx, tr, partition, keys, fields, nil)
 }
 
-// getFresh looks keys up and reads them. A cell missing from the backend is
-// looked up again for as long as the metadata names another cell each time
-// (a writer replaced it meanwhile, so every retry means a writer made
-// progress); when it names the same cell, the engine lost it and the read
-// fails. prev and prevErr are an earlier attempt's rows and its
-// errVanished, if any.
-func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []string, prev []*backends.Row, prevErr error, into reuse) (Batch, error) {
+// getFresh reads fields of keys: it looks the rows up (or, on a Colocated
+// engine, takes the client's copy of them and confirms it in the request
+// that reads the cells), reads the cells, and decodes them. A cell missing
+// from the engine is read again for as long as the metadata names another
+// cell each time (a writer replaced it meanwhile, so every retry means a
+// writer made progress); when it names the same cell, the engine lost it
+// and the read fails.
+func (c *Client) getFresh(ctx context.Context, tr *callTrace, partition string, keys, fields []string, into reuse) (Batch, error) {
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
 	if err := checkKeys(keys); err != nil {
 		return nil, err
 	}
-	if prevErr == nil && c.cachedLookup != nil {
-		if b, ok, err := c.getCached(ctx, partition, keys, fields, into); ok {
-			return b, err
-		}
+	asked, err := checkReadFields(fields)
+	if err != nil {
+		return nil, err
 	}
+	var (
+		prev    []*backends.Row
+		prevErr error
+	)
 	for {
-		rows, err := c.lookupValid(ctx, partition, keys)
-		if err != nil {
-			return nil, err
-		}
-		if prevErr != nil && sameCell(prev, rows, prevErr) {
-			return nil, prevErr
-		}
-		b, err := c.read(ctx, partition, rows, fields, into)
-		if !errors.Is(err, errVanished) {
+		b, rows, err := c.readOnce(ctx, tr, partition, keys, asked, into)
+		if !errors.Is(err, errVanished) || prevErr != nil && sameCell(prev, rows, prevErr) {
 			return b, err
 		}
 		prev, prevErr = rows, err
 	}
 }
 
-// getCached is a read of the rows the metadata's copy in this client
-// holds, confirmed current in the same request as the read
-// (backends.ConfirmingReader): one round trip where looking the rows up
-// first takes two. Fields known to stack are read into their columns;
-// the cells of the others are read whole in the same request
-// (stackRead.addWhole) and decoded as readCells decodes them. ok false: the read was not such a read (no cell to read,
-// or more than KeysLimit), the copy was stale, or a cell was missing,
-// corrupt or of a field some row lacks; the caller looks up and reads as
-// usual, which names such cells against the rows as they are. The caller
-// has checked partition and keys.
-func (c *Client) getCached(ctx context.Context, partition string, keys, fields []string, into reuse) (_ Batch, ok bool, _ error) {
+// readOnce is one attempt of getFresh; it returns the rows it read too.
+func (c *Client) readOnce(ctx context.Context, tr *callTrace, partition string, keys, asked []string, into reuse) (Batch, []*backends.Row, error) {
 	if err := c.check(ctx); err != nil {
-		return nil, true, err
+		return nil, nil, err
 	}
-	rows, token, ok := c.cachedLookup.LookupCached(partition, keys)
-	if !ok || slices.Contains(rows, nil) {
-		return nil, false, nil
-	}
-	fields, err := readFields(rows, fields)
+	r := &readPlan{partition: partition, asked: asked, into: into}
+	defer r.release()
+	rows, err := c.readRows(ctx, partition, keys, r.plan)
 	if err != nil {
-		return nil, true, err
+		return nil, nil, err
 	}
-	st, others := planStacked(rows, fields)
-	var whole []string
-	if len(others) > 0 {
-		if whole, _, err = cellKeys(partition, rows, others); err != nil {
-			return nil, false, nil
-		}
+	if err := lookupFailed(partition, keys, rows); err != nil {
+		return nil, nil, err
 	}
-	if st == nil {
-		if len(whole) == 0 {
-			return nil, false, nil // no cell whose read could confirm the rows
-		}
-		st = &stackRead{n: len(rows)}
+	b, err := r.finish(rows)
+	if err == nil {
+		tr.add(len(rows), len(r.cells), r.bytes())
 	}
-	st.addWhole(whole, wholeSizes(rows, others))
-	if len(st.skeys) > c.opts.keysLimit {
-		return nil, false, nil
+	return b, rows, err
+}
+
+// readRows looks the rows of keys up, has plan choose their cells'
+// destinations, and reads the cells: in one call of a Colocated engine,
+// else a Lookup and reads of KeysLimit cells, IODepth in flight.
+func (c *Client) readRows(ctx context.Context, partition string, keys []string, plan func([]*backends.Row) ([]backends.ReadCell, error)) ([]*backends.Row, error) {
+	if c.colocated != nil {
+		return c.colocated.ReadRows(ctx, partition, keys, plan)
 	}
-	st.into = into
-	defer st.release()
-	current, err := c.confirmingReader.GetSplitConfirmed(ctx, c.meta, token, st.skeys, st.sizes(), st.allocate)
-	if err != nil || !current {
-		return nil, err != nil, err
-	}
-	out, err := st.finish(partition, rows)
+	rows, err := c.meta.Lookup(ctx, partition, keys)
 	if err != nil {
-		return nil, false, nil
+		return nil, err
 	}
-	if len(others) > 0 {
-		other, err := decodeCells(partition, rows, others, st.wholeValues(), into)
-		if err != nil {
-			return nil, false, nil
-		}
-		maps.Copy(out, other)
+	cells, err := plan(rows)
+	if err != nil {
+		return nil, err
 	}
-	return out, true, nil
+	return rows, forChunks(ctx, len(cells), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+		return c.data.Read(ctx, cells[lo:hi])
+	})
 }
 
 // sameCell reports whether b names the cell whose absence err reports as a
@@ -170,7 +149,13 @@ func sameCell(a, b []*backends.Row, err error) bool {
 // reads the cells (backends.ConfirmingReader, on the engine's own
 // connections to a standalone server), and otherwise looks the rows up
 // first.
-func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (Batch, error) {
+func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (_ Batch, err error) {
+	partition, keys := "", 0
+	if m != nil {
+		partition, keys = m.Partition, len(m.Rows)
+	}
+	ctx, tr := c.trace(ctx, "BatchGetByMeta", partition, keys)
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -179,14 +164,14 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 	if m == nil {
 		return nil, invalidf("nil BatchMeta")
 	}
-	return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil, nil, nil)
+	return c.getFresh(ctx, tr, m.Partition, m.Keys(), fields, nil)
 }
 
-// readFields are the fields a read of rows returns: those asked for
-// (checked, sorted), or every field of the rows.
-func readFields(rows []*backends.Row, fields []string) ([]string, error) {
+// checkReadFields checks the fields a read asks for and returns them
+// sorted (a copy); none asked for (nil) reads every field of the rows.
+func checkReadFields(fields []string) ([]string, error) {
 	if len(fields) == 0 {
-		return unionFields(rows), nil
+		return nil, nil
 	}
 	fields = slices.Clone(fields)
 	slices.Sort(fields)
@@ -201,113 +186,10 @@ func readFields(rows []*backends.Row, fields []string) ([]string, error) {
 	return fields, nil
 }
 
-// read fetches and decodes the cells of rows of partition.
-func (c *Client) read(ctx context.Context, partition string, rows []*backends.Row, fields []string, into reuse) (Batch, error) {
-	if err := c.check(ctx); err != nil {
-		return nil, err
-	}
-	fields, err := readFields(rows, fields)
-	if err != nil {
-		return nil, err
-	}
-	var st *stackRead
-	if c.splitReader != nil {
-		st, fields = planStacked(rows, fields)
-	}
-	if st == nil {
-		return c.readCells(ctx, partition, rows, fields, into)
-	}
-	st.into = into
-	defer st.release()
-	// The fields known to stack are read into their columns while the
-	// others are read the general way: two requests in flight, not one
-	// after the other.
-	// The first error wins and cancels the other read, whose error is then
-	// only that cancellation (ErrNotReady and errVanished must reach the
-	// callers that retry on them).
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		once  sync.Once
-		first error
-	)
-	fail := func(err error) {
-		if err != nil {
-			once.Do(func() { first = err; cancel() })
-		}
-	}
-	var other Batch
-	if len(fields) == 0 {
-		// Nothing else to read: no goroutine to wake (on two shared
-		// cores, a wake-up costs about what a small read does).
-		fail(c.fetchStacked(ctx, st))
-	} else {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			var err error
-			other, err = c.readCells(ctx, partition, rows, fields, into)
-			fail(err)
-		}()
-		fail(c.fetchStacked(ctx, st))
-		<-done
-	}
-	if first != nil {
-		return nil, first
-	}
-	out, err := st.finish(partition, rows)
-	if err != nil {
-		return nil, err
-	}
-	maps.Copy(out, other)
-	return out, nil
-}
-
-// readCells fetches and decodes the cells of fields of rows, and checks
-// each against its row's metadata (checkColumn).
-func (c *Client) readCells(ctx context.Context, partition string, rows []*backends.Row, fields []string, into reuse) (Batch, error) {
-	skeys, tags, err := cellKeys(partition, rows, fields)
-	if err != nil {
-		return nil, err
-	}
-	var bufs [][]byte // one chunk's reply as it is; chunks' replies copied in
-	if len(skeys) > c.opts.keysLimit {
-		bufs = make([][]byte, len(skeys))
-	}
-	err = forChunks(ctx, len(skeys), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
-		var got [][]byte
-		var err error
-		if c.taggedReader != nil {
-			got, err = c.taggedReader.GetTagged(ctx, skeys[lo:hi], tags[lo:hi])
-		} else {
-			got, err = c.data.Get(ctx, skeys[lo:hi])
-		}
-		if err != nil {
-			return err
-		}
-		if bufs == nil {
-			bufs = got
-			if len(got) != len(skeys) {
-				bufs = make([][]byte, len(skeys))
-				copy(bufs, got)
-			}
-			return nil
-		}
-		copy(bufs[lo:hi], got)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return decodeCells(partition, rows, fields, bufs, into)
-}
-
-// cellKeys names the cells of fields of rows, field-major, with the
-// backend tag of each; a field some row lacks is ErrNotReady.
-func cellKeys(partition string, rows []*backends.Row, fields []string) (skeys, tags []string, _ error) {
-	n := len(rows)
-	arena := newKeyArena(n*len(fields), maxLen(fields))
-	tags = make([]string, 0, n*len(fields))
+// addCellKeys adds the storage keys of the cells of fields of rows to
+// arena, field-major, and their engine tags to tags; a field some row
+// lacks is ErrNotReady.
+func addCellKeys(arena *keyArena, tags *[]string, partition string, rows []*backends.Row, fields []string) error {
 	for _, f := range fields {
 		var (
 			prev map[string]backends.FieldInfo
@@ -320,13 +202,13 @@ func cellKeys(partition string, rows []*backends.Row, fields []string) (skeys, t
 				fi, ok = prev[f]
 			}
 			if !ok {
-				return nil, nil, &KeyError{Partition: partition, Key: r.Key, Field: f, Err: ErrNotReady}
+				return &KeyError{Partition: partition, Key: r.Key, Field: f, Err: ErrNotReady}
 			}
 			arena.add(r.Index, f, fi.Gen)
-			tags = append(tags, fi.BackendTag)
+			*tags = append(*tags, fi.BackendTag)
 		}
 	}
-	return arena.keys(), tags, nil
+	return nil
 }
 
 // decodeCells decodes the cells of fields of rows that bufs holds, as

@@ -15,23 +15,14 @@ import (
 // even when the caller's context is done: they must not be skipped.
 const cleanupTimeout = 30 * time.Second
 
-// Put writes one row: fields maps a field name to a codec.Tensor or a
+// Put writes one row: fields maps a field name to its value, as
+// columnOfRow takes it: a codec.Tensor, a plain Go slice of a tensor
+// element type (a 1-d tensor), [][]T of equal lengths (a 2-d tensor), or a
 // general value. A nil tag leaves the row's tag as it is.
 func (c *Client) Put(ctx context.Context, partition, key string, fields map[string]any, tag Tag) error {
 	b := make(Batch, len(fields))
 	for f, v := range fields {
-		switch t := v.(type) {
-		case codec.Tensor:
-			b[f] = Jagged([]codec.Tensor{t})
-		case *codec.Tensor:
-			if t == nil {
-				b[f] = Values([]any{nil})
-			} else {
-				b[f] = Jagged([]codec.Tensor{*t})
-			}
-		default:
-			b[f] = Values([]any{v})
-		}
+		b[f] = columnOfRow(v)
 	}
 	var tags []Tag
 	if tag != nil {
@@ -53,7 +44,9 @@ func (c *Client) Put(ctx context.Context, partition, key string, fields map[stri
 // field of it is readable and its bytes are deleted, and a replaced field
 // keeps its old value; on one that does, the put is whole or absent and
 // its bytes are kept (see ErrOutcomeUnknown).
-func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, batch Batch, tags []Tag) error {
+func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, batch Batch, tags []Tag) (err error) {
+	ctx, tr := c.trace(ctx, "BatchPut", partition, len(keys))
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return err
@@ -65,9 +58,14 @@ func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, 
 	}
 	w := &write{c: c, partition: partition, keys: keys, fields: fields, tags: tags}
 	if len(fields) == 0 {
-		return w.tagsOnly(ctx)
+		err = w.tagsOnly(ctx)
+	} else {
+		err = w.run(ctx, batch)
 	}
-	return w.run(ctx, batch)
+	if err == nil {
+		tr.add(len(keys), len(w.cells), w.bytes())
+	}
+	return err
 }
 
 // validatePut checks a put and returns its fields, sorted, and its tags
@@ -115,20 +113,24 @@ func (c *Client) validatePut(partition string, keys []string, batch Batch, tags 
 	return fields, normTags, nil
 }
 
-// write is the state of one BatchPut.
+// write is the state of one BatchPut: its cells, field-major (row i of
+// field f is cell f*len(keys)+i), the first nTensor of them tensors that
+// travel as the codec's prefix and the caller's row, the rest values the
+// codec packs.
 type write struct {
 	c         *Client
 	partition string
 	keys      []string
-	fields    []string // sorted
+	fields    []string // tensor fields first, each group sorted
 	tags      []Tag    // normalised copies (see normalizeTags), nil to leave tags alone
 
-	res      []backends.Reservation
-	skeys    []string             // storage keys, field-major
-	infos    []backends.FieldInfo // per cell, field-major
-	staged   []backends.Staged    // zero-copy chunks, when the backend allocates
-	wrote    bool                 // data may have reached the backend
-	backTags []string             // per cell, from a tagging backend
+	nTensor int
+	values  []any // every cell's value
+	cells   []backends.Cell
+	infos   []backends.FieldInfo // per cell
+	res     []backends.Reservation
+	staged  bool // cells from nTensor on are the engine's (backends.Stager)
+	wrote   bool // data may have reached the engine
 }
 
 func (w *write) tagsOnly(ctx context.Context) error {
@@ -144,17 +146,75 @@ func (w *write) tagsOnly(ctx context.Context) error {
 	return err
 }
 
+// run writes the batch: plan the cells and validate them, Prepare, encode
+// the packed cells into their buffers, write every cell, commit.
 func (w *write) run(ctx context.Context, batch Batch) error {
-	nSplit := w.orderFields(batch) * len(w.keys)
+	if err := w.plan(batch); err != nil {
+		return err
+	}
+	var enc *codec.Encoding
+	if w.nTensor < len(w.values) {
+		var err error
+		if enc, err = w.c.packer.Plan(w.values[w.nTensor:]); err != nil {
+			if errors.Is(err, codec.ErrClosed) {
+				return ErrClosed // Close ran after this call's check
+			}
+			var oe *codec.ObjectError
+			if errors.As(err, &oe) {
+				oe.Index += w.nTensor // the cell's place among all of them
+			}
+			return fmt.Errorf("%w: %w", ErrInvalid, w.nameCell(err))
+		}
+		defer enc.Release()
+	}
+	// Everything is valid: from here on state changes.
+	if err := w.reserve(ctx); err != nil {
+		return err
+	}
+	if enc != nil {
+		if err := w.encode(ctx, enc); err != nil {
+			w.rollback(err)
+			return err
+		}
+	}
+	return w.store(ctx)
+}
+
+// bytes is the size of the cells' values.
+func (w *write) bytes() int64 {
+	var n int64
+	for i := range w.cells {
+		n += int64(len(w.cells[i].Head) + len(w.cells[i].Body))
+	}
+	return n
+}
+
+// plan lists the cells, puts the fields whose every cell is a tensor
+// first, and checks every tensor cell (splitCells).
+func (w *write) plan(batch Batch) error {
+	tensors := func(f string) bool { k := batch[f].kind; return k == KindStacked || k == KindJagged }
+	fields := make([]string, 0, len(w.fields))
+	for _, f := range w.fields {
+		if tensors(f) {
+			fields = append(fields, f)
+		}
+	}
+	nTensorFields := len(fields)
+	for _, f := range w.fields {
+		if !tensors(f) {
+			fields = append(fields, f)
+		}
+	}
+	w.fields = fields
 	n, nf := len(w.keys), len(w.fields)
-	values := make([]any, 0, n*nf)
+	w.nTensor = nTensorFields * n
+	w.values = make([]any, 0, n*nf)
 	w.infos = make([]backends.FieldInfo, 0, n*nf)
 	for _, f := range w.fields {
-		col := batch[f]
 		var shape []int64 // the metadata's own copy: the caller may reuse theirs
-		start := len(values)
-		values = col.appendCells(values)
-		for _, v := range values[start:] {
+		start := len(w.values)
+		w.values = batch[f].appendCells(w.values)
+		for _, v := range w.values[start:] {
 			info := cellInfo(v)
 			if info.Shape != nil {
 				if !slices.Equal(info.Shape, shape) {
@@ -165,80 +225,79 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 			w.infos = append(w.infos, info)
 		}
 	}
-	// Cells [0, nSplit) go to the engine as prefix and data, the rest are
-	// packed. Everything is validated before reserve changes any state.
-	var heads, bodies [][]byte
-	if nSplit > 0 {
-		var err error
-		if heads, bodies, err = splitCells(values[:nSplit]); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalid, w.nameCell(err))
-		}
-	}
-	var bufs [][]byte
-	if nSplit < len(values) {
-		var err error
-		bufs, err = w.c.packer.BatchEncodeInto(values[nSplit:], w.alloc(ctx, nSplit))
-		if err != nil {
-			w.discard()
-			if errors.Is(err, codec.ErrAlloc) {
-				return unwrapAlloc(err)
-			}
-			if errors.Is(err, codec.ErrClosed) {
-				return ErrClosed // Close ran after this call's check
-			}
-			var oe *codec.ObjectError
-			if errors.As(err, &oe) {
-				oe.Index += nSplit // the cell's place among all of them
-			}
-			return fmt.Errorf("%w: %w", ErrInvalid, w.nameCell(err))
-		}
-	} else if err := w.reserve(ctx); err != nil {
-		return err
-	}
-	if cw := w.c.commitWriter; cw != nil && len(bufs) == 0 && len(heads) <= w.c.opts.keysLimit {
-		// Cells and commit in one request: a failure is a failed
-		// commit's, whatever part of it failed.
-		w.wrote = true
-		res, err := cw.PutSplitCommit(ctx, w.c.meta, w.skeys, heads, bodies, w.partition, w.updates())
-		if err != nil {
-			return w.commitFailed(err)
-		}
-		w.committed(res)
-		return nil
-	}
-	if err := w.writeData(ctx, heads, bodies, bufs); err != nil {
-		w.rollback(err)
-		return err
-	}
-	if err := w.commit(ctx); err != nil {
-		return w.commitFailed(err)
+	w.cells = make([]backends.Cell, len(w.values))
+	if err := splitCells(w.values[:w.nTensor], w.cells); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, w.nameCell(err))
 	}
 	return nil
 }
 
-// orderFields puts the fields whose every cell is a tensor first, when the
-// engine stores values in two parts (backends.SplitWriter), and returns
-// how many there are: their cells go as the codec's prefix and the
-// caller's rows, with no packing copy (see splitCells).
-func (w *write) orderFields(batch Batch) int {
-	if w.c.splitWriter == nil {
-		return 0
-	}
-	tensors := func(f string) bool { k := batch[f].kind; return k == KindStacked || k == KindJagged }
-	fields := make([]string, 0, len(w.fields))
-	for _, f := range w.fields {
-		if tensors(f) {
-			fields = append(fields, f)
+// encode packs the value cells into the engine's memory when it stages
+// (zero-copy), else into one heap buffer.
+func (w *write) encode(ctx context.Context, enc *codec.Encoding) error {
+	cells, sizes := w.cells[w.nTensor:], enc.Sizes()
+	if w.c.stager != nil {
+		if err := w.c.stager.Stage(ctx, cells, sizes); err != nil {
+			return err
+		}
+		w.staged = true
+	} else {
+		bufs, _ := codec.HeapAllocator(sizes)
+		for i := range cells {
+			cells[i].Body = bufs[i]
 		}
 	}
-	nSplit := len(fields)
-	for _, f := range w.fields {
-		if !tensors(f) {
-			fields = append(fields, f)
-		}
+	bufs := make([][]byte, len(cells))
+	for i := range cells {
+		bufs[i] = cells[i].Body
 	}
-	w.fields = fields
-	return nSplit
+	if err := enc.Encode(bufs); err != nil {
+		return err // the engine staged too little: its bug, reported as the codec found it
+	}
+	for i := range cells {
+		cells[i].Body = bufs[i]
+	}
+	return nil
+}
+
+// store writes every cell and commits the rows: the cells in chunks of
+// KeysLimit, IODepth in flight, then the commit; on a Colocated store the
+// last chunk goes with the commit, in one request.
+func (w *write) store(ctx context.Context) error {
+	cells, last := w.cells, []backends.Cell(nil)
+	if w.c.colocated != nil {
+		cut := max(0, len(cells)-w.c.opts.keysLimit)
+		cells, last = cells[:cut], cells[cut:]
+	}
+	w.wrote = true
+	if err := w.c.writeCells(ctx, cells); err != nil {
+		w.rollback(err)
+		return err
+	}
+	for i := range cells {
+		w.infos[i].BackendTag = cells[i].Tag
+	}
+	var (
+		res backends.CommitResult
+		err error
+	)
+	if w.c.colocated != nil {
+		res, err = w.c.colocated.WriteCommit(ctx, w.partition, last, w.updates())
+	} else {
+		res, err = w.c.meta.Commit(ctx, w.partition, w.updates())
+	}
+	if err != nil {
+		return w.commitFailed(err)
+	}
+	w.committed(res)
+	return nil
+}
+
+// writeCells writes cells in chunks of KeysLimit, IODepth in flight.
+func (c *Client) writeCells(ctx context.Context, cells []backends.Cell) error {
+	return forChunks(ctx, len(cells), c.opts.keysLimit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+		return c.data.Write(ctx, cells[lo:hi])
+	})
 }
 
 // commitFailed decides what a failed Commit means. A reservation the
@@ -254,7 +313,7 @@ func (w *write) commitFailed(err error) error {
 		// The store lost this put's reservation (a failover): its indexes
 		// or generations may be another put's now, so its cells are not
 		// deleted by storage key. They are left behind, unreferenced.
-		w.discard()
+		w.unstage()
 		w.c.opts.logger.Warn("tq: commit refused, its reservation lost; leaving this put's cells", "partition", w.partition, "keys", len(w.keys), "err", err)
 		return err
 	}
@@ -297,56 +356,6 @@ func (w *write) nameCell(err error) error {
 	return err
 }
 
-// unwrapAlloc returns the allocator's own error (a Prepare or backend
-// failure) rather than the codec's ErrAlloc wrapper around it.
-func unwrapAlloc(err error) error {
-	var joined interface{ Unwrap() []error }
-	if errors.As(err, &joined) {
-		for _, e := range joined.Unwrap() {
-			if e != codec.ErrAlloc {
-				return e
-			}
-		}
-	}
-	return err
-}
-
-// alloc is the packer's allocator: by now every value is valid and sized,
-// so this is the first moment that changes state. It reserves indexes and
-// generations, names the storage keys, and takes buffers from the backend
-// when it allocates (zero-copy) or from the heap.
-func (w *write) alloc(ctx context.Context, off int) codec.Allocator {
-	return func(sizes []int) ([][]byte, error) {
-		if err := w.reserve(ctx); err != nil {
-			return nil, err
-		}
-		if w.c.allocator == nil {
-			return codec.HeapAllocator(sizes)
-		}
-		skeys := w.skeys[off:] // the packed cells'
-		limit := w.c.opts.keysLimit
-		if len(sizes) <= limit {
-			st, err := w.c.allocator.Allocate(ctx, skeys, sizes)
-			if err != nil {
-				return nil, err
-			}
-			w.staged = append(w.staged, st)
-			return st.Buffers(), nil // exactly sizes long: the packer only fills them
-		}
-		bufs := make([][]byte, 0, len(sizes))
-		for lo := 0; lo < len(sizes); lo += limit {
-			hi := min(lo+limit, len(sizes))
-			st, err := w.c.allocator.Allocate(ctx, skeys[lo:hi], sizes[lo:hi])
-			if err != nil {
-				return nil, err
-			}
-			w.staged = append(w.staged, st)
-			bufs = append(bufs, st.Buffers()...)
-		}
-		return bufs, nil
-	}
-}
-
 // reserve prepares the rows (indexes and generations) and names the
 // storage keys of every cell. It is the first step that changes state.
 func (w *write) reserve(ctx context.Context) error {
@@ -371,18 +380,19 @@ func (w *write) reserve(ctx context.Context) error {
 			w.infos[fi*n+i].Gen = gen
 		}
 	}
-	w.skeys = arena.keys()
+	for i, k := range arena.keys() {
+		w.cells[i].Key = k
+	}
 	return nil
 }
 
-// splitCells returns each cell's codec prefix and data, so that an engine
-// that stores values in two parts (backends.SplitWriter) gets the caller's
-// tensor rows as they are: no packing copy. Every value is a tensor (the
-// cells of stacked and jagged columns); cells of one dtype and shape share
-// a prefix. An invalid tensor (a bool tensor with a byte other than 0 or
-// 1 included) is a *codec.ObjectError, as the packer reports it.
-func splitCells(values []any) (heads, bodies [][]byte, _ error) {
-	heads, bodies = make([][]byte, len(values)), make([][]byte, len(values))
+// splitCells sets each tensor cell's Head to the codec's prefix for its
+// dtype and shape and its Body to the caller's data, so the engine gets
+// the caller's tensor rows as they are: no packing copy. Every value is a
+// tensor (the cells of stacked and jagged columns); cells of one dtype and
+// shape share a prefix. An invalid tensor (a bool tensor with a byte other
+// than 0 or 1 included) is a *codec.ObjectError, as the packer reports it.
+func splitCells(values []any, cells []backends.Cell) error {
 	var (
 		prefix []byte
 		dt     codec.DType
@@ -396,16 +406,16 @@ func splitCells(values []any) (heads, bodies [][]byte, _ error) {
 			t = x
 		case *codec.Tensor:
 			if x == nil {
-				return nil, nil, &codec.ObjectError{Index: i, Err: fmt.Errorf("%w: nil *Tensor in a tensor column", codec.ErrUnsupportedType)}
+				return &codec.ObjectError{Index: i, Err: fmt.Errorf("%w: nil *Tensor in a tensor column", codec.ErrUnsupportedType)}
 			}
 			t = *x
 		default:
-			return nil, nil, &codec.ObjectError{Index: i, Err: fmt.Errorf("%w: %T in a tensor column", codec.ErrUnsupportedType, v)}
+			return &codec.ObjectError{Index: i, Err: fmt.Errorf("%w: %T in a tensor column", codec.ErrUnsupportedType, v)}
 		}
 		if prefix == nil || t.DType != dt || !slices.Equal(t.Shape, shape) {
 			p, n, err := codec.TensorPrefix(t.DType, t.Shape)
 			if err != nil {
-				return nil, nil, &codec.ObjectError{Index: i, Err: err}
+				return &codec.ObjectError{Index: i, Err: err}
 			}
 			prefix, dt, shape, size = p, t.DType, t.Shape, n
 		}
@@ -414,73 +424,13 @@ func splitCells(values []any) (heads, bodies [][]byte, _ error) {
 			if err == nil {
 				err = codec.ErrShapeMismatch
 			}
-			return nil, nil, &codec.ObjectError{Index: i, Err: err}
+			return &codec.ObjectError{Index: i, Err: err}
 		}
 		if err := t.ValidateBools(); err != nil {
-			return nil, nil, &codec.ObjectError{Index: i, Err: err} // as the packer rejects it
+			return &codec.ObjectError{Index: i, Err: err} // as the packer rejects it
 		}
-		heads[i], bodies[i] = prefix, t.Data
+		cells[i].Head, cells[i].Body = prefix, t.Data
 	}
-	return heads, bodies, nil
-}
-
-// writeData writes the cells: those given as prefix and data (heads,
-// bodies: the first len(heads) cells) with PutSplit, then the packed ones
-// (bufs: the rest) by publishing the staged chunks or putting the buffers;
-// in chunks of KeysLimit, IODepth chunks in flight.
-func (w *write) writeData(ctx context.Context, heads, bodies, bufs [][]byte) error {
-	w.wrote = true
-	limit, depth := w.c.opts.keysLimit, w.c.opts.ioDepth
-	if len(heads) > 0 {
-		err := forChunks(ctx, len(heads), limit, depth, func(ctx context.Context, lo, hi int) error {
-			return w.c.splitWriter.PutSplit(ctx, w.skeys[lo:hi], heads[lo:hi], bodies[lo:hi])
-		})
-		if err != nil {
-			return err
-		}
-	}
-	off := len(heads)
-	if w.staged != nil {
-		return forChunks(ctx, len(bufs), limit, depth, func(ctx context.Context, lo, hi int) error {
-			st := w.staged[lo/limit]
-			if err := st.Publish(ctx); err != nil {
-				return err // rollback Discards it: a failed Publish still holds its buffers
-			}
-			w.staged[lo/limit] = nil // published: nothing left to Discard (chunks touch disjoint slots)
-			if tr, ok := st.(backends.TagReporter); ok {
-				w.setTags(off+lo, tr.Tags())
-			}
-			return nil
-		})
-	}
-	return forChunks(ctx, len(bufs), limit, depth, func(ctx context.Context, lo, hi int) error {
-		if w.c.taggedWriter != nil {
-			tags, err := w.c.taggedWriter.PutTagged(ctx, w.skeys[off+lo:off+hi], bufs[lo:hi])
-			if err != nil {
-				return err
-			}
-			w.setTags(off+lo, tags)
-			return nil
-		}
-		return w.c.data.Put(ctx, w.skeys[off+lo:off+hi], bufs[lo:hi])
-	})
-}
-
-// setTags records backend tags of cells lo.. (chunks write disjoint ranges).
-func (w *write) setTags(lo int, tags []string) {
-	for j, t := range tags {
-		if lo+j < len(w.infos) {
-			w.infos[lo+j].BackendTag = t
-		}
-	}
-}
-
-func (w *write) commit(ctx context.Context) error {
-	res, err := w.c.meta.Commit(ctx, w.partition, w.updates())
-	if err != nil {
-		return err
-	}
-	w.committed(res)
 	return nil
 }
 
@@ -530,26 +480,25 @@ func (w *write) sameCells(i, j int) bool {
 	return true
 }
 
-// discard releases staged buffers that were never published.
-func (w *write) discard() {
-	for _, st := range w.staged {
-		if st != nil {
-			_ = st.Discard(context.Background())
-		}
+// unstage releases the staged cells no Write published.
+func (w *write) unstage() {
+	if w.staged {
+		w.c.stager.Unstage(w.cells[w.nTensor:])
 	}
 }
 
-// rollback deletes every cell this write may have stored. The storage keys
-// carry generations reserved for this write alone, so nothing else is
-// lost: where the store is a backends.Reclaimer, it first abandons the
-// reservations, which confirms they are still this write's. If the store
-// does not know them (backends.ErrReservationLost: lost in a failover,
-// their keys perhaps another row's now), nothing is deleted: the cells
-// stay behind, unreferenced.
+// rollback undoes a put that failed before its commit applied. The storage
+// keys carry generations reserved for this write alone, so nothing else is
+// lost: the store first abandons the reservations, which confirms they are
+// still this write's, and then the cells are deleted. If the store does
+// not know them (backends.ErrReservationLost: lost in a failover, their
+// keys perhaps another row's now), nothing is deleted: the cells stay
+// behind, unreferenced. A put that wrote nothing only reports its
+// reservations swept, which aborts them.
 func (w *write) rollback(cause error) {
 	w.c.opts.logger.Debug("tq: rolling back put", "partition", w.partition, "keys", len(w.keys), "cause", cause)
-	w.discard()
-	refs := make([]backends.Ref, 0, len(w.skeys))
+	w.unstage()
+	refs := make([]backends.Ref, 0, len(w.cells))
 	n := len(w.keys)
 	for fi, f := range w.fields {
 		for i := range n {
@@ -557,19 +506,21 @@ func (w *write) rollback(cause error) {
 			refs = append(refs, backends.Ref{Index: w.res[i].Index, Field: f, Gen: info.Gen, Tag: info.BackendTag})
 		}
 	}
-	if rc, ok := w.c.meta.(backends.Reclaimer); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		err := rc.Abandon(ctx, w.partition, refs)
-		cancel()
-		switch {
-		case errors.Is(err, backends.ErrReservationLost):
-			w.c.opts.logger.Warn("tq: rollback found this put's reservations lost; leaving its cells", "partition", w.partition, "cells", len(refs), "err", err)
-			return
-		case err != nil:
-			// The store did not say they are lost: delete as ever (the
-			// cells stay reserved for Reclaim if the deletes fail too).
-			w.c.opts.logger.Warn("tq: rollback could not abandon this put's reservations", "partition", w.partition, "cells", len(refs), "err", err)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if !w.wrote {
+		_ = w.c.swept(ctx, w.partition, refs, "unwritten put")
+		return
+	}
+	err := w.c.meta.Abandon(ctx, w.partition, refs)
+	switch {
+	case errors.Is(err, backends.ErrReservationLost):
+		w.c.opts.logger.Warn("tq: rollback found this put's reservations lost; leaving its cells", "partition", w.partition, "cells", len(refs), "err", err)
+		return
+	case err != nil:
+		// The store did not say they are lost: delete as ever (the
+		// cells stay reserved for Reclaim if the deletes fail too).
+		w.c.opts.logger.Warn("tq: rollback could not abandon this put's reservations", "partition", w.partition, "cells", len(refs), "err", err)
 	}
 	w.c.cleanup(w.partition, refs, "rollback")
 }
@@ -600,21 +551,17 @@ func (c *Client) deleteRefs(ctx context.Context, refs []backends.Ref) ([]backend
 		fieldLen = max(fieldLen, len(r.Field))
 	}
 	arena := newKeyArena(len(refs), fieldLen)
-	tags := make([]string, len(refs))
-	for i, r := range refs {
+	for _, r := range refs {
 		arena.add(r.Index, r.Field, r.Gen)
-		tags[i] = r.Tag
 	}
-	keys := arena.keys()
+	cells := make([]backends.Cell, len(refs))
+	for i, k := range arena.keys() {
+		cells[i] = backends.Cell{Key: k, Tag: refs[i].Tag}
+	}
 	limit := c.opts.keysLimit
-	done := make([]bool, (len(keys)+limit-1)/limit) // per chunk; each sets its own
-	err := forChunks(ctx, len(keys), limit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
-		var err error
-		if c.taggedDeleter != nil {
-			err = c.taggedDeleter.DeleteTagged(ctx, keys[lo:hi], tags[lo:hi])
-		} else {
-			err = c.data.Delete(ctx, keys[lo:hi])
-		}
+	done := make([]bool, (len(cells)+limit-1)/limit) // per chunk; each sets its own
+	err := forChunks(ctx, len(cells), limit, c.opts.ioDepth, func(ctx context.Context, lo, hi int) error {
+		err := c.data.Delete(ctx, cells[lo:hi])
 		done[lo/limit] = err == nil
 		return err
 	})

@@ -25,9 +25,7 @@ type ReclaimReport struct {
 // a commit replaced whose client died before deleting them, and cells of
 // a Clear or ClearPartition whose deletes failed or whose client died
 // after removing the rows. The metadata store knows every cell it handed
-// out, so nothing of the data store is scanned; an engine whose store
-// does not (it is not a backends.Reclaimer) gives an error matching
-// ErrUnsupported, and Reclaim changes nothing.
+// out (see backends.MetaStore), so nothing of the data store is scanned.
 //
 // Reclaim never deletes a cell that a committed row references, nor one
 // of a put reserved less than olderThan ago. A put reserved earlier is
@@ -41,7 +39,9 @@ type ReclaimReport struct {
 //
 // It returns how many cells it deleted and how many it could not; an
 // error from the data store leaves those for the next Reclaim.
-func (c *Client) Reclaim(ctx context.Context, partition string, olderThan time.Duration) (ReclaimReport, error) {
+func (c *Client) Reclaim(ctx context.Context, partition string, olderThan time.Duration) (_ ReclaimReport, err error) {
+	ctx, tr := c.trace(ctx, "Reclaim", partition, 0)
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return ReclaimReport{}, err
@@ -53,16 +53,13 @@ func (c *Client) Reclaim(ctx context.Context, partition string, olderThan time.D
 	if olderThan < 0 {
 		return ReclaimReport{}, invalidf("negative olderThan %v", olderThan)
 	}
-	rc, ok := c.meta.(backends.Reclaimer)
-	if !ok {
-		return ReclaimReport{}, ErrUnsupported
-	}
-	refs, err := rc.Garbage(ctx, partition, olderThan)
+	refs, err := c.meta.Garbage(ctx, partition, olderThan)
 	if err != nil {
 		return ReclaimReport{}, err
 	}
 	deleted, err := c.deleteRefs(ctx, refs)
 	rep := ReclaimReport{Deleted: len(deleted), Left: len(refs) - len(deleted)}
+	tr.add(0, len(deleted), 0)
 	// The cells are gone whether or not ctx is: record it.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -72,16 +69,15 @@ func (c *Client) Reclaim(ctx context.Context, partition string, olderThan time.D
 	return rep, err
 }
 
-// swept reports cells of partition deleted to a store that tracks garbage
-// (a backends.Reclaimer), so that it forgets them; a failure is logged and
+// swept reports cells of partition deleted to the metadata store, so that
+// it forgets them; a failure is logged and
 // returned, and only leaves them listed for a later Reclaim to delete
 // again.
 func (c *Client) swept(ctx context.Context, partition string, refs []backends.Ref, why string) error {
-	rc, ok := c.meta.(backends.Reclaimer)
-	if !ok || len(refs) == 0 {
+	if len(refs) == 0 {
 		return nil
 	}
-	err := rc.Swept(ctx, partition, refs)
+	err := c.meta.Swept(ctx, partition, refs)
 	if err != nil {
 		c.opts.logger.Warn("tq: reporting deleted cells to the metadata failed; a later Reclaim deletes them again", "why", why, "cells", len(refs), "err", err)
 	}

@@ -53,7 +53,7 @@ func mixedBatch(n int) tq.Batch {
 		}
 		v[i] = fmt.Sprintf("row %d", i)
 	}
-	return tq.Batch{"x": tq.Stacked(x, int64(n), 3), "j": tq.JaggedOf(j), "v": tq.ValuesOf(v)}
+	return tq.Batch{"x": tq.Stacked(x, n, 3), "j": tq.JaggedOf(j), "v": tq.ValuesOf(v)}
 }
 
 func mustPut(t *testing.T, c *tq.Client, partition string, keys []string, b tq.Batch) {
@@ -83,8 +83,8 @@ func mustTensor[T codec.Element](t *testing.T, s []T, shape ...int64) codec.Tens
 
 // tamper replaces the stored cell of (key, field) with buf, under the
 // storage key its row's metadata names, through the engine's data backend
-// itself (its tagged interface when it has one, whose tag must be the one
-// the metadata holds, so that the client reads the cell back).
+// itself (the tag it reports must be the one the metadata holds, so that
+// the client reads the cell back).
 func tamper(t *testing.T, e Engine, partition, key, field string, buf []byte) {
 	t.Helper()
 	ctx := t.Context()
@@ -99,19 +99,12 @@ func tamper(t *testing.T, e Engine, partition, key, field string, buf []byte) {
 	if !ok {
 		t.Fatalf("tamper: row %q has no field %q", key, field)
 	}
-	skey := []string{backends.StorageKey(rows[0].Index, field, fi.Gen)}
-	if tw, ok := e.Data.(backends.TaggedWriter); ok {
-		tags, err := tw.PutTagged(ctx, skey, [][]byte{buf})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(tags) != 1 || tags[0] != fi.BackendTag {
-			t.Fatalf("tamper: the engine tagged the cell %q, its metadata says %q", tags, fi.BackendTag)
-		}
-		return
-	}
-	if err := e.Data.Put(ctx, skey, [][]byte{buf}); err != nil {
+	cells := []backends.Cell{{Key: backends.StorageKey(rows[0].Index, field, fi.Gen), Body: buf}}
+	if err := e.Data.Write(ctx, cells); err != nil {
 		t.Fatal(err)
+	}
+	if cells[0].Tag != fi.BackendTag {
+		t.Fatalf("tamper: the engine tagged the cell %q, its metadata says %q", cells[0].Tag, fi.BackendTag)
 	}
 }
 
@@ -133,7 +126,7 @@ func readsOf(partition string, keys []string, fields ...string) []read {
 		{"BatchGetInto", func(t *testing.T, c *tq.Client) (tq.Batch, error) {
 			// Memory of x's size: the stacked columns of these tests are
 			// float32 [3] (x) and smaller.
-			into := tq.Batch{"x": tq.Stacked(make([]float32, 3*len(keys)), int64(len(keys)), 3)}
+			into := tq.Batch{"x": tq.Stacked(make([]float32, 3*len(keys)), len(keys), 3)}
 			return c.BatchGetInto(t.Context(), partition, keys, into, fields...)
 		}},
 		{"BatchGetByMeta(Lookup)", func(t *testing.T, c *tq.Client) (tq.Batch, error) {

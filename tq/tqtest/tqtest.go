@@ -17,7 +17,7 @@ type Engine struct {
 	// Data and Meta are the engine's data backend and metadata store
 	// themselves (not a client's), for tests that reach under the client:
 	// to tamper with a stored cell, or to look at a row's generations.
-	Data backends.Backend
+	Data backends.Store
 	Meta backends.MetaStore
 }
 
