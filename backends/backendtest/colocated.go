@@ -36,6 +36,7 @@ var colocatedTests = []struct {
 	{"WriteCommit", testWriteCommit},
 	{"WriteCommitResult", testWriteCommitResult},
 	{"WriteCommitConflict", testWriteCommitConflict},
+	{"WriteCommitStaged", testWriteCommitStaged},
 	{"ReadRows", testReadRows},
 	{"ReadRowsPlanError", testReadRowsPlanError},
 	{"ReadRowsChanged", testReadRowsChanged},
@@ -52,8 +53,7 @@ type ct struct {
 }
 
 // colFields is the Fields of a commit of each field with its reserved
-// generation; WriteCommit's caller learns no cell tag before the commit,
-// so BackendTag is "".
+// generation; a Colocated's cells have no tags, so BackendTag is "".
 func colFields(r backends.Reservation, names ...string) map[string]backends.FieldInfo {
 	out := make(map[string]backends.FieldInfo, len(names))
 	for _, f := range names {
@@ -73,9 +73,17 @@ func (x *ct) writeCommit(c backends.Colocated, p string, keys, fields []string) 
 	x.t.Helper()
 	res := x.prepareOn(c, p, keys, fields)
 	cells, ups := colUpdate(p, keys, fields, res)
+	for i := range cells {
+		cells[i].Tag = "not-the-engine's"
+	}
 	cr, err := c.WriteCommit(x.ctx, p, cells, ups)
 	if err != nil {
 		x.t.Fatalf("WriteCommit of %d rows to %q: %v", len(keys), p, err)
+	}
+	for _, c := range cells {
+		if c.Tag != "" {
+			x.t.Fatalf("WriteCommit set cell %q's Tag to %q, want \"\"", c.Key, c.Tag)
+		}
 	}
 	return res, cr
 }
@@ -254,6 +262,35 @@ func testWriteCommitConflict(x *ct) {
 	if rows[1] == nil || rows[1].Fields["f"].Gen == res[1].Gens["f"] {
 		x.t.Errorf("WriteCommit that failed with ErrConflict committed another row of the call")
 	}
+}
+
+// WriteCommit of cells the engine's Store staged publishes them, as
+// Store.Write does.
+func testWriteCommitStaged(x *ct) {
+	st, ok := x.eng.Data.(backends.Stager)
+	if !ok {
+		x.t.Skip("the engine's Store is not a backends.Stager")
+	}
+	p := x.part("p")
+	keys := []string{"a", "b"}
+	res := x.prepareOn(x.c, p, keys, []string{"f"})
+	want, ups := colUpdate(p, keys, []string{"f"}, res)
+	cells := make([]backends.Cell, len(want))
+	sizes := make([]int, len(want))
+	for i, c := range want {
+		cells[i], sizes[i] = backends.Cell{Key: c.Key}, len(c.Head)+len(c.Body)
+	}
+	if err := st.Stage(x.ctx, cells, sizes); err != nil {
+		x.t.Fatalf("Stage: %v", err)
+	}
+	for i, c := range cells {
+		copy(c.Body[copy(c.Body, want[i].Head):], want[i].Body)
+	}
+	if _, err := x.c.WriteCommit(x.ctx, p, cells, ups); err != nil {
+		x.t.Fatalf("WriteCommit of staged cells: %v", err)
+	}
+	st.Unstage(cells) // published: a no-op
+	x.readRows(x.c, p, keys...)
 }
 
 // ReadRows gives plan the committed rows (nil for unknown and uncommitted

@@ -84,7 +84,8 @@
 // # The colocated contract RunColocated checks
 //
 // For an engine whose Meta is a [backends.Colocated]: WriteCommit writes
-// the cells (the engine's Store reads them) and commits the updates
+// the cells (the engine's Store reads them), staged ones too when the
+// Store is a Stager, sets every cell's Tag to "", and commits the updates
 // (Lookup shows the rows with the fields), returning what Commit would
 // (the generation a rewrite replaces as Superseded, an older generation's
 // own cell as Stale); a WriteCommit naming a row cleared after Prepare
@@ -99,8 +100,7 @@
 // reach the same server), the second sees the new rows and reads their
 // cells. An error from plan is returned as it is (==). After Close of the
 // Meta, WriteCommit and ReadRows return an error wrapping ErrClosed.
-// Updates carry BackendTag "": WriteCommit's caller learns the cells' tags
-// only when it returns.
+// Updates carry BackendTag "", as a Colocated's cells have no tags.
 //
 // # Keys, partitions and instances
 //
