@@ -3,15 +3,14 @@ package tq
 import (
 	"context"
 	"maps"
-	"slices"
 
 	"github.com/tqgo/tqgo/backends"
 )
 
 // FieldInfo is what the metadata knows of one cell without reading it.
 type FieldInfo struct {
-	DType string  // tensor dtype name, "" for a general value
-	Shape []int64 // tensor shape, nil for a general value
+	DType string // tensor dtype name, "" for a general value
+	Shape []int  // tensor shape, nil for a general value (a 0-d tensor's DType is set)
 }
 
 // RowInfo is one row's metadata.
@@ -44,9 +43,18 @@ func (m *BatchMeta) Keys() []string {
 func rowInfo(r *backends.Row) RowInfo {
 	ri := RowInfo{Key: r.Key, Index: r.Index, Fields: make(map[string]FieldInfo, len(r.Fields)), Tag: Tag(maps.Clone(r.Tag))}
 	for f, fi := range r.Fields {
-		ri.Fields[f] = FieldInfo{DType: fi.DType, Shape: slices.Clone(fi.Shape)}
+		ri.Fields[f] = FieldInfo{DType: fi.DType, Shape: fieldShape(fi.Shape)}
 	}
 	return ri
+}
+
+// fieldShape is a stored shape as FieldInfo holds it: a fresh []int, nil
+// for a general value.
+func fieldShape(s []int64) []int {
+	if s == nil {
+		return nil
+	}
+	return shapeInt(s)
 }
 
 // List returns the metadata of every row of partition, by global index.

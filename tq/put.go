@@ -15,23 +15,14 @@ import (
 // even when the caller's context is done: they must not be skipped.
 const cleanupTimeout = 30 * time.Second
 
-// Put writes one row: fields maps a field name to a codec.Tensor or a
+// Put writes one row: fields maps a field name to its value, as
+// columnOfRow takes it: a codec.Tensor, a plain Go slice of a tensor
+// element type (a 1-d tensor), [][]T of equal lengths (a 2-d tensor), or a
 // general value. A nil tag leaves the row's tag as it is.
 func (c *Client) Put(ctx context.Context, partition, key string, fields map[string]any, tag Tag) error {
 	b := make(Batch, len(fields))
 	for f, v := range fields {
-		switch t := v.(type) {
-		case codec.Tensor:
-			b[f] = Jagged([]codec.Tensor{t})
-		case *codec.Tensor:
-			if t == nil {
-				b[f] = Values([]any{nil})
-			} else {
-				b[f] = Jagged([]codec.Tensor{*t})
-			}
-		default:
-			b[f] = Values([]any{v})
-		}
+		b[f] = columnOfRow(v)
 	}
 	var tags []Tag
 	if tag != nil {

@@ -187,7 +187,7 @@ func TestStagesReadTheQueue(t *testing.T) {
 			right = append(right, (p+1)%int64(tk.vocab))
 		}
 	}
-	if err := c.BatchPut(ctx, part, keys, tq.Batch{fResponses: tq.Stacked(right, int64(len(keys)), int64(tk.length))}, nil); err != nil {
+	if err := c.BatchPut(ctx, part, keys, tq.Batch{fResponses: tq.Stacked(right, len(keys), tk.length)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	m, err := q.pending(ctx, part, statusRollout)
