@@ -158,11 +158,11 @@ func BenchmarkBatchPut(b *testing.B) {
 			b.SetBytes(bytes)
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := s.Put(ctx, ekeys, vals); err != nil {
+				if err := putVals(ctx, s, ekeys, vals); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				if err := s.Delete(ctx, ekeys); err != nil {
+				if err := delKeys(ctx, s, ekeys); err != nil {
 					b.Fatal(err)
 				}
 				b.StartTimer()
@@ -274,17 +274,17 @@ func BenchmarkBatchGet(b *testing.B) {
 			}
 			defer func() { s.Close(); s.Meta().Close() }()
 			ekeys := rawKeys("e", sz.n)
-			if err := s.Put(ctx, ekeys, vals); err != nil {
+			if err := putVals(ctx, s, ekeys, vals); err != nil {
 				b.Fatal(err)
 			}
-			defer s.Delete(ctx, ekeys)
-			if _, err := s.Get(ctx, ekeys[:1]); err != nil { // learn the value size
+			defer delKeys(ctx, s, ekeys)
+			if _, err := getVals(ctx, s, ekeys[:1]); err != nil { // learn the value size
 				b.Fatal(err)
 			}
 			b.SetBytes(bytes)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.Get(ctx, ekeys); err != nil {
+				if _, err := getVals(ctx, s, ekeys); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -11,37 +11,46 @@ import (
 	"github.com/tqgo/tqgo/backends"
 )
 
-var _ backends.CommitWriter = (*Store)(nil)
+var _ backends.Colocated = (*Meta)(nil)
 
-// PutSplitCommit implements backends.CommitWriter. When meta is the
-// Store's own Meta, the server standalone and the cells one write round,
-// it sends the cells' MSET and the commit's append in one MULTI/EXEC on
-// the engine's own connection: one round trip less per put. The MSET also
-// sets a marker key, which the append requires and deletes: a transaction
-// runs every command it queued even when one fails at EXEC (an ACL changed
-// meanwhile, say), and the marker makes the commit apply only with its
-// cells. If the append finds the log moved on, the cells are written and
-// the commit computes again as Commit does. Otherwise (a Cluster, the
-// engine's own connections off, WithReplicas, more than one round) it is
-// PutSplit, then meta.Commit.
-func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, keys []string, heads, bodies [][]byte, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
-	m, own := meta.(*Meta)
-	raw := s.rawPool()
-	if !own || m != s.meta || raw == nil || s.cluster || s.opts.replicas > 0 || len(keys) == 0 || len(bodies) != len(keys) || len(heads) != len(keys) ||
-		len(s.rounds(len(keys), s.opts.writeRoundBytes, 1, func(i int) int { return len(heads[i]) + len(bodies[i]) })) != 1 {
-		if err := s.PutSplit(ctx, keys, heads, bodies); err != nil {
-			return backends.CommitResult{}, err
-		}
-		return meta.Commit(ctx, partition, updates)
-	}
-	if err := s.check(ctx, keys, len(heads)); err != nil {
-		return backends.CommitResult{}, err
-	}
+// WriteCommit implements backends.Colocated: it writes the cells itself,
+// over the connections it shares with its Store. When the server is
+// standalone and the engine's own connections are on, the last write
+// round's MSET and the commit's append go in one MULTI/EXEC on one
+// connection, after the earlier rounds (if any) are written as Store.Write
+// writes them: a put whose cells fit one round takes one round trip for
+// cells and commit. The MSET also sets a marker key, which the append
+// requires and deletes: a transaction runs every command it queued even
+// when one fails at EXEC (an ACL changed meanwhile, say), and the marker
+// makes the commit apply only with its cells. If the append finds the log
+// moved on, the cells are written and the commit computes again as Commit
+// does. Otherwise (a Cluster, the engine's own connections off,
+// WithReplicas) it is Store.Write, then Commit.
+func (m *Meta) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	s := m.s
+	ctx = s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return backends.CommitResult{}, err
 	}
-	if len(updates) == 0 {
-		return backends.CommitResult{}, s.PutSplit(ctx, keys, heads, bodies)
+	raw := s.rawPool()
+	if raw == nil || s.cluster || s.opts.replicas > 0 || len(cells) == 0 || len(updates) == 0 {
+		if err := s.write(ctx, cells); err != nil {
+			return backends.CommitResult{}, err
+		}
+		return m.Commit(ctx, partition, updates)
+	}
+	keys, heads, bodies := splitCells(cells)
+	for i := range cells {
+		cells[i].Tag = ""
+	}
+	rounds := s.rounds(len(keys), s.opts.writeRoundBytes, 1, func(i int) int { return len(heads[i]) + len(bodies[i]) })
+	if last := rounds[len(rounds)-1].lo; last > 0 {
+		// The earlier rounds go as Write sends them; their receipt
+		// makes the commit check that they are where it applies.
+		if err := s.putSplit(ctx, raw, keys[:last], heads[:last], bodies[:last]); err != nil {
+			return backends.CommitResult{}, err
+		}
+		keys, heads, bodies = keys[last:], heads[last:], bodies[last:]
 	}
 	record, err := commitRecord(updates)
 	if err != nil {
@@ -73,6 +82,7 @@ func (s *Store) PutSplitCommit(ctx context.Context, meta backends.MetaStore, key
 			}
 			var err error
 			script, err = c.execReply()
+			backends.CountRoundTrips(ctx, 1)
 			return err
 		})
 		if err != nil {

@@ -38,7 +38,7 @@ func commitTQ(t *testing.T, url string, f func(write int)) (*tq.Client, *scriptC
 	}))
 	h := &scriptCounter{}
 	s.Client().AddHook(h)
-	c, err := tq.New(s, s.Meta())
+	c, err := tq.New(engine(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,10 +57,10 @@ func wantStacked(t *testing.T, c *tq.Client, p string, keys []string, want []byt
 	}
 }
 
-// TestPutSplitCommit: a put of one write round sends its cells and its
+// TestWriteCommit: a put of one write round sends its cells and its
 // commit in one transaction on the engine's connection (go-redis sees only
 // the Prepare's script); the rows read back.
-func TestPutSplitCommit(t *testing.T) {
+func TestWriteCommit(t *testing.T) {
 	srv := redistest.Start(t)
 	c, h := commitTQ(t, srv.URL()+"?prefix=fused", func(int) {})
 	keys := keyRange("k", 300)
@@ -74,10 +74,10 @@ func TestPutSplitCommit(t *testing.T) {
 	wantStacked(t, c, "p", keys, data)
 }
 
-// TestPutSplitCommitStale: another writer appends to the partition between
+// TestWriteCommitStale: another writer appends to the partition between
 // the Prepare and the transaction: the cells are written, the commit
 // finds the log moved on, catches up and commits.
-func TestPutSplitCommitStale(t *testing.T) {
+func TestWriteCommitStale(t *testing.T) {
 	srv := redistest.Start(t)
 	url := srv.URL() + "?prefix=fstale"
 	other := openTQ(t, url)
@@ -106,10 +106,10 @@ func TestPutSplitCommitStale(t *testing.T) {
 	}
 }
 
-// TestPutSplitCommitNoScript: the server lost its scripts (a restart,
+// TestWriteCommitNoScript: the server lost its scripts (a restart,
 // SCRIPT FLUSH) between the Prepare and the transaction: the cells are
 // written and the commit is sent again as a script body.
-func TestPutSplitCommitNoScript(t *testing.T) {
+func TestWriteCommitNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	url := srv.URL() + "?prefix=fnoscript"
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
@@ -129,10 +129,10 @@ func TestPutSplitCommitNoScript(t *testing.T) {
 	wantStacked(t, c, "p", keys, data)
 }
 
-// TestPutSplitCommitOutOfMemory: the server runs out of memory between the
+// TestWriteCommitOutOfMemory: the server runs out of memory between the
 // Prepare and the transaction: its MSET is refused, so neither the cells
 // nor the commit apply, and the put fails with the server's error.
-func TestPutSplitCommitOutOfMemory(t *testing.T) {
+func TestWriteCommitOutOfMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	url := srv.URL() + "?prefix=foom"
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
@@ -186,4 +186,4 @@ func usedMemory(info string) string {
 	return "1"
 }
 
-var _ backends.CommitWriter = (*redis.Store)(nil)
+var _ backends.Colocated = (*redis.Meta)(nil)

@@ -94,32 +94,6 @@ func TestConfirmedRead(t *testing.T) {
 	}
 }
 
-// TestConfirmedReadOtherMeta: a token from another Meta is never
-// confirmed (its rows are not this Store's to vouch for).
-func TestConfirmedReadOtherMeta(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := t.Context()
-	url := srv.URL() + "?prefix=confirm2"
-	s, other := open(t, url), open(t, url)
-	m := other.Meta()
-	res, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Commit(ctx, "p", fieldUpdate([]string{"a"}, res, "f")); err != nil {
-		t.Fatal(err)
-	}
-	rows, token, ok := m.LookupCached("p", []string{"a"})
-	if !ok || rows[0] == nil {
-		t.Fatalf("LookupCached after a commit: %v, %v", rows, ok)
-	}
-	dst := func() []backends.SplitValue { return make([]backends.SplitValue, 1) }
-	current, err := s.GetSplitConfirmed(ctx, m, token, []string{backends.StorageKey(rows[0].Index, "f", 0)}, []int{4}, dst)
-	if err != nil || current {
-		t.Fatalf("GetSplitConfirmed with another Store's Meta: current %v, %v; want false", current, err)
-	}
-}
-
 // rewriteKeepingOld writes new cells of field x of keys' rows through the
 // MetaStore and Store directly, and does not delete the cells the commit
 // replaced.
@@ -136,16 +110,14 @@ func rewriteKeepingOld(t *testing.T, s *redis.Store, p string, keys []string, se
 	if err != nil {
 		t.Fatal(err)
 	}
-	skeys := make([]string, len(keys))
-	heads, bodies := make([][]byte, len(keys)), make([][]byte, len(keys))
+	cells := make([]backends.Cell, len(keys))
 	ups := make([]backends.RowUpdate, len(keys))
 	for i, k := range keys {
 		g := res[i].Gens["x"]
-		skeys[i] = backends.StorageKey(res[i].Index, "x", g)
-		heads[i], bodies[i] = prefix, data[i*512:(i+1)*512]
+		cells[i] = backends.Cell{Key: backends.StorageKey(res[i].Index, "x", g), Head: prefix, Body: data[i*512 : (i+1)*512]}
 		ups[i] = backends.RowUpdate{Key: k, Index: res[i].Index, Fields: map[string]backends.FieldInfo{"x": {DType: "uint8", Shape: []int64{512}, Gen: g}}}
 	}
-	if err := s.PutSplit(ctx, skeys, heads, bodies); err != nil {
+	if err := s.Write(ctx, cells); err != nil {
 		t.Fatal(err)
 	}
 	cr, err := m.Commit(ctx, p, ups)

@@ -33,7 +33,13 @@
 // and its Meta leaves that client open:
 //
 //	s, err := redis.New(client, redis.WithPrefix("job1"))
-//	c, err := tq.New(s, s.Meta())
+//	c, err := tq.New(backends.Engine{Data: s, Meta: s.Meta()})
+//
+// The Store is a backends.Store and its Meta a backends.MetaStore and
+// backends.Colocated; the opener returns them as a backends.Engine. Both
+// share the client and the engine's own connections (below): the Meta
+// writes and reads cells itself, over the same pool, when it writes them
+// with their commit and reads them with their rows.
 //
 // # Keys
 //
@@ -47,7 +53,7 @@
 //
 // # Data
 //
-// Put, Get and Delete move keys in rounds, with IODepth rounds in flight.
+// Write, Read and Delete move cells in rounds, with IODepth rounds in flight.
 // On the engine's own connections a call takes one connection and no
 // goroutine of its own: writes send all their rounds as one pipeline,
 // reads keep IODepth rounds requested, counting the one they read.
@@ -60,18 +66,17 @@
 // for its query or output buffer, which on the VM this was measured on
 // cost more than the copy (see bench_test.go); a read round still carries
 // at least 4 values, up to 4 times its size, since a round trip per large
-// value cost more. Get does not know value sizes in advance, so a Store
-// keeps a running mean of the sizes it read and sizes read rounds from it
-// (its first read learns from a round of 16 keys).
+// value cost more. On its own connections a read sizes its rounds by its
+// cells' destinations; through go-redis it does not know value sizes in
+// advance, so a Store keeps a running mean of the sizes it read and sizes
+// read rounds from it (its first read learns from a round of 16 keys).
+// Every cell's Tag is "": the engine keeps no per-cell strategy. Write
+// keeps no reference to a cell's Head or Body once it returns; the engine
+// is not a backends.Stager (Redis has no memory a client can write into).
 //
-// The Store is also a backends.Allocator: tq packs into buffers from pools
-// of recycled memory rather than fresh heap, whose page faults cost more
-// than the network write of a 64 MiB batch.
-//
-// Tensor cells skip go-redis on a standalone server. The Store is a
-// backends.SplitWriter and SplitReader: tq hands it a tensor cell as the
-// codec's prefix and the row of the caller's tensor, and asks it to read a
-// cell's data straight into its row of the stacked column. go-redis can do
+// Cells skip go-redis on a standalone server: tq hands Write a tensor cell
+// as the codec's prefix (Head) and the row of the caller's tensor (Body),
+// and Read a cell's destination as its row of the stacked column. go-redis can do
 // neither (it writes one buffer per value through its own write buffer, and
 // allocates every value it reads), so the Store keeps a few plain RESP2
 // connections of its own, dialled, authenticated and SELECTed as the
@@ -155,10 +160,13 @@
 // write (a counter that is not a number, a key of the wrong type): a
 // script that fails has changed nothing.
 //
-// The Store is also a backends.CommitWriter: when a put's cells fit one
-// write round, their MSET and the commit's append go in one MULTI/EXEC on
-// the engine's own connection, so a put takes two round trips (Prepare,
-// then cells and commit). The commit applies only with its cells: an MSET
+// Meta.WriteCommit (backends.Colocated) writes a put's cells with its
+// commit: the last write round's MSET and the commit's append go in one
+// MULTI/EXEC on the engine's own connection, after the earlier rounds (if
+// any) went as Write sends them, so a put whose cells fit one round takes
+// two round trips (Prepare, then cells and commit). On a Cluster, with
+// WithReplicas, or without the engine's own connections, it is Write then
+// Commit. The commit applies only with its cells: an MSET
 // refused while queued (out of memory) aborts the transaction, and one
 // that fails at EXEC leaves out a marker key the append requires. A reply
 // lost after the request went out is settled before the call returns
@@ -167,14 +175,20 @@
 // backends.ErrOutcomeUnknown, and the caller must look the rows up to
 // learn whether the put applied.
 //
-// Reads skip the lookup's round trip too: Meta is a backends.CachedLookup
-// and the Store a backends.ConfirmingReader. tq reads stacked columns of
-// rows the view already holds, and the Store sends the read of the log
-// records the view lacks together with the first MGET of the cells; if
-// those records changed none of the rows read (the usual case: nothing
-// was appended), the cells are the committed ones, else tq looks the
-// rows up and reads again. tq allocates the stacked columns once the first
-// requests are out, while the server works on them.
+// Reads skip the lookup's round trip too: Meta.ReadRows (backends.Colocated)
+// plans the read of the rows its view already holds and sends the read of
+// the log records the view lacks together with the first MGET of the
+// cells; if those records changed none of the rows read (the usual case:
+// nothing was appended), the cells are the committed ones, in one round
+// trip; else the view, now caught up, gives the rows again and the cells
+// are read again. A Meta with no view of the partition, or on a Cluster,
+// looks the rows up first (two round trips).
+//
+// Every request the engine waits a reply for is reported with
+// backends.CountRoundTrips on the call's context: on the engine's own
+// connections each read or write round and each transaction, and through
+// go-redis each command or pipeline (counted by a hook the Store adds to
+// its client, which counts the Store's own calls only).
 //
 // A writer that finds the log 256 records long replaces it with a
 // snapshot of its view (a new epoch), so that the logs of long-lived

@@ -10,7 +10,7 @@ func WithClusterSafe() Option {
 	}
 }
 
-// WithRoundHook runs f after each round that GetSplit ("get") or PutSplit
+// WithRoundHook runs f after each round that Read ("get") or Write
 // ("set") completes on its own connections, which go-redis hooks do not
 // see, and between a metadata transaction's watched reads and its MULTI
 // ("watched").

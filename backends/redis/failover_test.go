@@ -279,22 +279,22 @@ func TestFailoverUnderLoad(t *testing.T) {
 }
 
 // failoverDuringPut is a data backend that cuts the replica off before
-// the first Put of cells and fails the clients over after it: the cells
+// the first Write of cells and fails the clients over after it: the cells
 // reach the old master only, and the put's commit goes to the promoted
 // replica, which has the put's Prepare.
 type failoverDuringPut struct {
-	backends.Backend
+	backends.Store
 	f             *failover
 	t             *testing.T
 	before, after sync.Once
 }
 
-func (d *failoverDuringPut) Put(ctx context.Context, keys []string, values [][]byte) error {
+func (d *failoverDuringPut) Write(ctx context.Context, cells []backends.Cell) error {
 	d.before.Do(func() {
 		d.f.waitSynced(d.t)
 		d.f.lag()
 	})
-	err := d.Backend.Put(ctx, keys, values)
+	err := d.Store.Write(ctx, cells)
 	d.after.Do(func() { d.f.promote(d.t) })
 	return err
 }
@@ -330,7 +330,7 @@ func TestFailoverBetweenCellsAndCommit(t *testing.T) {
 	ctx := t.Context()
 	url := f.clients.url(rewindPrefix, "")
 	s := open(t, url)
-	c, err := tq.New(&failoverDuringPut{Backend: s, f: f, t: t}, s.Meta())
+	c, err := tq.New(apart(&failoverDuringPut{Store: s, f: f, t: t}, s.Meta()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestFailoverBetweenCellsAndCommit(t *testing.T) {
 	ks := keyRange("k", 4)
 	putErr := c.BatchPut(ctx, rewindPart, ks, rollout(ks, 1), nil)
 	if !f.promoted {
-		t.Fatal("test setup: the put wrote no cells through Put")
+		t.Fatal("test setup: the put wrote no cells through Write")
 	}
 	fresh := openTQ(t, url)
 	listed := listedKeys(listing(t, fresh, "fresh"))

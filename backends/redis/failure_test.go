@@ -74,14 +74,14 @@ func TestKilledMidPut(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	kill := &killHook{srv: srv}
-	// Puts of tensors go through PutSplit's own connections, which the
+	// Puts of tensors go through Write's own connections, which the
 	// go-redis hook does not see; other values go through go-redis.
 	s := open(t, srv.URL()+"?prefix=kill", redis.WithRoundHook(func(op string) {
 		if op == "set" {
 			kill.once.Do(func() { _ = srv.Kill() })
 		}
 	}))
-	c, err := tq.New(s, s.Meta())
+	c, err := tq.New(engine(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,17 +150,17 @@ func TestOutOfMemoryMidPut(t *testing.T) {
 	}
 }
 
-// killAfterPut is a data backend that kills a server once its Put has
+// killAfterPut is a data store that kills a server once its Write has
 // succeeded: the failure falls between the data write and the metadata
 // commit.
 type killAfterPut struct {
-	backends.Backend
+	backends.Store
 	srv  *redisserver.Server
 	once sync.Once
 }
 
-func (k *killAfterPut) Put(ctx context.Context, keys []string, values [][]byte) error {
-	err := k.Backend.Put(ctx, keys, values)
+func (k *killAfterPut) Write(ctx context.Context, cells []backends.Cell) error {
+	err := k.Store.Write(ctx, cells)
 	if err == nil {
 		k.once.Do(func() { _ = k.srv.Kill() })
 	}
@@ -178,7 +178,7 @@ func TestKilledBeforeCommit(t *testing.T) {
 	ctx := t.Context()
 	data := open(t, dataSrv.URL()+"?prefix=two")
 	meta := open(t, metaSrv.URL()+"?prefix=two")
-	c, err := tq.New(&killAfterPut{Backend: data, srv: metaSrv}, meta.Meta())
+	c, err := tq.New(apart(&killAfterPut{Store: data, srv: metaSrv}, meta.Meta()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestWithAddr(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Get(t.Context(), []string{"k"})
+	_, err = getVals(t.Context(), s, []string{"k"})
 	wantServerError(t, "Get through a client of a closed port", err, "redis.job1.svc:6379", redis.ErrUnavailable)
 }
 

@@ -107,7 +107,7 @@ func (p *faultProxy) serve(client, server net.Conn) {
 func proxyTQ(t *testing.T, url string) *tq.Client {
 	t.Helper()
 	s := open(t, url)
-	c, err := tq.New(s, s.Meta())
+	c, err := tq.New(engine(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func wantPutAtomic(t *testing.T, url, p string, keys []string, data []byte, putE
 }
 
 // TestPutReplyLost: the connection drops after the server ran the
-// MULTI/EXEC of PutSplitCommit but before its EXEC reply arrives. The
+// MULTI/EXEC of WriteCommit but before its EXEC reply arrives. The
 // commit applied, so the error must say the outcome is unknown (tq then
 // looks the rows up rather than delete the cells of committed rows): the
 // put succeeds or leaves nothing, and its rows read back.

@@ -777,7 +777,7 @@ func TestLayoutReaderSeesEngineRows(t *testing.T) {
 			}
 			prefix := "lay" + strconv.Itoa(len(tc.name))
 			s := open(t, srv.URL()+"?prefix="+prefix, tc.opts...)
-			c, err := tq.New(s, s.Meta())
+			c, err := tq.New(engine(s))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -826,7 +826,7 @@ func TestLayoutReaderSeesEngineRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Put(ctx, []string{backends.StorageKey(res[0].Index, "f", res[0].Gens["f"])}, [][]byte{cell}); err != nil {
+			if err := putVals(ctx, s, []string{backends.StorageKey(res[0].Index, "f", res[0].Gens["f"])}, [][]byte{cell}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.Meta().Commit(ctx, odd, []backends.RowUpdate{{Key: "k", Index: res[0].Index,

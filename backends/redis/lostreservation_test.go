@@ -19,12 +19,12 @@ import (
 func lostClient(t *testing.T, srv interface {
 	URL() string
 	Addr() string
-}, prefix string, wrap func(backends.Backend, *rewinder) backends.Backend) (*tq.Client, *rewinder) {
+}, prefix string, wrap func(backends.Store, *rewinder) backends.Store) (*tq.Client, *rewinder) {
 	t.Helper()
 	s := open(t, srv.URL()+"?prefix="+prefix)
 	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: prefix + ":{" + prefix + ":p}"}
 	t.Cleanup(func() { r.cl.Close() })
-	c, err := tq.New(wrap(s, r), s.Meta())
+	c, err := tq.New(apart(wrap(s, r), s.Meta()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,14 +121,14 @@ func TestCommitOfLostReservation(t *testing.T) {
 // rewindAfterPut rewinds the metadata once the put's cells are written,
 // between its data and its commit.
 type rewindAfterPut struct {
-	backends.Backend
+	backends.Store
 	r    *rewinder
 	once sync.Once
 	err  error
 }
 
-func (w *rewindAfterPut) Put(ctx context.Context, keys []string, values [][]byte) error {
-	err := w.Backend.Put(ctx, keys, values)
+func (w *rewindAfterPut) Write(ctx context.Context, cells []backends.Cell) error {
+	err := w.Store.Write(ctx, cells)
 	if err == nil {
 		w.once.Do(func() { w.err = w.r.back(ctx) })
 	}
@@ -142,8 +142,8 @@ func TestPutOfLostReservationKeepsCells(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	var w *rewindAfterPut
-	c, r := lostClient(t, srv, "lostput", func(b backends.Backend, r *rewinder) backends.Backend {
-		w = &rewindAfterPut{Backend: b, r: r}
+	c, r := lostClient(t, srv, "lostput", func(b backends.Store, r *rewinder) backends.Store {
+		w = &rewindAfterPut{Store: b, r: r}
 		return w
 	})
 	r.save(t)
@@ -169,15 +169,15 @@ func TestPutOfLostReservationKeepsCells(t *testing.T) {
 // rewindThenFail rewinds the metadata on the put's first data write and
 // fails the write after it went through, as a failover under a put would.
 type rewindThenFail struct {
-	backends.Backend
+	backends.Store
 	r     *rewinder
 	armed bool
 }
 
 var errFailedOver = errors.New("the server failed over under the write")
 
-func (w *rewindThenFail) Put(ctx context.Context, keys []string, values [][]byte) error {
-	if err := w.Backend.Put(ctx, keys, values); err != nil || !w.armed {
+func (w *rewindThenFail) Write(ctx context.Context, cells []backends.Cell) error {
+	if err := w.Store.Write(ctx, cells); err != nil || !w.armed {
 		return err
 	}
 	w.armed = false
@@ -195,8 +195,8 @@ func TestRollbackOfLostReservationKeepsCells(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	var w *rewindThenFail
-	c, r := lostClient(t, srv, "lostrb", func(b backends.Backend, r *rewinder) backends.Backend {
-		w = &rewindThenFail{Backend: b, r: r}
+	c, r := lostClient(t, srv, "lostrb", func(b backends.Store, r *rewinder) backends.Store {
+		w = &rewindThenFail{Store: b, r: r}
 		return w
 	})
 	count := func() int { return cellCount(t, r, "lostrb") }

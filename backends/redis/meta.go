@@ -578,6 +578,7 @@ func (m *Meta) read(ctx context.Context, op, partition string) (*view, error) {
 
 // Prepare implements backends.MetaStore.
 func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []string) ([]backends.Reservation, error) {
+	ctx = m.s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -632,6 +633,7 @@ func (m *Meta) alloc(ctx context.Context, partition string, n int64) (int64, err
 
 // Commit implements backends.MetaStore.
 func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	ctx = m.s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return backends.CommitResult{}, err
 	}
@@ -671,6 +673,7 @@ func (m *Meta) commitVia(ctx context.Context, partition string, updates []backen
 
 // Lookup implements backends.MetaStore.
 func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+	ctx = m.s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -688,6 +691,7 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 
 // List implements backends.MetaStore.
 func (m *Meta) List(ctx context.Context, partition string) ([]*backends.Row, error) {
+	ctx = m.s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -704,6 +708,7 @@ func (m *Meta) List(ctx context.Context, partition string) ([]*backends.Row, err
 // partitions whose rows are gone (on a Cluster it is only ever added to,
 // see the package doc); those with no committed row are left out.
 func (m *Meta) Partitions(ctx context.Context) ([]string, error) {
+	ctx = m.s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -737,6 +742,7 @@ func (m *Meta) Partitions(ctx context.Context) ([]string, error) {
 
 // Delete implements backends.MetaStore.
 func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+	ctx = m.s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -768,6 +774,7 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 // resent delete that deleted the log finds its id in the partition's x
 // key and counts as applied.
 func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
+	ctx = m.s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}

@@ -40,8 +40,8 @@ type options struct {
 	noDirect        bool   // never use the engine's own connections
 	replicas        int    // WAIT for this many replicas after each metadata write (0: none)
 	replicaTimeout  time.Duration
-	// roundHook, when set (tests), runs after each round GetSplit or
-	// PutSplit sends on its own connections ("get", "set"), and between a
+	// roundHook, when set (tests), runs after each round Read or Write
+	// sends on its own connections ("get", "set"), and between a
 	// metadata write's computation and the script that appends it ("meta").
 	roundHook func(op string)
 }
@@ -98,7 +98,7 @@ func validPrefix(s string) bool {
 	return true
 }
 
-// WithRoundKeys sets the most keys one pipelined round of Put, Get or
+// WithRoundKeys sets the most keys one pipelined round of Write, Read or
 // Delete carries (default DefaultRoundKeys, 1024).
 func WithRoundKeys(n int) Option {
 	return func(o *options) error {
@@ -141,9 +141,9 @@ func WithReadRoundBytes(n int) Option {
 // process's CPU, so this is a queue depth, sized apart from tq's packing
 // workers. Through go-redis each round in flight holds a connection of the
 // client's pool. On the engine's own connections a call holds one: reads
-// of tensor cells (GetSplit) keep this many rounds requested on it, and
-// writes (PutSplit, and Put on a standalone server) send all their rounds
-// as one pipeline.
+// (Read, and ReadRows of Meta) keep this many rounds requested on it, and
+// writes (Write, and the rounds of WriteCommit before its last) send all
+// their rounds as one pipeline.
 func WithIODepth(n int) Option {
 	return func(o *options) error {
 		if n < 1 {

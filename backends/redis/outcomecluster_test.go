@@ -72,7 +72,7 @@ func TestOutcomesCluster(t *testing.T) {
 				s.Close()
 				s.Meta().Close()
 			})
-			tc, err := tq.New(s, s.Meta())
+			tc, err := tq.New(engine(s))
 			if err != nil {
 				t.Fatal(err)
 			}

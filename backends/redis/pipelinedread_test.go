@@ -14,11 +14,11 @@ import (
 	"github.com/tqgo/tqgo/internal/redistest"
 )
 
-// TestGetSplitPipelinedRounds: a read of many rounds, each requested up to
+// TestReadPipelinedRounds: a read of many rounds, each requested up to
 // io_depth rounds ahead on one connection, puts every value where it
 // belongs, values of other lengths and missing keys included, at every
 // depth; and it takes one connection of the engine's, whatever the depth.
-func TestGetSplitPipelinedRounds(t *testing.T) {
+func TestReadPipelinedRounds(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	watch := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
@@ -61,7 +61,7 @@ func TestGetSplitPipelinedRounds(t *testing.T) {
 					present, presentVals = append(present, keys[i]), append(presentVals, vals[i])
 				}
 			}
-			if err := s.Put(ctx, present, presentVals); err != nil {
+			if err := putVals(ctx, s, present, presentVals); err != nil {
 				t.Fatal(err)
 			}
 			before, err := watch.ClientList(ctx).Result()
@@ -69,11 +69,11 @@ func TestGetSplitPipelinedRounds(t *testing.T) {
 				t.Fatal(err)
 			}
 			base, counted = mgetCalls(t, watch), true
-			dst := make([]backends.SplitValue, n)
+			dst := make([]backends.ReadCell, n)
 			for i := range dst {
-				dst[i] = backends.SplitValue{Head: make([]byte, 10), Body: make([]byte, size-10)}
+				dst[i] = backends.ReadCell{Key: keys[i], Head: make([]byte, 10), Body: make([]byte, size-10)}
 			}
-			if err := s.GetSplit(ctx, keys, dst); err != nil {
+			if err := s.Read(ctx, dst); err != nil {
 				t.Fatal(err)
 			}
 			counted = false
@@ -98,11 +98,11 @@ func TestGetSplitPipelinedRounds(t *testing.T) {
 						t.Fatalf("missing key %s found", keys[i])
 					}
 				case len(vals[i]) != size:
-					if !d.Found || !bytes.Equal(d.Other, vals[i]) {
-						t.Fatalf("key %s of another length: found %v, Other %d bytes", keys[i], d.Found, len(d.Other))
+					if !d.Found || !bytes.Equal(d.Value, vals[i]) {
+						t.Fatalf("key %s of another length: found %v, Other %d bytes", keys[i], d.Found, len(d.Value))
 					}
 				default:
-					if !d.Found || d.Other != nil || !bytes.Equal(append(d.Head, d.Body...), vals[i]) {
+					if !d.Found || d.Value != nil || !bytes.Equal(append(d.Head, d.Body...), vals[i]) {
 						t.Fatalf("key %s read wrong", keys[i])
 					}
 				}
@@ -111,9 +111,9 @@ func TestGetSplitPipelinedRounds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Put and GetSplit share the engine's one idle connection.
+			// Put and Read share the engine's one idle connection.
 			if grew := strings.Count(after, "\n") - strings.Count(before, "\n"); grew > 0 {
-				t.Errorf("GetSplit opened %d connections, want none beyond the one Put left idle", grew)
+				t.Errorf("Read opened %d connections, want none beyond the one Put left idle", grew)
 			}
 		})
 	}

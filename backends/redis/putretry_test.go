@@ -59,7 +59,7 @@ func (p *dropProxy) serve(client, server net.Conn) {
 	})
 }
 
-// TestPutRetriedAfterAppliedThenRefused: PutSplitCommit's transaction
+// TestPutRetriedAfterAppliedThenRefused: WriteCommit's transaction
 // goes out on an idle connection, the server runs it (cells and commit
 // applied) and the connection drops before any reply byte, so rawConns.do
 // sends it once more on a new connection. That second attempt is refused
@@ -198,7 +198,7 @@ func TestConfirmedReadManyRounds(t *testing.T) {
 	ctx := t.Context()
 	url := srv.URL() + "?prefix=r3rounds"
 	s := open(t, url, redis.WithReadRoundBytes(4096), redis.WithIODepth(8))
-	c, err := tq.New(s, s.Meta())
+	c, err := tq.New(engine(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,31 +210,25 @@ func TestConfirmedReadManyRounds(t *testing.T) {
 	}
 	wantStacked(t, c, "p", keys, data) // loads readScript (a fresh server has none)
 	m := s.Meta()
-	rows, token, ok := m.LookupCached("p", keys)
-	if !ok {
-		t.Fatal("no cached view after a put")
-	}
-	skeys := make([]string, len(rows))
-	sizes := make([]int, len(rows))
-	for i, r := range rows {
-		skeys[i] = backends.StorageKey(r.Index, "x", r.Fields["x"].Gen)
-		sizes[i] = 512 + 64 // a wrong guess of the prefix: values land in Other
-	}
 	var calls atomic.Int32
-	var dst []backends.SplitValue
-	current, err := s.GetSplitConfirmed(ctx, m, token, skeys, sizes, func() []backends.SplitValue {
+	var dst []backends.ReadCell
+	_, err = m.ReadRows(ctx, "p", keys, func(rows []*backends.Row) ([]backends.ReadCell, error) {
 		calls.Add(1)
-		dst = make([]backends.SplitValue, len(skeys))
-		return dst
+		dst = make([]backends.ReadCell, len(rows))
+		for i, r := range rows {
+			// A wrong guess of the prefix: values land in Value.
+			dst[i] = backends.ReadCell{Key: backends.StorageKey(r.Index, "x", r.Fields["x"].Gen), Body: make([]byte, 512+64)}
+		}
+		return dst, nil
 	})
-	if err != nil || !current {
-		t.Fatalf("GetSplitConfirmed: %v, %v", current, err)
+	if err != nil {
+		t.Fatalf("ReadRows: %v", err)
 	}
 	if n := calls.Load(); n != 1 {
-		t.Fatalf("dst called %d times, want 1", n)
+		t.Fatalf("plan called %d times, want 1 (the view's copy is current)", n)
 	}
 	for i, d := range dst {
-		if !d.Found || len(d.Other) < 512 || !bytes.Equal(d.Other[len(d.Other)-512:], data[i*512:(i+1)*512]) {
+		if !d.Found || len(d.Value) < 512 || !bytes.Equal(d.Value[len(d.Value)-512:], data[i*512:(i+1)*512]) {
 			t.Fatalf("cell %d not read into its destination", i)
 		}
 	}

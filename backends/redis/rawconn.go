@@ -23,7 +23,7 @@ import (
 // a standalone server, for what go-redis does slowly (values into and out
 // of caller memory), with the request builder and reply readers they need.
 // rawPool returns the Store's pool of plain connections, or nil when
-// GetSplit must go through go-redis.
+// reads and writes must go through go-redis. Its Meta uses the same pool.
 func (s *Store) rawPool() *rawConns {
 	s.rawOnce.Do(func() {
 		c, ok := s.client.(*goredis.Client)

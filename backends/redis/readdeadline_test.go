@@ -11,11 +11,11 @@ import (
 	"github.com/tqgo/tqgo/internal/redistest"
 )
 
-// TestGetSplitDeadlinePerRound: on a link where each read round takes well
+// TestReadDeadlinePerRound: on a link where each read round takes well
 // under the client's read_timeout+write_timeout but the whole call takes
-// longer, GetSplit (no ctx deadline) succeeds: the timeouts bound each
+// longer, Read (no ctx deadline) succeeds: the timeouts bound each
 // round, not the call.
-func TestGetSplitDeadlinePerRound(t *testing.T) {
+func TestReadDeadlinePerRound(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	p := startTCPProxy(t, srv.Addr(), func(client, server net.Conn) {
@@ -32,18 +32,18 @@ func TestGetSplitDeadlinePerRound(t *testing.T) {
 		keys[i] = fmt.Sprintf("k%02d", i)
 		vals[i] = bytes.Repeat([]byte{byte(i)}, size)
 	}
-	if err := s.Put(ctx, keys, vals); err != nil {
+	if err := putVals(ctx, s, keys, vals); err != nil {
 		t.Fatal(err)
 	}
-	dst := make([]backends.SplitValue, n)
+	dst := make([]backends.ReadCell, n)
 	for i := range dst {
-		dst[i] = backends.SplitValue{Head: make([]byte, 1), Body: make([]byte, size-1)}
+		dst[i] = backends.ReadCell{Key: keys[i], Head: make([]byte, 1), Body: make([]byte, size-1)}
 	}
 	start := time.Now()
-	err := s.GetSplit(ctx, keys, dst)
-	t.Logf("GetSplit took %v: %v", time.Since(start), err)
+	err := s.Read(ctx, dst)
+	t.Logf("Read took %v: %v", time.Since(start), err)
 	if err != nil {
-		t.Fatalf("GetSplit of rounds each far inside read_timeout: %v", err)
+		t.Fatalf("Read of rounds each far inside read_timeout: %v", err)
 	}
 	for i, d := range dst {
 		if !d.Found || !bytes.Equal(append(d.Head, d.Body...), vals[i]) {
@@ -52,11 +52,11 @@ func TestGetSplitDeadlinePerRound(t *testing.T) {
 	}
 }
 
-// TestPutSplitDeadlinePerRound: the same for writes. Client to server is
+// TestWriteDeadlinePerRound: the same for writes. Client to server is
 // throttled, so each 256 KiB round takes about 40 ms to write and the
 // whole put of 4 MiB about 650 ms, past read_timeout+write_timeout (300
 // ms): the put succeeds, and every value reads back.
-func TestPutSplitDeadlinePerRound(t *testing.T) {
+func TestWriteDeadlinePerRound(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	p := startTCPProxy(t, srv.Addr(), func(client, server net.Conn) {
@@ -74,13 +74,17 @@ func TestPutSplitDeadlinePerRound(t *testing.T) {
 		bodies[i] = bytes.Repeat([]byte{byte(i)}, size-1)
 	}
 	start := time.Now()
-	err := s.PutSplit(ctx, keys, heads, bodies)
-	t.Logf("PutSplit took %v: %v", time.Since(start), err)
+	cells := make([]backends.Cell, n)
+	for i := range cells {
+		cells[i] = backends.Cell{Key: keys[i], Head: heads[i], Body: bodies[i]}
+	}
+	err := s.Write(ctx, cells)
+	t.Logf("Write took %v: %v", time.Since(start), err)
 	if err != nil {
-		t.Fatalf("PutSplit of rounds each far inside the timeouts: %v", err)
+		t.Fatalf("Write of rounds each far inside the timeouts: %v", err)
 	}
 	direct := open(t, srv.URL()+"?prefix=dlw")
-	got, err := direct.Get(ctx, keys)
+	got, err := getVals(ctx, direct, keys)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,14 +9,13 @@ import (
 	"github.com/tqgo/tqgo/backends"
 )
 
-var _ backends.Reclaimer = (*Meta)(nil)
-
-// Garbage implements backends.Reclaimer. It appends an abort record whose
+// Garbage implements backends.MetaStore. It appends an abort record whose
 // cutoff the script computes from the server's clock (its time less
 // olderThan), so that every client judges reservation ages alike and
 // replays the abort the same way; the garbage returned is the view's
 // after that record.
 func (m *Meta) Garbage(ctx context.Context, partition string, olderThan time.Duration) ([]backends.Ref, error) {
+	ctx = m.s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -41,10 +40,11 @@ func (m *Meta) Garbage(ctx context.Context, partition string, olderThan time.Dur
 	return slices.Clone(v.garbage), nil
 }
 
-// Swept implements backends.Reclaimer. It appends a record naming the
+// Swept implements backends.MetaStore. It appends a record naming the
 // cells; when they are the last the partition's log remembers (no rows,
 // no other garbage), it deletes the log instead.
 func (m *Meta) Swept(ctx context.Context, partition string, refs []backends.Ref) error {
+	ctx = m.s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return err
 	}
@@ -63,10 +63,11 @@ func (m *Meta) Swept(ctx context.Context, partition string, refs []backends.Ref)
 	return err
 }
 
-// Abandon implements backends.Reclaimer. It appends a record naming the
+// Abandon implements backends.MetaStore. It appends a record naming the
 // cells, computed against the view; the cells the view does not know make
 // the error.
 func (m *Meta) Abandon(ctx context.Context, partition string, refs []backends.Ref) error {
+	ctx = m.s.traced(ctx)
 	if err := m.check(ctx); err != nil {
 		return err
 	}

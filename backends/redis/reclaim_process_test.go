@@ -105,8 +105,8 @@ func TestReclaimAfterKilledWriters(t *testing.T) {
 	for _, p := range partitions {
 		checkKilledRows(t, reader, meta, p)
 	}
-	rec := &deleteRecorder{Backend: s}
-	c, err := tq.New(rec, meta)
+	rec := &deleteRecorder{Store: s}
+	c, err := tq.New(backends.Engine{Data: rec, Meta: meta})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,16 +463,18 @@ func checkKilledRows(t *testing.T, c *tq.Client, meta *redis.Meta, p string) {
 // deleteRecorder is a data backend that records the keys it is asked to
 // delete.
 type deleteRecorder struct {
-	backends.Backend
+	backends.Store
 	mu      sync.Mutex
 	deleted []string
 }
 
-func (d *deleteRecorder) Delete(ctx context.Context, keys []string) error {
+func (d *deleteRecorder) Delete(ctx context.Context, cells []backends.Cell) error {
 	d.mu.Lock()
-	d.deleted = append(d.deleted, keys...)
+	for _, c := range cells {
+		d.deleted = append(d.deleted, c.Key)
+	}
 	d.mu.Unlock()
-	return d.Backend.Delete(ctx, keys)
+	return d.Store.Delete(ctx, cells)
 }
 
 func (d *deleteRecorder) reset() {

@@ -4,35 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/tqgo/tqgo/backends"
 )
-
-var _ backends.SplitReader = (*Store)(nil)
-
-// GetSplit implements backends.SplitReader. On a standalone server it sends
-// MGETs on connections of its own and reads each reply value straight into
-// its destination: go-redis allocates every value it reads (fresh memory
-// the page-fault cost of which dominated large reads) and the caller then
-// copied it again. On a Cluster, or when the client's connections need
-// set-up this package cannot repeat (an OnConnect hook, streaming
-// credentials), it reads through go-redis and copies.
-func (s *Store) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	if err := s.check(ctx, keys, len(dst)); err != nil {
-		return err
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	raw := s.rawPool()
-	if raw == nil {
-		return backends.GetSplitFromGet(ctx, s, keys, dst)
-	}
-	size := func(i int) int { return len(dst[i].Head) + len(dst[i].Body) }
-	err := s.readRounds(ctx, raw, keys, size, func() []backends.SplitValue { return dst }, nil)
-	return s.wrap(ctx, "get", err)
-}
 
 // leadRead is a command that goes ahead of the first round's MGET, in the
 // same request: add appends it, reply reads its reply.
@@ -41,23 +15,23 @@ type leadRead struct {
 	reply func(c *rawConn) error
 }
 
-// readRounds reads keys, whose values are expected size(i) bytes long, in
-// MGET rounds into the destinations dst returns, on one of the engine's
-// connections and on the calling goroutine: ioDepth rounds are requested
+// readRounds is Read on the engine's own connections, to a standalone
+// server (go-redis allocates every value it reads, fresh memory the
+// page-fault cost of which dominated large reads, and the caller then
+// copied it again): MGET rounds read into the cells' destinations, on one
+// connection and on the calling goroutine. ioDepth rounds are requested
 // at a time, counting the one being read, so with ioDepth >= 2 the server
 // has the next MGET queued while its last reply drains, and it holds no
 // more than ioDepth replies at once (one huge reply makes it fault fresh
 // pages in).
 // Rounds on goroutines of their own, one connection each, measured slower
 // where a waiting core had to be woken for each round (this VM's vCPUs take
-// up to 1.75 ms to wake after idling, measured by the team on the CI VM). dst is
-// called once, after the first requests went out, so the caller's fresh
-// memory is allocated while the server works. lead, if not nil, rides with
-// the first round.
-func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, size func(i int) int, dst func() []backends.SplitValue, lead *leadRead) error {
+// up to 1.75 ms to wake after idling, measured by the team on the CI VM).
+// lead, if not nil, rides with the first round (alone when there are no
+// cells).
+func (s *Store) readRounds(ctx context.Context, raw *rawConns, cells []backends.ReadCell, lead *leadRead) error {
 	pre := s.dataPrefix()
-	rounds := s.rounds(len(keys), s.opts.readRoundBytes, minReadRoundKeys, size)
-	getDst := sync.OnceValue(dst)
+	rounds := s.rounds(len(cells), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(cells[i].Head) + len(cells[i].Body) })
 	return raw.do(ctx, func(c *rawConn) error {
 		sent := 0
 		// sendUpTo writes the requests of rounds [sent, n) in one write.
@@ -68,7 +42,7 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 			}
 			for ; sent < n; sent++ {
 				r := rounds[sent]
-				req = appendMGET(req, pre, keys[r.lo:r.hi])
+				req = appendMGET(req, pre, cells[r.lo:r.hi])
 			}
 			return c.send(req)
 		}
@@ -76,13 +50,13 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 			return err
 		}
 		if lead != nil {
-			if err := lead.reply(c); err != nil {
+			err := lead.reply(c)
+			if len(rounds) == 0 {
+				backends.CountRoundTrips(ctx, 1)
+			}
+			if err != nil {
 				return err
 			}
-		}
-		d := getDst()
-		if len(d) != len(keys) {
-			return fmt.Errorf("%w: %d destinations for %d keys", backends.ErrInvalid, len(d), len(keys))
 		}
 		for i, r := range rounds {
 			if i > 0 {
@@ -99,7 +73,9 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 					return err
 				}
 			}
-			if err := c.readMGET(keys[r.lo:r.hi], d[r.lo:r.hi]); err != nil {
+			err := c.readMGET(cells[r.lo:r.hi])
+			backends.CountRoundTrips(ctx, 1)
+			if err != nil {
 				return err
 			}
 			if s.opts.roundHook != nil {
@@ -110,23 +86,24 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 	})
 }
 
-// appendMGET appends an MGET of the data keys pre+keys[i] to b.
-func appendMGET(b request, pre string, keys []string) request {
-	b = b.array(1 + len(keys)).str("MGET")
-	for _, k := range keys {
-		b = b.key(pre, k)
+// appendMGET appends an MGET of the data keys pre+cells[i].Key to b.
+func appendMGET(b request, pre string, cells []backends.ReadCell) request {
+	b = b.array(1 + len(cells)).str("MGET")
+	for i := range cells {
+		b = b.key(pre, cells[i].Key)
 	}
 	return b
 }
 
-// readMGET reads the reply of an MGET of keys into dst.
-func (c *rawConn) readMGET(keys []string, dst []backends.SplitValue) error {
+// readMGET reads the reply of an MGET of the cells' keys into the cells,
+// as Store.Read documents.
+func (c *rawConn) readMGET(dst []backends.ReadCell) error {
 	n, err := c.header('*')
 	if err != nil {
 		return err
 	}
-	if n != len(keys) {
-		return fmt.Errorf("%w: MGET of %d keys replied %d values", ErrCorrupt, len(keys), n)
+	if n != len(dst) {
+		return fmt.Errorf("%w: MGET of %d keys replied %d values", ErrCorrupt, len(dst), n)
 	}
 	for i := range dst {
 		d := &dst[i]
@@ -134,11 +111,11 @@ func (c *rawConn) readMGET(keys []string, dst []backends.SplitValue) error {
 		if err != nil {
 			return err
 		}
-		d.Found, d.Other = size >= 0, nil
+		d.Found, d.Value = size >= 0, nil
 		switch {
 		case size < 0:
 			continue
-		case size == len(d.Head)+len(d.Body):
+		case size == len(d.Head)+len(d.Body) && size > 0:
 			if _, err := io.ReadFull(c.br, d.Head); err != nil {
 				return err
 			}
@@ -148,8 +125,8 @@ func (c *rawConn) readMGET(keys []string, dst []backends.SplitValue) error {
 		case size > maxBulk:
 			return fmt.Errorf("%w: value of %d bytes", ErrCorrupt, size)
 		default:
-			d.Other = make([]byte, size)
-			if _, err := io.ReadFull(c.br, d.Other); err != nil {
+			d.Value = make([]byte, size)
+			if _, err := io.ReadFull(c.br, d.Value); err != nil {
 				return err
 			}
 		}

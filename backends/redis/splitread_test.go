@@ -18,7 +18,7 @@ import (
 	"github.com/tqgo/tqgo/internal/redistest"
 )
 
-// TestSplitReadAuthDB: GetSplit's own connections authenticate and select
+// TestSplitReadAuthDB: Read's own connections authenticate and select
 // the database as the client's do (a key in database 2 is found there
 // only), and a password the server refuses is ErrAuth naming the address.
 func TestSplitReadAuthDB(t *testing.T) {
@@ -28,18 +28,18 @@ func TestSplitReadAuthDB(t *testing.T) {
 	s := open(t, url)
 	keys := []string{"a", "b"}
 	vals := [][]byte{[]byte("head+body"), []byte("other length")}
-	if err := s.Put(ctx, keys, vals); err != nil {
+	if err := putVals(ctx, s, keys, vals); err != nil {
 		t.Fatal(err)
 	}
-	dst := []backends.SplitValue{
-		{Head: make([]byte, 5), Body: make([]byte, 4)},
-		{Head: make([]byte, 5), Body: make([]byte, 4)},
+	dst := []backends.ReadCell{
+		{Key: keys[0], Head: make([]byte, 5), Body: make([]byte, 4)},
+		{Key: keys[1], Head: make([]byte, 5), Body: make([]byte, 4)},
 	}
-	if err := s.GetSplit(ctx, keys, dst); err != nil {
+	if err := s.Read(ctx, dst); err != nil {
 		t.Fatal(err)
 	}
-	if !dst[0].Found || string(dst[0].Head)+string(dst[0].Body) != "head+body" || !dst[1].Found || !bytes.Equal(dst[1].Other, vals[1]) {
-		t.Fatalf("GetSplit in database 2: %+v", dst)
+	if !dst[0].Found || string(dst[0].Head)+string(dst[0].Body) != "head+body" || !dst[1].Found || !bytes.Equal(dst[1].Value, vals[1]) {
+		t.Fatalf("Read in database 2: %+v", dst)
 	}
 	db0 := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Password: "sesame"})
 	defer db0.Close()
@@ -52,13 +52,13 @@ func TestSplitReadAuthDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bad.Client().Close()
-	err = bad.GetSplit(ctx, keys[:1], dst[:1])
+	err = bad.Read(ctx, dst[:1])
 	if !errors.Is(err, redis.ErrAuth) || !strings.Contains(err.Error(), srv.Addr()) {
-		t.Fatalf("GetSplit with a wrong password: %v, want ErrAuth naming %s", err, srv.Addr())
+		t.Fatalf("Read with a wrong password: %v, want ErrAuth naming %s", err, srv.Addr())
 	}
 }
 
-// TestSplitConnectionsBounded: GetSplit and PutSplit from many goroutines
+// TestSplitConnectionsBounded: Read and Write from many goroutines
 // share at most pool_size connections of their own (beside go-redis's
 // pool), and all succeed.
 func TestSplitConnectionsBounded(t *testing.T) {
@@ -100,13 +100,13 @@ func TestSplitConnectionsBounded(t *testing.T) {
 			keys := []string{fmt.Sprintf("w%d/a", w), fmt.Sprintf("w%d/b", w)}
 			head, body := []byte("h"), bytes.Repeat([]byte{byte(w)}, 64<<10)
 			for range 20 {
-				if err := s.PutSplit(ctx, keys, [][]byte{head, head}, [][]byte{body, body}); err != nil {
+				if err := s.Write(ctx, []backends.Cell{{Key: keys[0], Head: head, Body: body}, {Key: keys[1], Head: head, Body: body}}); err != nil {
 					errs <- err
 					return
 				}
-				dst := []backends.SplitValue{{Head: make([]byte, 1), Body: make([]byte, len(body))}, {Head: make([]byte, 1), Body: make([]byte, len(body))}}
-				if err := s.GetSplit(ctx, keys, dst); err != nil || !bytes.Equal(dst[1].Body, body) {
-					errs <- fmt.Errorf("GetSplit: %v, body equal %t", err, bytes.Equal(dst[1].Body, body))
+				dst := []backends.ReadCell{{Key: keys[0], Head: make([]byte, 1), Body: make([]byte, len(body))}, {Key: keys[1], Head: make([]byte, 1), Body: make([]byte, len(body))}}
+				if err := s.Read(ctx, dst); err != nil || !bytes.Equal(dst[1].Body, body) {
+					errs <- fmt.Errorf("Read: %v, body equal %t", err, bytes.Equal(dst[1].Body, body))
 					return
 				}
 			}
@@ -143,8 +143,15 @@ func TestMetaAfterStoreClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Commit(ctx, "p", fieldUpdate([]string{"a"}, res, "f")); err != nil {
-		t.Fatalf("Commit after Store.Close, Meta open: %v", err)
+	cells := []backends.Cell{{Key: backends.StorageKey(res[0].Index, "f", res[0].Gens["f"]), Body: []byte("v")}}
+	if _, err := m.WriteCommit(ctx, "p", cells, fieldUpdate([]string{"a"}, res, "f")); err != nil {
+		t.Fatalf("WriteCommit after Store.Close, Meta open: %v", err)
+	}
+	rows, err := m.ReadRows(ctx, "p", []string{"a"}, func(rows []*backends.Row) ([]backends.ReadCell, error) {
+		return []backends.ReadCell{{Key: cells[0].Key, Body: make([]byte, 1)}}, nil
+	})
+	if err != nil || len(rows) != 1 || rows[0] == nil {
+		t.Fatalf("ReadRows after Store.Close, Meta open: %v, %v", rows, err)
 	}
 	if _, err := m.Prepare(ctx, "p", []string{"a", "b"}, []string{"g"}); err != nil {
 		t.Fatalf("Prepare after Store.Close, Meta open: %v", err)

@@ -16,9 +16,10 @@ import (
 	"github.com/tqgo/tqgo/internal/fanout"
 )
 
-// Store is the Redis data backend; Meta returns the metadata store that
-// shares its client. It is safe for concurrent use. Values returned by Get
-// alias the client's reply buffers and must not be modified.
+// Store is the Redis engine's backends.Store; Meta returns the metadata
+// store that shares its client and its own connections. It is safe for
+// concurrent use. Values Read sets in ReadCell.Value are the Store's own
+// (fresh memory, or go-redis's reply) and must not be modified.
 type Store struct {
 	client  goredis.UniversalClient
 	opts    options
@@ -33,16 +34,16 @@ type Store struct {
 	openRefs atomic.Int32
 
 	// meanSize is a running mean of the sizes of values read, in bytes
-	// (0: nothing read yet); Get sizes its rounds from it.
+	// (0: nothing read yet); reads through go-redis size their rounds from it.
 	meanSize atomic.Int64
 
 	rawOnce sync.Once
-	raw     *rawConns // GetSplit's connections; nil: it uses go-redis
+	raw     *rawConns // the engine's own connections, the Store's and Meta's; nil: go-redis only
 
 	receipts receipts // the last cells of data writes, standalone (see receipts.go)
 }
 
-var _ backends.Backend = (*Store)(nil)
+var _ backends.Store = (*Store)(nil)
 
 // New returns a Store over a client the caller owns: Close (of the Store
 // and of its Meta) leaves the client open. The client may be a *Client
@@ -81,6 +82,7 @@ func newStore(client goredis.UniversalClient, o options, owned bool) *Store {
 		}
 	}
 	s.meta = newMeta(s)
+	client.AddHook(roundTripHook{s})
 	return s
 }
 
@@ -131,12 +133,9 @@ func (s *Store) release() error {
 	return nil
 }
 
-func (s *Store) check(ctx context.Context, keys []string, n int) error {
+func (s *Store) check(ctx context.Context) error {
 	if s.closed.Load() {
 		return backends.ErrClosed
-	}
-	if n >= 0 && n != len(keys) {
-		return fmt.Errorf("%w: %d keys, %d values", backends.ErrInvalid, len(keys), n)
 	}
 	return ctx.Err()
 }
@@ -251,20 +250,111 @@ func (s *Store) runRounds(ctx context.Context, rounds []span, f func(ctx context
 	})
 }
 
-// Put stores values under keys, in rounds: on a standalone server one
-// MSET per round (see rawConn.set), on the engine's own connections, which
-// write large values straight from the caller's memory; on a Cluster,
-// whose keys live in many slots, pipelined SETs.
-func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
-	if err := s.check(ctx, keys, len(values)); err != nil {
+// Write implements backends.Store: on a standalone server one MSET per
+// round on the engine's own connections, written from the cells' Head and
+// Body (see putSplit); without them, one MSET per round through go-redis,
+// or, on a Cluster, whose keys live in many slots, pipelined SETs, each of
+// a copy of Head and Body joined. Every Tag is "": the engine keeps no
+// per-cell strategy. Write keeps no reference to Head or Body.
+func (s *Store) Write(ctx context.Context, cells []backends.Cell) error {
+	ctx = s.traced(ctx)
+	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if len(keys) == 0 {
+	return s.write(ctx, cells)
+}
+
+// write is Write on an open Store.
+func (s *Store) write(ctx context.Context, cells []backends.Cell) error {
+	if len(cells) == 0 {
 		return nil
 	}
-	if s.rawPool() != nil {
-		return s.PutSplit(ctx, keys, make([][]byte, len(keys)), values)
+	keys, heads, bodies := splitCells(cells)
+	for i := range cells {
+		cells[i].Tag = ""
 	}
+	if raw := s.rawPool(); raw != nil {
+		return s.putSplit(ctx, raw, keys, heads, bodies)
+	}
+	vals := make([][]byte, len(cells))
+	for i := range vals {
+		vals[i] = append(append(make([]byte, 0, len(heads[i])+len(bodies[i])), heads[i]...), bodies[i]...)
+	}
+	return s.put(ctx, keys, vals)
+}
+
+// splitCells returns the cells' keys, heads and bodies.
+func splitCells(cells []backends.Cell) (keys []string, heads, bodies [][]byte) {
+	keys = make([]string, len(cells))
+	parts := make([][]byte, 2*len(cells))
+	heads, bodies = parts[:len(cells):len(cells)], parts[len(cells):]
+	for i := range cells {
+		keys[i], heads[i], bodies[i] = cells[i].Key, cells[i].Head, cells[i].Body
+	}
+	return keys, heads, bodies
+}
+
+// cellKeys returns the cells' keys.
+func cellKeys(cells []backends.Cell) []string {
+	keys := make([]string, len(cells))
+	for i := range cells {
+		keys[i] = cells[i].Key
+	}
+	return keys
+}
+
+// readCellKeys returns the keys of cells to read.
+func readCellKeys(cells []backends.ReadCell) []string {
+	keys := make([]string, len(cells))
+	for i := range cells {
+		keys[i] = cells[i].Key
+	}
+	return keys
+}
+
+// Read implements backends.Store: on a standalone server MGETs on the
+// engine's own connections, each value read straight into its cell's
+// Head and Body (see readRounds); without them, through go-redis, with a
+// copy.
+func (s *Store) Read(ctx context.Context, cells []backends.ReadCell) error {
+	ctx = s.traced(ctx)
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	return s.read(ctx, cells)
+}
+
+// read is Read on an open Store.
+func (s *Store) read(ctx context.Context, cells []backends.ReadCell) error {
+	if len(cells) == 0 {
+		return nil
+	}
+	if raw := s.rawPool(); raw != nil {
+		return s.wrap(ctx, "get", s.readRounds(ctx, raw, cells, nil))
+	}
+	vals, err := s.get(ctx, readCellKeys(cells))
+	if err != nil {
+		return err
+	}
+	for i, v := range vals {
+		backends.FillReadCell(&cells[i], v)
+	}
+	return nil
+}
+
+// Delete implements backends.Store (UNLINK, which frees large values off
+// the server's main thread); missing keys are ignored.
+func (s *Store) Delete(ctx context.Context, cells []backends.Cell) error {
+	ctx = s.traced(ctx)
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	return s.del(ctx, cellKeys(cells))
+}
+
+// put stores values under keys through go-redis, in rounds: one MSET per
+// round on a standalone server, pipelined SETs on a Cluster.
+func (s *Store) put(ctx context.Context, keys []string, values [][]byte) error {
 	dk := s.dataKeys(keys)
 	err := s.runRounds(ctx, s.writeRounds(values), func(ctx context.Context, r span) error {
 		if !s.cluster {
@@ -283,16 +373,14 @@ func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
 	return s.wrap(ctx, "put", err)
 }
 
-// Get returns each key's value, nil for a missing key (MGET per round on a
-// standalone server, pipelined GETs on a Cluster). A round's key count
+// get returns each key's value through go-redis, nil for a missing key
+// (MGET per round on a standalone server, pipelined GETs on a Cluster).
+// The values alias go-redis's replies. A round's key count
 // is the read round size divided by the mean size of values read so far:
 // one huge reply makes the server fault in fresh pages for its output
 // buffer (measured: 1024 x 8 KiB in one round ran at a third of the speed
 // of rounds near 1 MiB).
-func (s *Store) Get(ctx context.Context, keys []string) ([][]byte, error) {
-	if err := s.check(ctx, keys, -1); err != nil {
-		return nil, err
-	}
+func (s *Store) get(ctx context.Context, keys []string) ([][]byte, error) {
 	out := make([][]byte, len(keys))
 	if len(keys) == 0 {
 		return out, nil
@@ -398,12 +486,8 @@ func (s *Store) Get(ctx context.Context, keys []string) ([][]byte, error) {
 	return out, nil
 }
 
-// Delete removes keys (UNLINK, which frees large values off the server's
-// main thread); missing keys are ignored.
-func (s *Store) Delete(ctx context.Context, keys []string) error {
-	if err := s.check(ctx, keys, -1); err != nil {
-		return err
-	}
+// del removes keys (data keys without their prefix).
+func (s *Store) del(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}

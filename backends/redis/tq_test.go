@@ -349,7 +349,7 @@ func TestNewCallerClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tq.New(s, s.Meta())
+	c, err := tq.New(engine(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,12 +363,12 @@ func TestNewCallerClient(t *testing.T) {
 	if err := cl.Ping(ctx).Err(); err != nil {
 		t.Fatalf("caller's client closed by the store: %v", err)
 	}
-	if err := s.Put(ctx, []string{"x"}, [][]byte{nil}); !errors.Is(err, backends.ErrClosed) {
+	if err := putVals(ctx, s, []string{"x"}, [][]byte{nil}); !errors.Is(err, backends.ErrClosed) {
 		t.Fatalf("Put after Close: %v", err)
 	}
 	// A second store on the same client and prefix sees the rows.
 	s2, _ := redis.New(cl, redis.WithPrefix("own"))
-	c2, _ := tq.New(s2, s2.Meta())
+	c2, _ := tq.New(engine(s2))
 	defer c2.Close()
 	b, err := c2.BatchGet(ctx, "p", keys)
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 // generation of each field; a row is visible once committed; a field
 // commits only under a pending reservation (or as its committed
 // generation again); and every cell handed out is remembered until it is
-// reported swept (see backends.Reclaimer): reservations with the server's
+// reported swept (see backends.MetaStore): reservations with the server's
 // time they were made, garbage cells in the order they died, and the
 // reservations of removed rows (orphans).
 type view struct {
