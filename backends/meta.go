@@ -52,6 +52,8 @@ type RowUpdate struct {
 	// before merging, as MergeRow and Merger do.
 	Fields map[string]FieldInfo
 	// Tag, when non-nil, is merged into the row's tag (keys overwrite).
+	// Like Fields, the store may keep the map (tq hands over its own
+	// copies, which updates may share), and neither side modifies it.
 	Tag map[string]any
 }
 
@@ -261,7 +263,7 @@ func mergeFields(fields map[string]FieldInfo, u *RowUpdate, res *CommitResult) {
 // maps MergeRow copies, so that a commit allocates per distinct map rather
 // than per row: a first commit keeps the update's Fields map, an update
 // without fields keeps the row's, one without a tag keeps the row's tag
-// (u.Tag itself is always copied: it is the caller's); and since the rows
+// (a row with no tag yet keeps u.Tag itself: see RowUpdate); and since the rows
 // of a batch mostly share their maps (tq hands rows with equal cells one
 // Fields map), a row whose committed and updated Fields are the maps of
 // the row merged before it gets that row's result. The rows it makes share
@@ -284,7 +286,11 @@ func (m *Merger) Merge(next, cur *Row, u *RowUpdate, res *CommitResult) {
 	if cur != nil {
 		curFields, tag = cur.Fields, cur.Tag
 	}
-	if u.Tag != nil {
+	switch {
+	case u.Tag == nil:
+	case len(tag) == 0:
+		tag = u.Tag // nothing to merge
+	default:
 		merged := make(map[string]any, len(tag)+len(u.Tag))
 		maps.Copy(merged, tag)
 		maps.Copy(merged, u.Tag)

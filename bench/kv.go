@@ -54,10 +54,10 @@ func newGRPO(n, L int) *grpo {
 		}
 	}
 	g.batch = tq.Batch{
-		"input_ids":      tq.Stacked(g.inputIDs, int64(n), int64(L)),
-		"responses":      tq.Stacked(g.responses, int64(n), int64(L)),
-		"attention_mask": tq.Stacked(g.mask, int64(n), int64(L)),
-		"old_log_probs":  tq.Stacked(g.logp, int64(n), int64(L)),
+		"input_ids":      tq.Stacked(g.inputIDs, n, L),
+		"responses":      tq.Stacked(g.responses, n, L),
+		"attention_mask": tq.Stacked(g.mask, n, L),
+		"old_log_probs":  tq.Stacked(g.logp, n, L),
 		"rewards":        tq.Stacked(g.rewards),
 		"uid":            tq.ValuesOf(g.uid),
 	}

@@ -122,7 +122,7 @@ func runRedisShape(ctx context.Context, m *meter, c *tq.Client, raw *redis.Clien
 	for i := range data {
 		data[i] = byte(i*31 + i>>10)
 	}
-	batch := tq.Batch{"x": tq.Stacked(data, int64(s.n), int64(s.size))}
+	batch := tq.Batch{"x": tq.Stacked(data, s.n, s.size)}
 	keys := make([]string, s.n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("k%d", i)

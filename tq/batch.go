@@ -34,10 +34,33 @@ func (k ColumnKind) String() string {
 	return fmt.Sprintf("ColumnKind(%d)", uint8(k))
 }
 
-// Column is one field of a Batch. Build it with Stacked, StackedTensor,
-// Jagged or Values; a constructor given bad input returns a Column that
-// carries the error, and BatchPut reports it (as bufio.Writer does), so
-// batches can be written as literals.
+// Column is one field of a Batch: a column of rows, one per key. Build it
+// with Stacked, StackedTensor, Jagged, JaggedOf, Values or ValuesOf; a
+// constructor given bad input returns a Column that carries the error, and
+// BatchPut reports it (as bufio.Writer does), so batches can be written as
+// literals.
+//
+// A column read back (BatchGet and friends) is, by one rule:
+//
+//   - KindStacked when every row is a tensor and all have one dtype and one
+//     shape: one tensor whose leading dimension is the batch;
+//   - KindJagged when every row is a tensor but dtypes or shapes differ;
+//   - KindValues when some row is not a tensor.
+//
+// So a tensor field reads stacked or jagged depending on the rows asked for
+// (responses of one length stack, of different lengths do not). Readers
+// that work for both: Tensors and Row give per-row tensors (views of the
+// stacked tensor, no copy), RowsAs gives per-row []T, As the elements of
+// every row as one []T, Shape the [rows, ...] shape when the rows share
+// one. ValuesAs reads a values column as []T.
+//
+// The zero Column is what indexing a Batch by a field it lacks gives. It
+// has no rows, and every reader that returns an error returns one matching
+// ErrNoField for it, so a misspelled field fails rather than reading as
+// empty; Batch.Column reports a missing field directly.
+//
+// A Column is a value holding slices; its readers do not modify it, so it
+// is safe for concurrent reads.
 type Column struct {
 	kind    ColumnKind
 	stacked codec.Tensor
@@ -58,10 +81,15 @@ func StackedTensor(t codec.Tensor) Column {
 }
 
 // Stacked is a column over data, viewed without copying, with the given
-// shape whose first dimension is the batch. With no shape, data is one
-// scalar per row.
-func Stacked[T codec.Element](data []T, shape ...int64) Column {
-	t, err := codec.FromSlice(data, shape...)
+// shape whose first dimension is the batch (Stacked(ids, n, seqLen)). With
+// no shape, data is one scalar per row. A negative dimension, or a shape
+// whose product is not len(data), gives a Column carrying the error.
+func Stacked[T codec.Element](data []T, shape ...int) Column {
+	var sh []int64
+	if shape != nil {
+		sh = int64s(shape)
+	}
+	t, err := codec.FromSlice(data, sh...)
 	if err != nil {
 		return Column{err: err}
 	}
@@ -89,7 +117,8 @@ func Jagged(rows []codec.Tensor) Column {
 	return Column{kind: KindJagged, tensors: rows}
 }
 
-// JaggedOf is a column of one 1-d tensor per row, each viewing a slice.
+// JaggedOf is a column of one 1-d tensor per row, each viewing a slice
+// (no copy), lengths free to differ.
 func JaggedOf[T codec.Element](rows [][]T) Column {
 	ts := make([]codec.Tensor, len(rows))
 	for i, r := range rows {
@@ -115,7 +144,7 @@ func ValuesOf[T any](rows []T) Column {
 	return Column{kind: KindValues, values: vs}
 }
 
-// Kind says how the column holds its rows.
+// Kind says how the column holds its rows (0 for the zero Column).
 func (c Column) Kind() ColumnKind { return c.kind }
 
 // Err is the error a constructor recorded, if any.
@@ -134,45 +163,6 @@ func (c Column) Len() int {
 
 // Tensor is the stacked tensor of a KindStacked column.
 func (c Column) Tensor() (codec.Tensor, bool) { return c.stacked, c.kind == KindStacked }
-
-// Tensors returns every row as a tensor (zero-copy views for stacked and
-// jagged columns). A values column whose rows are not all tensors gives
-// codec.ErrUnsupportedType.
-func (c Column) Tensors() ([]codec.Tensor, error) {
-	switch c.kind {
-	case KindJagged:
-		return c.tensors, nil
-	case KindStacked:
-		return c.rows(), nil
-	}
-	out := make([]codec.Tensor, len(c.values))
-	for i, v := range c.values {
-		switch t := v.(type) {
-		case codec.Tensor:
-			out[i] = t
-		case *codec.Tensor:
-			if t == nil {
-				return nil, fmt.Errorf("%w: row %d is a nil *codec.Tensor", codec.ErrUnsupportedType, i)
-			}
-			out[i] = *t
-		default:
-			return nil, fmt.Errorf("%w: row %d is %T, not a tensor", codec.ErrUnsupportedType, i, v)
-		}
-	}
-	return out, nil
-}
-
-// Row returns row i: a codec.Tensor for tensor columns, the value otherwise.
-func (c Column) Row(i int) any {
-	switch c.kind {
-	case KindStacked:
-		t, _ := c.stacked.Row(i)
-		return t
-	case KindJagged:
-		return c.tensors[i]
-	}
-	return c.values[i]
-}
 
 // rows views a stacked column's rows. A tensor that no longer validates
 // (its caller changed its shape) gives zero tensors, as Row does.
@@ -203,49 +193,21 @@ func (c Column) appendCells(dst []any) []any {
 	return dst
 }
 
-// Values returns the rows as values (tensors as codec.Tensor).
-func (c Column) Values() []any {
-	if c.kind == KindValues {
-		return c.values
-	}
-	out := make([]any, c.Len())
-	for i := range out {
-		out[i] = c.Row(i)
-	}
-	return out
-}
-
-// As views a tensor column's elements as one flat []T: zero-copy for an
-// aligned stacked column; rows are concatenated for a jagged one.
-func As[T codec.Element](c Column) ([]T, error) {
-	if c.kind == KindStacked {
-		return codec.View[T](c.stacked)
-	}
-	rows, err := RowsAs[T](c)
-	if err != nil {
-		return nil, err
-	}
-	return slices.Concat(rows...), nil
-}
-
-// RowsAs views each row of a tensor column as []T (zero-copy when aligned).
-func RowsAs[T codec.Element](c Column) ([][]T, error) {
-	ts, err := c.Tensors()
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]T, len(ts))
-	for i, t := range ts {
-		if out[i], err = codec.View[T](t); err != nil {
-			return nil, fmt.Errorf("row %d: %w", i, err)
-		}
-	}
-	return out, nil
-}
-
 // Batch is a columnar batch: field name to column, every column with one
 // row per key.
 type Batch map[string]Column
+
+// Column returns the column of field, or an error matching ErrNoField that
+// names the field and lists the batch's fields. Indexing the map
+// (b["rewards"]) gives the zero Column for a missing field instead, which
+// every reader rejects with ErrNoField.
+func (b Batch) Column(field string) (Column, error) {
+	c, ok := b[field]
+	if !ok {
+		return Column{}, fmt.Errorf("%w: %q (the batch has %q)", ErrNoField, field, b.Fields())
+	}
+	return c, nil
+}
 
 // Fields returns the field names, sorted.
 func (b Batch) Fields() []string {

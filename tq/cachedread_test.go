@@ -106,7 +106,7 @@ func cachedBatch(n int) tq.Batch {
 		j[i][0] = int32(i)
 		v[i] = keysN("v", n)[i]
 	}
-	return tq.Batch{"x": tq.Stacked(x, int64(n), 2), "j": tq.JaggedOf(j), "v": tq.ValuesOf(v)}
+	return tq.Batch{"x": tq.Stacked(x, n, 2), "j": tq.JaggedOf(j), "v": tq.ValuesOf(v)}
 }
 
 // A read of cached rows is one confirmed request, whichever fields it

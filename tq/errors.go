@@ -15,6 +15,13 @@ var (
 	ErrNotFound = errors.New("tq: key not found")
 	// ErrNotReady: a requested field that a key has not been written yet.
 	ErrNotReady = errors.New("tq: field not ready")
+	// ErrNoField: a Batch read by a field it does not have (Batch.Column),
+	// or the zero Column (what b["typo"] gives) handed to a reader.
+	ErrNoField = errors.New("tq: no such field in the batch")
+	// ErrType: a column read as a type its rows are not (As, RowsAs,
+	// ValuesAs, Tensors), or a number that does not convert exactly. Errors
+	// from tensor views match codec.ErrDTypeMismatch as well.
+	ErrType = errors.New("tq: column rows are not of the type asked for")
 	// ErrInvalid: a malformed call (lengths that differ, duplicate keys,
 	// bad field or partition names, bad values); nothing was written.
 	ErrInvalid = errors.New("tq: invalid argument")

@@ -26,13 +26,15 @@ var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
 // buffers, which may be the engine's own memory: treat them as read-only
 // (copy before modifying). Stacked columns are fresh copies (BatchGetInto
 // writes them into memory the caller hands back instead).
-func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (Batch, error) {
+func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (_ Batch, err error) {
+	ctx, tr := c.trace(ctx, "BatchGet", partition, len(keys))
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return c.getFresh(ctx, partition, keys, fields, nil)
+	return c.getFresh(ctx, tr, partition, keys, fields, nil)
 }
 
 // getFresh reads fields of keys: it looks the rows up (or, on a Colocated
@@ -42,7 +44,7 @@ func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, 
 // cell each time (a writer replaced it meanwhile, so every retry means a
 // writer made progress); when it names the same cell, the engine lost it
 // and the read fails.
-func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []string, into reuse) (Batch, error) {
+func (c *Client) getFresh(ctx context.Context, tr *callTrace, partition string, keys, fields []string, into reuse) (Batch, error) {
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
@@ -58,7 +60,7 @@ func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []
 		prevErr error
 	)
 	for {
-		b, rows, err := c.readOnce(ctx, partition, keys, asked, into)
+		b, rows, err := c.readOnce(ctx, tr, partition, keys, asked, into)
 		if !errors.Is(err, errVanished) || prevErr != nil && sameCell(prev, rows, prevErr) {
 			return b, err
 		}
@@ -67,7 +69,7 @@ func (c *Client) getFresh(ctx context.Context, partition string, keys, fields []
 }
 
 // readOnce is one attempt of getFresh; it returns the rows it read too.
-func (c *Client) readOnce(ctx context.Context, partition string, keys, asked []string, into reuse) (Batch, []*backends.Row, error) {
+func (c *Client) readOnce(ctx context.Context, tr *callTrace, partition string, keys, asked []string, into reuse) (Batch, []*backends.Row, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -81,6 +83,9 @@ func (c *Client) readOnce(ctx context.Context, partition string, keys, asked []s
 		return nil, nil, err
 	}
 	b, err := r.finish(rows)
+	if err == nil {
+		tr.add(len(rows), len(r.cells), r.bytes())
+	}
 	return b, rows, err
 }
 
@@ -144,7 +149,13 @@ func sameCell(a, b []*backends.Row, err error) bool {
 // reads the cells (backends.ConfirmingReader, on the engine's own
 // connections to a standalone server), and otherwise looks the rows up
 // first.
-func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (Batch, error) {
+func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (_ Batch, err error) {
+	partition, keys := "", 0
+	if m != nil {
+		partition, keys = m.Partition, len(m.Rows)
+	}
+	ctx, tr := c.trace(ctx, "BatchGetByMeta", partition, keys)
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -153,7 +164,7 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 	if m == nil {
 		return nil, invalidf("nil BatchMeta")
 	}
-	return c.getFresh(ctx, m.Partition, m.Keys(), fields, nil)
+	return c.getFresh(ctx, tr, m.Partition, m.Keys(), fields, nil)
 }
 
 // checkReadFields checks the fields a read asks for and returns them

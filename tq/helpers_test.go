@@ -358,3 +358,12 @@ func indexOf(skey string) string {
 	i, _, _ := strings.Cut(skey, "@")
 	return i
 }
+
+// intShape is a codec shape as tq's constructors take it.
+func intShape(s []int64) []int {
+	out := make([]int, len(s))
+	for i, d := range s {
+		out[i] = int(d)
+	}
+	return out
+}

@@ -23,13 +23,15 @@ import (
 // rows: after a smaller batch, a larger one takes fresh memory again. into
 // must not be used after the call, whatever its outcome: its columns' bytes
 // are overwritten, in part on error. A nil into makes it BatchGet.
-func (c *Client) BatchGetInto(ctx context.Context, partition string, keys []string, into Batch, fields ...string) (Batch, error) {
+func (c *Client) BatchGetInto(ctx context.Context, partition string, keys []string, into Batch, fields ...string) (_ Batch, err error) {
+	ctx, tr := c.trace(ctx, "BatchGetInto", partition, len(keys))
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return c.getFresh(ctx, partition, keys, fields, reuseOf(into))
+	return c.getFresh(ctx, tr, partition, keys, fields, reuseOf(into))
 }
 
 // reuse is memory a read may write its stacked columns into, by field.

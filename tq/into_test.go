@@ -33,7 +33,7 @@ func stepBatch(step, n int) tq.Batch {
 		y[i] = int64(step*100 + i)
 		s[i] = string(rune('a'+step)) + string(rune('a'+i%26))
 	}
-	return tq.Batch{"x": tq.Stacked(x, int64(n), 3), "y": tq.Stacked(y, int64(n)), "s": tq.ValuesOf(s)}
+	return tq.Batch{"x": tq.Stacked(x, n, 3), "y": tq.Stacked(y, n), "s": tq.ValuesOf(s)}
 }
 
 // readStepsInto puts steps 0..steps-1 of n rows into partitions prefix+step
@@ -99,7 +99,7 @@ func TestBatchGetIntoTakesOnlyWhatIsSafe(t *testing.T) {
 	mustPut(t, c, "p", keys, stepBatch(1, n), nil)
 
 	t.Run("too small", func(t *testing.T) {
-		small := tq.Stacked(make([]float32, 3*n-1), int64(3*n-1))
+		small := tq.Stacked(make([]float32, 3*n-1), 3*n-1)
 		got, err := c.BatchGetInto(ctx, "p", keys, tq.Batch{"x": small})
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +115,7 @@ func TestBatchGetIntoTakesOnlyWhatIsSafe(t *testing.T) {
 			big[i] = -1
 		}
 		// Long enough: its first n rows are taken, not the one after.
-		got, err := c.BatchGetInto(ctx, "p", keys, tq.Batch{"y": tq.Stacked(big[:n+1], int64(n+1))})
+		got, err := c.BatchGetInto(ctx, "p", keys, tq.Batch{"y": tq.Stacked(big[:n+1], n+1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,8 +144,8 @@ func TestBatchGetIntoTakesOnlyWhatIsSafe(t *testing.T) {
 	t.Run("overlapping columns", func(t *testing.T) {
 		buf := make([]int64, 4*n)
 		into := tq.Batch{
-			"x": tq.Stacked(buf[:2*n], int64(2*n)),
-			"y": tq.Stacked(buf[n:2*n], int64(n)), // inside x's memory
+			"x": tq.Stacked(buf[:2*n], 2*n),
+			"y": tq.Stacked(buf[n:2*n], n), // inside x's memory
 		}
 		got, err := c.BatchGetInto(ctx, "p", keys, into)
 		if err != nil {
@@ -163,7 +163,7 @@ func TestBatchGetIntoTakesOnlyWhatIsSafe(t *testing.T) {
 		// A uint8 column at an odd address is large enough for x's
 		// float32 rows, but a float32 view of it would have to copy.
 		raw := make([]byte, 4*3*n+1)
-		odd := tq.Stacked(raw[1:], int64(len(raw)-1))
+		odd := tq.Stacked(raw[1:], len(raw)-1)
 		got, err := c.BatchGetInto(ctx, "p", keys, tq.Batch{"x": odd}, "x")
 		if err != nil {
 			t.Fatal(err)

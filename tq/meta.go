@@ -3,15 +3,14 @@ package tq
 import (
 	"context"
 	"maps"
-	"slices"
 
 	"github.com/tqgo/tqgo/backends"
 )
 
 // FieldInfo is what the metadata knows of one cell without reading it.
 type FieldInfo struct {
-	DType string  // tensor dtype name, "" for a general value
-	Shape []int64 // tensor shape, nil for a general value
+	DType string // tensor dtype name, "" for a general value
+	Shape []int  // tensor shape, nil for a general value (a 0-d tensor's DType is set)
 }
 
 // RowInfo is one row's metadata.
@@ -44,14 +43,25 @@ func (m *BatchMeta) Keys() []string {
 func rowInfo(r *backends.Row) RowInfo {
 	ri := RowInfo{Key: r.Key, Index: r.Index, Fields: make(map[string]FieldInfo, len(r.Fields)), Tag: Tag(maps.Clone(r.Tag))}
 	for f, fi := range r.Fields {
-		ri.Fields[f] = FieldInfo{DType: fi.DType, Shape: slices.Clone(fi.Shape)}
+		ri.Fields[f] = FieldInfo{DType: fi.DType, Shape: fieldShape(fi.Shape)}
 	}
 	return ri
 }
 
+// fieldShape is a stored shape as FieldInfo holds it: a fresh []int, nil
+// for a general value.
+func fieldShape(s []int64) []int {
+	if s == nil {
+		return nil
+	}
+	return shapeInt(s)
+}
+
 // List returns the metadata of every row of partition, by global index.
 // An unknown partition gives an empty BatchMeta.
-func (c *Client) List(ctx context.Context, partition string) (*BatchMeta, error) {
+func (c *Client) List(ctx context.Context, partition string) (_ *BatchMeta, err error) {
+	ctx, tr := c.trace(ctx, "List", partition, 0)
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -64,11 +74,14 @@ func (c *Client) List(ctx context.Context, partition string) (*BatchMeta, error)
 	if err != nil {
 		return nil, err
 	}
+	tr.add(len(rows), 0, 0)
 	return batchMeta(partition, rows), nil
 }
 
 // Lookup returns the metadata of keys; an unknown key gives ErrNotFound.
-func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*BatchMeta, error) {
+func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (_ *BatchMeta, err error) {
+	ctx, tr := c.trace(ctx, "Lookup", partition, len(keys))
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -78,6 +91,7 @@ func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (*
 	if err != nil {
 		return nil, err
 	}
+	tr.add(len(rows), 0, 0)
 	return batchMeta(partition, rows), nil
 }
 
@@ -124,7 +138,9 @@ func (c *Client) lookupValid(ctx context.Context, partition string, keys []strin
 }
 
 // Partitions returns the names of partitions that have rows, sorted.
-func (c *Client) Partitions(ctx context.Context) ([]string, error) {
+func (c *Client) Partitions(ctx context.Context) (_ []string, err error) {
+	ctx, tr := c.trace(ctx, "Partitions", "", 0)
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -140,7 +156,9 @@ func (c *Client) Partitions(ctx context.Context) ([]string, error) {
 // ErrOutcomeUnknown. Cells it could not delete once the rows were gone
 // are logged and left to Reclaim, which finds them: they are unreferenced
 // garbage, not part of the outcome.
-func (c *Client) Clear(ctx context.Context, partition string, keys []string) error {
+func (c *Client) Clear(ctx context.Context, partition string, keys []string) (err error) {
+	ctx, tr := c.trace(ctx, "Clear", partition, len(keys))
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return err
@@ -156,7 +174,7 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) err
 	if err != nil {
 		return err
 	}
-	return c.deleteRows(ctx, partition, rows)
+	return c.deleteRows(ctx, tr, partition, rows)
 }
 
 // ClearPartition removes every row of partition and its data, and returns
@@ -165,7 +183,9 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) err
 // puts whose client died mid-way, are deleted by a later Reclaim of the
 // partition (the latter once older than its olderThan), where the engine
 // tracks garbage: once both succeed, no cell of the partition is left.
-func (c *Client) ClearPartition(ctx context.Context, partition string) error {
+func (c *Client) ClearPartition(ctx context.Context, partition string) (err error) {
+	ctx, tr := c.trace(ctx, "ClearPartition", partition, 0)
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return err
@@ -178,7 +198,7 @@ func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 	if err != nil {
 		return err
 	}
-	return c.deleteRows(ctx, partition, rows)
+	return c.deleteRows(ctx, tr, partition, rows)
 }
 
 // deleteRows deletes the cells of rows already removed from the metadata
@@ -186,7 +206,7 @@ func (c *Client) ClearPartition(ctx context.Context, partition string) error {
 // run even when ctx ends (bounded, as rollbacks are); a failure leaves
 // data behind, which is logged and which Reclaim deletes where the store
 // tracks garbage (it is told which deletes succeeded).
-func (c *Client) deleteRows(ctx context.Context, partition string, rows []*backends.Row) error {
+func (c *Client) deleteRows(ctx context.Context, tr *callTrace, partition string, rows []*backends.Row) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	cells := 0
@@ -196,6 +216,7 @@ func (c *Client) deleteRows(ctx context.Context, partition string, rows []*backe
 	// In the order a Reclaimer recorded them, so Swept finds them as one run.
 	refs := backends.AppendRowRefs(make([]backends.Ref, 0, cells), rows)
 	deleted, err := c.deleteRefs(ctx, refs)
+	tr.add(len(rows), len(deleted), 0)
 	c.swept(ctx, partition, deleted, "cleared rows")
 	if err != nil {
 		c.opts.logger.Warn("tq: clear applied, but deleting its cells failed; Reclaim deletes them", "partition", partition, "cells", len(refs), "deleted", len(deleted), "err", err)

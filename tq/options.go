@@ -18,6 +18,7 @@ type Option func(*options) error
 
 type options struct {
 	pack      codec.Options
+	tracer    Tracer
 	keysLimit int
 	ioDepth   int
 	logger    *slog.Logger
@@ -115,6 +116,15 @@ func WithLogger(l *slog.Logger) Option {
 			return fmt.Errorf("%w: nil logger", ErrInvalid)
 		}
 		o.logger = l
+		return nil
+	}
+}
+
+// WithTracer has t observe every call of the client (see Tracer). A nil t
+// traces nothing.
+func WithTracer(t Tracer) Option {
+	return func(o *options) error {
+		o.tracer = t
 		return nil
 	}
 }

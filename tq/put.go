@@ -15,23 +15,14 @@ import (
 // even when the caller's context is done: they must not be skipped.
 const cleanupTimeout = 30 * time.Second
 
-// Put writes one row: fields maps a field name to a codec.Tensor or a
+// Put writes one row: fields maps a field name to its value, as
+// columnOfRow takes it: a codec.Tensor, a plain Go slice of a tensor
+// element type (a 1-d tensor), [][]T of equal lengths (a 2-d tensor), or a
 // general value. A nil tag leaves the row's tag as it is.
 func (c *Client) Put(ctx context.Context, partition, key string, fields map[string]any, tag Tag) error {
 	b := make(Batch, len(fields))
 	for f, v := range fields {
-		switch t := v.(type) {
-		case codec.Tensor:
-			b[f] = Jagged([]codec.Tensor{t})
-		case *codec.Tensor:
-			if t == nil {
-				b[f] = Values([]any{nil})
-			} else {
-				b[f] = Jagged([]codec.Tensor{*t})
-			}
-		default:
-			b[f] = Values([]any{v})
-		}
+		b[f] = columnOfRow(v)
 	}
 	var tags []Tag
 	if tag != nil {
@@ -53,7 +44,9 @@ func (c *Client) Put(ctx context.Context, partition, key string, fields map[stri
 // field of it is readable and its bytes are deleted, and a replaced field
 // keeps its old value; on one that does, the put is whole or absent and
 // its bytes are kept (see ErrOutcomeUnknown).
-func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, batch Batch, tags []Tag) error {
+func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, batch Batch, tags []Tag) (err error) {
+	ctx, tr := c.trace(ctx, "BatchPut", partition, len(keys))
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return err
@@ -65,9 +58,14 @@ func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, 
 	}
 	w := &write{c: c, partition: partition, keys: keys, fields: fields, tags: tags}
 	if len(fields) == 0 {
-		return w.tagsOnly(ctx)
+		err = w.tagsOnly(ctx)
+	} else {
+		err = w.run(ctx, batch)
 	}
-	return w.run(ctx, batch)
+	if err == nil {
+		tr.add(len(keys), len(w.cells), w.bytes())
+	}
+	return err
 }
 
 // validatePut checks a put and returns its fields, sorted, and its tags
@@ -180,6 +178,15 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 		}
 	}
 	return w.store(ctx)
+}
+
+// bytes is the size of the cells' values.
+func (w *write) bytes() int64 {
+	var n int64
+	for i := range w.cells {
+		n += int64(len(w.cells[i].Head) + len(w.cells[i].Body))
+	}
+	return n
 }
 
 // plan lists the cells, puts the fields whose every cell is a tensor

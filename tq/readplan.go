@@ -154,6 +154,20 @@ func wholeSizes(rows []*backends.Row, fields []string) []int {
 	return out
 }
 
+// bytes is the size of the values read.
+func (s *readPlan) bytes() int64 {
+	var n int64
+	for i := range s.cells {
+		c := &s.cells[i]
+		if c.Value != nil {
+			n += int64(len(c.Value))
+		} else if c.Found {
+			n += int64(len(c.Head) + len(c.Body))
+		}
+	}
+	return n
+}
+
 // wholeValues are the values of the cells read whole, as read: nil for a
 // missing one. They stay valid after release.
 func (s *readPlan) wholeValues() [][]byte {

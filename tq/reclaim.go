@@ -39,7 +39,9 @@ type ReclaimReport struct {
 //
 // It returns how many cells it deleted and how many it could not; an
 // error from the data store leaves those for the next Reclaim.
-func (c *Client) Reclaim(ctx context.Context, partition string, olderThan time.Duration) (ReclaimReport, error) {
+func (c *Client) Reclaim(ctx context.Context, partition string, olderThan time.Duration) (_ ReclaimReport, err error) {
+	ctx, tr := c.trace(ctx, "Reclaim", partition, 0)
+	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
 		return ReclaimReport{}, err
@@ -57,6 +59,7 @@ func (c *Client) Reclaim(ctx context.Context, partition string, olderThan time.D
 	}
 	deleted, err := c.deleteRefs(ctx, refs)
 	rep := ReclaimReport{Deleted: len(deleted), Left: len(refs) - len(deleted)}
+	tr.add(0, len(deleted), 0)
 	// The cells are gone whether or not ctx is: record it.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()

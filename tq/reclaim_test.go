@@ -86,7 +86,7 @@ func ints(n int, v int64) tq.Column {
 	for i := range s {
 		s[i] = v
 	}
-	return tq.Stacked(s, int64(n))
+	return tq.Stacked(s, n)
 }
 
 // A put whose rollback cannot delete its cells leaves them, abandoned:

@@ -26,7 +26,7 @@ func TestStackedRoundTrip(t *testing.T) {
 			c, _ := memClient(t)
 			n, _ := codec.NumElements(tc.shape)
 			data := seq[float32](0, n)
-			col := tq.Stacked(data, tc.shape...)
+			col := tq.Stacked(data, intShape(tc.shape)...)
 			if col.Err() != nil || col.Kind() != tq.KindStacked || col.Len() != 5 {
 				t.Fatalf("Stacked: err %v kind %v len %d", col.Err(), col.Kind(), col.Len())
 			}
@@ -293,7 +293,7 @@ func TestColumnsAddedOverTime(t *testing.T) {
 	if len(m.Rows[0].Fields) != 3 || fi.DType != "float32" || len(fi.Shape) != 0 {
 		t.Fatalf("q3 fields %v", m.Rows[0].Fields)
 	}
-	if fi := m.Rows[1].Fields["prompts"]; fi.DType != "int64" || !slices.Equal(fi.Shape, []int64{2}) {
+	if fi := m.Rows[1].Fields["prompts"]; fi.DType != "int64" || !slices.Equal(fi.Shape, []int{2}) {
 		t.Fatalf("q0 prompts %+v", fi)
 	}
 }
@@ -405,7 +405,7 @@ func TestReturnedMetaIsACopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := lk.Rows[0]; !reflect.DeepEqual(r.Tag, tq.Tag{"step": int64(1)}) || !slices.Equal(r.Fields["x"].Shape, []int64{2}) {
+	if r := lk.Rows[0]; !reflect.DeepEqual(r.Tag, tq.Tag{"step": int64(1)}) || !slices.Equal(r.Fields["x"].Shape, []int{2}) {
 		t.Fatalf("store row changed through List's result: tag %v shape %v", r.Tag, r.Fields["x"].Shape)
 	}
 }
@@ -413,7 +413,7 @@ func TestReturnedMetaIsACopy(t *testing.T) {
 func TestListIndexesAndClear(t *testing.T) {
 	ctx := context.Background()
 	c, st := memClient(t)
-	x := func(n int) tq.Batch { return tq.Batch{"x": tq.Stacked(seq[int64](0, n), int64(n))} }
+	x := func(n int) tq.Batch { return tq.Batch{"x": tq.Stacked(seq[int64](0, n), n)} }
 	mustPut(t, c, "p", []string{"c", "a", "b"}, x(3), nil)
 	mustPut(t, c, "p", []string{"e", "d"}, x(2), nil)
 	mustPut(t, c, "other", []string{"a"}, x(1), nil)
@@ -537,7 +537,7 @@ func TestOverwrite(t *testing.T) {
 		t.Fatalf("storage keys %v", got)
 	}
 	m, _ := c.Lookup(ctx, "p", []string{"a"})
-	if fi := m.Rows[0].Fields["x"]; fi.DType != "float32" || !slices.Equal(fi.Shape, []int64{2}) {
+	if fi := m.Rows[0].Fields["x"]; fi.DType != "float32" || !slices.Equal(fi.Shape, []int{2}) {
 		t.Fatalf("x info after overwrite %+v", fi)
 	}
 }
@@ -631,7 +631,7 @@ func TestBatchGetByMeta(t *testing.T) {
 func TestMetaDoesNotAliasCallerShape(t *testing.T) {
 	ctx := context.Background()
 	c, _ := memClient(t)
-	shape := []int64{2, 3}
+	shape := []int{2, 3}
 	mustPut(t, c, "p", []string{"a", "b"}, tq.Batch{"x": tq.Stacked(seq[int64](0, 6), shape...)}, nil)
 	shape[1] = 99
 	m, err := c.Lookup(ctx, "p", []string{"a", "b"})
@@ -639,7 +639,7 @@ func TestMetaDoesNotAliasCallerShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range m.Rows {
-		if got := r.Fields["x"].Shape; !slices.Equal(got, []int64{3}) {
+		if got := r.Fields["x"].Shape; !slices.Equal(got, []int{3}) {
 			t.Fatalf("row %s shape %v after the caller reused its shape slice, want [3]", r.Key, got)
 		}
 	}
@@ -702,7 +702,7 @@ func TestRowsOfABatchStayApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range m.Rows {
-		wantFields, wantShape := 1, []int64{int64(len(want[i]))}
+		wantFields, wantShape := 1, []int{len(want[i])}
 		if i == 3 {
 			wantFields = 2
 		}

@@ -2,74 +2,39 @@ package yuanrong
 
 import (
 	"context"
-	"fmt"
-	"net/url"
-	"strconv"
 
 	"github.com/tqgo/tqgo/backends"
 )
 
-// Backend is the datasystem as a tq data backend. tq packs; the Backend
-// hands it datasystem buffers to pack into (backends.Allocator), publishes
-// them and reports TagKV per key (backends.TagReporter), and takes the tags
-// back on read and delete (backends.TaggedReader, backends.TaggedDeleter).
-// Creates and publishes run in rounds of PutKeysLimit keys, gets and
+// Backend is the datasystem as a tq data store (backends.Store) that
+// stages (backends.Stager): tq packs each value straight into a datasystem
+// buffer Stage creates, and Write publishes it in place; a cell of the
+// caller's memory is copied into a buffer Write creates. Write reports
+// TagKV per cell (Cell.Tag), and Read and Delete take the tags back.
+// Creates and publishes run in rounds of PutKeysLimit keys, reads and
 // deletes in rounds of GetClearKeysLimit.
 //
-// A Backend is safe for concurrent use when its DataSystem is; a Staged it
-// returns is used by one goroutine at a time. It owns the DataSystem: Close
-// closes it.
+// A Backend is safe for concurrent use when its DataSystem is; the cells
+// of one Stage, Write or Unstage call are used by one goroutine at a time.
+// It owns the DataSystem: Close closes it.
 type Backend struct {
 	e *engine
 }
 
 var (
-	_ backends.Backend       = (*Backend)(nil)
-	_ backends.Allocator     = (*Backend)(nil)
-	_ backends.TaggedWriter  = (*Backend)(nil)
-	_ backends.TaggedReader  = (*Backend)(nil)
-	_ backends.TaggedDeleter = (*Backend)(nil)
-	_ backends.Staged        = (*staged)(nil)
-	_ backends.TagReporter   = (*staged)(nil)
+	_ backends.Store  = (*Backend)(nil)
+	_ backends.Stager = (*Backend)(nil)
 )
-
-func init() {
-	backends.Register("yuanrong", openURL)
-}
-
-// openURL opens "yuanrong://" as a Backend over a fresh Local, with the
-// query parameters put_keys_limit and get_clear_keys_limit. The metadata
-// stays in process (Engine.Meta is nil), as TransferQueue keeps it in its
-// controller. A host names a real datasystem, which needs an SDK binding
-// this build does not have.
-func openURL(_ context.Context, u *url.URL) (backends.Engine, error) {
-	if u.Host != "" || (u.Path != "" && u.Path != "/") {
-		return backends.Engine{}, fmt.Errorf("%w: %q: build a DataSystem over the SDK (see yuanrong/README.md) and pass yuanrong.NewBackend(ds) to tq.New", ErrNoSDK, u.Redacted())
-	}
-	var opts []Option
-	for name, vals := range u.Query() {
-		n, err := strconv.Atoi(vals[len(vals)-1])
-		if err != nil {
-			return backends.Engine{}, invalidf("%s=%q: %v", name, vals[len(vals)-1], err)
-		}
-		switch name {
-		case "put_keys_limit":
-			opts = append(opts, WithPutKeysLimit(n))
-		case "get_clear_keys_limit":
-			opts = append(opts, WithGetClearKeysLimit(n))
-		default:
-			return backends.Engine{}, invalidf("unknown URL parameter %q (want put_keys_limit or get_clear_keys_limit)", name)
-		}
-	}
-	b, err := NewBackend(NewLocal(), opts...)
-	if err != nil {
-		return backends.Engine{}, err
-	}
-	return backends.Engine{Data: b}, nil
-}
 
 // NewBackend returns a Backend over ds, which it takes ownership of.
 // Packing options are ignored: tq packs (see tq.WithDSMaxWorkers).
+//
+// tq needs it as a backends.Engine: over a datasystem that only this
+// process reaches (a Local), backends.Engine{Data: b, Local: true} lets tq
+// keep the metadata in process; over a real datasystem, which other
+// processes reach, pair it with a MetaStore they all share,
+// backends.Engine{Data: b, Meta: meta}, or their global indexes (and so
+// storage keys) collide.
 func NewBackend(ds DataSystem, opts ...Option) (*Backend, error) {
 	o := defaultOptions()
 	if err := o.apply(opts); err != nil {
@@ -82,123 +47,172 @@ func NewBackend(ds DataSystem, opts ...Option) (*Backend, error) {
 	return &Backend{e: e}, nil
 }
 
-// Allocate creates a buffer per key in the datasystem, invisible until
-// Publish. It implements backends.Allocator.
-func (b *Backend) Allocate(ctx context.Context, keys []string, sizes []int) (backends.Staged, error) {
+// stagedBuf is the handle Stage puts in Cell.Staged: the cell's buffer,
+// created and not yet visible.
+type stagedBuf struct {
+	owner *engine
+	buf   Buffer
+	done  bool // published, released, or handed to a Write that did either
+}
+
+// Stage creates a datasystem buffer of sizes[i] bytes per cell, invisible
+// until Write publishes it, and sets the cell's Body to the buffer's
+// memory and its Staged to the handle. Keys must be valid and unique among
+// the cells; on error nothing stays created. It implements
+// backends.Stager.
+func (b *Backend) Stage(ctx context.Context, cells []backends.Cell, sizes []int) error {
 	if err := b.e.check(ctx); err != nil {
-		return nil, err
+		return err
+	}
+	if len(cells) != len(sizes) {
+		return invalidf("%d cells, %d sizes", len(cells), len(sizes))
+	}
+	keys := make([]string, len(cells))
+	for i, c := range cells {
+		keys[i] = c.Key
 	}
 	if err := checkWrite(keys, len(sizes)); err != nil {
-		return nil, err
+		return err
 	}
 	for i, n := range sizes {
 		if n < 0 {
-			return nil, &KeyError{Key: keys[i], Err: invalidf("negative size %d", n)}
+			return &KeyError{Key: keys[i], Err: invalidf("negative size %d", n)}
 		}
 	}
-	st, err := b.e.create(ctx, keys, sizes)
-	if err != nil {
-		return nil, err
-	}
-	return &staged{st: st}, nil
-}
-
-// staged is a Backend's backends.Staged.
-type staged struct {
-	st        *stage
-	published bool
-}
-
-func (s *staged) Buffers() [][]byte { return s.st.data }
-
-// Publish publishes the buffers in rounds, rolling the whole Staged back if
-// a round fails (see Client.Put).
-func (s *staged) Publish(ctx context.Context) error {
-	if err := s.st.publish(ctx); err != nil {
-		return err
-	}
-	s.published = true
-	return nil
-}
-
-// Discard releases buffers not published; after a Publish it does nothing.
-func (s *staged) Discard(context.Context) error {
-	s.st.discard()
-	return nil
-}
-
-// Tags implements backends.TagReporter: TagKV per key once published.
-func (s *staged) Tags() []string {
-	if !s.published {
+	if len(cells) == 0 {
 		return nil
 	}
-	return tagsOf(len(s.st.keys))
-}
-
-// Put stores values under keys, replacing existing values: it creates a
-// buffer per value, copies the value in and publishes.
-func (b *Backend) Put(ctx context.Context, keys []string, values [][]byte) error {
-	_, err := b.PutTagged(ctx, keys, values)
-	return err
-}
-
-// PutTagged is Put that returns TagKV per key (backends.TaggedWriter).
-func (b *Backend) PutTagged(ctx context.Context, keys []string, values [][]byte) ([]string, error) {
-	if err := b.e.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkWrite(keys, len(values)); err != nil {
-		return nil, err
-	}
-	if len(keys) == 0 {
-		return []string{}, nil
-	}
-	sizes := make([]int, len(values))
-	for i, v := range values {
-		sizes[i] = len(v)
-	}
 	st, err := b.e.create(ctx, keys, sizes)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for i, v := range values {
-		copy(st.data[i], v)
+	handles := make([]stagedBuf, len(cells)) // one allocation for the batch
+	for i := range cells {
+		handles[i] = stagedBuf{owner: b.e, buf: st.bufs[i]}
+		cells[i].Body, cells[i].Staged = st.data[i], &handles[i]
 	}
-	if err := st.publish(ctx); err != nil {
-		return nil, err
-	}
-	return tagsOf(len(keys)), nil
+	return nil
 }
 
-// Get returns each key's value, nil for a missing key.
-func (b *Backend) Get(ctx context.Context, keys []string) ([][]byte, error) {
-	return b.GetTagged(ctx, keys, nil)
-}
-
-// GetTagged is Get with the tag each key was written with (nil: all "");
-// an unknown tag gives a *KeyError matching ErrUnknownStrategy before
-// anything is read. It implements backends.TaggedReader.
-func (b *Backend) GetTagged(ctx context.Context, keys, tags []string) ([][]byte, error) {
-	if err := b.e.check(ctx); err != nil {
-		return nil, err
+// Unstage releases the buffers of staged cells that no Write took; other
+// cells are ignored. It implements backends.Stager.
+func (b *Backend) Unstage(cells []backends.Cell) {
+	for _, c := range cells {
+		if h, ok := c.Staged.(*stagedBuf); ok && h.owner == b.e && !h.done {
+			h.done = true
+			h.buf.Release()
+		}
 	}
-	if err := checkRead(keys, tags); err != nil {
-		return nil, err
-	}
-	return b.e.get(ctx, keys)
 }
 
-// Delete removes keys; missing keys are ignored.
-func (b *Backend) Delete(ctx context.Context, keys []string) error {
-	return b.DeleteTagged(ctx, keys, nil)
-}
-
-// DeleteTagged is Delete with the tag each key was written with; an unknown
-// tag fails the call before anything is deleted. It implements
-// backends.TaggedDeleter.
-func (b *Backend) DeleteTagged(ctx context.Context, keys, tags []string) error {
+// Write stores each cell's value under its key, replacing an existing
+// value, and sets each cell's Tag to TagKV. A staged cell's buffer is
+// published as it is (its Head must be empty and its Body the length
+// staged); any other cell's Head and
+// Body are copied into a buffer Write creates (rounds of PutKeysLimit).
+// Keys must be valid and unique among the cells; a cell staged by another
+// Backend, or staged and already written or unstaged, gives ErrInvalid,
+// all before the first datasystem call.
+//
+// The buffers are published round by round (see Client.Put): if a round
+// fails, Write deletes every key of the call and releases the buffers not
+// published, staged ones included, and returns the round's error; a Write
+// whose context ends before its first round changes nothing. Once Write
+// gets to publishing, every staged buffer it was given is its own
+// (published or released) and a later Unstage ignores it; after an error
+// before that (validation, creating the other cells' buffers) the staged
+// cells are still the caller's to Unstage. It implements backends.Store.
+func (b *Backend) Write(ctx context.Context, cells []backends.Cell) error {
 	if err := b.e.check(ctx); err != nil {
 		return err
+	}
+	keys := make([]string, len(cells))
+	var fresh []int // the cells of caller memory
+	for i, c := range cells {
+		keys[i] = c.Key
+		if c.Staged == nil {
+			fresh = append(fresh, i)
+			continue
+		}
+		h, ok := c.Staged.(*stagedBuf)
+		switch {
+		case !ok || h.owner != b.e:
+			return &KeyError{Key: c.Key, Err: invalidf("cell staged by another store")}
+		case h.done:
+			return &KeyError{Key: c.Key, Err: invalidf("staged cell already written or unstaged")}
+		case len(c.Head) > 0:
+			return &KeyError{Key: c.Key, Err: invalidf("staged cell with a Head")}
+		case len(c.Body) != len(h.buf.Data()):
+			// The datasystem publishes the buffer whole.
+			return &KeyError{Key: c.Key, Err: invalidf("staged Body of %d bytes cut to %d", len(h.buf.Data()), len(c.Body))}
+		}
+	}
+	if err := checkWrite(keys, len(cells)); err != nil {
+		return err
+	}
+	if len(cells) == 0 {
+		return nil
+	}
+	bufs := make([]Buffer, len(cells))
+	if len(fresh) > 0 {
+		fk, sizes := make([]string, len(fresh)), make([]int, len(fresh))
+		for j, i := range fresh {
+			fk[j], sizes[j] = keys[i], len(cells[i].Head)+len(cells[i].Body)
+		}
+		st, err := b.e.create(ctx, fk, sizes)
+		if err != nil {
+			return err
+		}
+		for j, i := range fresh {
+			copy(st.data[j][copy(st.data[j], cells[i].Head):], cells[i].Body)
+			bufs[i] = st.bufs[j]
+		}
+	}
+	for i, c := range cells {
+		if h, ok := c.Staged.(*stagedBuf); ok {
+			bufs[i], h.done = h.buf, true
+		}
+	}
+	st := &stage{e: b.e, keys: keys, bufs: bufs}
+	if err := st.publish(ctx); err != nil {
+		return err
+	}
+	for i := range cells {
+		cells[i].Tag = TagKV
+	}
+	return nil
+}
+
+// Read reads each cell's value in rounds of GetClearKeysLimit, after
+// checking every tag ("" or TagKV; any other gives a *KeyError matching
+// ErrUnknownStrategy before anything is read). A value of the destination's
+// length is copied into Head and Body; any other is set in Value without a
+// copy, aliasing the datasystem's memory (see DataSystem.MGet); a missing
+// key leaves Found false. It implements backends.Store.
+func (b *Backend) Read(ctx context.Context, cells []backends.ReadCell) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	keys, tags := make([]string, len(cells)), make([]string, len(cells))
+	for i, c := range cells {
+		keys[i], tags[i] = c.Key, c.Tag
+	}
+	if err := checkRead(keys, tags); err != nil {
+		return err
+	}
+	return b.e.read(ctx, keys, func(i int, v []byte) { backends.FillReadCell(&cells[i], v) })
+}
+
+// Delete removes the cells' keys in rounds of GetClearKeysLimit; missing
+// keys are ignored. Every tag is checked first, as for Read. It implements
+// backends.Store.
+func (b *Backend) Delete(ctx context.Context, cells []backends.Cell) error {
+	if err := b.e.check(ctx); err != nil {
+		return err
+	}
+	keys, tags := make([]string, len(cells)), make([]string, len(cells))
+	for i, c := range cells {
+		keys[i], tags[i] = c.Key, c.Tag
 	}
 	if err := checkRead(keys, tags); err != nil {
 		return err
@@ -206,6 +220,6 @@ func (b *Backend) DeleteTagged(ctx context.Context, keys, tags []string) error {
 	return b.e.deleteKeys(ctx, keys)
 }
 
-// Close closes the DataSystem. Later calls, and Publish of a Staged
-// allocated before, return ErrClosed.
+// Close closes the DataSystem. Later calls, and a Write of cells staged
+// before, return ErrClosed; Unstage still releases staged cells.
 func (b *Backend) Close() error { return b.e.close() }

@@ -30,14 +30,31 @@
 // Get and Clear take them back. It owns a codec.Packer and closes its pool
 // on Close.
 //
-// [Backend] is the same engine as a tq data backend: it implements
-// backends.Backend, backends.Allocator (tq packs into the datasystem's
-// buffers; the Staged reports tags as a backends.TagReporter),
-// backends.TaggedWriter, backends.TaggedReader and backends.TaggedDeleter.
-// It registers the scheme "yuanrong": tq.Open(ctx, "yuanrong://") opens a
-// Backend over a fresh in-process [Local] datasystem and keeps the metadata
-// in process; the query parameters put_keys_limit and get_clear_keys_limit
-// set the key limits.
+// [Backend] is the same engine as a tq data store: it implements
+// backends.Store and backends.Stager. tq stages a cell per value (Stage
+// creates the datasystem buffers), packs into them, and Write publishes
+// them in place with no copy; a cell of the caller's memory is copied into
+// a buffer Write creates. Write reports TagKV per cell (Cell.Tag), which
+// Read and Delete take back; Read fills the caller's destination or hands
+// out the datasystem's memory (Value) without a copy.
+//
+// # Where the metadata lives
+//
+// The datasystem holds data only: it has no atomic index allocation or
+// commit to build a MetaStore on, so tq's metadata must come from
+// elsewhere, and it must be as shared as the data. The package registers
+// the scheme "yuanrong": tq.Open(ctx, "yuanrong://") opens a Backend over
+// a fresh in-process [Local], whose data no other process reaches, so the
+// engine is Local (backends.Engine.Local) and tq keeps the metadata in
+// process, as TransferQueue keeps it in its controller; the query
+// parameters put_keys_limit and get_clear_keys_limit set the key limits.
+// A URL naming a real datasystem ("yuanrong://host:port"), which other
+// processes share, fails with an error matching ErrInvalid and ErrNoSDK:
+// build the engine by hand over an SDK binding and a MetaStore every
+// process shares,
+//
+//	b, _ := yuanrong.NewBackend(ds)
+//	q, _ := tq.New(backends.Engine{Data: b, Meta: sharedMeta})
 //
 // # The datasystem
 //

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/tqgo/tqgo/backends"
 )
 
 // TagKV is the strategy tag of the general KV path: every key this package
@@ -14,8 +16,8 @@ import (
 // calls the tag "custom backend meta"; tq keeps it per cell
 // (backends.FieldInfo.BackendTag) and hands it back on get and clear, so
 // that further strategies (TransferQueue's NPU tensor path, say) can be
-// routed by it later. The empty tag names a key written without a tag
-// (backends.Backend.Put) and is read by the same path.
+// routed by it later. The empty tag (a key whose metadata kept no tag) is
+// read by the same path.
 const TagKV = "kv"
 
 // cleanupTimeout bounds a rollback, which runs even when the caller's
@@ -137,6 +139,7 @@ func (e *engine) create(ctx context.Context, keys []string, sizes []int) (*stage
 		if err := e.check(ctx); err != nil {
 			return err
 		}
+		backends.CountRoundTrips(ctx, 1)
 		bufs, err := e.ds.MCreate(ctx, keys[lo:hi], sizes[lo:hi])
 		if err != nil {
 			return fmt.Errorf("yuanrong: create keys %d-%d: %w", lo, hi-1, err)
@@ -217,6 +220,7 @@ func (st *stage) publishRound(ctx context.Context, lo, hi int) error {
 		if err := e.deleteKeys(ctx, keys); err != nil {
 			return err
 		}
+		backends.CountRoundTrips(ctx, 1)
 		err := e.ds.MPublish(ctx, bufs)
 		if err == nil {
 			return nil
@@ -282,11 +286,21 @@ func (st *stage) discard() {
 
 // get reads keys in rounds of getLimit; a missing key gives nil.
 func (e *engine) get(ctx context.Context, keys []string) ([][]byte, error) {
-	out := make([][]byte, 0, len(keys))
-	err := rounds(len(keys), e.getLimit, func(lo, hi int) error {
+	out := make([][]byte, len(keys))
+	if err := e.read(ctx, keys, func(i int, v []byte) { out[i] = v }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// read reads keys in rounds of getLimit and hands each key's value (nil
+// for a missing key) to set with the key's index, round by round.
+func (e *engine) read(ctx context.Context, keys []string, set func(i int, v []byte)) error {
+	return rounds(len(keys), e.getLimit, func(lo, hi int) error {
 		if err := e.check(ctx); err != nil {
 			return err
 		}
+		backends.CountRoundTrips(ctx, 1)
 		got, err := e.ds.MGet(ctx, keys[lo:hi])
 		if err != nil {
 			return fmt.Errorf("yuanrong: get keys %d-%d: %w", lo, hi-1, err)
@@ -294,18 +308,17 @@ func (e *engine) get(ctx context.Context, keys []string) ([][]byte, error) {
 		if len(got) != hi-lo {
 			return fmt.Errorf("yuanrong: get keys %d-%d: datasystem returned %d values", lo, hi-1, len(got))
 		}
-		out = append(out, got...)
+		for j, v := range got {
+			set(lo+j, v)
+		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // deleteKeys deletes keys in rounds of getLimit.
 func (e *engine) deleteKeys(ctx context.Context, keys []string) error {
 	return rounds(len(keys), e.getLimit, func(lo, hi int) error {
+		backends.CountRoundTrips(ctx, 1)
 		if err := e.ds.Delete(ctx, keys[lo:hi]); err != nil {
 			return fmt.Errorf("yuanrong: delete keys %d-%d: %w", lo, hi-1, err)
 		}

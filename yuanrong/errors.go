@@ -39,7 +39,9 @@ var (
 	// "the backend that originally stored it is unavailable".
 	ErrUnknownStrategy = errors.New("yuanrong: unknown storage strategy tag")
 	// ErrNoSDK: a "yuanrong://host:port" URL, which needs a binding of the
-	// datasystem SDK that this build does not have (see README.md).
+	// datasystem SDK that this build does not have (see README.md) and a
+	// MetaStore the processes sharing the datasystem share; the error also
+	// matches ErrInvalid.
 	ErrNoSDK = errors.New("yuanrong: no datasystem SDK binding in this build")
 )
 

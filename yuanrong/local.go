@@ -191,5 +191,5 @@ func (l *Local) Len() int {
 
 // Pending is the number of buffers created and neither published nor
 // released: after any call of a Client or Backend returns, it is 0 unless
-// a Staged is still open.
+// cells staged by Backend.Stage are neither written nor unstaged.
 func (l *Local) Pending() int { return int(l.pending.Load()) }

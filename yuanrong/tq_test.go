@@ -16,28 +16,40 @@ import (
 	"github.com/tqgo/tqgo/yuanrong"
 )
 
-// recordingBackend records the tags tq hands back to GetTagged and
-// DeleteTagged. Embedding keeps every other ability (Allocate, PutTagged).
+// recordingBackend records the tags tq hands back to Read and Delete.
+// Embedding keeps every other ability (Stage, Write, Unstage).
 type recordingBackend struct {
 	*yuanrong.Backend
 
 	mu      sync.Mutex // guards the fields below
+	staged  int
 	getTags []string
 	delTags []string
 }
 
-func (r *recordingBackend) GetTagged(ctx context.Context, keys, tags []string) ([][]byte, error) {
+func (r *recordingBackend) Stage(ctx context.Context, cells []backends.Cell, sizes []int) error {
 	r.mu.Lock()
-	r.getTags = append(r.getTags, tags...)
+	r.staged += len(cells)
 	r.mu.Unlock()
-	return r.Backend.GetTagged(ctx, keys, tags)
+	return r.Backend.Stage(ctx, cells, sizes)
 }
 
-func (r *recordingBackend) DeleteTagged(ctx context.Context, keys, tags []string) error {
+func (r *recordingBackend) Read(ctx context.Context, cells []backends.ReadCell) error {
 	r.mu.Lock()
-	r.delTags = append(r.delTags, tags...)
+	for _, c := range cells {
+		r.getTags = append(r.getTags, c.Tag)
+	}
 	r.mu.Unlock()
-	return r.Backend.DeleteTagged(ctx, keys, tags)
+	return r.Backend.Read(ctx, cells)
+}
+
+func (r *recordingBackend) Delete(ctx context.Context, cells []backends.Cell) error {
+	r.mu.Lock()
+	for _, c := range cells {
+		r.delTags = append(r.delTags, c.Tag)
+	}
+	r.mu.Unlock()
+	return r.Backend.Delete(ctx, cells)
 }
 
 func (r *recordingBackend) tags() (get, del []string) {
@@ -48,9 +60,12 @@ func (r *recordingBackend) tags() (get, del []string) {
 	return
 }
 
-func newTQ(t *testing.T, data backends.Backend, meta backends.MetaStore, opts ...tq.Option) *tq.Client {
+// newTQ opens a tq client over data and meta; a nil meta makes the engine
+// Local (tq keeps the metadata in process), as every datasystem of these
+// tests is in process.
+func newTQ(t *testing.T, data backends.Store, meta backends.MetaStore, opts ...tq.Option) *tq.Client {
 	t.Helper()
-	c, err := tq.New(data, meta, opts...)
+	c, err := tq.New(backends.Engine{Data: data, Meta: meta, Local: meta == nil}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,8 +107,9 @@ func TestTQOpen(t *testing.T) {
 
 func TestTQOpenRejects(t *testing.T) {
 	ctx := t.Context()
-	if _, err := tq.Open(ctx, "yuanrong://10.0.0.1:31501"); !errors.Is(err, yuanrong.ErrNoSDK) {
-		t.Errorf("a datasystem address: %v, want ErrNoSDK", err)
+	_, err := tq.Open(ctx, "yuanrong://10.0.0.1:31501")
+	if !errors.Is(err, yuanrong.ErrNoSDK) || !errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("a datasystem address: %v, want ErrNoSDK and ErrInvalid", err)
 	}
 	for _, u := range []string{"yuanrong://?put_keys_limit=0", "yuanrong://?put_keys_limit=x", "yuanrong://?workers=3"} {
 		if _, err := tq.Open(ctx, u); !errors.Is(err, backends.ErrInvalid) {
@@ -102,8 +118,9 @@ func TestTQOpenRejects(t *testing.T) {
 	}
 }
 
-// The strategy tag reported on publish lands in tq's metadata
-// (FieldInfo.BackendTag) and comes back on get and clear.
+// tq packs values into buffers the Backend stages. The strategy tag Write
+// reports lands in tq's metadata (FieldInfo.BackendTag) and comes back on
+// get and clear.
 func TestTQStrategyTagsRoundTrip(t *testing.T) {
 	ctx := t.Context()
 	local := yuanrong.NewLocal()
@@ -128,6 +145,15 @@ func TestTQStrategyTagsRoundTrip(t *testing.T) {
 				t.Errorf("row %q field %q: BackendTag %q, want %q", r.Key, f, fi.BackendTag, yuanrong.TagKV)
 			}
 		}
+	}
+	rec.mu.Lock()
+	staged := rec.staged
+	rec.mu.Unlock()
+	if staged == 0 {
+		t.Error("tq staged nothing: its packed values did not go straight into the datasystem's buffers")
+	}
+	if local.Pending() != 0 {
+		t.Errorf("%d created buffers left after the put", local.Pending())
 	}
 	if _, err := c.BatchGet(ctx, "p", keys); err != nil {
 		t.Fatal(err)
@@ -180,8 +206,8 @@ func TestTQUnknownStrategy(t *testing.T) {
 
 // A publish failing part-way through a tq put leaves nothing: no row is
 // visible, no key or created buffer is left in the datasystem. With tq's
-// KeysLimit 4 tq stages three chunks and publishes them concurrently; with
-// its default one chunk of 10 the Backend publishes it in three rounds.
+// KeysLimit 4 tq stages and writes three chunks concurrently; with its
+// default, one chunk of 10, the Backend publishes it in three rounds.
 func TestTQRollbackOnPublishFailure(t *testing.T) {
 	for _, tqLimit := range []int{4, tq.DefaultKeysLimit} {
 		t.Run(fmt.Sprintf("tqKeysLimit%d", tqLimit), func(t *testing.T) {

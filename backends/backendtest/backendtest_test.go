@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
@@ -12,28 +12,20 @@ import (
 	"github.com/tqgo/tqgo/backends/memory"
 )
 
-// tiered is a test engine with every optional interface, which picks a
-// store per value the way a real engine picks a strategy: PutTagged and
-// Publish put values under 1 KiB in a "small" store and others in a
-// "large" one and report the name as the tag, while plain Put uses a third
-// store (tag ""). Reading or deleting a tagged value needs its tag, so it
-// checks that the suite hands tags back.
+// tiered is a test Store that picks a store per value the way a real
+// engine picks a strategy: values under 1 KiB go to a "small" store,
+// others to a "large" one, and Write reports the name as the tag. Reading
+// or deleting a value looks in its tag's store only (an unknown tag is an
+// error), so it checks that the suite hands tags back; the tag "" looks in
+// both.
 type tiered struct {
-	closed atomic.Bool
 	stores map[string]*memory.Store // by tag
 }
 
-var (
-	_ backends.Backend       = (*tiered)(nil)
-	_ backends.Allocator     = (*tiered)(nil)
-	_ backends.TaggedWriter  = (*tiered)(nil)
-	_ backends.TaggedReader  = (*tiered)(nil)
-	_ backends.TaggedDeleter = (*tiered)(nil)
-	_ backends.TagReporter   = (*tieredStaged)(nil)
-)
+var _ backends.Store = (*tiered)(nil)
 
 func newTiered() *tiered {
-	return &tiered{stores: map[string]*memory.Store{"": memory.New(), "small": memory.New(), "large": memory.New()}}
+	return &tiered{stores: map[string]*memory.Store{"small": memory.New(), "large": memory.New()}}
 }
 
 func tagFor(size int) string {
@@ -43,42 +35,11 @@ func tagFor(size int) string {
 	return "large"
 }
 
-func (e *tiered) Put(ctx context.Context, keys []string, values [][]byte) error {
-	return e.stores[""].Put(ctx, keys, values)
-}
-
-func (e *tiered) Get(ctx context.Context, keys []string) ([][]byte, error) {
-	return e.stores[""].Get(ctx, keys)
-}
-
-func (e *tiered) Delete(ctx context.Context, keys []string) error {
-	return e.stores[""].Delete(ctx, keys)
-}
-
-func (e *tiered) Close() error {
-	e.closed.Store(true)
-	var errs []error
-	for _, s := range e.stores {
-		errs = append(errs, s.Close())
-	}
-	return errors.Join(errs...)
-}
-
-func (e *tiered) check(ctx context.Context, keys []string, n int) error {
-	if e.closed.Load() {
-		return backends.ErrClosed
-	}
-	if len(keys) != n {
-		return fmt.Errorf("%w: %d keys, %d values", backends.ErrInvalid, len(keys), n)
-	}
-	return ctx.Err()
-}
-
-// each calls fn once per tag with the positions of the keys of that tag.
-func each(tags []string, fn func(tag string, at []int) error) error {
+// each calls fn once per tag with the positions of the cells of that tag.
+func each(n int, tag func(i int) string, fn func(tag string, at []int) error) error {
 	groups := map[string][]int{}
-	for i, t := range tags {
-		groups[t] = append(groups[t], i)
+	for i := range n {
+		groups[tag(i)] = append(groups[tag(i)], i)
 	}
 	for t, at := range groups {
 		if err := fn(t, at); err != nil {
@@ -88,135 +49,157 @@ func each(tags []string, fn func(tag string, at []int) error) error {
 	return nil
 }
 
-func pick[T any](s []T, at []int) []T {
-	out := make([]T, len(at))
-	for i, j := range at {
-		out[i] = s[j]
+// storesOf returns the store of tag; for "" (a key whose tag the caller
+// never learned) every store, in a fixed order.
+func (e *tiered) storesOf(tag string) ([]*memory.Store, error) {
+	if tag == "" {
+		return []*memory.Store{e.stores["small"], e.stores["large"]}, nil
 	}
-	return out
-}
-
-func (e *tiered) store(tag string) (*memory.Store, error) {
 	s, ok := e.stores[tag]
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown tag %q", backends.ErrInvalid, tag)
 	}
-	return s, nil
+	return []*memory.Store{s}, nil
 }
 
-func (e *tiered) PutTagged(ctx context.Context, keys []string, values [][]byte) ([]string, error) {
-	if err := e.check(ctx, keys, len(values)); err != nil {
-		return nil, err
-	}
-	tags := make([]string, len(keys))
-	for i, v := range values {
-		tags[i] = tagFor(len(v))
-	}
-	return tags, each(tags, func(tag string, at []int) error {
-		return e.stores[tag].Put(ctx, pick(keys, at), pick(values, at))
-	})
-}
-
-func (e *tiered) GetTagged(ctx context.Context, keys, tags []string) ([][]byte, error) {
-	if err := e.check(ctx, keys, len(tags)); err != nil {
-		return nil, err
-	}
-	out := make([][]byte, len(keys))
-	return out, each(tags, func(tag string, at []int) error {
-		s, err := e.store(tag)
-		if err != nil {
-			return err
-		}
-		got, err := s.Get(ctx, pick(keys, at))
-		if err != nil {
-			return err
-		}
+func (e *tiered) Write(ctx context.Context, cells []backends.Cell) error {
+	tag := func(i int) string { return tagFor(len(cells[i].Head) + len(cells[i].Body)) }
+	return each(len(cells), tag, func(t string, at []int) error {
+		group := make([]backends.Cell, len(at))
 		for i, j := range at {
-			out[j] = got[i]
+			group[i] = cells[j]
+		}
+		if err := e.stores[t].Write(ctx, group); err != nil {
+			return err
+		}
+		for _, j := range at {
+			cells[j].Tag = t
 		}
 		return nil
 	})
 }
 
-func (e *tiered) DeleteTagged(ctx context.Context, keys, tags []string) error {
-	if err := e.check(ctx, keys, len(tags)); err != nil {
-		return err
-	}
-	return each(tags, func(tag string, at []int) error {
-		s, err := e.store(tag)
+func (e *tiered) Read(ctx context.Context, cells []backends.ReadCell) error {
+	return each(len(cells), func(i int) string { return cells[i].Tag }, func(t string, at []int) error {
+		stores, err := e.storesOf(t)
 		if err != nil {
 			return err
 		}
-		return s.Delete(ctx, pick(keys, at))
+		group := make([]backends.ReadCell, len(at))
+		for _, s := range stores {
+			for i, j := range at {
+				if !group[i].Found {
+					group[i] = cells[j]
+				}
+			}
+			if err := s.Read(ctx, group); err != nil {
+				return err
+			}
+		}
+		for i, j := range at {
+			cells[j] = group[i]
+		}
+		return nil
 	})
 }
 
-func (e *tiered) Allocate(ctx context.Context, keys []string, sizes []int) (backends.Staged, error) {
-	if err := e.check(ctx, keys, len(sizes)); err != nil {
+func (e *tiered) Delete(ctx context.Context, cells []backends.Cell) error {
+	return each(len(cells), func(i int) string { return cells[i].Tag }, func(t string, at []int) error {
+		stores, err := e.storesOf(t)
+		if err != nil {
+			return err
+		}
+		group := make([]backends.Cell, len(at))
+		for i, j := range at {
+			group[i] = cells[j]
+		}
+		for _, s := range stores {
+			if err := s.Delete(ctx, group); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (e *tiered) Close() error {
+	var errs []error
+	for _, s := range e.stores {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// colo is a test Colocated over a memory Store and MetaStore: WriteCommit
+// is Store.Write then Commit, ReadRows is Lookup, plan, Store.Read. The
+// engines of one test share one server (colo's stores), as the clients of
+// a redis server do.
+type colo struct {
+	*memory.MetaStore
+	data *memory.Store
+}
+
+var _ backends.Colocated = colo{}
+
+func (c colo) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	if err := c.data.Write(ctx, cells); err != nil {
+		return backends.CommitResult{}, err
+	}
+	return c.Commit(ctx, partition, updates)
+}
+
+func (c colo) ReadRows(ctx context.Context, partition string, keys []string, plan func([]*backends.Row) ([]backends.ReadCell, error)) ([]*backends.Row, error) {
+	rows, err := c.Lookup(ctx, partition, keys)
+	if err != nil {
 		return nil, err
 	}
-	bufs := make([][]byte, len(sizes))
-	for i, n := range sizes {
-		if n < 0 {
-			return nil, fmt.Errorf("%w: negative size %d", backends.ErrInvalid, n)
-		}
-		bufs[i] = make([]byte, n)
-	}
-	return &tieredStaged{e: e, keys: keys, bufs: bufs}, nil
-}
-
-type tieredStaged struct {
-	e    *tiered
-	keys []string
-	bufs [][]byte
-	tags []string
-	done bool
-}
-
-func (s *tieredStaged) Buffers() [][]byte { return s.bufs }
-func (s *tieredStaged) Tags() []string    { return s.tags }
-
-func (s *tieredStaged) Publish(ctx context.Context) error {
-	if s.done {
-		return fmt.Errorf("%w: already published or discarded", backends.ErrInvalid)
-	}
-	tags, err := s.e.PutTagged(ctx, s.keys, s.bufs)
+	cells, err := plan(rows)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.tags, s.done = tags, true
-	return nil
+	return rows, c.data.Read(ctx, cells)
 }
 
-func (s *tieredStaged) Discard(context.Context) error {
-	s.done = true
-	return nil
+var coloServers sync.Map // *testing.T -> colo
+
+// newColo returns an engine over the test's colo server.
+func newColo(t *testing.T) backends.Engine {
+	c := colo{MetaStore: memory.NewMetaStore(), data: memory.New()}
+	if v, loaded := coloServers.LoadOrStore(t, c); loaded {
+		c = v.(colo)
+	} else {
+		t.Cleanup(func() { coloServers.Delete(t); _ = c.data.Close(); _ = c.MetaStore.Close() })
+	}
+	return backends.Engine{Data: c.data, Meta: c}
 }
 
-// plain hides every optional interface of the backend it holds.
-type plain struct{ backends.Backend }
-
-func closeOnCleanup(t *testing.T, b backends.Backend) backends.Backend {
-	t.Cleanup(func() { _ = b.Close() })
-	return b
+func newMemory(t *testing.T) backends.Engine {
+	data, meta := memory.New(), memory.NewMetaStore()
+	t.Cleanup(func() { _ = data.Close(); _ = meta.Close() })
+	return backends.Engine{Data: data, Meta: meta, Local: true}
 }
 
-func TestRunTiered(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backends.Backend { return closeOnCleanup(t, newTiered()) })
-}
-
-func TestRunPlain(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backends.Backend { return closeOnCleanup(t, plain{memory.New()}) })
-}
-
-func TestRunFaultyMemory(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backends.Backend {
-		return closeOnCleanup(t, backendtest.Wrap(memory.New(), nil))
+func TestRunStoreTiered(t *testing.T) {
+	backendtest.RunStore(t, func(t *testing.T) backends.Store {
+		s := newTiered()
+		t.Cleanup(func() { _ = s.Close() })
+		return s
 	})
 }
 
-func TestRunFaultyTiered(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backends.Backend {
-		return closeOnCleanup(t, backendtest.Wrap(newTiered(), new(backendtest.Faulty)))
-	})
+// A memory Store seen only as a Store: the Stage subtests skip.
+func TestRunStorePlain(t *testing.T) {
+	backendtest.RunStore(t, func(t *testing.T) backends.Store { return struct{ backends.Store }{newMemory(t).Data} })
+}
+
+func TestRunEngineMemory(t *testing.T) { backendtest.RunEngine(t, newMemory) }
+
+func TestRunEngineColocated(t *testing.T) { backendtest.RunEngine(t, newColo) }
+
+func TestRunEngineWrapped(t *testing.T) {
+	for name, newEngine := range map[string]func(*testing.T) backends.Engine{"memory": newMemory, "colocated": newColo} {
+		t.Run(name, func(t *testing.T) {
+			backendtest.RunEngine(t, func(t *testing.T) backends.Engine { return backendtest.Wrap(newEngine(t), nil) })
+		})
+	}
 }

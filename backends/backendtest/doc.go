@@ -1,51 +1,53 @@
 // Package backendtest checks that a storage engine keeps the contracts of
 // package backends, in the manner of testing/fstest.TestFS: an engine's own
-// test calls [Run] with a constructor of its [backends.Backend] and
-// [RunMeta] with one of its [backends.MetaStore], and every subtest that
-// fails names the contract broken. It also holds [Faulty], a wrapper that
-// injects errors and delays into any Backend, so tests of higher layers need
-// no server to see a backend fail.
+// test calls [RunEngine] with a constructor of its [backends.Engine] (or
+// [RunStore], [RunMeta] and [RunColocated] on their own), and every
+// subtest that fails names the contract broken. It also holds [Wrap] and
+// [Faulty], which count, delay and fail the calls of any engine while
+// passing every capability through, so tests of higher layers need no
+// server to see an engine fail; and package toykv, a toy KV engine.
 //
-// # The data contract Run checks
+// # The data contract RunStore checks
 //
-//   - Get returns nil for a missing key, without error; present and missing
-//     keys mix freely in one call, and a key may repeat.
-//   - Put replaces; Delete of a missing key is no error; an empty batch (nil
-//     or zero-length slices) is a no-op that returns nil, and Get of an
-//     empty batch returns an empty result.
-//   - Mismatched slice lengths (keys and values, keys and sizes, keys and
-//     tags) give an error wrapping [backends.ErrInvalid] and write nothing;
-//     so does a negative size passed to Allocate.
+//   - Write stores each cell's Head followed by Body, replacing what the
+//     key held, and sets every cell's Tag (overwriting the caller's); cells
+//     of one call may share a Head, and a cell may have no Head or no Body.
+//     Read and Delete are given the Tag Write set; Delete with Tag "" (a
+//     cell of an aborted reservation, whose tag the metadata never learned)
+//     removes the value too. Every read and delete of the suite passes the
+//     Tag of the key's last Write.
+//   - Read fills Head then Body when the value has their total length, with
+//     Value nil; a value of another length comes whole in Value, and so
+//     does every value read with empty destinations; a missing key is not
+//     Found, with Value nil (whatever Found and Value held before); present
+//     and missing keys mix freely in one call, and a key may repeat.
+//   - Write keeps no caller memory: changing the Heads and Bodies after
+//     Write returns changes no stored value. A Value the caller holds stays
+//     as it was while its key is rewritten or deleted.
+//   - Delete of a missing key is no error; a deleted key can be written
+//     again. An empty batch (nil or zero-length) is a no-op returning nil.
 //   - Values round-trip byte-exactly: every byte value, 8 MiB in one value,
-//     64 x 256 KiB in one batch, 25,000 keys in one call.
-//   - A zero-length value is a value: Put of []byte{} (or a published
-//     zero-size buffer) reads back as a non-nil slice of length 0, never as
-//     nil, which would mean missing. Callers never Put a nil value; the suite
-//     does not define what an engine does with one.
-//   - The engine is safe for concurrent use: goroutines writing, reading and
-//     deleting disjoint and shared keys never see a torn value, and the final
-//     state is that of the last write of each key.
+//     64 x 256 KiB in one call, 25,000 keys in one call. A zero-length
+//     value is a value: Found, with a Value of length 0.
+//   - The store is safe for concurrent use: goroutines writing (through
+//     Stage too, when the store is a Stager), reading and deleting disjoint
+//     and shared keys never see a torn value, and the final state is that
+//     of the last write of each key. Values there are under 400 bytes.
 //   - A call with an already cancelled context returns an error wrapping
-//     context.Canceled and has no effect.
-//   - After Close, Put, Get, Delete, Allocate, the Tagged methods and Publish
-//     of a buffer staged before Close return an error wrapping
-//     [backends.ErrClosed].
+//     context.Canceled and has no effect; after Close, Write, Read and
+//     Delete return an error wrapping [backends.ErrClosed].
 //
-// For an [backends.Allocator]: Allocate returns one buffer per key, each
-// exactly its size long and sharing no bytes with another buffer of the same
-// or another live Staged; nothing is visible (Get returns nil, or the old
-// value) until Publish; Publish replaces old values; Discard publishes
-// nothing; a second Publish, or Publish after Discard, is an error; Discard
-// after a successful Publish leaves the values visible; Allocate of an empty
-// batch returns a Staged with no buffers whose Publish succeeds. A Staged
-// that implements [backends.TagReporter] reports one tag per key after
-// Publish.
-//
-// For the tagged interfaces: PutTagged returns one tag per key; reading back
-// with those tags (GetTagged when the engine is a [backends.TaggedReader],
-// else Get) gives the values; DeleteTagged with them removes the keys; the
-// tag "" names a key written by plain Put. An engine that is not a
-// TaggedReader must serve plain Get for values written by any path.
+// For a [backends.Stager] (the Stage subtests; skipped for another
+// store): Stage sets each Body to exactly its size and a Staged handle,
+// leaving Head empty; buffers of one call and of two live calls share no
+// bytes; a staged value is invisible (Read gives the old value or not
+// Found) until Write publishes it, which also sets its Tag; one Write may
+// mix staged cells and cells of caller memory; Unstage with no Write, or
+// after a failed Write, publishes nothing, and Unstage after a successful
+// Write is a no-op (the values stay); Unstage of cells never staged is
+// ignored; Stage with sizes of another length, or a negative size, is an
+// error wrapping [backends.ErrInvalid]; after Close, Stage, and Write of a
+// cell staged before, return an error wrapping [backends.ErrClosed].
 //
 // # The metadata contract RunMeta checks
 //
@@ -65,25 +67,47 @@
 // float64). A store that serialises tags must keep the type; tag values of
 // other types are not checked.
 //
-// For a store that is a [backends.Reclaimer] (RunMeta's Reclaim subtests,
-// skipped for another): Garbage returns exactly the cells nothing
-// references and not yet reported swept, whatever the order of Prepare,
-// Commit, Delete, DeletePartition, Garbage and Swept (checked against a
-// model over random sequences): superseded and stale generations with
-// their tags, the committed cells of removed rows at once, and
-// reservations (of live or removed rows, tag "") once older than
-// olderThan, which it aborts so that their Commit fails with ErrConflict,
-// applying nothing; a younger reservation is never returned and commits.
-// Swept of a pending reservation aborts it; Swept of cells that are not
-// garbage (committed ones, unknown ones, another partition's) changes
-// nothing; a negative olderThan is an error wrapping [backends.ErrInvalid].
+// RunMeta's Reclaim subtests check Garbage, Swept and Abandon: Garbage
+// returns exactly the cells nothing references and not yet reported
+// swept, whatever the order of Prepare, Commit, Delete, DeletePartition,
+// Garbage and Swept (checked against a model over random sequences):
+// superseded and stale generations with their tags, the committed cells
+// of removed rows at once, and reservations (of live or removed rows, tag
+// "") once older than olderThan, which it aborts so that their Commit
+// fails with ErrConflict, applying nothing; a younger reservation is never
+// returned and commits. Swept of a pending reservation aborts it; Swept of
+// cells that are not garbage (committed ones, unknown ones, another
+// partition's) changes nothing; Abandon makes a put's reservations garbage
+// with their tags; a negative olderThan is an error wrapping
+// [backends.ErrInvalid].
+//
+// # The colocated contract RunColocated checks
+//
+// For an engine whose Meta is a [backends.Colocated]: WriteCommit writes
+// the cells (the engine's Store reads them), staged ones too when the
+// Store is a Stager, sets every cell's Tag to "", and commits the updates
+// (Lookup shows the rows with the fields), returning what Commit would
+// (the generation a rewrite replaces as Superseded, an older generation's
+// own cell as Stale); a WriteCommit naming a row cleared after Prepare
+// fails with an error matching ErrConflict (not ErrOutcomeUnknown) and
+// commits none of its rows; WriteCommit of nothing is no error. ReadRows
+// calls plan (at least once) with one row per key: the committed row, or
+// nil for an unknown or uncommitted key or partition; it reads every cell
+// plan returned into its destinations, and returns the rows plan last
+// saw (the same pointers). When the rows changed between two ReadRows,
+// through the same MetaStore (Store.Write then Commit, or Delete) or
+// through another client (a second engine from newEngine, which must
+// reach the same server), the second sees the new rows and reads their
+// cells. An error from plan is returned as it is (==). After Close of the
+// Meta, WriteCommit and ReadRows return an error wrapping ErrClosed.
+// Updates carry BackendTag "", as a Colocated's cells have no tags.
 //
 // # Keys, partitions and instances
 //
-// Every key and partition name the suites use starts with a prefix unique to
-// the Run call and subtest, so one server may serve every subtest and keep
-// data between test runs. Each call of newBackend or newMeta must return a
-// new instance (it may share a server) and register its own cleanup with
-// t.Cleanup; the Closed subtests close their instance, so that cleanup must
-// tolerate an instance already closed.
+// Every key and partition name the suites use starts with a prefix unique
+// to the suite's call and subtest, so one server may serve every subtest
+// and keep data between test runs. Each call of newStore, newMeta or
+// newEngine must return a new instance (it may share a server) and
+// register its own cleanup with t.Cleanup; the Closed subtests close their
+// instance, so that cleanup must tolerate an instance already closed.
 package backendtest

@@ -10,20 +10,33 @@ import (
 	"github.com/tqgo/tqgo/backends"
 )
 
-// Op names a backend method that [Faulty] counts, delays and can fail.
+// Op names an engine method that [Faulty] counts, delays and can fail.
 type Op int
 
 const (
-	OpPut      Op = iota // Backend.Put, TaggedWriter.PutTagged and SplitWriter.PutSplit
-	OpGet                // Backend.Get, TaggedReader.GetTagged and SplitReader.GetSplit
-	OpDelete             // Backend.Delete and TaggedDeleter.DeleteTagged
-	OpAllocate           // Allocator.Allocate
-	OpPublish            // Staged.Publish
-	OpDiscard            // Staged.Discard
+	OpWrite           Op = iota // Store.Write
+	OpRead                      // Store.Read
+	OpDelete                    // Store.Delete
+	OpStage                     // Stager.Stage
+	OpUnstage                   // Stager.Unstage: counted and delayed, never failed
+	OpPrepare                   // MetaStore.Prepare
+	OpCommit                    // MetaStore.Commit
+	OpLookup                    // MetaStore.Lookup
+	OpList                      // MetaStore.List
+	OpPartitions                // MetaStore.Partitions
+	OpDeleteRows                // MetaStore.Delete
+	OpDeletePartition           // MetaStore.DeletePartition
+	OpGarbage                   // MetaStore.Garbage
+	OpSwept                     // MetaStore.Swept
+	OpAbandon                   // MetaStore.Abandon
+	OpWriteCommit               // Colocated.WriteCommit
+	OpReadRows                  // Colocated.ReadRows
 	numOps
 )
 
-var opNames = [numOps]string{"Put", "Get", "Delete", "Allocate", "Publish", "Discard"}
+var opNames = [numOps]string{"Write", "Read", "Delete", "Stage", "Unstage",
+	"Prepare", "Commit", "Lookup", "List", "Partitions", "DeleteRows", "DeletePartition",
+	"Garbage", "Swept", "Abandon", "WriteCommit", "ReadRows"}
 
 func (o Op) String() string {
 	if o < 0 || o >= numOps {
@@ -32,21 +45,25 @@ func (o Op) String() string {
 	return opNames[o]
 }
 
-// Faulty counts the calls a wrapped backend (see [Wrap]) receives and
-// injects faults and delays into them, so tests of higher layers can see a
-// backend fail without a server. The zero Faulty injects nothing and is
+// Faulty counts the calls a wrapped engine (see [Wrap]) receives and
+// injects faults and delays into them, so tests of higher layers can see
+// an engine fail without a server. The zero Faulty injects nothing and is
 // ready to use.
 //
-// Counting: every call of an [Op] counts, failed or not, with the number of
-// keys it was given (for Publish and Discard, the number of buffers
-// staged). Faults are set relative to the calls made so far: n = 1 is the
-// next call. A fault replaces the call: the inner backend is not called,
-// except for the keys FailPutAfter lets through. When several faults match
-// one call, the first one set fires.
+// Counting: every call of an [Op] counts, failed or not, with the number
+// of items it was given: cells for the Store and Stager methods and
+// WriteCommit, keys for Prepare, Lookup, Delete and ReadRows, updates for
+// Commit, refs for Swept and Abandon, 0 for the others. Faults are set
+// relative to the calls made so far: n = 1 is the next call. A fault
+// replaces the call (the inner engine is not called) except where
+// FailWriteAfter or FailAfter says otherwise. When several faults match
+// one call, the first one set fires. Close is passed through, never
+// counted or failed.
 //
 // Faulty is safe for concurrent use: faults and delays may be set, and
-// counters read, while calls are in flight. Under concurrent calls, "the nth
-// call" is the nth to start, and a one-shot fault fires on that call only.
+// counters read, while calls are in flight. Under concurrent calls, "the
+// nth call" is the nth to start, and a one-shot fault fires on that call
+// only.
 type Faulty struct {
 	mu  sync.Mutex // guards ops
 	ops [numOps]opState
@@ -55,8 +72,8 @@ type Faulty struct {
 type opState struct {
 	seq     int   // calls ever made; never reset, faults count from it
 	calls   int   // calls since the last ResetCounts
-	keys    int   // keys of those calls
-	batches []int // key count of each of those calls, in order
+	items   int   // items of those calls
+	batches []int // item count of each of those calls, in order
 	delay   time.Duration
 	faults  []fault
 }
@@ -64,58 +81,72 @@ type opState struct {
 type fault struct {
 	at    int // the seq of the call that fails; 0 for every call
 	err   error
-	write int // for OpPut: keys written through before failing
+	write int  // for OpWrite: cells written through before failing
+	after bool // the inner engine is called, then the error returned
 }
 
 // FailNth makes the nth call of op from now (1 is the next) fail with an
 // error wrapping err, or [ErrInjected] if err is nil, without reaching the
-// inner backend. It panics if n < 1.
+// inner engine. It panics if n < 1 or op is OpUnstage.
 func (f *Faulty) FailNth(op Op, n int, err error) {
 	if n < 1 {
 		panic(fmt.Sprintf("backendtest: FailNth(%v, %d): n must be at least 1", op, n))
 	}
-	f.add(op, n, 0, err)
+	f.add(op, fault{at: n, err: err})
 }
 
-// FailPutAfter makes the nth Put or PutTagged from now (1 is the next)
-// write its first keys keys through to the inner backend (all of them if it
-// has fewer) and then fail with an error wrapping err, or [ErrInjected] if
-// err is nil, as a write that broke off part-way does. It panics if n < 1
-// or keys < 0.
-func (f *Faulty) FailPutAfter(n, keys int, err error) {
-	if n < 1 || keys < 0 {
-		panic(fmt.Sprintf("backendtest: FailPutAfter(%d, %d): want n >= 1, keys >= 0", n, keys))
+// FailAfter makes the nth call of op from now (1 is the next) reach the
+// inner engine and then, whatever it did, return an error wrapping err (or
+// [ErrInjected]) and zero results: a reply lost after the request was
+// applied. Pass backends.ErrOutcomeUnknown to model a MetaStore write
+// whose outcome the store could not settle. It panics if n < 1 or op is
+// OpUnstage.
+func (f *Faulty) FailAfter(op Op, n int, err error) {
+	if n < 1 {
+		panic(fmt.Sprintf("backendtest: FailAfter(%v, %d): n must be at least 1", op, n))
 	}
-	f.add(OpPut, n, keys, err)
+	f.add(op, fault{at: n, err: err, after: true})
+}
+
+// FailWriteAfter makes the nth Store.Write from now (1 is the next) write
+// its first cells cells through to the inner store (all of them if it has
+// fewer) and then fail with an error wrapping err, or [ErrInjected] if err
+// is nil, as a write that broke off part-way does. It panics if n < 1 or
+// cells < 0.
+func (f *Faulty) FailWriteAfter(n, cells int, err error) {
+	if n < 1 || cells < 0 {
+		panic(fmt.Sprintf("backendtest: FailWriteAfter(%d, %d): want n >= 1, cells >= 0", n, cells))
+	}
+	f.add(OpWrite, fault{at: n, err: err, write: cells})
 }
 
 // FailAll makes every call of op fail with an error wrapping err, or
-// [ErrInjected] if err is nil, until [Faulty.Clear].
+// [ErrInjected] if err is nil, until [Faulty.Clear]. It panics if op is
+// OpUnstage.
 func (f *Faulty) FailAll(op Op, err error) {
-	f.add(op, 0, 0, err)
+	f.add(op, fault{err: err})
 }
 
-// add sets a fault on the nth call from now (every call if n is 0).
-func (f *Faulty) add(op Op, n, write int, err error) {
-	if op < 0 || op >= numOps {
-		panic(fmt.Sprintf("backendtest: fault on unknown %v", op))
+// add sets ft, whose at counts from now (0: every call).
+func (f *Faulty) add(op Op, ft fault) {
+	if op < 0 || op >= numOps || op == OpUnstage {
+		panic(fmt.Sprintf("backendtest: fault on %v, which cannot fail", op))
 	}
-	if err == nil {
-		err = ErrInjected
+	if ft.err == nil {
+		ft.err = ErrInjected
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := &f.ops[op]
-	at := 0
-	if n > 0 {
-		at = s.seq + n
+	if ft.at > 0 {
+		ft.at += s.seq
 	}
-	s.faults = append(s.faults, fault{at: at, err: err, write: write})
+	s.faults = append(s.faults, ft)
 }
 
 // SetDelay makes every call of op wait d before doing anything (0 turns
 // the delay off). A call whose context ends first returns the context's
-// error.
+// error (Unstage, which has none, waits d).
 func (f *Faulty) SetDelay(op Op, d time.Duration) {
 	f.mu.Lock()
 	f.ops[op].delay = d
@@ -138,15 +169,15 @@ func (f *Faulty) Calls(op Op) int {
 	return f.ops[op].calls
 }
 
-// Keys returns the number of keys the calls of op since the last
-// ResetCounts were given, summed.
+// Keys returns the number of items (cells, keys, updates or refs; see
+// Faulty) the calls of op since the last ResetCounts were given, summed.
 func (f *Faulty) Keys(op Op) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.ops[op].keys
+	return f.ops[op].items
 }
 
-// Batches returns the key count of each call of op since the last
+// Batches returns the item count of each call of op since the last
 // ResetCounts, in the order the calls started: how a caller chunked its
 // work.
 func (f *Faulty) Batches(op Op) []int {
@@ -162,11 +193,11 @@ func (f *Faulty) ResetCounts() {
 	defer f.mu.Unlock()
 	for i := range f.ops {
 		s := &f.ops[i]
-		s.calls, s.keys, s.batches = 0, 0, nil
+		s.calls, s.items, s.batches = 0, 0, nil
 	}
 }
 
-// begin counts a call of op with n keys, waits out the op's delay, and
+// begin counts a call of op with n items, waits out the op's delay, and
 // returns the fault that fires on the call, if any. A non-nil error means
 // the context ended during the delay.
 func (f *Faulty) begin(ctx context.Context, op Op, n int) (*fault, error) {
@@ -174,13 +205,14 @@ func (f *Faulty) begin(ctx context.Context, op Op, n int) (*fault, error) {
 	s := &f.ops[op]
 	s.seq++
 	s.calls++
-	s.keys += n
+	s.items += n
 	s.batches = append(s.batches, n)
 	seq, delay := s.seq, s.delay
 	var fired *fault
 	for i, ft := range s.faults {
 		if ft.at == seq || ft.at == 0 {
-			fired = &fault{at: seq, err: fmt.Errorf("backendtest: %v call %d: %w", op, seq, ft.err), write: ft.write}
+			fired = &ft
+			fired.err = fmt.Errorf("backendtest: %v call %d: %w", op, seq, ft.err)
 			if ft.at != 0 {
 				s.faults = slices.Delete(s.faults, i, i+1)
 			}
@@ -201,418 +233,215 @@ func (f *Faulty) begin(ctx context.Context, op Op, n int) (*fault, error) {
 	return fired, nil
 }
 
-// Wrap returns inner with every call counted, delayed and failed as f
-// says (a nil f is a fresh Faulty nobody configures). The result implements
-// exactly the optional interfaces of package backends that inner does
-// (Allocator, TaggedWriter, TaggedReader, TaggedDeleter; SplitReader and
-// SplitWriter when inner has no tagged interface, as the engines that have
-// them do), and the Staged values its Allocate returns are TagReporters
-// exactly when inner's are. GetSplit counts and fails as Get, PutSplit as
-// Put. One Faulty may wrap several backends; it then counts their calls
-// together.
-func Wrap(inner backends.Backend, f *Faulty) backends.Backend {
+// do runs call as a call of op with n items, unless a fault replaces it.
+// After an error, the caller returns zero results.
+func (f *Faulty) do(ctx context.Context, op Op, n int, call func() error) error {
+	ft, err := f.begin(ctx, op, n)
+	switch {
+	case err != nil:
+		return err
+	case ft == nil:
+		return call()
+	case ft.after:
+		_ = call()
+	}
+	return ft.err
+}
+
+// Wrap returns eng with every call of its Data and Meta counted, delayed
+// and failed as f says (a nil f is a fresh Faulty nobody configures). It
+// loses no capability: the Data is a backends.Stager exactly when eng's
+// is, the Meta a backends.Colocated exactly when eng's is (nil when eng's
+// is nil), and Local is kept. Staged handles pass through unchanged. One
+// Faulty may wrap several engines; it then counts their calls together.
+func Wrap(eng backends.Engine, f *Faulty) backends.Engine {
 	if f == nil {
 		f = new(Faulty)
 	}
-	c := &core{f: f, inner: inner}
-	if b := wrapSplit(c, inner); b != nil {
-		return b
+	out := backends.Engine{Local: eng.Local}
+	if eng.Data != nil {
+		d := &store{f: f, inner: eng.Data}
+		out.Data = d
+		if st, ok := eng.Data.(backends.Stager); ok {
+			out.Data = struct {
+				backends.Store
+				backends.Stager
+			}{d, stager{f, st}}
+		}
 	}
-	var (
-		a allocator
-		w taggedWriter
-		r taggedReader
-		d taggedDeleter
-	)
-	mask := 0
-	if in, ok := inner.(backends.Allocator); ok {
-		a, mask = allocator{c, in}, mask|1
+	if eng.Meta != nil {
+		m := &meta{f: f, inner: eng.Meta}
+		out.Meta = m
+		if c, ok := eng.Meta.(backends.Colocated); ok {
+			out.Meta = colocated{m, c}
+		}
 	}
-	if in, ok := inner.(backends.TaggedWriter); ok {
-		w, mask = taggedWriter{c, in}, mask|2
-	}
-	if in, ok := inner.(backends.TaggedReader); ok {
-		r, mask = taggedReader{c, in}, mask|4
-	}
-	if in, ok := inner.(backends.TaggedDeleter); ok {
-		d, mask = taggedDeleter{c, in}, mask|8
-	}
-	type (
-		B = backends.Backend
-		A = backends.Allocator
-		W = backends.TaggedWriter
-		R = backends.TaggedReader
-		D = backends.TaggedDeleter
-	)
-	switch mask {
-	case 0:
-		return c
-	case 1:
-		return struct {
-			B
-			A
-		}{c, a}
-	case 2:
-		return struct {
-			B
-			W
-		}{c, w}
-	case 3:
-		return struct {
-			B
-			A
-			W
-		}{c, a, w}
-	case 4:
-		return struct {
-			B
-			R
-		}{c, r}
-	case 5:
-		return struct {
-			B
-			A
-			R
-		}{c, a, r}
-	case 6:
-		return struct {
-			B
-			W
-			R
-		}{c, w, r}
-	case 7:
-		return struct {
-			B
-			A
-			W
-			R
-		}{c, a, w, r}
-	case 8:
-		return struct {
-			B
-			D
-		}{c, d}
-	case 9:
-		return struct {
-			B
-			A
-			D
-		}{c, a, d}
-	case 10:
-		return struct {
-			B
-			W
-			D
-		}{c, w, d}
-	case 11:
-		return struct {
-			B
-			A
-			W
-			D
-		}{c, a, w, d}
-	case 12:
-		return struct {
-			B
-			R
-			D
-		}{c, r, d}
-	case 13:
-		return struct {
-			B
-			A
-			R
-			D
-		}{c, a, r, d}
-	case 14:
-		return struct {
-			B
-			W
-			R
-			D
-		}{c, w, r, d}
-	default:
-		return struct {
-			B
-			A
-			W
-			R
-			D
-		}{c, a, w, r, d}
-	}
-}
-
-// core wraps the required methods; the types below add one optional
-// interface each, and Wrap embeds those the inner backend has.
-type core struct {
-	f     *Faulty
-	inner backends.Backend
+	return out
 }
 
 var (
-	_ backends.Backend       = (*core)(nil)
-	_ backends.Allocator     = allocator{}
-	_ backends.TaggedWriter  = taggedWriter{}
-	_ backends.TaggedReader  = taggedReader{}
-	_ backends.TaggedDeleter = taggedDeleter{}
-	_ backends.Staged        = (*staged)(nil)
-	_ backends.TagReporter   = reportingStaged{}
+	_ backends.Store     = (*store)(nil)
+	_ backends.Stager    = stager{}
+	_ backends.MetaStore = (*meta)(nil)
+	_ backends.Colocated = colocated{}
 )
 
-func (c *core) Put(ctx context.Context, keys []string, values [][]byte) error {
-	ft, err := c.f.begin(ctx, OpPut, len(keys))
-	if err != nil {
-		return err
-	}
-	if ft != nil {
-		return ft.putThrough(func(n int) error { return c.inner.Put(ctx, keys[:n], values[:n]) }, keys, len(values))
-	}
-	return c.inner.Put(ctx, keys, values)
+type store struct {
+	f     *Faulty
+	inner backends.Store
 }
 
-// putThrough writes the first ft.write keys with put, then returns the
-// fault's error. Mismatched lengths write nothing.
-func (ft *fault) putThrough(put func(n int) error, keys []string, nvalues int) error {
-	if n := min(ft.write, len(keys)); n > 0 {
-		if len(keys) != nvalues {
-			return fmt.Errorf("%w: %d keys, %d values", backends.ErrInvalid, len(keys), nvalues)
-		}
-		if err := put(n); err != nil {
+func (s *store) Write(ctx context.Context, cells []backends.Cell) error {
+	ft, err := s.f.begin(ctx, OpWrite, len(cells))
+	switch {
+	case err != nil:
+		return err
+	case ft == nil:
+		return s.inner.Write(ctx, cells)
+	case ft.after:
+		_ = s.inner.Write(ctx, cells)
+	case ft.write > 0:
+		if err := s.inner.Write(ctx, cells[:min(ft.write, len(cells))]); err != nil {
 			return err
 		}
 	}
 	return ft.err
 }
 
-func (c *core) Get(ctx context.Context, keys []string) ([][]byte, error) {
-	ft, err := c.f.begin(ctx, OpGet, len(keys))
-	if err != nil {
-		return nil, err
-	}
-	if ft != nil {
-		return nil, ft.err
-	}
-	return c.inner.Get(ctx, keys)
+func (s *store) Read(ctx context.Context, cells []backends.ReadCell) error {
+	return s.f.do(ctx, OpRead, len(cells), func() error { return s.inner.Read(ctx, cells) })
 }
 
-func (c *core) Delete(ctx context.Context, keys []string) error {
-	ft, err := c.f.begin(ctx, OpDelete, len(keys))
-	if err != nil {
-		return err
-	}
-	if ft != nil {
-		return ft.err
-	}
-	return c.inner.Delete(ctx, keys)
+func (s *store) Delete(ctx context.Context, cells []backends.Cell) error {
+	return s.f.do(ctx, OpDelete, len(cells), func() error { return s.inner.Delete(ctx, cells) })
 }
 
-// Close closes the inner backend; it is neither counted nor failed.
-func (c *core) Close() error { return c.inner.Close() }
+func (s *store) Close() error { return s.inner.Close() }
 
-type allocator struct {
-	c     *core
-	inner backends.Allocator
-}
-
-func (a allocator) Allocate(ctx context.Context, keys []string, sizes []int) (backends.Staged, error) {
-	ft, err := a.c.f.begin(ctx, OpAllocate, len(keys))
-	if err != nil {
-		return nil, err
-	}
-	if ft != nil {
-		return nil, ft.err
-	}
-	in, err := a.inner.Allocate(ctx, keys, sizes)
-	if err != nil {
-		return nil, err
-	}
-	st := &staged{f: a.c.f, inner: in, n: len(keys)}
-	if tr, ok := in.(backends.TagReporter); ok {
-		return reportingStaged{st, tr}, nil
-	}
-	return st, nil
-}
-
-// staged counts and fails Publish and Discard. A failed Publish leaves the
-// inner Staged unpublished, so the caller may still Discard it (or Publish
-// again, which reaches the inner Staged unless another fault fires).
-type staged struct {
+type stager struct {
 	f     *Faulty
-	inner backends.Staged
-	n     int
+	inner backends.Stager
 }
 
-func (s *staged) Buffers() [][]byte { return s.inner.Buffers() }
+func (s stager) Stage(ctx context.Context, cells []backends.Cell, sizes []int) error {
+	return s.f.do(ctx, OpStage, len(cells), func() error { return s.inner.Stage(ctx, cells, sizes) })
+}
 
-func (s *staged) Publish(ctx context.Context) error {
-	ft, err := s.f.begin(ctx, OpPublish, s.n)
-	if err != nil {
+func (s stager) Unstage(cells []backends.Cell) {
+	_, _ = s.f.begin(context.Background(), OpUnstage, len(cells))
+	s.inner.Unstage(cells)
+}
+
+type meta struct {
+	f     *Faulty
+	inner backends.MetaStore
+}
+
+func (m *meta) Prepare(ctx context.Context, partition string, keys, fields []string) (out []backends.Reservation, err error) {
+	err = m.f.do(ctx, OpPrepare, len(keys), func() (err error) {
+		out, err = m.inner.Prepare(ctx, partition, keys, fields)
 		return err
-	}
-	if ft != nil {
-		return ft.err
-	}
-	return s.inner.Publish(ctx)
-}
-
-func (s *staged) Discard(ctx context.Context) error {
-	ft, err := s.f.begin(ctx, OpDiscard, s.n)
-	if err != nil {
-		return err
-	}
-	if ft != nil {
-		return ft.err
-	}
-	return s.inner.Discard(ctx)
-}
-
-type reportingStaged struct {
-	*staged
-	tr backends.TagReporter
-}
-
-func (s reportingStaged) Tags() []string { return s.tr.Tags() }
-
-type taggedWriter struct {
-	c     *core
-	inner backends.TaggedWriter
-}
-
-func (w taggedWriter) PutTagged(ctx context.Context, keys []string, values [][]byte) ([]string, error) {
-	ft, err := w.c.f.begin(ctx, OpPut, len(keys))
+	})
 	if err != nil {
 		return nil, err
 	}
-	if ft != nil {
-		return nil, ft.putThrough(func(n int) error {
-			_, err := w.inner.PutTagged(ctx, keys[:n], values[:n])
-			return err
-		}, keys, len(values))
+	return out, nil
+}
+
+func (m *meta) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (res backends.CommitResult, err error) {
+	err = m.f.do(ctx, OpCommit, len(updates), func() (err error) {
+		res, err = m.inner.Commit(ctx, partition, updates)
+		return err
+	})
+	if err != nil {
+		return backends.CommitResult{}, err
 	}
-	return w.inner.PutTagged(ctx, keys, values)
+	return res, nil
 }
 
-type taggedReader struct {
-	c     *core
-	inner backends.TaggedReader
-}
-
-func (r taggedReader) GetTagged(ctx context.Context, keys, tags []string) ([][]byte, error) {
-	ft, err := r.c.f.begin(ctx, OpGet, len(keys))
+// rows runs a call of op that returns rows.
+func (m *meta) rows(ctx context.Context, op Op, n int, call func() ([]*backends.Row, error)) (out []*backends.Row, err error) {
+	err = m.f.do(ctx, op, n, func() (err error) {
+		out, err = call()
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	if ft != nil {
-		return nil, ft.err
-	}
-	return r.inner.GetTagged(ctx, keys, tags)
+	return out, nil
 }
 
-// wrapSplit wraps an inner backend that has SplitReader or SplitWriter
-// and no tagged interface, or returns nil.
-func wrapSplit(c *core, inner backends.Backend) backends.Backend {
-	_, w := inner.(backends.TaggedWriter)
-	_, r := inner.(backends.TaggedReader)
-	_, d := inner.(backends.TaggedDeleter)
-	ir, isR := inner.(backends.SplitReader)
-	iw, isW := inner.(backends.SplitWriter)
-	if w || r || d || !isR && !isW {
-		return nil
-	}
-	ia, isA := inner.(backends.Allocator)
-	type (
-		B  = backends.Backend
-		A  = backends.Allocator
-		SR = backends.SplitReader
-		SW = backends.SplitWriter
-	)
-	a, sr, sw := allocator{c, ia}, splitReader{c, ir}, splitWriter{c, iw}
-	switch {
-	case isA && isR && isW:
-		return struct {
-			B
-			A
-			SR
-			SW
-		}{c, a, sr, sw}
-	case isA && isR:
-		return struct {
-			B
-			A
-			SR
-		}{c, a, sr}
-	case isA:
-		return struct {
-			B
-			A
-			SW
-		}{c, a, sw}
-	case isR && isW:
-		return struct {
-			B
-			SR
-			SW
-		}{c, sr, sw}
-	case isR:
-		return struct {
-			B
-			SR
-		}{c, sr}
-	default:
-		return struct {
-			B
-			SW
-		}{c, sw}
-	}
+func (m *meta) Lookup(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+	return m.rows(ctx, OpLookup, len(keys), func() ([]*backends.Row, error) { return m.inner.Lookup(ctx, partition, keys) })
 }
 
-type splitWriter struct {
-	c     *core
-	inner backends.SplitWriter
+func (m *meta) List(ctx context.Context, partition string) ([]*backends.Row, error) {
+	return m.rows(ctx, OpList, 0, func() ([]*backends.Row, error) { return m.inner.List(ctx, partition) })
 }
 
-func (w splitWriter) PutSplit(ctx context.Context, keys []string, heads, bodies [][]byte) error {
-	ft, err := w.c.f.begin(ctx, OpPut, len(keys))
-	if err != nil {
+func (m *meta) Partitions(ctx context.Context) (out []string, err error) {
+	err = m.f.do(ctx, OpPartitions, 0, func() (err error) {
+		out, err = m.inner.Partitions(ctx)
 		return err
-	}
-	if ft != nil {
-		if len(heads) != len(bodies) {
-			return fmt.Errorf("%w: %d heads, %d bodies", backends.ErrInvalid, len(heads), len(bodies))
-		}
-		return ft.putThrough(func(n int) error { return w.inner.PutSplit(ctx, keys[:n], heads[:n], bodies[:n]) }, keys, len(heads))
-	}
-	return w.inner.PutSplit(ctx, keys, heads, bodies)
-}
-
-type splitReader struct {
-	c     *core
-	inner backends.SplitReader
-}
-
-func (r splitReader) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	ft, err := r.c.f.begin(ctx, OpGet, len(keys))
+	})
 	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m *meta) Delete(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+	return m.rows(ctx, OpDeleteRows, len(keys), func() ([]*backends.Row, error) { return m.inner.Delete(ctx, partition, keys) })
+}
+
+func (m *meta) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
+	return m.rows(ctx, OpDeletePartition, 0, func() ([]*backends.Row, error) { return m.inner.DeletePartition(ctx, partition) })
+}
+
+func (m *meta) Garbage(ctx context.Context, partition string, olderThan time.Duration) (out []backends.Ref, err error) {
+	err = m.f.do(ctx, OpGarbage, 0, func() (err error) {
+		out, err = m.inner.Garbage(ctx, partition, olderThan)
 		return err
-	}
-	if ft != nil {
-		return ft.err
-	}
-	return r.inner.GetSplit(ctx, keys, dst)
-}
-
-type taggedDeleter struct {
-	c     *core
-	inner backends.TaggedDeleter
-}
-
-func (d taggedDeleter) DeleteTagged(ctx context.Context, keys, tags []string) error {
-	ft, err := d.c.f.begin(ctx, OpDelete, len(keys))
+	})
 	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m *meta) Swept(ctx context.Context, partition string, refs []backends.Ref) error {
+	return m.f.do(ctx, OpSwept, len(refs), func() error { return m.inner.Swept(ctx, partition, refs) })
+}
+
+func (m *meta) Abandon(ctx context.Context, partition string, refs []backends.Ref) error {
+	return m.f.do(ctx, OpAbandon, len(refs), func() error { return m.inner.Abandon(ctx, partition, refs) })
+}
+
+func (m *meta) Close() error { return m.inner.Close() }
+
+type colocated struct {
+	*meta
+	inner backends.Colocated
+}
+
+func (c colocated) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (res backends.CommitResult, err error) {
+	err = c.f.do(ctx, OpWriteCommit, len(cells), func() (err error) {
+		res, err = c.inner.WriteCommit(ctx, partition, cells, updates)
 		return err
+	})
+	if err != nil {
+		return backends.CommitResult{}, err
 	}
-	if ft != nil {
-		return ft.err
+	return res, nil
+}
+
+func (c colocated) ReadRows(ctx context.Context, partition string, keys []string, plan func(rows []*backends.Row) ([]backends.ReadCell, error)) (out []*backends.Row, err error) {
+	err = c.f.do(ctx, OpReadRows, len(keys), func() (err error) {
+		out, err = c.inner.ReadRows(ctx, partition, keys, plan)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return d.inner.DeleteTagged(ctx, keys, tags)
+	return out, nil
 }

@@ -37,11 +37,7 @@ func RunMeta(t *testing.T, newMeta func(t *testing.T) backends.MetaStore) {
 				if m == nil {
 					t.Fatal("newMeta returned nil")
 				}
-				r, ok := m.(backends.Reclaimer)
-				if !ok {
-					t.Skip("the store is not a backends.Reclaimer")
-				}
-				tc.fn(&rt{mt: &mt{t: t, ctx: t.Context(), m: m, prefix: prefix(nonce, t)}, r: r})
+				tc.fn(&rt{mt: &mt{t: t, ctx: t.Context(), m: m, prefix: prefix(nonce, t)}, r: m})
 			})
 		}
 	})

@@ -10,8 +10,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 )
 
-// reclaimTests run, within RunMeta, on a store that is a
-// backends.Reclaimer; on another they are skipped.
+// reclaimTests run within RunMeta: Garbage, Swept and Abandon.
 var reclaimTests = []struct {
 	name string
 	fn   func(*rt)
@@ -32,11 +31,10 @@ var reclaimTests = []struct {
 	{"Closed", testGarbageClosed},
 }
 
-// rt is one reclaim subtest: a metadata subtest whose store is a
-// Reclaimer.
+// rt is one reclaim subtest: a metadata subtest, r its store.
 type rt struct {
 	*mt
-	r backends.Reclaimer
+	r backends.MetaStore
 }
 
 // hour is an olderThan no reservation of a test reaches.

@@ -1,9 +1,25 @@
-// Package memory is tqgo's embedded engine: a sharded in-process data store
-// with the zero-copy allocate-then-publish path, and the in-process
-// MetaStore that other engines without shared metadata reuse.
+// Package memory is tqgo's embedded engine: [Store], a sharded in-process
+// data store, and [MetaStore], the in-process metadata that tq gives any
+// Local engine without a MetaStore of its own.
+//
+// Store is a backends.Store and a backends.Stager:
+//
+//   - Write copies each cell's Head and Body into the store's memory (the
+//     caller may reuse its buffers at once), small values of one call
+//     sharing arenas; a staged cell's Body is kept as it is, with no copy.
+//   - Read copies a value into the caller's Head and Body when its length
+//     is theirs, and otherwise returns the stored value itself in Value,
+//     zero-copy and read-only; stored values are never modified in place,
+//     so a Value stays as it was whatever is written later.
+//   - Stage hands out the store's memory, the small buffers of one call
+//     sharing one allocation; a staged value is invisible until Write
+//     publishes it, and Unstage of an unpublished cell publishes nothing.
+//   - Tags are always "". Each of 64 shards has its own lock, taken once
+//     per call and never while copying.
 //
 // It registers the "memory" scheme: tq.Open(ctx, "memory://") (or an empty
-// URL) opens a fresh, private store.
+// URL) opens a fresh, private engine: Engine{Data: New(), Meta:
+// NewMetaStore(), Local: true}.
 package memory
 
 import (

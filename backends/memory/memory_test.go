@@ -10,37 +10,30 @@ import (
 	"github.com/tqgo/tqgo/tq/tqtest"
 )
 
-func TestConformance(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backends.Backend {
-		s := memory.New()
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	})
+func newEngine(t *testing.T) backends.Engine {
+	data, meta := memory.New(), memory.NewMetaStore()
+	t.Cleanup(func() { _ = data.Close(); _ = meta.Close() })
+	return backends.Engine{Data: data, Meta: meta, Local: true}
 }
 
-func TestMetaConformance(t *testing.T) {
-	backendtest.RunMeta(t, func(t *testing.T) backends.MetaStore {
-		m := memory.NewMetaStore()
-		t.Cleanup(func() { _ = m.Close() })
-		return m
-	})
+func TestConformance(t *testing.T) {
+	backendtest.RunEngine(t, newEngine)
 }
 
 func TestClientConformance(t *testing.T) {
 	tqtest.Run(t, func(t *testing.T) tqtest.Engine {
-		data, meta := memory.New(), memory.NewMetaStore()
-		t.Cleanup(func() { _ = data.Close(); _ = meta.Close() })
+		eng := newEngine(t)
 		return tqtest.Engine{
 			Open: func(t *testing.T) *tq.Client {
-				c, err := tq.New(data, meta)
+				c, err := tq.New(eng)
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = c.Close() })
 				return c
 			},
-			Data: data,
-			Meta: meta,
+			Data: eng.Data,
+			Meta: eng.Meta,
 		}
 	})
 }

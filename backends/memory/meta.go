@@ -16,7 +16,7 @@ import (
 // locks per partition: writers of different partitions never contend.
 // Rows it returns are shared and must be treated as read-only.
 //
-// It is a [backends.Reclaimer]: it keeps a bit per pending reservation and
+// For Garbage, Swept and Abandon it keeps a bit per pending reservation and
 // the times of each cell's oldest and newest ones (Garbage judges the
 // others by the newest's age), and a record of each garbage cell until it
 // is reported swept (see Garbage and Swept). A partition is forgotten once
@@ -316,7 +316,7 @@ func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields 
 // the updates and with each other (see backends.Merger). A field commits
 // only under a pending reservation of its row (or as the row's committed
 // generation again): anything else, an aborted reservation say, is an
-// ErrConflict (see backends.Reclaimer).
+// ErrConflict (see backends.MetaStore).
 func (m *MetaStore) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
 	var res backends.CommitResult
 	if err := m.check(ctx); err != nil {
@@ -471,7 +471,7 @@ func (m *MetaStore) Partitions(ctx context.Context) ([]string, error) {
 }
 
 // Delete implements backends.MetaStore. The removed rows' cells become
-// garbage (see backends.Reclaimer): the committed ones at once, for the
+// garbage (see backends.MetaStore): the committed ones at once, for the
 // caller to delete and report swept, their reservations once old enough.
 func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
 	if err := m.check(ctx); err != nil {

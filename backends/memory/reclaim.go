@@ -10,9 +10,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 )
 
-var _ backends.MetaStore = (*MetaStore)(nil)
-
-// Garbage implements backends.Reclaimer. It scans the partition's rows only
+// Garbage implements backends.MetaStore. It scans the partition's rows only
 // when some reservation is pending; otherwise its cost is the garbage it
 // returns.
 func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan time.Duration) ([]backends.Ref, error) {
@@ -67,7 +65,7 @@ func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan tim
 	return slices.Clone(p.garbage), nil
 }
 
-// Swept implements backends.Reclaimer. Refs that are one run of the
+// Swept implements backends.MetaStore. Refs that are one run of the
 // garbage, as a commit's Superseded and Stale are, or the cells of the
 // rows a Delete returned in backends.AppendRowRefs order, cost their length;
 // others cost the partition's garbage, and the scan of its rows when they
@@ -158,7 +156,7 @@ func (p *partition) sweepSet(refs []backends.Ref) {
 	})
 }
 
-// Abandon implements backends.Reclaimer. It scans the partition's rows
+// Abandon implements backends.MetaStore. It scans the partition's rows
 // for the reservations refs name: a rollback's, which is rare. It never
 // reports a reservation lost.
 func (m *MetaStore) Abandon(ctx context.Context, partition string, refs []backends.Ref) error {

@@ -15,9 +15,13 @@ import (
 // different keys rarely contend.
 const numShards = 64
 
-// Store is the in-memory data backend. It is safe for concurrent use.
-// Stored slices are never modified in place (a Put replaces the slice), so a
-// reader may keep what Get returned.
+// Store is the in-memory data store: a backends.Store and a
+// backends.Stager. It is safe for concurrent use.
+//
+// A stored value is never modified in place (Write replaces the slice), so
+// the Value a Read returns stays as it was however the key is rewritten
+// later. Write copies Head and Body into the store's memory, except a
+// staged Body, which it keeps. Tags are always "".
 type Store struct {
 	seed   maphash.Seed
 	closed atomic.Bool
@@ -43,28 +47,28 @@ func New() *Store {
 	return s
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%numShards]
+func (s *Store) shardOf(key string) int32 {
+	return int32(maphash.String(s.seed, key) % numShards)
 }
 
 // firstPos is the positions of a one-key batch (read-only).
 var firstPos = []int32{0}
 
-// forShards calls f once for each shard holding any of keys, with their
-// positions in keys (in order), so a batch takes each shard's lock once
-// rather than once per key.
-func (s *Store) forShards(keys []string, f func(sh *shard, pos []int32)) {
-	if len(keys) == 1 {
-		f(s.shard(keys[0]), firstPos)
+// forShards calls f once for each shard holding any of the n keys key
+// returns, with their positions (in order), so a batch takes each shard's
+// lock once rather than once per key.
+func (s *Store) forShards(n int, key func(i int) string, f func(sh *shard, pos []int32)) {
+	if n == 1 {
+		f(&s.shards[s.shardOf(key(0))], firstPos)
 		return
 	}
 	// A counting sort by shard: of[i] is key i's shard, pos the positions
 	// grouped by shard, start[j] where shard j's group begins.
-	scratch := make([]int32, 2*len(keys))
-	of, pos := scratch[:len(keys)], scratch[len(keys):]
+	scratch := make([]int32, 2*n)
+	of, pos := scratch[:n], scratch[n:]
 	var start [numShards + 1]int32
-	for i, k := range keys {
-		j := int32(maphash.String(s.seed, k) % numShards)
+	for i := range n {
+		j := s.shardOf(key(i))
 		of[i] = j
 		start[j+1]++
 	}
@@ -83,110 +87,153 @@ func (s *Store) forShards(keys []string, f func(sh *shard, pos []int32)) {
 	}
 }
 
-func (s *Store) check(ctx context.Context, keys []string, n int) error {
+func (s *Store) check(ctx context.Context) error {
 	if s.closed.Load() {
 		return backends.ErrClosed
-	}
-	if n >= 0 && n != len(keys) {
-		return fmt.Errorf("%w: %d keys, %d values", backends.ErrInvalid, len(keys), n)
 	}
 	return ctx.Err()
 }
 
-// put stores values under keys, keeping the slices.
-func (s *Store) put(keys []string, values [][]byte) {
-	s.forShards(keys, func(sh *shard, pos []int32) {
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		for _, i := range pos {
-			v := values[i]
-			if v == nil {
-				v = []byte{} // nil means "missing": store an empty value
-			}
-			sh.m[keys[i]] = v
-		}
-	})
-}
+// Copies of values under smallObject bytes share arenas of up to
+// arenaSize bytes (one allocation for a batch of small cells); a larger
+// value gets its own allocation, so clearing its row frees its memory.
+const (
+	smallObject = 64 << 10
+	arenaSize   = 1 << 20
+)
 
-func cellKeys(cells []backends.Cell) []string {
-	keys := make([]string, len(cells))
-	for i := range cells {
-		keys[i] = cells[i].Key
+// arena hands out slices of shared allocations.
+type arena struct{ free []byte }
+
+// take returns n bytes (capacity n) of unspecified contents, the caller
+// to write every byte; need is the small bytes still to be taken, for
+// sizing the next allocation.
+func (a *arena) take(n, need int) []byte {
+	switch {
+	case n == 0:
+		return empty
+	case n >= smallObject:
+		return uninit.Bytes(n)
 	}
-	return keys
+	if len(a.free) < slot(n) {
+		a.free = uninit.Bytes(max(min(need, arenaSize), slot(n)))
+	}
+	b := a.free[:n:n]
+	a.free = a.free[min(slot(n), len(a.free)):]
+	return b
 }
 
-// Write implements backends.Store: a staged cell's Body is published as it
-// is; other cells are copied into the store's memory (one arena for the
-// small ones).
+// empty is every zero-length value: not nil, which Read would take for a
+// missing key.
+var empty = []byte{}
+
+// slot rounds a small value's share of an arena up to 16 bytes, so every
+// value starts aligned like the codec's tensor payloads and a decoded
+// tensor's View is zero-copy.
+func slot(n int) int { return (n + 15) &^ 15 }
+
+// Write stores each cell's Head and Body, copied into the store's memory,
+// or a staged cell's Body as it is (see Stage). It sets every Tag to "". A
+// cell staged by another Store, or already unstaged, is an error wrapping
+// backends.ErrInvalid, and the call then writes nothing.
 func (s *Store) Write(ctx context.Context, cells []backends.Cell) error {
-	if err := s.check(ctx, nil, -1); err != nil {
+	if len(cells) == 0 {
+		return nil
+	}
+	if err := s.check(ctx); err != nil {
 		return err
 	}
-	keys := cellKeys(cells)
-	values := make([][]byte, len(cells))
-	var sizes []int
-	var idx []int
+	small := 0
 	for i := range cells {
 		c := &cells[i]
-		if _, ok := c.Staged.(*stageHandle); ok {
-			values[i] = c.Body
+		if c.Staged != nil {
+			h, ok := c.Staged.(*stagedCell)
+			if !ok || h.store != s || h.state.Load() == unstaged {
+				return fmt.Errorf("%w: cell %q was not staged by this store, or was unstaged", backends.ErrInvalid, c.Key)
+			}
+			if len(c.Head) == 0 {
+				continue
+			}
+		}
+		if n := len(c.Head) + len(c.Body); n < smallObject {
+			small += slot(n)
+		}
+	}
+	// Copy outside the locks, then publish shard by shard.
+	vals := make([][]byte, len(cells))
+	var a arena
+	for i := range cells {
+		c := &cells[i]
+		c.Tag = ""
+		if c.Staged != nil && len(c.Head) == 0 {
+			vals[i] = c.Body[:len(c.Body):len(c.Body)]
+			if vals[i] == nil {
+				vals[i] = empty
+			}
 			continue
 		}
-		sizes = append(sizes, len(c.Head)+len(c.Body))
-		idx = append(idx, i)
-	}
-	if len(idx) > 0 {
-		bufs := s.alloc(sizes)
-		for j, i := range idx {
-			b := bufs[j]
-			copy(b[copy(b, cells[i].Head):], cells[i].Body)
-			values[i] = b
+		n := len(c.Head) + len(c.Body)
+		v := a.take(n, small)
+		if n < smallObject {
+			small -= slot(n)
 		}
+		copy(v[copy(v, c.Head):], c.Body)
+		vals[i] = v
 	}
-	s.put(keys, values)
-	for i := range cells {
-		cells[i].Tag = ""
-		if h, ok := cells[i].Staged.(*stageHandle); ok {
-			h.published = true
-		}
-	}
-	return nil
-}
-
-// Read implements backends.Store: a value of the destination's length is
-// copied into it; any other is returned as the store holds it (zero-copy;
-// stored values are never modified).
-func (s *Store) Read(ctx context.Context, cells []backends.ReadCell) error {
-	if err := s.check(ctx, nil, -1); err != nil {
-		return err
-	}
-	keys := make([]string, len(cells))
-	for i := range cells {
-		keys[i] = cells[i].Key
-	}
-	s.forShards(keys, func(sh *shard, pos []int32) {
-		sh.mu.RLock()
-		defer sh.mu.RUnlock()
-		for _, i := range pos {
-			backends.FillReadCell(&cells[i], sh.m[keys[i]])
-		}
-	})
-	return nil
-}
-
-// Delete implements backends.Store.
-func (s *Store) Delete(ctx context.Context, cells []backends.Cell) error {
-	if err := s.check(ctx, nil, -1); err != nil {
-		return err
-	}
-	keys := cellKeys(cells)
-	s.forShards(keys, func(sh *shard, pos []int32) {
+	s.forShards(len(cells), func(i int) string { return cells[i].Key }, func(sh *shard, pos []int32) {
 		sh.mu.Lock()
-		defer sh.mu.Unlock()
 		for _, i := range pos {
-			delete(sh.m, keys[i])
+			sh.m[cells[i].Key] = vals[i]
 		}
+		sh.mu.Unlock()
+	})
+	for i := range cells {
+		if h, ok := cells[i].Staged.(*stagedCell); ok {
+			h.state.Store(published)
+		}
+	}
+	return nil
+}
+
+// Read fills each cell's destination with a copy of its value when the
+// value has the destination's length, and otherwise sets Value to the
+// stored value itself, which the caller must not modify.
+func (s *Store) Read(ctx context.Context, cells []backends.ReadCell) error {
+	if len(cells) == 0 {
+		return nil
+	}
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	// Look up under the read locks, keeping each value in its cell's
+	// Value; copy after them (values are never modified in place).
+	s.forShards(len(cells), func(i int) string { return cells[i].Key }, func(sh *shard, pos []int32) {
+		sh.mu.RLock()
+		for _, i := range pos {
+			cells[i].Value = sh.m[cells[i].Key]
+		}
+		sh.mu.RUnlock()
+	})
+	for i := range cells {
+		backends.FillReadCell(&cells[i], cells[i].Value)
+	}
+	return nil
+}
+
+// Delete removes the cells' keys; missing keys are ignored.
+func (s *Store) Delete(ctx context.Context, cells []backends.Cell) error {
+	if len(cells) == 0 {
+		return nil
+	}
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.forShards(len(cells), func(i int) string { return cells[i].Key }, func(sh *shard, pos []int32) {
+		sh.mu.Lock()
+		for _, i := range pos {
+			delete(sh.m, cells[i].Key)
+		}
+		sh.mu.Unlock()
 	})
 	return nil
 }
@@ -217,65 +264,64 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// smallObject is the size under which staged buffers share one allocation:
-// a batch of small cells costs one allocation, while a large buffer gets its
-// own so that clearing some rows frees their memory.
-const smallObject = 4 << 10
+// The states of a staged cell.
+const (
+	staged uint32 = iota
+	published
+	unstaged
+)
 
-// Stage implements backends.Stager.
+// stagedCell is the Staged handle of one cell: the cells of a Stage call
+// share one allocation of handles.
+type stagedCell struct {
+	store *Store
+	state atomic.Uint32
+}
+
+// Stage sets each cell's Body to sizes[i] bytes of the store's memory
+// (values under 64 KiB share arenas, one allocation per call for a batch
+// of small values) and its Staged to the store's handle. A negative size
+// is an error wrapping backends.ErrInvalid, as is a sizes slice of another
+// length than cells.
 func (s *Store) Stage(ctx context.Context, cells []backends.Cell, sizes []int) error {
-	if err := s.check(ctx, nil, -1); err != nil {
-		return err
-	}
 	if len(sizes) != len(cells) {
 		return fmt.Errorf("%w: %d cells, %d sizes", backends.ErrInvalid, len(cells), len(sizes))
 	}
+	if len(cells) == 0 {
+		return nil
+	}
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	small := 0
 	for _, n := range sizes {
 		if n < 0 {
 			return fmt.Errorf("%w: negative size %d", backends.ErrInvalid, n)
 		}
-	}
-	bufs := s.alloc(sizes)
-	for i := range cells {
-		cells[i].Body = bufs[i]
-		cells[i].Staged = &stageHandle{}
-	}
-	return nil
-}
-
-// Unstage implements backends.Stager: staged memory is the garbage
-// collector's once dropped.
-func (s *Store) Unstage(cells []backends.Cell) {
-	for i := range cells {
-		if _, ok := cells[i].Staged.(*stageHandle); ok {
-			cells[i].Staged = nil
-		}
-	}
-}
-
-type stageHandle struct{ published bool }
-
-// alloc returns buffers of sizes: the small ones in one arena.
-func (s *Store) alloc(sizes []int) [][]byte {
-	small := 0
-	for _, n := range sizes {
 		if n < smallObject {
 			small += slot(n)
 		}
 	}
-	arena := uninit.Bytes(small)
-	bufs := make([][]byte, len(sizes))
+	handles := make([]stagedCell, len(cells))
+	var a arena
 	for i, n := range sizes {
+		handles[i].store = s
+		cells[i].Body = a.take(n, small)
 		if n < smallObject {
-			bufs[i], arena = arena[:n:n], arena[slot(n):]
-		} else {
-			bufs[i] = uninit.Bytes(n) // the caller fills every byte
+			small -= slot(n)
 		}
+		cells[i].Staged = &handles[i]
 	}
-	return bufs
+	return nil
 }
 
-// slot rounds a small buffer's share of the arena up to 16 bytes, so every
-// buffer starts aligned like the codec's tensor payloads and a decoded
-// tensor's View is zero-copy.
-func slot(n int) int { return (n + 15) &^ 15 }
+// Unstage releases the staged cells Write did not publish; a later Write
+// of one is an error. Published cells, cells staged elsewhere and cells
+// never staged are ignored.
+func (s *Store) Unstage(cells []backends.Cell) {
+	for i := range cells {
+		if h, ok := cells[i].Staged.(*stagedCell); ok && h.store == s {
+			h.state.CompareAndSwap(staged, unstaged)
+		}
+	}
+}

@@ -59,7 +59,7 @@ func cellBatchT(b testing.TB, n, size int) (tq.Batch, int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return tq.Batch{"x": tq.Stacked(data, int64(n), int64(size))}, len(packed)
+	return tq.Batch{"x": tq.Stacked(data, n, size)}, len(packed)
 }
 
 func rawValues(n, size int) [][]byte {

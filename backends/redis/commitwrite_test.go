@@ -21,7 +21,7 @@ func smallBatch(n int, seed byte) ([]byte, tq.Batch) {
 	for i := range data {
 		data[i] = byte(i*13) + seed
 	}
-	return data, tq.Batch{"x": tq.Stacked(data, int64(n), 512)}
+	return data, tq.Batch{"x": tq.Stacked(data, n, 512)}
 }
 
 // commitTQ is a tq client on a Store of its own whose hook runs f before

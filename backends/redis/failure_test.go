@@ -25,7 +25,7 @@ func bigBatch(n int) tq.Batch {
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
-	return tq.Batch{"blob": tq.Stacked(data, int64(n), 1<<20)}
+	return tq.Batch{"blob": tq.Stacked(data, n, 1<<20)}
 }
 
 // wantServerError checks that err is a *redis.Error naming addr and

@@ -254,7 +254,7 @@ func batchOf(keys []string, seed byte, mixed bool) tq.Batch {
 		data = append(data, cellOf(k, seed)...)
 		vals[i] = valueOf(k, seed)
 	}
-	b := tq.Batch{"x": tq.Stacked(data, int64(len(keys)), cellBytes)}
+	b := tq.Batch{"x": tq.Stacked(data, len(keys), cellBytes)}
 	if mixed {
 		b["v"] = tq.ValuesOf(vals)
 	}

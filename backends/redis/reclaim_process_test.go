@@ -297,7 +297,7 @@ func killedBatch(keys []string, v int64, fields []string) (tq.Batch, []tq.Tag) {
 	for _, f := range fields {
 		switch f {
 		case "ids":
-			b[f] = tq.Stacked(ids, int64(len(keys)), 64)
+			b[f] = tq.Stacked(ids, len(keys), 64)
 		case "logp":
 			b[f] = tq.JaggedOf(logp)
 		case "meta":

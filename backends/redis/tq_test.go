@@ -45,7 +45,7 @@ func rollout(keys []string, seed int) tq.Batch {
 		uids[i] = fmt.Sprintf("uid-%d-%d", seed, i)
 	}
 	return tq.Batch{
-		"prompts":   tq.Stacked(prompts, int64(n), 4),
+		"prompts":   tq.Stacked(prompts, n, 4),
 		"responses": tq.JaggedOf(resp),
 		"uid":       tq.ValuesOf(uids),
 	}
@@ -159,7 +159,7 @@ func testTQ(t *testing.T, url string) {
 		if r.Tag["status"] != wantStatus || r.Tag["step"] != int64(3) {
 			t.Errorf("row %q tag %v, want status %q and step int64(3)", r.Key, r.Tag, wantStatus)
 		}
-		if fi := r.Fields["prompts"]; fi.DType != "int64" || !slices.Equal(fi.Shape, []int64{4}) {
+		if fi := r.Fields["prompts"]; fi.DType != "int64" || !slices.Equal(fi.Shape, []int{4}) {
 			t.Errorf("row %q prompts %+v", r.Key, fi)
 		}
 	}

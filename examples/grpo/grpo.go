@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -17,11 +18,11 @@ import (
 // default to; a zero field is invalid except where noted.
 type Config struct {
 	// URL is the queue to open; "" is the embedded memory engine. Ignored
-	// when Client is set.
+	// when Engine is set.
 	URL string
-	// Client, when set, is used instead of opening URL, and not closed
-	// (tests pass a client over an instrumented backend).
-	Client *tq.Client
+	// Engine, when its Data is set, is used instead of opening URL, and
+	// not closed (tests pass an instrumented engine).
+	Engine backends.Engine
 
 	Steps   int     // training steps (default 30)
 	Prompts int     // prompts per step (default 64)
@@ -96,14 +97,18 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 	if err := cfg.validate(); err != nil {
 		return Result{}, fmt.Errorf("grpo: %w", err)
 	}
-	c := cfg.Client
-	if c == nil {
-		if c, err = tq.Open(ctx, cfg.URL); err != nil {
-			return Result{}, fmt.Errorf("grpo: %w", err)
-		}
-		defer func() { err = errors.Join(err, c.Close()) }()
+	timer := &callTimer{}
+	var c *tq.Client
+	if cfg.Engine.Data != nil {
+		c, err = tq.New(cfg.Engine, tq.WithTracer(timer))
+	} else {
+		c, err = tq.Open(ctx, cfg.URL, tq.WithTracer(timer))
 	}
-	q := &queue{c: c}
+	if err != nil {
+		return Result{}, fmt.Errorf("grpo: %w", err)
+	}
+	defer func() { err = errors.Join(err, c.Close()) }()
+	q := &queue{Client: c, timer: timer}
 	if err := checkFresh(ctx, q); err != nil {
 		return Result{}, err
 	}
@@ -203,8 +208,8 @@ func checkFresh(ctx context.Context, q *queue) error {
 // engineName describes the queue without a password in the URL.
 func engineName(cfg Config) string {
 	switch {
-	case cfg.Client != nil:
-		return "a caller's client"
+	case cfg.Engine.Data != nil:
+		return "a caller's engine"
 	case cfg.URL == "":
 		return "memory (embedded)"
 	}

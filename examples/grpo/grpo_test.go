@@ -22,28 +22,26 @@ import (
 // through it, so a test can tell data really went through the backend.
 type countingStore struct {
 	*memory.Store
-	staged, read atomic.Int64 // cells allocated for writing; cells read
+	staged, read atomic.Int64 // cells written; cells read
 }
 
-func (s *countingStore) Allocate(ctx context.Context, keys []string, sizes []int) (backends.Staged, error) {
-	s.staged.Add(int64(len(keys)))
-	return s.Store.Allocate(ctx, keys, sizes)
+func (s *countingStore) Write(ctx context.Context, cells []backends.Cell) error {
+	s.staged.Add(int64(len(cells)))
+	return s.Store.Write(ctx, cells)
 }
 
-func (s *countingStore) Get(ctx context.Context, keys []string) ([][]byte, error) {
-	s.read.Add(int64(len(keys)))
-	return s.Store.Get(ctx, keys)
+func (s *countingStore) Read(ctx context.Context, cells []backends.ReadCell) error {
+	s.read.Add(int64(len(cells)))
+	return s.Store.Read(ctx, cells)
 }
 
-func (s *countingStore) PutSplit(ctx context.Context, keys []string, heads, bodies [][]byte) error {
-	s.staged.Add(int64(len(keys)))
-	return s.Store.PutSplit(ctx, keys, heads, bodies)
-}
-
-func newCountingClient(t *testing.T) (*tq.Client, *countingStore) {
+// newCountingClient returns a client over a counting memory engine, and
+// the engine, for Config.Engine: clients of it share its metadata.
+func newCountingClient(t *testing.T) (*tq.Client, *countingStore, backends.Engine) {
 	t.Helper()
 	st := &countingStore{Store: memory.New()}
-	c, err := tq.New(st, nil)
+	eng := backends.Engine{Data: st, Meta: memory.NewMetaStore(), Local: true}
+	c, err := tq.New(eng)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +50,7 @@ func newCountingClient(t *testing.T) (*tq.Client, *countingStore) {
 			t.Error(err)
 		}
 	})
-	return c, st
+	return c, st, eng
 }
 
 // smallConfig is a short run that still learns clearly: with the default
@@ -66,9 +64,9 @@ func smallConfig() Config {
 
 func TestRunLearnsAndClears(t *testing.T) {
 	ctx := context.Background()
-	c, st := newCountingClient(t)
+	c, st, eng := newCountingClient(t)
 	cfg := smallConfig()
-	cfg.Client = c
+	cfg.Engine = eng
 	var out bytes.Buffer
 	res, err := Run(ctx, cfg, &out)
 	if err != nil {
@@ -146,8 +144,8 @@ func TestRunIsReproducible(t *testing.T) {
 // queue, not what the rollout had in memory.
 func TestStagesReadTheQueue(t *testing.T) {
 	ctx := context.Background()
-	c, _ := newCountingClient(t)
-	q := &queue{c: c}
+	c, _, _ := newCountingClient(t)
+	q := &queue{Client: c, timer: &callTimer{}}
 	tk := task{length: 4, vocab: 8}
 	pol := newPolicy(tk)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -189,7 +187,7 @@ func TestStagesReadTheQueue(t *testing.T) {
 			right = append(right, (p+1)%int64(tk.vocab))
 		}
 	}
-	if err := c.BatchPut(ctx, part, keys, tq.Batch{fResponses: tq.Stacked(right, int64(len(keys)), int64(tk.length))}, nil); err != nil {
+	if err := c.BatchPut(ctx, part, keys, tq.Batch{fResponses: tq.Stacked(right, len(keys), tk.length)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	m, err := q.pending(ctx, part, statusRollout)
@@ -233,8 +231,8 @@ func TestStagesReadTheQueue(t *testing.T) {
 // left pending, and the normalisation is (r - mean) / (std + eps).
 func TestAdvantagesWaitForFullGroups(t *testing.T) {
 	ctx := context.Background()
-	c, _ := newCountingClient(t)
-	q := &queue{c: c}
+	c, _, _ := newCountingClient(t)
+	q := &queue{Client: c, timer: &callTimer{}}
 	const part = "grpo/adv"
 	keys := []string{"a0", "a1", "b0"}
 	err := c.BatchPut(ctx, part, keys, tq.Batch{
@@ -275,13 +273,13 @@ func TestRunRejects(t *testing.T) {
 	}
 
 	// A queue still holding an earlier run's partition.
-	c, _ := newCountingClient(t)
+	c, _, eng := newCountingClient(t)
 	err := c.BatchPut(ctx, partitionPrefix+"0007", []string{"k"}, tq.Batch{fUID: tq.ValuesOf([]string{"u"})}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg = smallConfig()
-	cfg.Client = c
+	cfg.Engine = eng
 	if _, err := Run(ctx, cfg, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "earlier run") {
 		t.Errorf("stale partition: %v", err)
 	}

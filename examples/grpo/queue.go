@@ -8,43 +8,33 @@ import (
 	"github.com/tqgo/tqgo/tq"
 )
 
-// queue is the tq client as the workers see it: the calls they make, each
-// timed, so the loop can report how much of a step the queue cost. It is
-// safe for concurrent use.
+// queue is the tq client as the workers see it, and the tracer that times
+// its calls, so the loop can report how much of a step the queue cost.
 type queue struct {
-	c     *tq.Client
-	spent atomic.Int64 // nanoseconds inside tq calls
+	*tq.Client
+	timer *callTimer
 }
-
-func (q *queue) since(start time.Time) { q.spent.Add(int64(time.Since(start))) }
 
 // Spent is the total time spent inside tq calls so far.
-func (q *queue) Spent() time.Duration { return time.Duration(q.spent.Load()) }
+func (q *queue) Spent() time.Duration { return q.timer.Spent() }
 
-func (q *queue) BatchPut(ctx context.Context, partition string, keys []string, b tq.Batch, tags []tq.Tag) error {
-	defer q.since(time.Now())
-	return q.c.BatchPut(ctx, partition, keys, b, tags)
+// callTimer is a tq.Tracer summing the time of every call. It is safe for
+// concurrent use.
+type callTimer struct {
+	spent, roundTrips atomic.Int64
 }
 
-func (q *queue) BatchGetByMeta(ctx context.Context, m *tq.BatchMeta, fields ...string) (tq.Batch, error) {
-	defer q.since(time.Now())
-	return q.c.BatchGetByMeta(ctx, m, fields...)
+func (t *callTimer) TraceStart(ctx context.Context, _ *tq.Client, _ tq.Call) context.Context {
+	return ctx
 }
 
-func (q *queue) List(ctx context.Context, partition string) (*tq.BatchMeta, error) {
-	defer q.since(time.Now())
-	return q.c.List(ctx, partition)
+func (t *callTimer) TraceEnd(_ context.Context, _ *tq.Client, _ tq.Call, end tq.CallEnd) {
+	t.spent.Add(int64(end.Duration))
+	t.roundTrips.Add(end.RoundTrips)
 }
 
-func (q *queue) Clear(ctx context.Context, partition string, keys []string) error {
-	defer q.since(time.Now())
-	return q.c.Clear(ctx, partition, keys)
-}
-
-func (q *queue) Partitions(ctx context.Context) ([]string, error) {
-	defer q.since(time.Now())
-	return q.c.Partitions(ctx)
-}
+// Spent is the total time of the calls traced so far.
+func (t *callTimer) Spent() time.Duration { return time.Duration(t.spent.Load()) }
 
 // pending lists the rows of partition whose tag has the given status: the
 // rows waiting for the worker that consumes that status.

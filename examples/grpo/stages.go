@@ -56,10 +56,10 @@ func rollout(ctx context.Context, q *queue, partition string, step int, prompts 
 		mask[i] = 1 // fixed-length responses: every token counts
 	}
 	return q.BatchPut(ctx, partition, keys, tq.Batch{
-		fInputIDs:    tq.Stacked(ids, int64(n), int64(l)),
-		fResponses:   tq.Stacked(resp, int64(n), int64(l)),
-		fOldLogProbs: tq.Stacked(logp, int64(n), int64(l)),
-		fAttnMask:    tq.Stacked(mask, int64(n), int64(l)),
+		fInputIDs:    tq.Stacked(ids, n, l),
+		fResponses:   tq.Stacked(resp, n, l),
+		fOldLogProbs: tq.Stacked(logp, n, l),
+		fAttnMask:    tq.Stacked(mask, n, l),
 		fUID:         tq.ValuesOf(uids),
 	}, tags)
 }
@@ -114,13 +114,13 @@ func advantages(ctx context.Context, q *queue, m *tq.BatchMeta, group int) (int,
 	if err != nil {
 		return 0, fmt.Errorf("advantage: %s: %w", fAttnMask, err)
 	}
+	uids, err := tq.ValuesAs[string](b[fUID])
+	if err != nil {
+		return 0, fmt.Errorf("advantage: %s: %w", fUID, err)
+	}
 	groups := map[string][]int{} // uid -> row numbers in m
 	var order []string
-	for i, v := range b[fUID].Values() {
-		uid, ok := v.(string)
-		if !ok {
-			return 0, fmt.Errorf("advantage: row %q: uid is %T, want string", m.Rows[i].Key, v)
-		}
+	for i, uid := range uids {
 		if _, seen := groups[uid]; !seen {
 			order = append(order, uid)
 		}

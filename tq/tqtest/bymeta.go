@@ -37,7 +37,7 @@ func byMetaBatch(step, n int) tq.Batch {
 		x[2*i], x[2*i+1] = float32(step), float32(i)
 		v[i] = fmt.Sprintf("step %d row %d", step, i)
 	}
-	return tq.Batch{"x": tq.Stacked(x, int64(n), 2), "v": tq.ValuesOf(v)}
+	return tq.Batch{"x": tq.Stacked(x, n, 2), "v": tq.ValuesOf(v)}
 }
 
 // changers are the clients a case changes the partition with after m was

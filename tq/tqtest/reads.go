@@ -53,7 +53,7 @@ func mixedBatch(n int) tq.Batch {
 		}
 		v[i] = fmt.Sprintf("row %d", i)
 	}
-	return tq.Batch{"x": tq.Stacked(x, int64(n), 3), "j": tq.JaggedOf(j), "v": tq.ValuesOf(v)}
+	return tq.Batch{"x": tq.Stacked(x, n, 3), "j": tq.JaggedOf(j), "v": tq.ValuesOf(v)}
 }
 
 func mustPut(t *testing.T, c *tq.Client, partition string, keys []string, b tq.Batch) {
@@ -126,7 +126,7 @@ func readsOf(partition string, keys []string, fields ...string) []read {
 		{"BatchGetInto", func(t *testing.T, c *tq.Client) (tq.Batch, error) {
 			// Memory of x's size: the stacked columns of these tests are
 			// float32 [3] (x) and smaller.
-			into := tq.Batch{"x": tq.Stacked(make([]float32, 3*len(keys)), int64(len(keys)), 3)}
+			into := tq.Batch{"x": tq.Stacked(make([]float32, 3*len(keys)), len(keys), 3)}
 			return c.BatchGetInto(t.Context(), partition, keys, into, fields...)
 		}},
 		{"BatchGetByMeta(Lookup)", func(t *testing.T, c *tq.Client) (tq.Batch, error) {

@@ -1,0 +1,59 @@
+package backendtest_test
+
+import (
+	"testing"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/backendtest"
+	"github.com/tqgo/tqgo/backends/backendtest/toykv"
+	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/tq"
+	"github.com/tqgo/tqgo/tq/tqtest"
+)
+
+// newToy is the toy engine: a map behind a mutex made a Store by
+// backends.FromKV, process-local, so an in-process MetaStore serves it.
+func newToy(t *testing.T) backends.Engine {
+	data := backends.FromKV(toykv.New())
+	t.Cleanup(func() { _ = data.Close() })
+	return backends.Engine{Data: data, Local: true}
+}
+
+// The toy engine passes the engine suites: an engine needs no more than
+// KV's four methods.
+func TestToyEngine(t *testing.T) {
+	backendtest.RunEngine(t, newToy)
+}
+
+// The toy engine passes the client suite too, bare and wrapped (a wrapper
+// built with Wrap loses nothing the client relies on). Clients of one
+// engine share its MetaStore, as processes sharing a server would.
+func TestToyEngineClient(t *testing.T) {
+	for _, wrapped := range []bool{false, true} {
+		name := "bare"
+		if wrapped {
+			name = "wrapped"
+		}
+		t.Run(name, func(t *testing.T) {
+			tqtest.Run(t, func(t *testing.T) tqtest.Engine {
+				eng := newToy(t)
+				eng.Meta = memory.NewMetaStore()
+				if wrapped {
+					eng = backendtest.Wrap(eng, &backendtest.Faulty{})
+				}
+				return tqtest.Engine{
+					Open: func(t *testing.T) *tq.Client {
+						c, err := tq.New(eng)
+						if err != nil {
+							t.Fatal(err)
+						}
+						t.Cleanup(func() { _ = c.Close() })
+						return c
+					},
+					Data: eng.Data,
+					Meta: eng.Meta,
+				}
+			})
+		})
+	}
+}
