@@ -3,8 +3,9 @@ package redis
 import (
 	"context"
 	"fmt"
-	"io"
 	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -35,10 +36,12 @@ func (s *Store) GetSplit(ctx context.Context, keys []string, dst []backends.Spli
 }
 
 // leadRead is a command that goes ahead of the first round's MGET, in the
-// same request: add appends it, reply reads its reply.
+// same request: add appends it, reply reads its reply, args describes it
+// to hooks.
 type leadRead struct {
 	add   func(request) request
 	reply func(c *rawConn) error
+	args  func() []any
 }
 
 // readRounds reads keys, whose values are expected size(i) bytes long, in
@@ -58,11 +61,21 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 	pre := s.dataPrefix()
 	rounds := s.rounds(len(keys), s.opts.readRoundBytes, minReadRoundKeys, size)
 	getDst := sync.OnceValue(dst)
-	return raw.do(ctx, func(c *rawConn) error {
+	describe := func() []goredis.Cmder {
+		var cmds []goredis.Cmder
+		if lead != nil {
+			cmds = append(cmds, goredis.NewCmd(ctx, lead.args()...))
+		}
+		for _, r := range rounds {
+			cmds = append(cmds, goredis.NewCmd(ctx, describeKeys([]any{"MGET"}, pre, keys[r.lo:r.hi])...))
+		}
+		return cmds
+	}
+	return raw.Do(ctx, describe, func(c *rawConn) error {
 		sent := 0
 		// sendUpTo writes the requests of rounds [sent, n) in one write.
 		sendUpTo := func(n int) error {
-			req := request(c.cmd[:0])
+			req := c.Request()
 			if sent == 0 && lead != nil {
 				req = lead.add(req)
 			}
@@ -70,7 +83,7 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 				r := rounds[sent]
 				req = appendMGET(req, pre, keys[r.lo:r.hi])
 			}
-			return c.send(req)
+			return c.Send(req)
 		}
 		if err := sendUpTo(min(len(rounds), s.opts.ioDepth)); err != nil {
 			return err
@@ -88,7 +101,7 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 			if i > 0 {
 				// The client's timeouts bound each round, as they would a
 				// round of its own, not the whole call.
-				if err := c.renewDeadline(ctx, raw.opt); err != nil {
+				if err := c.RenewDeadline(ctx); err != nil {
 					return err
 				}
 			}
@@ -99,7 +112,7 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 					return err
 				}
 			}
-			if err := c.readMGET(keys[r.lo:r.hi], d[r.lo:r.hi]); err != nil {
+			if err := readMGET(c, keys[r.lo:r.hi], d[r.lo:r.hi]); err != nil {
 				return err
 			}
 			if s.opts.roundHook != nil {
@@ -112,16 +125,16 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, keys []string, si
 
 // appendMGET appends an MGET of the data keys pre+keys[i] to b.
 func appendMGET(b request, pre string, keys []string) request {
-	b = b.array(1 + len(keys)).str("MGET")
+	b = b.Array(1 + len(keys)).Str("MGET")
 	for _, k := range keys {
-		b = b.key(pre, k)
+		b = b.Key(pre, k)
 	}
 	return b
 }
 
 // readMGET reads the reply of an MGET of keys into dst.
-func (c *rawConn) readMGET(keys []string, dst []backends.SplitValue) error {
-	n, err := c.header('*')
+func readMGET(c *rawConn, keys []string, dst []backends.SplitValue) error {
+	n, err := c.Header('*')
 	if err != nil {
 		return err
 	}
@@ -130,35 +143,7 @@ func (c *rawConn) readMGET(keys []string, dst []backends.SplitValue) error {
 	}
 	for i := range dst {
 		d := &dst[i]
-		size, err := c.header('$')
-		if err != nil {
-			return err
-		}
-		d.Found, d.Other = size >= 0, nil
-		switch {
-		case size < 0:
-			continue
-		case size == len(d.Head)+len(d.Body):
-			if _, err := io.ReadFull(c.br, d.Head); err != nil {
-				return err
-			}
-			if _, err := io.ReadFull(c.br, d.Body); err != nil {
-				return err
-			}
-		case size > maxBulk:
-			return fmt.Errorf("%w: value of %d bytes", ErrCorrupt, size)
-		default:
-			d.Other = make([]byte, size)
-			if _, err := io.ReadFull(c.br, d.Other); err != nil {
-				return err
-			}
-		}
-		if crlf, err := c.br.Peek(2); err != nil {
-			return err
-		} else if crlf[0] != '\r' || crlf[1] != '\n' {
-			return fmt.Errorf("%w: value not ended by CRLF", ErrCorrupt)
-		}
-		if _, err := c.br.Discard(2); err != nil {
+		if d.Found, d.Other, err = c.BulkInto(d.Head, d.Body); err != nil {
 			return err
 		}
 	}

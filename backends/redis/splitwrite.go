@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/tqgo/tqgo/backends"
 )
 
@@ -50,24 +52,31 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 	// pipelined SETs, where rounds in turn on two connections left it
 	// waiting for each round's reply to reach the client (64 x 1 MiB put
 	// 15.1-17.4 -> 14.0-14.4 ms, alternated A/B; 8 KiB and 512 B alike).
-	err := raw.do(ctx, func(c *rawConn) error {
-		req, segs := request(c.cmd[:0]), []int(nil)
+	describe := func() []goredis.Cmder {
+		cmds := make([]goredis.Cmder, len(rounds))
+		for k, r := range rounds {
+			cmds[k] = goredis.NewCmd(ctx, describeMSET([]any{"MSET"}, pre, keys[r.lo:r.hi], heads[r.lo:r.hi], bodies[r.lo:r.hi])...)
+		}
+		return cmds
+	}
+	err := raw.Do(ctx, describe, func(c *rawConn) error {
+		req, segs := c.Request(), []int(nil)
 		ends := make([][2]int, len(rounds)) // where each round ends in req and segs
 		for k, r := range rounds {
 			req, segs = appendMSETRange(req, segs, pre, keys, heads, bodies, "", r)
 			ends[k] = [2]int{len(req), len(segs)}
 		}
-		c.cmd = req[:0]
+		c.Keep(req)
 		from := [2]int{}
 		for k, end := range ends {
 			if k > 0 {
 				// The client's timeouts bound each round's write, not the
 				// whole pipeline (see readRounds).
-				if err := c.renewDeadline(ctx, raw.opt); err != nil {
+				if err := c.RenewDeadline(ctx); err != nil {
 					return err
 				}
 			}
-			if err := c.writeRange(req, from[0], end[0], segs[from[1]:end[1]], bodies); err != nil {
+			if err := writeRange(c, req, from[0], end[0], segs[from[1]:end[1]], bodies); err != nil {
 				return err
 			}
 			from = end
@@ -75,10 +84,10 @@ func (s *Store) PutSplit(ctx context.Context, keys []string, heads, bodies [][]b
 		var first error
 		for range rounds {
 			// Each round's reply comes once the server has read it.
-			if err := c.renewDeadline(ctx, raw.opt); err != nil {
+			if err := c.RenewDeadline(ctx); err != nil {
 				return err
 			}
-			l, err := c.line()
+			l, err := c.Line()
 			switch {
 			case err == nil && string(l) != "+OK":
 				err = fmt.Errorf("%w: MSET replied %q", ErrCorrupt, l)
@@ -118,12 +127,12 @@ func appendMSETRange(b request, segs []int, pre string, keys []string, heads, bo
 	if marker != "" {
 		pairs++
 	}
-	b = b.array(1 + 2*pairs).str("MSET")
+	b = b.Array(1 + 2*pairs).Str("MSET")
 	if marker != "" {
-		b = b.str(marker).str("1")
+		b = b.Str(marker).Str("1")
 	}
 	for i := r.lo; i < r.hi; i++ {
-		b = b.key(pre, keys[i]).bulkHeader(len(heads[i]) + len(bodies[i]))
+		b = b.Key(pre, keys[i]).BulkHeader(len(heads[i]) + len(bodies[i]))
 		b = append(b, heads[i]...)
 		if len(bodies[i]) >= bigBody {
 			segs = append(segs, len(b), -1-i)
@@ -137,17 +146,16 @@ func appendMSETRange(b request, segs []int, pre string, keys []string, heads, bo
 
 // writeSegs writes a request appendMSET built, with what was appended
 // after it, in one write (writev when big bodies stay apart).
-func (c *rawConn) writeSegs(b request, segs []int, bodies [][]byte) error {
-	c.cmd = b[:0]
-	return c.writeRange(b, 0, len(b), segs, bodies)
+func writeSegs(c *rawConn, b request, segs []int, bodies [][]byte) error {
+	c.Keep(b)
+	return writeRange(c, b, 0, len(b), segs, bodies)
 }
 
 // writeRange writes b[from:to] with the bodies segs places in it (segs:
 // positions in b, as appendMSET records them, all within the range).
-func (c *rawConn) writeRange(b request, from, to int, segs []int, bodies [][]byte) error {
+func writeRange(c *rawConn, b request, from, to int, segs []int, bodies [][]byte) error {
 	if len(segs) == 0 {
-		_, err := c.Write(b[from:to])
-		return err
+		return c.Write(b[from:to])
 	}
 	bufs := make(net.Buffers, 0, len(segs)+1)
 	for j := 0; j < len(segs); j += 2 {
@@ -155,6 +163,15 @@ func (c *rawConn) writeRange(b request, from, to int, segs []int, bodies [][]byt
 		from = segs[j]
 	}
 	bufs = append(bufs, b[from:to])
-	_, err := bufs.WriteTo(c.Conn)
-	return err
+	return c.WriteBuffers(bufs)
+}
+
+// describeMSET appends, after args, the pairs of an MSET of the data keys
+// pre+keys[i] as hooks see them: each value is given as its length in
+// bytes (an int), not its bytes.
+func describeMSET(args []any, pre string, keys []string, heads, bodies [][]byte) []any {
+	for i, k := range keys {
+		args = append(args, pre+k, len(heads[i])+len(bodies[i]))
+	}
+	return args
 }

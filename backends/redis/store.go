@@ -80,6 +80,9 @@ func newStore(client goredis.UniversalClient, o options, owned bool) *Store {
 			s.addr = fmt.Sprintf("%T", client)
 		}
 	}
+	for _, h := range o.hooks {
+		client.AddHook(h)
+	}
 	s.meta = newMeta(s)
 	return s
 }
@@ -123,7 +126,7 @@ func (s *Store) release() error {
 	// Both sides are closed: the engine's own connections serve both.
 	s.rawOnce.Do(func() {}) // no pool after this
 	if s.raw != nil {
-		s.raw.close()
+		s.raw.Close()
 	}
 	if s.owned {
 		return s.client.Close()
@@ -252,7 +255,7 @@ func (s *Store) runRounds(ctx context.Context, rounds []span, f func(ctx context
 }
 
 // Put stores values under keys, in rounds: on a standalone server one
-// MSET per round (see rawConn.set), on the engine's own connections, which
+// MSET per round (see PutSplit), on the engine's own connections, which
 // write large values straight from the caller's memory; on a Cluster,
 // whose keys live in many slots, pipelined SETs.
 func (s *Store) Put(ctx context.Context, keys []string, values [][]byte) error {
