@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/tqgo/tqgo/backends"
 )
 
@@ -62,25 +64,36 @@ func (m *Meta) WriteCommit(ctx context.Context, partition string, cells []backen
 		margs := slices.Clone(args)
 		margs[12] = "1" // marked
 		// Any failure is settled by writeVia: a transaction sent again by
-		// rawConns.do finds its own record, one that never ran is fenced.
+		// the pool's retry (resp.Pool.Do) finds its own record, one that
+		// never ran is fenced.
 		var script any
-		err := raw.do(ctx, func(c *rawConn) error {
-			req, segs := appendMSET(request(c.cmd[:0]).cmd("MULTI"), nil, pre, cells, marker)
+		describe := func() []goredis.Cmder {
+			eval := append([]any{"EVALSHA", appendScript.Hash(), len(mkeys)}, describeKeys(nil, "", mkeys)...)
+			return []goredis.Cmder{
+				goredis.NewStatusCmd(ctx, "MULTI"),
+				goredis.NewCmd(ctx, describeMSET([]any{"MSET", marker, 1}, pre, cells)...),
+				goredis.NewCmd(ctx, "PEXPIRE", marker, markerTTL),
+				goredis.NewCmd(ctx, append(eval, margs...)...),
+				goredis.NewSliceCmd(ctx, "EXEC"),
+			}
+		}
+		err := raw.Do(ctx, describe, func(c *rawConn) error {
+			req, segs := appendMSET(c.Request().Cmd("MULTI"), nil, pre, cells, marker)
 			// The append deletes the marker; when it does not run to
 			// the end (a script error, a reply lost), the marker expires.
-			req = req.cmd("PEXPIRE", marker, markerTTL)
-			req = req.array(3 + len(mkeys) + len(margs)).str("EVALSHA").str(appendScript.Hash()).str(strconv.Itoa(len(mkeys)))
+			req = req.Cmd("PEXPIRE", marker, markerTTL)
+			req = req.Array(3 + len(mkeys) + len(margs)).Str("EVALSHA").Str(appendScript.Hash()).Str(strconv.Itoa(len(mkeys)))
 			for _, k := range mkeys {
-				req = req.str(k)
+				req = req.Str(k)
 			}
 			for _, a := range margs {
-				req = req.str(argString(a))
+				req = req.Str(argString(a))
 			}
-			if err := c.writeSegs(req.cmd("EXEC"), segs, cells); err != nil {
+			if err := writeSegs(c, req.Cmd("EXEC"), segs, cells); err != nil {
 				return err
 			}
 			var err error
-			script, err = c.execReply()
+			script, err = execReply(c)
 			backends.CountRoundTrips(ctx, 1)
 			return err
 		})
@@ -132,32 +145,10 @@ const markerTTL = "600000"
 // A command refused while queued (out of memory, say) aborts the
 // transaction: its error is returned; so is the MSET's error at EXEC,
 // after which the script found no marker and appended nothing.
-func (c *rawConn) execReply() (any, error) {
-	var queued error
-	for _, want := range []string{"OK", "QUEUED", "QUEUED", "QUEUED"} {
-		l, err := c.line()
-		var se serverError
-		switch {
-		case errors.As(err, &se):
-			if queued == nil {
-				queued = se
-			}
-		case err != nil:
-			return nil, err
-		case string(l[1:]) != want:
-			return nil, fmt.Errorf("%w: reply %q, want +%s", ErrCorrupt, l, want)
-		}
-	}
-	v, err := c.value(0)
+func execReply(c *rawConn) (any, error) {
+	replies, err := c.ExecReply(3)
 	if err != nil {
-		if queued != nil {
-			return nil, queued
-		}
 		return nil, err
-	}
-	replies, ok := v.([]any)
-	if !ok || len(replies) != 3 {
-		return nil, fmt.Errorf("%w: EXEC replied %v", ErrCorrupt, v)
 	}
 	if se, ok := replies[0].(serverError); ok {
 		return nil, se

@@ -134,14 +134,14 @@ func (m *Meta) readConfirmed(ctx context.Context, raw *rawConns, partition strin
 	// early or late, a committed cell is the same).
 	lead := &leadRead{
 		add: func(req request) request {
-			req = req.array(3 + len(skeys) + 2).str("EVALSHA").str(readScript.Hash()).str(strconv.Itoa(len(skeys)))
+			req = req.Array(3 + len(skeys) + 2).Str("EVALSHA").Str(readScript.Hash()).Str(strconv.Itoa(len(skeys)))
 			for _, k := range skeys {
-				req = req.str(k)
+				req = req.Str(k)
 			}
-			return req.str(t.epoch).str(strconv.FormatInt(t.n, 10))
+			return req.Str(t.epoch).Str(strconv.FormatInt(t.n, 10))
 		},
 		reply: func(c *rawConn) error {
-			v, err := c.value(0)
+			v, err := c.Value()
 			if err != nil {
 				if _, isServer := err.(serverError); !isServer {
 					return err
@@ -150,6 +150,9 @@ func (m *Meta) readConfirmed(ctx context.Context, raw *rawConns, partition strin
 			}
 			log = v
 			return nil
+		},
+		args: func() []any {
+			return append(describeKeys([]any{"EVALSHA", readScript.Hash(), len(skeys)}, "", skeys), t.epoch, t.n)
 		},
 	}
 	if err := s.readRounds(ctx, raw, cells, lead); err != nil {

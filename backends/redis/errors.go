@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/redis/internal/resp"
 )
 
 // Sentinel errors. Every error of a failed call to the server is an *Error
@@ -31,8 +32,9 @@ var (
 	ErrTimeout = errors.New("redis: timeout")
 	// ErrCorrupt: metadata read from the server does not decode, or a
 	// script replied in a way this package does not expect (another program
-	// writing under the same prefix?).
-	ErrCorrupt = errors.New("redis: metadata not understood")
+	// writing under the same prefix?), or a reply on the engine's own
+	// connections does not follow the protocol.
+	ErrCorrupt = resp.ErrCorrupt
 	// ErrContention: a metadata write gave up after other writers of the
 	// partition came first in each of its many attempts.
 	ErrContention = errors.New("redis: metadata write contention")

@@ -28,3 +28,13 @@ func SetCompactAt(n int64) (restore func()) {
 	compactAt = n
 	return func() { compactAt = old }
 }
+
+// OwnConnections reports whether s uses the engine's own connections, and
+// how many it opens at most.
+func OwnConnections(s *Store) (on bool, size int) {
+	p := s.rawPool()
+	if p == nil {
+		return false, 0
+	}
+	return true, p.Size()
+}

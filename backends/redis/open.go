@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +58,10 @@ var ownParams = map[string]func(string) (Option, error){
 	"direct": func(v string) (Option, error) {
 		on, err := strconv.ParseBool(v)
 		return WithDirectConnections(on), err
+	},
+	"direct_pool_size": func(v string) (Option, error) {
+		n, err := strconv.Atoi(v)
+		return WithDirectPoolSize(n), err
 	},
 }
 
@@ -142,6 +147,9 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 			o.addr = co.Addr
 		}
 		co.ContextTimeoutEnabled = true // callers' deadlines bound network waits
+		if err := o.splitPool(co); err != nil {
+			return nil, err
+		}
 		client = goredis.NewClient(co)
 	case SchemeCluster, SchemeClusterTLS:
 		hosts := strings.Split(u.Host, ",")
@@ -174,4 +182,30 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 		return nil, s.wrap(ctx, "connect", err)
 	}
 	return s, nil
+}
+
+// splitPool takes the engine's own connections out of co.PoolSize (see
+// WithDirectPoolSize): the engine opens at most pool_size connections,
+// go-redis's and its own together. A pool_size of 1 leaves none to share:
+// the engine's own connections are off.
+func (o *options) splitPool(co *goredis.Options) error {
+	total := co.PoolSize
+	if total <= 0 {
+		total = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	}
+	if o.noDirect {
+		o.directPool = 0
+		return nil
+	}
+	if o.directPool < 0 {
+		o.directPool = directShare(total)
+	}
+	if o.directPool >= total {
+		return fmt.Errorf("%w: redis direct_pool_size %d leaves none of pool_size %d to go-redis", backends.ErrInvalid, o.directPool, total)
+	}
+	co.PoolSize = total - o.directPool
+	if co.MaxActiveConns > co.PoolSize {
+		co.MaxActiveConns = co.PoolSize
+	}
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/tqgo/tqgo/backends"
 )
 
@@ -38,7 +40,9 @@ type options struct {
 	addr            string // for error messages; "" means ask the client
 	clusterSafe     bool   // force the cluster-safe (two-step) metadata path
 	noDirect        bool   // never use the engine's own connections
-	replicas        int    // WAIT for this many replicas after each metadata write (0: none)
+	directPool      int    // own connections at most; -1: directShare of the client's pool
+	hooks           []goredis.Hook
+	replicas        int // WAIT for this many replicas after each metadata write (0: none)
 	replicaTimeout  time.Duration
 	// roundHook, when set (tests), runs after each round Read or Write
 	// sends on its own connections ("get", "set"), and between a
@@ -53,6 +57,7 @@ func defaultOptions() options {
 		writeRoundBytes: DefaultWriteRoundBytes,
 		readRoundBytes:  DefaultReadRoundBytes,
 		ioDepth:         DefaultIODepth,
+		directPool:      -1,
 	}
 }
 
@@ -167,8 +172,7 @@ func WithAddr(addr string) Option {
 // own (default true) for tensor cells and metadata transactions on a
 // standalone server, where go-redis would copy every value and spend more
 // on encoding than the server does on the commands (see the package doc).
-// Commands on those connections bypass the client's hooks (tracing,
-// metrics); turn them off to see every command there, at that cost.
+// Their commands go through the hooks WithHooks gives, as the client's do.
 func WithDirectConnections(on bool) Option {
 	return func(o *options) error {
 		o.noDirect = !on
@@ -201,6 +205,49 @@ func WithReplicas(n int, timeout time.Duration) Option {
 			return fmt.Errorf("%w: redis replicas %d with timeout %v (want n >= 0 and, for n > 0, a positive timeout)", backends.ErrInvalid, n, timeout)
 		}
 		o.replicas, o.replicaTimeout = n, timeout
+		return nil
+	}
+}
+
+// WithDirectPoolSize sets how many connections the engine's own pool
+// opens at most (see WithDirectConnections and the package doc's
+// "Connections"). With Open, they are taken out of the URL's pool_size:
+// go-redis's pool gets the rest, and pool_size stays the bound on every
+// connection the engine opens; n must leave go-redis at least one. The
+// default is half of pool_size, rounded down (go-redis's default
+// pool_size is 10 per GOMAXPROCS); 0 turns the engine's own connections
+// off. With New the client's pool is the caller's and is not resized: the
+// engine's own connections, by default half the client's PoolSize, come
+// beside it, so a caller bounding the total gives the client PoolSize
+// minus n.
+func WithDirectPoolSize(n int) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return fmt.Errorf("%w: redis direct pool size %d < 0", backends.ErrInvalid, n)
+		}
+		o.directPool = n
+		return nil
+	}
+}
+
+// WithHooks adds go-redis hooks that see all of the engine's traffic:
+// they are added to the client (Client.AddHook, also for a client given to
+// New) and also see every dial and request of the engine's own
+// connections. There each request is described as goredis.Cmder values
+// (an MGET per read round, an MSET per write round, an EVALSHA, or a
+// MULTI/MSET/PEXPIRE/EVALSHA/EXEC transaction), run through ProcessHook
+// when it is one command and ProcessPipelineHook when it is several. The
+// hooks see each command's name, its keys and arguments, and its error;
+// an MSET's values appear as their lengths in bytes (ints), and no
+// command's reply value is set.
+func WithHooks(hooks ...goredis.Hook) Option {
+	return func(o *options) error {
+		for _, h := range hooks {
+			if h == nil {
+				return fmt.Errorf("%w: nil redis hook", backends.ErrInvalid)
+			}
+		}
+		o.hooks = append(o.hooks, hooks...)
 		return nil
 	}
 }

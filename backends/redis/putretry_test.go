@@ -61,7 +61,7 @@ func (p *dropProxy) serve(client, server net.Conn) {
 
 // TestPutRetriedAfterAppliedThenRefused: WriteCommit's transaction
 // goes out on an idle connection, the server runs it (cells and commit
-// applied) and the connection drops before any reply byte, so rawConns.do
+// applied) and the connection drops before any reply byte, so resp.Pool.Do
 // sends it once more on a new connection. That second attempt is refused
 // (here an ACL change; out of memory after the first attempt's cells is
 // the natural case). The refusal says nothing of the first attempt: the

@@ -3,16 +3,19 @@ package redis
 import (
 	"context"
 	"fmt"
-	"io"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
 )
 
 // leadRead is a command that goes ahead of the first round's MGET, in the
-// same request: add appends it, reply reads its reply.
+// same request: add appends it, reply reads its reply, args describes it
+// to hooks.
 type leadRead struct {
 	add   func(request) request
 	reply func(c *rawConn) error
+	args  func() []any
 }
 
 // readRounds is Read on the engine's own connections, to a standalone
@@ -32,11 +35,25 @@ type leadRead struct {
 func (s *Store) readRounds(ctx context.Context, raw *rawConns, cells []backends.ReadCell, lead *leadRead) error {
 	pre := s.dataPrefix()
 	rounds := s.rounds(len(cells), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(cells[i].Head) + len(cells[i].Body) })
-	return raw.do(ctx, func(c *rawConn) error {
+	describe := func() []goredis.Cmder {
+		var cmds []goredis.Cmder
+		if lead != nil {
+			cmds = append(cmds, goredis.NewCmd(ctx, lead.args()...))
+		}
+		for _, r := range rounds {
+			args := []any{"MGET"}
+			for i := r.lo; i < r.hi; i++ {
+				args = append(args, pre+cells[i].Key)
+			}
+			cmds = append(cmds, goredis.NewCmd(ctx, args...))
+		}
+		return cmds
+	}
+	return raw.Do(ctx, describe, func(c *rawConn) error {
 		sent := 0
 		// sendUpTo writes the requests of rounds [sent, n) in one write.
 		sendUpTo := func(n int) error {
-			req := request(c.cmd[:0])
+			req := c.Request()
 			if sent == 0 && lead != nil {
 				req = lead.add(req)
 			}
@@ -44,7 +61,7 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, cells []backends.
 				r := rounds[sent]
 				req = appendMGET(req, pre, cells[r.lo:r.hi])
 			}
-			return c.send(req)
+			return c.Send(req)
 		}
 		if err := sendUpTo(min(len(rounds), s.opts.ioDepth)); err != nil {
 			return err
@@ -62,7 +79,7 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, cells []backends.
 			if i > 0 {
 				// The client's timeouts bound each round, as they would a
 				// round of its own, not the whole call.
-				if err := c.renewDeadline(ctx, raw.opt); err != nil {
+				if err := c.RenewDeadline(ctx); err != nil {
 					return err
 				}
 			}
@@ -73,7 +90,7 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, cells []backends.
 					return err
 				}
 			}
-			err := c.readMGET(cells[r.lo:r.hi])
+			err := readMGET(c, cells[r.lo:r.hi])
 			backends.CountRoundTrips(ctx, 1)
 			if err != nil {
 				return err
@@ -88,17 +105,17 @@ func (s *Store) readRounds(ctx context.Context, raw *rawConns, cells []backends.
 
 // appendMGET appends an MGET of the data keys pre+cells[i].Key to b.
 func appendMGET(b request, pre string, cells []backends.ReadCell) request {
-	b = b.array(1 + len(cells)).str("MGET")
+	b = b.Array(1 + len(cells)).Str("MGET")
 	for i := range cells {
-		b = b.key(pre, cells[i].Key)
+		b = b.Key(pre, cells[i].Key)
 	}
 	return b
 }
 
 // readMGET reads the reply of an MGET of the cells' keys into the cells,
 // as Store.Read documents.
-func (c *rawConn) readMGET(dst []backends.ReadCell) error {
-	n, err := c.header('*')
+func readMGET(c *rawConn, dst []backends.ReadCell) error {
+	n, err := c.Header('*')
 	if err != nil {
 		return err
 	}
@@ -107,36 +124,11 @@ func (c *rawConn) readMGET(dst []backends.ReadCell) error {
 	}
 	for i := range dst {
 		d := &dst[i]
-		size, err := c.header('$')
-		if err != nil {
+		if d.Found, d.Value, err = c.BulkInto(d.Head, d.Body); err != nil {
 			return err
 		}
-		d.Found, d.Value = size >= 0, nil
-		switch {
-		case size < 0:
-			continue
-		case size == len(d.Head)+len(d.Body) && size > 0:
-			if _, err := io.ReadFull(c.br, d.Head); err != nil {
-				return err
-			}
-			if _, err := io.ReadFull(c.br, d.Body); err != nil {
-				return err
-			}
-		case size > maxBulk:
-			return fmt.Errorf("%w: value of %d bytes", ErrCorrupt, size)
-		default:
-			d.Value = make([]byte, size)
-			if _, err := io.ReadFull(c.br, d.Value); err != nil {
-				return err
-			}
-		}
-		if crlf, err := c.br.Peek(2); err != nil {
-			return err
-		} else if crlf[0] != '\r' || crlf[1] != '\n' {
-			return fmt.Errorf("%w: value not ended by CRLF", ErrCorrupt)
-		}
-		if _, err := c.br.Discard(2); err != nil {
-			return err
+		if d.Found && d.Value == nil && len(d.Head)+len(d.Body) == 0 {
+			d.Value = []byte{} // every value, with no destination
 		}
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/tqgo/tqgo/backends"
 )
 
@@ -31,24 +33,31 @@ func (s *Store) putSplit(ctx context.Context, raw *rawConns, cells []backends.Ce
 	// pipelined SETs, where rounds in turn on two connections left it
 	// waiting for each round's reply to reach the client (64 x 1 MiB put
 	// 15.1-17.4 -> 14.0-14.4 ms, alternated A/B; 8 KiB and 512 B alike).
-	err := raw.do(ctx, func(c *rawConn) error {
-		req, segs := request(c.cmd[:0]), []int(nil)
+	describe := func() []goredis.Cmder {
+		cmds := make([]goredis.Cmder, len(rounds))
+		for k, r := range rounds {
+			cmds[k] = goredis.NewCmd(ctx, describeMSET([]any{"MSET"}, pre, cells[r.lo:r.hi])...)
+		}
+		return cmds
+	}
+	err := raw.Do(ctx, describe, func(c *rawConn) error {
+		req, segs := c.Request(), []int(nil)
 		ends := make([][2]int, len(rounds)) // where each round ends in req and segs
 		for k, r := range rounds {
 			req, segs = appendMSETRange(req, segs, pre, cells, "", r)
 			ends[k] = [2]int{len(req), len(segs)}
 		}
-		c.cmd = req[:0]
+		c.Keep(req)
 		from := [2]int{}
 		for k, end := range ends {
 			if k > 0 {
 				// The client's timeouts bound each round's write, not the
 				// whole pipeline (see readRounds).
-				if err := c.renewDeadline(ctx, raw.opt); err != nil {
+				if err := c.RenewDeadline(ctx); err != nil {
 					return err
 				}
 			}
-			if err := c.writeRange(req, from[0], end[0], segs[from[1]:end[1]], cells); err != nil {
+			if err := writeRange(c, req, from[0], end[0], segs[from[1]:end[1]], cells); err != nil {
 				return err
 			}
 			from = end
@@ -56,10 +65,10 @@ func (s *Store) putSplit(ctx context.Context, raw *rawConns, cells []backends.Ce
 		var first error
 		for range rounds {
 			// Each round's reply comes once the server has read it.
-			if err := c.renewDeadline(ctx, raw.opt); err != nil {
+			if err := c.RenewDeadline(ctx); err != nil {
 				return err
 			}
-			l, err := c.line()
+			l, err := c.Line()
 			backends.CountRoundTrips(ctx, 1)
 			switch {
 			case err == nil && string(l) != "+OK":
@@ -100,13 +109,13 @@ func appendMSETRange(b request, segs []int, pre string, cells []backends.Cell, m
 	if marker != "" {
 		pairs++
 	}
-	b = b.array(1 + 2*pairs).str("MSET")
+	b = b.Array(1 + 2*pairs).Str("MSET")
 	if marker != "" {
-		b = b.str(marker).str("1")
+		b = b.Str(marker).Str("1")
 	}
 	for i := r.lo; i < r.hi; i++ {
 		c := &cells[i]
-		b = b.key(pre, c.Key).bulkHeader(len(c.Head) + len(c.Body))
+		b = b.Key(pre, c.Key).BulkHeader(len(c.Head) + len(c.Body))
 		b = append(b, c.Head...)
 		if len(c.Body) >= bigBody {
 			segs = append(segs, len(b), -1-i)
@@ -120,17 +129,16 @@ func appendMSETRange(b request, segs []int, pre string, cells []backends.Cell, m
 
 // writeSegs writes a request appendMSET built, with what was appended
 // after it, in one write (writev when big bodies stay apart).
-func (c *rawConn) writeSegs(b request, segs []int, cells []backends.Cell) error {
-	c.cmd = b[:0]
-	return c.writeRange(b, 0, len(b), segs, cells)
+func writeSegs(c *rawConn, b request, segs []int, cells []backends.Cell) error {
+	c.Keep(b)
+	return writeRange(c, b, 0, len(b), segs, cells)
 }
 
 // writeRange writes b[from:to] with the bodies segs places in it (segs:
 // positions in b, as appendMSET records them, all within the range).
-func (c *rawConn) writeRange(b request, from, to int, segs []int, cells []backends.Cell) error {
+func writeRange(c *rawConn, b request, from, to int, segs []int, cells []backends.Cell) error {
 	if len(segs) == 0 {
-		_, err := c.Write(b[from:to])
-		return err
+		return c.Write(b[from:to])
 	}
 	bufs := make(net.Buffers, 0, len(segs)+1)
 	for j := 0; j < len(segs); j += 2 {
@@ -138,6 +146,15 @@ func (c *rawConn) writeRange(b request, from, to int, segs []int, cells []backen
 		from = segs[j]
 	}
 	bufs = append(bufs, b[from:to])
-	_, err := bufs.WriteTo(c.Conn)
-	return err
+	return c.WriteBuffers(bufs)
+}
+
+// describeMSET appends, after args, the pairs of an MSET of the cells'
+// data keys as hooks see them: each value is given as its length in
+// bytes (an int), not its bytes.
+func describeMSET(args []any, pre string, cells []backends.Cell) []any {
+	for i := range cells {
+		args = append(args, pre+cells[i].Key, len(cells[i].Head)+len(cells[i].Body))
+	}
+	return args
 }

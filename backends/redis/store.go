@@ -81,6 +81,9 @@ func newStore(client goredis.UniversalClient, o options, owned bool) *Store {
 			s.addr = fmt.Sprintf("%T", client)
 		}
 	}
+	for _, h := range o.hooks {
+		client.AddHook(h)
+	}
 	s.meta = newMeta(s)
 	client.AddHook(roundTripHook{s})
 	return s
@@ -125,7 +128,7 @@ func (s *Store) release() error {
 	// Both sides are closed: the engine's own connections serve both.
 	s.rawOnce.Do(func() {}) // no pool after this
 	if s.raw != nil {
-		s.raw.close()
+		s.raw.Close()
 	}
 	if s.owned {
 		return s.client.Close()
