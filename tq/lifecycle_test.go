@@ -63,12 +63,11 @@ func slowPublishClient(t *testing.T, delay time.Duration) (*tq.Client, *backendt
 	t.Helper()
 	f := &backendtest.Faulty{}
 	st := memory.New()
-	c, err := tq.New(backendtest.Wrap(st, f), nil)
+	c, err := tq.New(backendtest.Wrap(local(st), f))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.SetDelay(backendtest.OpPublish, delay)
-	f.SetDelay(backendtest.OpPut, delay)
+	f.SetDelay(backendtest.OpWrite, delay)
 	return c, f, st
 }
 
@@ -85,14 +84,14 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 		defer wg.Done()
 		putErr = c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](0, 8))}, nil)
 	}()
-	for f.Calls(backendtest.OpPublish) == 0 && f.Calls(backendtest.OpPut) == 0 {
+	for f.Calls(backendtest.OpWrite) == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// Checked before waiting for the goroutine: Close itself must have
-	// waited for the delayed publish.
+	// waited for the delayed write.
 	if n := st.Len(); n != 8 {
 		t.Fatalf("Close returned with %d of the put's 8 cells stored", n)
 	}
@@ -116,7 +115,7 @@ func TestSecondCloseWaitsForTheFirst(t *testing.T) {
 	keys := keysN("k", 8)
 	putDone := make(chan error, 1)
 	go func() { putDone <- c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](0, 8))}, nil) }()
-	for f.Calls(backendtest.OpPublish) == 0 && f.Calls(backendtest.OpPut) == 0 {
+	for f.Calls(backendtest.OpWrite) == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	go func() { _ = c.Close() }()
