@@ -21,7 +21,7 @@ var errInjected = errors.New("test: injected fault")
 
 // call is one backend call the spy saw.
 type call struct {
-	op   string // "put", "get", "delete", "allocate", "publish"
+	op   string // "put" (Store.Write), "get" (Store.Read), "delete", "allocate" (Stager.Stage)
 	keys []string
 }
 

@@ -57,9 +57,9 @@ func TestCommitNotAppliedRollsBack(t *testing.T) {
 	}
 }
 
-// slowPublishClient is a client (closed by the test itself) over the
+// slowWriteClient is a client (closed by the test itself) over the
 // memory engine whose writes take delay: a put stays in flight that long.
-func slowPublishClient(t *testing.T, delay time.Duration) (*tq.Client, *backendtest.Faulty, *memory.Store) {
+func slowWriteClient(t *testing.T, delay time.Duration) (*tq.Client, *backendtest.Faulty, *memory.Store) {
 	t.Helper()
 	f := &backendtest.Faulty{}
 	st := memory.New()
@@ -75,7 +75,7 @@ func slowPublishClient(t *testing.T, delay time.Duration) (*tq.Client, *backendt
 // only calls that start after Close began see ErrClosed.
 func TestCloseWaitsForCallsInFlight(t *testing.T) {
 	ctx := context.Background()
-	c, f, st := slowPublishClient(t, 100*time.Millisecond)
+	c, f, st := slowWriteClient(t, 100*time.Millisecond)
 	keys := keysN("k", 8)
 	var wg sync.WaitGroup
 	var putErr error
@@ -111,7 +111,7 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 // once the first has finished: either return means the client is done.
 func TestSecondCloseWaitsForTheFirst(t *testing.T) {
 	ctx := context.Background()
-	c, f, st := slowPublishClient(t, 200*time.Millisecond)
+	c, f, st := slowWriteClient(t, 200*time.Millisecond)
 	keys := keysN("k", 8)
 	putDone := make(chan error, 1)
 	go func() { putDone <- c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](0, 8))}, nil) }()

@@ -14,7 +14,7 @@ import (
 
 // An invalid tag value fails Put, BatchPut and a tags-only BatchPut before
 // any request: the metadata store sees no Prepare or Commit and the data
-// backend no call at all, on the packed, split and allocating paths.
+// store no call at all, on a store that stages and one that does not.
 func TestInvalidTagReachesNoEngine(t *testing.T) {
 	ctx := context.Background()
 	bad := tq.Tag{"step": int64(1), "when": time.Now()}
