@@ -24,7 +24,9 @@ type Store interface {
 	// the destinations are undefined.
 	Read(ctx context.Context, cells []ReadCell) error
 	// Delete removes the cells' keys (Key and the Tag Write reported);
-	// missing keys are ignored.
+	// missing keys are ignored. A cell given with Tag "" is removed
+	// whatever tag it was written with: the metadata never learned the
+	// tag of a reservation it aborted (see MetaStore.Garbage).
 	Delete(ctx context.Context, cells []Cell) error
 	// Close releases the store's resources. Later calls return ErrClosed.
 	Close() error

@@ -13,87 +13,83 @@ import (
 	"github.com/tqgo/tqgo/tq"
 )
 
-// cachingMeta is a memory MetaStore that also hands out its rows as a
-// client's copy would (backends.CachedLookup), counting the lookups that
-// would be requests. stale, when set, is the copy LookupCached gives
-// instead of the store's rows.
+// cachingMeta is a memory MetaStore over a memory Store as a
+// backends.Colocated: ReadRows plans with its copy of the rows (stale, when
+// set, else the store's own) and confirms it against the store in the
+// same call, planning again from a lookup when it was stale, as an engine
+// with a client-side copy does. It counts its calls.
 type cachingMeta struct {
 	*memory.MetaStore
-	lookups atomic.Int32
-	stale   map[string]*backends.Row
+	data                            *memory.Store
+	lookups, readRows, writeCommits atomic.Int32
+	stale                           map[string]*backends.Row
 }
 
-type cachedToken struct {
-	partition string
-	keys      []string
-	rows      []*backends.Row
-}
+var _ backends.Colocated = (*cachingMeta)(nil)
 
 func (m *cachingMeta) Lookup(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
 	m.lookups.Add(1)
 	return m.MetaStore.Lookup(ctx, partition, keys)
 }
 
-func (m *cachingMeta) LookupCached(partition string, keys []string) ([]*backends.Row, any, bool) {
-	rows, err := m.MetaStore.Lookup(context.Background(), partition, keys)
-	if err != nil {
-		return nil, nil, false
+func (m *cachingMeta) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	m.writeCommits.Add(1)
+	if err := m.data.Write(ctx, cells); err != nil {
+		return backends.CommitResult{}, err
 	}
+	return m.MetaStore.Commit(ctx, partition, updates)
+}
+
+func (m *cachingMeta) ReadRows(ctx context.Context, partition string, keys []string, plan func([]*backends.Row) ([]backends.ReadCell, error)) ([]*backends.Row, error) {
+	m.readRows.Add(1)
+	cur, err := m.MetaStore.Lookup(ctx, partition, keys)
+	if err != nil {
+		return nil, err
+	}
+	rows := cur
 	if m.stale != nil {
+		rows = make([]*backends.Row, len(keys))
 		for i, k := range keys {
 			rows[i] = m.stale[k]
 		}
 	}
-	return rows, cachedToken{partition, keys, rows}, true
+	for {
+		cells, err := plan(rows)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.data.Read(ctx, cells); err != nil {
+			return nil, err
+		}
+		if reflect.DeepEqual(rows, cur) {
+			return rows, nil
+		}
+		rows = cur // the copy was stale: plan again with the rows as they are
+	}
 }
 
-// confirmingStore is a memory Store that confirms cached rows against the
-// MetaStore in the read (backends.ConfirmingReader), counting its reads.
+// confirmingStore is the memory Store, counting the reads that did not go
+// through ReadRows.
 type confirmingStore struct {
 	*memory.Store
-	meta            *cachingMeta
-	gets, confirmed atomic.Int32
+	gets atomic.Int32
 }
 
-func (s *confirmingStore) Get(ctx context.Context, keys []string) ([][]byte, error) {
+func (s *confirmingStore) Read(ctx context.Context, cells []backends.ReadCell) error {
 	s.gets.Add(1)
-	return s.Store.Get(ctx, keys)
-}
-
-func (s *confirmingStore) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	s.gets.Add(1)
-	return backends.GetSplitFromGet(ctx, s.Store, keys, dst)
-}
-
-func (s *confirmingStore) GetSplitConfirmed(ctx context.Context, _ backends.MetaStore, token any, keys []string, sizes []int, dst func() []backends.SplitValue) (bool, error) {
-	s.confirmed.Add(1)
-	tok := token.(cachedToken)
-	cur, err := s.meta.MetaStore.Lookup(ctx, tok.partition, tok.keys)
-	if err != nil {
-		return false, err
-	}
-	d := dst()
-	for i, size := range sizes {
-		if len(d[i].Head)+len(d[i].Body) != size {
-			return false, errors.New("test: a destination is not its size")
-		}
-	}
-	if err := backends.GetSplitFromGet(ctx, s.Store, keys, d); err != nil {
-		return false, err
-	}
-	return reflect.DeepEqual(cur, tok.rows), nil
+	return s.Store.Read(ctx, cells)
 }
 
 func confirmingClient(t *testing.T) (*tq.Client, *confirmingStore, *cachingMeta) {
-	meta := &cachingMeta{MetaStore: memory.NewMetaStore()}
-	st := &confirmingStore{Store: memory.New(), meta: meta}
+	st := &confirmingStore{Store: memory.New()}
+	meta := &cachingMeta{MetaStore: memory.NewMetaStore(), data: st.Store}
 	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
 	return newClient(t, st, meta), st, meta
 }
 
-// counts is what one read cost: confirmed reads, other data reads, lookups.
+// counts is what one read cost: ReadRows calls, other data reads, lookups.
 func counts(st *confirmingStore, meta *cachingMeta) [3]int32 {
-	return [3]int32{st.confirmed.Load(), st.gets.Load(), meta.lookups.Load()}
+	return [3]int32{meta.readRows.Load(), st.gets.Load(), meta.lookups.Load()}
 }
 
 func cachedBatch(n int) tq.Batch {
@@ -109,15 +105,18 @@ func cachedBatch(n int) tq.Batch {
 	return tq.Batch{"x": tq.Stacked(x, n, 2), "j": tq.JaggedOf(j), "v": tq.ValuesOf(v)}
 }
 
-// A read of cached rows is one confirmed request, whichever fields it
+// On a Colocated engine a read is one ReadRows call, whichever fields it
 // reads: stacked ones into their columns, jagged and values ones whole in
-// the same request; no lookup, no other read.
+// the same call; no lookup, no other read. A put is one WriteCommit.
 func TestCachedReadIsOneRequest(t *testing.T) {
 	ctx := t.Context()
 	c, st, meta := confirmingClient(t)
 	const n = 30
 	keys := keysN("k", n)
 	mustPut(t, c, "p", keys, cachedBatch(n), nil)
+	if n := meta.writeCommits.Load(); n != 1 {
+		t.Fatalf("a put of one chunk made %d WriteCommit calls, want 1", n)
+	}
 	m, err := c.List(ctx, "p")
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +134,7 @@ func TestCachedReadIsOneRequest(t *testing.T) {
 			}
 			after := counts(st, meta)
 			if d := [3]int32{after[0] - before[0], after[1] - before[1], after[2] - before[2]}; d != [3]int32{1, 0, 0} {
-				t.Errorf("%s of %q: %d confirmed reads, %d other reads, %d lookups; want 1, 0, 0", name, fields, d[0], d[1], d[2])
+				t.Errorf("%s of %q: %d ReadRows, %d other reads, %d lookups; want 1, 0, 0", name, fields, d[0], d[1], d[2])
 			}
 			for _, f := range b.Fields() {
 				if !reflect.DeepEqual(b[f].Values(), want[f].Values()) {
@@ -149,9 +148,8 @@ func TestCachedReadIsOneRequest(t *testing.T) {
 	}
 }
 
-// A stale copy, a corrupt cell read whole, or a field some cached row
-// lacks: the read is answered as without the copy, from the rows looked
-// up.
+// A stale copy is answered from the rows as they are; a corrupt cell, or
+// a field some row lacks, fails the read naming the cell.
 func TestCachedReadFallsBack(t *testing.T) {
 	ctx := t.Context()
 	c, st, meta := confirmingClient(t)
@@ -168,13 +166,13 @@ func TestCachedReadFallsBack(t *testing.T) {
 	for i, k := range keys {
 		meta.stale[k] = old[i]
 	}
-	before := meta.lookups.Load()
+	before := meta.readRows.Load()
 	b := mustGet(t, c, "p", keys, "v", "j")
 	if got, want := b["v"].Values(), tq.ValuesOf(keysN("new", n)).Values(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("v read from a stale copy: %v, want %v", got, want)
 	}
-	if meta.lookups.Load() == before {
-		t.Fatal("a stale copy was not looked up again")
+	if meta.readRows.Load() != before+1 {
+		t.Fatalf("a stale copy took %d ReadRows calls, want 1", meta.readRows.Load()-before)
 	}
 	meta.stale = nil
 
@@ -185,13 +183,13 @@ func TestCachedReadFallsBack(t *testing.T) {
 	}
 	x, _ := codec.FromSlice([]int64{1})
 	enc, _ := codec.Encode(x)
-	if err := st.Store.Put(ctx, []string{backends.StorageKey(rows[0].Index, "v", rows[0].Fields["v"].Gen)}, [][]byte{enc}); err != nil {
+	if err := putRaw(ctx, st.Store, []string{backends.StorageKey(rows[0].Index, "v", rows[0].Fields["v"].Gen)}, [][]byte{enc}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.BatchGet(ctx, "p", keys, "v")
 	var ke *tq.KeyError
 	if !errors.As(err, &ke) || ke.Key != "k4" || ke.Field != "v" || !errors.Is(err, codec.ErrCorrupt) {
-		t.Fatalf("read of a corrupt cell from the copy: %v, want ErrCorrupt naming k4/v", err)
+		t.Fatalf("read of a corrupt cell: %v, want ErrCorrupt naming k4/v", err)
 	}
 
 	// j of k5 (int32 [2]) rewritten as a float32 [2] (a cell of the same
@@ -208,16 +206,12 @@ func TestCachedReadFallsBack(t *testing.T) {
 		if sameLength != (v.DType == codec.Float32) {
 			t.Fatalf("%v: not the cell length the case is about", v.DType)
 		}
-		if err := st.Store.Put(ctx, []string{backends.StorageKey(rows[0].Index, "j", rows[0].Fields["j"].Gen)}, [][]byte{enc}); err != nil {
+		if err := putRaw(ctx, st.Store, []string{backends.StorageKey(rows[0].Index, "j", rows[0].Fields["j"].Gen)}, [][]byte{enc}); err != nil {
 			t.Fatal(err)
 		}
-		before := meta.lookups.Load()
 		_, err = c.BatchGet(ctx, "p", keys, "j")
 		if !errors.As(err, &ke) || ke.Key != "k5" || ke.Field != "j" || !errors.Is(err, codec.ErrCorrupt) {
-			t.Fatalf("read of a corrupt jagged cell (%v) from the copy: %v, want ErrCorrupt naming k5/j", v, err)
-		}
-		if meta.lookups.Load() == before {
-			t.Fatal("a corrupt cell in the confirmed read was not read again after a lookup")
+			t.Fatalf("read of a corrupt jagged cell (%v): %v, want ErrCorrupt naming k5/j", v, err)
 		}
 	}
 

@@ -12,7 +12,10 @@ import (
 
 // TestKeysLimitChunking: with KeysLimit 7, 10 keys x 3 fields (30 cells)
 // take ceil(30/7) = 5 backend calls of at most 7 keys, for put, get and
-// clear, and the storage keys are "<index>@<field>", sorted-field-major.
+// clear, and the storage keys are "<index>@<field>", field-major with the
+// tensor fields first (tensor and packed cells go in the same Writes). On
+// a Stager the packed cells are staged in one call, published by those
+// Writes.
 func TestKeysLimitChunking(t *testing.T) {
 	const limit, nKeys = 7, 10
 	for _, tc := range []struct {
@@ -29,7 +32,7 @@ func TestKeysLimitChunking(t *testing.T) {
 			ctx := context.Background()
 			s := newSpy(nil)
 			f := new(backendtest.Faulty)
-			c := newClient(t, backendtest.Wrap(s.backend(tc.alloc), f), nil, tq.WithKeysLimit(limit), tq.WithIODepth(tc.depth))
+			c := engClient(t, backendtest.Wrap(local(s.backend(tc.alloc)), f), tq.WithKeysLimit(limit), tq.WithIODepth(tc.depth))
 			sizes := func(op backendtest.Op) []int {
 				b := f.Batches(op)
 				if tc.depth > 1 {
@@ -54,23 +57,19 @@ func TestKeysLimitChunking(t *testing.T) {
 					want = append(want, fmt.Sprintf("%d@%s", i, f))
 				}
 			}
-			writeOp := "put"
 			if tc.alloc {
-				writeOp = "publish"
-				if n := s.count("put"); n != 0 {
-					t.Fatalf("%d plain puts on an allocating backend", n)
+				// The packed cells (field c) are staged in one call.
+				checkChunks(t, "allocate", s.callsOf("allocate"), want[20:], len(want), true)
+				if n := f.Calls(backendtest.OpUnstage); n != 0 {
+					t.Fatalf("%d unstages after a put that succeeded", n)
 				}
-				checkChunks(t, "allocate", s.callsOf("allocate"), want, limit, tc.depth == 1)
-				if got := sizes(backendtest.OpPublish); !slices.Equal(got, want5) {
-					t.Fatalf("publish sizes %v, want %v", got, want5)
-				}
-				if n := f.Calls(backendtest.OpDiscard); n != 0 {
-					t.Fatalf("%d discards after a put that succeeded", n)
-				}
-			} else if got := sizes(backendtest.OpPut); !slices.Equal(got, want5) {
-				t.Fatalf("put sizes %v, want %v", got, want5)
+			} else if n := f.Calls(backendtest.OpStage); n != 0 {
+				t.Fatalf("%d stages on a store that does not stage", n)
 			}
-			checkChunks(t, writeOp, s.callsOf(writeOp), want, limit, tc.depth == 1)
+			if got := sizes(backendtest.OpWrite); !slices.Equal(got, want5) {
+				t.Fatalf("write sizes %v, want %v", got, want5)
+			}
+			checkChunks(t, "put", s.callsOf("put"), want, limit, tc.depth == 1)
 			if got := s.live(t); !slices.Equal(got, sorted(want)) {
 				t.Fatalf("stored keys %v, want %v", got, sorted(want))
 			}
@@ -82,8 +81,8 @@ func TestKeysLimitChunking(t *testing.T) {
 				t.Fatalf("read back %v", got.Fields())
 			}
 			checkChunks(t, "get", s.callsOf("get"), want, limit, tc.depth == 1)
-			if got := sizes(backendtest.OpGet); !slices.Equal(got, want5) {
-				t.Fatalf("get sizes %v, want %v", got, want5)
+			if got := sizes(backendtest.OpRead); !slices.Equal(got, want5) {
+				t.Fatalf("read sizes %v, want %v", got, want5)
 			}
 
 			// One field of 10 keys: two calls.

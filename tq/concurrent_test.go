@@ -363,7 +363,7 @@ func TestReadOfLostCell(t *testing.T) {
 	s := newSpy(nil)
 	c := newClient(t, s, nil)
 	mustPut(t, c, "p", []string{"a", "b"}, tq.Batch{"f": tq.ValuesOf([]int64{1, 2})}, nil)
-	if err := s.inner.Delete(ctx, []string{"1@f"}); err != nil {
+	if err := delRaw(ctx, s.inner, []string{"1@f"}); err != nil {
 		t.Fatal(err)
 	}
 	s.resetCalls()
@@ -385,7 +385,7 @@ func TestReadOfLostCell(t *testing.T) {
 func TestCloseDuringPuts(t *testing.T) {
 	for range 20 {
 		ctx := context.Background()
-		c, err := tq.New(memory.New(), nil)
+		c, err := tq.New(local(memory.New()))
 		if err != nil {
 			t.Fatal(err)
 		}

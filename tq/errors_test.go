@@ -3,6 +3,8 @@ package tq_test
 import (
 	"context"
 	"errors"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -201,7 +203,7 @@ func TestGetCorruptCell(t *testing.T) {
 	st := memory.New()
 	c := newClient(t, st, nil)
 	mustPut(t, c, "p", []string{"a", "b"}, tq.Batch{"x": tq.Stacked([]int64{1, 2}, 2)}, nil)
-	if err := st.Put(context.Background(), []string{backends.StorageKey(1, "x", 0)}, [][]byte{{1, 2, 3}}); err != nil {
+	if err := putRaw(context.Background(), st, []string{backends.StorageKey(1, "x", 0)}, [][]byte{{1, 2, 3}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := c.BatchGet(context.Background(), "p", []string{"a", "b"})
@@ -240,7 +242,7 @@ func TestBackendErrorsPropagate(t *testing.T) {
 func TestClosed(t *testing.T) {
 	ctx := context.Background()
 	st := memory.New()
-	c, err := tq.New(st, nil)
+	c, err := tq.New(local(st))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +270,7 @@ func TestClosed(t *testing.T) {
 		}
 	}
 	// A client from New does not close what the caller built.
-	if got, err := st.Get(ctx, []string{"0@x"}); err != nil || got[0] == nil {
+	if got, err := getRaw(ctx, st, []string{"0@x"}); err != nil || got[0] == nil {
 		t.Fatalf("store after client Close: %v %v", got, err)
 	}
 }
@@ -311,12 +313,12 @@ func TestOptionValidation(t *testing.T) {
 		if c, err := tq.Open(ctx, "", opt); !errors.Is(err, tq.ErrInvalid) || c != nil {
 			t.Errorf("Open with %s: %v, want ErrInvalid", name, err)
 		}
-		if c, err := tq.New(memory.New(), nil, tq.WithKeysLimit(5), opt); !errors.Is(err, tq.ErrInvalid) || c != nil {
+		if c, err := tq.New(local(memory.New()), tq.WithKeysLimit(5), opt); !errors.Is(err, tq.ErrInvalid) || c != nil {
 			t.Errorf("New with %s: %v, want ErrInvalid", name, err)
 		}
 	}
-	if _, err := tq.New(nil, nil); !errors.Is(err, tq.ErrInvalid) {
-		t.Errorf("New(nil): %v", err)
+	if _, err := tq.New(backends.Engine{}); !errors.Is(err, tq.ErrInvalid) {
+		t.Errorf("New of an engine with no Store: %v", err)
 	}
 	// A nil option is skipped; valid ones are accepted.
 	c, err := tq.Open(ctx, "", nil, tq.WithKeysLimit(1), tq.WithIODepth(1), tq.WithDSMaxWorkers(1),
@@ -343,5 +345,43 @@ func TestCancelledContext(t *testing.T) {
 	}
 	if s.totalCalls() != 0 || ms.prepares.Load() != 0 {
 		t.Fatalf("%d backend calls, %d prepares with a cancelled context", s.totalCalls(), ms.prepares.Load())
+	}
+}
+
+// An engine with no MetaStore is refused unless it is Local (processes
+// sharing its data would hand out the same global indexes), by New and by
+// Open, as ErrInvalid and backends.ErrInvalid; a Local one gets an
+// in-process metadata store and works.
+func TestEngineWithoutMeta(t *testing.T) {
+	ctx := context.Background()
+	c, err := tq.New(backends.Engine{Data: memory.New()})
+	if !errors.Is(err, tq.ErrInvalid) || !errors.Is(err, backends.ErrInvalid) || c != nil {
+		t.Fatalf("New of a shared engine with no Meta: %v, want ErrInvalid and backends.ErrInvalid", err)
+	}
+	backends.Register("tqtestnometa", func(context.Context, *url.URL) (backends.Engine, error) {
+		return backends.Engine{Data: memory.New()}, nil
+	})
+	c, err = tq.Open(ctx, "tqtestnometa://x")
+	if !errors.Is(err, tq.ErrInvalid) || !errors.Is(err, backends.ErrInvalid) || c != nil {
+		t.Fatalf("Open of a shared engine with no Meta: %v, want ErrInvalid and backends.ErrInvalid", err)
+	}
+	backends.Register("tqtestlocal", func(context.Context, *url.URL) (backends.Engine, error) {
+		return backends.Engine{Data: memory.New(), Local: true}, nil
+	})
+	opened, err := tq.Open(ctx, "tqtestlocal://x")
+	if err != nil {
+		t.Fatalf("Open of a Local engine with no Meta: %v", err)
+	}
+	defer opened.Close()
+	built, err := tq.New(backends.Engine{Data: memory.New(), Local: true})
+	if err != nil {
+		t.Fatalf("New of a Local engine with no Meta: %v", err)
+	}
+	defer built.Close()
+	for _, c := range []*tq.Client{opened, built} {
+		mustPut(t, c, "p", []string{"a"}, tq.Batch{"x": tq.Stacked([]int64{7}, 1)}, nil)
+		if got := flat[int64](t, mustGet(t, c, "p", []string{"a"})["x"]); !slices.Equal(got, []int64{7}) {
+			t.Fatalf("read back %v", got)
+		}
 	}
 }

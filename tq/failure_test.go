@@ -8,13 +8,15 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
 	"github.com/tqgo/tqgo/tq"
 )
 
 // TestFailedPutLeavesNoTrace: a BatchPut that fails anywhere after
-// validation (part-way through a backend write, at a later chunk, at
-// Publish, at Allocate, at Prepare or Commit, or by its context) returns
+// validation (part-way through a Store.Write, at a later chunk, at the
+// write that publishes staged cells, at Stage, at Prepare or Commit, or by
+// its context) returns
 // the error, makes nothing of itself readable (new rows stay unknown,
 // existing rows keep their old values and tags) and leaves exactly the
 // backend keys there were before. A retry then succeeds with no orphans.
@@ -22,7 +24,6 @@ func TestFailedPutLeavesNoTrace(t *testing.T) {
 	type failCase struct {
 		name  string
 		alloc bool
-		split bool // the engine has PutSplit
 		opts  []tq.Option
 		fault func(f *backendtest.Faulty)  // set just before the failing put
 		hook  func(cancel func()) hookFunc // armed for the failing put only
@@ -43,41 +44,31 @@ func TestFailedPutLeavesNoTrace(t *testing.T) {
 		}
 	}
 	cases := []failCase{
-		{name: "put fails after 5 keys", fault: func(f *backendtest.Faulty) { f.FailPutAfter(1, 5, nil) }, want: inj},
-		{name: "put fails after 9 keys, chunked", opts: serial, fault: func(f *backendtest.Faulty) { f.FailPutAfter(3, 1, nil) }, want: inj},
-		{name: "2nd put chunk fails", opts: serial, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpPut, 2, nil) }, want: inj},
-		{name: "2nd put chunk fails part-way, concurrent chunks", opts: small, fault: func(f *backendtest.Faulty) { f.FailPutAfter(2, 3, nil) }, want: inj},
-		{name: "last put chunk fails", opts: serial, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpPut, 3, nil) }, want: inj},
-		{name: "2nd publish fails", alloc: true, opts: serial, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpPublish, 2, nil) }, want: inj},
-		{name: "2nd publish fails, concurrent chunks", alloc: true, opts: small, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpPublish, 2, nil) }, want: inj},
-		{name: "single publish fails", alloc: true, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpPublish, 1, nil) }, want: inj},
-		{name: "2nd allocate fails", alloc: true, opts: serial, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpAllocate, 2, nil) }, want: inj},
-		{name: "publish leaves part visible and fails", alloc: true, opts: serial, hook: func(func()) hookFunc {
-			// An engine breaking the Staged contract: the client still cleans up.
+		{name: "write fails after 5 cells", fault: func(f *backendtest.Faulty) { f.FailWriteAfter(1, 5, nil) }, want: inj},
+		{name: "write fails after 9 cells, chunked", opts: serial, fault: func(f *backendtest.Faulty) { f.FailWriteAfter(3, 1, nil) }, want: inj},
+		{name: "2nd write chunk fails", opts: serial, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpWrite, 2, nil) }, want: inj},
+		{name: "2nd write chunk fails part-way, concurrent chunks", opts: small, fault: func(f *backendtest.Faulty) { f.FailWriteAfter(2, 3, nil) }, want: inj},
+		{name: "last write chunk fails", opts: serial, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpWrite, 3, nil) }, want: inj},
+		{name: "write of staged cells fails", alloc: true, opts: serial, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpWrite, 3, nil) }, want: inj},
+		{name: "write of staged cells fails part-way, concurrent chunks", alloc: true, opts: small, fault: func(f *backendtest.Faulty) { f.FailWriteAfter(3, 1, nil) }, want: inj},
+		{name: "single write fails, stager", alloc: true, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpWrite, 1, nil) }, want: inj},
+		{name: "stage fails", alloc: true, opts: serial, fault: func(f *backendtest.Faulty) { f.FailNth(backendtest.OpStage, 1, nil) }, want: inj},
+		{name: "write publishes part of its staged cells and fails", alloc: true, opts: serial, hook: func(func()) hookFunc {
 			return func(_ context.Context, op string, n int, keys []string) (int, error) {
-				if op == "publish" && n == 2 {
-					return 2, errInjected
+				if op == "put" && n == 3 {
+					return 1, errInjected
 				}
 				return len(keys), nil
 			}
 		}, want: errInjected},
 		{name: "prepare fails", meta: func(m *metaSpy, _ func()) { m.prepareErr = errInjected }, want: errInjected},
 		{name: "commit fails", meta: func(m *metaSpy, _ func()) { m.commitErr = errInjected }, want: errInjected},
-		{name: "commit fails, allocator", alloc: true, opts: small, meta: func(m *metaSpy, _ func()) { m.commitErr = errInjected }, want: errInjected},
-		{name: "context cancelled at 2nd put chunk", opts: serial, hook: cancelAt("put", 2), want: context.Canceled},
-		{name: "context cancelled at 2nd put chunk, concurrent", opts: small, hook: cancelAt("put", 2), want: context.Canceled},
-		{name: "context cancelled at 2nd publish", alloc: true, opts: serial, hook: cancelAt("publish", 2), want: context.Canceled},
+		{name: "commit fails, stager", alloc: true, opts: small, meta: func(m *metaSpy, _ func()) { m.commitErr = errInjected }, want: errInjected},
+		{name: "context cancelled at 2nd write chunk", opts: serial, hook: cancelAt("put", 2), want: context.Canceled},
+		{name: "context cancelled at 2nd write chunk, concurrent", opts: small, hook: cancelAt("put", 2), want: context.Canceled},
+		{name: "context cancelled at the write of staged cells", alloc: true, opts: serial, hook: cancelAt("put", 3), want: context.Canceled},
 		{name: "context cancelled after the data, before commit", meta: func(m *metaSpy, cancel func()) { m.beforeCommit = cancel }, want: context.Canceled},
-	}
-	// Each case without an allocator also runs on an engine with PutSplit:
-	// the tensor column goes unpacked, the values column packed.
-	for _, tc := range cases {
-		if !tc.alloc {
-			split := tc
-			split.name += ", split"
-			split.split = true
-			cases = append(cases, split)
-		}
+		{name: "context cancelled after the data, before commit, stager", alloc: true, meta: func(m *metaSpy, cancel func()) { m.beforeCommit = cancel }, want: context.Canceled},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,11 +88,7 @@ func TestFailedPutLeavesNoTrace(t *testing.T) {
 			s := newSpy(hook)
 			ms := newMetaSpy()
 			f := new(backendtest.Faulty)
-			b := s.backend(tc.alloc)
-			if tc.split {
-				b = splitSpy{s}
-			}
-			c := newClient(t, backendtest.Wrap(b, f), ms, tc.opts...)
+			c := engClient(t, backendtest.Wrap(backends.Engine{Data: s.backend(tc.alloc), Meta: ms}, f), tc.opts...)
 
 			// Two existing rows with x and a tag.
 			old := []string{"old0", "old1"}
@@ -133,10 +120,9 @@ func TestFailedPutLeavesNoTrace(t *testing.T) {
 			if s.totalCalls() == 0 && ms.prepareErr == nil && tc.fault == nil {
 				t.Fatal("the fault was never reached: no backend call")
 			}
-			// Every staged chunk is published or discarded, never both.
-			allocs, pubs, discards := s.count("allocate"), f.Calls(backendtest.OpPublish), f.Calls(backendtest.OpDiscard)
-			if published := s.count("published"); allocs > 0 && discards != allocs-published {
-				t.Fatalf("%d chunks staged, %d publish calls (%d succeeded), %d discards: want a discard for each chunk not published", allocs, pubs, published, discards)
+			// Cells staged for a put that failed are unstaged, once.
+			if stages, unstages := s.count("allocate"), f.Calls(backendtest.OpUnstage); stages > 1 || unstages != stages {
+				t.Fatalf("%d Stage calls, %d Unstage calls after the failed put: want one Unstage for the one Stage", stages, unstages)
 			}
 
 			bg := context.Background()

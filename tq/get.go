@@ -146,7 +146,7 @@ func sameCell(a, b []*backends.Row, err error) bool {
 // looked up without a request; on Redis, a client holding a current copy
 // of the partition's metadata (it read or wrote the partition before)
 // reads in one round trip, the copy confirmed current in the request that
-// reads the cells (backends.ConfirmingReader, on the engine's own
+// reads the cells (backends.Colocated.ReadRows, on the engine's own
 // connections to a standalone server), and otherwise looks the rows up
 // first.
 func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (_ Batch, err error) {

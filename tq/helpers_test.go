@@ -21,7 +21,7 @@ var errInjected = errors.New("test: injected fault")
 
 // call is one backend call the spy saw.
 type call struct {
-	op   string // "put", "get", "delete", "allocate", "publish"
+	op   string // "put" (Store.Write), "get" (Store.Read), "delete", "allocate" (Stager.Stage)
 	keys []string
 }
 
@@ -29,10 +29,12 @@ type call struct {
 // its keys reach the store (a prefix), and the error the call returns.
 type hookFunc func(ctx context.Context, op string, n int, keys []string) (allow int, err error)
 
-// spy wraps a memory store: it records every call and its keys, and lets a
-// hook fail calls, write only part of a Put, or cancel a context. As
-// newSpy(..).backend(true) it also passes the store's Allocator through, so
-// the client takes its zero-copy path.
+// spy wraps a memory store as a backends.Store: it records every call and
+// its keys, and lets a hook fail calls, write only part of a Write, or
+// cancel a context. A Write is the op "put" (it publishes staged cells
+// too), a Read "get", a Delete "delete". As newSpy(..).backend(true) it
+// also passes the store's Stager through (Stage is the op "allocate"), so
+// the client encodes its packed cells into the store's memory.
 type spy struct {
 	inner *memory.Store
 	hook  hookFunc // set before use, read-only afterwards
@@ -47,16 +49,16 @@ func newSpy(hook hookFunc) *spy {
 	return &spy{inner: memory.New(), hook: hook, counts: map[string]int{}, written: map[string]struct{}{}}
 }
 
-// allocSpy is a spy that is also a backends.Allocator.
+// allocSpy is a spy that is also a backends.Stager.
 type allocSpy struct{ *spy }
 
 var (
-	_ backends.Backend   = (*spy)(nil)
-	_ backends.Allocator = allocSpy{}
+	_ backends.Store  = (*spy)(nil)
+	_ backends.Stager = allocSpy{}
 )
 
-// backend returns the spy as a plain Backend, or as an Allocator too.
-func (s *spy) backend(alloc bool) backends.Backend {
+// backend returns the spy as a plain Store, or as a Stager too.
+func (s *spy) backend(alloc bool) backends.Store {
 	if alloc {
 		return allocSpy{s}
 	}
@@ -84,25 +86,38 @@ func (s *spy) noteWritten(keys []string) {
 	s.mu.Unlock()
 }
 
-func (s *spy) Put(ctx context.Context, keys []string, values [][]byte) error {
+func cellKeys(cells []backends.Cell) []string {
+	keys := make([]string, len(cells))
+	for i := range cells {
+		keys[i] = cells[i].Key
+	}
+	return keys
+}
+
+func (s *spy) Write(ctx context.Context, cells []backends.Cell) error {
+	keys := cellKeys(cells)
 	allow, err := s.enter(ctx, "put", keys)
 	s.noteWritten(keys[:allow])
-	if perr := s.inner.Put(ctx, keys[:allow], values[:allow]); perr != nil {
-		return perr
+	if werr := s.inner.Write(ctx, cells[:allow]); werr != nil {
+		return werr
 	}
 	return err
 }
 
-func (s *spy) Get(ctx context.Context, keys []string) ([][]byte, error) {
-	if _, err := s.enter(ctx, "get", keys); err != nil {
-		return nil, err
+func (s *spy) Read(ctx context.Context, cells []backends.ReadCell) error {
+	keys := make([]string, len(cells))
+	for i := range cells {
+		keys[i] = cells[i].Key
 	}
-	return s.inner.Get(ctx, keys)
+	if _, err := s.enter(ctx, "get", keys); err != nil {
+		return err
+	}
+	return s.inner.Read(ctx, cells)
 }
 
-func (s *spy) Delete(ctx context.Context, keys []string) error {
-	allow, err := s.enter(ctx, "delete", keys)
-	if derr := s.inner.Delete(ctx, keys[:allow]); derr != nil {
+func (s *spy) Delete(ctx context.Context, cells []backends.Cell) error {
+	allow, err := s.enter(ctx, "delete", cellKeys(cells))
+	if derr := s.inner.Delete(ctx, cells[:allow]); derr != nil {
 		return derr
 	}
 	return err
@@ -110,66 +125,18 @@ func (s *spy) Delete(ctx context.Context, keys []string) error {
 
 func (s *spy) Close() error { return nil }
 
-// splitMem is the memory engine with a SplitReader that copies from Get,
-// so that BatchGet takes its read-into-the-column path as the Redis engine
-// does (the memory engine has none: its Get is already zero-copy).
-type splitMem struct{ *memory.Store }
-
-func (m splitMem) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	return backends.GetSplitFromGet(ctx, m.Store, keys, dst)
+func (a allocSpy) Stage(ctx context.Context, cells []backends.Cell, sizes []int) error {
+	if _, err := a.enter(ctx, "allocate", cellKeys(cells)); err != nil {
+		return err
+	}
+	return a.inner.Stage(ctx, cells, sizes)
 }
 
-// splitSpy is the spy with PutSplit, so tensor cells skip packing; the
-// hook sees it as a put.
-type splitSpy struct{ *spy }
-
-func (s splitSpy) PutSplit(ctx context.Context, keys []string, heads, bodies [][]byte) error {
-	allow, err := s.enter(ctx, "put", keys)
-	s.noteWritten(keys[:allow])
-	if perr := s.inner.PutSplit(ctx, keys[:allow], heads[:allow], bodies[:allow]); perr != nil {
-		return perr
-	}
-	return err
-}
-
-func (a allocSpy) Allocate(ctx context.Context, keys []string, sizes []int) (backends.Staged, error) {
-	if _, err := a.enter(ctx, "allocate", keys); err != nil {
-		return nil, err
-	}
-	st, err := a.inner.Allocate(ctx, keys, sizes)
-	if err != nil {
-		return nil, err
-	}
-	return &spyStaged{Staged: st, s: a.spy, keys: slices.Clone(keys)}, nil
-}
-
-// spyStaged records Publish; a hook that allows only some keys makes a
-// Publish that leaves those keys visible and fails (an engine breaking the
-// Staged contract, which the client must survive as well).
-type spyStaged struct {
-	backends.Staged
-	s    *spy
-	keys []string
-}
-
-func (st *spyStaged) Publish(ctx context.Context) error {
-	allow, err := st.s.enter(ctx, "publish", st.keys)
-	if err == nil {
-		st.s.noteWritten(st.keys)
-		if err := st.Staged.Publish(ctx); err != nil {
-			return err
-		}
-		st.s.mu.Lock()
-		st.s.counts["published"]++ // publishes that succeeded
-		st.s.mu.Unlock()
-		return nil
-	}
-	if allow > 0 {
-		bufs := st.Buffers()
-		st.s.noteWritten(st.keys[:allow])
-		_ = st.s.inner.Put(context.Background(), st.keys[:allow], bufs[:allow])
-	}
-	return err
+func (a allocSpy) Unstage(cells []backends.Cell) {
+	a.mu.Lock()
+	a.counts["unstage"]++
+	a.mu.Unlock()
+	a.inner.Unstage(cells)
 }
 
 // count returns how many calls of op the spy saw.
@@ -215,13 +182,16 @@ func (s *spy) live(t testing.TB) []string {
 		keys = append(keys, k)
 	}
 	s.mu.Unlock()
-	vals, err := s.inner.Get(context.Background(), keys)
-	if err != nil {
+	cells := make([]backends.ReadCell, len(keys))
+	for i, k := range keys {
+		cells[i].Key = k
+	}
+	if err := s.inner.Read(context.Background(), cells); err != nil {
 		t.Fatal(err)
 	}
 	var out []string
-	for i, v := range vals {
-		if v != nil {
+	for i := range cells {
+		if cells[i].Found {
 			out = append(out, keys[i])
 		}
 	}
@@ -269,10 +239,11 @@ func (m *metaSpy) Commit(ctx context.Context, partition string, updates []backen
 	return res, err
 }
 
-// newClient is tq.New with the client closed at cleanup.
-func newClient(t testing.TB, data backends.Backend, meta backends.MetaStore, opts ...tq.Option) *tq.Client {
+// newClient is tq.New over data and meta (a Local engine when meta is nil)
+// with the client closed at cleanup.
+func newClient(t testing.TB, data backends.Store, meta backends.MetaStore, opts ...tq.Option) *tq.Client {
 	t.Helper()
-	c, err := tq.New(data, meta, opts...)
+	c, err := tq.New(backends.Engine{Data: data, Meta: meta, Local: meta == nil}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,4 +337,88 @@ func intShape(s []int64) []int {
 		out[i] = int(d)
 	}
 	return out
+}
+
+// engClient is tq.New over eng with the client closed at cleanup.
+func engClient(t testing.TB, eng backends.Engine, opts ...tq.Option) *tq.Client {
+	t.Helper()
+	c, err := tq.New(eng, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// local is a Local engine over data (an in-process metadata store).
+func local(data backends.Store) backends.Engine {
+	return backends.Engine{Data: data, Local: true}
+}
+
+// putRaw writes values under keys as they are, past the client.
+func putRaw(ctx context.Context, st backends.Store, keys []string, values [][]byte) error {
+	cells := make([]backends.Cell, len(keys))
+	for i, k := range keys {
+		cells[i] = backends.Cell{Key: k, Body: values[i]}
+	}
+	return st.Write(ctx, cells)
+}
+
+// getRaw reads keys whole (nil for a missing one), past the client.
+func getRaw(ctx context.Context, st backends.Store, keys []string) ([][]byte, error) {
+	cells := make([]backends.ReadCell, len(keys))
+	for i, k := range keys {
+		cells[i].Key = k
+	}
+	if err := st.Read(ctx, cells); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(keys))
+	for i := range cells {
+		if cells[i].Found {
+			out[i] = cells[i].Value
+			if out[i] == nil {
+				out[i] = []byte{}
+			}
+		}
+	}
+	return out, nil
+}
+
+// delRaw deletes keys (untagged cells), past the client.
+func delRaw(ctx context.Context, st backends.Store, keys []string) error {
+	cells := make([]backends.Cell, len(keys))
+	for i, k := range keys {
+		cells[i].Key = k
+	}
+	return st.Delete(ctx, cells)
+}
+
+// wholeReader is a store whose Read answers the cells pick chooses whole,
+// in Value, leaving their destinations alone (as an engine does for a
+// value of another length), counting calls.
+type wholeReader struct {
+	backends.Store
+	calls *atomic.Int32
+	pick  func(call, i int) bool
+}
+
+func (s wholeReader) Read(ctx context.Context, cells []backends.ReadCell) error {
+	call := int(s.calls.Add(1))
+	type dst struct {
+		i          int
+		head, body []byte
+	}
+	var whole []dst
+	for i := range cells {
+		if s.pick(call, i) {
+			whole = append(whole, dst{i, cells[i].Head, cells[i].Body})
+			cells[i].Head, cells[i].Body = nil, nil // no destination: read whole
+		}
+	}
+	err := s.Store.Read(ctx, cells)
+	for _, d := range whole {
+		cells[d.i].Head, cells[d.i].Body = d.head, d.body
+	}
+	return err
 }

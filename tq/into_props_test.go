@@ -18,8 +18,8 @@ import (
 func TestIntoKeepsStore(t *testing.T) {
 	for _, eng := range []struct {
 		name string
-		data backends.Backend
-	}{{"memory", memory.New()}, {"split reader", splitMem{memory.New()}}, {"spy", newSpy(nil)}, {"alloc spy", newSpy(nil).backend(true)}} {
+		data backends.Store
+	}{{"memory", memory.New()}, {"spy", newSpy(nil)}, {"alloc spy", newSpy(nil).backend(true)}} {
 		t.Run(eng.name, func(t *testing.T) {
 			c := newClient(t, eng.data, nil)
 			for _, n := range []int{1, 3, 40} {
@@ -34,36 +34,15 @@ func TestIntoKeepsStore(t *testing.T) {
 	}
 }
 
-// otherSplit is a split reader that answers some cells in Other (as an
-// engine does for a value of another length), counting calls.
-type otherSplit struct {
-	splitMem
-	calls *atomic.Int32
-	other func(call int, i int) bool
-}
-
-func (s otherSplit) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	call := int(s.calls.Add(1))
-	if err := s.splitMem.GetSplit(ctx, keys, dst); err != nil {
-		return err
-	}
-	vals, _ := s.Store.Get(ctx, keys)
-	for i := range dst {
-		if s.other(call, i) && vals[i] != nil {
-			dst[i].Other = vals[i]
-		}
-	}
-	return nil
-}
-
-// Cells answered in Other are decoded and copied into the reused column.
+// Cells answered whole, in Value, are decoded and copied into the reused
+// column.
 func TestIntoOtherCells(t *testing.T) {
 	var calls atomic.Int32
 	st := memory.New()
-	c := newClient(t, otherSplit{splitMem{st}, &calls, func(_, i int) bool { return i%2 == 1 }}, nil)
+	c := newClient(t, wholeReader{st, &calls, func(_, i int) bool { return i%2 == 1 }}, nil)
 	readStepsInto(t, c, "q", 9, 4, nil)
 	if calls.Load() == 0 {
-		t.Fatal("the reads did not go through the split reader that answers cells whole")
+		t.Fatal("the reads did not go through the store that answers cells whole")
 	}
 }
 
@@ -72,7 +51,7 @@ func TestIntoOtherCells(t *testing.T) {
 func TestIntoCorruptField(t *testing.T) {
 	ctx := t.Context()
 	st := memory.New()
-	c := newClient(t, splitMem{st}, nil)
+	c := newClient(t, st, nil)
 	const n = 5
 	keys := keysN("k", n)
 	mustPut(t, c, "a", keys, stepBatch(1, n), nil)
@@ -86,7 +65,7 @@ func TestIntoCorruptField(t *testing.T) {
 	// where the metadata says a scalar).
 	y3, _ := codec.FromSlice([]int64{203}, 1)
 	enc, _ := codec.Encode(y3)
-	if err := st.Put(ctx, []string{backends.StorageKey(m.Rows[3].Index, "y", 0)}, [][]byte{enc}); err != nil {
+	if err := putRaw(ctx, st, []string{backends.StorageKey(m.Rows[3].Index, "y", 0)}, [][]byte{enc}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.BatchGetInto(ctx, "b", keys, prev)
@@ -102,7 +81,7 @@ func TestIntoCorruptField(t *testing.T) {
 func TestIntoConcurrent(t *testing.T) {
 	ctx := context.Background()
 	st := memory.New()
-	c := newClient(t, splitMem{st}, nil)
+	c := newClient(t, st, nil)
 	const n = 16
 	keys := keysN("k", n)
 	for step := range 4 {
@@ -140,7 +119,7 @@ func TestIntoConcurrent(t *testing.T) {
 // arena outside the columns taken are untouched.
 func TestIntoRandom(t *testing.T) {
 	ctx := t.Context()
-	for _, eng := range []backends.Backend{memory.New(), splitMem{memory.New()}} {
+	for _, eng := range []backends.Store{memory.New(), newSpy(nil).backend(true)} {
 		c := newClient(t, eng, nil)
 		const n = 6
 		keys := keysN("k", n)

@@ -2,6 +2,7 @@ package tq_test
 
 import (
 	"slices"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -68,13 +69,14 @@ func checkStep(t *testing.T, b tq.Batch, step, n int) {
 }
 
 // Each step's read lands in the memory of the step before's stacked
-// columns, on an engine that reads into caller memory and on one that
-// does not; fields that are not stacked are read as usual.
+// columns, on an engine that reads into the destinations and on one that
+// answers every other cell whole; fields that are not stacked are read as
+// usual.
 func TestBatchGetIntoReusesColumns(t *testing.T) {
 	for _, eng := range []struct {
 		name string
-		data backends.Backend
-	}{{"memory", memory.New()}, {"split reader", splitMem{memory.New()}}} {
+		data backends.Store
+	}{{"memory", memory.New()}, {"answers whole", wholeReader{memory.New(), new(atomic.Int32), func(_, i int) bool { return i%2 == 1 }}}} {
 		t.Run(eng.name, func(t *testing.T) {
 			c := newClient(t, eng.data, nil)
 			var xAt, yAt *byte
@@ -93,7 +95,7 @@ func TestBatchGetIntoReusesColumns(t *testing.T) {
 // column's length, and never for two columns that share bytes.
 func TestBatchGetIntoTakesOnlyWhatIsSafe(t *testing.T) {
 	ctx := t.Context()
-	c := newClient(t, splitMem{memory.New()}, nil)
+	c := newClient(t, memory.New(), nil)
 	const n = 8
 	keys := keysN("k", n)
 	mustPut(t, c, "p", keys, stepBatch(1, n), nil)

@@ -57,18 +57,17 @@ func TestCommitNotAppliedRollsBack(t *testing.T) {
 	}
 }
 
-// slowPublishClient is a client (closed by the test itself) over the
+// slowWriteClient is a client (closed by the test itself) over the
 // memory engine whose writes take delay: a put stays in flight that long.
-func slowPublishClient(t *testing.T, delay time.Duration) (*tq.Client, *backendtest.Faulty, *memory.Store) {
+func slowWriteClient(t *testing.T, delay time.Duration) (*tq.Client, *backendtest.Faulty, *memory.Store) {
 	t.Helper()
 	f := &backendtest.Faulty{}
 	st := memory.New()
-	c, err := tq.New(backendtest.Wrap(st, f), nil)
+	c, err := tq.New(backendtest.Wrap(local(st), f))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.SetDelay(backendtest.OpPublish, delay)
-	f.SetDelay(backendtest.OpPut, delay)
+	f.SetDelay(backendtest.OpWrite, delay)
 	return c, f, st
 }
 
@@ -76,7 +75,7 @@ func slowPublishClient(t *testing.T, delay time.Duration) (*tq.Client, *backendt
 // only calls that start after Close began see ErrClosed.
 func TestCloseWaitsForCallsInFlight(t *testing.T) {
 	ctx := context.Background()
-	c, f, st := slowPublishClient(t, 100*time.Millisecond)
+	c, f, st := slowWriteClient(t, 100*time.Millisecond)
 	keys := keysN("k", 8)
 	var wg sync.WaitGroup
 	var putErr error
@@ -85,14 +84,14 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 		defer wg.Done()
 		putErr = c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](0, 8))}, nil)
 	}()
-	for f.Calls(backendtest.OpPublish) == 0 && f.Calls(backendtest.OpPut) == 0 {
+	for f.Calls(backendtest.OpWrite) == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// Checked before waiting for the goroutine: Close itself must have
-	// waited for the delayed publish.
+	// waited for the delayed write.
 	if n := st.Len(); n != 8 {
 		t.Fatalf("Close returned with %d of the put's 8 cells stored", n)
 	}
@@ -112,11 +111,11 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 // once the first has finished: either return means the client is done.
 func TestSecondCloseWaitsForTheFirst(t *testing.T) {
 	ctx := context.Background()
-	c, f, st := slowPublishClient(t, 200*time.Millisecond)
+	c, f, st := slowWriteClient(t, 200*time.Millisecond)
 	keys := keysN("k", 8)
 	putDone := make(chan error, 1)
 	go func() { putDone <- c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.Stacked(seq[int64](0, 8))}, nil) }()
-	for f.Calls(backendtest.OpPublish) == 0 && f.Calls(backendtest.OpPut) == 0 {
+	for f.Calls(backendtest.OpWrite) == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	go func() { _ = c.Close() }()

@@ -35,13 +35,13 @@ type readPlan struct {
 
 	rows    []*backends.Row // what plan was last called with
 	plans   []stackPlan
-	others  []string              // fields read whole
-	skeys   []string              // the plans' cells, then the whole ones
-	tags    []string              // the engine's tag of each cell, by skeys
-	whole   []int                 // expected size of each cell read whole, after the plans'
-	n       int                   // rows
-	cells   []backends.ReadCell   // per plan, per row, then the whole cells; nil until allocate
-	scratch *splitScratch         // cells and their heads, back to the pool by release
+	others  []string            // fields read whole
+	skeys   []string            // the plans' cells, then the whole ones
+	tags    []string            // the engine's tag of each cell, by skeys
+	whole   []int               // expected size of each cell read whole, after the plans'
+	n       int                 // rows
+	cells   []backends.ReadCell // per plan, per row, then the whole cells; nil until allocate
+	scratch *splitScratch       // cells and their heads, back to the pool by release
 }
 
 // plan is the callback of the read (backends.Colocated.ReadRows): it

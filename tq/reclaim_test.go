@@ -15,7 +15,7 @@ import (
 )
 
 // reclaimEngine is a client over a memory store wrapped in a Faulty and
-// the memory MetaStore itself (a Reclaimer), with both at hand.
+// the memory MetaStore itself, with both at hand.
 type reclaimEngine struct {
 	c      *tq.Client
 	data   *memory.Store
@@ -27,7 +27,7 @@ func newReclaimEngine(t *testing.T, opts ...tq.Option) *reclaimEngine {
 	t.Helper()
 	e := &reclaimEngine{data: memory.New(), meta: memory.NewMetaStore(), faults: new(backendtest.Faulty)}
 	t.Cleanup(func() { _ = e.data.Close(); _ = e.meta.Close() })
-	e.c = newClient(t, backendtest.Wrap(e.data, e.faults), e.meta, opts...)
+	e.c = newClient(t, backendtest.Wrap(local(e.data), e.faults).Data, e.meta, opts...)
 	return e
 }
 
@@ -57,7 +57,7 @@ func (e *reclaimEngine) wantOnlyListed(t *testing.T, partitions ...string) {
 			}
 		}
 	}
-	vals, err := e.data.Get(ctx, keys)
+	vals, err := getRaw(ctx, e.data, keys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestReclaimFailedRollback(t *testing.T) {
 	e := newReclaimEngine(t)
 	keys := keysN("k", 4)
 	mustPut(t, e.c, "p", keys, tq.Batch{"x": ints(4, 1)}, nil)
-	e.faults.FailPutAfter(1, 2, nil) // two cells written, then the put fails
+	e.faults.FailWriteAfter(1, 2, nil) // two cells written, then the put fails
 	e.faults.FailAll(backendtest.OpDelete, nil)
 	if err := e.c.BatchPut(ctx, "p", keys, tq.Batch{"x": ints(4, 2)}, nil); !errors.Is(err, backendtest.ErrInjected) {
 		t.Fatalf("BatchPut: %v, want the injected error", err)
@@ -135,7 +135,7 @@ func TestReclaimAbandonedPut(t *testing.T) {
 			cells = append(cells, backends.StorageKey(r.Index, f, g))
 		}
 	}
-	if err := e.data.Put(ctx, cells, make([][]byte, len(cells))); err != nil {
+	if err := putRaw(ctx, e.data, cells, make([][]byte, len(cells))); err != nil {
 		t.Fatal(err)
 	}
 	if rep := e.reclaim(t, "p", time.Hour); rep != (tq.ReclaimReport{}) {
@@ -222,7 +222,7 @@ func TestCleanupReportsDeletes(t *testing.T) {
 	for i := range 5 {
 		mustPut(t, e.c, "p", keys, tq.Batch{"x": ints(8, int64(i)), "s": tq.ValuesOf(keys)}, nil)
 	}
-	e.faults.FailPutAfter(1, 3, nil)
+	e.faults.FailWriteAfter(1, 3, nil)
 	if err := e.c.BatchPut(ctx, "p", keys, tq.Batch{"x": ints(8, 9)}, nil); err == nil {
 		t.Fatal("BatchPut with a failing write succeeded")
 	}
@@ -249,11 +249,11 @@ func TestClearPartitionDuringPut(t *testing.T) {
 	e := newReclaimEngine(t)
 	keys := keysN("k", 4)
 	mustPut(t, e.c, "p", keys, tq.Batch{"x": ints(4, 1)}, nil)
-	e.faults.SetDelay(backendtest.OpPut, 100*time.Millisecond)
+	e.faults.SetDelay(backendtest.OpWrite, 100*time.Millisecond)
 	e.faults.ResetCounts()
 	done := make(chan error, 1)
 	go func() { done <- e.c.BatchPut(ctx, "p", keys, tq.Batch{"x": ints(4, 2)}, nil) }()
-	for e.faults.Calls(backendtest.OpPut) == 0 { // reserved, now writing
+	for e.faults.Calls(backendtest.OpWrite) == 0 { // reserved, now writing
 		time.Sleep(time.Millisecond)
 	}
 	if err := e.c.ClearPartition(ctx, "p"); err != nil {
@@ -279,15 +279,6 @@ func TestReclaimErrors(t *testing.T) {
 	}
 	if rep := e.reclaim(t, "unknown", 0); rep != (tq.ReclaimReport{}) {
 		t.Errorf("Reclaim of an unknown partition: %+v", rep)
-	}
-	// A store that tracks no garbage: here the memory one behind a
-	// wrapper that does not pass Reclaimer through.
-	spy := newMetaSpy()
-	c := newClient(t, memory.New(), spy)
-	mustPut(t, c, "p", []string{"k"}, tq.Batch{"x": ints(1, 1)}, nil)
-	_, err := c.Reclaim(ctx, "p", 0)
-	if !errors.Is(err, tq.ErrUnsupported) || !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("Reclaim without a Reclaimer: %v, want ErrUnsupported", err)
 	}
 	if err := e.c.Close(); err != nil {
 		t.Fatal(err)
@@ -381,22 +372,22 @@ func TestReclaimTakesStalledPut(t *testing.T) {
 	keys := keysN("k", 4)
 	mustPut(t, e.c, "p", keys, tq.Batch{"x": ints(4, 1), "s": tq.ValuesOf(keys)}, nil)
 	e.faults.ResetCounts()
-	e.faults.SetDelay(backendtest.OpPut, 100*time.Millisecond) // per chunk of 2 tensor cells
+	e.faults.SetDelay(backendtest.OpWrite, 100*time.Millisecond) // per chunk of 2 tensor cells
 	done := make(chan error, 1)
 	go func() { done <- e.c.BatchPut(ctx, "p", keys, tq.Batch{"x": ints(4, 2), "s": tq.ValuesOf(keys)}, nil) }()
-	for e.faults.Calls(backendtest.OpPut) == 0 { // reserved, the first chunk stalled
+	for e.faults.Calls(backendtest.OpWrite) == 0 { // reserved, the first chunk stalled
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond)
 	if rep := e.reclaim(t, "p", 10*time.Millisecond); rep != (tq.ReclaimReport{Deleted: 8}) {
 		t.Errorf("Reclaim(10ms) of a put reserved 20ms ago: %+v, want its 8 cells deleted", rep)
 	}
-	atReclaim := e.faults.Calls(backendtest.OpPut)
+	atReclaim := e.faults.Calls(backendtest.OpWrite)
 	if err := <-done; !errors.Is(err, tq.ErrConflict) {
 		t.Fatalf("put taken by Reclaim: %v, want ErrConflict", err)
 	}
 	e.faults.Clear()
-	if n := e.faults.Calls(backendtest.OpPut); n <= atReclaim {
+	if n := e.faults.Calls(backendtest.OpWrite); n <= atReclaim {
 		t.Fatalf("the put made %d writes, %d of them before Reclaim: none after it, so this tests nothing", n, atReclaim)
 	}
 	e.wantOnlyListed(t, "p")

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/codec"
 	"github.com/tqgo/tqgo/tq"
@@ -647,20 +646,25 @@ func TestMetaDoesNotAliasCallerShape(t *testing.T) {
 
 // TestPackPaths: small cells are packed on the calling goroutine; large
 // ones go to the pool once a batch holds enough of them; the data round-
-// trips either way. Which path ran is read from PackStats, not timed. The
-// engine is the memory one without PutSplit, which would take tensor cells
-// unpacked.
+// trips either way. Which path ran is read from PackStats, not timed.
 func TestPackPaths(t *testing.T) {
 	const rows, per = 4, 64 << 10 // 4 rows of 64 Ki float32: 256 KiB each
 	big := seq[float32](0, rows*per)
 	keys := keysN("k", rows)
-	batch := tq.Batch{"big": tq.Stacked(big, rows, per), "small": tq.ValuesOf([]int{1, 2, 3, 4})}
+	// Tensor columns are never packed: the large cells are tensors in a
+	// values column, which the codec packs.
+	bigRows := make([]any, rows)
+	for i := range bigRows {
+		x, err := codec.FromSlice(big[i*per:(i+1)*per], per)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bigRows[i] = x
+	}
+	batch := tq.Batch{"big": tq.Values(bigRows), "small": tq.ValuesOf([]int{1, 2, 3, 4})}
 	memClient := func(t *testing.T, opts ...tq.Option) (*tq.Client, *memory.Store) {
 		st := memory.New()
-		return newClient(t, struct {
-			backends.Backend
-			backends.Allocator
-		}{st, st}, nil, opts...), st
+		return newClient(t, st, nil, opts...), st
 	}
 
 	c, _ := memClient(t)

@@ -41,7 +41,7 @@ func alternativeEncoding(vals []float32) []byte {
 func TestStackedReadOtherEncodings(t *testing.T) {
 	ctx := t.Context()
 	st := memory.New()
-	c := newClient(t, splitMem{st}, nil)
+	c := newClient(t, st, nil)
 	keys := []string{"a", "b", "c"}
 	rows := [][]float32{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}
 	if err := c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.JaggedOf(rows)}, nil); err != nil {
@@ -59,7 +59,7 @@ func TestStackedReadOtherEncodings(t *testing.T) {
 	if _, err := codec.Decode(alt); err != nil {
 		t.Fatalf("the alternative encoding does not decode: %v", err)
 	}
-	if err := st.Put(ctx, cellKey(1), [][]byte{alt}); err != nil {
+	if err := putRaw(ctx, st, cellKey(1), [][]byte{alt}); err != nil {
 		t.Fatal(err)
 	}
 	x := stackedOf(t, mustGet(t, c, "p", keys, "x")["x"])
@@ -78,7 +78,7 @@ func TestStackedReadOtherEncodings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Put(ctx, cellKey(2), [][]byte{other}); err != nil {
+	if err := putRaw(ctx, st, cellKey(2), [][]byte{other}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.BatchGet(ctx, "p", keys, "x")
@@ -93,7 +93,7 @@ func TestStackedReadOtherEncodings(t *testing.T) {
 	for i := range junk {
 		junk[i] = 0xee
 	}
-	if err := st.Put(ctx, cellKey(0), [][]byte{junk}); err != nil {
+	if err := putRaw(ctx, st, cellKey(0), [][]byte{junk}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.BatchGet(ctx, "p", keys, "x")
@@ -102,26 +102,25 @@ func TestStackedReadOtherEncodings(t *testing.T) {
 	}
 }
 
-// slowSplit reads into caller memory after a pause, so that the general
-// read of the other fields finishes (or fails) first.
-type slowSplit struct{ splitMem }
+// slowRead reads after a pause.
+type slowRead struct{ *memory.Store }
 
-func (s slowSplit) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
+func (s slowRead) Read(ctx context.Context, cells []backends.ReadCell) error {
 	select {
 	case <-time.After(20 * time.Millisecond):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return s.splitMem.GetSplit(ctx, keys, dst)
+	return s.Store.Read(ctx, cells)
 }
 
 // TestMixedReadErrors: when the fields that stack and the others are read
 // at once, the others' ErrNotReady or missing cell is what BatchGet
-// reports (and retries on), not the cancellation it causes.
+// reports (and retries on), not a cancellation or the stacked read.
 func TestMixedReadErrors(t *testing.T) {
 	ctx := t.Context()
 	st := memory.New()
-	c := newClient(t, slowSplit{splitMem{st}}, nil)
+	c := newClient(t, slowRead{st}, nil)
 	keys := []string{"a", "b"}
 	if err := c.BatchPut(ctx, "p", keys, tq.Batch{"x": tq.JaggedOf([][]float32{{1, 2}, {3, 4}})}, nil); err != nil {
 		t.Fatal(err)
@@ -141,7 +140,7 @@ func TestMixedReadErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Delete(ctx, []string{backends.StorageKey(m.Rows[1].Index, "y", 0)}); err != nil {
+	if err := delRaw(ctx, st, []string{backends.StorageKey(m.Rows[1].Index, "y", 0)}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.BatchGet(ctx, "p", keys, "x", "y")

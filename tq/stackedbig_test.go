@@ -19,13 +19,13 @@ import (
 // pattern is left for the allocator to hand back, so that a row not
 // written would show it.
 //
-// The second engine drops Head and Body of a value of another length, as
-// backends.SplitReader allows ("undefined"): the decoded cell must still
-// land in its row of the column.
+// The second engine also clears Head and Body of a cell it answers in
+// Value (a value of another length): the decoded cell must still land in
+// its row of the column.
 func TestLargeStackedReadWritesEveryRow(t *testing.T) {
 	t.Run("reads into the rows", func(t *testing.T) {
 		st := memory.New()
-		testLargeStackedRead(t, st, splitMem{st})
+		testLargeStackedRead(t, st, st)
 	})
 	t.Run("drops the rows of other lengths", func(t *testing.T) {
 		st := memory.New()
@@ -33,23 +33,23 @@ func TestLargeStackedReadWritesEveryRow(t *testing.T) {
 	})
 }
 
-// dropsOtherRows is GetSplitFromGet that sets Head and Body of a value of
-// another length to nil.
+// dropsOtherRows is the memory store that sets Head and Body of a cell it
+// answers in Value to nil.
 type dropsOtherRows struct{ *memory.Store }
 
-func (m dropsOtherRows) GetSplit(ctx context.Context, keys []string, dst []backends.SplitValue) error {
-	if err := backends.GetSplitFromGet(ctx, m.Store, keys, dst); err != nil {
+func (m dropsOtherRows) Read(ctx context.Context, cells []backends.ReadCell) error {
+	if err := m.Store.Read(ctx, cells); err != nil {
 		return err
 	}
-	for i := range dst {
-		if dst[i].Other != nil {
-			dst[i].Head, dst[i].Body = nil, nil
+	for i := range cells {
+		if cells[i].Value != nil {
+			cells[i].Head, cells[i].Body = nil, nil
 		}
 	}
 	return nil
 }
 
-func testLargeStackedRead(t *testing.T, st *memory.Store, engine backends.Backend) {
+func testLargeStackedRead(t *testing.T, st *memory.Store, engine backends.Store) {
 	ctx := t.Context()
 	c := newClient(t, engine, nil)
 	const n, d = 4096, 32 // 512 KiB of float32
@@ -85,7 +85,7 @@ func testLargeStackedRead(t *testing.T, st *memory.Store, engine backends.Backen
 			alt = longerEncoding(alt) // read into Other, not into the row
 		}
 		key := backends.StorageKey(m.Rows[i].Index, "x", 0)
-		if err := st.Put(ctx, []string{key}, [][]byte{alt}); err != nil {
+		if err := putRaw(ctx, st, []string{key}, [][]byte{alt}); err != nil {
 			t.Fatal(err)
 		}
 		for j := range d {

@@ -14,7 +14,7 @@ import (
 
 // An invalid tag value fails Put, BatchPut and a tags-only BatchPut before
 // any request: the metadata store sees no Prepare or Commit and the data
-// backend no call at all, on the packed, split and allocating paths.
+// store no call at all, on a store that stages and one that does not.
 func TestInvalidTagReachesNoEngine(t *testing.T) {
 	ctx := context.Background()
 	bad := tq.Tag{"step": int64(1), "when": time.Now()}
@@ -37,11 +37,11 @@ func TestInvalidTagReachesNoEngine(t *testing.T) {
 			f := new(backendtest.Faulty)
 			meta := newMetaSpy()
 			inner := memory.New()
-			data := backendtest.Wrap(inner, f) // allocating, split writes
+			var data backends.Store = inner // a Stager
 			if !alloc {
-				data = backendtest.Wrap(struct{ backends.Backend }{inner}, f) // plain Put only
+				data = struct{ backends.Store }{inner} // Write only
 			}
-			c := newClient(t, data, meta)
+			c := engClient(t, backendtest.Wrap(backends.Engine{Data: data, Meta: meta}, f))
 			err := put(c)
 			var te *tq.TagError
 			if !errors.Is(err, tq.ErrInvalid) || !errors.As(err, &te) || te.Tag != "when" {
@@ -50,7 +50,7 @@ func TestInvalidTagReachesNoEngine(t *testing.T) {
 			if n := meta.prepares.Load() + meta.commits.Load(); n != 0 {
 				t.Errorf("%s (alloc %v): %d Prepare/Commit calls", name, alloc, n)
 			}
-			for _, op := range []backendtest.Op{backendtest.OpPut, backendtest.OpAllocate, backendtest.OpPublish, backendtest.OpDelete} {
+			for _, op := range []backendtest.Op{backendtest.OpWrite, backendtest.OpStage, backendtest.OpDelete} {
 				if n := f.Calls(op); n != 0 {
 					t.Errorf("%s (alloc %v): %d %v calls", name, alloc, n, op)
 				}

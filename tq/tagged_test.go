@@ -13,109 +13,87 @@ import (
 )
 
 // tiered is an engine that picks a store per value, as a real one picks a
-// strategy: PutTagged and Publish put packed values under 1 KiB in "small"
-// and others in "large" and report that as the tag; plain Put goes to "".
-// Reading or deleting a tagged value needs its tag back, so the client's
-// tag bookkeeping shows in where the bytes are.
+// strategy: Write puts values under 1 KiB in "small" and others in
+// "large" and reports that as the cell's tag. Reading or deleting a
+// tagged value needs its tag back, so the client's tag bookkeeping shows
+// in where the bytes are. A cell with no tag is read from and deleted in
+// "", which Write never fills.
 type tiered struct {
 	stores map[string]*memory.Store
 }
 
-// taggedPut is tiered without Allocate: writes go through PutTagged.
-type taggedPut struct{ *tiered }
-
-// taggedAlloc is tiered with Allocate: writes go through Publish, whose
-// Staged reports tags.
-type taggedAlloc struct{ e *tiered }
+// tieredStager is tiered as a backends.Stager: packed cells are staged in
+// heap memory, and Write tags them as it tags any cell.
+type tieredStager struct{ *tiered }
 
 var (
-	_ backends.TaggedWriter  = taggedPut{}
-	_ backends.TaggedReader  = taggedPut{}
-	_ backends.TaggedDeleter = taggedPut{}
-	_ backends.Allocator     = taggedAlloc{}
-	_ backends.TagReporter   = (*tieredStaged)(nil)
+	_ backends.Store  = (*tiered)(nil)
+	_ backends.Stager = tieredStager{}
 )
 
 func newTiered() *tiered {
 	return &tiered{stores: map[string]*memory.Store{"": memory.New(), "small": memory.New(), "large": memory.New()}}
 }
 
-func (e *tiered) Put(ctx context.Context, keys []string, values [][]byte) error {
-	return e.stores[""].Put(ctx, keys, values)
-}
-func (e *tiered) Get(ctx context.Context, keys []string) ([][]byte, error) {
-	return e.stores[""].Get(ctx, keys)
-}
-func (e *tiered) Delete(ctx context.Context, keys []string) error {
-	return e.stores[""].Delete(ctx, keys)
-}
-func (e *tiered) Close() error { return nil }
-
-func (e *tiered) PutTagged(ctx context.Context, keys []string, values [][]byte) ([]string, error) {
-	tags := make([]string, len(keys))
-	for i, v := range values {
-		tags[i] = "large"
-		if len(v) < 1<<10 {
-			tags[i] = "small"
-		}
-		if err := e.stores[tags[i]].Put(ctx, keys[i:i+1], values[i:i+1]); err != nil {
-			return nil, err
-		}
+func (e *tiered) store(tag string) (*memory.Store, error) {
+	s, ok := e.stores[tag]
+	if !ok {
+		return nil, fmt.Errorf("%w: tag %q", backends.ErrInvalid, tag)
 	}
-	return tags, nil
+	return s, nil
 }
 
-func (e *tiered) GetTagged(ctx context.Context, keys, tags []string) ([][]byte, error) {
-	out := make([][]byte, len(keys))
-	for i, k := range keys {
-		s, ok := e.stores[tags[i]]
-		if !ok {
-			return nil, fmt.Errorf("%w: tag %q", backends.ErrInvalid, tags[i])
+func (e *tiered) Write(ctx context.Context, cells []backends.Cell) error {
+	for i := range cells {
+		c := &cells[i]
+		c.Tag = "large"
+		if len(c.Head)+len(c.Body) < 1<<10 {
+			c.Tag = "small"
 		}
-		got, err := s.Get(ctx, []string{k})
-		if err != nil {
-			return nil, err
-		}
-		out[i] = got[0]
-	}
-	return out, nil
-}
-
-func (e *tiered) DeleteTagged(ctx context.Context, keys, tags []string) error {
-	for i, k := range keys {
-		s, ok := e.stores[tags[i]]
-		if !ok {
-			return fmt.Errorf("%w: tag %q", backends.ErrInvalid, tags[i])
-		}
-		if err := s.Delete(ctx, []string{k}); err != nil {
+		one := backends.Cell{Key: c.Key, Head: c.Head, Body: c.Body}
+		if err := e.stores[c.Tag].Write(ctx, []backends.Cell{one}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (a taggedAlloc) Allocate(_ context.Context, keys []string, sizes []int) (backends.Staged, error) {
-	bufs := make([][]byte, len(sizes))
-	for i, n := range sizes {
-		bufs[i] = make([]byte, n)
+func (e *tiered) Read(ctx context.Context, cells []backends.ReadCell) error {
+	for i := range cells {
+		s, err := e.store(cells[i].Tag)
+		if err != nil {
+			return err
+		}
+		if err := s.Read(ctx, cells[i:i+1]); err != nil {
+			return err
+		}
 	}
-	return &tieredStaged{e: a.e, keys: slices.Clone(keys), bufs: bufs}, nil
+	return nil
 }
 
-type tieredStaged struct {
-	e    *tiered
-	keys []string
-	bufs [][]byte
-	tags []string
+func (e *tiered) Delete(ctx context.Context, cells []backends.Cell) error {
+	for i := range cells {
+		s, err := e.store(cells[i].Tag)
+		if err != nil {
+			return err
+		}
+		if err := s.Delete(ctx, cells[i:i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-func (s *tieredStaged) Buffers() [][]byte { return s.bufs }
-func (s *tieredStaged) Tags() []string    { return s.tags }
-func (s *tieredStaged) Publish(ctx context.Context) (err error) {
-	s.tags, err = s.e.PutTagged(ctx, s.keys, s.bufs)
-	return err
+func (e *tiered) Close() error { return nil }
+
+func (tieredStager) Stage(_ context.Context, cells []backends.Cell, sizes []int) error {
+	for i, n := range sizes {
+		cells[i].Body, cells[i].Staged = make([]byte, n), true
+	}
+	return nil
 }
-func (s *tieredStaged) Discard(context.Context) error { return nil }
+
+func (tieredStager) Unstage([]backends.Cell) {}
 
 // counts is how many keys each store holds: plain, small, large.
 func (e *tiered) counts() [3]int {
@@ -126,16 +104,16 @@ func (e *tiered) counts() [3]int {
 // deleted with those tags (overwrite, Clear, rollback), and a cell that
 // moves to another tier on overwrite leaves nothing in the old one.
 func TestBackendTags(t *testing.T) {
-	for _, mode := range []string{"PutTagged", "Allocate"} {
+	for _, mode := range []string{"Write", "Stage"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()
 			e := newTiered()
-			var b backends.Backend = taggedPut{e}
-			if mode == "Allocate" {
+			var b backends.Store = e
+			if mode == "Stage" {
 				b = struct {
-					taggedPut
-					taggedAlloc
-				}{taggedPut{e}, taggedAlloc{e}}
+					*tiered
+					tieredStager
+				}{e, tieredStager{e}}
 			}
 			ms := newMetaSpy()
 			c := newClient(t, b, ms, tq.WithKeysLimit(3))

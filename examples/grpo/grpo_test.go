@@ -37,11 +37,11 @@ func (s *countingStore) Read(ctx context.Context, cells []backends.ReadCell) err
 
 // newCountingClient returns a client over a counting memory engine, and
 // the engine, for Config.Engine: clients of it share its metadata.
-func newCountingClient(t *testing.T) (*tq.Client, *countingStore, backends.Engine) {
+func newCountingClient(t *testing.T, opts ...tq.Option) (*tq.Client, *countingStore, backends.Engine) {
 	t.Helper()
 	st := &countingStore{Store: memory.New()}
 	eng := backends.Engine{Data: st, Meta: memory.NewMetaStore(), Local: true}
-	c, err := tq.New(eng)
+	c, err := tq.New(eng, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,8 +144,9 @@ func TestRunIsReproducible(t *testing.T) {
 // queue, not what the rollout had in memory.
 func TestStagesReadTheQueue(t *testing.T) {
 	ctx := context.Background()
-	c, _, _ := newCountingClient(t)
-	q := &queue{Client: c, timer: &callTimer{}}
+	timer := &callTimer{}
+	c, _, _ := newCountingClient(t, tq.WithTracer(timer))
+	q := &queue{Client: c, timer: timer}
 	tk := task{length: 4, vocab: 8}
 	pol := newPolicy(tk)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -231,8 +232,9 @@ func TestStagesReadTheQueue(t *testing.T) {
 // left pending, and the normalisation is (r - mean) / (std + eps).
 func TestAdvantagesWaitForFullGroups(t *testing.T) {
 	ctx := context.Background()
-	c, _, _ := newCountingClient(t)
-	q := &queue{Client: c, timer: &callTimer{}}
+	timer := &callTimer{}
+	c, _, _ := newCountingClient(t, tq.WithTracer(timer))
+	q := &queue{Client: c, timer: timer}
 	const part = "grpo/adv"
 	keys := []string{"a0", "a1", "b0"}
 	err := c.BatchPut(ctx, part, keys, tq.Batch{
