@@ -83,9 +83,9 @@
 // a connection that sat idle is sent once more on a new one (both are safe
 // to repeat). On a Cluster, or with an OnConnect hook or streaming
 // credentials, both go through go-redis with a copy. The own connections
-// stay because they beat go-redis by a clear margin on tensor cells, for
-// reads most (BenchmarkOwnConnVsGoRedis measures it); WithDirectConnections
-// turns them off.
+// stay because they beat go-redis by a clear margin on tensor cells,
+// reads and writes alike (BenchmarkOwnConnVsGoRedis measures it);
+// WithDirectConnections turns them off.
 //
 // # Connections
 //
