@@ -83,8 +83,9 @@
 // a connection that sat idle is sent once more on a new one (both are safe
 // to repeat). On a Cluster, or with an OnConnect hook or streaming
 // credentials, both go through go-redis with a copy. The own connections
-// stay because they beat go-redis by a clear margin on tensor cells,
-// reads and writes alike (BenchmarkOwnConnVsGoRedis measures it);
+// stay because they beat go-redis on tensor cells, by a wide margin for
+// reads and a smaller one for writes (BenchmarkOwnConnVsGoRedis measures
+// it);
 // WithDirectConnections turns them off.
 //
 // # Connections
