@@ -173,6 +173,7 @@ func WithAddr(addr string) Option {
 // standalone server, where go-redis would copy every value and spend more
 // on encoding than the server does on the commands (see the package doc).
 // Their commands go through the hooks WithHooks gives, as the client's do.
+// Off, go-redis's pool gets all of pool_size.
 func WithDirectConnections(on bool) Option {
 	return func(o *options) error {
 		o.noDirect = !on
