@@ -88,8 +88,7 @@
 // credentials, both go through go-redis with a copy. The own connections
 // stay because they beat go-redis on tensor cells, by a wide margin for
 // reads and a smaller one for writes (BenchmarkOwnConnVsGoRedis measures
-// it);
-// WithDirectConnections turns them off.
+// it); WithDirectConnections turns them off.
 //
 // # Connections
 //
