@@ -161,3 +161,48 @@ func allRows(n int) []int {
 	}
 	return out
 }
+
+// TestClusterRoundTrips: on a Cluster the engine moves cells on go-redis
+// (no connections of its own), and a partition's log and the global index
+// counter may live on different nodes, so a put is four round trips (the
+// indexes from the counter; the reservation appended to the partition's
+// log; the cells' SETs, one pipeline per node, in parallel; the commit)
+// and a read two (the log, then the cells' GETs), whether or not the
+// client has seen the rows. Counted by the tracer, which the engine's
+// go-redis hook feeds (one per command or per node's pipeline).
+func TestClusterRoundTrips(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := t.Context()
+	keys, warm := keysOf("k", 16), keysOf("w", 16)
+	tr := &rtTracer{}
+	newClient := func() *tq.Client {
+		c := openTQ(t, cl.URL()+"?prefix=rt", tq.WithTracer(tr))
+		// Warm up on the same partition (its node has the scripts loaded)
+		// and on other rows.
+		if err := c.BatchPut(ctx, "p", warm, rollout(warm, 0), nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.BatchGet(ctx, "p", warm); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	writer, reader := newClient(), newClient()
+	// The writer catches up with the reader's warm-up records (a client
+	// behind the log reads it before its write is accepted).
+	if _, err := writer.BatchGet(ctx, "p", warm); err != nil {
+		t.Fatal(err)
+	}
+	count := func(what string, want int64, call func() error) {
+		t.Helper()
+		if err := call(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := tr.last.Load(); got != want {
+			t.Errorf("%s: %d round trips, want %d", what, got, want)
+		}
+	}
+	count("put", 4, func() error { return writer.BatchPut(ctx, "p", keys, rollout(keys, 1), nil) })
+	count("read of rows the client wrote", 2, func() error { _, err := writer.BatchGet(ctx, "p", keys); return err })
+	count("read of rows the client has not seen", 2, func() error { _, err := reader.BatchGet(ctx, "p", keys); return err })
+}
