@@ -366,6 +366,11 @@ func (s *Store) Delete(ctx context.Context, cells []backends.Cell) error {
 				s.release(old.a)
 			}
 		}
+		if len(sh.m) == 0 {
+			// Drops the tombstones the deletes left, which would slow
+			// every later lookup of a missing key (each Write makes one).
+			clear(sh.m)
+		}
 		sh.mu.Unlock()
 	})
 	return nil
