@@ -27,7 +27,7 @@ func normalizeTags(partition string, keys []string, tags []Tag) ([]Tag, error) {
 	}
 	out := make([]Tag, len(tags))
 	for i, t := range tags {
-		if i > 0 && backends.SameMap(t, tags[i-1]) {
+		if i > 0 && (backends.SameMap(t, tags[i-1]) || sameScalars(t, tags[i-1])) {
 			out[i] = out[i-1] // the copies are never modified: sharing is safe
 			continue
 		}
@@ -38,6 +38,26 @@ func normalizeTags(partition string, keys []string, tags []Tag) ([]Tag, error) {
 		out[i] = nt
 	}
 	return out, nil
+}
+
+// sameScalars reports whether non-empty a and b hold the same keys with
+// equal scalar values of the same types, so that their normalised copies
+// are equal (rows tagged alike by a loop share one copy).
+func sameScalars(a, b Tag) bool {
+	if len(a) != len(b) || len(a) == 0 {
+		return false
+	}
+	for k, v := range a {
+		switch v.(type) {
+		case bool, string, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		default:
+			return false
+		}
+		if w, ok := b[k]; !ok || v != w { // of another type, never equal
+			return false
+		}
+	}
+	return true
 }
 
 // normalizeTag returns t's normalised deep copy, nil for nil. Of several
@@ -106,12 +126,8 @@ func rejectTag(format string, args ...any) *badTagValue {
 // depth is v's nesting level.
 func normalizeTagValue(v any, depth int) (any, *badTagValue) {
 	switch x := v.(type) {
-	case nil:
-		return nil, nil
-	case bool:
-		return x, nil
-	case string:
-		return x, nil
+	case nil, bool, string, int64, uint64:
+		return v, nil // as it is, not boxed again
 	case int:
 		return int64(x), nil
 	case int8:
@@ -120,8 +136,6 @@ func normalizeTagValue(v any, depth int) (any, *badTagValue) {
 		return int64(x), nil
 	case int32:
 		return int64(x), nil
-	case int64:
-		return x, nil
 	case uint:
 		return uint64(x), nil
 	case uint8:
@@ -130,12 +144,13 @@ func normalizeTagValue(v any, depth int) (any, *badTagValue) {
 		return uint64(x), nil
 	case uint32:
 		return uint64(x), nil
-	case uint64:
-		return x, nil
 	case float32:
 		return normalizeFloat(float64(x))
 	case float64:
-		return normalizeFloat(x)
+		if math.IsNaN(x) {
+			return normalizeFloat(x)
+		}
+		return v, nil
 	case []byte:
 		return append([]byte{}, x...), nil // never nil: an empty one reads back as empty, not nil
 	case []any:

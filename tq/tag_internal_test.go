@@ -199,3 +199,51 @@ func TestNormalizeTagsCopies(t *testing.T) {
 		t.Fatalf("changing the input changed the copy: %#v", out[0])
 	}
 }
+
+// TestNormalizeTagsSharesEqualScalarTags: consecutive rows whose distinct
+// maps hold equal scalars share one copy; a row differing in a value, a
+// value's type, a key, or holding a list gets its own, each the
+// normalisation of its own tag.
+func TestNormalizeTagsSharesEqualScalarTags(t *testing.T) {
+	tags := []Tag{
+		{"step": 1, "status": "done"},
+		{"step": 1, "status": "done"},        // equal: shares
+		{"step": int64(1), "status": "done"}, // another type: own copy, equal value
+		{"step": int64(2), "status": "done"},
+		{"step": int64(2), "other": "done"},
+		{"step": int64(2), "other": []string{"a"}},
+		{"step": int64(2), "other": []string{"a"}}, // a list: own copy
+		{"step": int64(2), "other": uint8(1)},
+		{"step": int64(2), "other": int8(1)}, // another type: own copy
+		{"step": math.NaN()},                 // invalid
+	}
+	keys := make([]string, len(tags)+1)
+	for i := range keys {
+		keys[i] = string(rune('a' + i))
+	}
+	out, err := normalizeTags("p", keys[:len(tags)-1], tags[:len(tags)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tag := range tags[:len(tags)-1] {
+		want, err := normalizeTag(tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(out[i], want) {
+			t.Errorf("row %d: %v, want %v", i, out[i], want)
+		}
+	}
+	same := func(i, j int) bool { return reflect.ValueOf(out[i]).Pointer() == reflect.ValueOf(out[j]).Pointer() }
+	if !same(0, 1) {
+		t.Error("rows 0 and 1, equal tags, do not share a copy")
+	}
+	for _, i := range []int{2, 4, 6, 8} {
+		if same(i-1, i) {
+			t.Errorf("row %d shares the copy of row %d, whose tag differs or is not all scalars", i, i-1)
+		}
+	}
+	if _, err := normalizeTags("p", keys, append(tags[:len(tags)-1:len(tags)-1], Tag{"step": math.NaN()}, Tag{"step": math.NaN()})); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a NaN tag after another row: err %v, want ErrInvalid", err)
+	}
+}

@@ -7,12 +7,17 @@
 //   - Write copies each cell's Head and Body into the store's memory (the
 //     caller may reuse its buffers at once), small values of one call
 //     sharing arenas; a staged cell's Body is kept as it is, with no copy.
+//   - The store owns that memory and reuses it: an arena whose values are
+//     all deleted, overwritten or unstaged goes to a free list of at most
+//     64 MiB, which later Writes and Stages take from before allocating, so
+//     a partition written and cleared in a loop causes no fresh page faults.
 //   - Read copies a value into the caller's Head and Body when its length
-//     is theirs, and otherwise returns the stored value itself in Value,
-//     zero-copy and read-only; stored values are never modified in place,
-//     so a Value stays as it was whatever is written later.
+//     is theirs, and otherwise into memory of the caller's own in Value (a
+//     value of 64 KiB or more, never reused, is returned zero-copy and
+//     read-only), so what a caller holds stays as it was whatever is
+//     written later.
 //   - Stage hands out the store's memory, the small buffers of one call
-//     sharing one allocation; a staged value is invisible until Write
+//     sharing one arena; a staged value is invisible until Write
 //     publishes it, and Unstage of an unpublished cell publishes nothing.
 //   - Tags are always "". Each of 64 shards has its own lock, taken once
 //     per call and never while copying.

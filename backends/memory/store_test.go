@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
@@ -151,8 +152,8 @@ func TestLen(t *testing.T) {
 	want("after Close", 0)
 }
 
-// TestValueStable checks what Store's doc promises: a Write replaces the
-// slice, so a Value a reader holds never changes under it.
+// TestValueStable checks what Store's doc promises: a Value a reader holds
+// never changes under it when its key is rewritten.
 func TestValueStable(t *testing.T) {
 	ctx := t.Context()
 	s := memory.New()
@@ -174,6 +175,68 @@ func TestValueStable(t *testing.T) {
 	}
 	if string(held) != "first" {
 		t.Errorf("held value changed to %q by later writes", held)
+	}
+}
+
+// TestHeldValueSurvivesReuse: values read and held, copied from the
+// store's arenas or staged into them, stay as they were after their cells
+// are deleted and their memory is reused by many later writes and stages.
+func TestHeldValueSurvivesReuse(t *testing.T) {
+	ctx := t.Context()
+	s := memory.New()
+	const n = 2000 // of 1000 bytes: two arenas' worth
+	fill := func(i int, b byte) []byte { return bytes.Repeat([]byte{b + byte(i)}, 1000) }
+	k := keys("held", n)
+	c := cellsOf(k[:n/2])
+	for i := range c {
+		c[i].Head, c[i].Body = []byte("h"), fill(i, 1)[1:]
+	}
+	if err := s.Write(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	st := stage(t, s, k[n/2:], slices.Repeat([]int{1000}, n/2), 0)
+	for i := range st {
+		copy(st[i].Body, fill(n/2+i, 1))
+	}
+	if err := s.Write(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	held := readAll(t, s, k)
+	want := func(i int) []byte {
+		if i < n/2 {
+			return append([]byte("h"), fill(i, 1)[1:]...)
+		}
+		return fill(i, 1)
+	}
+	if err := s.Delete(ctx, cellsOf(k)); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 4 {
+		other := keys(fmt.Sprint("other", round, "-"), n)
+		c := cellsOf(other)
+		for i := range c {
+			c[i].Body = bytes.Repeat([]byte{0xee}, 1000)
+		}
+		if err := s.Write(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		st := stage(t, s, keys(fmt.Sprint("staged", round, "-"), n), slices.Repeat([]int{1000}, n), 0xdd)
+		if round%2 == 0 {
+			s.Unstage(st)
+		} else if err := s.Write(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range held {
+		if !c.Found || !bytes.Equal(c.Value, want(i)) {
+			t.Fatalf("held value %d changed after its memory was reused", i)
+		}
 	}
 }
 
