@@ -77,5 +77,5 @@ func (r reuse) bytes(field string, n, align int) []byte {
 	if b := r[field]; n > 0 && len(b) >= n && codec.AlignedFor(b, align) {
 		return b[:n:n]
 	}
-	return uninit.Bytes(n)
+	return uninit.Recycled(n) // a column the caller drops is reused once unreachable
 }
