@@ -20,8 +20,10 @@ type Store interface {
 	// len(Head)+len(Body) bytes fills Head, then Body; a value of any other
 	// length (every value, when Head and Body are empty) is set whole in
 	// Value, read-only, which may alias the engine's memory and stays valid
-	// until the caller drops it; a missing key leaves Found false. On error
-	// the destinations are undefined.
+	// until the caller drops it; a missing key leaves Found false. A
+	// destination's contents are unspecified unless a value of its exact
+	// length filled it (an engine may touch its pages before the read), and
+	// on error every destination's are.
 	Read(ctx context.Context, cells []ReadCell) error
 	// Delete removes the cells' keys (Key and the Tag Write reported);
 	// missing keys are ignored. A cell given with Tag "" is removed

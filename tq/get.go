@@ -25,7 +25,10 @@ var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
 // bytes of jagged and values columns, and []byte values, alias the fetched
 // buffers, which may be the engine's own memory: treat them as read-only
 // (copy before modifying). Stacked columns are fresh copies (BatchGetInto
-// writes them into memory the caller hands back instead).
+// writes them into memory the caller hands back instead). A stacked
+// column's memory may be that of an earlier column the garbage collector
+// found unreachable: keep a Go reference (a slice into it) for as long as
+// anything uses it, memory handed to non-Go code by address included.
 func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (_ Batch, err error) {
 	ctx, tr := c.trace(ctx, "BatchGet", partition, len(keys))
 	defer func() { tr.done(err) }()
