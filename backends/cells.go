@@ -1,7 +1,7 @@
 package backends
 
 // CellID names a stored cell: the parts of its storage key. It is
-// comparable, for sets of cells (a Reclaimer's Swept matches refs by it).
+// comparable, for sets of cells (a MetaStore's Swept matches refs by it).
 type CellID struct {
 	Index, Gen uint64
 	Field      string

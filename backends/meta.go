@@ -138,8 +138,8 @@ type MetaStore interface {
 	// keys or fields are allowed (a tag-only write reserves no generation).
 	Prepare(ctx context.Context, partition string, keys, fields []string) ([]Reservation, error)
 	// Commit applies updates atomically. It returns ErrConflict, applying
-	// nothing, if a row was cleared or re-indexed since Prepare (or, in a
-	// store that is a Reclaimer, a reservation was aborted). A store
+	// nothing, if a row was cleared or re-indexed since Prepare (or a
+	// reservation was aborted: see Garbage). A store
 	// that lost the reply to a request settles the outcome before it
 	// returns (a store over a network asks again and makes sure a copy of
 	// the request still on its way cannot apply later); only when it

@@ -7,7 +7,7 @@ import (
 
 // AppendRowRefs appends the cells of rows to dst, row by row and by field
 // name within a row: the order tq reports removed rows' cells swept in (see
-// Reclaimer), which a store may record them in (memory does). Rows that
+// MetaStore.Swept), which a store may record them in (memory does). Rows that
 // share a Fields map (see Merger) share the work of ordering it.
 func AppendRowRefs(dst []Ref, rows []*Row) []Ref {
 	var (

@@ -213,7 +213,7 @@ func (c *Client) deleteRows(ctx context.Context, tr *callTrace, partition string
 	for _, r := range rows {
 		cells += len(r.Fields)
 	}
-	// In the order a Reclaimer recorded them, so Swept finds them as one run.
+	// In the order a MetaStore recorded them, so Swept finds them as one run.
 	refs := backends.AppendRowRefs(make([]backends.Ref, 0, cells), rows)
 	deleted, err := c.deleteRefs(ctx, refs)
 	tr.add(len(rows), len(deleted), 0)
