@@ -25,6 +25,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	_ "github.com/tqgo/tqgo/backends/redis" // redis://, rediss://, redis+cluster://
 	"github.com/tqgo/tqgo/tq"
 	_ "github.com/tqgo/tqgo/yuanrong" // yuanrong://
@@ -34,7 +36,14 @@ import (
 // not set.
 const urlEnv = "TQ_URL"
 
+// quietLogger drops go-redis's log lines (a pool's every failed dial): the
+// command's error already says what failed.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
 func main() {
+	goredis.SetLogger(quietLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -67,7 +76,8 @@ func lookupCommand(name string) (command, bool) {
 	return command{}, false
 }
 
-// usageError is a mistake in the command line: exit status 2.
+// usageError is a mistake in the command line: exit status 2. An empty
+// msg has been reported already (by the flag package).
 type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
@@ -123,12 +133,12 @@ func parse(fs *flag.FlagSet, args []string, min, max int) ([]string, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, errHelp
 		}
-		return nil, &usageError{msg: err.Error()}
+		return nil, &usageError{} // the flag package printed the error and usage
 	}
 	rest := fs.Args()
 	if len(rest) < min || max >= 0 && len(rest) > max {
 		fs.Usage()
-		return nil, usagef("tq %s: wrong number of arguments", fs.Name())
+		return nil, usagef("wrong number of arguments")
 	}
 	return rest, nil
 }
@@ -187,7 +197,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "tq: %v\n", err)
+		if ue.msg != "" {
+			fmt.Fprintf(stderr, "tq %s: %v\n", name, err)
+		}
 		return 2
 	default:
 		fmt.Fprintf(stderr, "tq %s: %v\n", name, err)
@@ -335,7 +347,7 @@ func runDump(ctx context.Context, s *session, cmd command, args []string) error 
 		return err
 	}
 	if *n < 0 {
-		return usagef("tq dump: -n %d is negative", *n)
+		return usagef("-n %d is negative", *n)
 	}
 	partition, key, fields := rest[0], rest[1], rest[2:]
 	c, err := s.open(ctx)
@@ -399,7 +411,7 @@ func runClear(ctx context.Context, s *session, cmd command, args []string) error
 	}
 	partition := rest[0]
 	if !*yes {
-		return usagef("tq clear: refusing to remove every row of partition %q without -yes", partition)
+		return usagef("refusing to remove every row of partition %q without -yes", partition)
 	}
 	c, err := s.open(ctx)
 	if err != nil {
