@@ -9,7 +9,8 @@
 // The URL comes from -url, else from the environment variable TQ_URL.
 // Output is an aligned table, or with -json one JSON document per command.
 // Exit status: 0 on success, 1 when the command failed (the queue could
-// not be opened, no such partition, key or field), 2 for a usage error.
+// not be opened, no such partition, key or field), 2 for a usage error
+// (clear without -yes included).
 package main
 
 import (
@@ -222,17 +223,22 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.SetOutput(out)
 }
 
-// checkPartition returns an error unless partition has rows: List of an
-// unknown partition is empty, which would read as a partition of no rows.
-func checkPartition(ctx context.Context, c *tq.Client, partition string) error {
+// openPartition opens the queue and returns an error unless partition has
+// rows: List of an unknown partition is empty, which would read as a
+// partition of no rows.
+func (s *session) openPartition(ctx context.Context, partition string) (*tq.Client, error) {
+	c, err := s.open(ctx)
+	if err != nil {
+		return nil, err
+	}
 	ps, err := c.Partitions(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !slices.Contains(ps, partition) {
-		return fmt.Errorf("no partition %q", partition)
+		return nil, fmt.Errorf("no partition %q", partition)
 	}
-	return nil
+	return c, nil
 }
 
 func runPartitions(ctx context.Context, s *session, cmd command, args []string) error {
@@ -285,11 +291,8 @@ func runRows(ctx context.Context, s *session, cmd command, args []string) error 
 		return err
 	}
 	partition := rest[0]
-	c, err := s.open(ctx)
+	c, err := s.openPartition(ctx, partition)
 	if err != nil {
-		return err
-	}
-	if err := checkPartition(ctx, c, partition); err != nil {
 		return err
 	}
 	m, err := c.List(ctx, partition)
@@ -336,7 +339,7 @@ type cellJSON struct {
 	Shape    []int  `json:"shape,omitempty"`
 	Elements *int   `json:"elements,omitempty"` // a tensor's element count
 	Head     []any  `json:"head,omitempty"`     // a tensor's first -n elements
-	Value    any    `json:"value,omitempty"`    // a value cell's value
+	Value    any    `json:"value,omitempty"`    // a value cell's value, absent when nil
 }
 
 func runDump(ctx context.Context, s *session, cmd command, args []string) error {
@@ -350,11 +353,8 @@ func runDump(ctx context.Context, s *session, cmd command, args []string) error 
 		return usagef("-n %d is negative", *n)
 	}
 	partition, key, fields := rest[0], rest[1], rest[2:]
-	c, err := s.open(ctx)
+	c, err := s.openPartition(ctx, partition)
 	if err != nil {
-		return err
-	}
-	if err := checkPartition(ctx, c, partition); err != nil {
 		return err
 	}
 	m, err := c.Lookup(ctx, partition, []string{key})
@@ -413,11 +413,8 @@ func runClear(ctx context.Context, s *session, cmd command, args []string) error
 	if !*yes {
 		return usagef("refusing to remove every row of partition %q without -yes", partition)
 	}
-	c, err := s.open(ctx)
+	c, err := s.openPartition(ctx, partition)
 	if err != nil {
-		return err
-	}
-	if err := checkPartition(ctx, c, partition); err != nil {
 		return err
 	}
 	m, err := c.List(ctx, partition)
