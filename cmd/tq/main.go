@@ -268,7 +268,7 @@ func runPartitions(ctx context.Context, s *session, cmd command, args []string) 
 type fieldJSON struct {
 	Kind  string `json:"kind"` // "tensor" or "value"
 	DType string `json:"dtype,omitempty"`
-	Shape []int  `json:"shape,omitempty"`
+	Shape []int  `json:"shape,omitzero"` // [] for a 0-d tensor, absent for a value
 }
 
 type rowJSON struct {
@@ -336,7 +336,7 @@ func fieldText(fi tq.FieldInfo) string {
 type cellJSON struct {
 	Kind     string `json:"kind"` // "tensor" or "value"
 	DType    string `json:"dtype,omitempty"`
-	Shape    []int  `json:"shape,omitempty"`
+	Shape    []int  `json:"shape,omitzero"`     // [] for a 0-d tensor, absent for a value
 	Elements *int   `json:"elements,omitempty"` // a tensor's element count
 	Head     []any  `json:"head,omitempty"`     // a tensor's first -n elements
 	Value    any    `json:"value,omitempty"`    // a value cell's value, absent when nil

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tqgo/tqgo/codec"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/tq"
 )
@@ -57,7 +58,7 @@ func queue(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Put(ctx, "other", "x", map[string]any{"v": []int32{7}}, nil); err != nil {
+	if err := c.Put(ctx, "other", "x", map[string]any{"v": []int32{7}, "s": codec.Scalar(2.5)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return url
@@ -141,6 +142,18 @@ func TestRows(t *testing.T) {
 	}
 	if k2.Tag["status"] != "rewarded" || k2.Tag["step"] != 1.0 {
 		t.Errorf("tag = %v", k2.Tag)
+	}
+
+	// A 0-d tensor's shape is [], not absent (as a value's is).
+	r = runTQ(t, url, "-json", "rows", "other")
+	var other struct {
+		Rows []struct{ Fields map[string]map[string]any }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &other); r.code != 0 || err != nil || len(other.Rows) != 1 {
+		t.Fatalf("rows -json other: %+v: %v", r, err)
+	}
+	if s, ok := other.Rows[0].Fields["s"]["shape"].([]any); !ok || len(s) != 0 || other.Rows[0].Fields["s"]["dtype"] != "float64" {
+		t.Errorf("0-d field = %v, want dtype float64 and shape []", other.Rows[0].Fields["s"])
 	}
 }
 
