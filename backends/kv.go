@@ -31,26 +31,7 @@ func (s kvStore) Write(ctx context.Context, cells []Cell) error {
 	if len(cells) == 0 {
 		return nil
 	}
-	keys := make([]string, len(cells))
-	values := make([][]byte, len(cells))
-	joined := 0
-	for _, c := range cells {
-		if len(c.Head) > 0 {
-			joined += len(c.Head) + len(c.Body)
-		}
-	}
-	slab := make([]byte, 0, joined)
-	for i, c := range cells {
-		keys[i] = c.Key
-		if len(c.Head) == 0 {
-			values[i] = c.Body
-			continue
-		}
-		start := len(slab)
-		slab = append(append(slab, c.Head...), c.Body...)
-		values[i] = slab[start:len(slab):len(slab)]
-	}
-	if err := s.kv.Put(ctx, keys, values); err != nil {
+	if err := s.kv.Put(ctx, CellKeys(cells), JoinCells(cells)); err != nil {
 		return err
 	}
 	for i := range cells {
@@ -63,11 +44,7 @@ func (s kvStore) Read(ctx context.Context, cells []ReadCell) error {
 	if len(cells) == 0 {
 		return nil
 	}
-	keys := make([]string, len(cells))
-	for i, c := range cells {
-		keys[i] = c.Key
-	}
-	values, err := s.kv.Get(ctx, keys)
+	values, err := s.kv.Get(ctx, ReadCellKeys(cells))
 	if err != nil {
 		return err
 	}
@@ -84,11 +61,7 @@ func (s kvStore) Delete(ctx context.Context, cells []Cell) error {
 	if len(cells) == 0 {
 		return nil
 	}
-	keys := make([]string, len(cells))
-	for i, c := range cells {
-		keys[i] = c.Key
-	}
-	return s.kv.Delete(ctx, keys)
+	return s.kv.Delete(ctx, CellKeys(cells))
 }
 
 func (s kvStore) Close() error { return s.kv.Close() }
@@ -106,4 +79,49 @@ func FillReadCell(c *ReadCell, v []byte) {
 	default:
 		c.Value = v
 	}
+}
+
+// CellKeys returns the cells' keys.
+func CellKeys(cells []Cell) []string {
+	keys := make([]string, len(cells))
+	for i := range cells {
+		keys[i] = cells[i].Key
+	}
+	return keys
+}
+
+// ReadCellKeys returns the keys of cells to read.
+func ReadCellKeys(cells []ReadCell) []string {
+	keys := make([]string, len(cells))
+	for i := range cells {
+		keys[i] = cells[i].Key
+	}
+	return keys
+}
+
+// JoinCells returns each cell's value as one slice, for engines that take
+// whole values: Body itself when Head is empty, else Head and Body copied
+// together, every such copy of the call in one allocation. The slices
+// alias the cells' memory or that allocation: they are valid as long as
+// the cells' are.
+func JoinCells(cells []Cell) [][]byte {
+	values := make([][]byte, len(cells))
+	joined := 0
+	for i := range cells {
+		if len(cells[i].Head) > 0 {
+			joined += len(cells[i].Head) + len(cells[i].Body)
+		}
+	}
+	slab := make([]byte, 0, joined)
+	for i := range cells {
+		c := &cells[i]
+		if len(c.Head) == 0 {
+			values[i] = c.Body
+			continue
+		}
+		start := len(slab)
+		slab = append(append(slab, c.Head...), c.Body...)
+		values[i] = slab[start:len(slab):len(slab)]
+	}
+	return values
 }

@@ -67,10 +67,7 @@ func (b *Backend) Stage(ctx context.Context, cells []backends.Cell, sizes []int)
 	if len(cells) != len(sizes) {
 		return invalidf("%d cells, %d sizes", len(cells), len(sizes))
 	}
-	keys := make([]string, len(cells))
-	for i, c := range cells {
-		keys[i] = c.Key
-	}
+	keys := backends.CellKeys(cells)
 	if err := checkWrite(keys, len(sizes)); err != nil {
 		return err
 	}

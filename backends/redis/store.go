@@ -256,8 +256,8 @@ func (s *Store) runRounds(ctx context.Context, rounds []span, f func(ctx context
 // Write implements backends.Store: on a standalone server one MSET per
 // round on the engine's own connections, written from the cells' Head and
 // Body (see putSplit); without them, one MSET per round through go-redis,
-// or, on a Cluster, whose keys live in many slots, pipelined SETs, each of
-// a copy of Head and Body joined. Every Tag is "": the engine keeps no
+// or, on a Cluster, whose keys live in many slots, pipelined SETs, of the
+// values backends.JoinCells makes. Every Tag is "": the engine keeps no
 // per-cell strategy. Write keeps no reference to Head or Body.
 func (s *Store) Write(ctx context.Context, cells []backends.Cell) error {
 	ctx = s.traced(ctx)
@@ -278,38 +278,7 @@ func (s *Store) write(ctx context.Context, cells []backends.Cell) error {
 	if raw := s.rawPool(); raw != nil {
 		return s.putSplit(ctx, raw, cells)
 	}
-	// go-redis writes one buffer per value: Head and Body joined, in one
-	// allocation for the whole call.
-	n := 0
-	for i := range cells {
-		n += len(cells[i].Head) + len(cells[i].Body)
-	}
-	buf := make([]byte, 0, n)
-	vals := make([][]byte, len(cells))
-	for i := range cells {
-		lo := len(buf)
-		buf = append(append(buf, cells[i].Head...), cells[i].Body...)
-		vals[i] = buf[lo:len(buf):len(buf)]
-	}
-	return s.put(ctx, cellKeys(cells), vals)
-}
-
-// cellKeys returns the cells' keys.
-func cellKeys(cells []backends.Cell) []string {
-	keys := make([]string, len(cells))
-	for i := range cells {
-		keys[i] = cells[i].Key
-	}
-	return keys
-}
-
-// readCellKeys returns the keys of cells to read.
-func readCellKeys(cells []backends.ReadCell) []string {
-	keys := make([]string, len(cells))
-	for i := range cells {
-		keys[i] = cells[i].Key
-	}
-	return keys
+	return s.put(ctx, backends.CellKeys(cells), backends.JoinCells(cells))
 }
 
 // Read implements backends.Store: on a standalone server MGETs on the
@@ -332,7 +301,7 @@ func (s *Store) read(ctx context.Context, cells []backends.ReadCell) error {
 	if raw := s.rawPool(); raw != nil {
 		return s.wrap(ctx, "get", s.readRounds(ctx, raw, cells, nil))
 	}
-	vals, err := s.get(ctx, readCellKeys(cells))
+	vals, err := s.get(ctx, backends.ReadCellKeys(cells))
 	if err != nil {
 		return err
 	}
@@ -349,7 +318,7 @@ func (s *Store) Delete(ctx context.Context, cells []backends.Cell) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return s.del(ctx, cellKeys(cells))
+	return s.del(ctx, backends.CellKeys(cells))
 }
 
 // put stores values under keys through go-redis, in rounds: one MSET per
