@@ -1,5 +1,7 @@
 package backends
 
+import "slices"
+
 // CellID names a stored cell: the parts of its storage key. It is
 // comparable, for sets of cells (a MetaStore's Swept matches refs by it).
 type CellID struct {
@@ -45,4 +47,32 @@ func (u *UpdateCells) Of(fields map[string]FieldInfo) []UpdateCell {
 		u.cells = append(u.cells, UpdateCell{Field: f, Gen: fi.Gen})
 	}
 	return u.cells
+}
+
+// CellSet is a set of cells, for a store matching the refs a Swept or an
+// Abandon names against the cells it keeps.
+type CellSet map[CellID]struct{}
+
+// NewCellSet returns the set of the cells refs name.
+func NewCellSet(refs []Ref) CellSet {
+	s := make(CellSet, len(refs))
+	for _, r := range refs {
+		s[r.ID()] = struct{}{}
+	}
+	return s
+}
+
+// Has reports whether the set holds cell id.
+func (s CellSet) Has(id CellID) bool {
+	_, ok := s[id]
+	return ok
+}
+
+// DeleteCells removes from items those whose cell (id) the set holds, as
+// slices.DeleteFunc does, and returns the shortened slice and how many it
+// removed.
+func DeleteCells[T any](s CellSet, items []T, id func(T) CellID) ([]T, int) {
+	n := len(items)
+	items = slices.DeleteFunc(items, func(it T) bool { return s.Has(id(it)) })
+	return items, n - len(items)
 }

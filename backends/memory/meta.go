@@ -100,6 +100,9 @@ type pendingRef struct {
 	at  time.Duration
 }
 
+// id is the cell the reservation names.
+func (o pendingRef) id() backends.CellID { return o.ref.ID() }
+
 // has reports whether gen is a pending reservation in the window.
 func (g *fieldGen) has(gen uint64) bool {
 	return gen < g.next && g.next-1-gen < window && g.pend>>(g.next-1-gen)&1 != 0

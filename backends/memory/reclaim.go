@@ -114,25 +114,11 @@ func (p *partition) sweepRun(refs []backends.Ref) bool {
 // sweepSet removes the cells refs name from the garbage, the orphans and
 // the rows' reservations, wherever they are.
 func (p *partition) sweepSet(refs []backends.Ref) {
-	set := make(map[backends.CellID]struct{}, len(refs))
-	for _, r := range refs {
-		set[r.ID()] = struct{}{}
-	}
-	found := 0
-	p.garbage = slices.DeleteFunc(p.garbage, func(r backends.Ref) bool {
-		_, ok := set[r.ID()]
-		if ok {
-			found++
-		}
-		return ok
-	})
-	p.orphans = slices.DeleteFunc(p.orphans, func(o pendingRef) bool {
-		_, ok := set[o.ref.ID()]
-		if ok {
-			found++
-		}
-		return ok
-	})
+	set := backends.NewCellSet(refs)
+	var inGarbage, inOrphans int
+	p.garbage, inGarbage = backends.DeleteCells(set, p.garbage, backends.Ref.ID)
+	p.orphans, inOrphans = backends.DeleteCells(set, p.orphans, pendingRef.id)
+	found := inGarbage + inOrphans
 	if found >= len(set) || p.pending == 0 {
 		return // a cell is in one place only: nothing left to find
 	}
@@ -140,20 +126,16 @@ func (p *partition) sweepSet(refs []backends.Ref) {
 		for i := range r.gens {
 			g := &r.gens[i]
 			g.eachPending(func(gen uint64) {
-				if _, ok := set[backends.CellID{Index: r.index, Gen: gen, Field: g.field}]; ok {
+				if set.Has(backends.CellID{Index: r.index, Gen: gen, Field: g.field}) {
 					g.drop(gen)
 					p.pending--
 				}
 			})
 		}
 	}
-	p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {
-		_, ok := set[o.ref.ID()]
-		if ok {
-			p.pending--
-		}
-		return ok
-	})
+	var inFar int
+	p.far, inFar = backends.DeleteCells(set, p.far, pendingRef.id)
+	p.pending -= inFar
 }
 
 // Abandon implements backends.MetaStore. It scans the partition's rows

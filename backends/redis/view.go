@@ -62,6 +62,9 @@ type pendingRef struct {
 	at  int64
 }
 
+// id is the cell the reservation names.
+func (o pendingRef) id() backends.CellID { return o.ref.ID() }
+
 // empty reports whether the view holds nothing worth a log.
 func (v *view) empty() bool {
 	return len(v.rows) == 0 && len(v.garbage) == 0 && len(v.orphans) == 0
@@ -474,25 +477,11 @@ func (v *view) sweep(refs []backends.Ref) {
 	if len(refs) == 0 {
 		return
 	}
-	set := make(map[backends.CellID]struct{}, len(refs))
-	for _, r := range refs {
-		set[r.ID()] = struct{}{}
-	}
-	found := 0
-	v.garbage = slices.DeleteFunc(v.garbage, func(r backends.Ref) bool {
-		_, ok := set[r.ID()]
-		if ok {
-			found++
-		}
-		return ok
-	})
-	v.orphans = slices.DeleteFunc(v.orphans, func(o pendingRef) bool {
-		_, ok := set[o.ref.ID()]
-		if ok {
-			found++
-		}
-		return ok
-	})
+	set := backends.NewCellSet(refs)
+	var inGarbage, inOrphans int
+	v.garbage, inGarbage = backends.DeleteCells(set, v.garbage, backends.Ref.ID)
+	v.orphans, inOrphans = backends.DeleteCells(set, v.orphans, pendingRef.id)
+	found := inGarbage + inOrphans
 	if found >= len(set) || v.pending == 0 {
 		return // a cell is in one place only: nothing left to find
 	}
@@ -500,7 +489,7 @@ func (v *view) sweep(refs []backends.Ref) {
 		for i := range r.gens {
 			g := &r.gens[i]
 			g.pend = slices.DeleteFunc(g.pend, func(pg pendingGen) bool {
-				_, ok := set[backends.CellID{Index: r.index, Gen: pg.gen, Field: g.field}]
+				ok := set.Has(backends.CellID{Index: r.index, Gen: pg.gen, Field: g.field})
 				if ok {
 					v.pending--
 				}
@@ -553,25 +542,22 @@ func (v *view) abandon(refs []backends.Ref) int {
 // knownCells counts the cells of refs the view knows: garbage, orphans
 // and pending reservations (it changes nothing).
 func (v *view) knownCells(refs []backends.Ref) int {
-	set := make(map[backends.CellID]struct{}, len(refs))
-	for _, r := range refs {
-		set[r.ID()] = struct{}{}
-	}
+	set := backends.NewCellSet(refs)
 	known := 0
 	for _, g := range v.garbage {
-		if _, ok := set[g.ID()]; ok {
+		if set.Has(g.ID()) {
 			known++
 		}
 	}
 	for _, o := range v.orphans {
-		if _, ok := set[o.ref.ID()]; ok {
+		if set.Has(o.ref.ID()) {
 			known++
 		}
 	}
 	for _, r := range v.rows {
 		for _, g := range r.gens {
 			for _, pg := range g.pend {
-				if _, ok := set[backends.CellID{Index: r.index, Gen: pg.gen, Field: g.field}]; ok {
+				if set.Has(backends.CellID{Index: r.index, Gen: pg.gen, Field: g.field}) {
 					known++
 				}
 			}
@@ -586,17 +572,14 @@ func (v *view) emptyAfterSweep(refs []backends.Ref) bool {
 	if len(v.rows) > 0 || len(v.garbage)+len(v.orphans) > len(refs) {
 		return false
 	}
-	set := make(map[backends.CellID]struct{}, len(refs))
-	for _, r := range refs {
-		set[r.ID()] = struct{}{}
-	}
+	set := backends.NewCellSet(refs)
 	for _, r := range v.garbage {
-		if _, ok := set[r.ID()]; !ok {
+		if !set.Has(r.ID()) {
 			return false
 		}
 	}
 	for _, o := range v.orphans {
-		if _, ok := set[o.ref.ID()]; !ok {
+		if !set.Has(o.ref.ID()) {
 			return false
 		}
 	}
