@@ -7,7 +7,6 @@ import (
 	"github.com/tqgo/tqgo/backends/backendtest"
 	"github.com/tqgo/tqgo/backends/backendtest/toykv"
 	"github.com/tqgo/tqgo/backends/memory"
-	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tq/tqtest"
 )
 
@@ -41,18 +40,7 @@ func TestToyEngineClient(t *testing.T) {
 				if wrapped {
 					eng = backendtest.Wrap(eng, &backendtest.Faulty{})
 				}
-				return tqtest.Engine{
-					Open: func(t *testing.T) *tq.Client {
-						c, err := tq.New(eng)
-						if err != nil {
-							t.Fatal(err)
-						}
-						t.Cleanup(func() { _ = c.Close() })
-						return c
-					},
-					Data: eng.Data,
-					Meta: eng.Meta,
-				}
+				return tqtest.Over(eng)
 			})
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
 	"github.com/tqgo/tqgo/backends/memory"
-	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tq/tqtest"
 )
 
@@ -21,19 +20,5 @@ func TestConformance(t *testing.T) {
 }
 
 func TestClientConformance(t *testing.T) {
-	tqtest.Run(t, func(t *testing.T) tqtest.Engine {
-		eng := newEngine(t)
-		return tqtest.Engine{
-			Open: func(t *testing.T) *tq.Client {
-				c, err := tq.New(eng)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = c.Close() })
-				return c
-			},
-			Data: eng.Data,
-			Meta: eng.Meta,
-		}
-	})
+	tqtest.Run(t, func(t *testing.T) tqtest.Engine { return tqtest.Over(newEngine(t)) })
 }

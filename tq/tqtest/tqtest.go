@@ -44,3 +44,21 @@ func cases() []testCase {
 	all = append(all, byMetaCases()...)
 	return all
 }
+
+// Over is the Engine whose clients tq.New makes over eng, each closed when
+// the test that opened it ends. Clients share eng's MetaStore, so eng must
+// have one (a Local engine's in-process store included).
+func Over(eng backends.Engine) Engine {
+	return Engine{
+		Open: func(t *testing.T) *tq.Client {
+			c, err := tq.New(eng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		},
+		Data: eng.Data,
+		Meta: eng.Meta,
+	}
+}
