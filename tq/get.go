@@ -86,8 +86,8 @@ func (c *Client) readOnce(ctx context.Context, tr *callTrace, partition string, 
 		return nil, nil, err
 	}
 	b, err := r.finish(rows)
-	if err == nil {
-		tr.add(len(rows), len(r.cells), r.bytes())
+	if err == nil && tr != nil {
+		tr.add(len(rows), len(r.cells), r.bytes()) // bytes: a pass over the cells, only when traced
 	}
 	return b, rows, err
 }

@@ -62,8 +62,8 @@ func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, 
 	} else {
 		err = w.run(ctx, batch)
 	}
-	if err == nil {
-		tr.add(len(keys), len(w.cells), w.bytes())
+	if err == nil && tr != nil {
+		tr.add(len(keys), len(w.cells), w.bytes()) // bytes: a pass over the cells, only when traced
 	}
 	return err
 }
