@@ -1,0 +1,321 @@
+package backends
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Queue is the consumption state of a MetaStore's partitions: for each
+// (partition, task), which rows the task's consumers were delivered, which
+// of them are leased to whom and until when, and which are acknowledged.
+// Every MetaStore is a Queue (MetaStore embeds it), so consumption lives
+// beside the rows it is about and follows the MetaStore's outcome rules:
+// an error matching ErrOutcomeUnknown may have applied; any other applied
+// nothing. Implementations are safe for concurrent use, also, for a store
+// other processes reach, by many processes: no row is leased to two
+// consumers of a task at once.
+//
+// # Row states
+//
+// A committed row is, for each task, in one state:
+//
+//   - ready: never delivered, or back after a Nack, an expired lease or a
+//     Reset (no state is kept for a row that was never delivered);
+//   - leased to one lease token until a deadline;
+//   - acked: consumed, never delivered to the task again;
+//   - dead: delivered MaxDeliveries times without an ack (see
+//     ClaimRequest), never delivered again until Retry;
+//   - dropped: consumed without delivery (a sampler's or a caller's Drop),
+//     never delivered again.
+//
+// Time is the store's clock: a store with a server judges deadlines by
+// the server's clock, so clients on machines whose clocks differ agree.
+// Expiry is lazy: a lease whose deadline passed still names its token
+// until a Claim, Settle or Consumption call observes it, and its holder
+// may still Ack, Nack or Extend it until then (the row was not delivered
+// again). An expired lease makes the row ready, or dead once it has been
+// delivered its MaxDeliveries.
+//
+// Rows a Delete or DeletePartition removes leave the consumption of every
+// task: their state is gone once the delete returns, and a lease on them
+// is lost.
+type Queue interface {
+	// Claim leases rows of partition to a new lease token of req.Task. It
+	// calls pick with the partition's committed rows the task may be
+	// given, in index order: every row that is ready for the task (and
+	// not delayed by a Nack) by the store's knowledge (a store with a server may pass rows it knows
+	// only from a cached view, some of which another consumer may hold:
+	// Claim skips those), each with its Delivery so far. pick returns
+	// the units to lease in order of preference and the rows to drop.
+	// Claim then, atomically, drops the rows of Picked.Drop that are
+	// still ready and leases whole units in order, skipping any unit one
+	// of whose rows is no longer ready or that would bring the rows
+	// leased past req.Rows, until req.Rows are leased; if fewer than
+	// req.Min rows would be leased, it leases none (and still drops).
+	// A store may call pick more than once (a view that was stale); only
+	// its last result counts. pick must be quick and must not call the
+	// store: a store may hold a lock across it.
+	//
+	// With req.Batch set, the ranks of a data-parallel task share batches
+	// (see Batch). Claim fails with an error wrapping ErrInvalid, changing
+	// nothing, when req is malformed (see ClaimRequest.Check), and returns
+	// pick's error as it is.
+	Claim(ctx context.Context, partition string, req ClaimRequest, pick Pick) (Claimed, error)
+	// Settle acknowledges, returns or renews rows of a lease, or retries
+	// or drops dead rows (see SettleOp). It applies req.Op to each row of
+	// req.Indexes in the state the op needs and reports the others in
+	// SettleResult.Lost, changing nothing of them; an index of no
+	// committed row of the partition is Lost too. A malformed req (see
+	// SettleRequest.Check) fails with ErrInvalid, changing nothing.
+	Settle(ctx context.Context, partition string, req SettleRequest) (SettleResult, error)
+	// Consumption returns, for each of tasks (every task with state in
+	// the partition when none is named), the Delivery of every row of the
+	// partition that has state: every row delivered at least once, or
+	// dropped, in index order. A ready row that was never delivered has
+	// no state and is not listed. Expired leases are reported as the
+	// next Claim would find them (ready, or dead). A task with no state
+	// maps to an empty slice when named and is absent otherwise.
+	Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]Delivery, error)
+	// Reset forgets task's consumption of the rows of indexes, or of
+	// every row of the partition when indexes is nil: they are ready
+	// again with no deliveries, leases on them are lost, and open
+	// batches of the task (see Batch) are forgotten. An empty task name
+	// fails with ErrInvalid.
+	Reset(ctx context.Context, partition, task string, indexes []uint64) error
+	// Wait returns nil once the partition may have rows for a claim that
+	// it had not when mark was taken: after a commit, delete, settle or
+	// reset of the partition (by any process) that mark did not see, or
+	// once mark.Wake has passed. A store may return nil spuriously, but
+	// while nothing changes it sends a server no more than one request
+	// per second. It returns ctx.Err() when ctx ends first, and leaves no
+	// goroutine behind either way.
+	Wait(ctx context.Context, partition string, mark Mark) error
+}
+
+// State is a row's consumption state for one task.
+type State uint8
+
+const (
+	Ready State = iota
+	Leased
+	Acked
+	Dead
+	Dropped
+	numStates
+)
+
+var stateNames = [numStates]string{"ready", "leased", "acked", "dead", "dropped"}
+
+func (s State) String() string {
+	if s >= numStates {
+		return "State(" + itoa(int(s)) + ")"
+	}
+	return stateNames[s]
+}
+
+// Delivery is a row's consumption by one task.
+type Delivery struct {
+	Index uint64
+	State State
+	// Deliveries is how many times the row was leased to the task.
+	Deliveries int
+	// Lease is the token holding a Leased row ("" otherwise).
+	Lease string
+	// Until is, for a Leased row, when its lease ends; for a Ready row
+	// that a Nack delayed, when it may be claimed again; zero otherwise.
+	// It is a time of the process that received it: a store with a
+	// server converts the server's remaining time into local time.
+	Until time.Time
+	// Max is the MaxDeliveries of the claim that last leased the row (0:
+	// no limit).
+	Max int
+}
+
+// ClaimRequest says what a Claim may lease.
+type ClaimRequest struct {
+	Task  string        // the consuming task; not empty
+	Lease time.Duration // how long the lease lasts; > 0
+	// Rows is the most rows to lease (> 0), and Min the fewest worth
+	// leasing (1 to Rows): with fewer available, Claim leases none.
+	Rows, Min int
+	// MaxDeliveries, if > 0, is the number of deliveries after which a
+	// row whose lease ends without an ack (a Nack, an expiry) is dead
+	// instead of ready.
+	MaxDeliveries int
+	// Batch, if set, makes the claim one rank's of a data-parallel task.
+	Batch *Batch
+}
+
+// Batch is a data-parallel claim: Ranks consumers of one task (in one
+// process or many), numbered 0 to Ranks-1, take shares of the same
+// batches. Claim gives rank Rank the oldest open batch of the task whose
+// share Rank has not taken; when there is none, it selects a new batch
+// (with pick, req.Rows and req.Min, as a plain claim does), opens it
+// with the share of Rank taken, and returns it. A batch's rows are leased
+// to the batch's token when it is selected; each rank's claim of its
+// share renews the lease of the batch's rows still held to now plus
+// req.Lease. Claimed.Rows and Claimed.Units are the whole batch as it was
+// selected, less rows no longer held by its token; the caller splits it
+// into shares (the same rows must give every rank the same split) and
+// settles its own share with the batch's token. A batch is closed once
+// every rank took its share, or once every one of its leases ended.
+// Every claim of one task must give the same Ranks.
+type Batch struct {
+	Ranks, Rank int
+}
+
+// Pick chooses what a Claim leases from the rows it may lease (see
+// Queue.Claim): positions into rows and deliveries, which are parallel.
+type Pick func(rows []*Row, deliveries []Delivery) (Picked, error)
+
+// Picked is a Pick's choice: Units in order of preference, each a set of
+// positions leased together or not at all (one row each for a plain
+// sequential claim, a group's rows for a group claim), and Drop, the
+// positions to drop. A position may appear once in all.
+type Picked struct {
+	Units [][]int
+	Drop  []int
+}
+
+// Claimed is what a Claim leased.
+type Claimed struct {
+	Lease string // the lease token: random, never reused; "" when nothing was leased
+	// Rows are the leased rows and Deliveries their deliveries, this one
+	// counted; Units are the leased units as positions into Rows. Rows
+	// are read-only, as every Row a MetaStore returns.
+	Rows       []*Row
+	Deliveries []Delivery
+	Units      [][]int
+	// Until is when the lease ends, as a time of this process.
+	Until time.Time
+	// Dropped is how many rows of Picked.Drop the claim dropped.
+	Dropped int
+	// Mark is where the claim looked, for Wait: taken atomically with the
+	// claim, so a change after the claim wakes a Wait given it.
+	Mark Mark
+}
+
+// Mark is a point in a partition's history, for Wait: the store's count
+// of the partition's changes, and when the earliest lease or Nack delay
+// of the task the claim saw ends (zero if none), after which rows may be
+// ready with no change at all.
+type Mark struct {
+	Seq  uint64
+	Wake time.Time
+}
+
+// SettleOp is what Settle does to each row.
+type SettleOp uint8
+
+const (
+	// Ack consumes a row leased to req.Lease: acked.
+	Ack SettleOp = iota + 1
+	// Nack ends the lease of a row leased to req.Lease: ready again,
+	// after req.Delay if it is > 0, or dead if the row has had its
+	// MaxDeliveries.
+	Nack
+	// Extend renews the lease of a row leased to req.Lease to now plus
+	// req.Delay (> 0).
+	Extend
+	// Retry makes a dead row ready again with no deliveries; req.Lease
+	// must be "".
+	Retry
+	// Drop makes a ready or dead row dropped; req.Lease must be "".
+	Drop
+)
+
+// SettleRequest names rows of one task and what to do with them.
+type SettleRequest struct {
+	Task    string
+	Op      SettleOp
+	Lease   string // the lease token, for Ack, Nack and Extend
+	Indexes []uint64
+	Delay   time.Duration // Nack: delay before ready (>= 0); Extend: new lease (> 0)
+}
+
+// SettleResult reports rows Settle did not change.
+type SettleResult struct {
+	// Lost are the indexes not in the state the op needs (for Ack, Nack
+	// and Extend: no longer leased to req.Lease: acked, reset, deleted,
+	// or expired and delivered again), in req.Indexes' order.
+	Lost []uint64
+	// Until, for Extend, is when the renewed leases end, as a time of
+	// this process.
+	Until time.Time
+}
+
+// Check reports a malformed claim with an error wrapping ErrInvalid.
+func (r *ClaimRequest) Check() error {
+	switch {
+	case r.Task == "":
+		return invalidf("claim: empty task name")
+	case r.Lease <= 0:
+		return invalidf("claim: lease %v is not positive", r.Lease)
+	case r.Rows < 1:
+		return invalidf("claim: rows %d < 1", r.Rows)
+	case r.Min < 1 || r.Min > r.Rows:
+		return invalidf("claim: min %d outside 1..%d", r.Min, r.Rows)
+	case r.MaxDeliveries < 0:
+		return invalidf("claim: max deliveries %d < 0", r.MaxDeliveries)
+	case r.Batch != nil && (r.Batch.Ranks < 1 || r.Batch.Rank < 0 || r.Batch.Rank >= r.Batch.Ranks):
+		return invalidf("claim: rank %d of %d", r.Batch.Rank, r.Batch.Ranks)
+	}
+	return nil
+}
+
+// Check reports a malformed settle with an error wrapping ErrInvalid.
+func (r *SettleRequest) Check() error {
+	switch {
+	case r.Task == "":
+		return invalidf("settle: empty task name")
+	case r.Op < Ack || r.Op > Drop:
+		return invalidf("settle: unknown op %d", r.Op)
+	case (r.Op == Retry || r.Op == Drop) != (r.Lease == ""):
+		if r.Lease == "" {
+			return invalidf("settle: no lease token")
+		}
+		return invalidf("settle: retry and drop take no lease token")
+	case r.Op == Extend && r.Delay <= 0:
+		return invalidf("settle: extend by %v", r.Delay)
+	case r.Delay < 0:
+		return invalidf("settle: delay %v < 0", r.Delay)
+	}
+	return nil
+}
+
+// CheckPicked reports a Pick result that names a position outside rows,
+// or one twice, with an error wrapping ErrInvalid.
+func CheckPicked(p Picked, rows int) error {
+	seen := make([]bool, rows)
+	mark := func(i int) error {
+		if i < 0 || i >= rows {
+			return invalidf("pick: position %d of %d rows", i, rows)
+		}
+		if seen[i] {
+			return invalidf("pick: position %d twice", i)
+		}
+		seen[i] = true
+		return nil
+	}
+	for _, u := range p.Units {
+		if len(u) == 0 {
+			return invalidf("pick: an empty unit")
+		}
+		for _, i := range u {
+			if err := mark(i); err != nil {
+				return err
+			}
+		}
+	}
+	for _, i := range p.Drop {
+		if err := mark(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
