@@ -1,0 +1,680 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// The consumption state of a partition (backends.Queue) lives in keys of
+// its own in the partition's hash slot (see queue_scripts.go and
+// LAYOUT.md section 7): per task a hash of row states, a sorted set of
+// deadlines and a list of open batches, a registry of the tasks, and a
+// change counter with a shard channel for Wait. Every transition is one
+// script, judged by the server's clock.
+//
+// A Claim calls pick with rows from the partition's view (see view.go):
+// its committed rows, less those the Meta's cache of the task's states
+// knows are not ready. The claim script then checks, atomically, that the
+// view lacks no record that removes rows and that the cache is current
+// (no Nack, Retry or Reset of the task since it was filled), leases the
+// picked units whose rows are all still ready, and replies with what the
+// view lacks and the states of candidates another consumer holds. So a
+// claim on a current view is one round trip; a view or cache that was not
+// current costs one more (the reply brings what was missing), and so does
+// a claim that found too few of its candidates ready (the cache learned
+// their states).
+
+var _ backends.Queue = (*Meta)(nil)
+
+// maxClaimAttempts bounds how often a Claim calls pick again: after a
+// catch-up of its view or cache, or after finding candidates another
+// consumer held.
+const maxClaimAttempts = 8
+
+// qKeys are the consumption keys of one task of a partition.
+type qKeys struct {
+	t, s, z, b, seq, c string
+}
+
+func (m *Meta) qKeys(partition, task string) qKeys {
+	p := m.s.opts.prefix
+	q := p + ":{" + p + ":" + partEscaper.Replace(partition) + "}:q:"
+	return qKeys{t: q + "t", s: q + "s:" + task, z: q + "z:" + task, b: q + "b:" + task, seq: q + "seq", c: q + "c"}
+}
+
+// qEntry is a row's state entry (see qLuaLib), its deadline converted to
+// this process's time.
+type qEntry struct {
+	state backends.State
+	d     int
+	until time.Time // zero: none
+	max   int
+	tok   string
+}
+
+var entryStates = map[byte]backends.State{'R': backends.Ready, 'L': backends.Leased, 'A': backends.Acked, 'D': backends.Dead, 'X': backends.Dropped}
+
+// parseEntry decodes entry v, read when the server's clock said now (ms)
+// and this process's said local.
+func parseEntry(v string, now int64, local time.Time) (qEntry, error) {
+	f := strings.SplitN(v, ":", 5)
+	if len(f) != 5 || len(f[0]) != 1 {
+		return qEntry{}, fmt.Errorf("%w: consumption entry %q", ErrCorrupt, v)
+	}
+	st, ok := entryStates[f[0][0]]
+	d, err1 := strconv.Atoi(f[1])
+	u, err2 := strconv.ParseInt(f[2], 10, 64)
+	mx, err3 := strconv.Atoi(f[3])
+	if !ok || err1 != nil || err2 != nil || err3 != nil {
+		return qEntry{}, fmt.Errorf("%w: consumption entry %q", ErrCorrupt, v)
+	}
+	e := qEntry{state: st, d: d, max: mx, tok: f[4]}
+	if u > 0 {
+		e.until = local.Add(time.Duration(u-now) * time.Millisecond)
+	}
+	return e, nil
+}
+
+// at is e as of local time t: an ended lease is ready, or dead once it
+// had its max deliveries.
+func (e qEntry) at(t time.Time) qEntry {
+	if e.state == backends.Leased && !e.until.After(t) {
+		e.state, e.until, e.tok = backends.Ready, time.Time{}, ""
+		if e.max > 0 && e.d >= e.max {
+			e.state = backends.Dead
+		}
+	}
+	return e
+}
+
+// delivery is e as a backends.Delivery of index.
+func (e qEntry) delivery(index uint64) backends.Delivery {
+	d := backends.Delivery{Index: index, State: e.state, Deliveries: e.d, Max: e.max}
+	switch e.state {
+	case backends.Leased:
+		d.Lease, d.Until = e.tok, e.until
+	case backends.Ready:
+		d.Until = e.until
+	}
+	return d
+}
+
+// taskCache is what this Meta knows of a task's states in a partition:
+// exact as of the release mark rel, but for rows other consumers have
+// leased, acked, dropped or let die since (a claim finds those and
+// learns them). valid false: nothing known, "" is sent.
+type taskCache struct {
+	mu    sync.Mutex
+	valid bool
+	rel   string
+	ents  map[uint64]qEntry
+}
+
+func (c *taskCache) load(rel string, flat []any, now int64, local time.Time) error {
+	ents := make(map[uint64]qEntry, len(flat)/2)
+	if err := eachEntry(flat, now, local, func(i uint64, e qEntry, ok bool) {
+		if ok {
+			ents[i] = e
+		}
+	}); err != nil {
+		return err
+	}
+	c.valid, c.rel, c.ents = true, rel, ents
+	return nil
+}
+
+// learn applies the entries of flat (index, entry, ...; "" none).
+func (c *taskCache) learn(flat []any, now int64, local time.Time) error {
+	if c.ents == nil {
+		c.ents = map[uint64]qEntry{}
+	}
+	return eachEntry(flat, now, local, func(i uint64, e qEntry, ok bool) {
+		if ok {
+			c.ents[i] = e
+		} else {
+			delete(c.ents, i)
+		}
+	})
+}
+
+// eachEntry calls f with each index and entry of flat (ok false: "").
+func eachEntry(flat []any, now int64, local time.Time, f func(uint64, qEntry, bool)) error {
+	if len(flat)%2 != 0 {
+		return fmt.Errorf("%w: consumption entries %v", ErrCorrupt, flat)
+	}
+	for j := 0; j < len(flat); j += 2 {
+		is, ok1 := flat[j].(string)
+		vs, ok2 := flat[j+1].(string)
+		i, err := strconv.ParseUint(is, 10, 64)
+		if !ok1 || !ok2 || err != nil {
+			return fmt.Errorf("%w: consumption entries %v", ErrCorrupt, flat)
+		}
+		if vs == "" {
+			f(i, qEntry{}, false)
+			continue
+		}
+		e, err := parseEntry(vs, now, local)
+		if err != nil {
+			return err
+		}
+		f(i, e, true)
+	}
+	return nil
+}
+
+// queueState is a Meta's consumption side: task caches and Wait's
+// subscriptions.
+type queueState struct {
+	mu     sync.Mutex
+	caches map[[2]string]*taskCache
+	subs   map[string]*qSub
+	closed bool
+}
+
+func (m *Meta) taskCache(partition, task string) *taskCache {
+	q := &m.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.caches == nil {
+		q.caches = map[[2]string]*taskCache{}
+	}
+	k := [2]string{partition, task}
+	c := q.caches[k]
+	if c == nil {
+		if len(q.caches) >= maxViews*4 {
+			for old := range q.caches {
+				delete(q.caches, old) // forget one: it is refilled when used
+				break
+			}
+		}
+		c = &taskCache{}
+		q.caches[k] = c
+	}
+	return c
+}
+
+// queueError classes a consumption script's failure. A server's error
+// reply is definite, unless it is a script's runtime error (a state entry
+// that does not decode: another program writing under the prefix), which
+// may come after some of the script's writes. Any other failure (no
+// reply) may have applied: unknown, with what that means for op.
+func (m *Meta) queueError(ctx context.Context, op string, err error, unknown string) error {
+	var re goredis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		if strings.Contains(msg, "tq:") || strings.Contains(msg, "user_script") {
+			return &unknownOutcome{m.s.wrap(ctx, op, fmt.Errorf("%w: %v", ErrCorrupt, err))}
+		}
+		return m.s.wrap(ctx, op, err)
+	}
+	return &unknownOutcome{m.s.wrap(ctx, op, fmt.Errorf("%w; %s", err, unknown))}
+}
+
+// Claim implements backends.Queue (see the comment at the top of this
+// file for its round trips). A Claim whose reply was lost (its error
+// matches backends.ErrOutcomeUnknown) leased at most rows to a token the
+// caller never learned: they are ready again (or dead) once req.Lease
+// has passed. pick is called without any lock held.
+func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRequest, pick backends.Pick) (backends.Claimed, error) {
+	ctx = m.s.traced(ctx)
+	if err := m.check(ctx); err != nil {
+		return backends.Claimed{}, err
+	}
+	if err := req.Check(); err != nil {
+		return backends.Claimed{}, err
+	}
+	qk := m.qKeys(partition, req.Task)
+	pk := m.keys(partition)
+	keys := []string{pk.l, pk.e, pk.h, qk.t, qk.s, qk.z, qk.seq, qk.b}
+	v := m.view(partition)
+	tc := m.taskCache(partition, req.Task)
+	token := newID()
+	ranks, rank := 0, 0
+	if req.Batch != nil {
+		ranks, rank = req.Batch.Ranks, req.Batch.Rank
+	}
+	for attempt := 1; ; attempt++ {
+		v.mu.Lock()
+		at := pos{epoch: v.epoch, n: v.n, head: v.head, era: v.era}
+		all := v.committed()
+		v.mu.Unlock()
+		local := time.Now()
+		tc.mu.Lock()
+		rel := ""
+		if tc.valid {
+			rel = tc.rel
+		}
+		rows := make([]*backends.Row, 0, len(all))
+		dels := make([]backends.Delivery, 0, len(all))
+		for _, r := range all {
+			d := backends.Delivery{Index: r.Index, State: backends.Ready}
+			if e, ok := tc.ents[r.Index]; ok {
+				e = e.at(local)
+				if e.state != backends.Ready || e.until.After(local) {
+					continue
+				}
+				d.Deliveries, d.Max = e.d, e.max
+			}
+			rows = append(rows, r)
+			dels = append(dels, d)
+		}
+		tc.mu.Unlock()
+		picked, err := pick(rows, dels)
+		if err != nil {
+			return backends.Claimed{}, err
+		}
+		if err := backends.CheckPicked(picked, len(rows)); err != nil {
+			return backends.Claimed{}, err
+		}
+		args := []any{at.epoch, at.n, at.head, req.Task, rel, req.Lease.Milliseconds(), req.Rows, req.Min, req.MaxDeliveries, token, ranks, rank, len(picked.Drop)}
+		if req.Lease < time.Millisecond {
+			args[5] = 1
+		}
+		for _, p := range picked.Drop {
+			args = append(args, rows[p].Index)
+		}
+		for _, u := range picked.Units {
+			args = append(args, len(u))
+			for _, p := range u {
+				args = append(args, rows[p].Index)
+			}
+		}
+		if err := m.check(ctx); err != nil {
+			return backends.Claimed{}, err
+		}
+		sent := time.Now()
+		reply, err := claimScript.Run(ctx, m.s.client, keys, args...).Slice()
+		if err != nil {
+			return backends.Claimed{}, m.queueError(ctx, "claim", err,
+				"the claim may have leased rows to a token never returned: they are ready again once the lease ends")
+		}
+		status, _ := replyString(reply, 0)
+		if len(reply) < 5 {
+			return backends.Claimed{}, m.s.wrap(ctx, "claim", fmt.Errorf("%w: claim replied %v", ErrCorrupt, reply))
+		}
+		// The records the view lacks: replaying them may fail only on a
+		// log that changed under the view, which the next attempt reads.
+		_, cerr := m.catchUp(v, at.era, at.n, reply[1:5])
+		switch status {
+		case "stale":
+			if cerr != nil {
+				return backends.Claimed{}, m.s.wrap(ctx, "claim", cerr)
+			}
+		case "state":
+			if len(reply) < 8 {
+				return backends.Claimed{}, m.s.wrap(ctx, "claim", fmt.Errorf("%w: claim replied %v", ErrCorrupt, reply))
+			}
+			r, _ := replyString(reply, 5)
+			now, _ := reply[6].(int64)
+			flat, _ := reply[7].([]any)
+			tc.mu.Lock()
+			err := tc.load(r, flat, now, sent)
+			tc.mu.Unlock()
+			if err != nil {
+				return backends.Claimed{}, m.s.wrap(ctx, "claim", err)
+			}
+		case "ok":
+			c, again, err := m.claimed(ctx, partition, v, tc, req, reply, rows, sent)
+			// Nothing leased, but the view caught up on rows pick never
+			// saw: pick again.
+			recs, _ := reply[4].([]any)
+			again = again || (len(c.Rows) == 0 && len(recs) > 0 && cerr == nil)
+			if err != nil || !again || attempt >= maxClaimAttempts {
+				return c, err
+			}
+		default:
+			return backends.Claimed{}, m.s.wrap(ctx, "claim", fmt.Errorf("%w: claim replied %v", ErrCorrupt, reply))
+		}
+		if attempt >= maxClaimAttempts {
+			return backends.Claimed{}, m.s.wrap(ctx, "claim", fmt.Errorf("%w: %d attempts on partition %q", ErrContention, maxClaimAttempts, partition))
+		}
+	}
+}
+
+// claimed decodes an "ok" claim reply, updates the task's cache, and
+// returns the claim; again: nothing was leased but candidates were found
+// held by others, so a pick over the cache as it now is may do better.
+// (A claim leases nothing rather than fewer than req.Min, so "nothing"
+// is the only case where asking again may change the outcome.)
+func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskCache, req backends.ClaimRequest, reply []any, rows []*backends.Row, sent time.Time) (backends.Claimed, bool, error) {
+	bad := func() (backends.Claimed, bool, error) {
+		return backends.Claimed{}, false, m.s.wrap(ctx, "claim", fmt.Errorf("%w: claim replied %v", ErrCorrupt, reply))
+	}
+	if len(reply) < 15 {
+		return bad()
+	}
+	rel, _ := replyString(reply, 5)
+	now, ok1 := reply[6].(int64)
+	token, ok2 := replyString(reply, 7)
+	leased, ok3 := reply[8].([]any)
+	sizes, ok4 := reply[9].([]any)
+	unavail, ok5 := reply[10].([]any)
+	dropped, ok6 := reply[11].(int64)
+	wake, ok7 := reply[12].(int64)
+	seq, ok8 := reply[13].(int64)
+	expired, ok9 := reply[14].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 || !ok9 || len(leased)%2 != 0 {
+		return bad()
+	}
+	until := sent.Add(req.Lease)
+	c := backends.Claimed{Dropped: int(dropped), Mark: backends.Mark{Seq: uint64(seq)}}
+	if wake >= 0 {
+		c.Mark.Wake = sent.Add(time.Duration(wake) * time.Millisecond)
+	}
+	byIndex := make(map[uint64]*backends.Row, len(rows))
+	for _, r := range rows {
+		byIndex[r.Index] = r
+	}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if !tc.valid || tc.rel != rel {
+		tc.valid, tc.rel, tc.ents = true, rel, map[uint64]qEntry{}
+	}
+	if err := tc.learn(unavail, now, sent); err != nil {
+		return backends.Claimed{}, false, m.s.wrap(ctx, "claim", err)
+	}
+	if err := tc.learn(expired, now, sent); err != nil {
+		return backends.Claimed{}, false, m.s.wrap(ctx, "claim", err)
+	}
+	var missing bool
+	for j := 0; j < len(leased); j += 2 {
+		is, _ := leased[j].(string)
+		d, ok := leased[j+1].(int64)
+		i, err := strconv.ParseUint(is, 10, 64)
+		if err != nil || !ok {
+			return bad()
+		}
+		tc.ents[i] = qEntry{state: backends.Leased, d: int(d), until: until, max: req.MaxDeliveries, tok: token}
+		r := byIndex[i]
+		if r == nil {
+			missing = true
+		}
+		c.Rows = append(c.Rows, r)
+		c.Deliveries = append(c.Deliveries, backends.Delivery{Index: i, State: backends.Leased, Deliveries: int(d), Lease: token, Until: until, Max: req.MaxDeliveries})
+	}
+	if missing {
+		// A batch another process selected holds rows this view lacked
+		// (the reply's records brought them).
+		v.mu.Lock()
+		for _, r := range v.committed() {
+			byIndex[r.Index] = r
+		}
+		v.mu.Unlock()
+		for k := range c.Rows {
+			if c.Rows[k] == nil {
+				if c.Rows[k] = byIndex[c.Deliveries[k].Index]; c.Rows[k] == nil {
+					return backends.Claimed{}, false, m.s.wrap(ctx, "claim", fmt.Errorf("%w: leased row %d is not in the partition's log", ErrCorrupt, c.Deliveries[k].Index))
+				}
+			}
+		}
+	}
+	at := 0
+	for _, s := range sizes {
+		n, ok := s.(int64)
+		if !ok || n < 1 || at+int(n) > len(c.Rows) {
+			return bad()
+		}
+		u := make([]int, n)
+		for k := range u {
+			u[k] = at + k
+		}
+		c.Units = append(c.Units, u)
+		at += int(n)
+	}
+	if at != len(c.Rows) {
+		return bad()
+	}
+	if len(c.Rows) > 0 {
+		c.Lease, c.Until = token, until
+	}
+	return c, len(c.Rows) == 0 && len(unavail) > 0, nil
+}
+
+// Settle implements backends.Queue in one round trip (a Drop of rows
+// never delivered that the view does not know: two). An Ack, Nack or
+// Extend whose reply was lost is sent again to learn what it did (a
+// resent Ack finds its rows acked by its token and reports them applied;
+// a resent Nack finds them ready or dead under its token); a Retry or
+// Drop whose reply was lost, or any op whose second send fails too, fails
+// with an error matching backends.ErrOutcomeUnknown.
+func (m *Meta) Settle(ctx context.Context, partition string, req backends.SettleRequest) (backends.SettleResult, error) {
+	ctx = m.s.traced(ctx)
+	if err := m.check(ctx); err != nil {
+		return backends.SettleResult{}, err
+	}
+	if err := req.Check(); err != nil {
+		return backends.SettleResult{}, err
+	}
+	if len(req.Indexes) == 0 {
+		return backends.SettleResult{}, nil
+	}
+	qk := m.qKeys(partition, req.Task)
+	keys := []string{qk.t, qk.s, qk.z, qk.seq}
+	tc := m.taskCache(partition, req.Task)
+	ms := req.Delay.Milliseconds()
+	if req.Delay > 0 && ms == 0 {
+		ms = 1
+	}
+	var v *view
+	if req.Op == backends.Drop {
+		pk := m.keys(partition)
+		keys = append(keys, pk.l, pk.e, pk.h)
+		v = m.view(partition)
+	}
+	for attempt := 1; ; attempt++ {
+		args := []any{req.Task, int(req.Op), req.Lease, ms, qk.c}
+		var at pos
+		if v != nil {
+			v.mu.Lock()
+			at = pos{epoch: v.epoch, n: v.n, head: v.head, era: v.era}
+			args = append(args, at.epoch, at.n, at.head)
+			known := map[uint64]bool{}
+			for _, r := range v.committed() {
+				known[r.Index] = true
+			}
+			v.mu.Unlock()
+			for _, i := range req.Indexes {
+				flag := "0"
+				if known[i] {
+					flag = "1"
+				}
+				args = append(args, i, flag)
+			}
+		} else {
+			for _, i := range req.Indexes {
+				args = append(args, i)
+			}
+		}
+		sent := time.Now()
+		reply, err := settleScript.Run(ctx, m.s.client, keys, args...).Slice()
+		if err != nil {
+			var re goredis.Error
+			if !errors.As(err, &re) && (req.Op == backends.Ack || req.Op == backends.Nack || req.Op == backends.Extend) {
+				// Sent again, it finds what the first send did.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+				sent = time.Now()
+				reply, err = settleScript.Run(rctx, m.s.client, keys, args...).Slice()
+				cancel()
+			}
+			if err != nil {
+				return backends.SettleResult{}, m.queueError(ctx, "settle", err, "the settle may have applied")
+			}
+		}
+		status, _ := replyString(reply, 0)
+		if status == "stale" && v != nil && len(reply) >= 5 {
+			if _, err := m.catchUp(v, at.era, at.n, reply[1:5]); err != nil {
+				return backends.SettleResult{}, m.s.wrap(ctx, "settle", err)
+			}
+			if attempt >= maxClaimAttempts {
+				return backends.SettleResult{}, m.s.wrap(ctx, "settle", fmt.Errorf("%w: %d attempts on partition %q", ErrContention, maxClaimAttempts, partition))
+			}
+			continue
+		}
+		if status != "ok" || len(reply) < 6 {
+			return backends.SettleResult{}, m.s.wrap(ctx, "settle", fmt.Errorf("%w: settle replied %v", ErrCorrupt, reply))
+		}
+		now, ok1 := reply[1].(int64)
+		lost, ok2 := reply[2].([]any)
+		before, _ := replyString(reply, 3)
+		after, _ := replyString(reply, 4)
+		changed, ok3 := reply[5].([]any)
+		if !ok1 || !ok2 || !ok3 {
+			return backends.SettleResult{}, m.s.wrap(ctx, "settle", fmt.Errorf("%w: settle replied %v", ErrCorrupt, reply))
+		}
+		var res backends.SettleResult
+		for _, l := range lost {
+			s, _ := l.(string)
+			i, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return backends.SettleResult{}, m.s.wrap(ctx, "settle", fmt.Errorf("%w: settle replied %v", ErrCorrupt, reply))
+			}
+			res.Lost = append(res.Lost, i)
+		}
+		if req.Op == backends.Extend && len(res.Lost) < len(req.Indexes) {
+			res.Until = sent.Add(req.Delay)
+		}
+		tc.mu.Lock()
+		if tc.valid && tc.rel == before {
+			tc.rel = after
+			err = tc.learn(changed, now, sent)
+		} else {
+			tc.valid = false
+		}
+		tc.mu.Unlock()
+		if err != nil {
+			return backends.SettleResult{}, m.s.wrap(ctx, "settle", err)
+		}
+		return res, nil
+	}
+}
+
+// Consumption implements backends.Queue in one round trip.
+func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]backends.Delivery, error) {
+	ctx = m.s.traced(ctx)
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	for _, t := range tasks {
+		if t == "" {
+			return nil, fmt.Errorf("%w: consumption: empty task name", backends.ErrInvalid)
+		}
+	}
+	tasks = slices.Compact(slices.Sorted(slices.Values(tasks)))
+	keys := []string{m.qKeys(partition, "").t}
+	args := make([]any, len(tasks))
+	for j, t := range tasks {
+		qk := m.qKeys(partition, t)
+		keys = append(keys, qk.s, qk.z)
+		args[j] = t
+	}
+	sent := time.Now()
+	reply, err := consumptionScript.Run(ctx, m.s.client, keys, args...).Slice()
+	if err != nil {
+		// Only lazy expiry writes: nothing a caller asked for.
+		return nil, m.s.wrap(ctx, "consumption", err)
+	}
+	bad := fmt.Errorf("%w: consumption replied %v", ErrCorrupt, reply)
+	if len(reply) < 1 || len(reply)%2 != 1 {
+		return nil, m.s.wrap(ctx, "consumption", bad)
+	}
+	now, ok := reply[0].(int64)
+	if !ok {
+		return nil, m.s.wrap(ctx, "consumption", bad)
+	}
+	out := make(map[string][]backends.Delivery, len(reply)/2)
+	for j := 1; j < len(reply); j += 2 {
+		task, ok1 := reply[j].(string)
+		flat, ok2 := reply[j+1].([]any)
+		if !ok1 || !ok2 {
+			return nil, m.s.wrap(ctx, "consumption", bad)
+		}
+		ds := make([]backends.Delivery, 0, len(flat)/2)
+		if err := eachEntry(flat, now, sent, func(i uint64, e qEntry, ok bool) {
+			if ok {
+				ds = append(ds, e.delivery(i))
+			}
+		}); err != nil {
+			return nil, m.s.wrap(ctx, "consumption", err)
+		}
+		slices.SortFunc(ds, func(a, b backends.Delivery) int {
+			switch {
+			case a.Index < b.Index:
+				return -1
+			case a.Index > b.Index:
+				return 1
+			}
+			return 0
+		})
+		out[task] = ds
+	}
+	return out, nil
+}
+
+// Reset implements backends.Queue in one round trip. A Reset whose reply
+// was lost fails with an error matching backends.ErrOutcomeUnknown (sent
+// again, it does the same: callers may simply retry).
+func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {
+	ctx = m.s.traced(ctx)
+	if err := m.check(ctx); err != nil {
+		return err
+	}
+	if task == "" {
+		return fmt.Errorf("%w: reset: empty task name", backends.ErrInvalid)
+	}
+	if indexes != nil && len(indexes) == 0 {
+		return nil
+	}
+	qk := m.qKeys(partition, task)
+	args := []any{task, qk.c, "*"}
+	if indexes != nil {
+		args[2] = ""
+		for _, i := range indexes {
+			args = append(args, i)
+		}
+	}
+	reply, err := resetScript.Run(ctx, m.s.client, []string{qk.t, qk.s, qk.z, qk.b, qk.seq}, args...).StringSlice()
+	if err != nil {
+		return m.queueError(ctx, "reset", err, "the reset may have applied")
+	}
+	if len(reply) != 2 {
+		return m.s.wrap(ctx, "reset", fmt.Errorf("%w: reset replied %v", ErrCorrupt, reply))
+	}
+	tc := m.taskCache(partition, task)
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	switch {
+	case !tc.valid || tc.rel != reply[0]:
+		tc.valid = false
+	case indexes == nil:
+		tc.rel, tc.ents = reply[1], map[uint64]qEntry{}
+	default:
+		tc.rel = reply[1]
+		for _, i := range indexes {
+			delete(tc.ents, i)
+		}
+	}
+	return nil
+}
+
+// indexList is the indexes of rows, space-separated (the append script's
+// unqueue argument).
+func indexList(rows []*backends.Row) string {
+	var b []byte
+	for k, r := range rows {
+		if k > 0 {
+			b = append(b, ' ')
+		}
+		b = strconv.AppendUint(b, r.Index, 10)
+	}
+	return string(b)
+}
