@@ -31,11 +31,11 @@ import (
 //
 // Time is the store's clock: a store with a server judges deadlines by
 // the server's clock, so clients on machines whose clocks differ agree.
-// Expiry is lazy: a lease whose deadline passed still names its token
-// until a Claim, Settle or Consumption call observes it, and its holder
-// may still Ack, Nack or Extend it until then (the row was not delivered
-// again). An expired lease makes the row ready, or dead once it has been
-// delivered its MaxDeliveries.
+// An expired lease makes the row ready, or dead once it has been
+// delivered its MaxDeliveries. Expiry is lazy: a lease whose deadline
+// passed still names its token until the row is delivered again,
+// retried, dropped or reset, and until then its holder may still Ack,
+// Nack or Extend it (the work was done, and nobody else has the row).
 //
 // Rows a Delete or DeletePartition removes leave the consumption of every
 // task: their state is gone once the delete returns, and a lease on them
@@ -120,7 +120,8 @@ type Delivery struct {
 	State State
 	// Deliveries is how many times the row was leased to the task.
 	Deliveries int
-	// Lease is the token holding a Leased row ("" otherwise).
+	// Lease is the token holding a Leased row, or that acked an Acked one
+	// ("" otherwise).
 	Lease string
 	// Until is, for a Leased row, when its lease ends; for a Ready row
 	// that a Nack delayed, when it may be claimed again; zero otherwise.
@@ -209,7 +210,8 @@ type Mark struct {
 type SettleOp uint8
 
 const (
-	// Ack consumes a row leased to req.Lease: acked.
+	// Ack consumes a row leased to req.Lease: acked. A row req.Lease
+	// already acked is acked again, not Lost: an ack may be sent twice.
 	Ack SettleOp = iota + 1
 	// Nack ends the lease of a row leased to req.Lease: ready again,
 	// after req.Delay if it is > 0, or dead if the row has had its

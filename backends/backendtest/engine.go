@@ -7,7 +7,8 @@ import (
 )
 
 // RunEngine checks a whole engine: that it passes backends.Engine.Check,
-// then RunStore over its Data, RunMeta over its Meta (when it has one) and
+// then RunStore over its Data, RunMeta and RunQueue over its Meta (when it
+// has one) and
 // RunColocated when its Meta is a backends.Colocated, each subtest on a
 // fresh engine from newEngine. It calls newEngine once more, under t, to
 // learn which suites apply.
@@ -26,6 +27,11 @@ func RunEngine(t *testing.T, newEngine func(t *testing.T) backends.Engine) {
 	t.Run("Meta", func(t *testing.T) {
 		RunMeta(t, func(t *testing.T) backends.MetaStore { return newEngine(t).Meta })
 	})
+	if _, ok := probe.Meta.(backends.Queue); ok {
+		t.Run("Queue", func(t *testing.T) {
+			RunQueue(t, func(t *testing.T) backends.MetaStore { return newEngine(t).Meta })
+		})
+	}
 	if _, ok := probe.Meta.(backends.Colocated); ok {
 		t.Run("Colocated", func(t *testing.T) { RunColocated(t, newEngine) })
 	}

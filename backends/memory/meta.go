@@ -28,6 +28,9 @@ type MetaStore struct {
 
 	mu    sync.RWMutex // guards parts (the map, not the partitions in it)
 	parts map[string]*partition
+
+	q    queues        // consumption (see queue.go)
+	done chan struct{} // closed by Close: waiters return
 }
 
 var _ backends.MetaStore = (*MetaStore)(nil)
@@ -204,7 +207,7 @@ func (p *partition) farIndex(index uint64, field string, gen uint64) int {
 
 // NewMetaStore returns an empty store.
 func NewMetaStore() *MetaStore {
-	return &MetaStore{parts: make(map[string]*partition), epoch: time.Now()}
+	return &MetaStore{parts: make(map[string]*partition), epoch: time.Now(), done: make(chan struct{})}
 }
 
 // part returns the partition, creating it when create is set (nil otherwise)
@@ -374,6 +377,7 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 	}
 	p.garbage = append(p.garbage, res.Superseded...)
 	p.garbage = append(p.garbage, res.Stale...)
+	m.q.committed(partition) // rows may be ready for a task: wake its waiters
 	return res, nil
 }
 
@@ -498,6 +502,7 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 	p.garbage = backends.AppendRowRefs(p.growGarbage(out), out)
 	empty := p.empty()
 	p.mu.Unlock()
+	m.q.deleted(partition, out)
 	if empty {
 		m.dropIfEmpty(partition)
 	}
@@ -525,6 +530,7 @@ func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*b
 	p.rows = map[string]*metaRow{}
 	empty := p.empty()
 	p.mu.Unlock()
+	m.q.deletedPartition(partition)
 	if empty {
 		m.dropIfEmpty(partition)
 	}
@@ -564,6 +570,8 @@ func (p *partition) growGarbage(rows []*backends.Row) []backends.Ref {
 
 // Close implements backends.MetaStore.
 func (m *MetaStore) Close() error {
-	m.closed.Store(true)
+	if !m.closed.Swap(true) {
+		close(m.done)
+	}
 	return nil
 }

@@ -1,0 +1,542 @@
+package tq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// Consumption, TransferQueue's controller done as a queue. A Task is one
+// consumer's handle on a (partition, task): its claims lease rows that are
+// ready for it (every field it names committed, not acknowledged by the
+// task, not leased to another of its consumers) until a deadline, and
+// the consumer acknowledges what it processed. A lease that ends without
+// an ack (a consumer that died, a Nack) makes its rows ready again, with
+// their delivery count raised: delivery is at least once, and a row whose
+// Deliveries is above 1 may have been processed before.
+
+// DefaultLease is how long a claim's lease lasts unless the task says.
+const DefaultLease = time.Minute
+
+// ErrLeaseLost: an Ack, Nack or Extend named rows the lease no longer
+// holds (its lease expired and the row was delivered again, or it was
+// reset or cleared). The other rows of the call were settled. A
+// *LeaseLostError names the rows.
+var ErrLeaseLost = errors.New("tq: lease lost")
+
+// LeaseLostError names the rows a settle found its lease no longer holds.
+type LeaseLostError struct {
+	Op   string // "ack", "nack", "extend", "retry", "drop"
+	Keys []string
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("tq: %s: %d rows not held (%q...)", e.Op, len(e.Keys), e.Keys[0])
+}
+func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// Task is one consumer's handle on the consumption of a partition by a
+// named task. Many Tasks (goroutines, processes) may consume one task:
+// each row is leased to one at a time. A Task is safe for concurrent use.
+type Task struct {
+	c         *Client
+	partition string
+	name      string
+	fields    []string
+	lease     time.Duration
+	maxDel    int
+	sampler   Sampler
+	ranks     *backends.Batch
+	lengthTag string
+	stale     *staleness
+	version   atomic.Int64
+	stats     taskStats
+}
+
+type staleness struct {
+	tag  string
+	k    int64
+	drop bool
+}
+
+type taskStats struct {
+	skipped, dropped atomic.Int64
+}
+
+// TaskOption configures a Task.
+type TaskOption func(*Task) error
+
+// LeaseFor sets how long a claim's lease lasts (default DefaultLease).
+func LeaseFor(d time.Duration) TaskOption {
+	return func(t *Task) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: lease %v is not positive", ErrInvalid, d)
+		}
+		t.lease = d
+		return nil
+	}
+}
+
+// MaxDeliveries makes a row dead once it was delivered n times without an
+// ack (default 0: never). Dead rows are never delivered again until Retry.
+func MaxDeliveries(n int) TaskOption {
+	return func(t *Task) error {
+		if n < 1 {
+			return fmt.Errorf("%w: max deliveries %d < 1", ErrInvalid, n)
+		}
+		t.maxDel = n
+		return nil
+	}
+}
+
+// WithSampler sets the task's sampler (default Sequential).
+func WithSampler(s Sampler) TaskOption {
+	return func(t *Task) error {
+		if s == nil {
+			return fmt.Errorf("%w: nil sampler", ErrInvalid)
+		}
+		t.sampler = s
+		return nil
+	}
+}
+
+// WithGroups makes the task claim only complete groups of size rows (see
+// Groups): shorthand for WithSampler(Groups(by, size)), checked.
+func WithGroups(by GroupBy, size int) TaskOption {
+	return func(t *Task) error {
+		if !by.valid() || by.sep == "" && by.tag == "" {
+			return fmt.Errorf("%w: groups by nothing", ErrInvalid)
+		}
+		if size < 1 {
+			return fmt.Errorf("%w: group size %d < 1", ErrInvalid, size)
+		}
+		t.sampler = Groups(by, size)
+		return nil
+	}
+}
+
+// Ranks makes the Task rank rank of ranks data-parallel consumers of the
+// task: each claim of a rank receives its share of a batch that all ranks
+// share (the first rank to claim selects it with the task's sampler), the
+// shares disjoint and covering the batch, units (groups) kept whole, and
+// balanced by Karmarkar-Karp's largest differencing over the sum of each
+// unit's lengthTag (its row count when lengthTag is ""). The same rows
+// give every rank the same split. Every rank must claim the same n.
+func Ranks(ranks, rank int, lengthTag string) TaskOption {
+	return func(t *Task) error {
+		if ranks < 1 || rank < 0 || rank >= ranks {
+			return fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, ranks)
+		}
+		t.ranks = &backends.Batch{Ranks: ranks, Rank: rank}
+		t.lengthTag = lengthTag
+		return nil
+	}
+}
+
+// Staleness bounds the policy version of what the task consumes: a row
+// whose versionTag is below the task's version (SetVersion) minus k is
+// skipped and, with drop, dropped for the task (consumed without
+// delivery); Stats counts both. A row without the tag is never stale.
+func Staleness(versionTag string, k int64, drop bool) TaskOption {
+	return func(t *Task) error {
+		if versionTag == "" || k < 0 {
+			return fmt.Errorf("%w: staleness bound %d on tag %q", ErrInvalid, k, versionTag)
+		}
+		t.stale = &staleness{tag: versionTag, k: k, drop: drop}
+		return nil
+	}
+}
+
+// Task returns a handle on the consumption of partition by the task name,
+// whose rows are ready once every one of fields is committed. An empty
+// name, no fields, a bad field or partition name, or a bad option fails
+// with ErrInvalid.
+func (c *Client) Task(partition, name string, fields []string, opts ...TaskOption) (*Task, error) {
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: empty task name", ErrInvalid)
+	}
+	if len(fields) == 0 {
+		return nil, fmt.Errorf("%w: task %q names no fields", ErrInvalid, name)
+	}
+	for _, f := range fields {
+		if err := checkField(f); err != nil {
+			return nil, err
+		}
+	}
+	t := &Task{c: c, partition: partition, name: name, fields: slices.Clone(fields), lease: DefaultLease, sampler: Sequential()}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil task option", ErrInvalid)
+		}
+		if err := o(t); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// Name is the task's name; Partition its partition.
+func (t *Task) Name() string      { return t.name }
+func (t *Task) Partition() string { return t.partition }
+
+// SetVersion sets the task's current policy version, for Staleness.
+func (t *Task) SetVersion(v int64) { t.version.Store(v) }
+
+// TaskStats counts what this Task's claims skipped and dropped as stale.
+type TaskStats struct {
+	Skipped, Dropped int64
+}
+
+// Stats returns what this Task's claims skipped and dropped so far.
+func (t *Task) Stats() TaskStats {
+	return TaskStats{Skipped: t.stats.skipped.Load(), Dropped: t.stats.dropped.Load()}
+}
+
+// ClaimOption configures one claim.
+type ClaimOption func(*claimOpts) error
+
+type claimOpts struct {
+	min      int
+	data     bool
+	fields   []string
+	minGiven bool
+}
+
+// AtLeast makes a claim lease nothing unless m rows are ready (for a group
+// task, whole groups holding m rows). Claim's default is 1, Wait's n.
+func AtLeast(m int) ClaimOption {
+	return func(o *claimOpts) error {
+		o.min, o.minGiven = m, true
+		return nil
+	}
+}
+
+// WithData makes a claim also read the leased rows' fields (the task's
+// fields when none are named) into Lease.Data.
+func WithData(fields ...string) ClaimOption {
+	return func(o *claimOpts) error {
+		o.data, o.fields = true, fields
+		return nil
+	}
+}
+
+// Lease is what a claim leased: rows of one partition, held for the task
+// until Until unless extended. Meta names them for BatchGetByMeta, which
+// reads them without another lookup. A Lease is safe for concurrent use.
+type Lease struct {
+	task  *Task
+	token string
+	// Meta is the leased rows' metadata, in the order they were chosen
+	// (a group's rows together).
+	Meta *BatchMeta
+	// Deliveries is each row's delivery count, this one included: above 1,
+	// the row may have been processed before.
+	Deliveries []int
+	// Data holds the rows' fields when the claim asked WithData.
+	Data Batch
+	// Until is when the lease ends unless extended.
+	Until time.Time
+
+	index map[string]uint64
+}
+
+// Len is the number of leased rows; 0 for a claim that found none ready.
+func (l *Lease) Len() int { return len(l.Meta.Rows) }
+
+// Keys returns the leased rows' keys in order.
+func (l *Lease) Keys() []string { return l.Meta.Keys() }
+
+// Claim leases up to n rows ready for the task now, at least AtLeast's m
+// (default 1); with fewer ready it returns an empty Lease and no error.
+// n < 1 or a bad option fails with ErrInvalid. An error matching
+// ErrOutcomeUnknown may have leased rows the caller did not learn of:
+// they are delivered again once the lease ends.
+func (t *Task) Claim(ctx context.Context, n int, opts ...ClaimOption) (*Lease, error) {
+	return t.claim(ctx, "Claim", n, false, opts)
+}
+
+// Wait is Claim that, with fewer than AtLeast's m rows ready (default n),
+// waits until they are, or until ctx ends (then it returns ctx's error).
+// It does not poll: a waiter on the memory engine wakes on the commit that
+// makes rows ready, one on a server engine blocks on the server.
+func (t *Task) Wait(ctx context.Context, n int, opts ...ClaimOption) (*Lease, error) {
+	return t.claim(ctx, "Wait", n, true, opts)
+}
+
+func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []ClaimOption) (_ *Lease, err error) {
+	c := t.c
+	ctx, tr := c.trace(ctx, op, t.partition, n)
+	defer func() { tr.done(err) }()
+	o := claimOpts{min: 1}
+	if wait {
+		o.min = n
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil claim option", ErrInvalid)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case n < 1:
+		return nil, fmt.Errorf("%w: claim of %d rows", ErrInvalid, n)
+	case o.min < 1 || o.min > n:
+		return nil, fmt.Errorf("%w: at least %d of %d rows", ErrInvalid, o.min, n)
+	}
+	for _, f := range o.fields {
+		if err := checkField(f); err != nil {
+			return nil, err
+		}
+	}
+	release, err := c.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	q, err := c.queue()
+	if err != nil {
+		return nil, err
+	}
+	req := backends.ClaimRequest{Task: t.name, Lease: t.lease, Rows: n, Min: o.min, MaxDeliveries: t.maxDel, Batch: t.ranks}
+	for {
+		got, err := q.Claim(ctx, t.partition, req, t.pick)
+		if err != nil {
+			return nil, err
+		}
+		if len(got.Rows) > 0 || !wait {
+			l := t.leaseOf(got)
+			tr.add(len(l.Meta.Rows), 0, 0)
+			if o.data && l.Len() > 0 {
+				fields := o.fields
+				if len(fields) == 0 {
+					fields = t.fields
+				}
+				if l.Data, err = c.getFresh(ctx, tr, t.partition, l.Meta.Keys(), fields, nil); err != nil {
+					// Give the rows back rather than sit on them until the
+					// lease ends; if that fails too, the lease ends anyway.
+					_, _ = q.Settle(context.WithoutCancel(ctx), t.partition, backends.SettleRequest{
+						Task: t.name, Op: backends.Nack, Lease: l.token, Indexes: l.indexes(nil)})
+					return nil, err
+				}
+			}
+			return l, nil
+		}
+		if err := q.Wait(ctx, t.partition, got.Mark); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// pick is the task's backends.Pick: the rows with every field of the
+// task, less stale ones, as the sampler chooses among them.
+func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery) (backends.Picked, error) {
+	var (
+		ready []Candidate
+		pos   []int // position in rows of each candidate
+		drop  []int
+	)
+	floor := t.version.Load()
+	var skipped int64
+	for i, r := range rows {
+		if !hasFields(r, t.fields) {
+			continue
+		}
+		if s := t.stale; s != nil {
+			if v, ok := tagNumber(r.Tag[s.tag]); ok && v < float64(floor-s.k) {
+				skipped++
+				if s.drop {
+					drop = append(drop, i)
+				}
+				continue
+			}
+		}
+		ready = append(ready, Candidate{row: r, deliveries: ds[i].Deliveries})
+		pos = append(pos, i)
+	}
+	if skipped > 0 {
+		t.stats.skipped.Add(skipped)
+	}
+	units, sdrop := t.sampler.Sample(ready, maxClaim)
+	out := backends.Picked{Units: make([][]int, len(units)), Drop: drop}
+	for i, u := range units {
+		m := make([]int, len(u))
+		for j, p := range u {
+			if p < 0 || p >= len(pos) {
+				return backends.Picked{}, fmt.Errorf("%w: sampler returned position %d of %d", ErrInvalid, p, len(pos))
+			}
+			m[j] = pos[p]
+		}
+		out.Units[i] = m
+	}
+	for _, p := range sdrop {
+		if p < 0 || p >= len(pos) {
+			return backends.Picked{}, fmt.Errorf("%w: sampler dropped position %d of %d", ErrInvalid, p, len(pos))
+		}
+		out.Drop = append(out.Drop, pos[p])
+	}
+	return out, nil
+}
+
+// maxClaim is the n a sampler is asked for: the claim's own n is not known
+// to pick, and the engine stops at it anyway.
+var maxClaim = 1 << 20
+
+func hasFields(r *backends.Row, fields []string) bool {
+	for _, f := range fields {
+		if _, ok := r.Fields[f]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// leaseOf turns what the engine leased into the caller's Lease: for a rank,
+// its share of the batch.
+func (t *Task) leaseOf(got backends.Claimed) *Lease {
+	if got.Dropped > 0 {
+		t.stats.dropped.Add(int64(got.Dropped))
+	}
+	l := &Lease{task: t, token: got.Lease, Until: got.Until}
+	rows, dels := got.Rows, got.Deliveries
+	if t.ranks != nil && t.ranks.Ranks > 1 && len(rows) > 0 {
+		share := splitRanks(rows, got.Units, t.ranks.Ranks, t.lengthTag)[t.ranks.Rank]
+		rows, dels = make([]*backends.Row, len(share)), make([]backends.Delivery, len(share))
+		for i, p := range share {
+			rows[i], dels[i] = got.Rows[p], got.Deliveries[p]
+		}
+	}
+	l.Meta = batchMeta(t.partition, rows)
+	l.Deliveries = make([]int, len(dels))
+	l.index = make(map[string]uint64, len(rows))
+	for i, d := range dels {
+		l.Deliveries[i] = d.Deliveries
+		l.index[rows[i].Key] = rows[i].Index
+	}
+	return l
+}
+
+// indexes returns the indexes of keys (every row when keys is empty), or
+// an error matching ErrInvalid for a key the lease does not have.
+func (l *Lease) indexesOf(keys []string) ([]uint64, error) {
+	for _, k := range keys {
+		if _, ok := l.index[k]; !ok {
+			return nil, fmt.Errorf("%w: key %q is not in the lease", ErrInvalid, k)
+		}
+	}
+	return l.indexes(keys), nil
+}
+
+func (l *Lease) indexes(keys []string) []uint64 {
+	if len(keys) == 0 {
+		out := make([]uint64, len(l.Meta.Rows))
+		for i, r := range l.Meta.Rows {
+			out[i] = r.Index
+		}
+		return out
+	}
+	out := make([]uint64, len(keys))
+	for i, k := range keys {
+		out[i] = l.index[k]
+	}
+	return out
+}
+
+// Ack acknowledges keys (every row of the lease when none are named):
+// consumed by the task, never delivered to it again. A key not in the
+// lease fails with ErrInvalid, settling nothing; rows the lease no longer
+// holds give a *LeaseLostError (ErrLeaseLost), the others acknowledged.
+// Acking a row twice is not an error.
+func (l *Lease) Ack(ctx context.Context, keys ...string) error {
+	return l.settle(ctx, "Ack", backends.Ack, 0, keys)
+}
+
+// Nack gives keys (every row when none are named) back: ready for the
+// task again after delay (0: at once), or dead if they had the task's
+// MaxDeliveries. Errors as Ack's.
+func (l *Lease) Nack(ctx context.Context, delay time.Duration, keys ...string) error {
+	if delay < 0 {
+		return fmt.Errorf("%w: nack delay %v", ErrInvalid, delay)
+	}
+	return l.settle(ctx, "Nack", backends.Nack, delay, keys)
+}
+
+// Extend renews the lease of keys (every row when none are named) to now
+// plus d, and moves Until. Errors as Ack's.
+func (l *Lease) Extend(ctx context.Context, d time.Duration, keys ...string) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: extend by %v", ErrInvalid, d)
+	}
+	return l.settle(ctx, "Extend", backends.Extend, d, keys)
+}
+
+func (l *Lease) settle(ctx context.Context, op string, sop backends.SettleOp, d time.Duration, keys []string) (err error) {
+	t := l.task
+	ctx, tr := t.c.trace(ctx, op, t.partition, len(keys))
+	defer func() { tr.done(err) }()
+	if l.token == "" {
+		if len(keys) == 0 {
+			return nil // an empty lease: nothing to settle
+		}
+		return fmt.Errorf("%w: key %q is not in the lease", ErrInvalid, keys[0])
+	}
+	idx, err := l.indexesOf(keys)
+	if err != nil {
+		return err
+	}
+	release, err := t.c.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	q, err := t.c.queue()
+	if err != nil {
+		return err
+	}
+	res, err := q.Settle(ctx, t.partition, backends.SettleRequest{Task: t.name, Op: sop, Lease: l.token, Indexes: idx, Delay: d})
+	if err != nil {
+		return err
+	}
+	tr.add(len(idx)-len(res.Lost), 0, 0)
+	if sop == backends.Extend && !res.Until.IsZero() {
+		l.Until = res.Until
+	}
+	return lostError(op, res.Lost, l.Meta.Rows)
+}
+
+// lostError names the rows of lost among rows, or is nil.
+func lostError(op string, lost []uint64, rows []RowInfo) error {
+	if len(lost) == 0 {
+		return nil
+	}
+	keyOf := make(map[uint64]string, len(rows))
+	for _, r := range rows {
+		keyOf[r.Index] = r.Key
+	}
+	e := &LeaseLostError{Op: op}
+	for _, i := range lost {
+		e.Keys = append(e.Keys, keyOf[i])
+	}
+	return e
+}
+
+// errNoQueue: the engine's MetaStore keeps no consumption state.
+var errNoQueue = errors.New("tq: the engine's metadata store keeps no consumption state")
+
+// queue is the engine's consumption state.
+func (c *Client) queue() (backends.Queue, error) {
+	q, ok := c.meta.(backends.Queue)
+	if !ok {
+		return nil, errNoQueue
+	}
+	return q, nil
+}
