@@ -103,6 +103,8 @@ func (e qEntry) delivery(index uint64) backends.Delivery {
 	switch e.state {
 	case backends.Leased:
 		d.Lease, d.Until = e.tok, e.until
+	case backends.Acked:
+		d.Lease = e.tok
 	case backends.Ready:
 		d.Until = e.until
 	}

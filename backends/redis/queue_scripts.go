@@ -60,35 +60,54 @@ local function expired(e)
   end
   return {s = 'R', d = e.d, u = 0, m = e.m, tok = ''}
 end
--- observe returns the entry of index i as of now, writing an ended lease's
--- outcome (lazy expiry); nil for a row with no state.
-local function observe(s, z, i, now)
+-- observe returns the entry of index i as a claim at now finds it (nil:
+-- no state): an ended lease is ready, or dead (lazy expiry: the stored
+-- entry keeps naming its token, so that its holder may still settle it,
+-- until the row is delivered again, retried, dropped or reset).
+local function observe(s, i, now)
   local e = parse(redis.call('HGET', s, i))
   if e and e.s == 'L' and e.u <= now then
     e = expired(e)
-    redis.call('HSET', s, i, fmt(e))
-    redis.call('ZREM', z, i)
   end
   return e
 end
 local function ready(e, now)
   return e == nil or (e.s == 'R' and e.u <= now)
 end
--- sweep observes the task's leases and delays that ended, up to 1024 of
--- them, appending the changed entries to out as index, entry.
+-- seen is entry v as a claim at now finds it, for a report.
+local function seen(v, now)
+  local e = parse(v)
+  if e.s == 'L' and e.u <= now then
+    return fmt(expired(e))
+  end
+  if e.s == 'R' and e.u > 0 and e.u <= now then
+    e.u = 0
+    return fmt(e)
+  end
+  return v
+end
+-- sweep looks at the task's deadlines that passed, up to 1024 of them:
+-- it appends ended leases to out (index, entry) and forgets the
+-- deadlines that no longer matter (delays over, leases that end dead).
+-- Ended leases of rows that are ready again keep theirs, so that the
+-- next Claim's wake says rows are ready.
 local function sweep(s, z, now, out)
   local due = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 1024)
+  local gone = {}
   for _, i in ipairs(due) do
     local e = parse(redis.call('HGET', s, i))
     if e and e.s == 'L' and e.u <= now then
-      e = expired(e)
-      redis.call('HSET', s, i, fmt(e))
       out[#out + 1] = i
       out[#out + 1] = fmt(e)
+      if expired(e).s == 'D' then
+        gone[#gone + 1] = i
+      end
+    else
+      gone[#gone + 1] = i
     end
   end
-  if #due > 0 then
-    redis.call('ZREM', z, unpack(due))
+  if #gone > 0 then
+    redis.call('ZREM', z, unpack(gone))
   end
 end
 -- bump counts a change of the partition and tells the waiters.
@@ -138,9 +157,14 @@ local function logcheck(kl, ke, kh, epoch, from, vhead)
   end
   return cur, from, head, recs, plain
 end
--- dump returns the task's entries, index, entry, ...
-local function dump(s)
-  return redis.call('HGETALL', s)
+-- dump returns the task's entries, index, entry, ..., as a claim at now
+-- finds them.
+local function dump(s, now)
+  local d = redis.call('HGETALL', s)
+  for j = 2, #d, 2 do
+    d[j] = seen(d[j], now)
+  end
+  return d
 end
 `
 
@@ -179,7 +203,7 @@ if not plain then
 end
 local rel = redis.call('HGET', KEYS[4], task)
 if not (ARGV[5] == (rel or '0') or (ARGV[5] == '' and redis.call('EXISTS', s) == 0)) then
-  return {'state', cur, from, head, recs, rel or '0', now, dump(s)}
+  return {'state', cur, from, head, recs, rel or '0', now, dump(s, now)}
 end
 rel = rel or '0'
 local lease, rows, min, max = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -240,7 +264,7 @@ local dropped = 0
 local unavail = {}
 for j = argi + 1, argi + ndrop do
   local i = ARGV[j]
-  local e = observe(s, z, i, now)
+  local e = observe(s, i, now)
   if ready(e, now) then
     e = e or {s = 'R', d = 0, u = 0, m = 0, tok = ''}
     e.s, e.u, e.tok = 'X', 0, ''
@@ -267,7 +291,7 @@ for _, u in ipairs(units) do
   local ents = {}
   local ok = count + #u <= rows
   for k, i in ipairs(u) do
-    local e = observe(s, z, i, now)
+    local e = observe(s, i, now)
     ents[k] = e
     if e and e.s == 'L' and e.tok == token then
       resent = true
@@ -411,7 +435,6 @@ for j = argi, #ARGV, step do
   elseif op == 4 then
     if e and e.s == 'L' and e.u <= now then
       e = expired(e)
-      set(i, e)
     end
     if e and e.s == 'D' then
       set(i, nil)
@@ -421,7 +444,6 @@ for j = argi, #ARGV, step do
   else
     if e and e.s == 'L' and e.u <= now then
       e = expired(e)
-      set(i, e)
     end
     if (e == nil and ARGV[j + 1] == '1') or (e and (e.s == 'R' or e.s == 'D')) then
       e = e or {s = 'R', d = 0, u = 0, m = 0, tok = ''}
@@ -457,7 +479,7 @@ local out = {now}
 local function one(task, s, z, named)
   local exp = {}
   sweep(s, z, now, exp)
-  local d = dump(s)
+  local d = dump(s, now)
   if named or #d > 0 then
     out[#out + 1] = task
     out[#out + 1] = d
