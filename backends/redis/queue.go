@@ -379,8 +379,16 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 	}
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
-	if !tc.valid || tc.rel != rel {
+	switch {
+	case rel == "?":
+		// A resent claim: what else changed since is not known.
+		tc.valid = false
+	case !tc.valid:
+		// The script accepted a claim without a cache only if the task
+		// had no state: now it has what this reply says.
 		tc.valid, tc.rel, tc.ents = true, rel, map[uint64]qEntry{}
+	case tc.rel != rel:
+		tc.valid = false // another goroutine's settle moved it meanwhile
 	}
 	if err := tc.learn(unavail, now, sent); err != nil {
 		return backends.Claimed{}, false, m.s.wrap(ctx, "claim", err)

@@ -191,23 +191,18 @@ end
 // expired index, entry, ... of leases the claim saw end; wake is the ms
 // until the task's earliest lease or delay ends (-1: none), seq the
 // change counter. With ranks, a claim that takes a share of an open
-// batch replies the batch's token and rows still held by it.
+// batch replies the batch's token and rows still held by it. A resent
+// claim (its token already holds candidates) replies with the rows its
+// token holds and rel "?" (the caller's cache is then to be filled
+// again), changing nothing.
 var claimScript = goredis.NewScript(qLuaLib + `
 local now = now_ms()
 local cur, from, head, recs, plain = logcheck(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), ARGV[3])
 local s, z, task = KEYS[5], KEYS[6], ARGV[4]
 local exp = {}
 sweep(s, z, now, exp)
-if not plain then
-  return {'stale', cur, from, head, recs}
-end
-local rel = redis.call('HGET', KEYS[4], task)
-if not (ARGV[5] == (rel or '0') or (ARGV[5] == '' and redis.call('EXISTS', s) == 0)) then
-  return {'state', cur, from, head, recs, rel or '0', now, dump(s, now)}
-end
-rel = rel or '0'
 local lease, rows, min, max = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local token, ranks, rank = ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12])
+local ranks, rank = tonumber(ARGV[11]), tonumber(ARGV[12])
 local until_ = now + lease
 local function wake()
   local w = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
@@ -222,6 +217,49 @@ local function renew(i, e)
   redis.call('HSET', s, i, fmt(e))
   redis.call('ZADD', z, until_, i)
 end
+-- A resent claim (go-redis sends a command again whose reply it lost)
+-- finds its rows leased to its own token: it replies with them.
+local units = {}
+local argi = 14 + tonumber(ARGV[13])
+while argi <= #ARGV do
+  local n = tonumber(ARGV[argi])
+  units[#units + 1] = {unpack(ARGV, argi + 1, argi + n)}
+  argi = argi + n + 1
+end
+local token = ARGV[10]
+local resent = false
+for _, u in ipairs(units) do
+  for _, i in ipairs(u) do
+    local e = parse(redis.call('HGET', s, i))
+    if e and e.s == 'L' and e.tok == token then
+      resent = true
+    end
+  end
+end
+if resent then
+  local leased, lsizes = {}, {}
+  for _, u in ipairs(units) do
+    local n = 0
+    for _, i in ipairs(u) do
+      local e = parse(redis.call('HGET', s, i))
+      if e and e.s == 'L' and e.tok == token then
+        leased[#leased + 1] = i
+        leased[#leased + 1] = e.d
+        n = n + 1
+      end
+    end
+    if n > 0 then lsizes[#lsizes + 1] = n end
+  end
+  return {'ok', cur, from, head, recs, '?', now, token, leased, lsizes, {}, 0, wake(), seq(), exp}
+end
+if not plain then
+  return {'stale', cur, from, head, recs}
+end
+local rel = redis.call('HGET', KEYS[4], task)
+if not (ARGV[5] == (rel or '0') or (ARGV[5] == '' and redis.call('EXISTS', s) == 0)) then
+  return {'state', cur, from, head, recs, rel or '0', now, dump(s, now)}
+end
+rel = rel or '0'
 -- A batch rank takes its share of the oldest open batch it has not taken.
 if ranks > 0 then
   local bs = redis.call('LRANGE', KEYS[8], 0, -1)
@@ -258,11 +296,10 @@ if ranks > 0 then
     end
   end
 end
-local argi = 13
-local ndrop = tonumber(ARGV[argi])
+local ndrop = tonumber(ARGV[13])
 local dropped = 0
 local unavail = {}
-for j = argi + 1, argi + ndrop do
+for j = 14, 13 + ndrop do
   local i = ARGV[j]
   local e = observe(s, i, now)
   if ready(e, now) then
@@ -276,26 +313,13 @@ for j = argi + 1, argi + ndrop do
     unavail[#unavail + 1] = e and fmt(e) or ''
   end
 end
-argi = argi + ndrop + 1
--- A resent claim (go-redis sends a command again whose reply it lost)
--- finds its rows leased to its own token: it replies with them.
-local units = {}
-while argi <= #ARGV do
-  local n = tonumber(ARGV[argi])
-  units[#units + 1] = {unpack(ARGV, argi + 1, argi + n)}
-  argi = argi + n + 1
-end
 local taken, sizes, count = {}, {}, 0
-local resent = false
 for _, u in ipairs(units) do
   local ents = {}
   local ok = count + #u <= rows
   for k, i in ipairs(u) do
     local e = observe(s, i, now)
     ents[k] = e
-    if e and e.s == 'L' and e.tok == token then
-      resent = true
-    end
     if not ready(e, now) then
       ok = false
       unavail[#unavail + 1] = i
@@ -308,21 +332,6 @@ for _, u in ipairs(units) do
   end
 end
 local leased, lsizes = {}, {}
-if resent then
-  for _, u in ipairs(units) do
-    local n = 0
-    for _, i in ipairs(u) do
-      local e = parse(redis.call('HGET', s, i))
-      if e and e.s == 'L' and e.tok == token then
-        leased[#leased + 1] = i
-        leased[#leased + 1] = e.d
-        n = n + 1
-      end
-    end
-    if n > 0 then lsizes[#lsizes + 1] = n end
-  end
-  return {'ok', cur, from, head, recs, rel, now, token, leased, lsizes, {}, dropped, wake(), seq(), exp}
-end
 if count >= min and count > 0 then
   for _, t in ipairs(taken) do
     local u, ents = t[1], t[2]

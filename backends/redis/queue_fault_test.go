@@ -1,0 +1,260 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/redis"
+	"github.com/tqgo/tqgo/internal/redistest"
+)
+
+// TestQueueRoundTrips counts, through a proxy and with the engine's own
+// reports, the round trips of consumption on a standalone server: a claim
+// of ready rows on a current view is one, an ack one, and a read of the
+// claimed rows' cells (ReadRows, as BatchGetByMeta does) one more.
+func TestQueueRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	p := startFlightProxy(t, srv.Addr())
+	s := open(t, p.url("qrt"))
+	m := s.Meta()
+	keys := keysOf("k", 8)
+	idx := commitRows(t, m, "p", keys...)
+	// Warm up: connections dialled, scripts loaded.
+	warm, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "warm", Lease: time.Minute, Rows: 1, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "warm", Op: backends.Ack, Lease: warm.Lease, Indexes: idx[:1]}); err != nil {
+		t.Fatal(err)
+	}
+	plan := func(rows []*backends.Row) ([]backends.ReadCell, error) {
+		cells := make([]backends.ReadCell, len(rows))
+		for i, r := range rows {
+			cells[i].Key = backends.StorageKey(r.Index, "x", r.Fields["x"].Gen)
+		}
+		return cells, nil
+	}
+	if _, err := m.ReadRows(ctx, "p", keys, plan); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Consumption(ctx, "p", "t"); err != nil {
+		t.Fatal(err)
+	}
+	count := func(what string, want int64, call func(ctx context.Context) error) {
+		t.Helper()
+		var rt backends.RoundTrips
+		before := p.flights.Load()
+		if err := call(rt.Attach(ctx)); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := p.flights.Load() - before; got != want {
+			t.Errorf("%s: %d round trips through the proxy, want %d", what, got, want)
+		}
+		if got := rt.Load(); got != want {
+			t.Errorf("%s: the engine reported %d round trips, want %d", what, got, want)
+		}
+	}
+	var c backends.Claimed
+	count("claim", 1, func(ctx context.Context) error {
+		var err error
+		c, err = m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 4, Min: 1}, all)
+		if err == nil && len(c.Rows) != 4 {
+			t.Errorf("claimed %d rows, want 4", len(c.Rows))
+		}
+		return err
+	})
+	count("read of the claimed rows", 1, func(ctx context.Context) error {
+		ck := make([]string, len(c.Rows))
+		for i, r := range c.Rows {
+			ck[i] = r.Key
+		}
+		_, err := m.ReadRows(ctx, "p", ck, plan)
+		return err
+	})
+	count("ack", 1, func(ctx context.Context) error {
+		res, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: claimIdx(c)})
+		if err == nil && len(res.Lost) != 0 {
+			t.Errorf("ack lost %v", res.Lost)
+		}
+		return err
+	})
+	count("consumption", 1, func(ctx context.Context) error {
+		_, err := m.Consumption(ctx, "p", "t")
+		return err
+	})
+	// A commit by another client: the claim's script brings the view its
+	// record, and the rows come the next time.
+	commitRows(t, open(t, srv.URL()+"?prefix=qrt").Meta(), "p", "z")
+	count("claim with a commit the view lacks", 1, func(ctx context.Context) error {
+		var err error
+		c, err = m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 1}, all)
+		if err == nil && !slices.Equal(claimIdx(c), idx[4:6]) {
+			t.Errorf("claimed %v, want %v", claimIdx(c), idx[4:6])
+		}
+		return err
+	})
+}
+
+// TestIdleWaitRequests: a Wait on a partition where nothing changes sends
+// at most about one request a second (the counter's safety re-read).
+func TestIdleWaitRequests(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startFlightProxy(t, srv.Addr())
+	m := open(t, p.url("qidle")).Meta()
+	commitRows(t, m, "p", "a")
+	c, err := m.Claim(t.Context(), "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := p.flights.Load()
+	const idle = 3 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), idle)
+	defer cancel()
+	start := time.Now()
+	if err := m.Wait(ctx, "p", c.Mark); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("idle wait: %v", err)
+	}
+	secs := time.Since(start).Seconds()
+	// The subscription and the counter's first read, then one read a second.
+	if got := p.flights.Load() - before; float64(got) > 2+secs+1 {
+		t.Errorf("an idle wait of %.1f s sent %d requests", secs, got)
+	}
+}
+
+// TestQueueFaults: a claim or settle whose request or reply is lost.
+func TestQueueFaults(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startRequestProxy(t, srv.Addr())
+	ctx := t.Context()
+	n := 0
+	setup := func(t *testing.T, query string) (*redis.Meta, []uint64) {
+		n++
+		prefix := "qf" + string(rune('a'+n))
+		m := open(t, p.url("prefix="+prefix+query)).Meta()
+		idx := commitRows(t, m, "p", keysOf("k", 4)...)
+		warm, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "warm", Lease: time.Minute, Rows: 1, Min: 1}, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "warm", Op: backends.Ack, Lease: warm.Lease, Indexes: claimIdx(warm)}); err != nil {
+			t.Fatal(err)
+		}
+		return m, idx
+	}
+	leasedTo := func(t *testing.T, m *redis.Meta) map[string][]uint64 {
+		out := map[string][]uint64{}
+		for i, d := range states(t, m, "p", "t") {
+			if d.State == backends.Leased {
+				out[d.Lease] = append(out[d.Lease], i)
+			}
+		}
+		for _, v := range out {
+			slices.Sort(v)
+		}
+		return out
+	}
+	req := backends.ClaimRequest{Task: "t", Lease: 400 * time.Millisecond, Rows: 2, Min: 1}
+	t.Run("ClaimReplyLostResent", func(t *testing.T) {
+		// go-redis sends the script again: it finds its rows leased to
+		// its token and replies with them.
+		m, idx := setup(t, "")
+		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
+		c, err := m.Claim(ctx, "p", req, all)
+		<-fired[0]
+		if err != nil || !slices.Equal(claimIdx(c), idx[:2]) {
+			t.Fatalf("claim %v %v (leases %v, requests %v)", claimIdx(c), err, leasedTo(t, m), p.requestsSeen())
+		}
+		if got := leasedTo(t, m); len(got) != 1 || !slices.Equal(got[c.Lease], idx[:2]) {
+			t.Fatalf("leases %v, want %v to %s", got, idx[:2], c.Lease)
+		}
+	})
+	t.Run("ClaimReplyLost", func(t *testing.T) {
+		m, idx := setup(t, "&max_retries=-1")
+		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
+		_, err := m.Claim(ctx, "p", req, all)
+		<-fired[0]
+		if !errors.Is(err, backends.ErrOutcomeUnknown) {
+			t.Fatalf("claim whose reply was lost: %v", err)
+		}
+		// It applied: its rows are leased to a token nobody holds, and
+		// come back once the lease ends.
+		got := leasedTo(t, m)
+		if len(got) != 1 {
+			t.Fatalf("leases %v", got)
+		}
+		c, err := m.Claim(ctx, "p", req, all)
+		if err != nil || !slices.Equal(claimIdx(c), idx[2:]) {
+			t.Fatalf("next claim %v %v", claimIdx(c), err)
+		}
+		var again backends.Claimed
+		for deadline := time.Now().Add(20 * time.Second); len(again.Rows) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if again, err = m.Claim(ctx, "p", req, all); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(again.Rows) == 0 || again.Deliveries[0].Deliveries != 2 {
+			t.Fatalf("claim after the lost claim's lease ended %+v", again)
+		}
+	})
+	t.Run("ClaimDropped", func(t *testing.T) {
+		m, idx := setup(t, "&max_retries=-1")
+		fired := p.arm(nil, plannedFault{nth: 1, kind: faultDrop})
+		_, err := m.Claim(ctx, "p", req, all)
+		<-fired[0]
+		if !errors.Is(err, backends.ErrOutcomeUnknown) {
+			t.Fatalf("claim whose request was dropped: %v", err)
+		}
+		if got := leasedTo(t, m); len(got) != 0 {
+			t.Fatalf("leases %v after a claim that never ran", got)
+		}
+		c, err := m.Claim(ctx, "p", req, all)
+		if err != nil || !slices.Equal(claimIdx(c), idx[:2]) || c.Deliveries[0].Deliveries != 1 {
+			t.Fatalf("next claim %+v %v", c, err)
+		}
+	})
+	for _, kind := range []faultKind{faultDrop, faultLoseReply} {
+		for _, op := range []backends.SettleOp{backends.Ack, backends.Nack} {
+			t.Run("Settle-"+kind.String()+"-"+[]string{"", "ack", "nack"}[op], func(t *testing.T) {
+				// The engine sends it again and learns what it did.
+				m, _ := setup(t, "&max_retries=-1")
+				c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 1}, all)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fired := p.arm(nil, plannedFault{nth: 1, kind: kind})
+				res, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: op, Lease: c.Lease, Indexes: claimIdx(c)})
+				<-fired[0]
+				if err != nil || len(res.Lost) != 0 {
+					t.Fatalf("settle %+v %v", res, err)
+				}
+				want := map[backends.SettleOp]backends.State{backends.Ack: backends.Acked, backends.Nack: backends.Ready}[op]
+				for _, i := range claimIdx(c) {
+					if d := states(t, m, "p", "t")[i]; d.State != want || d.Deliveries != 1 {
+						t.Fatalf("row %d after the settle %+v", i, d)
+					}
+				}
+			})
+		}
+	}
+	t.Run("RetryReplyLost", func(t *testing.T) {
+		m, _ := setup(t, "&max_retries=-1")
+		c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1, MaxDeliveries: 1}, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil {
+			t.Fatal(err)
+		}
+		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
+		_, err = m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Retry, Indexes: claimIdx(c)})
+		<-fired[0]
+		if !errors.Is(err, backends.ErrOutcomeUnknown) {
+			t.Fatalf("retry whose reply was lost: %v", err)
+		}
+	})
+}
