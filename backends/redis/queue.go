@@ -174,13 +174,43 @@ func eachEntry(flat []any, now int64, local time.Time, f func(uint64, qEntry, bo
 	return nil
 }
 
-// queueState is a Meta's consumption side: task caches and Wait's
-// subscriptions.
+// queueState is a Meta's consumption side: task caches, the committed
+// rows of views in index order, and Wait's subscriptions.
 type queueState struct {
 	mu     sync.Mutex
 	caches map[[2]string]*taskCache
+	sorted map[string]*sortedRows
 	subs   map[string]*qSub
 	closed bool
+}
+
+// sortedRows are a view's committed rows by index, as of (epoch, n, era).
+type sortedRows struct {
+	v     *view
+	epoch string
+	n     int64
+	era   uint64
+	rows  []*backends.Row
+}
+
+// sortedRows returns v's committed rows by index (read-only), sorting
+// them only when v changed since the last call. The caller holds v.mu.
+func (m *Meta) sortedRows(partition string, v *view) []*backends.Row {
+	q := &m.q
+	q.mu.Lock()
+	sr := q.sorted[partition]
+	q.mu.Unlock()
+	if sr != nil && sr.v == v && sr.epoch == v.epoch && sr.n == v.n && sr.era == v.era {
+		return sr.rows
+	}
+	sr = &sortedRows{v: v, epoch: v.epoch, n: v.n, era: v.era, rows: v.committed()}
+	q.mu.Lock()
+	if q.sorted == nil || len(q.sorted) >= maxViews {
+		q.sorted = map[string]*sortedRows{}
+	}
+	q.sorted[partition] = sr
+	q.mu.Unlock()
+	return sr.rows
 }
 
 func (m *Meta) taskCache(partition, task string) *taskCache {
@@ -248,7 +278,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 	for attempt := 1; ; attempt++ {
 		v.mu.Lock()
 		at := pos{epoch: v.epoch, n: v.n, head: v.head, era: v.era}
-		all := v.committed()
+		all := m.sortedRows(partition, v)
 		v.mu.Unlock()
 		local := time.Now()
 		tc.mu.Lock()

@@ -20,8 +20,9 @@ import goredis "github.com/redis/go-redis/v9"
 //	base:q:b:<task> list    the task's open batches (Batch), oldest first
 //	base:q:seq      string  the partition's change counter: bumped by
 //	                        every commit, delete, Nack, Retry and Reset;
-//	                        never deleted (a Wait's mark stays valid
-//	                        across a DeletePartition)
+//	                        it outlives the other keys: a write that
+//	                        deletes the log leaves it a minute (PEXPIRE),
+//	                        and the next commit makes it persistent again
 //	base:q:c        channel (shard channel, not a key) SPUBLISHed with
 //	                        the counter's new value at each bump
 //
@@ -529,10 +530,13 @@ return {before, after}
 
 // unqueueLua is the append script's removal of deleted rows from every
 // task's consumption (ARGV[16]: "" nothing, "*" every row, else the
-// indexes, space-separated), and its bump of the change counter. Its keys
-// derive from the log's (KEYS[1], base:l): they share its slot.
+// indexes, space-separated), and its bump of the change counter (gone:
+// the write deleted the log; the counter then expires after a minute,
+// long enough for every waiter to have seen its last value, and a new
+// log's first commit keeps it again). Its keys derive from the log's
+// (KEYS[1], base:l): they share its slot.
 const unqueueLua = `
-local function qchange(spec)
+local function qchange(spec, gone)
   local qb = string.sub(KEYS[1], 1, -2) .. 'q:'
   if spec == '*' then
     for _, t in ipairs(redis.call('HKEYS', qb .. 't')) do
@@ -551,6 +555,11 @@ local function qchange(spec)
     end
   end
   local n = redis.call('INCR', qb .. 'seq')
+  if gone then
+    redis.call('PEXPIRE', qb .. 'seq', 60000)
+  else
+    redis.call('PERSIST', qb .. 'seq')
+  end
   redis.call('SPUBLISH', qb .. 'c', n)
 end
 `

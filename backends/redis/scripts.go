@@ -31,6 +31,11 @@ import goredis "github.com/redis/go-redis/v9"
 //	base:n  string  the number of committed rows (for Partitions)
 //	base:x  string  the id of the write that last deleted the log, kept
 //	                a minute, so that a resent delete knows it ran
+//	base:q:...      the partition's consumption (backends.Queue): task
+//	                registry, per-task states, deadlines and batches,
+//	                the change counter and its shard channel (see
+//	                queue_scripts.go); the append script removes deleted
+//	                rows from it and bumps the counter
 //
 // Prefix keys (gbase = <prefix>:{<prefix>}):
 //
@@ -136,7 +141,7 @@ if ARGV[11] == '1' then
   if inline then
     redis.call('SREM', KEYS[7], ARGV[10])
   end
-  qchange('*')
+  qchange('*', true)
   return {'ok', '', 0, '', 0}
 end
 local rec = ARGV[5]
@@ -173,11 +178,11 @@ if rec ~= '' then
   head = redis.sha1hex(head .. ARGV[6])
   redis.call('SET', KEYS[3], head)
   if kind == 'C' then
-    qchange('')
+    qchange('', false)
   elseif kind == 'D' then
-    qchange(ARGV[16] or '')
+    qchange(ARGV[16] or '', false)
   elseif kind == 'X' then
-    qchange('*')
+    qchange('*', false)
   end
 end
 local delta = tonumber(ARGV[9])
