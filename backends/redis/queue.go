@@ -44,12 +44,13 @@ const maxClaimAttempts = 8
 // qKeys are the consumption keys of one task of a partition.
 type qKeys struct {
 	t, s, z, b, seq, c string
+	q                  string // base:q:, for the keys of a claim (receipt)
 }
 
 func (m *Meta) qKeys(partition, task string) qKeys {
 	p := m.s.opts.prefix
 	q := p + ":{" + p + ":" + partEscaper.Replace(partition) + "}:q:"
-	return qKeys{t: q + "t", s: q + "s:" + task, z: q + "z:" + task, b: q + "b:" + task, seq: q + "seq", c: q + "c"}
+	return qKeys{t: q + "t", s: q + "s:" + task, z: q + "z:" + task, b: q + "b:" + task, seq: q + "seq", c: q + "c", q: q}
 }
 
 // qEntry is a row's state entry (see qLuaLib), its deadline converted to
@@ -267,10 +268,10 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 	}
 	qk := m.qKeys(partition, req.Task)
 	pk := m.keys(partition)
-	keys := []string{pk.l, pk.e, pk.h, qk.t, qk.s, qk.z, qk.seq, qk.b}
 	v := m.view(partition)
 	tc := m.taskCache(partition, req.Task)
 	token := newID()
+	keys := []string{pk.l, pk.e, pk.h, qk.t, qk.s, qk.z, qk.seq, qk.b, qk.q + "r:" + token}
 	ranks, rank := 0, 0
 	if req.Batch != nil {
 		ranks, rank = req.Batch.Ranks, req.Batch.Rank

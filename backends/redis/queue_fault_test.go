@@ -173,6 +173,29 @@ func TestQueueFaults(t *testing.T) {
 			t.Fatalf("leases %v, want %v to %s", got, idx[:2], c.Lease)
 		}
 	})
+	t.Run("BatchTakeReplyLostResent", func(t *testing.T) {
+		// Rank 1 takes its share of rank 0's batch; the reply is lost
+		// and go-redis sends the claim again: the receipt gives it the
+		// same batch, not the next one.
+		m, idx := setup(t, "")
+		rank := func(r int) backends.ClaimRequest {
+			return backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 2, Batch: &backends.Batch{Ranks: 2, Rank: r}}
+		}
+		b1, err := m.Claim(ctx, "p", rank(0), all)
+		if err != nil || !slices.Equal(claimIdx(b1), idx[:2]) {
+			t.Fatal(b1, err)
+		}
+		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
+		r1, err := m.Claim(ctx, "p", rank(1), all)
+		<-fired[0]
+		if err != nil || r1.Lease != b1.Lease || !slices.Equal(claimIdx(r1), idx[:2]) {
+			t.Fatalf("rank 1's share %+v %v, want batch %s", r1, err, b1.Lease)
+		}
+		r2, err := m.Claim(ctx, "p", rank(1), all)
+		if err != nil || r2.Lease == b1.Lease || !slices.Equal(claimIdx(r2), idx[2:]) {
+			t.Fatalf("rank 1's next claim %+v %v", r2, err)
+		}
+	})
 	t.Run("ClaimReplyLost", func(t *testing.T) {
 		m, idx := setup(t, "&max_retries=-1")
 		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})

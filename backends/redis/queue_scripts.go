@@ -18,6 +18,9 @@ import goredis "github.com/redis/go-redis/v9"
 //	base:q:z:<task> zset    index -> deadline (server ms) of every
 //	                        leased row and every Nack-delayed ready row
 //	base:q:b:<task> list    the task's open batches (Batch), oldest first
+//	base:q:r:<tok>  string  the receipt of a claim (its token) that took
+//	                        a share of an open batch: the batch's token
+//	                        and units; expires after a minute
 //	base:q:seq      string  the partition's change counter: bumped by
 //	                        every commit, delete, Nack, Retry and Reset;
 //	                        it outlives the other keys: a write that
@@ -171,7 +174,9 @@ end
 
 // claimScript leases rows to a token (see Meta.Claim).
 //
-// KEYS: l, e, h, q:t, q:s:task, q:z:task, q:seq, q:b:task. ARGV: epoch,
+// KEYS: l, e, h, q:t, q:s:task, q:z:task, q:seq, q:b:task, q:r:token
+// (a batch take's receipt: the batch's token and units, kept a minute,
+// so that a resent take replies the same batch). ARGV: epoch,
 // from, head (the caller's view), task, rel (the release mark of the
 // caller's cache of the task's states; "" for no cache), lease ms, rows,
 // min, max deliveries, token, ranks (0: no batch), rank, then the drops
@@ -228,6 +233,31 @@ while argi <= #ARGV do
   argi = argi + n + 1
 end
 local token = ARGV[10]
+-- A resent claim that took a share of a batch finds its receipt.
+local function held_of(btok, body)
+  local held, sizes = {}, {}
+  for unit in string.gmatch(body, '[^;]+') do
+    local n = 0
+    for i in string.gmatch(unit, '%d+') do
+      local e = parse(redis.call('HGET', s, i))
+      if e and e.s == 'L' and e.tok == btok and e.u > now then
+        held[#held + 1] = i
+        held[#held + 1] = e.d
+        n = n + 1
+      end
+    end
+    if n > 0 then sizes[#sizes + 1] = n end
+  end
+  return held, sizes
+end
+if ranks > 0 then
+  local r = redis.call('GET', KEYS[9])
+  if r then
+    local btok, body = string.match(r, '^(%w+)|(.*)$')
+    local held, sizes = held_of(btok, body)
+    return {'ok', cur, from, head, recs, '?', now, btok, held, sizes, {}, 0, wake(), seq(), exp}
+  end
+end
 local resent = false
 for _, u in ipairs(units) do
   for _, i in ipairs(u) do
@@ -267,19 +297,7 @@ if ranks > 0 then
   local removed = 0
   for pos, b in ipairs(bs) do
     local btok, mask, body = string.match(b, '^(%w+)|([01]+)|(.*)$')
-    local held, sizes = {}, {}
-    for unit in string.gmatch(body, '[^;]+') do
-      local n = 0
-      for i in string.gmatch(unit, '%d+') do
-        local e = parse(redis.call('HGET', s, i))
-        if e and e.s == 'L' and e.tok == btok and e.u > now then
-          held[#held + 1] = i
-          held[#held + 1] = e.d
-          n = n + 1
-        end
-      end
-      if n > 0 then sizes[#sizes + 1] = n end
-    end
+    local held, sizes = held_of(btok, body)
     if #held == 0 then
       redis.call('LREM', KEYS[8], 1, b)
       removed = removed + 1
@@ -288,6 +306,7 @@ if ranks > 0 then
         renew(held[j], parse(redis.call('HGET', s, held[j])))
       end
       mask = string.sub(mask, 1, rank) .. '1' .. string.sub(mask, rank + 2)
+      redis.call('SET', KEYS[9], btok .. '|' .. body, 'PX', 60000)
       if string.find(mask, '0') then
         redis.call('LSET', KEYS[8], pos - 1 - removed, btok .. '|' .. mask .. '|' .. body)
       else
