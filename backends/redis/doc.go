@@ -135,6 +135,21 @@
 // enough for a program in another language to list a partition's rows and
 // read their cells.
 //
+// # Consumption
+//
+// The Meta is also a backends.Queue: each partition's consumption (which
+// rows each task's consumers hold, acked, dropped or let die) lives in
+// keys of the partition's slot beside its log, every transition is one
+// script judged by the server's clock, and a Claim on a current view is
+// one round trip (see queue.go; LAYOUT.md section 7). A Delete or
+// DeletePartition removes its rows' consumption in the script that
+// appends it. Wait listens on a shard channel of the partition (SSUBSCRIBE,
+// one connection per partition waited on) and, while nothing is published,
+// reads the partition's change counter once a second. Consumption writes
+// do not wait for replicas (WithReplicas covers the log's writes only): a
+// failover may lose recent leases and acks, whose rows are then delivered
+// again.
+//
 // # Lost replies and failovers
 //
 // Every record carries the random id of the write that made it, and the

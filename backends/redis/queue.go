@@ -326,7 +326,17 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 			return backends.Claimed{}, err
 		}
 		sent := time.Now()
-		reply, err := claimScript.Run(ctx, m.s.client, keys, args...).Slice()
+		reply, err := m.runQueue(ctx, claimScript, keys, args...)
+		var short *notReplicated
+		if errors.As(err, &short) && !claimWrote(reply) {
+			err = nil // nothing to replicate
+		}
+		if errors.As(err, &short) || (err == nil && m.s.opts.replicas > 0 && isResent(reply)) {
+			if err == nil {
+				err = &notReplicated{want: m.s.opts.replicas, err: errAckLost}
+			}
+			return backends.Claimed{}, &unknownOutcome{m.s.wrap(ctx, "claim", fmt.Errorf("%w; the claim's leases may be lost by a failover, and its rows are ready again once the lease ends", err))}
+		}
 		if err != nil {
 			return backends.Claimed{}, m.queueError(ctx, "claim", err,
 				"the claim may have leased rows to a token never returned: they are ready again once the lease ends")
@@ -537,19 +547,29 @@ func (m *Meta) Settle(ctx context.Context, partition string, req backends.Settle
 			}
 		}
 		sent := time.Now()
-		reply, err := settleScript.Run(ctx, m.s.client, keys, args...).Slice()
-		if err != nil {
+		reply, err := m.runQueue(ctx, settleScript, keys, args...)
+		var short *notReplicated
+		if err != nil && !errors.As(err, &short) {
 			var re goredis.Error
 			if !errors.As(err, &re) && (req.Op == backends.Ack || req.Op == backends.Nack || req.Op == backends.Extend) {
 				// Sent again, it finds what the first send did.
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 				sent = time.Now()
-				reply, err = settleScript.Run(rctx, m.s.client, keys, args...).Slice()
+				reply, err = m.runQueue(rctx, settleScript, keys, args...)
 				cancel()
+				if err == nil && m.s.opts.replicas > 0 {
+					err = &notReplicated{want: m.s.opts.replicas, err: errAckLost}
+				}
 			}
-			if err != nil {
-				return backends.SettleResult{}, m.queueError(ctx, "settle", err, "the settle may have applied")
-			}
+		}
+		if errors.As(err, &short) && !settleWrote(reply) {
+			err = nil // nothing to replicate
+		}
+		if errors.As(err, &short) {
+			return backends.SettleResult{}, &unknownOutcome{m.s.wrap(ctx, "settle", err)}
+		}
+		if err != nil {
+			return backends.SettleResult{}, m.queueError(ctx, "settle", err, "the settle may have applied")
 		}
 		status, _ := replyString(reply, 0)
 		if status == "stale" && v != nil && len(reply) >= 5 {
@@ -571,6 +591,11 @@ func (m *Meta) Settle(ctx context.Context, partition string, req backends.Settle
 		changed, ok3 := reply[5].([]any)
 		if !ok1 || !ok2 || !ok3 {
 			return backends.SettleResult{}, m.s.wrap(ctx, "settle", fmt.Errorf("%w: settle replied %v", ErrCorrupt, reply))
+		}
+		if m.s.opts.replicas > 0 && len(changed) == 0 && len(lost) < len(req.Indexes) {
+			// Applied by an earlier send (go-redis resent it): this
+			// send's WAIT says nothing of that one's writes.
+			return backends.SettleResult{}, &unknownOutcome{m.s.wrap(ctx, "settle", &notReplicated{want: m.s.opts.replicas, err: errAckLost})}
 		}
 		var res backends.SettleResult
 		for _, l := range lost {
@@ -683,9 +708,17 @@ func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint
 			args = append(args, i)
 		}
 	}
-	reply, err := resetScript.Run(ctx, m.s.client, []string{qk.t, qk.s, qk.z, qk.b, qk.seq}, args...).StringSlice()
+	raw, err := m.runQueue(ctx, resetScript, []string{qk.t, qk.s, qk.z, qk.b, qk.seq}, args...)
+	var short *notReplicated
+	if errors.As(err, &short) {
+		return &unknownOutcome{m.s.wrap(ctx, "reset", err)}
+	}
 	if err != nil {
 		return m.queueError(ctx, "reset", err, "the reset may have applied")
+	}
+	reply := make([]string, len(raw))
+	for k, r := range raw {
+		reply[k], _ = r.(string)
 	}
 	if len(reply) != 2 {
 		return m.s.wrap(ctx, "reset", fmt.Errorf("%w: reset replied %v", ErrCorrupt, reply))
@@ -707,6 +740,33 @@ func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint
 	return nil
 }
 
+// claimWrote reports whether a claim reply leased or dropped rows.
+func claimWrote(reply []any) bool {
+	if status, _ := replyString(reply, 0); status != "ok" || len(reply) < 12 {
+		return false
+	}
+	leased, _ := reply[8].([]any)
+	dropped, _ := reply[11].(int64)
+	return len(leased) > 0 || dropped > 0
+}
+
+// settleWrote reports whether a settle reply changed rows.
+func settleWrote(reply []any) bool {
+	if status, _ := replyString(reply, 0); status != "ok" || len(reply) < 6 {
+		return false
+	}
+	changed, _ := reply[5].([]any)
+	return len(changed) > 0
+}
+
+// isResent reports a claim reply of a resent claim (rel "?", see
+// claimScript).
+func isResent(reply []any) bool {
+	rel, _ := replyString(reply, 5)
+	status, _ := replyString(reply, 0)
+	return status == "ok" && rel == "?"
+}
+
 // indexList is the indexes of rows, space-separated (the append script's
 // unqueue argument).
 func indexList(rows []*backends.Row) string {
@@ -718,4 +778,51 @@ func indexList(rows []*backends.Row) string {
 		b = strconv.AppendUint(b, r.Index, 10)
 	}
 	return string(b)
+}
+
+// runQueue runs a consumption script that may write (claim, settle,
+// reset). With WithReplicas it sends WAIT after it on the same
+// connection, and a reply that too few replicas acknowledged comes with
+// a *notReplicated error (the script applied on the master). A script
+// that wrote nothing (resent: go-redis sent it again after losing its
+// reply, and the first send wrote) is not acknowledged by its WAIT, which
+// counts only this connection's writes: wrote reports whether the reply
+// says this send wrote; a reply that wrote nothing on a send after a lost
+// one is reported by the caller.
+func (m *Meta) runQueue(ctx context.Context, script *goredis.Script, keys []string, args ...any) ([]any, error) {
+	if m.s.opts.replicas == 0 {
+		return script.Run(ctx, m.s.client, keys, args...).Slice()
+	}
+	node, err := m.s.nodeFor(ctx, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	want, timeout := m.s.opts.replicas, m.s.opts.replicaTimeout
+	for try := 0; ; try++ {
+		pipe := node.Pipeline()
+		ev := pipe.EvalSha(ctx, script.Hash(), keys, args...)
+		wait := pipe.Do(ctx, "WAIT", want, waitMillis(timeout))
+		_, _ = pipe.Exec(ctx)
+		if err := ev.Err(); err != nil {
+			if try == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+				if err := script.Load(ctx, node).Err(); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, err
+		}
+		reply, err := ev.Slice()
+		if err != nil {
+			return nil, err
+		}
+		got, err := wait.Int64()
+		if err != nil {
+			return reply, &notReplicated{want: want, err: err}
+		}
+		if got < int64(want) {
+			return reply, &notReplicated{want: want, got: got, timeout: timeout}
+		}
+		return reply, nil
+	}
 }

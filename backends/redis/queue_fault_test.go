@@ -281,3 +281,37 @@ func TestQueueFaults(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueReplicas: with WithReplicas, claims, settles and resets wait for
+// the replicas: with the one replica there is, they succeed; asking for
+// two, each fails with an error matching redis.ErrNotReplicated and
+// backends.ErrOutcomeUnknown (it applied on the master).
+func TestQueueReplicas(t *testing.T) {
+	f := startFailover(t)
+	ctx := t.Context()
+	one := open(t, f.master.URL()+"?prefix=qrep&replicas=1&replica_timeout=5s").Meta()
+	idx := commitRows(t, one, "p", "a", "b")
+	c, err := one.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
+	if err != nil || len(c.Rows) != 1 {
+		t.Fatalf("replicated claim %+v %v", c, err)
+	}
+	if res, err := one.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil || len(res.Lost) != 0 {
+		t.Fatalf("replicated ack %+v %v", res, err)
+	}
+	two := open(t, f.master.URL()+"?prefix=qrep&replicas=2&replica_timeout=50ms").Meta()
+	_, err = two.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
+	if !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("claim with too few replicas: %v", err)
+	}
+	st := states(t, one, "p", "t")
+	if st[idx[1]].State != backends.Leased {
+		t.Fatalf("the claim did not apply on the master: %+v", st)
+	}
+	_, err = two.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: st[idx[1]].Lease, Indexes: idx[1:]})
+	if !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("settle with too few replicas: %v", err)
+	}
+	if err := two.Reset(ctx, "p", "t", nil); !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("reset with too few replicas: %v", err)
+	}
+}
