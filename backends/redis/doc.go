@@ -145,10 +145,10 @@
 // DeletePartition removes its rows' consumption in the script that
 // appends it. Wait listens on a shard channel of the partition (SSUBSCRIBE,
 // one connection per partition waited on) and, while nothing is published,
-// reads the partition's change counter once a second. Consumption writes
-// do not wait for replicas (WithReplicas covers the log's writes only): a
-// failover may lose recent leases and acks, whose rows are then delivered
-// again.
+// reads the partition's change counter once a second. With WithReplicas,
+// a Claim, Settle or Reset that wrote waits for the replicas as the log's
+// writes do; without it, a failover may lose recent leases and acks, whose
+// rows are then delivered again.
 //
 // # Lost replies and failovers
 //
