@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -414,9 +415,12 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 	if wake >= 0 {
 		c.Mark.Wake = sent.Add(time.Duration(wake) * time.Millisecond)
 	}
-	byIndex := make(map[uint64]*backends.Row, len(rows))
-	for _, r := range rows {
-		byIndex[r.Index] = r
+	// rows are in index order: the candidates pick was given.
+	find := func(rows []*backends.Row, i uint64) *backends.Row {
+		if k, ok := slices.BinarySearchFunc(rows, i, func(r *backends.Row, i uint64) int { return cmp.Compare(r.Index, i) }); ok {
+			return rows[k]
+		}
+		return nil
 	}
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
@@ -446,7 +450,7 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 			return bad()
 		}
 		tc.ents[i] = qEntry{state: backends.Leased, d: int(d), until: until, max: req.MaxDeliveries, tok: token}
-		r := byIndex[i]
+		r := find(rows, i)
 		if r == nil {
 			missing = true
 		}
@@ -457,13 +461,11 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 		// A batch another process selected holds rows this view lacked
 		// (the reply's records brought them).
 		v.mu.Lock()
-		for _, r := range v.committed() {
-			byIndex[r.Index] = r
-		}
+		cur := m.sortedRows(partition, v)
 		v.mu.Unlock()
 		for k := range c.Rows {
 			if c.Rows[k] == nil {
-				if c.Rows[k] = byIndex[c.Deliveries[k].Index]; c.Rows[k] == nil {
+				if c.Rows[k] = find(cur, c.Deliveries[k].Index); c.Rows[k] == nil {
 					return backends.Claimed{}, false, m.s.wrap(ctx, "claim", fmt.Errorf("%w: leased row %d is not in the partition's log", ErrCorrupt, c.Deliveries[k].Index))
 				}
 			}
