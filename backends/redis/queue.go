@@ -182,7 +182,8 @@ type queueState struct {
 	mu     sync.Mutex
 	caches map[[2]string]*taskCache
 	sorted map[string]*sortedRows
-	subs   map[string]*qSub
+	hubs   map[string]*qHub // Wait's subscriber connections (queue_wait.go)
+	subs   map[string]*qSub // by partition
 	closed bool
 }
 

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/redis"
@@ -101,7 +104,9 @@ func TestQueueRoundTrips(t *testing.T) {
 }
 
 // TestIdleWaitRequests: a Wait on a partition where nothing changes sends
-// at most about one request a second (the counter's safety re-read).
+// at most about one request a second (the counter's safety re-read), once
+// its subscriber connection is set up (dial handshake, SSUBSCRIBE, a first
+// read of the counter).
 func TestIdleWaitRequests(t *testing.T) {
 	srv := redistest.Start(t)
 	p := startFlightProxy(t, srv.Addr())
@@ -111,18 +116,25 @@ func TestIdleWaitRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	start := p.flights.Load()
+	go func() { done <- m.Wait(ctx, "p", c.Mark) }()
+	time.Sleep(1500 * time.Millisecond)
 	before := p.flights.Load()
-	const idle = 3 * time.Second
-	ctx, cancel := context.WithTimeout(t.Context(), idle)
-	defer cancel()
-	start := time.Now()
-	if err := m.Wait(ctx, "p", c.Mark); !errors.Is(err, context.DeadlineExceeded) {
+	t0 := time.Now()
+	time.Sleep(3 * time.Second)
+	got := p.flights.Load() - before
+	secs := time.Since(t0).Seconds()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("idle wait: %v", err)
 	}
-	secs := time.Since(start).Seconds()
-	// The subscription and the counter's first read, then one read a second.
-	if got := p.flights.Load() - before; float64(got) > 2+secs+1 {
-		t.Errorf("an idle wait of %.1f s sent %d requests", secs, got)
+	if float64(got) > secs+1 {
+		t.Errorf("an idle wait sent %d requests in %.1f s", got, secs)
+	}
+	if setup := before - start; setup > 10 {
+		t.Errorf("setting up a wait took %d requests", setup)
 	}
 }
 
@@ -313,5 +325,73 @@ func TestQueueReplicas(t *testing.T) {
 	}
 	if err := two.Reset(ctx, "p", "t", nil); !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
 		t.Fatalf("reset with too few replicas: %v", err)
+	}
+}
+
+// TestWaitOneConnection: Waits of one Meta on several partitions of a
+// standalone server share one subscriber connection, which closes when
+// the last of them returns; each wakes on its own partition's commit.
+func TestWaitOneConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	m := open(t, srv.URL()+"?prefix=qone").Meta()
+	other := open(t, srv.URL()+"?prefix=qone").Meta()
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	pubsubClients := func() int {
+		out, err := admin.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(out, "id=")
+	}
+	parts := []string{"p0", "p1", "p2"}
+	marks := map[string]backends.Mark{}
+	for _, p := range parts {
+		commitRows(t, m, p, "a")
+		c, err := m.Claim(ctx, p, backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		marks[p] = c.Mark
+	}
+	done := map[string]chan error{}
+	for _, p := range parts {
+		done[p] = make(chan error, 1)
+	}
+	for _, p := range parts {
+		ch, mark := done[p], marks[p]
+		go func() { ch <- m.Wait(ctx, p, mark) }()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for pubsubClients() != 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := pubsubClients(); n != 1 {
+		t.Fatalf("%d subscriber connections for three waits", n)
+	}
+	for k, p := range parts {
+		commitRows(t, other, p, "b")
+		select {
+		case err := <-done[p]:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("a commit of %s did not wake its wait", p)
+		}
+		for _, q := range parts[k+1:] {
+			select {
+			case err := <-done[q]:
+				t.Fatalf("the wait on %s returned %v after a commit of %s", q, err, p)
+			default:
+			}
+		}
+	}
+	for pubsubClients() != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := pubsubClients(); n != 0 {
+		t.Fatalf("%d subscriber connections left after the waits returned", n)
 	}
 }

@@ -12,23 +12,36 @@ import (
 	"github.com/tqgo/tqgo/backends"
 )
 
-// qRecheck is how often a subscription reads the partition's change
-// counter while no message comes: a safety net for a message lost with a
-// connection (go-redis resubscribes, and a resubscription reads it too).
-// It is the only request an idle Wait sends.
+// qRecheck is how often a hub reads the change counters of its partitions
+// while no message comes: a safety net for a message lost with a
+// connection (go-redis resubscribes, and a resubscription reads the
+// counter too). It is the only request an idle Wait sends: one pipeline
+// per hub.
 var qRecheck = time.Second
 
-// qSub is a subscription to one partition's change channel, shared by
-// every Wait of this Meta on the partition while any waits: one
-// connection (SSUBSCRIBE) per partition waited on, one goroutine reading
-// it. On a Cluster a connection can only subscribe to channels of the
-// node that serves their slot, so subscriptions are per partition there,
-// and, for one code path, on a standalone server too.
-type qSub struct {
-	refs   int // guarded by Meta.q.mu
+// qHub is a Meta's subscriber connection to one server: every partition
+// some Wait of the Meta waits on, whose channel that server serves, is
+// subscribed on it (SSUBSCRIBE) while any waits, and one goroutine reads
+// it. A standalone server has one hub; on a Cluster a connection can
+// only subscribe to shard channels of the node that serves their slot,
+// so there is one hub per master node waited on.
+type qHub struct {
+	key    string // in Meta.q.hubs
 	ps     *goredis.PubSub
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the reader has stopped
+
+	mu    sync.Mutex
+	parts map[string]*qSub // by channel
+}
+
+// qSub is one partition's subscription, shared by every Wait of the Meta
+// on it.
+type qSub struct {
+	refs    int // guarded by Meta.q.mu
+	hub     *qHub
+	channel string
+	seqKey  string
 
 	mu      sync.Mutex
 	known   bool
@@ -65,7 +78,7 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) e
 		defer t.Stop()
 		wake = t.C
 	}
-	sub, err := m.subscribe(partition)
+	sub, err := m.subscribe(ctx, partition)
 	if err != nil {
 		return err
 	}
@@ -83,14 +96,43 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) e
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-sub.done:
+		case <-sub.hub.done:
 			return backends.ErrClosed
 		}
 	}
 }
 
-func (m *Meta) subscribe(partition string) (*qSub, error) {
+// hubOf returns the key of the hub for channel and how to open its
+// subscriber connection.
+func (m *Meta) hubOf(ctx context.Context, channel string) (string, func(context.Context) *goredis.PubSub, error) {
+	switch c := m.s.client.(type) {
+	case *goredis.Client:
+		return "", func(ctx context.Context) *goredis.PubSub { return c.SSubscribe(ctx) }, nil
+	case *goredis.ClusterClient:
+		node, err := c.MasterForKey(ctx, channel)
+		if err != nil {
+			return "", nil, m.s.wrap(ctx, "wait", err)
+		}
+		return node.Options().Addr, func(ctx context.Context) *goredis.PubSub { return node.SSubscribe(ctx) }, nil
+	}
+	// Another client (a Ring): a connection per partition.
+	return "channel:" + channel, func(ctx context.Context) *goredis.PubSub { return m.s.client.SSubscribe(ctx) }, nil
+}
+
+func (m *Meta) subscribe(ctx context.Context, partition string) (*qSub, error) {
 	q := &m.q
+	qk := m.qKeys(partition, "")
+	q.mu.Lock()
+	if s := q.subs[partition]; s != nil && !q.closed {
+		s.refs++
+		q.mu.Unlock()
+		return s, nil
+	}
+	q.mu.Unlock()
+	key, open, err := m.hubOf(ctx, qk.c)
+	if err != nil {
+		return nil, err
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -100,15 +142,27 @@ func (m *Meta) subscribe(partition string) (*qSub, error) {
 		s.refs++
 		return s, nil
 	}
+	h := q.hubs[key]
+	if h == nil {
+		hctx, cancel := context.WithCancel(context.Background())
+		h = &qHub{key: key, ps: open(hctx), cancel: cancel, done: make(chan struct{}), parts: map[string]*qSub{}}
+		if q.hubs == nil {
+			q.hubs = map[string]*qHub{}
+		}
+		q.hubs[key] = h
+		go h.run(hctx, m.s.client)
+	}
+	s := &qSub{refs: 1, hub: h, channel: qk.c, seqKey: qk.seq, changed: make(chan struct{})}
 	if q.subs == nil {
 		q.subs = map[string]*qSub{}
 	}
-	qk := m.qKeys(partition, "")
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &qSub{refs: 1, cancel: cancel, done: make(chan struct{}), changed: make(chan struct{})}
-	s.ps = m.s.client.SSubscribe(ctx, qk.c)
 	q.subs[partition] = s
-	go s.run(ctx, m.s.client, qk.seq)
+	h.mu.Lock()
+	h.parts[qk.c] = s
+	h.mu.Unlock()
+	// The reader reads the counter once the server confirms; a failure
+	// here leaves the hub's reconnection and re-reads to catch up.
+	_ = h.ps.SSubscribe(context.WithoutCancel(ctx), qk.c)
 	return s, nil
 }
 
@@ -116,70 +170,113 @@ func (m *Meta) unsubscribe(partition string, s *qSub) {
 	q := &m.q
 	q.mu.Lock()
 	s.refs--
-	last := s.refs == 0 && q.subs[partition] == s
-	if last {
-		delete(q.subs, partition)
+	if s.refs > 0 || q.subs[partition] != s {
+		q.mu.Unlock()
+		return
+	}
+	delete(q.subs, partition)
+	h := s.hub
+	h.mu.Lock()
+	delete(h.parts, s.channel)
+	empty := len(h.parts) == 0
+	h.mu.Unlock()
+	if !empty {
+		// Under q.mu, so that a subscribe of the partition cannot come
+		// between (it writes the command; the reply is the reader's).
+		_ = h.ps.SUnsubscribe(context.Background(), s.channel)
+		q.mu.Unlock()
+		return
+	}
+	if q.hubs[h.key] == h {
+		delete(q.hubs, h.key)
 	}
 	q.mu.Unlock()
-	if last {
-		s.stop()
-	}
+	h.stop()
 }
 
-func (s *qSub) stop() {
-	s.cancel()
-	_ = s.ps.Close()
-	<-s.done
+func (h *qHub) stop() {
+	h.cancel()
+	_ = h.ps.Close()
+	<-h.done
 }
 
-// closeWaits stops every subscription: their Waits return ErrClosed.
+// closeWaits stops every hub: their Waits return ErrClosed.
 func (m *Meta) closeWaits() {
 	q := &m.q
 	q.mu.Lock()
 	q.closed = true
-	subs := q.subs
-	q.subs = nil
+	hubs := q.hubs
+	q.hubs, q.subs = nil, nil
 	q.mu.Unlock()
-	for _, s := range subs {
-		s.stop()
+	for _, h := range hubs {
+		h.stop()
 	}
 }
 
-// run reads the subscription until ctx ends: each message carries the
-// counter's new value; each (re)subscription, and each qRecheck without a
-// message, reads the counter.
-func (s *qSub) run(ctx context.Context, client goredis.UniversalClient, seqKey string) {
-	defer close(s.done)
-	check := func() {
-		n, err := client.Get(ctx, seqKey).Uint64()
-		if err == nil || errors.Is(err, goredis.Nil) {
-			s.set(n)
+// run reads the hub's connection until ctx ends: each message carries a
+// partition's new counter; each (re)subscription reads that partition's
+// counter, and each qRecheck without a message every partition's.
+func (h *qHub) run(ctx context.Context, client goredis.UniversalClient) {
+	defer close(h.done)
+	check := func(subs ...*qSub) {
+		if len(subs) == 0 {
+			return
+		}
+		cmds := make([]*goredis.StringCmd, len(subs))
+		_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i, s := range subs {
+				cmds[i] = p.Get(ctx, s.seqKey)
+			}
+			return nil
+		})
+		for i, s := range subs {
+			n, err := cmds[i].Uint64()
+			if err == nil || errors.Is(err, goredis.Nil) {
+				s.set(n)
+			}
 		}
 	}
+	all := func() []*qSub {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		out := make([]*qSub, 0, len(h.parts))
+		for _, s := range h.parts {
+			out = append(out, s)
+		}
+		return out
+	}
+	of := func(channel string) *qSub {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.parts[channel]
+	}
 	for ctx.Err() == nil {
-		msg, err := s.ps.ReceiveTimeout(ctx, qRecheck)
+		msg, err := h.ps.ReceiveTimeout(ctx, qRecheck)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if !isTimeout(err) {
-				// The connection failed: go-redis reconnects and
-				// resubscribes on the next receive.
+				// The connection failed (go-redis reconnects and
+				// resubscribes on the next receive), or the server
+				// refused a subscription (a slot that moved).
 				if sleepCtx(ctx, qRecheck) != nil {
 					return
 				}
 			}
-			check()
+			check(all()...)
 			continue
 		}
 		switch x := msg.(type) {
 		case *goredis.Subscription:
-			if x.Kind == "ssubscribe" {
-				check()
+			if s := of(x.Channel); s != nil && x.Kind == "ssubscribe" {
+				check(s)
 			}
 		case *goredis.Message:
-			if n, err := strconv.ParseUint(x.Payload, 10, 64); err == nil {
-				s.set(n)
+			if s := of(x.Channel); s != nil {
+				if n, err := strconv.ParseUint(x.Payload, 10, 64); err == nil {
+					s.set(n)
+				}
 			}
 		}
 	}
