@@ -193,7 +193,9 @@ type Claimed struct {
 	// Dropped is how many rows of Picked.Drop the claim dropped.
 	Dropped int
 	// Mark is where the claim looked, for Wait: taken atomically with the
-	// claim, so a change after the claim wakes a Wait given it.
+	// claim, so a change after the claim wakes a Wait given it. Its Wake
+	// is set only by a claim that leased nothing (the one a caller waits
+	// after).
 	Mark Mark
 }
 
