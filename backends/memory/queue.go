@@ -169,7 +169,9 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 	p := m.q.part(partition, true)
 	for {
 		p.mu.Lock()
-		deletes := p.deletes
+		// The mark is taken before the rows are read: a commit between
+		// the read and the lease then wakes a Wait given it.
+		deletes, seq := p.deletes, p.seq
 		if req.Batch != nil {
 			if c, ok := m.q.takeShare(p, req, time.Now()); ok {
 				p.mu.Unlock()
@@ -218,6 +220,7 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 			continue
 		}
 		c := m.q.lease(p, req, cands, picked, time.Now())
+		c.Mark.Seq = seq
 		p.mu.Unlock()
 		return c, nil
 	}
@@ -258,7 +261,6 @@ func (q *queues) lease(p *queuePart, req backends.ClaimRequest, cands []*backend
 		c.Mark = q.mark(p, t, now)
 		return c
 	}
-	c.Mark.Seq = p.seq // Wake only matters to a claim that leased nothing
 	c.Lease = newLease()
 	c.Until = now.Add(req.Lease)
 	c.Rows = make([]*backends.Row, len(take))
@@ -289,7 +291,6 @@ func (q *queues) lease(p *queuePart, req backends.ClaimRequest, cands []*backend
 		ob.taken[b.Rank] = true
 		t.batches = append(t.batches, ob)
 		q.bump(p) // the other ranks have a share to take
-		c.Mark.Seq = p.seq
 	}
 	return c
 }
