@@ -192,8 +192,12 @@ type Claimed struct {
 	Until time.Time
 	// Dropped is how many rows of Picked.Drop the claim dropped.
 	Dropped int
-	// Mark is where the claim looked, for Wait: taken atomically with the
-	// claim, so a change after the claim wakes a Wait given it.
+	// Mark is where the claim looked, for Wait: its Seq is the count of
+	// changes no later than when the claim read the rows it picked from,
+	// so any change the claim may not have seen (a commit while it
+	// picked, say) wakes a Wait given it at once. Its Wake
+	// is set only by a claim that leased nothing (the one a caller waits
+	// after).
 	Mark Mark
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -245,7 +246,8 @@ type Lease struct {
 	// Until is when the lease ends unless extended.
 	Until time.Time
 
-	index map[string]uint64
+	indexOnce sync.Once
+	index     map[string]uint64 // key -> index, made when first needed
 }
 
 // Len is the number of leased rows; 0 for a claim that found none ready.
@@ -341,8 +343,8 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 // task, less stale ones, as the sampler chooses among them.
 func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery) (backends.Picked, error) {
 	var (
-		ready []Candidate
-		pos   []int // position in rows of each candidate
+		ready = make([]Candidate, 0, len(rows))
+		pos   = make([]int, 0, len(rows)) // position in rows of each candidate
 		drop  []int
 	)
 	floor := t.version.Load()
@@ -368,15 +370,20 @@ func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery) (backends.Pick
 	}
 	units, sdrop := t.sampler.Sample(ready, maxClaim)
 	out := backends.Picked{Units: make([][]int, len(units)), Drop: drop}
+	total := 0
+	for _, u := range units {
+		total += len(u)
+	}
+	flat := make([]int, 0, total) // every unit's positions, one allocation
 	for i, u := range units {
-		m := make([]int, len(u))
-		for j, p := range u {
+		start := len(flat)
+		for _, p := range u {
 			if p < 0 || p >= len(pos) {
 				return backends.Picked{}, fmt.Errorf("%w: sampler returned position %d of %d", ErrInvalid, p, len(pos))
 			}
-			m[j] = pos[p]
+			flat = append(flat, pos[p])
 		}
-		out.Units[i] = m
+		out.Units[i] = flat[start:len(flat):len(flat)]
 	}
 	for _, p := range sdrop {
 		if p < 0 || p >= len(pos) {
@@ -417,10 +424,8 @@ func (t *Task) leaseOf(got backends.Claimed) *Lease {
 	}
 	l.Meta = batchMeta(t.partition, rows)
 	l.Deliveries = make([]int, len(dels))
-	l.index = make(map[string]uint64, len(rows))
 	for i, d := range dels {
 		l.Deliveries[i] = d.Deliveries
-		l.index[rows[i].Key] = rows[i].Index
 	}
 	return l
 }
@@ -428,6 +433,14 @@ func (t *Task) leaseOf(got backends.Claimed) *Lease {
 // indexes returns the indexes of keys (every row when keys is empty), or
 // an error matching ErrInvalid for a key the lease does not have.
 func (l *Lease) indexesOf(keys []string) ([]uint64, error) {
+	if len(keys) > 0 {
+		l.indexOnce.Do(func() {
+			l.index = make(map[string]uint64, len(l.Meta.Rows))
+			for _, r := range l.Meta.Rows {
+				l.index[r.Key] = r.Index
+			}
+		})
+	}
 	for _, k := range keys {
 		if _, ok := l.index[k]; !ok {
 			return nil, fmt.Errorf("%w: key %q is not in the lease", ErrInvalid, k)

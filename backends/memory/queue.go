@@ -116,10 +116,13 @@ func (q *queues) deletedPartition(partition string) {
 	q.bump(p)
 }
 
-func (p *queuePart) task(name string) *queueTask {
+func (p *queuePart) task(name string) *queueTask { return p.taskSized(name, 0) }
+
+// taskSized is task, a new task with room for size rows.
+func (p *queuePart) taskSized(name string, size int) *queueTask {
 	t := p.tasks[name]
 	if t == nil {
-		t = &queueTask{rows: map[uint64]*backends.Delivery{}}
+		t = &queueTask{rows: make(map[uint64]*backends.Delivery, size)}
 		p.tasks[name] = t
 	}
 	return t
@@ -166,7 +169,9 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 	p := m.q.part(partition, true)
 	for {
 		p.mu.Lock()
-		deletes := p.deletes
+		// The mark is taken before the rows are read: a commit between
+		// the read and the lease then wakes a Wait given it.
+		deletes, seq := p.deletes, p.seq
 		if req.Batch != nil {
 			if c, ok := m.q.takeShare(p, req, time.Now()); ok {
 				p.mu.Unlock()
@@ -174,7 +179,7 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 			}
 		}
 		p.mu.Unlock()
-		rows, err := m.List(ctx, partition)
+		rows, err := m.sortedRows(ctx, partition)
 		if err != nil {
 			return backends.Claimed{}, err
 		}
@@ -184,9 +189,9 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 			continue // a delete since List: the rows may be gone
 		}
 		now := time.Now()
-		t := p.task(req.Task)
-		var cands []*backends.Row
-		var dels []backends.Delivery
+		t := p.taskSized(req.Task, len(rows))
+		cands := make([]*backends.Row, 0, len(rows))
+		dels := make([]backends.Delivery, 0, len(rows))
 		for _, r := range rows {
 			d := t.rows[r.Index]
 			if available(d, now) {
@@ -215,6 +220,7 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 			continue
 		}
 		c := m.q.lease(p, req, cands, picked, time.Now())
+		c.Mark.Seq = seq
 		p.mu.Unlock()
 		return c, nil
 	}
@@ -237,13 +243,14 @@ func (q *queues) lease(p *queuePart, req backends.ClaimRequest, cands []*backend
 		}
 	}
 	var take []int
+	var bounds []int // where each unit taken ends in take
 	for _, u := range picked.Units {
 		if len(take)+len(u) > req.Rows {
 			continue
 		}
 		if !slices.ContainsFunc(u, func(i int) bool { return !available(t.rows[cands[i].Index], now) }) {
-			c.Units = append(c.Units, fillRange(len(take), len(u)))
 			take = append(take, u...)
+			bounds = append(bounds, len(take))
 		}
 		if len(take) == req.Rows {
 			break
@@ -258,15 +265,26 @@ func (q *queues) lease(p *queuePart, req backends.ClaimRequest, cands []*backend
 	c.Until = now.Add(req.Lease)
 	c.Rows = make([]*backends.Row, len(take))
 	c.Deliveries = make([]backends.Delivery, len(take))
+	flat := fillRange(0, len(take))
+	c.Units = make([][]int, len(bounds))
+	for k, end := range bounds {
+		start := 0
+		if k > 0 {
+			start = bounds[k-1]
+		}
+		c.Units[k] = flat[start:end:end]
+	}
+	states := make([]backends.Delivery, len(take)) // the task's records, one allocation
 	for j, i := range take {
 		r := cands[i]
-		d := backends.Delivery{Index: r.Index, State: backends.Leased, Lease: c.Lease, Until: c.Until, Max: req.MaxDeliveries}
+		d := &states[j]
+		*d = backends.Delivery{Index: r.Index, State: backends.Leased, Lease: c.Lease, Until: c.Until, Max: req.MaxDeliveries}
 		if old := t.rows[r.Index]; old != nil {
 			d.Deliveries = old.Deliveries
 		}
 		d.Deliveries++
-		t.rows[r.Index] = &d
-		c.Rows[j], c.Deliveries[j] = r, d
+		t.rows[r.Index] = d
+		c.Rows[j], c.Deliveries[j] = r, *d
 	}
 	if b := req.Batch; b != nil && b.Ranks > 1 {
 		ob := &openBatch{lease: c.Lease, rows: c.Rows, units: c.Units, taken: make([]bool, b.Ranks)}
@@ -274,7 +292,6 @@ func (q *queues) lease(p *queuePart, req backends.ClaimRequest, cands []*backend
 		t.batches = append(t.batches, ob)
 		q.bump(p) // the other ranks have a share to take
 	}
-	c.Mark = q.mark(p, t, now)
 	return c
 }
 
@@ -323,7 +340,7 @@ func (q *queues) takeShare(p *queuePart, req backends.ClaimRequest, now time.Tim
 				c.Units = append(c.Units, nu)
 			}
 		}
-		c.Mark = q.mark(p, t, now)
+		c.Mark.Seq = p.seq
 		return c, true
 	}
 	return backends.Claimed{}, false
