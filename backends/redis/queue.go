@@ -413,8 +413,10 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 	}
 	until := sent.Add(req.Lease)
 	c := backends.Claimed{Dropped: int(dropped), Mark: backends.Mark{Seq: uint64(seq)}}
-	if wake >= 0 {
-		c.Mark.Wake = sent.Add(time.Duration(wake) * time.Millisecond)
+	if recs, _ := reply[4].([]any); len(recs) > 0 {
+		// pick did not see the records the view lacked: a mark the
+		// counter does not hold wakes a Wait given it at once.
+		c.Mark.Seq--
 	}
 	// rows are in index order: the candidates pick was given.
 	find := func(rows []*backends.Row, i uint64) *backends.Row {
@@ -490,6 +492,8 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 	}
 	if len(c.Rows) > 0 {
 		c.Lease, c.Until = token, until
+	} else if wake >= 0 {
+		c.Mark.Wake = sent.Add(time.Duration(wake) * time.Millisecond)
 	}
 	return c, len(c.Rows) == 0 && len(unavail) > 0, nil
 }

@@ -532,15 +532,45 @@ func testWait(t *testing.T, m, other *redis.Meta) {
 	if err := m.Wait(ctx, "p", backends.Mark{Seq: c.Mark.Seq}); err != nil {
 		t.Fatal(err)
 	}
-	c2, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: 300 * time.Millisecond, Rows: 1, Min: 1}, all)
-	if err != nil || len(c2.Rows) != 1 || c2.Mark.Wake.IsZero() {
-		t.Fatalf("claim %+v %v", c2, err)
+	c1, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: 300 * time.Millisecond, Rows: 1, Min: 1}, all)
+	if err != nil || len(c1.Rows) != 1 || !c1.Mark.Wake.IsZero() {
+		t.Fatalf("claim %+v %v (a claim that leased sets no wake)", c1, err)
+	}
+	// Nothing left: the claim's wake is the end of the 300 ms lease
+	// (the other lease lasts a minute).
+	c2, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
+	if err != nil || len(c2.Rows) != 0 || c2.Mark.Wake.IsZero() || c2.Mark.Wake.After(c1.Until.Add(time.Second)) {
+		t.Fatalf("claim %+v %v, want a wake at %v", c2, err, c1.Until)
 	}
 	if err := m.Wait(ctx, "p", c2.Mark); err != nil || time.Now().Before(c2.Mark.Wake) {
 		t.Fatalf("wait for the lease's end returned %v at %v, before %v", err, time.Now(), c2.Mark.Wake)
 	}
+	// A commit while the claim picks (by another process) wakes the Wait
+	// given its mark at once, although the claim leased rows.
+	commitRows(t, m, "p", "c")
+	var once sync.Once
+	c3, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "u", Lease: time.Minute, Rows: 1, Min: 1}, func(rows []*backends.Row, d []backends.Delivery) (backends.Picked, error) {
+		once.Do(func() { commitRows(t, other, "p", "d") })
+		return firstN(1)(rows, d)
+	})
+	if err != nil || len(c3.Rows) != 1 {
+		t.Fatalf("claim %+v %v", c3, err)
+	}
+	quick, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = m.Wait(quick, "p", c3.Mark)
+	cancel()
+	if err != nil {
+		t.Fatalf("wait after a claim that missed a commit: %v", err)
+	}
 	// A Wait on a Meta that closes returns.
-	go func() { done <- other.Wait(ctx, "p", backends.Mark{Seq: c2.Mark.Seq}) }()
+	none := func([]*backends.Row, []backends.Delivery) (backends.Picked, error) { return backends.Picked{}, nil }
+	var now backends.Claimed
+	for range 2 { // the first catches other's view up
+		if now, err = other.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, none); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { done <- other.Wait(ctx, "p", backends.Mark{Seq: now.Mark.Seq}) }()
 	time.Sleep(100 * time.Millisecond)
 	other.Close()
 	select {
