@@ -143,9 +143,11 @@
 // script judged by the server's clock, and a Claim on a current view is
 // one round trip (see queue.go; LAYOUT.md section 7). A Delete or
 // DeletePartition removes its rows' consumption in the script that
-// appends it. Wait listens on a shard channel of the partition (SSUBSCRIBE,
-// one connection per partition waited on) and, while nothing is published,
-// reads the partition's change counter once a second. With WithReplicas,
+// appends it. Wait listens on a shard channel of the partition
+// (SSUBSCRIBE on one connection per Meta and server, per master node on a
+// Cluster, open while any Wait waits) and, while nothing is published,
+// reads the change counters of the partitions waited on once a second,
+// in one pipeline. With WithReplicas,
 // a Claim, Settle or Reset that wrote waits for the replicas as the log's
 // writes do; without it, a failover may lose recent leases and acks, whose
 // rows are then delivered again.
