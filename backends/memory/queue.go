@@ -235,6 +235,15 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 			p.mu.Unlock()
 			continue
 		}
+		if req.Batch != nil {
+			// Another rank opened a batch while this one picked: take
+			// its share rather than open a second, so every rank's
+			// claims follow the batches in the order they were opened.
+			if c, ok := m.q.takeShare(p, req, time.Now()); ok {
+				p.mu.Unlock()
+				return c, nil
+			}
+		}
 		c := m.q.lease(p, req, cands, picked, time.Now())
 		c.Mark.Seq = seq
 		p.mu.Unlock()
