@@ -161,7 +161,11 @@ type ClaimRequest struct {
 // into shares (the same rows must give every rank the same split) and
 // settles its own share with the batch's token. A batch is closed once
 // every rank took its share, or once every one of its leases ended.
-// Every claim of one task must give the same Ranks.
+// Whether a claim takes a share or opens a batch is decided atomically
+// with its lease, so each rank takes the batches in the order they were
+// opened and the k-th claims of the ranks are shares of one batch (unless
+// a batch closed by expiry before a rank came for it). Every claim of one
+// task must give the same Ranks.
 type Batch struct {
 	Ranks, Rank int
 }

@@ -2,6 +2,7 @@ package tq_test
 
 import (
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/tqgo/tqgo/tq"
@@ -54,4 +55,52 @@ func benchStep(b *testing.B, list bool) {
 		_ = c.ClearPartition(ctx, p)
 		b.StartTimer()
 	}
+}
+
+// BenchmarkContention is 8 consumers of one task claiming and acking 8
+// rows at a time from a 2048-row partition; ns/op is per claim.
+func BenchmarkContention(b *testing.B) {
+	ctx := b.Context()
+	c, err := tq.Open(ctx, "memory://")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	const n = 2048
+	keys := make([]string, n)
+	ids := make([]int64, n)
+	for i := range keys {
+		keys[i] = "r" + strconv.Itoa(i)
+	}
+	claims := 0
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		p := "contend" + strconv.Itoa(i)
+		if err := c.BatchPut(ctx, p, keys, tq.Batch{"id": tq.Stacked(ids, n)}, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for range 8 {
+			task, _ := c.Task(p, "t", []string{"id"})
+			wg.Go(func() {
+				for {
+					l, err := task.Claim(ctx, 8)
+					if err != nil || l.Len() == 0 {
+						return
+					}
+					_ = l.Ack(ctx)
+					mu.Lock()
+					claims++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		_ = c.ClearPartition(ctx, p)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(claims), "ns/claim")
 }

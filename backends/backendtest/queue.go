@@ -54,6 +54,7 @@ var queueTests = []struct {
 	{"Concurrent", testClaimConcurrent},
 	{"Wait", testWait},
 	{"Batch", testBatch},
+	{"BatchOrder", testBatchOrder},
 }
 
 // qt is one queue subtest.
@@ -722,5 +723,38 @@ func testBatch(x *qt) {
 	c1 := x.claim(p, rank(1), each)
 	if c1.Lease == c0.Lease {
 		x.t.Fatalf("rank 1 took a share of a batch whose rows were all returned")
+	}
+}
+
+// testBatchOrder: ranks claiming at once still take the batches in one
+// order: the k-th claims of the ranks share a lease.
+func testBatchOrder(x *qt) {
+	p := x.part("p")
+	const batches, size = 12, 3
+	x.rows(p, "k", batches*size, "a")
+	var leases [2][]string
+	runWorkers(x.t, 2, func(r int) error {
+		for range batches {
+			q := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: size, Min: size, Batch: &backends.Batch{Ranks: 2, Rank: r}}
+			c, err := x.q.Claim(x.ctx, p, q, each)
+			if err != nil {
+				return err
+			}
+			if len(c.Rows) != size {
+				return fmt.Errorf("rank %d: a batch of %d rows, want %d", r, len(c.Rows), size)
+			}
+			leases[r] = append(leases[r], c.Lease)
+		}
+		return nil
+	})
+	if !slices.Equal(leases[0], leases[1]) {
+		x.t.Fatalf("the ranks took batches in different orders:\n%q\n%q", leases[0], leases[1])
+	}
+	seen := map[string]bool{}
+	for _, l := range leases[0] {
+		if seen[l] {
+			x.t.Fatalf("batch %q taken twice by one rank", l)
+		}
+		seen[l] = true
 	}
 }

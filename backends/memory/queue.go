@@ -36,6 +36,10 @@ type queuePart struct {
 type queueTask struct {
 	rows    map[uint64]*backends.Delivery
 	batches []*openBatch
+	// floor is an index below which every row of the partition is acked
+	// or dropped by the task, so a claim need not look at them: claims
+	// of a long-consumed partition cost what its unconsumed rows do.
+	floor uint64
 }
 
 // openBatch is a data-parallel batch some ranks have not taken yet.
@@ -190,10 +194,22 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 		}
 		now := time.Now()
 		t := p.taskSized(req.Task, len(rows))
+		// Rows below the task's floor are consumed: skip them, and move
+		// the floor past the consumed rows that lead the rest.
+		from, _ := slices.BinarySearchFunc(rows, t.floor, func(r *backends.Row, i uint64) int { return compareIndex(r.Index, i) })
+		rows = rows[from:]
+		leading := true
 		cands := make([]*backends.Row, 0, len(rows))
 		dels := make([]backends.Delivery, 0, len(rows))
 		for _, r := range rows {
 			d := t.rows[r.Index]
+			if leading {
+				if d != nil && (d.State == backends.Acked || d.State == backends.Dropped) {
+					t.floor = r.Index + 1
+				} else {
+					leading = false
+				}
+			}
 			if available(d, now) {
 				cands = append(cands, r)
 				if d != nil {
@@ -218,6 +234,15 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 		if p.deletes != deletes {
 			p.mu.Unlock()
 			continue
+		}
+		if req.Batch != nil {
+			// Another rank opened a batch while this one picked: take
+			// its share rather than open a second, so every rank's
+			// claims follow the batches in the order they were opened.
+			if c, ok := m.q.takeShare(p, req, time.Now()); ok {
+				p.mu.Unlock()
+				return c, nil
+			}
 		}
 		c := m.q.lease(p, req, cands, picked, time.Now())
 		c.Mark.Seq = seq
@@ -509,6 +534,7 @@ func (m *MetaStore) Reset(ctx context.Context, partition, task string, indexes [
 	} else {
 		for _, i := range indexes {
 			delete(t.rows, i)
+			t.floor = min(t.floor, i)
 		}
 		t.batches = nil
 	}
