@@ -122,6 +122,26 @@ type taskCache struct {
 	valid bool
 	rel   string
 	ents  map[uint64]qEntry
+	// floor: every row of floorOf before floorPos is acked, dropped or
+	// dead for the task (none is ready again but by a Retry or Reset,
+	// which reset the floor), so a claim over the same rows skips them.
+	floorOf  *sortedRows
+	floorPos int
+	floorIdx uint64 // the index of floorOf.rows[floorPos], if any
+}
+
+// terminal reports a state a row leaves only by a Retry or Reset.
+func terminal(s backends.State) bool {
+	return s == backends.Acked || s == backends.Dropped || s == backends.Dead
+}
+
+// setEnt sets index i's entry, lowering the floor if i is below it and
+// e is not terminal.
+func (c *taskCache) setEnt(i uint64, e qEntry) {
+	if c.floorOf != nil && i < c.floorIdx && !terminal(e.state) {
+		c.floorOf = nil
+	}
+	c.ents[i] = e
 }
 
 func (c *taskCache) load(rel string, flat []any, now int64, local time.Time) error {
@@ -133,7 +153,7 @@ func (c *taskCache) load(rel string, flat []any, now int64, local time.Time) err
 	}); err != nil {
 		return err
 	}
-	c.valid, c.rel, c.ents = true, rel, ents
+	c.valid, c.rel, c.ents, c.floorOf = true, rel, ents, nil
 	return nil
 }
 
@@ -144,9 +164,10 @@ func (c *taskCache) learn(flat []any, now int64, local time.Time) error {
 	}
 	return eachEntry(flat, now, local, func(i uint64, e qEntry, ok bool) {
 		if ok {
-			c.ents[i] = e
+			c.setEnt(i, e)
 		} else {
 			delete(c.ents, i)
+			c.floorOf = nil
 		}
 	})
 }
@@ -198,13 +219,13 @@ type sortedRows struct {
 
 // sortedRows returns v's committed rows by index (read-only), sorting
 // them only when v changed since the last call. The caller holds v.mu.
-func (m *Meta) sortedRows(partition string, v *view) []*backends.Row {
+func (m *Meta) sortedRows(partition string, v *view) *sortedRows {
 	q := &m.q
 	q.mu.Lock()
 	sr := q.sorted[partition]
 	q.mu.Unlock()
 	if sr != nil && sr.v == v && sr.epoch == v.epoch && sr.n == v.n && sr.era == v.era {
-		return sr.rows
+		return sr
 	}
 	sr = &sortedRows{v: v, epoch: v.epoch, n: v.n, era: v.era, rows: v.committed()}
 	q.mu.Lock()
@@ -213,7 +234,7 @@ func (m *Meta) sortedRows(partition string, v *view) []*backends.Row {
 	}
 	q.sorted[partition] = sr
 	q.mu.Unlock()
-	return sr.rows
+	return sr
 }
 
 func (m *Meta) taskCache(partition, task string) *taskCache {
@@ -281,7 +302,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 	for attempt := 1; ; attempt++ {
 		v.mu.Lock()
 		at := pos{epoch: v.epoch, n: v.n, head: v.head, era: v.era}
-		all := m.sortedRows(partition, v)
+		sr := m.sortedRows(partition, v)
 		v.mu.Unlock()
 		local := time.Now()
 		tc.mu.Lock()
@@ -289,12 +310,21 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 		if tc.valid {
 			rel = tc.rel
 		}
+		from := 0
+		if tc.valid && tc.floorOf == sr {
+			from = tc.floorPos
+		}
+		all := sr.rows[from:]
 		rows := make([]*backends.Row, 0, len(all))
 		dels := make([]backends.Delivery, 0, len(all))
-		for _, r := range all {
+		floor := from
+		for k, r := range all {
 			d := backends.Delivery{Index: r.Index, State: backends.Ready}
 			if e, ok := tc.ents[r.Index]; ok {
 				e = e.at(local)
+				if floor == from+k && terminal(e.state) {
+					floor++
+				}
 				if e.state != backends.Ready || e.until.After(local) {
 					continue
 				}
@@ -302,6 +332,14 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 			}
 			rows = append(rows, r)
 			dels = append(dels, d)
+		}
+		if tc.valid {
+			tc.floorOf, tc.floorPos = sr, floor
+			if floor < len(sr.rows) {
+				tc.floorIdx = sr.rows[floor].Index
+			} else {
+				tc.floorIdx = ^uint64(0)
+			}
 		}
 		tc.mu.Unlock()
 		picked, err := pick(rows, dels)
@@ -434,7 +472,7 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 	case !tc.valid:
 		// The script accepted a claim without a cache only if the task
 		// had no state: now it has what this reply says.
-		tc.valid, tc.rel, tc.ents = true, rel, map[uint64]qEntry{}
+		tc.valid, tc.rel, tc.ents, tc.floorOf = true, rel, map[uint64]qEntry{}, nil
 	case tc.rel != rel:
 		tc.valid = false // another goroutine's settle moved it meanwhile
 	}
@@ -452,7 +490,7 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 		if err != nil || !ok {
 			return bad()
 		}
-		tc.ents[i] = qEntry{state: backends.Leased, d: int(d), until: until, max: req.MaxDeliveries, tok: token}
+		tc.setEnt(i, qEntry{state: backends.Leased, d: int(d), until: until, max: req.MaxDeliveries, tok: token})
 		r := find(rows, i)
 		if r == nil {
 			missing = true
@@ -464,7 +502,7 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 		// A batch another process selected holds rows this view lacked
 		// (the reply's records brought them).
 		v.mu.Lock()
-		cur := m.sortedRows(partition, v)
+		cur := m.sortedRows(partition, v).rows
 		v.mu.Unlock()
 		for k := range c.Rows {
 			if c.Rows[k] == nil {
@@ -737,9 +775,9 @@ func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint
 	case !tc.valid || tc.rel != reply[0]:
 		tc.valid = false
 	case indexes == nil:
-		tc.rel, tc.ents = reply[1], map[uint64]qEntry{}
+		tc.rel, tc.ents, tc.floorOf = reply[1], map[uint64]qEntry{}, nil
 	default:
-		tc.rel = reply[1]
+		tc.rel, tc.floorOf = reply[1], nil
 		for _, i := range indexes {
 			delete(tc.ents, i)
 		}

@@ -64,16 +64,64 @@ local function expired(e)
   end
   return {s = 'R', d = e.d, u = 0, m = e.m, tok = ''}
 end
--- observe returns the entry of index i as a claim at now finds it (nil:
--- no state): an ended lease is ready, or dead (lazy expiry: the stored
--- entry keeps naming its token, so that its holder may still settle it,
--- until the row is delivered again, retried, dropped or reset).
-local function observe(s, i, now)
-  local e = parse(redis.call('HGET', s, i))
+-- fetch reads the entries of indexes idx (one HMGET per 1000) into a
+-- table index -> entry (absent: no state).
+local function fetch(s, idx)
+  local out = {}
+  for j = 1, #idx, 1000 do
+    local part = {unpack(idx, j, math.min(j + 999, #idx))}
+    local vals = redis.call('HMGET', s, unpack(part))
+    for k, i in ipairs(part) do
+      out[i] = parse(vals[k])
+    end
+  end
+  return out
+end
+-- observe returns entry e as a claim at now finds it (nil: no state): an
+-- ended lease is ready, or dead (lazy expiry: the stored entry keeps
+-- naming its token, so that its holder may still settle it, until the row
+-- is delivered again, retried, dropped or reset).
+local function observe(e, now)
   if e and e.s == 'L' and e.u <= now then
-    e = expired(e)
+    return expired(e)
   end
   return e
+end
+-- A script's writes of entries and deadlines, gathered so that each key
+-- takes one command (per 1000 elements) at the end: put records index i's
+-- new entry e (nil: none), flush writes them all.
+local W = {h = {}, z = {}}
+local function put(i, e, now)
+  W.h[i] = e and fmt(e) or false
+  if e and (e.s == 'L' or (e.s == 'R' and e.u > now)) then
+    W.z[i] = e.u
+  else
+    W.z[i] = false
+  end
+end
+local function flush(s, z)
+  local hs, hd, za, zr = {}, {}, {}, {}
+  for i, v in pairs(W.h) do
+    if v then
+      hs[#hs + 1] = i
+      hs[#hs + 1] = v
+    else
+      hd[#hd + 1] = i
+    end
+  end
+  for i, v in pairs(W.z) do
+    if v then
+      za[#za + 1] = v
+      za[#za + 1] = i
+    else
+      zr[#zr + 1] = i
+    end
+  end
+  for j = 1, #hs, 1000 do redis.call('HSET', s, unpack(hs, j, math.min(j + 999, #hs))) end
+  for j = 1, #hd, 1000 do redis.call('HDEL', s, unpack(hd, j, math.min(j + 999, #hd))) end
+  for j = 1, #za, 1000 do redis.call('ZADD', z, unpack(za, j, math.min(j + 999, #za))) end
+  for j = 1, #zr, 1000 do redis.call('ZREM', z, unpack(zr, j, math.min(j + 999, #zr))) end
+  W = {h = {}, z = {}}
 end
 local function ready(e, now)
   return e == nil or (e.s == 'R' and e.u <= now)
@@ -98,8 +146,9 @@ end
 local function sweep(s, z, now, out)
   local due = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 1024)
   local gone = {}
+  local ents = fetch(s, due)
   for _, i in ipairs(due) do
-    local e = parse(redis.call('HGET', s, i))
+    local e = ents[i]
     if e and e.s == 'L' and e.u <= now then
       out[#out + 1] = i
       out[#out + 1] = fmt(e)
@@ -233,13 +282,22 @@ while argi <= #ARGV do
   argi = argi + n + 1
 end
 local token = ARGV[10]
+local ndrop = tonumber(ARGV[13])
+local cand = {unpack(ARGV, 14, 13 + ndrop)}
+for _, u in ipairs(units) do
+  for _, i in ipairs(u) do cand[#cand + 1] = i end
+end
+local cur_ = fetch(s, cand)
 -- A resent claim that took a share of a batch finds its receipt.
 local function held_of(btok, body)
   local held, sizes = {}, {}
+  local all = {}
+  for i in string.gmatch(body, '%d+') do all[#all + 1] = i end
+  local ents = fetch(s, all)
   for unit in string.gmatch(body, '[^;]+') do
     local n = 0
     for i in string.gmatch(unit, '%d+') do
-      local e = parse(redis.call('HGET', s, i))
+      local e = ents[i]
       if e and e.s == 'L' and e.tok == btok and e.u > now then
         held[#held + 1] = i
         held[#held + 1] = e.d
@@ -261,7 +319,7 @@ end
 local resent = false
 for _, u in ipairs(units) do
   for _, i in ipairs(u) do
-    local e = parse(redis.call('HGET', s, i))
+    local e = cur_[i]
     if e and e.s == 'L' and e.tok == token then
       resent = true
     end
@@ -272,7 +330,7 @@ if resent then
   for _, u in ipairs(units) do
     local n = 0
     for _, i in ipairs(u) do
-      local e = parse(redis.call('HGET', s, i))
+      local e = cur_[i]
       if e and e.s == 'L' and e.tok == token then
         leased[#leased + 1] = i
         leased[#leased + 1] = e.d
@@ -316,17 +374,15 @@ if ranks > 0 then
     end
   end
 end
-local ndrop = tonumber(ARGV[13])
 local dropped = 0
 local unavail = {}
 for j = 14, 13 + ndrop do
   local i = ARGV[j]
-  local e = observe(s, i, now)
+  local e = observe(cur_[i], now)
   if ready(e, now) then
-    e = e or {s = 'R', d = 0, u = 0, m = 0, tok = ''}
-    e.s, e.u, e.tok = 'X', 0, ''
-    redis.call('HSET', s, i, fmt(e))
-    redis.call('ZREM', z, i)
+    local d = e and e.d or 0
+    local m = e and e.m or 0
+    put(i, {s = 'X', d = d, u = 0, m = m, tok = ''}, now)
     dropped = dropped + 1
   else
     unavail[#unavail + 1] = i
@@ -338,7 +394,7 @@ for _, u in ipairs(units) do
   local ents = {}
   local ok = count + #u <= rows
   for k, i in ipairs(u) do
-    local e = observe(s, i, now)
+    local e = observe(cur_[i], now)
     ents[k] = e
     if not ready(e, now) then
       ok = false
@@ -356,10 +412,9 @@ if count >= min and count > 0 then
   for _, t in ipairs(taken) do
     local u, ents = t[1], t[2]
     for k, i in ipairs(u) do
-      local e = ents[k] or {s = 'R', d = 0, u = 0, m = 0, tok = ''}
-      e.s, e.d, e.u, e.m, e.tok = 'L', e.d + 1, until_, max, token
-      redis.call('HSET', s, i, fmt(e))
-      redis.call('ZADD', z, until_, i)
+      local d = ents[k] and ents[k].d or 0
+      local e = {s = 'L', d = d + 1, u = until_, m = max, tok = token}
+      put(i, e, now)
       leased[#leased + 1] = i
       leased[#leased + 1] = e.d
     end
@@ -382,6 +437,7 @@ if count >= min and count > 0 then
 else
   token = ''
 end
+flush(s, z)
 if (dropped > 0 or #leased > 0) and not redis.call('HGET', KEYS[4], task) then
   redis.call('HSET', KEYS[4], task, '0')
 end
@@ -417,26 +473,23 @@ end
 local before = redis.call('HGET', KEYS[1], task) or '0'
 local lost, changed = {}, {}
 local released = false
+local idx = {}
+for j = argi, #ARGV, step do idx[#idx + 1] = ARGV[j] end
+local cur = fetch(s, idx)
 local function set(i, e)
-  local v = e and fmt(e) or ''
-  if e then redis.call('HSET', s, i, v) else redis.call('HDEL', s, i) end
-  if e and (e.s == 'L' or (e.s == 'R' and e.u > now)) then
-    redis.call('ZADD', z, e.u, i)
-  else
-    redis.call('ZREM', z, i)
-  end
+  put(i, e, now)
+  cur[i] = e
   changed[#changed + 1] = i
-  changed[#changed + 1] = v
+  changed[#changed + 1] = e and fmt(e) or ''
 end
 for j = argi, #ARGV, step do
   local i = ARGV[j]
-  local e = parse(redis.call('HGET', s, i))
+  local e = cur[i]
   local held = e and e.s == 'L' and e.tok == token
   local ok = false
   if op == 1 then
     if held then
-      e.s, e.u = 'A', 0
-      set(i, e)
+      set(i, {s = 'A', d = e.d, u = 0, m = e.m, tok = e.tok})
       ok = true
     else
       ok = e and e.s == 'A' and e.tok == token
@@ -444,12 +497,12 @@ for j = argi, #ARGV, step do
   elseif op == 2 then
     if held then
       if e.m > 0 and e.d >= e.m then
-        e = {s = 'D', d = e.d, u = 0, m = e.m, tok = token}
+        set(i, {s = 'D', d = e.d, u = 0, m = e.m, tok = token})
       else
-        e.s, e.u = 'R', 0
-        if ms > 0 then e.u = now + ms end
+        local u = 0
+        if ms > 0 then u = now + ms end
+        set(i, {s = 'R', d = e.d, u = u, m = e.m, tok = token})
       end
-      set(i, e)
       released = true
       ok = true
     else
@@ -457,27 +510,20 @@ for j = argi, #ARGV, step do
     end
   elseif op == 3 then
     if held then
-      e.u = now + ms
-      set(i, e)
+      set(i, {s = 'L', d = e.d, u = now + ms, m = e.m, tok = e.tok})
       ok = true
     end
   elseif op == 4 then
-    if e and e.s == 'L' and e.u <= now then
-      e = expired(e)
-    end
+    e = observe(e, now)
     if e and e.s == 'D' then
       set(i, nil)
       released = true
       ok = true
     end
   else
-    if e and e.s == 'L' and e.u <= now then
-      e = expired(e)
-    end
+    e = observe(e, now)
     if (e == nil and ARGV[j + 1] == '1') or (e and (e.s == 'R' or e.s == 'D')) then
-      e = e or {s = 'R', d = 0, u = 0, m = 0, tok = ''}
-      e.s, e.u, e.tok = 'X', 0, ''
-      set(i, e)
+      set(i, {s = 'X', d = e and e.d or 0, u = 0, m = e and e.m or 0, tok = ''})
       ok = true
     end
   end
@@ -485,6 +531,7 @@ for j = argi, #ARGV, step do
     lost[#lost + 1] = i
   end
 end
+flush(s, z)
 local after = before
 if released then
   after = tostring(bump(KEYS[4], chan))
