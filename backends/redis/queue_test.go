@@ -107,6 +107,7 @@ func TestQueueContract(t *testing.T) {
 		t.Run("Batch", func(t *testing.T) { testBatch(t, newMeta(t), newMeta(t)) })
 		t.Run("Wait", func(t *testing.T) { testWait(t, newMeta(t), newMeta(t)) })
 		t.Run("Consumers", func(t *testing.T) { testConsumers(t, newMeta) })
+		t.Run("LateLowIndex", func(t *testing.T) { testLateLowIndex(t, newMeta(t), newMeta(t)) })
 	})
 }
 
@@ -632,5 +633,38 @@ func testConsumers(t *testing.T, newMeta func(t *testing.T) *redis.Meta) {
 		if k != 1 {
 			t.Fatalf("row %d leased %d times", i, k)
 		}
+	}
+}
+
+// testLateLowIndex: a row committed after rows of higher indexes were
+// consumed is still offered (the claim's skip of the consumed prefix is
+// per view of the rows).
+func testLateLowIndex(t *testing.T, m, other *redis.Meta) {
+	ctx := t.Context()
+	resA, err := m.Prepare(ctx, "p", []string{"a"}, []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := commitRows(t, m, "p", "b", "c")
+	if resA[0].Index >= b[0] {
+		t.Fatalf("a's index %d is not below b's %d", resA[0].Index, b[0])
+	}
+	req := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 5, Min: 1}
+	c, err := m.Claim(ctx, "p", req, all)
+	if err != nil || !slices.Equal(claimIdx(c), b) {
+		t.Fatalf("claim %v %v", claimIdx(c), err)
+	}
+	if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: b}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = m.Claim(ctx, "p", req, all); err != nil || len(c.Rows) != 0 {
+		t.Fatalf("claim of nothing %v %v", claimIdx(c), err)
+	}
+	// Another process commits a: m's next claim learns of it and leases it.
+	if _, err := other.Commit(ctx, "p", []backends.RowUpdate{{Key: "a", Index: resA[0].Index, Fields: map[string]backends.FieldInfo{"x": {Gen: resA[0].Gens["x"]}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = m.Claim(ctx, "p", req, all); err != nil || !slices.Equal(claimIdx(c), []uint64{resA[0].Index}) {
+		t.Fatalf("claim after a's commit %v %v", claimIdx(c), err)
 	}
 }
