@@ -123,6 +123,9 @@ func (x *qt) claim(p string, r backends.ClaimRequest, pick backends.Pick) backen
 		x.t.Fatalf("Claim: lease %q with %d rows", c.Lease, len(c.Rows))
 	}
 	for i, d := range c.Deliveries {
+		if r.Batch != nil && d.Index == c.Rows[i].Index {
+			continue // a share: rows another rank settled are there too
+		}
 		if d.Index != c.Rows[i].Index || d.State != backends.Leased || d.Lease != c.Lease || d.Deliveries < 1 {
 			x.t.Fatalf("Claim: delivery %d is %+v for row %d, lease %q", i, d, c.Rows[i].Index, c.Lease)
 		}
@@ -692,6 +695,9 @@ func testBatch(x *qt) {
 	x.wantKeys("rank 0's first batch", a0.Rows, keys[:4]...)
 	b0 := x.claim(p, rank(0), each)
 	x.wantKeys("rank 0's second batch", b0.Rows, keys[4:]...)
+	// Rank 0 acks its half of the first batch before rank 1 takes its
+	// share: rank 1 still sees the whole batch, the acked rows not held.
+	x.ack(p, "t", a0, a0.Rows[:2]...)
 	a1 := x.claim(p, rank(1), each)
 	if a1.Lease != a0.Lease {
 		x.t.Fatalf("rank 1's first claim has lease %q, want the first batch's %q", a1.Lease, a0.Lease)
@@ -700,8 +706,15 @@ func testBatch(x *qt) {
 	if !slices.EqualFunc(a1.Units, a0.Units, slices.Equal) {
 		x.t.Fatalf("rank 1's units %v, rank 0's %v", a1.Units, a0.Units)
 	}
-	// Rank 0 acks its half of the first batch, rank 1 the other half.
-	x.ack(p, "t", a0, a0.Rows[:2]...)
+	for i, d := range a1.Deliveries {
+		want := backends.Leased
+		if i < 2 {
+			want = backends.Acked
+		}
+		if d.State != want || d.Lease != a0.Lease {
+			x.t.Fatalf("rank 1's share: row %d is %v of %q, want %v of the batch's lease", i, d.State, d.Lease, want)
+		}
+	}
 	x.ack(p, "t", a1, a1.Rows[2:]...)
 	b1 := x.claim(p, rank(1), each)
 	x.wantKeys("rank 1's second batch", b1.Rows, keys[4:]...)

@@ -382,7 +382,11 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 	}
 	p.garbage = append(p.garbage, res.Superseded...)
 	p.garbage = append(p.garbage, res.Stale...)
-	m.q.committed(partition) // rows may be ready for a task: wake its waiters
+	low := updates[0].Index
+	for _, u := range updates[1:] {
+		low = min(low, u.Index)
+	}
+	m.q.committed(partition, low) // rows may be ready for a task: wake its waiters
 	return res, nil
 }
 

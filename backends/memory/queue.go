@@ -80,10 +80,15 @@ func (q *queues) bump(p *queuePart) {
 	}
 }
 
-// committed is called after a commit of the partition.
-func (q *queues) committed(partition string) {
+// committed is called after a commit of the partition whose lowest row
+// index was low: indexes are drawn at Prepare, so rows commit out of
+// order, and a task's floor must not stay above a row just committed.
+func (q *queues) committed(partition string, low uint64) {
 	if p := q.part(partition, false); p != nil {
 		p.mu.Lock()
+		for _, t := range p.tasks {
+			t.floor = min(t.floor, low)
+		}
 		q.bump(p)
 		p.mu.Unlock()
 	}
@@ -113,6 +118,11 @@ func (q *queues) deletedPartition(partition string) {
 	if p == nil {
 		return
 	}
+	q.mu.Lock()
+	if q.parts[partition] == p {
+		delete(q.parts, partition) // the next call starts afresh; Seqs never repeat
+	}
+	q.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.tasks = map[string]*queueTask{}
@@ -170,8 +180,8 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 	if err := m.check(ctx); err != nil {
 		return backends.Claimed{}, err
 	}
-	p := m.q.part(partition, true)
 	for {
+		p := m.q.part(partition, true)
 		p.mu.Lock()
 		// The mark is taken before the rows are read: a commit between
 		// the read and the lease then wakes a Wait given it.
@@ -326,14 +336,18 @@ func (q *queues) lease(p *queuePart, req backends.ClaimRequest, cands []*backend
 func (q *queues) takeShare(p *queuePart, req backends.ClaimRequest, now time.Time) (backends.Claimed, bool) {
 	t := p.task(req.Task)
 	held := func(b *openBatch, r *backends.Row) *backends.Delivery {
-		d := t.rows[r.Index]
-		if d != nil && d.State == backends.Leased && d.Lease == b.lease && now.Before(d.Until) {
+		if d := t.rows[r.Index]; d != nil && d.State == backends.Leased && d.Lease == b.lease {
 			return d
 		}
 		return nil
 	}
+	// A batch none of whose leases is running (acked, returned, expired,
+	// reset) is closed.
 	t.batches = slices.DeleteFunc(t.batches, func(b *openBatch) bool {
-		return !slices.ContainsFunc(b.rows, func(r *backends.Row) bool { return held(b, r) != nil })
+		return !slices.ContainsFunc(b.rows, func(r *backends.Row) bool {
+			d := held(b, r)
+			return d != nil && now.Before(d.Until)
+		})
 	})
 	for bi, b := range t.batches {
 		if b.taken[req.Batch.Rank] {
@@ -343,26 +357,16 @@ func (q *queues) takeShare(p *queuePart, req backends.ClaimRequest, now time.Tim
 		if !slices.Contains(b.taken, false) {
 			t.batches = slices.Delete(t.batches, bi, bi+1)
 		}
-		c := backends.Claimed{Lease: b.lease, Until: now.Add(req.Lease)}
-		pos := make([]int, len(b.rows)) // batch position -> position in c.Rows, or -1
+		c := backends.Claimed{Lease: b.lease, Until: now.Add(req.Lease), Rows: b.rows, Units: b.units,
+			Deliveries: make([]backends.Delivery, len(b.rows))}
 		for i, r := range b.rows {
-			pos[i] = -1
 			if d := held(b, r); d != nil {
 				d.Until = c.Until
-				pos[i] = len(c.Rows)
-				c.Rows = append(c.Rows, r)
-				c.Deliveries = append(c.Deliveries, *d)
-			}
-		}
-		for _, u := range b.units {
-			var nu []int
-			for _, i := range u {
-				if pos[i] >= 0 {
-					nu = append(nu, pos[i])
-				}
-			}
-			if len(nu) > 0 {
-				c.Units = append(c.Units, nu)
+				c.Deliveries[i] = *d
+			} else if d := t.rows[r.Index]; d != nil {
+				c.Deliveries[i] = seen(*d, now)
+			} else {
+				c.Deliveries[i] = backends.Delivery{Index: r.Index}
 			}
 		}
 		c.Mark.Seq = p.seq
@@ -376,14 +380,11 @@ func (q *queues) takeShare(p *queuePart, req backends.ClaimRequest, now time.Tim
 func (q *queues) mark(p *queuePart, t *queueTask, now time.Time) backends.Mark {
 	mk := backends.Mark{Seq: p.seq}
 	for _, d := range t.rows {
-		if (d.State == backends.Leased || d.State == backends.Ready) && !d.Until.IsZero() {
-			if mk.Wake.IsZero() || d.Until.Before(mk.Wake) {
-				mk.Wake = d.Until
-			}
+		// An expired lease or a passed delay wakes nobody: the claim
+		// that made this mark saw it already.
+		if u := seen(*d, now).Until; u.After(now) && (mk.Wake.IsZero() || u.Before(mk.Wake)) {
+			mk.Wake = u
 		}
-	}
-	if !mk.Wake.IsZero() && !mk.Wake.After(now) {
-		mk.Wake = now
 	}
 	return mk
 }
@@ -405,11 +406,22 @@ func (m *MetaStore) Settle(ctx context.Context, partition string, req backends.S
 	if err := m.check(ctx); err != nil {
 		return res, err
 	}
-	var committed map[uint64]bool
-	if req.Op == backends.Drop {
+	var (
+		committed map[uint64]bool
+		p         *queuePart
+	)
+	for {
+		p = m.q.part(partition, true)
+		if req.Op != backends.Drop {
+			p.mu.Lock()
+			break
+		}
 		// A row that was never delivered has no state: drop needs to
-		// know it exists.
-		rows, err := m.List(ctx, partition)
+		// know it exists, and that no delete removed it since.
+		p.mu.Lock()
+		deletes := p.deletes
+		p.mu.Unlock()
+		rows, err := m.sortedRows(ctx, partition)
 		if err != nil {
 			return res, err
 		}
@@ -417,9 +429,12 @@ func (m *MetaStore) Settle(ctx context.Context, partition string, req backends.S
 		for _, r := range rows {
 			committed[r.Index] = true
 		}
+		p.mu.Lock()
+		if p.deletes == deletes {
+			break
+		}
+		p.mu.Unlock()
 	}
-	p := m.q.part(partition, true)
-	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	t := p.task(req.Task)
@@ -518,6 +533,9 @@ func (m *MetaStore) Reset(ctx context.Context, partition, task string, indexes [
 	}
 	if err := m.check(ctx); err != nil {
 		return err
+	}
+	if indexes != nil && len(indexes) == 0 {
+		return nil // no rows named: nothing to forget
 	}
 	p := m.q.part(partition, false)
 	if p == nil {
