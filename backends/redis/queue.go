@@ -482,51 +482,89 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 	if err := tc.learn(expired, now, sent); err != nil {
 		return backends.Claimed{}, false, m.s.wrap(ctx, "claim", err)
 	}
+	// A rank's share of a batch comes with each row's entry as seen now
+	// (its rows are the batch as selected, held by its token or not).
+	var seen []any
+	share := len(reply) > 15
+	if share {
+		if seen, _ = reply[15].([]any); len(seen) != len(leased)/2 {
+			return bad()
+		}
+	}
+	type got struct {
+		row  *backends.Row
+		d    backends.Delivery
+		unit int
+	}
+	var out []got
 	var missing bool
+	unit, left := -1, 0
 	for j := 0; j < len(leased); j += 2 {
+		for left == 0 {
+			if unit++; unit >= len(sizes) {
+				return bad()
+			}
+			n, ok := sizes[unit].(int64)
+			if !ok || n < 1 {
+				return bad()
+			}
+			left = int(n)
+		}
+		left--
 		is, _ := leased[j].(string)
 		d, ok := leased[j+1].(int64)
 		i, err := strconv.ParseUint(is, 10, 64)
 		if err != nil || !ok {
 			return bad()
 		}
-		tc.setEnt(i, qEntry{state: backends.Leased, d: int(d), until: until, max: req.MaxDeliveries, tok: token})
-		r := find(rows, i)
-		if r == nil {
-			missing = true
+		dl := backends.Delivery{Index: i, State: backends.Leased, Deliveries: int(d), Lease: token, Until: until, Max: req.MaxDeliveries}
+		if share {
+			dl = backends.Delivery{Index: i, State: backends.Ready}
+			if v, _ := seen[j/2].(string); v != "" {
+				e, err := parseEntry(v, now, sent)
+				if err != nil {
+					return backends.Claimed{}, false, m.s.wrap(ctx, "claim", err)
+				}
+				tc.setEnt(i, e)
+				dl = e.delivery(i)
+			}
+		} else {
+			tc.setEnt(i, qEntry{state: backends.Leased, d: int(d), until: until, max: req.MaxDeliveries, tok: token})
 		}
-		c.Rows = append(c.Rows, r)
-		c.Deliveries = append(c.Deliveries, backends.Delivery{Index: i, State: backends.Leased, Deliveries: int(d), Lease: token, Until: until, Max: req.MaxDeliveries})
+		r := find(rows, i)
+		missing = missing || r == nil
+		out = append(out, got{r, dl, unit})
+	}
+	if left != 0 || unit != len(sizes)-1 {
+		return bad()
 	}
 	if missing {
 		// A batch another process selected holds rows this view lacked
-		// (the reply's records brought them).
+		// (the reply's records brought them), or rows deleted since.
 		v.mu.Lock()
 		cur := m.sortedRows(partition, v).rows
 		v.mu.Unlock()
-		for k := range c.Rows {
-			if c.Rows[k] == nil {
-				if c.Rows[k] = find(cur, c.Deliveries[k].Index); c.Rows[k] == nil {
-					return backends.Claimed{}, false, m.s.wrap(ctx, "claim", fmt.Errorf("%w: leased row %d is not in the partition's log", ErrCorrupt, c.Deliveries[k].Index))
+		for k := range out {
+			if out[k].row == nil {
+				out[k].row = find(cur, out[k].d.Index)
+				if out[k].row == nil && !share {
+					return backends.Claimed{}, false, m.s.wrap(ctx, "claim", fmt.Errorf("%w: leased row %d is not in the partition's log", ErrCorrupt, out[k].d.Index))
 				}
 			}
 		}
 	}
-	at := 0
-	for _, s := range sizes {
-		n, ok := s.(int64)
-		if !ok || n < 1 || at+int(n) > len(c.Rows) {
-			return bad()
+	last := -1
+	for _, g := range out {
+		if g.row == nil {
+			continue // a row of the batch deleted since: it left the batch
 		}
-		u := make([]int, n)
-		for k := range u {
-			u[k] = at + k
+		if g.unit != last {
+			c.Units = append(c.Units, nil)
+			last = g.unit
 		}
-		c.Units = append(c.Units, u)
-		at += int(n)
-	}
-	if at != len(c.Rows) {
-		return bad()
+		c.Units[len(c.Units)-1] = append(c.Units[len(c.Units)-1], len(c.Rows))
+		c.Rows = append(c.Rows, g.row)
+		c.Deliveries = append(c.Deliveries, g.d)
 	}
 	if len(c.Rows) > 0 {
 		c.Lease, c.Until = token, until

@@ -244,9 +244,11 @@ end
 // none), in unit order, sizes the sizes of their units; unavailable is
 // index, entry, ... of candidates found not ready ("" entry: no state),
 // expired index, entry, ... of leases the claim saw end; wake is the ms
-// until the task's earliest lease or delay ends (-1: none), seq the
-// change counter. With ranks, a claim that takes a share of an open
-// batch replies the batch's token and rows still held by it. A resent
+// until the task's earliest lease or delay still to end (-1: none), seq
+// the change counter. With ranks, a claim that takes a share of an open
+// batch replies the batch's token, its rows as selected (leased: index,
+// deliveries) and units, wake -1, and one more element: each row's entry
+// as seen now ("" none), the leases its token still holds renewed. A resent
 // claim (its token already holds candidates) replies with the rows its
 // token holds and rel "?" (the caller's cache is then to be filled
 // again), changing nothing.
@@ -259,18 +261,15 @@ sweep(s, z, now, exp)
 local lease, rows, min, max = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local ranks, rank = tonumber(ARGV[11]), tonumber(ARGV[12])
 local until_ = now + lease
+-- wake is the ms until the task's earliest lease or delay still to end
+-- (-1: none): one that ended already wakes nobody, the claim saw it.
 local function wake()
-  local w = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  local w = redis.call('ZRANGEBYSCORE', z, '(' .. string.format('%d', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #w == 0 then return -1 end
-  return math.max(tonumber(w[2]) - now, 0)
+  return tonumber(w[2]) - now
 end
 local function seq()
   return tonumber(redis.call('GET', KEYS[7]) or '0')
-end
-local function renew(i, e)
-  e.u = until_
-  redis.call('HSET', s, i, fmt(e))
-  redis.call('ZADD', z, until_, i)
 end
 -- A resent claim (go-redis sends a command again whose reply it lost)
 -- finds its rows leased to its own token: it replies with them.
@@ -288,32 +287,45 @@ for _, u in ipairs(units) do
   for _, i in ipairs(u) do cand[#cand + 1] = i end
 end
 local cur_ = fetch(s, cand)
--- A resent claim that took a share of a batch finds its receipt.
-local function held_of(btok, body)
-  local held, sizes = {}, {}
+-- share returns a batch's rows as selected (index, deliveries, ...), its
+-- unit sizes, each row's entry as seen now ("" none), renewing the leases
+-- its token still holds (when renew), and whether any of them is still
+-- running. Rows deleted since (no entry, not in the caller's view) are
+-- the caller's to leave out.
+local function share(btok, body, renew)
   local all = {}
   for i in string.gmatch(body, '%d+') do all[#all + 1] = i end
   local ents = fetch(s, all)
+  local rows, sizes, seen_, running = {}, {}, {}, false
   for unit in string.gmatch(body, '[^;]+') do
     local n = 0
     for i in string.gmatch(unit, '%d+') do
       local e = ents[i]
-      if e and e.s == 'L' and e.tok == btok and e.u > now then
-        held[#held + 1] = i
-        held[#held + 1] = e.d
-        n = n + 1
+      if e and e.s == 'L' and e.tok == btok then
+        if e.u > now then running = true end
+        if renew then
+          e = {s = 'L', d = e.d, u = until_, m = e.m, tok = btok}
+          put(i, e, now)
+        end
+      else
+        e = observe(e, now)
       end
+      rows[#rows + 1] = i
+      rows[#rows + 1] = e and e.d or 0
+      seen_[#seen_ + 1] = e and fmt(e) or ''
+      n = n + 1
     end
-    if n > 0 then sizes[#sizes + 1] = n end
+    sizes[#sizes + 1] = n
   end
-  return held, sizes
+  return rows, sizes, seen_, running
 end
+-- A resent claim that took a share of a batch finds its receipt.
 if ranks > 0 then
   local r = redis.call('GET', KEYS[9])
   if r then
     local btok, body = string.match(r, '^(%w+)|(.*)$')
-    local held, sizes = held_of(btok, body)
-    return {'ok', cur, from, head, recs, '?', now, btok, held, sizes, {}, 0, wake(), seq(), exp}
+    local rows_, sizes, seen_ = share(btok, body, false)
+    return {'ok', cur, from, head, recs, '?', now, btok, rows_, sizes, {}, 0, -1, seq(), exp, seen_}
   end
 end
 local resent = false
@@ -355,14 +367,14 @@ if ranks > 0 then
   local removed = 0
   for pos, b in ipairs(bs) do
     local btok, mask, body = string.match(b, '^(%w+)|([01]+)|(.*)$')
-    local held, sizes = held_of(btok, body)
-    if #held == 0 then
+    local _, _, _, running = share(btok, body, false)
+    if not running then
+      -- None of its leases is running: the batch is closed.
       redis.call('LREM', KEYS[8], 1, b)
       removed = removed + 1
     elseif string.sub(mask, rank + 1, rank + 1) == '0' then
-      for j = 1, #held, 2 do
-        renew(held[j], parse(redis.call('HGET', s, held[j])))
-      end
+      local rows_, sizes, seen_ = share(btok, body, true)
+      flush(s, z)
       mask = string.sub(mask, 1, rank) .. '1' .. string.sub(mask, rank + 2)
       redis.call('SET', KEYS[9], btok .. '|' .. body, 'PX', 60000)
       if string.find(mask, '0') then
@@ -370,7 +382,7 @@ if ranks > 0 then
       else
         redis.call('LREM', KEYS[8], 1, b)
       end
-      return {'ok', cur, from, head, recs, rel, now, btok, held, sizes, {}, 0, wake(), seq(), exp}
+      return {'ok', cur, from, head, recs, rel, now, btok, rows_, sizes, {}, 0, -1, seq(), exp, seen_}
     end
   end
 end

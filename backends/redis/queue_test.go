@@ -470,14 +470,17 @@ func testBatch(t *testing.T, m, other *redis.Meta) {
 	if err != nil || !slices.Equal(claimIdx(b2), idx[2:4]) {
 		t.Fatal(b2, err)
 	}
-	// Rank 0 acks a of batch 1: rank 1's share is what its token still
-	// holds.
+	// Rank 0 acks a of batch 1: rank 1's share is still the whole batch,
+	// a acked, b leased to the batch's token.
 	if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "dp", Op: backends.Ack, Lease: b1.Lease, Indexes: idx[:1]}); err != nil {
 		t.Fatal(err)
 	}
 	r1, err := other.Claim(ctx, "p", req(1), all)
-	if err != nil || r1.Lease != b1.Lease || !slices.Equal(claimIdx(r1), idx[1:2]) || len(r1.Units) != 1 {
-		t.Fatalf("rank 1's first claim %+v %v, want batch 1 less a", r1, err)
+	if err != nil || r1.Lease != b1.Lease || !slices.Equal(claimIdx(r1), idx[:2]) || len(r1.Units) != 2 {
+		t.Fatalf("rank 1's first claim %+v %v, want batch 1", r1, err)
+	}
+	if d := r1.Deliveries; d[0].State != backends.Acked || d[0].Lease != b1.Lease || d[1].State != backends.Leased || d[1].Lease != b1.Lease {
+		t.Fatalf("rank 1's share %+v, want a acked and b leased by %s", d, b1.Lease)
 	}
 	r2, err := other.Claim(ctx, "p", req(1), all)
 	if err != nil || r2.Lease != b2.Lease || !slices.Equal(claimIdx(r2), idx[2:4]) {
