@@ -313,6 +313,11 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		if err != nil {
 			return nil, err
 		}
+		// Every claim's drops count, also those of a Wait's claims that
+		// leased nothing and waited on.
+		if got.Dropped > 0 {
+			t.stats.dropped.Add(int64(got.Dropped))
+		}
 		if len(got.Rows) > 0 || !wait {
 			l := t.leaseOf(got)
 			tr.add(len(l.Meta.Rows), 0, 0)
@@ -403,9 +408,6 @@ func hasFields(r *backends.Row, fields []string) bool {
 // leaseOf turns what the engine leased into the caller's Lease: for a rank,
 // its share of the batch.
 func (t *Task) leaseOf(got backends.Claimed) *Lease {
-	if got.Dropped > 0 {
-		t.stats.dropped.Add(int64(got.Dropped))
-	}
 	l := &Lease{task: t, token: got.Lease, Until: got.Until}
 	rows, dels := got.Rows, got.Deliveries
 	if t.ranks != nil && t.ranks.Ranks > 1 && len(rows) > 0 {
