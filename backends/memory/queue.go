@@ -214,6 +214,16 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 			p.mu.Unlock()
 			continue
 		}
+		if req.Batch != nil {
+			// Another rank may have opened a batch since the check above;
+			// its share comes first, and the Mark of a claim that leased
+			// nothing must not pass the batch's opening, or the rank's
+			// Wait would sleep through it.
+			if c, ok := m.q.takeShare(p, req, time.Now()); ok {
+				p.mu.Unlock()
+				return c, nil
+			}
+		}
 		c := m.q.lease(p, req, cands, picked, time.Now())
 		p.mu.Unlock()
 		return c, nil
