@@ -167,6 +167,10 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 	for {
 		p.mu.Lock()
 		deletes := p.deletes
+		// The Mark of a claim that leases nothing is where its List
+		// stands: a commit landing between the List and the lease has
+		// rows the List did not see, and must wake the claim's Wait.
+		seq := p.seq
 		if req.Batch != nil {
 			if c, ok := m.q.takeShare(p, req, time.Now()); ok {
 				p.mu.Unlock()
@@ -225,6 +229,7 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 			}
 		}
 		c := m.q.lease(p, req, cands, picked, time.Now())
+		c.Mark.Seq = seq
 		p.mu.Unlock()
 		return c, nil
 	}
