@@ -1,36 +1,150 @@
-package main
+package grpo
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/tqgo/tqgo/tq"
 )
 
 // Fields, named as verl names them.
 const (
-	fInputIDs     = "input_ids"      // int64 [L]: the prompt
-	fResponses    = "responses"      // int64 [L]: the sampled response
-	fOldLogProbs  = "old_log_probs"  // float32 [L]: log pi_old of each response token
-	fAttnMask     = "attention_mask" // int64 [L]: 1 for response tokens that count
-	fUID          = "uid"            // string: the group (prompt) a response belongs to
-	fRewards      = "rewards"        // float32 scalar
-	fAdvantages   = "advantages"     // float32 [L]: the group-normalised reward, masked
-	statusRollout = "rollout"
-	statusReward  = "rewarded"
-	statusAdv     = "advantaged"
+	fInputIDs    = "input_ids"      // int64 [L]: the prompt
+	fResponses   = "responses"      // int64 [L]: the sampled response
+	fOldLogProbs = "old_log_probs"  // float32 [L]: log pi_old of each response token
+	fAttnMask    = "attention_mask" // int64 [L]: 1 for response tokens that count
+	fUID         = "uid"            // string: the group (prompt) a response belongs to
+	fRewards     = "rewards"        // float32 scalar
+	fAdvantages  = "advantages"     // float32 [L]: the group-normalised reward, masked
+
+	fLogits = "logits" // float64 [L·V·V]: a policy version (WeightsPartition)
+	fDone   = "done"   // int64 scalar: on the trainer's last version only
+	fGrad   = "grad"   // float64 [L·V·V]: a rank's gradient sum (GradsPartition)
+	fStats  = "stats"  // float64 [statsLen]: what the rank's share held
+)
+
+// Tags of a sample row.
+const (
+	tagUID     = "uid"     // the group, for the advantage's GroupTag
+	tagRound   = "round"   // the rollout round that generated it
+	tagVersion = "version" // the policy version that generated it, for Staleness
+	tagLength  = "length"  // its response tokens that count, for the rank split
+)
+
+// Task names, per partition.
+const (
+	taskReward    = "reward"
+	taskAdvantage = "advantage"
+	taskTrain     = "train"
+	taskRollout   = "rollout" // of WeightsPartition
 )
 
 // advEps keeps a group whose rewards are all equal from dividing by zero
 // (its advantages are then 0: nothing to learn from it).
 const advEps = 1e-6
 
-// rollout samples group responses to each prompt and writes them, one row
-// per response, tagged {"step": step, "status": "rollout"}. It is the
-// generation worker.
-func rollout(ctx context.Context, q *queue, partition string, step int, prompts [][]int64, group int, pol *policy, rng *rand.Rand) error {
+// rollout is the generation worker. For each round r it takes policy
+// version r-1-Lag from WeightsPartition (waiting until the trainer has
+// published it; version 0 is the uniform start), samples Group responses
+// to each of Prompts fresh prompts and writes them, a row per response,
+// to SamplesPartition. It stops when it sees the trainer's last version.
+// It is WeightsPartition's only consumer of logits and clears the
+// versions it took, but the last, which the other roles' processes watch.
+func (r *runner) rollout(ctx context.Context) error {
+	cfg := r.cfg
+	wt, err := r.c.Task(WeightsPartition, taskRollout, []string{fLogits})
+	if err != nil {
+		return err
+	}
+	versions := map[int64][]float64{0: make([]float64, cfg.Length*cfg.Vocab*cfg.Vocab)}
+	latest := int64(0)
+	pol := newPolicy(r.task)
+	data := rand.New(rand.NewPCG(cfg.Seed, 1)) // the prompts: the dataset
+	gen := rand.New(rand.NewPCG(cfg.Seed, 2))  // the sampling
+	for round := 1; ; round++ {
+		need := cfg.version(round)
+		// Take what the trainer published; wait only while need is not
+		// among it.
+		for first := true; first || latest < need; first = false {
+			var l *tq.Lease
+			if latest < need {
+				l, err = wt.Wait(ctx, 64, tq.AtLeast(1), tq.WithData(fLogits))
+			} else {
+				l, err = wt.Claim(ctx, 64, tq.WithData(fLogits))
+			}
+			if err != nil {
+				return fmt.Errorf("rollout: weights: %w", err)
+			}
+			done, err := r.takeVersions(ctx, l, versions, &latest)
+			if err != nil || done {
+				return err
+			}
+		}
+		for v := range versions {
+			if v < need {
+				delete(versions, v)
+			}
+		}
+		copy(pol.logits, versions[need])
+		prompts := make([][]int64, cfg.Prompts)
+		for i := range prompts {
+			prompts[i] = r.task.prompt(data)
+		}
+		if err := r.writeRound(ctx, round, need, prompts, pol, gen); err != nil {
+			return fmt.Errorf("rollout: round %d: %w", round, err)
+		}
+		r.rolledOut.Add(1)
+	}
+}
+
+// takeVersions stores the policy versions l leased, acks them and clears
+// them but the last; done reports the trainer's last version among them.
+func (r *runner) takeVersions(ctx context.Context, l *tq.Lease, versions map[int64][]float64, latest *int64) (done bool, err error) {
+	if l.Len() == 0 {
+		return false, nil
+	}
+	logits, err := tq.RowsAs[float64](l.Data[fLogits])
+	if err != nil {
+		return false, fmt.Errorf("rollout: %s: %w", fLogits, err)
+	}
+	var spent []string
+	for i, row := range l.Meta.Rows {
+		v, ok := tagInt(row.Tag[tagVersion])
+		if !ok || len(logits[i]) != r.cfg.Length*r.cfg.Vocab*r.cfg.Vocab {
+			return false, fmt.Errorf("rollout: weights row %q: version %v, %d logits", row.Key, row.Tag[tagVersion], len(logits[i]))
+		}
+		if _, last := row.Fields[fDone]; last {
+			done = true
+			continue
+		}
+		versions[v] = logits[i]
+		*latest = max(*latest, v)
+		spent = append(spent, row.Key)
+	}
+	if err := r.ack(ctx, l); err != nil {
+		return false, fmt.Errorf("rollout: %w", err)
+	}
+	if len(spent) > 0 {
+		if err := r.c.Clear(ctx, WeightsPartition, spent); err != nil {
+			return false, fmt.Errorf("rollout: clear weights: %w", err)
+		}
+	}
+	return done, nil
+}
+
+// writeRound samples Group responses to each prompt with pol (version
+// version) and writes them: keys "r0001-p003-g05" (round, prompt,
+// response), tags uid, round, version and length.
+func (r *runner) writeRound(ctx context.Context, round int, version int64, prompts [][]int64, pol *policy, rng *rand.Rand) error {
+	group := r.cfg.Group
 	n, l := len(prompts)*group, pol.length
 	var (
 		keys = make([]string, 0, n)
@@ -42,20 +156,20 @@ func rollout(ctx context.Context, q *queue, partition string, step int, prompts 
 		mask = make([]int64, n*l)
 	)
 	for i, p := range prompts {
-		uid := fmt.Sprintf("s%04d-p%03d", step, i)
+		uid := fmt.Sprintf("r%04d-p%03d", round, i)
 		for g := range group {
-			r := len(keys)
-			pol.sample(rng, p, resp[r*l:(r+1)*l], logp[r*l:(r+1)*l])
-			keys = append(keys, fmt.Sprintf("%s-r%02d", uid, g))
+			k := len(keys)
+			pol.sample(rng, p, resp[k*l:(k+1)*l], logp[k*l:(k+1)*l])
+			keys = append(keys, fmt.Sprintf("%s-g%02d", uid, g))
 			uids = append(uids, uid)
-			tags = append(tags, tq.Tag{"step": int64(step), "status": statusRollout})
+			tags = append(tags, tq.Tag{tagUID: uid, tagRound: int64(round), tagVersion: version, tagLength: int64(l)})
 			ids = append(ids, p...)
 		}
 	}
 	for i := range mask {
 		mask[i] = 1 // fixed-length responses: every token counts
 	}
-	return q.BatchPut(ctx, partition, keys, tq.Batch{
+	return r.c.BatchPut(ctx, SamplesPartition, keys, tq.Batch{
 		fInputIDs:    tq.Stacked(ids, n, l),
 		fResponses:   tq.Stacked(resp, n, l),
 		fOldLogProbs: tq.Stacked(logp, n, l),
@@ -64,74 +178,108 @@ func rollout(ctx context.Context, q *queue, partition string, step int, prompts 
 	}, tags)
 }
 
-// score is the reward worker: it reads the prompts and responses of m's
-// rows, checks each response, and writes rewards with status "rewarded".
-// It returns the mean reward.
-func score(ctx context.Context, q *queue, t task, m *tq.BatchMeta) (mean float64, err error) {
-	b, err := q.BatchGetByMeta(ctx, m, fInputIDs, fResponses)
+// reward is a reward worker: it claims rows ready in the rollout's
+// fields, checks each response, writes rewards, and acks.
+func (r *runner) reward(ctx context.Context, worker int) error {
+	t, err := r.c.Task(SamplesPartition, taskReward, []string{fInputIDs, fResponses}, tq.LeaseFor(r.cfg.Lease))
 	if err != nil {
-		return 0, fmt.Errorf("reward: %w", err)
+		return err
 	}
+	for {
+		l, err := t.Wait(ctx, r.cfg.rows(), tq.AtLeast(1), tq.WithData(fInputIDs, fResponses))
+		if err != nil {
+			return fmt.Errorf("reward: %w", err)
+		}
+		r.countRedelivered(l)
+		if r.cfg.abandon != nil && r.cfg.abandon(worker, l) {
+			return nil // killed: the lease ends unsettled
+		}
+		rewards, err := score(r.task, l.Keys(), l.Data)
+		if err != nil {
+			return fmt.Errorf("reward: %w", err)
+		}
+		if err := r.c.BatchPut(ctx, SamplesPartition, l.Keys(), tq.Batch{fRewards: tq.Stacked(rewards)}, nil); err != nil {
+			return fmt.Errorf("reward: %w", err)
+		}
+		if err := r.ack(ctx, l); err != nil {
+			return fmt.Errorf("reward: %w", err)
+		}
+	}
+}
+
+// score checks each response of b against its prompt.
+func score(t task, keys []string, b tq.Batch) ([]float32, error) {
 	ids, err := tq.RowsAs[int64](b[fInputIDs])
 	if err != nil {
-		return 0, fmt.Errorf("reward: %s: %w", fInputIDs, err)
+		return nil, fmt.Errorf("%s: %w", fInputIDs, err)
 	}
 	resp, err := tq.RowsAs[int64](b[fResponses])
 	if err != nil {
-		return 0, fmt.Errorf("reward: %s: %w", fResponses, err)
+		return nil, fmt.Errorf("%s: %w", fResponses, err)
 	}
 	rewards := make([]float32, len(ids))
 	for i := range ids {
 		if len(resp[i]) != len(ids[i]) {
-			return 0, fmt.Errorf("reward: row %q: %d response tokens for a prompt of %d", m.Rows[i].Key, len(resp[i]), len(ids[i]))
+			return nil, fmt.Errorf("row %q: %d response tokens for a prompt of %d", keys[i], len(resp[i]), len(ids[i]))
 		}
-		r := t.reward(ids[i], resp[i])
-		rewards[i] = float32(r)
-		mean += r
+		rewards[i] = float32(t.reward(ids[i], resp[i]))
 	}
-	err = q.BatchPut(ctx, m.Partition, m.Keys(), tq.Batch{fRewards: tq.Stacked(rewards)}, statusTags(len(rewards), statusReward))
-	if err != nil {
-		return 0, fmt.Errorf("reward: %w", err)
-	}
-	return mean / float64(max(len(rewards), 1)), nil
+	return rewards, nil
 }
 
-// advantages is the advantage worker: it reads the rewards, group ids and
-// masks of m's rows and, for every complete group (group rows with one
-// uid), writes each row's advantage (r - mean) / (std + eps) broadcast over
-// its response tokens, with status "advantaged". Rows of incomplete groups
-// are left for a later call. It returns how many rows it wrote.
-func advantages(ctx context.Context, q *queue, m *tq.BatchMeta, group int) (int, error) {
-	b, err := q.BatchGetByMeta(ctx, m, fRewards, fUID, fAttnMask)
+// advantage is the advantage worker: it claims complete GRPO groups (the
+// Group rows of one uid) ready in rewards, writes each row's advantage,
+// and acks.
+func (r *runner) advantage(ctx context.Context) error {
+	t, err := r.c.Task(SamplesPartition, taskAdvantage, []string{fRewards},
+		tq.LeaseFor(r.cfg.Lease), tq.WithGroups(tq.GroupTag(tagUID), r.cfg.Group))
 	if err != nil {
-		return 0, fmt.Errorf("advantage: %w", err)
+		return err
 	}
+	for {
+		l, err := t.Wait(ctx, r.cfg.rows(), tq.AtLeast(r.cfg.Group), tq.WithData(fRewards, fUID, fAttnMask))
+		if err != nil {
+			return fmt.Errorf("advantage: %w", err)
+		}
+		r.countRedelivered(l)
+		adv, err := advantages(l.Keys(), l.Data, r.cfg.Group)
+		if err != nil {
+			return fmt.Errorf("advantage: %w", err)
+		}
+		if err := r.c.BatchPut(ctx, SamplesPartition, l.Keys(), tq.Batch{fAdvantages: tq.JaggedOf(adv)}, nil); err != nil {
+			return fmt.Errorf("advantage: %w", err)
+		}
+		if err := r.ack(ctx, l); err != nil {
+			return fmt.Errorf("advantage: %w", err)
+		}
+	}
+}
+
+// advantages computes, for rows of whole groups (group rows of each uid),
+// each row's advantage (r - group mean) / (group std + eps), broadcast
+// over its response tokens and masked. A group of another size is an
+// error: the claim leases whole groups.
+func advantages(keys []string, b tq.Batch, group int) ([][]float32, error) {
 	rewards, err := tq.As[float32](b[fRewards])
 	if err != nil {
-		return 0, fmt.Errorf("advantage: %s: %w", fRewards, err)
+		return nil, fmt.Errorf("%s: %w", fRewards, err)
 	}
 	masks, err := tq.RowsAs[int64](b[fAttnMask])
 	if err != nil {
-		return 0, fmt.Errorf("advantage: %s: %w", fAttnMask, err)
+		return nil, fmt.Errorf("%s: %w", fAttnMask, err)
 	}
 	uids, err := tq.ValuesAs[string](b[fUID])
 	if err != nil {
-		return 0, fmt.Errorf("advantage: %s: %w", fUID, err)
+		return nil, fmt.Errorf("%s: %w", fUID, err)
 	}
-	groups := map[string][]int{} // uid -> row numbers in m
-	var order []string
+	groups := map[string][]int{} // uid -> row numbers
 	for i, uid := range uids {
-		if _, seen := groups[uid]; !seen {
-			order = append(order, uid)
-		}
 		groups[uid] = append(groups[uid], i)
 	}
-	var keys []string
-	var adv [][]float32
-	for _, uid := range order {
-		rows := groups[uid]
-		if len(rows) < group {
-			continue
+	adv := make([][]float32, len(keys))
+	for uid, rows := range groups {
+		if len(rows) != group {
+			return nil, fmt.Errorf("group %q has %d rows, want %d", uid, len(rows), group)
 		}
 		var mean float64
 		for _, i := range rows {
@@ -150,73 +298,92 @@ func advantages(ctx context.Context, q *queue, m *tq.BatchMeta, group int) (int,
 			for j, mk := range masks[i] {
 				tok[j] = float32(a) * float32(mk)
 			}
-			keys = append(keys, m.Rows[i].Key)
-			adv = append(adv, tok)
+			adv[i] = tok
 		}
 	}
-	if len(keys) == 0 {
-		return 0, nil
-	}
-	err = q.BatchPut(ctx, m.Partition, keys, tq.Batch{fAdvantages: tq.JaggedOf(adv)}, statusTags(len(keys), statusAdv))
-	if err != nil {
-		return 0, fmt.Errorf("advantage: %w", err)
-	}
-	return len(keys), nil
+	return adv, nil
 }
 
-// hyper are the trainer's hyperparameters.
-type hyper struct {
-	lr, clipEps float64
-	epochs      int
+// ack acknowledges every row of l. A row whose lease ended and went to
+// another worker is not an error: delivery is at least once, and what
+// this worker wrote for it is what the other writes again.
+func (r *runner) ack(ctx context.Context, l *tq.Lease) error {
+	err := l.Ack(ctx)
+	var lost *tq.LeaseLostError
+	if errors.As(err, &lost) {
+		r.leaseLost.Add(int64(len(lost.Keys)))
+		return nil
+	}
+	return err
 }
 
-// train is the trainer: it reads everything the update needs for m's
-// rows, updates the policy, and clears the rows, which it alone consumes.
-// It returns the fraction of tokens the PPO clip held back.
-func train(ctx context.Context, q *queue, pol *policy, m *tq.BatchMeta, h hyper) (clipFrac float64, err error) {
-	b, err := q.BatchGetByMeta(ctx, m, fInputIDs, fResponses, fOldLogProbs, fAdvantages, fAttnMask)
+func (r *runner) countRedelivered(l *tq.Lease) {
+	n := 0
+	for _, d := range l.Deliveries {
+		if d > 1 {
+			n++
+		}
+	}
+	r.redelivered.Add(int64(n))
+}
+
+// watchDone, in a reward or advantage process, calls stop once the
+// trainer published its last policy version: the run is over. Each
+// watcher is a task of its own on WeightsPartition, so each sees it.
+func (r *runner) watchDone(ctx context.Context, role string, stop func()) error {
+	name := fmt.Sprintf("done-%s-%d-%d", role, os.Getpid(), time.Now().UnixNano())
+	t, err := r.c.Task(WeightsPartition, name, []string{fDone})
 	if err != nil {
-		return 0, fmt.Errorf("train: %w", err)
+		return err
 	}
-	ids, err1 := tq.RowsAs[int64](b[fInputIDs])
-	resp, err2 := tq.RowsAs[int64](b[fResponses])
-	logp, err3 := tq.RowsAs[float32](b[fOldLogProbs])
-	adv, err4 := tq.RowsAs[float32](b[fAdvantages])
-	mask, err5 := tq.RowsAs[int64](b[fAttnMask])
-	for _, err := range []error{err1, err2, err3, err4, err5} {
-		if err != nil {
-			return 0, fmt.Errorf("train: %w", err)
-		}
+	l, err := t.Wait(ctx, 1)
+	if err != nil {
+		return fmt.Errorf("%s: waiting for the end: %w", role, err)
 	}
-	batch := make([]trainRow, len(ids))
-	for i := range batch {
-		l := len(ids[i])
-		if len(resp[i]) != l || len(logp[i]) != l || len(adv[i]) != l || len(mask[i]) != l {
-			return 0, fmt.Errorf("train: row %q: fields of different lengths", m.Rows[i].Key)
+	stop()
+	return r.ack(ctx, l)
+}
+
+// roundGroups is the trainer's sampler: the complete groups of round
+// *want among the ready rows, so that a step trains one round whole, once
+// every group of it is ready, and the rounds in order however late one of
+// them is (a worker that died holding its rows).
+func roundGroups(group int, want *atomic.Int64) tq.Sampler {
+	return tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
+		round := float64(want.Load())
+		byUID := map[string][]int{}
+		var order []string
+		for i, c := range ready {
+			if v, ok := c.Number(tagRound); !ok || v != round {
+				continue
+			}
+			uid, _ := c.Tag(tagUID)
+			s, _ := uid.(string)
+			if _, seen := byUID[s]; !seen {
+				order = append(order, s)
+			}
+			byUID[s] = append(byUID[s], i)
 		}
-		if l != pol.length {
-			return 0, fmt.Errorf("train: row %q: length %d, policy has %d", m.Rows[i].Key, l, pol.length)
-		}
-		for j := range l {
-			if !pol.valid(ids[i][j]) || !pol.valid(resp[i][j]) {
-				return 0, fmt.Errorf("train: row %q: token out of the vocabulary", m.Rows[i].Key)
+		var units [][]int
+		for _, uid := range order {
+			if len(byUID[uid]) == group {
+				units = append(units, byUID[uid])
 			}
 		}
-		batch[i] = trainRow{prompt: ids[i], response: resp[i], oldLogp: logp[i], adv: adv[i], mask: mask[i]}
-	}
-	clipFrac = pol.update(batch, h.lr, h.clipEps, h.epochs)
-	if err := q.Clear(ctx, m.Partition, m.Keys()); err != nil {
-		return 0, fmt.Errorf("train: clear: %w", err)
-	}
-	return clipFrac, nil
+		return units, nil
+	})
 }
 
-// statusTags is n tags setting status; BatchPut merges them into the rows'
-// tags, so "step" stays as the rollout set it.
-func statusTags(n int, status string) []tq.Tag {
-	tags := make([]tq.Tag, n)
-	for i := range tags {
-		tags[i] = tq.Tag{"status": status}
+// sortedByRank returns the positions of l's rows by their "rank" tag.
+func sortedByRank(l *tq.Lease) []int {
+	pos := make([]int, l.Len())
+	for i := range pos {
+		pos[i] = i
 	}
-	return tags
+	slices.SortFunc(pos, func(a, b int) int {
+		ra, _ := tagInt(l.Meta.Rows[a].Tag["rank"])
+		rb, _ := tagInt(l.Meta.Rows[b].Tag["rank"])
+		return cmp.Compare(ra, rb)
+	})
+	return pos
 }
