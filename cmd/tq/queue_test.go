@@ -66,7 +66,7 @@ type statusDoc struct {
 	Fields    map[string]int
 	Tasks     map[string]struct {
 		Ready, Waiting, Leased, Acked, Dead, Dropped int
-		Exact                                       bool
+		Exact                                        bool
 	}
 }
 
