@@ -78,7 +78,8 @@ type Queue interface {
 	// maps to an empty slice when named and is absent otherwise.
 	Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]Delivery, error)
 	// Reset forgets task's consumption of the rows of indexes, or of
-	// every row of the partition when indexes is nil: they are ready
+	// every row of the partition when indexes is nil (an empty, non-nil
+	// indexes forgets nothing): they are ready
 	// again with no deliveries, leases on them are lost, and open
 	// batches of the task (see Batch) are forgotten. An empty task name
 	// fails with ErrInvalid.
@@ -157,11 +158,18 @@ type ClaimRequest struct {
 // to the batch's token when it is selected; each rank's claim of its
 // share renews the lease of the batch's rows still held to now plus
 // req.Lease. Claimed.Rows and Claimed.Units are the whole batch as it was
-// selected, less rows no longer held by its token; the caller splits it
-// into shares (the same rows must give every rank the same split) and
-// settles its own share with the batch's token. A batch is closed once
-// every rank took its share, or once every one of its leases ended.
-// Every claim of one task must give the same Ranks.
+// selected, for every rank alike; Claimed.Deliveries say which rows the
+// batch's token still holds (Leased, Lease the token: another rank may
+// have settled its own, a lease may have been reset). The caller splits
+// the whole batch into shares (the same rows must give every rank the
+// same split), keeps the rows of its share still held, and settles them
+// with the batch's token. A batch is closed once every rank took its
+// share, or once none of its leases is running.
+// Whether a claim takes a share or opens a batch is decided atomically
+// with its lease, so each rank takes the batches in the order they were
+// opened and the k-th claims of the ranks are shares of one batch (unless
+// a batch closed by expiry before a rank came for it). Every claim of one
+// task must give the same Ranks.
 type Batch struct {
 	Ranks, Rank int
 }
@@ -184,7 +192,8 @@ type Claimed struct {
 	Lease string // the lease token: random, never reused; "" when nothing was leased
 	// Rows are the leased rows and Deliveries their deliveries, this one
 	// counted; Units are the leased units as positions into Rows. Rows
-	// are read-only, as every Row a MetaStore returns.
+	// are read-only, as every Row a MetaStore returns. A rank's share of
+	// a batch is the exception: see Batch.
 	Rows       []*Row
 	Deliveries []Delivery
 	Units      [][]int
@@ -192,8 +201,12 @@ type Claimed struct {
 	Until time.Time
 	// Dropped is how many rows of Picked.Drop the claim dropped.
 	Dropped int
-	// Mark is where the claim looked, for Wait: taken atomically with the
-	// claim, so a change after the claim wakes a Wait given it.
+	// Mark is where the claim looked, for Wait: its Seq is the count of
+	// changes no later than when the claim read the rows it picked from,
+	// so any change the claim may not have seen (a commit while it
+	// picked, say) wakes a Wait given it at once. Its Wake
+	// is set only by a claim that leased nothing (the one a caller waits
+	// after).
 	Mark Mark
 }
 

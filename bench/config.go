@@ -10,7 +10,7 @@ import (
 )
 
 // Suites, in the order a report prints them.
-var allSuites = []string{"pack", "kv", "limit", "redis"}
+var allSuites = []string{"pack", "kv", "limit", "redis", "queue"}
 
 // Config is one run of the report. DefaultConfig is the README's report;
 // QuickConfig shrinks every size so the whole run takes a second or two.
@@ -37,6 +37,9 @@ type Config struct {
 
 	// redis
 	RedisShapes []redisShape // batch shapes measured against the Redis engine's targets
+
+	// queue (its step is Samples rows)
+	Consumers int // consumers of one task in the contention measure
 
 	// Quick marks the toy preset: outside tools (redis-benchmark) run at
 	// their lightest too.
@@ -66,6 +69,7 @@ func DefaultConfig() Config {
 		RedisBytes: 64 << 20,
 		// The Redis targets' shapes.
 		RedisShapes: []redisShape{{1024, 512}, {1024, 8 << 10}, {64, 1 << 20}},
+		Consumers:   8,
 	}
 }
 
@@ -115,6 +119,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("count-sweep object size %d < 1", c.CountSize)
 	case c.Samples < 1 || c.L < 1:
 		return fmt.Errorf("kv batch %d samples × L %d: both must be >= 1", c.Samples, c.L)
+	case c.Consumers < 1:
+		return fmt.Errorf("consumers %d < 1", c.Consumers)
 	case c.RedisBytes < 1:
 		return fmt.Errorf("redis limit bytes %d < 1", c.RedisBytes)
 	}

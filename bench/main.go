@@ -9,9 +9,10 @@
 // TransferQueue's pool of 16, and the size-aware default, against copy()),
 // kv (BatchPut and BatchGet of a GRPO-shaped batch on every engine, parity
 // checked, against raw go-redis or copy() of the same bytes), limit
-// (copy() bandwidth; raw go-redis beside redis-benchmark) and redis (issue
-// 4's targets: the Redis engine against raw go-redis and one round trip per
-// key). The method is
+// (copy() bandwidth; raw go-redis beside redis-benchmark) and redis (the
+// targets of the Redis engine: against raw go-redis and one round trip per
+// key) and queue (claim and ack of a step beside a List, wake-up beside a
+// channel or BLPOP, many consumers beside a channel or LPOP). The method is
 // FlashPack PR #31's: warm-up, interleaved arms, medians and ranges over -reps.
 package main
 
@@ -34,7 +35,7 @@ func main() {
 func run(args []string) error {
 	def := DefaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	suites := fs.String("suites", strings.Join(def.Suites, ","), "suites to run, a comma list of pack, kv, limit, redis")
+	suites := fs.String("suites", strings.Join(def.Suites, ","), "suites to run, a comma list of pack, kv, limit, redis, queue")
 	sizes := fs.String("sizes", joinSizes(def.Sizes), "object sizes of the pack size sweep and the Redis limits (512, 8KiB, 1MiB, ...)")
 	counts := fs.String("counts", joinInts(def.Counts), "object counts of the pack count sweep")
 	objects := fs.Int("objects", def.Objects, "objects per batch in the pack size sweep")
@@ -44,6 +45,7 @@ func run(args []string) error {
 	urls := fs.String("urls", strings.Join(def.URLs, ","), `engines for the kv and limit suites: URLs, and "redis" for a private redis-server`)
 	samples := fs.Int("samples", def.Samples, "GRPO batch size of the kv suite (rows)")
 	L := fs.Int("L", def.L, "sequence length of the kv suite's [L] fields")
+	consumers := fs.Int("consumers", def.Consumers, "consumers of one task in the queue suite's contention measure")
 	redisBytes := fs.String("redis-bytes", fmtSize(def.RedisBytes), "bytes per batch of the raw Redis limits")
 	csvPath := fs.String("csv", "", "also write every measurement to this CSV file")
 	pngPath := fs.String("png", "", "also plot the pack size sweep (throughput vs object size) to this PNG file")
@@ -71,6 +73,8 @@ func run(args []string) error {
 		switch f.Name {
 		case "suites":
 			cfg.Suites = parseList(*suites)
+		case "consumers":
+			cfg.Consumers = *consumers
 		case "sizes":
 			cfg.Sizes, err = parseSizes(*sizes)
 		case "counts":

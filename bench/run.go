@@ -17,7 +17,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 	}
 	rep := &Report{}
 	var targets []*target
-	if cfg.has("kv") || cfg.has("limit") || cfg.has("redis") {
+	if cfg.has("kv") || cfg.has("limit") || cfg.has("redis") || cfg.has("queue") {
 		var err error
 		if targets, err = resolveTargets(ctx, cfg.URLs, rep); err != nil {
 			return nil, err
@@ -39,6 +39,9 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 	}
 	if cfg.has("redis") {
 		prog.add(redisSteps(cfg, m))
+	}
+	if cfg.has("queue") {
+		prog.add(queueSteps(cfg, targets, m))
 	}
 
 	rep.Machine = machineLines(cfg, time.Now())
@@ -70,6 +73,11 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 	if cfg.has("redis") {
 		if err := runRedis(ctx, cfg, m, targets, rep); err != nil {
 			return nil, fmt.Errorf("redis: %w", err)
+		}
+	}
+	if cfg.has("queue") {
+		if err := runQueue(ctx, cfg, m, targets, rep); err != nil {
+			return nil, fmt.Errorf("queue: %w", err)
 		}
 	}
 	prog.finish()

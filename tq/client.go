@@ -25,6 +25,10 @@ type Client struct {
 	opts      options
 	closed    atomic.Bool
 	closeOnce sync.Once
+	// closing ends when Close begins, so that waiting calls (Task.Wait),
+	// which Close would otherwise wait for, return.
+	closing    context.Context
+	endClosing context.CancelFunc
 	// life is held shared by every call in flight and exclusively by Close,
 	// so Close waits for them: a put is never cut off between its data and
 	// its commit or rollback, which would leave orphaned bytes.
@@ -78,6 +82,7 @@ func newClient(eng backends.Engine, o options) *Client {
 		eng.Meta = memory.NewMetaStore() // a Local engine's: see backends.Engine
 	}
 	c := &Client{data: eng.Data, meta: eng.Meta, opts: o, packer: codec.NewPacker(o.pack)}
+	c.closing, c.endClosing = context.WithCancel(context.Background())
 	c.stager, _ = eng.Data.(backends.Stager)
 	c.colocated, _ = eng.Meta.(backends.Colocated)
 	return c
@@ -91,7 +96,8 @@ func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
-		c.life.Lock() // wait for calls in flight; new ones see closed and leave
+		c.endClosing() // waiting calls return
+		c.life.Lock()  // wait for calls in flight; new ones see closed and leave
 		defer c.life.Unlock()
 		err = c.packer.Close()
 		if c.owns {

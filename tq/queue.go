@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -190,9 +192,14 @@ func (t *Task) Partition() string { return t.partition }
 // SetVersion sets the task's current policy version, for Staleness.
 func (t *Task) SetVersion(v int64) { t.version.Store(v) }
 
-// TaskStats counts what this Task's claims skipped and dropped as stale.
+// TaskStats counts what this Task's claims passed over.
 type TaskStats struct {
-	Skipped, Dropped int64
+	// Skipped sums, over claims, the stale rows each passed over without
+	// dropping them: a row stays ready, so each claim counts it again.
+	Skipped int64
+	// Dropped is the rows the claims dropped (stale, or by the sampler):
+	// each is counted once, by the claim that dropped it.
+	Dropped int64
 }
 
 // Stats returns what this Task's claims skipped and dropped so far.
@@ -242,10 +249,20 @@ type Lease struct {
 	Deliveries []int
 	// Data holds the rows' fields when the claim asked WithData.
 	Data Batch
-	// Until is when the lease ends unless extended.
-	Until time.Time
 
-	index map[string]uint64
+	mu    sync.Mutex // guards until
+	until time.Time
+
+	indexOnce sync.Once
+	index     map[string]uint64 // key -> index, made when first needed
+}
+
+// Until is when the lease ends, unless extended (as a time of this
+// process: a server engine's lease ends by the server's clock).
+func (l *Lease) Until() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
 }
 
 // Len is the number of leased rows; 0 for a claim that found none ready.
@@ -256,15 +273,21 @@ func (l *Lease) Keys() []string { return l.Meta.Keys() }
 
 // Claim leases up to n rows ready for the task now, at least AtLeast's m
 // (default 1); with fewer ready it returns an empty Lease and no error.
-// n < 1 or a bad option fails with ErrInvalid. An error matching
-// ErrOutcomeUnknown may have leased rows the caller did not learn of:
-// they are delivered again once the lease ends.
+// For a group task, n and m count rows in whole groups: m rounds up to
+// whole groups (but no further than n holds), and n smaller than a group
+// fails. For a Ranks task, n and m are the whole batch's, and the Lease
+// is this rank's share of it, which may be empty (a batch of fewer units
+// than ranks). n < 1 or a bad option fails with ErrInvalid. An error
+// matching ErrOutcomeUnknown may have leased rows the caller did not
+// learn of: they are delivered again once the lease ends.
 func (t *Task) Claim(ctx context.Context, n int, opts ...ClaimOption) (*Lease, error) {
 	return t.claim(ctx, "Claim", n, false, opts)
 }
 
 // Wait is Claim that, with fewer than AtLeast's m rows ready (default n),
-// waits until they are, or until ctx ends (then it returns ctx's error).
+// waits until they are, or until ctx ends (then it returns ctx's error) or
+// the client is closed (ErrClosed); a rank's Wait never returns an empty
+// share.
 // It does not poll: a waiter on the memory engine wakes on the commit that
 // makes rows ready, one on a server engine blocks on the server.
 func (t *Task) Wait(ctx context.Context, n int, opts ...ClaimOption) (*Lease, error) {
@@ -293,6 +316,14 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	case o.min < 1 || o.min > n:
 		return nil, fmt.Errorf("%w: at least %d of %d rows", ErrInvalid, o.min, n)
 	}
+	if g, ok := t.sampler.(groups); ok {
+		// Whole groups only: m rounds up to whole groups, but no further
+		// than the whole groups n holds.
+		if n < g.size {
+			return nil, fmt.Errorf("%w: claim of %d rows, fewer than a group of %d", ErrInvalid, n, g.size)
+		}
+		o.min = min((o.min+g.size-1)/g.size, n/g.size) * g.size
+	}
 	for _, f := range o.fields {
 		if err := checkField(f); err != nil {
 			return nil, err
@@ -307,19 +338,27 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	if err != nil {
 		return nil, err
 	}
+	if wait {
+		var stop func()
+		ctx, stop = c.untilClosed(ctx)
+		defer stop()
+	}
 	req := backends.ClaimRequest{Task: t.name, Lease: t.lease, Rows: n, Min: o.min, MaxDeliveries: t.maxDel, Batch: t.ranks}
 	for {
-		got, err := q.Claim(ctx, t.partition, req, t.pick)
+		var skipped int64
+		got, err := q.Claim(ctx, t.partition, req, func(rows []*backends.Row, ds []backends.Delivery) (backends.Picked, error) {
+			return t.pick(rows, ds, &skipped)
+		})
 		if err != nil {
-			return nil, err
+			return nil, closedErr(ctx, err)
 		}
-		// Every claim's drops count, also those of a Wait's claims that
-		// leased nothing and waited on.
-		if got.Dropped > 0 {
-			t.stats.dropped.Add(int64(got.Dropped))
-		}
+		t.stats.skipped.Add(skipped)
+		t.stats.dropped.Add(int64(got.Dropped))
 		if len(got.Rows) > 0 || !wait {
 			l := t.leaseOf(got)
+			if l.Len() == 0 && wait {
+				continue // a rank's empty share of a batch: the next batch
+			}
 			tr.add(len(l.Meta.Rows), 0, 0)
 			if o.data && l.Len() > 0 {
 				fields := o.fields
@@ -337,17 +376,34 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 			return l, nil
 		}
 		if err := q.Wait(ctx, t.partition, got.Mark); err != nil {
-			return nil, err
+			return nil, closedErr(ctx, err)
 		}
 	}
 }
 
+// untilClosed is ctx, ended by the client's Close as well: Close waits
+// for calls in flight, so a call that may wait long (Wait) must end when
+// Close begins.
+func (c *Client) untilClosed(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+// closedErr is ErrClosed for an error of a call Close ended, else err.
+func closedErr(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
 // pick is the task's backends.Pick: the rows with every field of the
 // task, less stale ones, as the sampler chooses among them.
-func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery) (backends.Picked, error) {
+func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery, skippedOut *int64) (backends.Picked, error) {
 	var (
-		ready []Candidate
-		pos   []int // position in rows of each candidate
+		ready = make([]Candidate, 0, len(rows))
+		pos   = make([]int, 0, len(rows)) // position in rows of each candidate
 		drop  []int
 	)
 	floor := t.version.Load()
@@ -368,20 +424,23 @@ func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery) (backends.Pick
 		ready = append(ready, Candidate{row: r, deliveries: ds[i].Deliveries})
 		pos = append(pos, i)
 	}
-	if skipped > 0 {
-		t.stats.skipped.Add(skipped)
-	}
+	*skippedOut = skipped // the last pick of a claim counts
 	units, sdrop := t.sampler.Sample(ready, maxClaim)
 	out := backends.Picked{Units: make([][]int, len(units)), Drop: drop}
+	total := 0
+	for _, u := range units {
+		total += len(u)
+	}
+	flat := make([]int, 0, total) // every unit's positions, one allocation
 	for i, u := range units {
-		m := make([]int, len(u))
-		for j, p := range u {
+		start := len(flat)
+		for _, p := range u {
 			if p < 0 || p >= len(pos) {
 				return backends.Picked{}, fmt.Errorf("%w: sampler returned position %d of %d", ErrInvalid, p, len(pos))
 			}
-			m[j] = pos[p]
+			flat = append(flat, pos[p])
 		}
-		out.Units[i] = m
+		out.Units[i] = flat[start:len(flat):len(flat)]
 	}
 	for _, p := range sdrop {
 		if p < 0 || p >= len(pos) {
@@ -408,21 +467,26 @@ func hasFields(r *backends.Row, fields []string) bool {
 // leaseOf turns what the engine leased into the caller's Lease: for a rank,
 // its share of the batch.
 func (t *Task) leaseOf(got backends.Claimed) *Lease {
-	l := &Lease{task: t, token: got.Lease, Until: got.Until}
+	l := &Lease{task: t, token: got.Lease, until: got.Until}
 	rows, dels := got.Rows, got.Deliveries
 	if t.ranks != nil && t.ranks.Ranks > 1 && len(rows) > 0 {
+		// The whole batch is split, as every rank splits it; the share
+		// keeps the rows the batch's lease still holds.
 		share := splitRanks(rows, got.Units, t.ranks.Ranks, t.lengthTag)[t.ranks.Rank]
-		rows, dels = make([]*backends.Row, len(share)), make([]backends.Delivery, len(share))
-		for i, p := range share {
-			rows[i], dels[i] = got.Rows[p], got.Deliveries[p]
+		rows, dels = nil, nil
+		for _, p := range share {
+			if d := got.Deliveries[p]; d.State == backends.Leased && d.Lease == got.Lease {
+				rows, dels = append(rows, got.Rows[p]), append(dels, d)
+			}
+		}
+		if len(rows) == 0 {
+			l.token = "" // nothing of this rank's to settle
 		}
 	}
 	l.Meta = batchMeta(t.partition, rows)
 	l.Deliveries = make([]int, len(dels))
-	l.index = make(map[string]uint64, len(rows))
 	for i, d := range dels {
 		l.Deliveries[i] = d.Deliveries
-		l.index[rows[i].Key] = rows[i].Index
 	}
 	return l
 }
@@ -430,6 +494,14 @@ func (t *Task) leaseOf(got backends.Claimed) *Lease {
 // indexes returns the indexes of keys (every row when keys is empty), or
 // an error matching ErrInvalid for a key the lease does not have.
 func (l *Lease) indexesOf(keys []string) ([]uint64, error) {
+	if len(keys) > 0 {
+		l.indexOnce.Do(func() {
+			l.index = make(map[string]uint64, len(l.Meta.Rows))
+			for _, r := range l.Meta.Rows {
+				l.index[r.Key] = r.Index
+			}
+		})
+	}
 	for _, k := range keys {
 		if _, ok := l.index[k]; !ok {
 			return nil, fmt.Errorf("%w: key %q is not in the lease", ErrInvalid, k)
@@ -510,9 +582,11 @@ func (l *Lease) settle(ctx context.Context, op string, sop backends.SettleOp, d 
 	}
 	tr.add(len(idx)-len(res.Lost), 0, 0)
 	if sop == backends.Extend && !res.Until.IsZero() {
-		l.Until = res.Until
+		l.mu.Lock()
+		l.until = res.Until
+		l.mu.Unlock()
 	}
-	return lostError(op, res.Lost, l.Meta.Rows)
+	return lostError(strings.ToLower(op), res.Lost, l.Meta.Rows)
 }
 
 // lostError names the rows of lost among rows, or is nil.

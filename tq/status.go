@@ -3,6 +3,7 @@ package tq
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -202,7 +203,7 @@ func (t *Task) mark(ctx context.Context, op string, sop backends.SettleOp, keys 
 	if err != nil {
 		return err
 	}
-	return lostError(op, res.Lost, infos)
+	return lostError(strings.ToLower(op), res.Lost, infos)
 }
 
 // ResetConsumption forgets task's consumption of keys of partition (every

@@ -54,6 +54,7 @@ var queueTests = []struct {
 	{"Concurrent", testClaimConcurrent},
 	{"Wait", testWait},
 	{"Batch", testBatch},
+	{"BatchOrder", testBatchOrder},
 }
 
 // qt is one queue subtest.
@@ -122,6 +123,9 @@ func (x *qt) claim(p string, r backends.ClaimRequest, pick backends.Pick) backen
 		x.t.Fatalf("Claim: lease %q with %d rows", c.Lease, len(c.Rows))
 	}
 	for i, d := range c.Deliveries {
+		if r.Batch != nil && d.Index == c.Rows[i].Index {
+			continue // a share: rows another rank settled are there too
+		}
 		if d.Index != c.Rows[i].Index || d.State != backends.Leased || d.Lease != c.Lease || d.Deliveries < 1 {
 			x.t.Fatalf("Claim: delivery %d is %+v for row %d, lease %q", i, d, c.Rows[i].Index, c.Lease)
 		}
@@ -691,6 +695,9 @@ func testBatch(x *qt) {
 	x.wantKeys("rank 0's first batch", a0.Rows, keys[:4]...)
 	b0 := x.claim(p, rank(0), each)
 	x.wantKeys("rank 0's second batch", b0.Rows, keys[4:]...)
+	// Rank 0 acks its half of the first batch before rank 1 takes its
+	// share: rank 1 still sees the whole batch, the acked rows not held.
+	x.ack(p, "t", a0, a0.Rows[:2]...)
 	a1 := x.claim(p, rank(1), each)
 	if a1.Lease != a0.Lease {
 		x.t.Fatalf("rank 1's first claim has lease %q, want the first batch's %q", a1.Lease, a0.Lease)
@@ -699,8 +706,15 @@ func testBatch(x *qt) {
 	if !slices.EqualFunc(a1.Units, a0.Units, slices.Equal) {
 		x.t.Fatalf("rank 1's units %v, rank 0's %v", a1.Units, a0.Units)
 	}
-	// Rank 0 acks its half of the first batch, rank 1 the other half.
-	x.ack(p, "t", a0, a0.Rows[:2]...)
+	for i, d := range a1.Deliveries {
+		want := backends.Leased
+		if i < 2 {
+			want = backends.Acked
+		}
+		if d.State != want || d.Lease != a0.Lease {
+			x.t.Fatalf("rank 1's share: row %d is %v of %q, want %v of the batch's lease", i, d.State, d.Lease, want)
+		}
+	}
 	x.ack(p, "t", a1, a1.Rows[2:]...)
 	b1 := x.claim(p, rank(1), each)
 	x.wantKeys("rank 1's second batch", b1.Rows, keys[4:]...)
@@ -722,5 +736,38 @@ func testBatch(x *qt) {
 	c1 := x.claim(p, rank(1), each)
 	if c1.Lease == c0.Lease {
 		x.t.Fatalf("rank 1 took a share of a batch whose rows were all returned")
+	}
+}
+
+// testBatchOrder: ranks claiming at once still take the batches in one
+// order: the k-th claims of the ranks share a lease.
+func testBatchOrder(x *qt) {
+	p := x.part("p")
+	const batches, size = 12, 3
+	x.rows(p, "k", batches*size, "a")
+	var leases [2][]string
+	runWorkers(x.t, 2, func(r int) error {
+		for range batches {
+			q := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: size, Min: size, Batch: &backends.Batch{Ranks: 2, Rank: r}}
+			c, err := x.q.Claim(x.ctx, p, q, each)
+			if err != nil {
+				return err
+			}
+			if len(c.Rows) != size {
+				return fmt.Errorf("rank %d: a batch of %d rows, want %d", r, len(c.Rows), size)
+			}
+			leases[r] = append(leases[r], c.Lease)
+		}
+		return nil
+	})
+	if !slices.Equal(leases[0], leases[1]) {
+		x.t.Fatalf("the ranks took batches in different orders:\n%q\n%q", leases[0], leases[1])
+	}
+	seen := map[string]bool{}
+	for _, l := range leases[0] {
+		if seen[l] {
+			x.t.Fatalf("batch %q taken twice by one rank", l)
+		}
+		seen[l] = true
 	}
 }

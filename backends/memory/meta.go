@@ -54,6 +54,10 @@ type partition struct {
 	// far are pending reservations of live rows pushed out of their
 	// fieldGen's window (see fieldGen.pend); almost always empty.
 	far []pendingRef
+	// sorted is the committed rows by index, built by a reader and
+	// dropped (set nil) by every commit and delete, which hold mu
+	// exclusively.
+	sorted atomic.Pointer[[]*backends.Row]
 }
 
 // empty reports whether the partition holds nothing worth keeping.
@@ -374,10 +378,15 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 		block = block[1:]
 		merge.Merge(next, r.view, u, &res)
 		r.view = next
+		p.sorted.Store(nil)
 	}
 	p.garbage = append(p.garbage, res.Superseded...)
 	p.garbage = append(p.garbage, res.Stale...)
-	m.q.committed(partition) // rows may be ready for a task: wake its waiters
+	low := updates[0].Index
+	for _, u := range updates[1:] {
+		low = min(low, u.Index)
+	}
+	m.q.committed(partition, low) // rows may be ready for a task: wake its waiters
 	return res, nil
 }
 
@@ -421,6 +430,15 @@ func (m *MetaStore) Lookup(ctx context.Context, partition string, keys []string)
 
 // List implements backends.MetaStore.
 func (m *MetaStore) List(ctx context.Context, partition string) ([]*backends.Row, error) {
+	rows, err := m.sortedRows(ctx, partition)
+	return slices.Clone(rows), err
+}
+
+// sortedRows returns the partition's committed rows by index, shared:
+// the caller must not modify the slice. A partition keeps it until its
+// next commit or delete, so that claims between writes do not sort it
+// again.
+func (m *MetaStore) sortedRows(ctx context.Context, partition string) ([]*backends.Row, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -429,14 +447,19 @@ func (m *MetaStore) List(ctx context.Context, partition string) ([]*backends.Row
 		return []*backends.Row{}, nil
 	}
 	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if s := p.sorted.Load(); s != nil {
+		return *s, nil
+	}
 	out := make([]*backends.Row, 0, len(p.rows))
 	for _, r := range p.rows {
 		if r.view != nil {
 			out = append(out, r.view)
 		}
 	}
-	p.mu.RUnlock()
 	slices.SortFunc(out, func(a, b *backends.Row) int { return compareIndex(a.Index, b.Index) })
+	// Readers sharing the lock may each build it; they build the same.
+	p.sorted.Store(&out)
 	return out, nil
 }
 
@@ -496,6 +519,7 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 			}
 			p.retire(r)
 			delete(p.rows, k)
+			p.sorted.Store(nil)
 			*r = metaRow{} // its block may live on: hold nothing
 		}
 	}
@@ -528,6 +552,7 @@ func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*b
 	}
 	p.garbage = backends.AppendRowRefs(p.growGarbage(out), out)
 	p.rows = map[string]*metaRow{}
+	p.sorted.Store(nil)
 	empty := p.empty()
 	p.mu.Unlock()
 	m.q.deletedPartition(partition)

@@ -36,6 +36,10 @@ type queuePart struct {
 type queueTask struct {
 	rows    map[uint64]*backends.Delivery
 	batches []*openBatch
+	// floor is an index below which every row of the partition is acked
+	// or dropped by the task, so a claim need not look at them: claims
+	// of a long-consumed partition cost what its unconsumed rows do.
+	floor uint64
 }
 
 // openBatch is a data-parallel batch some ranks have not taken yet.
@@ -76,10 +80,15 @@ func (q *queues) bump(p *queuePart) {
 	}
 }
 
-// committed is called after a commit of the partition.
-func (q *queues) committed(partition string) {
+// committed is called after a commit of the partition whose lowest row
+// index was low: indexes are drawn at Prepare, so rows commit out of
+// order, and a task's floor must not stay above a row just committed.
+func (q *queues) committed(partition string, low uint64) {
 	if p := q.part(partition, false); p != nil {
 		p.mu.Lock()
+		for _, t := range p.tasks {
+			t.floor = min(t.floor, low)
+		}
 		q.bump(p)
 		p.mu.Unlock()
 	}
@@ -109,6 +118,11 @@ func (q *queues) deletedPartition(partition string) {
 	if p == nil {
 		return
 	}
+	q.mu.Lock()
+	if q.parts[partition] == p {
+		delete(q.parts, partition) // the next call starts afresh; Seqs never repeat
+	}
+	q.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.tasks = map[string]*queueTask{}
@@ -116,10 +130,13 @@ func (q *queues) deletedPartition(partition string) {
 	q.bump(p)
 }
 
-func (p *queuePart) task(name string) *queueTask {
+func (p *queuePart) task(name string) *queueTask { return p.taskSized(name, 0) }
+
+// taskSized is task, a new task with room for size rows.
+func (p *queuePart) taskSized(name string, size int) *queueTask {
 	t := p.tasks[name]
 	if t == nil {
-		t = &queueTask{rows: map[uint64]*backends.Delivery{}}
+		t = &queueTask{rows: make(map[uint64]*backends.Delivery, size)}
 		p.tasks[name] = t
 	}
 	return t
@@ -163,14 +180,12 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 	if err := m.check(ctx); err != nil {
 		return backends.Claimed{}, err
 	}
-	p := m.q.part(partition, true)
 	for {
+		p := m.q.part(partition, true)
 		p.mu.Lock()
-		deletes := p.deletes
-		// The Mark of a claim that leases nothing is where its List
-		// stands: a commit landing between the List and the lease has
-		// rows the List did not see, and must wake the claim's Wait.
-		seq := p.seq
+		// The mark is taken before the rows are read: a commit between
+		// the read and the lease then wakes a Wait given it.
+		deletes, seq := p.deletes, p.seq
 		if req.Batch != nil {
 			if c, ok := m.q.takeShare(p, req, time.Now()); ok {
 				p.mu.Unlock()
@@ -178,7 +193,7 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 			}
 		}
 		p.mu.Unlock()
-		rows, err := m.List(ctx, partition)
+		rows, err := m.sortedRows(ctx, partition)
 		if err != nil {
 			return backends.Claimed{}, err
 		}
@@ -188,11 +203,23 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 			continue // a delete since List: the rows may be gone
 		}
 		now := time.Now()
-		t := p.task(req.Task)
-		var cands []*backends.Row
-		var dels []backends.Delivery
+		t := p.taskSized(req.Task, len(rows))
+		// Rows below the task's floor are consumed: skip them, and move
+		// the floor past the consumed rows that lead the rest.
+		from, _ := slices.BinarySearchFunc(rows, t.floor, func(r *backends.Row, i uint64) int { return compareIndex(r.Index, i) })
+		rows = rows[from:]
+		leading := true
+		cands := make([]*backends.Row, 0, len(rows))
+		dels := make([]backends.Delivery, 0, len(rows))
 		for _, r := range rows {
 			d := t.rows[r.Index]
+			if leading {
+				if d != nil && (d.State == backends.Acked || d.State == backends.Dropped) {
+					t.floor = r.Index + 1
+				} else {
+					leading = false
+				}
+			}
 			if available(d, now) {
 				cands = append(cands, r)
 				if d != nil {
@@ -219,10 +246,9 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 			continue
 		}
 		if req.Batch != nil {
-			// Another rank may have opened a batch since the check above;
-			// its share comes first, and the Mark of a claim that leased
-			// nothing must not pass the batch's opening, or the rank's
-			// Wait would sleep through it.
+			// Another rank opened a batch while this one picked: take
+			// its share rather than open a second, so every rank's
+			// claims follow the batches in the order they were opened.
 			if c, ok := m.q.takeShare(p, req, time.Now()); ok {
 				p.mu.Unlock()
 				return c, nil
@@ -252,13 +278,14 @@ func (q *queues) lease(p *queuePart, req backends.ClaimRequest, cands []*backend
 		}
 	}
 	var take []int
+	var bounds []int // where each unit taken ends in take
 	for _, u := range picked.Units {
 		if len(take)+len(u) > req.Rows {
 			continue
 		}
 		if !slices.ContainsFunc(u, func(i int) bool { return !available(t.rows[cands[i].Index], now) }) {
-			c.Units = append(c.Units, fillRange(len(take), len(u)))
 			take = append(take, u...)
+			bounds = append(bounds, len(take))
 		}
 		if len(take) == req.Rows {
 			break
@@ -273,15 +300,26 @@ func (q *queues) lease(p *queuePart, req backends.ClaimRequest, cands []*backend
 	c.Until = now.Add(req.Lease)
 	c.Rows = make([]*backends.Row, len(take))
 	c.Deliveries = make([]backends.Delivery, len(take))
+	flat := fillRange(0, len(take))
+	c.Units = make([][]int, len(bounds))
+	for k, end := range bounds {
+		start := 0
+		if k > 0 {
+			start = bounds[k-1]
+		}
+		c.Units[k] = flat[start:end:end]
+	}
+	states := make([]backends.Delivery, len(take)) // the task's records, one allocation
 	for j, i := range take {
 		r := cands[i]
-		d := backends.Delivery{Index: r.Index, State: backends.Leased, Lease: c.Lease, Until: c.Until, Max: req.MaxDeliveries}
+		d := &states[j]
+		*d = backends.Delivery{Index: r.Index, State: backends.Leased, Lease: c.Lease, Until: c.Until, Max: req.MaxDeliveries}
 		if old := t.rows[r.Index]; old != nil {
 			d.Deliveries = old.Deliveries
 		}
 		d.Deliveries++
-		t.rows[r.Index] = &d
-		c.Rows[j], c.Deliveries[j] = r, d
+		t.rows[r.Index] = d
+		c.Rows[j], c.Deliveries[j] = r, *d
 	}
 	if b := req.Batch; b != nil && b.Ranks > 1 {
 		ob := &openBatch{lease: c.Lease, rows: c.Rows, units: c.Units, taken: make([]bool, b.Ranks)}
@@ -289,7 +327,6 @@ func (q *queues) lease(p *queuePart, req backends.ClaimRequest, cands []*backend
 		t.batches = append(t.batches, ob)
 		q.bump(p) // the other ranks have a share to take
 	}
-	c.Mark = q.mark(p, t, now)
 	return c
 }
 
@@ -299,14 +336,18 @@ func (q *queues) lease(p *queuePart, req backends.ClaimRequest, cands []*backend
 func (q *queues) takeShare(p *queuePart, req backends.ClaimRequest, now time.Time) (backends.Claimed, bool) {
 	t := p.task(req.Task)
 	held := func(b *openBatch, r *backends.Row) *backends.Delivery {
-		d := t.rows[r.Index]
-		if d != nil && d.State == backends.Leased && d.Lease == b.lease && now.Before(d.Until) {
+		if d := t.rows[r.Index]; d != nil && d.State == backends.Leased && d.Lease == b.lease {
 			return d
 		}
 		return nil
 	}
+	// A batch none of whose leases is running (acked, returned, expired,
+	// reset) is closed.
 	t.batches = slices.DeleteFunc(t.batches, func(b *openBatch) bool {
-		return !slices.ContainsFunc(b.rows, func(r *backends.Row) bool { return held(b, r) != nil })
+		return !slices.ContainsFunc(b.rows, func(r *backends.Row) bool {
+			d := held(b, r)
+			return d != nil && now.Before(d.Until)
+		})
 	})
 	for bi, b := range t.batches {
 		if b.taken[req.Batch.Rank] {
@@ -316,29 +357,19 @@ func (q *queues) takeShare(p *queuePart, req backends.ClaimRequest, now time.Tim
 		if !slices.Contains(b.taken, false) {
 			t.batches = slices.Delete(t.batches, bi, bi+1)
 		}
-		c := backends.Claimed{Lease: b.lease, Until: now.Add(req.Lease)}
-		pos := make([]int, len(b.rows)) // batch position -> position in c.Rows, or -1
+		c := backends.Claimed{Lease: b.lease, Until: now.Add(req.Lease), Rows: b.rows, Units: b.units,
+			Deliveries: make([]backends.Delivery, len(b.rows))}
 		for i, r := range b.rows {
-			pos[i] = -1
 			if d := held(b, r); d != nil {
 				d.Until = c.Until
-				pos[i] = len(c.Rows)
-				c.Rows = append(c.Rows, r)
-				c.Deliveries = append(c.Deliveries, *d)
+				c.Deliveries[i] = *d
+			} else if d := t.rows[r.Index]; d != nil {
+				c.Deliveries[i] = seen(*d, now)
+			} else {
+				c.Deliveries[i] = backends.Delivery{Index: r.Index}
 			}
 		}
-		for _, u := range b.units {
-			var nu []int
-			for _, i := range u {
-				if pos[i] >= 0 {
-					nu = append(nu, pos[i])
-				}
-			}
-			if len(nu) > 0 {
-				c.Units = append(c.Units, nu)
-			}
-		}
-		c.Mark = q.mark(p, t, now)
+		c.Mark.Seq = p.seq
 		return c, true
 	}
 	return backends.Claimed{}, false
@@ -349,14 +380,11 @@ func (q *queues) takeShare(p *queuePart, req backends.ClaimRequest, now time.Tim
 func (q *queues) mark(p *queuePart, t *queueTask, now time.Time) backends.Mark {
 	mk := backends.Mark{Seq: p.seq}
 	for _, d := range t.rows {
-		if (d.State == backends.Leased || d.State == backends.Ready) && !d.Until.IsZero() {
-			if mk.Wake.IsZero() || d.Until.Before(mk.Wake) {
-				mk.Wake = d.Until
-			}
+		// An expired lease or a passed delay wakes nobody: the claim
+		// that made this mark saw it already.
+		if u := seen(*d, now).Until; u.After(now) && (mk.Wake.IsZero() || u.Before(mk.Wake)) {
+			mk.Wake = u
 		}
-	}
-	if !mk.Wake.IsZero() && !mk.Wake.After(now) {
-		mk.Wake = now
 	}
 	return mk
 }
@@ -378,11 +406,22 @@ func (m *MetaStore) Settle(ctx context.Context, partition string, req backends.S
 	if err := m.check(ctx); err != nil {
 		return res, err
 	}
-	var committed map[uint64]bool
-	if req.Op == backends.Drop {
+	var (
+		committed map[uint64]bool
+		p         *queuePart
+	)
+	for {
+		p = m.q.part(partition, true)
+		if req.Op != backends.Drop {
+			p.mu.Lock()
+			break
+		}
 		// A row that was never delivered has no state: drop needs to
-		// know it exists.
-		rows, err := m.List(ctx, partition)
+		// know it exists, and that no delete removed it since.
+		p.mu.Lock()
+		deletes := p.deletes
+		p.mu.Unlock()
+		rows, err := m.sortedRows(ctx, partition)
 		if err != nil {
 			return res, err
 		}
@@ -390,9 +429,12 @@ func (m *MetaStore) Settle(ctx context.Context, partition string, req backends.S
 		for _, r := range rows {
 			committed[r.Index] = true
 		}
+		p.mu.Lock()
+		if p.deletes == deletes {
+			break
+		}
+		p.mu.Unlock()
 	}
-	p := m.q.part(partition, true)
-	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	t := p.task(req.Task)
@@ -492,6 +534,9 @@ func (m *MetaStore) Reset(ctx context.Context, partition, task string, indexes [
 	if err := m.check(ctx); err != nil {
 		return err
 	}
+	if indexes != nil && len(indexes) == 0 {
+		return nil // no rows named: nothing to forget
+	}
 	p := m.q.part(partition, false)
 	if p == nil {
 		return nil
@@ -507,6 +552,7 @@ func (m *MetaStore) Reset(ctx context.Context, partition, task string, indexes [
 	} else {
 		for _, i := range indexes {
 			delete(t.rows, i)
+			t.floor = min(t.floor, i)
 		}
 		t.batches = nil
 	}

@@ -42,6 +42,7 @@ func cases() []testCase {
 	all = append(all, tagCases()...)
 	all = append(all, readCases()...)
 	all = append(all, byMetaCases()...)
+	all = append(all, consumeCases()...)
 	return all
 }
 

@@ -1,0 +1,606 @@
+package tqtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/tq"
+)
+
+func consumeCases() []testCase {
+	return []testCase{
+		{"Consume/ExactlyOnce", consumeExactlyOnce},
+		{"Consume/FieldsReady", consumeFieldsReady},
+		{"Consume/Groups", consumeGroups},
+		{"Consume/Ranks", consumeRanks},
+		{"Consume/Staleness", consumeStaleness},
+		{"Consume/Redelivery", consumeRedelivery},
+		{"Consume/Dead", consumeDead},
+		{"Consume/WaitContext", consumeWaitContext},
+		{"Consume/Invalid", consumeInvalid},
+		{"Consume/WithData", consumeWithData},
+		{"Consume/StatusAndClear", consumeStatusAndClear},
+		{"Consume/Reset", consumeReset},
+	}
+}
+
+// queued skips a test of consumption on an engine without it.
+func queued(t *testing.T, e Engine) {
+	t.Helper()
+	if _, ok := e.Meta.(backends.Queue); !ok {
+		t.Skipf("%T keeps no consumption state", e.Meta)
+	}
+}
+
+// putRows writes keys with field f (a float32 row each) and tags.
+func putRows(t *testing.T, c *tq.Client, partition string, keys []string, tags []tq.Tag, fields ...string) {
+	t.Helper()
+	b := tq.Batch{}
+	for _, f := range fields {
+		rows := make([][]float32, len(keys))
+		for i := range rows {
+			rows[i] = []float32{float32(i), 1}
+		}
+		b[f] = tq.JaggedOf(rows)
+	}
+	if err := c.BatchPut(t.Context(), partition, keys, b, tags); err != nil {
+		t.Fatalf("BatchPut(%q, %d keys): %v", partition, len(keys), err)
+	}
+}
+
+func mustTask(t *testing.T, c *tq.Client, partition, name string, fields []string, opts ...tq.TaskOption) *tq.Task {
+	t.Helper()
+	task, err := c.Task(partition, name, fields, opts...)
+	if err != nil {
+		t.Fatalf("Task(%q, %q, %q): %v", partition, name, fields, err)
+	}
+	return task
+}
+
+func mustClaim(t *testing.T, task *tq.Task, n int, opts ...tq.ClaimOption) *tq.Lease {
+	t.Helper()
+	l, err := task.Claim(t.Context(), n, opts...)
+	if err != nil {
+		t.Fatalf("Claim(%d): %v", n, err)
+	}
+	return l
+}
+
+func mustAck(t *testing.T, l *tq.Lease, keys ...string) {
+	t.Helper()
+	if err := l.Ack(t.Context(), keys...); err != nil {
+		t.Fatalf("Ack: %v", err)
+	}
+}
+
+func mustStatus(t *testing.T, task *tq.Task) tq.TaskStatus {
+	t.Helper()
+	st, err := task.Status(t.Context())
+	if err != nil {
+		t.Fatalf("Task.Status: %v", err)
+	}
+	return st
+}
+
+// consumeExactlyOnce: consumers on clients of their own, waiting while a
+// producer writes, receive every row once before any ack.
+func consumeExactlyOnce(t *testing.T, e Engine) {
+	queued(t, e)
+	const rows, batch, consumers = 96, 8, 4
+	p := "once"
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	got := map[string]int{}
+	total := 0
+	var wg sync.WaitGroup
+	errs := make(chan error, consumers+1)
+	for w := range consumers {
+		c := e.Open(t)
+		task := mustTask(t, c, p, "reader", []string{"a"})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				l, err := task.Wait(ctx, 5, tq.AtLeast(1))
+				if err != nil {
+					errs <- fmt.Errorf("consumer %d: %w", w, err)
+					return
+				}
+				mu.Lock()
+				for _, k := range l.Keys() {
+					got[k]++
+				}
+				total += l.Len()
+				done := total >= rows
+				mu.Unlock()
+				if done {
+					cancel() // every row seen: wake the others
+					return
+				}
+			}
+		}()
+	}
+	producer := e.Open(t)
+	for i := 0; i < rows; i += batch {
+		keys := make([]string, batch)
+		for j := range keys {
+			keys[j] = fmt.Sprintf("r%03d", i+j)
+		}
+		putRows(t, producer, p, keys, nil, "a")
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != rows {
+		t.Fatalf("consumers received %d distinct rows of %d", len(got), rows)
+	}
+	for k, n := range got {
+		if n != 1 {
+			t.Fatalf("row %s received %d times before any ack", k, n)
+		}
+	}
+}
+
+func consumeFieldsReady(t *testing.T, e Engine) {
+	queued(t, e)
+	c := e.Open(t)
+	p := "fields"
+	keys := keysN(4)
+	putRows(t, c, p, keys, nil, "a")
+	task := mustTask(t, c, p, "needs-ab", []string{"a", "b"})
+	if l := mustClaim(t, task, 4); l.Len() != 0 {
+		t.Fatalf("rows without field b were claimed: %q", l.Keys())
+	}
+	if st := mustStatus(t, task); st.Waiting != 4 || st.Ready != 0 {
+		t.Fatalf("status before b: %+v, want 4 waiting", st)
+	}
+	putRows(t, c, p, keys[:2], nil, "b")
+	l := mustClaim(t, task, 4)
+	if !slices.Equal(l.Keys(), keys[:2]) {
+		t.Fatalf("claim after b on two rows: %q, want %q", l.Keys(), keys[:2])
+	}
+	mustAck(t, l)
+	if st := mustStatus(t, task); st.Acked != 2 || st.Waiting != 2 {
+		t.Fatalf("status after ack: %+v", st)
+	}
+}
+
+// consumeGroups: while producers write the rows of groups one by one,
+// interleaved, a group claim never returns part of a group.
+func consumeGroups(t *testing.T, e Engine) {
+	queued(t, e)
+	const groups, size = 12, 4
+	p := "groups"
+	c := e.Open(t)
+	task := mustTask(t, c, p, "adv", []string{"a"}, tq.WithGroups(tq.GroupTag("uid"), size))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	perUID := map[int64]int{}
+	done := make(chan error, 1)
+	go func() {
+		seen := 0
+		for seen < groups*size {
+			l, err := task.Wait(ctx, 2*size, tq.AtLeast(size))
+			if err != nil {
+				done <- err
+				return
+			}
+			leased := map[int64]int{}
+			for _, r := range l.Meta.Rows {
+				leased[r.Tag["uid"].(int64)]++
+			}
+			for uid, n := range leased {
+				if n != size {
+					done <- fmt.Errorf("a lease held %d rows of group %d, want %d", n, uid, size)
+					return
+				}
+				perUID[uid] += n
+			}
+			seen += l.Len()
+			if err := l.Ack(ctx); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	producer := e.Open(t)
+	for j := range size {
+		for g := range groups {
+			key := fmt.Sprintf("g%02d/%d", g, j)
+			putRows(t, producer, p, []string{key}, []tq.Tag{{"uid": g}}, "a")
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(perUID) != groups {
+		t.Fatalf("claimed %d groups, want %d", len(perUID), groups)
+	}
+}
+
+// consumeRanks: two ranks on clients of their own share each batch:
+// disjoint, covering, groups whole, token counts balanced within the
+// largest group's weight (what largest differencing guarantees for two).
+func consumeRanks(t *testing.T, e Engine) {
+	queued(t, e)
+	const groups, size = 8, 2
+	p := "ranks"
+	producer := e.Open(t)
+	var keys []string
+	var tags []tq.Tag
+	weight := map[string]float64{}
+	for g := range groups {
+		for j := range size {
+			k := fmt.Sprintf("g%d/%d", g, j)
+			n := int64(10 + 37*g%23 + 5*j)
+			keys = append(keys, k)
+			tags = append(tags, tq.Tag{"uid": g, "len": n})
+			weight[k] = float64(n)
+		}
+	}
+	putRows(t, producer, p, keys, tags, "a")
+	var shares [2]*tq.Lease
+	for r := range 2 {
+		c := e.Open(t)
+		task := mustTask(t, c, p, "train", []string{"a"}, tq.WithGroups(tq.GroupTag("uid"), size), tq.Ranks(2, r, "len"))
+		l, err := task.Wait(t.Context(), len(keys))
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		shares[r] = l
+	}
+	seen := map[string]int{}
+	var sums [2]float64
+	maxGroup := 0.0
+	for g := range groups {
+		maxGroup = math.Max(maxGroup, weight[fmt.Sprintf("g%d/0", g)]+weight[fmt.Sprintf("g%d/1", g)])
+	}
+	for r, l := range shares {
+		group := map[int64]int{}
+		for _, row := range l.Meta.Rows {
+			seen[row.Key]++
+			sums[r] += weight[row.Key]
+			group[row.Tag["uid"].(int64)]++
+		}
+		for uid, n := range group {
+			if n != size {
+				t.Fatalf("rank %d holds %d rows of group %d", r, n, uid)
+			}
+		}
+	}
+	if len(seen) != len(keys) {
+		t.Fatalf("the shares cover %d rows of %d", len(seen), len(keys))
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("row %s is in %d shares", k, n)
+		}
+	}
+	if d := math.Abs(sums[0] - sums[1]); d > maxGroup {
+		t.Fatalf("shares weigh %v and %v: apart by more than the largest group (%v)", sums[0], sums[1], maxGroup)
+	}
+	for _, l := range shares {
+		mustAck(t, l)
+	}
+}
+
+func consumeStaleness(t *testing.T, e Engine) {
+	queued(t, e)
+	c := e.Open(t)
+	p := "stale"
+	keys := keysN(8)
+	tags := make([]tq.Tag, len(keys))
+	for i := range tags {
+		tags[i] = tq.Tag{"version": i / 2} // versions 0 0 1 1 2 2 3 3
+	}
+	putRows(t, c, p, keys, tags, "a")
+	skip := mustTask(t, c, p, "skipper", []string{"a"}, tq.Staleness("version", 1, false))
+	skip.SetVersion(3)
+	l := mustClaim(t, skip, 8)
+	if !slices.Equal(l.Keys(), keys[4:]) {
+		t.Fatalf("claim at version 3, bound 1: %q, want %q", l.Keys(), keys[4:])
+	}
+	if st := skip.Stats(); st.Skipped != 4 || st.Dropped != 0 {
+		t.Fatalf("stats %+v, want 4 skipped", st)
+	}
+	if st := mustStatus(t, skip); st.Ready != 4 || st.Dropped != 0 {
+		t.Fatalf("skipped rows: %+v, want 4 still ready", st)
+	}
+	drop := mustTask(t, c, p, "dropper", []string{"a"}, tq.Staleness("version", 1, true))
+	drop.SetVersion(3)
+	l = mustClaim(t, drop, 8)
+	if l.Len() != 4 {
+		t.Fatalf("claim dropping stale rows leased %d, want 4", l.Len())
+	}
+	if st := drop.Stats(); st.Dropped != 4 {
+		t.Fatalf("stats %+v, want 4 dropped", st)
+	}
+	if st := mustStatus(t, drop); st.Dropped != 4 || st.Leased != 4 {
+		t.Fatalf("status after drops: %+v", st)
+	}
+	// A newer version makes no dropped row come back.
+	drop.SetVersion(0)
+	if l := mustClaim(t, drop, 8); l.Len() != 0 {
+		t.Fatalf("dropped rows delivered: %q", l.Keys())
+	}
+}
+
+func consumeRedelivery(t *testing.T, e Engine) {
+	queued(t, e)
+	c := e.Open(t)
+	p := "redeliver"
+	keys := keysN(3)
+	putRows(t, c, p, keys, nil, "a")
+	task := mustTask(t, c, p, "w", []string{"a"}, tq.LeaseFor(300*time.Millisecond))
+	l := mustClaim(t, task, 3)
+	if err := l.Nack(t.Context(), 0, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	again := mustClaim(t, task, 1)
+	if !slices.Equal(again.Keys(), keys[:1]) || again.Deliveries[0] != 2 {
+		t.Fatalf("after a nack: %q deliveries %v, want [%s] delivered twice", again.Keys(), again.Deliveries, keys[0])
+	}
+	mustAck(t, again)
+	if err := l.Extend(t.Context(), time.Minute, keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	// keys[2]'s lease ends and another consumer gets it; the first
+	// consumer's late ack is then lost.
+	var next *tq.Lease
+	deadline := time.Now().Add(10 * time.Second)
+	for next == nil || next.Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("an expired lease was not delivered again")
+		}
+		time.Sleep(50 * time.Millisecond)
+		next = mustClaim(t, task, 3)
+	}
+	if !slices.Equal(next.Keys(), keys[2:]) {
+		t.Fatalf("after expiry: %q, want %q (keys[1] was extended)", next.Keys(), keys[2:])
+	}
+	err := l.Ack(t.Context())
+	var lost *tq.LeaseLostError
+	if !errors.As(err, &lost) || !errors.Is(err, tq.ErrLeaseLost) {
+		t.Fatalf("late ack: %v, want a LeaseLostError", err)
+	}
+	slices.Sort(lost.Keys)
+	if !slices.Equal(lost.Keys, []string{keys[0], keys[2]}) {
+		t.Fatalf("late ack lost %q, want %q", lost.Keys, []string{keys[0], keys[2]})
+	}
+	if err := l.Ack(t.Context(), "not-leased"); !errors.Is(err, tq.ErrInvalid) {
+		t.Fatalf("ack of a key not in the lease: %v, want ErrInvalid", err)
+	}
+	mustAck(t, next)
+	if st := mustStatus(t, task); st.Acked != 3 {
+		t.Fatalf("status %+v, want 3 acked", st)
+	}
+}
+
+func consumeDead(t *testing.T, e Engine) {
+	queued(t, e)
+	c := e.Open(t)
+	p := "dead"
+	keys := keysN(2)
+	putRows(t, c, p, keys, nil, "a")
+	task := mustTask(t, c, p, "w", []string{"a"}, tq.MaxDeliveries(1))
+	l := mustClaim(t, task, 2)
+	if err := l.Nack(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := task.Dead(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 2 || dead[0].Key != keys[0] || dead[0].Deliveries != 1 {
+		t.Fatalf("dead rows %+v", dead)
+	}
+	if st := mustStatus(t, task); st.Dead != 2 {
+		t.Fatalf("status %+v, want 2 dead", st)
+	}
+	if err := task.Retry(t.Context(), keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Drop(t.Context(), keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Retry(t.Context(), keys[1]); !errors.Is(err, tq.ErrLeaseLost) {
+		t.Fatalf("retry of a dropped row: %v, want it named", err)
+	}
+	if err := task.Retry(t.Context(), "unknown"); !errors.Is(err, tq.ErrNotFound) {
+		t.Fatalf("retry of an unknown key: %v, want ErrNotFound", err)
+	}
+	got := mustClaim(t, task, 2)
+	if !slices.Equal(got.Keys(), keys[:1]) {
+		t.Fatalf("claim after retry: %q", got.Keys())
+	}
+}
+
+func consumeWaitContext(t *testing.T, e Engine) {
+	queued(t, e)
+	c := e.Open(t)
+	task := mustTask(t, c, "wait", "w", []string{"a"})
+	before := runtime.NumGoroutine()
+	for range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		_, err := task.Wait(ctx, 1)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait on an empty partition: %v, want the context's deadline", err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after the waits, %d before", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func consumeInvalid(t *testing.T, e Engine) {
+	queued(t, e)
+	c := e.Open(t)
+	p := "invalid"
+	putRows(t, c, p, keysN(2), nil, "a")
+	bad := []struct {
+		name   string
+		fields []string
+		opts   []tq.TaskOption
+	}{
+		{"", []string{"a"}, nil},
+		{"w", nil, nil},
+		{"w", []string{""}, nil},
+		{"w", []string{"a"}, []tq.TaskOption{tq.LeaseFor(0)}},
+		{"w", []string{"a"}, []tq.TaskOption{tq.LeaseFor(-time.Second)}},
+		{"w", []string{"a"}, []tq.TaskOption{tq.MaxDeliveries(0)}},
+		{"w", []string{"a"}, []tq.TaskOption{tq.WithGroups(tq.GroupBy{}, 2)}},
+		{"w", []string{"a"}, []tq.TaskOption{tq.WithGroups(tq.GroupTag("uid"), 0)}},
+		{"w", []string{"a"}, []tq.TaskOption{tq.Ranks(2, 2, "")}},
+		{"w", []string{"a"}, []tq.TaskOption{tq.Staleness("", 1, false)}},
+		{"w", []string{"a"}, []tq.TaskOption{tq.WithSampler(nil)}},
+		{"w", []string{"a"}, []tq.TaskOption{nil}},
+	}
+	for _, b := range bad {
+		if _, err := c.Task(p, b.name, b.fields, b.opts...); !errors.Is(err, tq.ErrInvalid) {
+			t.Fatalf("Task(%q, %q, %d options): %v, want ErrInvalid", b.name, b.fields, len(b.opts), err)
+		}
+	}
+	task := mustTask(t, c, p, "w", []string{"a"})
+	for _, call := range []struct {
+		n    int
+		opts []tq.ClaimOption
+	}{{0, nil}, {-1, nil}, {2, []tq.ClaimOption{tq.AtLeast(0)}}, {2, []tq.ClaimOption{tq.AtLeast(3)}}, {2, []tq.ClaimOption{nil}}} {
+		if _, err := task.Claim(t.Context(), call.n, call.opts...); !errors.Is(err, tq.ErrInvalid) {
+			t.Fatalf("Claim(%d, %d options): %v, want ErrInvalid", call.n, len(call.opts), err)
+		}
+		if _, err := task.Wait(t.Context(), call.n, call.opts...); !errors.Is(err, tq.ErrInvalid) {
+			t.Fatalf("Wait(%d, %d options): %v, want ErrInvalid", call.n, len(call.opts), err)
+		}
+	}
+	if err := c.ResetConsumption(t.Context(), p, ""); !errors.Is(err, tq.ErrInvalid) {
+		t.Fatalf("ResetConsumption of an empty task: %v, want ErrInvalid", err)
+	}
+	st, err := c.Status(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Tasks) != 0 {
+		t.Fatalf("invalid calls left consumption state: %+v", st.Tasks)
+	}
+	l := mustClaim(t, task, 2)
+	if err := l.Nack(t.Context(), -time.Second); !errors.Is(err, tq.ErrInvalid) {
+		t.Fatalf("Nack with a negative delay: %v", err)
+	}
+	if err := l.Extend(t.Context(), 0); !errors.Is(err, tq.ErrInvalid) {
+		t.Fatalf("Extend by 0: %v", err)
+	}
+	if st := mustStatus(t, task); st.Leased != 2 {
+		t.Fatalf("invalid settles changed the lease: %+v", st)
+	}
+}
+
+func consumeWithData(t *testing.T, e Engine) {
+	queued(t, e)
+	c := e.Open(t)
+	p := "data"
+	keys := keysN(3)
+	putRows(t, c, p, keys, nil, "a", "b")
+	task := mustTask(t, c, p, "w", []string{"a"})
+	l := mustClaim(t, task, 3, tq.WithData("a", "b"))
+	for _, f := range []string{"a", "b"} {
+		rows, err := tq.RowsAs[float32](l.Data[f])
+		if err != nil {
+			t.Fatalf("field %s: %v", f, err)
+		}
+		for i, r := range rows {
+			if !slices.Equal(r, []float32{float32(i), 1}) {
+				t.Fatalf("field %s row %d: %v", f, i, r)
+			}
+		}
+	}
+	byMeta, err := c.BatchGetByMeta(t.Context(), l.Meta, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byMeta.Len() != 3 {
+		t.Fatalf("BatchGetByMeta of a lease read %d rows", byMeta.Len())
+	}
+	mustAck(t, l)
+}
+
+func consumeStatusAndClear(t *testing.T, e Engine) {
+	queued(t, e)
+	c := e.Open(t)
+	p := "status"
+	keys := keysN(4)
+	putRows(t, c, p, keys, nil, "a")
+	putRows(t, c, p, keys[:1], nil, "b")
+	task := mustTask(t, c, p, "w", []string{"a"})
+	l := mustClaim(t, task, 2)
+	mustAck(t, l, keys[0])
+	st, err := c.Status(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows != 4 || st.Fields["a"] != 4 || st.Fields["b"] != 1 {
+		t.Fatalf("production: %+v", st)
+	}
+	if ts := st.Tasks["w"]; ts.Acked != 1 || ts.Leased != 1 || ts.Ready != 2 {
+		t.Fatalf("consumption: %+v", ts)
+	}
+	if err := c.Clear(t.Context(), p, keys[1:2]); err != nil {
+		t.Fatal(err)
+	}
+	if ts := mustStatus(t, task); ts.Leased != 0 || ts.Acked != 1 || ts.Ready != 2 {
+		t.Fatalf("after clearing the leased row: %+v", ts)
+	}
+	if err := l.Ack(t.Context(), keys[1]); !errors.Is(err, tq.ErrLeaseLost) {
+		t.Fatalf("ack of a cleared row: %v, want ErrLeaseLost", err)
+	}
+	if err := c.ClearPartition(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	st, err = c.Status(t.Context(), p)
+	if err != nil || st.Rows != 0 || len(st.Tasks) != 0 {
+		t.Fatalf("after ClearPartition: %+v, %v", st, err)
+	}
+}
+
+func consumeReset(t *testing.T, e Engine) {
+	queued(t, e)
+	c := e.Open(t)
+	p := "reset"
+	keys := keysN(3)
+	putRows(t, c, p, keys, nil, "a")
+	task := mustTask(t, c, p, "w", []string{"a"})
+	mustAck(t, mustClaim(t, task, 3))
+	if err := c.ResetConsumption(t.Context(), p, "w", keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	if l := mustClaim(t, task, 3); !slices.Equal(l.Keys(), keys[1:2]) || l.Deliveries[0] != 1 {
+		t.Fatalf("claim after a reset of one key: %q %v", l.Keys(), l.Deliveries)
+	}
+	if err := c.ResetConsumption(t.Context(), p, "w", "unknown"); !errors.Is(err, tq.ErrNotFound) {
+		t.Fatalf("reset of an unknown key: %v, want ErrNotFound", err)
+	}
+	if err := c.ResetConsumption(t.Context(), p, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if l := mustClaim(t, task, 3); !slices.Equal(l.Keys(), keys) {
+		t.Fatalf("claim after a reset of the task: %q", l.Keys())
+	}
+}
