@@ -124,6 +124,7 @@ func (c Config) validate() error {
 	check(c.ClipEps >= 0, "clip %g < 0", c.ClipEps)
 	check(c.Epochs >= 1, "epochs %d < 1", c.Epochs)
 	check(c.Ranks >= 1, "ranks %d < 1", c.Ranks)
+	check(c.Prompts >= c.Ranks, "prompts %d < ranks %d (every rank trains a group of each round)", c.Prompts, c.Ranks)
 	check(c.Rank >= -1 && c.Rank < c.Ranks, "rank %d outside -1..%d", c.Rank, c.Ranks-1)
 	check(c.Staleness >= 0, "staleness %d < 0", c.Staleness)
 	check(c.Lag >= 0, "lag %d < 0", c.Lag)
