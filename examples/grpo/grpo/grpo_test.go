@@ -248,7 +248,7 @@ func TestStaleRoundDropped(t *testing.T) {
 // trained, the dead worker's included.
 func TestDeadRewardWorker(t *testing.T) {
 	cfg := smallConfig()
-	cfg.Steps, cfg.RewardWorkers, cfg.Lease = 6, 2, 300*time.Millisecond
+	cfg.Steps, cfg.RewardWorkers, cfg.Lease = 6, 2, time.Second
 	var (
 		mu        sync.Mutex
 		abandoned []string
