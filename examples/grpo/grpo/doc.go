@@ -72,13 +72,17 @@
 // task on each; rows of different rounds still never mix, as the tags and
 // samplers keep them apart. The partition stays small: the trainer clears
 // the rows it trained, so it holds the rounds in flight (about Lag+2 of
-// them). The rollout clears the policy versions it took; each rank clears
-// its gradient row of the round before once the others have read it.
+// them), and the rounds the trainer dropped as stale until the run ends
+// (a claim tells how many rows it dropped, not which). The rollout clears
+// the policy versions it took; each rank clears its gradient row of the
+// round before once the others have read it.
 //
 // # Processes
 //
 // RoleAll runs every stage as goroutines of one process; each other role
-// runs one stage, for processes sharing a queue (-url redis://...). The
+// runs one stage, for processes sharing a queue (-url redis://...) and
+// given the same configuration (steps, sizes, seed, ranks, lag and
+// staleness). The
 // trainer marks its last policy version done: the rollout stops when it
 // sees it, and a reward or advantage process waits for it (a task of its
 // own on "grpo/weights") and stops. RoleAll clears the run's partitions
