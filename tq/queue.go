@@ -277,7 +277,8 @@ func (l *Lease) Keys() []string { return l.Meta.Keys() }
 // whole groups (but no further than n holds), and n smaller than a group
 // fails. For a Ranks task, n and m are the whole batch's, and the Lease
 // is this rank's share of it, which may be empty (a batch of fewer units
-// than ranks). n < 1 or a bad option fails with ErrInvalid. An error
+// than ranks): it is still this rank's turn of that batch, and the next
+// claim goes on to the next batch. n < 1 or a bad option fails with ErrInvalid. An error
 // matching ErrOutcomeUnknown may have leased rows the caller did not
 // learn of: they are delivered again once the lease ends.
 func (t *Task) Claim(ctx context.Context, n int, opts ...ClaimOption) (*Lease, error) {
@@ -286,8 +287,9 @@ func (t *Task) Claim(ctx context.Context, n int, opts ...ClaimOption) (*Lease, e
 
 // Wait is Claim that, with fewer than AtLeast's m rows ready (default n),
 // waits until they are, or until ctx ends (then it returns ctx's error) or
-// the client is closed (ErrClosed); a rank's Wait never returns an empty
-// share.
+// the client is closed (ErrClosed). A rank's Wait returns once a batch
+// is there for it, its share possibly empty (see Claim): ranks that step
+// in lockstep (an all-reduce per batch) each get one Lease per batch.
 // It does not poll: a waiter on the memory engine wakes on the commit that
 // makes rows ready, one on a server engine blocks on the server.
 func (t *Task) Wait(ctx context.Context, n int, opts ...ClaimOption) (*Lease, error) {
@@ -356,9 +358,6 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		t.stats.dropped.Add(int64(got.Dropped))
 		if len(got.Rows) > 0 || !wait {
 			l := t.leaseOf(got)
-			if l.Len() == 0 && wait {
-				continue // a rank's empty share of a batch: the next batch
-			}
 			tr.add(len(l.Meta.Rows), 0, 0)
 			if o.data && l.Len() > 0 {
 				fields := o.fields

@@ -21,7 +21,13 @@ type Tracer interface {
 
 // Call is what a traced call was asked to do.
 type Call struct {
-	Op        string // the method: "BatchPut", "BatchGet", "BatchGetInto", "BatchGetByMeta", "List", "Lookup", "Partitions", "Clear", "ClearPartition", "Reclaim" (Put is a BatchPut of one row)
+	// Op is the method: "BatchPut", "BatchGet", "BatchGetInto",
+	// "BatchGetByMeta", "List", "Lookup", "Partitions", "Clear",
+	// "ClearPartition", "Reclaim" (Put is a BatchPut of one row); for
+	// consumption "Claim", "Wait" (Keys is n), "Ack", "Nack", "Extend"
+	// (Keys is the keys named, 0 for the whole lease), "Status",
+	// "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption".
+	Op        string
 	Partition string // "" for Partitions
 	Keys      int    // keys the call names (0 for a call of a whole partition)
 }

@@ -1,5 +1,7 @@
 // Command tq inspects a queue: its partitions, the rows of one, the cells
-// of a row, and clears a partition. It opens the same URLs as tq.Open
+// of a row, a partition's production and consumption (status), and clears
+// a partition, resets a task's consumption or retries and drops its dead
+// rows. It opens the same URLs as tq.Open
 // (memory://, redis://…, rediss://…, redis+cluster://…, yuanrong://).
 //
 // Usage:
@@ -10,7 +12,7 @@
 // Output is an aligned table, or with -json one JSON document per command.
 // Exit status: 0 on success, 1 when the command failed (the queue could
 // not be opened, no such partition, key or field), 2 for a usage error
-// (clear without -yes included).
+// (clear, reset or drop without -yes included).
 package main
 
 import (
@@ -66,6 +68,11 @@ var commands = []command{
 	{"rows", "<partition>", "list a partition's rows: index, key, fields, tags", runRows},
 	{"dump", "[-n N] <partition> <key> [field...]", "print a row's cells (every field when none is named)", runDump},
 	{"clear", "-yes <partition>", "remove every row of a partition (ClearPartition)", runClear},
+	{"status", "[-task T -fields f1,f2] <partition>", "production per field and consumption per task (ready, waiting, leased, acked, dead, dropped)", runStatus},
+	{"reset", "-yes <partition> <task> [key...]", "forget a task's consumption of rows (every row when none is named): ready again", runReset},
+	{"dead", "[-fields f1,f2] <partition> <task>", "list the rows a task gave up on (delivered its MaxDeliveries times)", runDead},
+	{"retry", "[-fields f1,f2] <partition> <task> <key...>", "make dead rows of a task ready again", runMark},
+	{"drop", "-yes [-fields f1,f2] <partition> <task> <key...>", "consume ready or dead rows of a task without delivery", runMark},
 }
 
 func lookupCommand(name string) (command, bool) {

@@ -6,11 +6,16 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
+
+	"github.com/tqgo/tqgo/examples/grpo/grpo"
 )
 
 func main() {
-	cfg := DefaultConfig()
+	cfg := grpo.DefaultConfig()
 	flag.StringVar(&cfg.URL, "url", cfg.URL, `queue URL: "" is the embedded memory engine; redis://host:port/db, yuanrong://...`)
+	flag.StringVar(&cfg.Role, "role", grpo.RoleAll, "the stage this process runs: "+strings.Join(grpo.Roles, ", ")+" (the others as processes of their own on -url)")
+	flag.IntVar(&cfg.Rank, "rank", cfg.Rank, "with -role trainer: the one trainer rank to run (-1: every rank)")
 	flag.IntVar(&cfg.Steps, "steps", cfg.Steps, "training steps")
 	flag.IntVar(&cfg.Prompts, "prompts", cfg.Prompts, "prompts per step")
 	flag.IntVar(&cfg.Group, "group", cfg.Group, "responses per prompt (the GRPO group)")
@@ -20,12 +25,18 @@ func main() {
 	flag.Float64Var(&cfg.ClipEps, "clip", cfg.ClipEps, "PPO clip range (0: no clipping)")
 	flag.IntVar(&cfg.Epochs, "epochs", cfg.Epochs, "gradient passes over each step's batch")
 	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+	flag.IntVar(&cfg.Ranks, "ranks", cfg.Ranks, "trainer data-parallel ranks")
+	flag.IntVar(&cfg.Staleness, "staleness", cfg.Staleness, "the trainer drops rows of a policy more than this many versions old")
+	flag.IntVar(&cfg.Lag, "lag", cfg.Lag, "the rollout of round r uses policy version r-1-lag")
+	flag.IntVar(&cfg.RewardWorkers, "reward-workers", cfg.RewardWorkers, "reward workers")
+	flag.DurationVar(&cfg.Lease, "lease", cfg.Lease, "reward and advantage lease: how soon a dead worker's rows go to another")
+	flag.BoolVar(&cfg.Keep, "keep", cfg.Keep, "leave the run's partitions in the queue at the end (for tq status)")
 	flag.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "print only the summary")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if _, err := Run(ctx, cfg, os.Stdout); err != nil {
+	if _, err := grpo.Run(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

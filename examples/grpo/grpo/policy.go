@@ -1,4 +1,4 @@
-package main
+package grpo
 
 import (
 	"math"
@@ -103,8 +103,8 @@ type trainRow struct {
 	mask             []int64
 }
 
-// update runs epochs of full-batch gradient ascent on the GRPO (PPO-clip)
-// surrogate, token by token:
+// gradient adds to grad (len(logits)) the gradient of the GRPO (PPO-clip)
+// surrogate over batch, summed over tokens and responses, token by token:
 //
 //	ratio = exp(log pi(a) - old_log_prob)
 //	obj   = min(ratio·A, clip(ratio, 1-eps, 1+eps)·A)
@@ -112,42 +112,57 @@ type trainRow struct {
 // The gradient of obj with respect to the logits of the row that produced a
 // is A·ratio·(onehot(a) - pi) unless the clip is active, where it is 0
 // (eps 0 turns the clip off: float32 rounding alone moves ratio off 1).
-// Gradients are summed over tokens and averaged over responses. It returns
-// the fraction of tokens clipped in the last epoch. In the first epoch the
-// policy is the one that sampled, so ratio = 1 (up to the float32 rounding
-// of old_log_probs) and this is plain REINFORCE with group baselines; later
-// epochs are where old_log_probs and the clip matter.
+// It returns how many tokens counted and how many of them the clip held.
+// A data-parallel rank calls it on its share of the batch; the ranks' sums
+// add up to the gradient of the whole batch.
+func (pl *policy) gradient(batch []trainRow, clipEps float64, grad []float64) (tokens, clipped int) {
+	pr := make([]float64, pl.vocab)
+	for _, s := range batch {
+		for j, p := range s.prompt {
+			if s.mask[j] == 0 {
+				continue
+			}
+			tokens++
+			a, adv := s.response[j], float64(s.adv[j])
+			pl.probs(j, p, pr)
+			ratio := math.Exp(math.Log(pr[a]) - float64(s.oldLogp[j]))
+			if clipEps > 0 && (adv > 0 && ratio > 1+clipEps || adv < 0 && ratio < 1-clipEps) {
+				clipped++
+				continue
+			}
+			g := grad[(j*pl.vocab+int(p))*pl.vocab:][:pl.vocab]
+			coef := adv * ratio
+			for i, q := range pr {
+				g[i] -= coef * q
+			}
+			g[a] += coef
+		}
+	}
+	return tokens, clipped
+}
+
+// apply takes a gradient-ascent step of lr on grad, a gradient summed over
+// responses responses: the step is averaged over them.
+func (pl *policy) apply(grad []float64, lr float64, responses int) {
+	step := lr / float64(max(responses, 1))
+	for i, g := range grad {
+		pl.logits[i] += step * g
+	}
+}
+
+// update runs epochs of full-batch gradient ascent on the surrogate (see
+// gradient) in one process. It returns the fraction of tokens clipped in
+// the last epoch. In the first epoch the policy is the one that sampled,
+// so ratio = 1 (up to the float32 rounding of old_log_probs) and this is
+// plain REINFORCE with group baselines; later epochs are where
+// old_log_probs and the clip matter. The trainer's ranks do the same, each
+// epoch's gradient summed over their shares (see trainer).
 func (pl *policy) update(batch []trainRow, lr, clipEps float64, epochs int) (clipFrac float64) {
 	grad := make([]float64, len(pl.logits))
-	pr := make([]float64, pl.vocab)
 	for range epochs {
 		clear(grad)
-		clipped, tokens := 0, 0
-		for _, s := range batch {
-			for j, p := range s.prompt {
-				if s.mask[j] == 0 {
-					continue
-				}
-				tokens++
-				a, adv := s.response[j], float64(s.adv[j])
-				pl.probs(j, p, pr)
-				ratio := math.Exp(math.Log(pr[a]) - float64(s.oldLogp[j]))
-				if clipEps > 0 && (adv > 0 && ratio > 1+clipEps || adv < 0 && ratio < 1-clipEps) {
-					clipped++
-					continue
-				}
-				g := grad[(j*pl.vocab+int(p))*pl.vocab:][:pl.vocab]
-				coef := adv * ratio
-				for i, q := range pr {
-					g[i] -= coef * q
-				}
-				g[a] += coef
-			}
-		}
-		step := lr / float64(max(len(batch), 1))
-		for i, g := range grad {
-			pl.logits[i] += step * g
-		}
+		tokens, clipped := pl.gradient(batch, clipEps, grad)
+		pl.apply(grad, lr, len(batch))
 		clipFrac = float64(clipped) / float64(max(tokens, 1))
 	}
 	return clipFrac

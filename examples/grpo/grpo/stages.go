@@ -1,0 +1,389 @@
+package grpo
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/tqgo/tqgo/tq"
+)
+
+// Fields, named as verl names them.
+const (
+	fInputIDs    = "input_ids"      // int64 [L]: the prompt
+	fResponses   = "responses"      // int64 [L]: the sampled response
+	fOldLogProbs = "old_log_probs"  // float32 [L]: log pi_old of each response token
+	fAttnMask    = "attention_mask" // int64 [L]: 1 for response tokens that count
+	fUID         = "uid"            // string: the group (prompt) a response belongs to
+	fRewards     = "rewards"        // float32 scalar
+	fAdvantages  = "advantages"     // float32 [L]: the group-normalised reward, masked
+
+	fLogits = "logits" // float64 [L·V·V]: a policy version (WeightsPartition)
+	fDone   = "done"   // int64 scalar: on the trainer's last version only
+	fGrad   = "grad"   // float64 [L·V·V]: a rank's gradient sum (GradsPartition)
+	fStats  = "stats"  // float64 [statsLen]: what the rank's share held
+)
+
+// Tags of a sample row.
+const (
+	tagUID     = "uid"     // the group, for the advantage's GroupTag
+	tagRound   = "round"   // the rollout round that generated it
+	tagVersion = "version" // the policy version that generated it, for Staleness
+	tagLength  = "length"  // its response tokens that count, for the rank split
+)
+
+// Task names, per partition.
+const (
+	taskReward    = "reward"
+	taskAdvantage = "advantage"
+	taskTrain     = "train"
+	taskRollout   = "rollout" // of WeightsPartition
+)
+
+// advEps keeps a group whose rewards are all equal from dividing by zero
+// (its advantages are then 0: nothing to learn from it).
+const advEps = 1e-6
+
+// rollout is the generation worker. For each round r it takes policy
+// version r-1-Lag from WeightsPartition (waiting until the trainer has
+// published it; version 0 is the uniform start), samples Group responses
+// to each of Prompts fresh prompts and writes them, a row per response,
+// to SamplesPartition. It stops when it sees the trainer's last version.
+// It is WeightsPartition's only consumer of logits and clears the
+// versions it took, but the last, which the other roles' processes watch.
+func (r *runner) rollout(ctx context.Context) error {
+	cfg := r.cfg
+	wt, err := r.c.Task(WeightsPartition, taskRollout, []string{fLogits})
+	if err != nil {
+		return err
+	}
+	versions := map[int64][]float64{0: make([]float64, cfg.Length*cfg.Vocab*cfg.Vocab)}
+	latest := int64(0)
+	pol := newPolicy(r.task)
+	data := rand.New(rand.NewPCG(cfg.Seed, 1)) // the prompts: the dataset
+	gen := rand.New(rand.NewPCG(cfg.Seed, 2))  // the sampling
+	for round := 1; ; round++ {
+		need := cfg.version(round)
+		// Take what the trainer published; wait only while need is not
+		// among it.
+		for first := true; first || latest < need; first = false {
+			var l *tq.Lease
+			if latest < need {
+				l, err = wt.Wait(ctx, 64, tq.AtLeast(1), tq.WithData(fLogits))
+			} else {
+				l, err = wt.Claim(ctx, 64, tq.WithData(fLogits))
+			}
+			if err != nil {
+				return fmt.Errorf("rollout: weights: %w", err)
+			}
+			done, err := r.takeVersions(ctx, l, versions, &latest)
+			if err != nil || done {
+				return err
+			}
+		}
+		for v := range versions {
+			if v < need {
+				delete(versions, v)
+			}
+		}
+		copy(pol.logits, versions[need])
+		prompts := make([][]int64, cfg.Prompts)
+		for i := range prompts {
+			prompts[i] = r.task.prompt(data)
+		}
+		if err := r.writeRound(ctx, round, need, prompts, pol, gen); err != nil {
+			return fmt.Errorf("rollout: round %d: %w", round, err)
+		}
+		r.rolledOut.Add(1)
+	}
+}
+
+// takeVersions stores the policy versions l leased, acks them and clears
+// them but the last; done reports the trainer's last version among them.
+func (r *runner) takeVersions(ctx context.Context, l *tq.Lease, versions map[int64][]float64, latest *int64) (done bool, err error) {
+	if l.Len() == 0 {
+		return false, nil
+	}
+	logits, err := tq.RowsAs[float64](l.Data[fLogits])
+	if err != nil {
+		return false, fmt.Errorf("rollout: %s: %w", fLogits, err)
+	}
+	var spent []string
+	for i, row := range l.Meta.Rows {
+		v, ok := tagInt(row.Tag[tagVersion])
+		if !ok || len(logits[i]) != r.cfg.Length*r.cfg.Vocab*r.cfg.Vocab {
+			return false, fmt.Errorf("rollout: weights row %q: version %v, %d logits", row.Key, row.Tag[tagVersion], len(logits[i]))
+		}
+		if _, last := row.Fields[fDone]; last {
+			done = true
+			continue
+		}
+		versions[v] = logits[i]
+		*latest = max(*latest, v)
+		spent = append(spent, row.Key)
+	}
+	if err := r.ack(ctx, l); err != nil {
+		return false, fmt.Errorf("rollout: %w", err)
+	}
+	if len(spent) > 0 {
+		if err := r.c.Clear(ctx, WeightsPartition, spent); err != nil {
+			return false, fmt.Errorf("rollout: clear weights: %w", err)
+		}
+	}
+	return done, nil
+}
+
+// writeRound samples Group responses to each prompt with pol (version
+// version) and writes them: keys "r0001-p003-g05" (round, prompt,
+// response), tags uid, round, version and length.
+func (r *runner) writeRound(ctx context.Context, round int, version int64, prompts [][]int64, pol *policy, rng *rand.Rand) error {
+	group := r.cfg.Group
+	n, l := len(prompts)*group, pol.length
+	var (
+		keys = make([]string, 0, n)
+		uids = make([]string, 0, n)
+		tags = make([]tq.Tag, 0, n)
+		ids  = make([]int64, 0, n*l)
+		resp = make([]int64, n*l)
+		logp = make([]float32, n*l)
+		mask = make([]int64, n*l)
+	)
+	for i, p := range prompts {
+		uid := fmt.Sprintf("r%04d-p%03d", round, i)
+		for g := range group {
+			k := len(keys)
+			pol.sample(rng, p, resp[k*l:(k+1)*l], logp[k*l:(k+1)*l])
+			keys = append(keys, fmt.Sprintf("%s-g%02d", uid, g))
+			uids = append(uids, uid)
+			tags = append(tags, tq.Tag{tagUID: uid, tagRound: int64(round), tagVersion: version, tagLength: int64(l)})
+			ids = append(ids, p...)
+		}
+	}
+	for i := range mask {
+		mask[i] = 1 // fixed-length responses: every token counts
+	}
+	return r.c.BatchPut(ctx, SamplesPartition, keys, tq.Batch{
+		fInputIDs:    tq.Stacked(ids, n, l),
+		fResponses:   tq.Stacked(resp, n, l),
+		fOldLogProbs: tq.Stacked(logp, n, l),
+		fAttnMask:    tq.Stacked(mask, n, l),
+		fUID:         tq.ValuesOf(uids),
+	}, tags)
+}
+
+// reward is a reward worker: it claims rows ready in the rollout's
+// fields, checks each response, writes rewards, and acks.
+func (r *runner) reward(ctx context.Context, worker int) error {
+	t, err := r.c.Task(SamplesPartition, taskReward, []string{fInputIDs, fResponses}, tq.LeaseFor(r.cfg.Lease))
+	if err != nil {
+		return err
+	}
+	for {
+		l, err := t.Wait(ctx, r.cfg.rows(), tq.AtLeast(1), tq.WithData(fInputIDs, fResponses))
+		if err != nil {
+			return fmt.Errorf("reward: %w", err)
+		}
+		r.countRedelivered(l)
+		if r.cfg.abandon != nil && r.cfg.abandon(worker, l) {
+			return nil // killed: the lease ends unsettled
+		}
+		rewards, err := score(r.task, l.Keys(), l.Data)
+		if err != nil {
+			return fmt.Errorf("reward: %w", err)
+		}
+		if err := r.c.BatchPut(ctx, SamplesPartition, l.Keys(), tq.Batch{fRewards: tq.Stacked(rewards)}, nil); err != nil {
+			return fmt.Errorf("reward: %w", err)
+		}
+		if err := r.ack(ctx, l); err != nil {
+			return fmt.Errorf("reward: %w", err)
+		}
+	}
+}
+
+// score checks each response of b against its prompt.
+func score(t task, keys []string, b tq.Batch) ([]float32, error) {
+	ids, err := tq.RowsAs[int64](b[fInputIDs])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fInputIDs, err)
+	}
+	resp, err := tq.RowsAs[int64](b[fResponses])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fResponses, err)
+	}
+	rewards := make([]float32, len(ids))
+	for i := range ids {
+		if len(resp[i]) != len(ids[i]) {
+			return nil, fmt.Errorf("row %q: %d response tokens for a prompt of %d", keys[i], len(resp[i]), len(ids[i]))
+		}
+		rewards[i] = float32(t.reward(ids[i], resp[i]))
+	}
+	return rewards, nil
+}
+
+// advantage is the advantage worker: it claims complete GRPO groups (the
+// Group rows of one uid) ready in rewards, writes each row's advantage,
+// and acks.
+func (r *runner) advantage(ctx context.Context) error {
+	t, err := r.c.Task(SamplesPartition, taskAdvantage, []string{fRewards},
+		tq.LeaseFor(r.cfg.Lease), tq.WithGroups(tq.GroupTag(tagUID), r.cfg.Group))
+	if err != nil {
+		return err
+	}
+	for {
+		l, err := t.Wait(ctx, r.cfg.rows(), tq.AtLeast(r.cfg.Group), tq.WithData(fRewards, fUID, fAttnMask))
+		if err != nil {
+			return fmt.Errorf("advantage: %w", err)
+		}
+		r.countRedelivered(l)
+		adv, err := advantages(l.Keys(), l.Data, r.cfg.Group)
+		if err != nil {
+			return fmt.Errorf("advantage: %w", err)
+		}
+		if err := r.c.BatchPut(ctx, SamplesPartition, l.Keys(), tq.Batch{fAdvantages: tq.JaggedOf(adv)}, nil); err != nil {
+			return fmt.Errorf("advantage: %w", err)
+		}
+		if err := r.ack(ctx, l); err != nil {
+			return fmt.Errorf("advantage: %w", err)
+		}
+	}
+}
+
+// advantages computes, for rows of whole groups (group rows of each uid),
+// each row's advantage (r - group mean) / (group std + eps), broadcast
+// over its response tokens and masked. A group of another size is an
+// error: the claim leases whole groups.
+func advantages(keys []string, b tq.Batch, group int) ([][]float32, error) {
+	rewards, err := tq.As[float32](b[fRewards])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fRewards, err)
+	}
+	masks, err := tq.RowsAs[int64](b[fAttnMask])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fAttnMask, err)
+	}
+	uids, err := tq.ValuesAs[string](b[fUID])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fUID, err)
+	}
+	groups := map[string][]int{} // uid -> row numbers
+	for i, uid := range uids {
+		groups[uid] = append(groups[uid], i)
+	}
+	adv := make([][]float32, len(keys))
+	for uid, rows := range groups {
+		if len(rows) != group {
+			return nil, fmt.Errorf("group %q has %d rows, want %d", uid, len(rows), group)
+		}
+		var mean float64
+		for _, i := range rows {
+			mean += float64(rewards[i])
+		}
+		mean /= float64(len(rows))
+		var ss float64
+		for _, i := range rows {
+			d := float64(rewards[i]) - mean
+			ss += d * d
+		}
+		std := math.Sqrt(ss / float64(len(rows)-1)) // unbiased, as torch.std
+		for _, i := range rows {
+			a := (float64(rewards[i]) - mean) / (std + advEps)
+			tok := make([]float32, len(masks[i]))
+			for j, mk := range masks[i] {
+				tok[j] = float32(a) * float32(mk)
+			}
+			adv[i] = tok
+		}
+	}
+	return adv, nil
+}
+
+// ack acknowledges every row of l. A row whose lease ended and went to
+// another worker is not an error: delivery is at least once, and what
+// this worker wrote for it is what the other writes again.
+func (r *runner) ack(ctx context.Context, l *tq.Lease) error {
+	err := l.Ack(ctx)
+	var lost *tq.LeaseLostError
+	if errors.As(err, &lost) {
+		r.leaseLost.Add(int64(len(lost.Keys)))
+		return nil
+	}
+	return err
+}
+
+func (r *runner) countRedelivered(l *tq.Lease) {
+	n := 0
+	for _, d := range l.Deliveries {
+		if d > 1 {
+			n++
+		}
+	}
+	r.redelivered.Add(int64(n))
+}
+
+// watchDone, in a reward or advantage process, calls stop once the
+// trainer published its last policy version: the run is over. Each
+// watcher is a task of its own on WeightsPartition, so each sees it.
+func (r *runner) watchDone(ctx context.Context, role string, stop func()) error {
+	name := fmt.Sprintf("done-%s-%d-%d", role, os.Getpid(), time.Now().UnixNano())
+	t, err := r.c.Task(WeightsPartition, name, []string{fDone})
+	if err != nil {
+		return err
+	}
+	l, err := t.Wait(ctx, 1)
+	if err != nil {
+		return fmt.Errorf("%s: waiting for the end: %w", role, err)
+	}
+	stop()
+	return r.ack(ctx, l)
+}
+
+// roundGroups is the trainer's sampler: the complete groups of round
+// *want among the ready rows, so that a step trains one round whole, once
+// every group of it is ready, and the rounds in order however late one of
+// them is (a worker that died holding its rows).
+func roundGroups(group int, want *atomic.Int64) tq.Sampler {
+	return tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
+		round := float64(want.Load())
+		byUID := map[string][]int{}
+		var order []string
+		for i, c := range ready {
+			if v, ok := c.Number(tagRound); !ok || v != round {
+				continue
+			}
+			uid, _ := c.Tag(tagUID)
+			s, _ := uid.(string)
+			if _, seen := byUID[s]; !seen {
+				order = append(order, s)
+			}
+			byUID[s] = append(byUID[s], i)
+		}
+		var units [][]int
+		for _, uid := range order {
+			if len(byUID[uid]) == group {
+				units = append(units, byUID[uid])
+			}
+		}
+		return units, nil
+	})
+}
+
+// sortedByRank returns the positions of l's rows by their "rank" tag.
+func sortedByRank(l *tq.Lease) []int {
+	pos := make([]int, l.Len())
+	for i := range pos {
+		pos[i] = i
+	}
+	slices.SortFunc(pos, func(a, b int) int {
+		ra, _ := tagInt(l.Meta.Rows[a].Tag["rank"])
+		rb, _ := tagInt(l.Meta.Rows[b].Tag["rank"])
+		return cmp.Compare(ra, rb)
+	})
+	return pos
+}
