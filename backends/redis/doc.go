@@ -135,6 +135,23 @@
 // enough for a program in another language to list a partition's rows and
 // read their cells.
 //
+// # Consumption
+//
+// The Meta is also a backends.Queue: each partition's consumption (which
+// rows each task's consumers hold, acked, dropped or let die) lives in
+// keys of the partition's slot beside its log, every transition is one
+// script judged by the server's clock, and a Claim on a current view is
+// one round trip (see queue.go; LAYOUT.md section 7). A Delete or
+// DeletePartition removes its rows' consumption in the script that
+// appends it. Wait listens on a shard channel of the partition
+// (SSUBSCRIBE on one connection per Meta and server, per master node on a
+// Cluster, open while any Wait waits) and, while nothing is published,
+// reads the change counters of the partitions waited on once a second,
+// in one pipeline. With WithReplicas,
+// a Claim, Settle or Reset that wrote waits for the replicas as the log's
+// writes do; without it, a failover may lose recent leases and acks, whose
+// rows are then delivered again.
+//
 // # Lost replies and failovers
 //
 // Every record carries the random id of the write that made it, and the

@@ -40,6 +40,8 @@ type Meta struct {
 	mu    sync.Mutex // guards views and tick
 	views map[string]*view
 	tick  uint64
+
+	q queueState // consumption caches and Wait's subscriptions (queue.go)
 }
 
 // maxViews bounds the partitions a Meta keeps views of; the least recently
@@ -64,6 +66,7 @@ func (m *Meta) Close() error {
 	if m.closed.Swap(true) {
 		return nil
 	}
+	m.closeWaits()
 	return m.s.release()
 }
 
@@ -139,6 +142,10 @@ type change struct {
 	// cells are data keys the server must hold for the record to be
 	// appended (a commit's receipts, see receipts.go).
 	cells []string
+	// unqueue is, for a Delete, the committed indexes it removes,
+	// space-separated: the append script removes them from every task's
+	// consumption (see unqueueLua).
+	unqueue string
 }
 
 // pos is where a view was when a write was computed against it.
@@ -236,10 +243,12 @@ func (m *Meta) writeVia(ctx context.Context, op, partition string, compute func(
 		}
 		keys, args := skeys, []any{at.epoch, at.n, at.head, newE,
 			unsafe.String(unsafe.SliceData(ch.record), len(ch.record)), id, ch.need, base, ch.delta, partition, drop, inlineArg, "0", ch.age}
+		cells := 0
 		if len(ch.cells) > 0 && inline && !useFirst {
 			keys = append(slices.Clip(skeys), ch.cells...)
-			args = append(args, len(ch.cells))
+			cells = len(ch.cells)
 		}
+		args = append(args, cells, ch.unqueue)
 		reply, err := run(ctx, keys, args...)
 		var cause error // the failure a settled reply answers
 		if err != nil {
@@ -758,7 +767,7 @@ func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*
 		// A delete that leaves nothing (no row, no cell to sweep) leaves
 		// nothing to keep a log for.
 		drop := v.emptyAfter(d)
-		return change{record: deleteRecord(d.keys), drop: drop, delta: -int64(len(d.rows)), install: func(uint64, int64) { v.installDelete(d) }}, nil
+		return change{record: deleteRecord(d.keys), drop: drop, delta: -int64(len(d.rows)), install: func(uint64, int64) { v.installDelete(d) }, unqueue: indexList(d.rows)}, nil
 	})
 	if err != nil || len(d.rows) == 0 {
 		return nil, err

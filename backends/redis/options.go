@@ -182,7 +182,8 @@ func WithDirectConnections(on bool) Option {
 }
 
 // WithReplicas makes an acknowledged metadata write (a put's Prepare and
-// commit, a Clear, a ClearPartition) mean replicated: after each one the
+// commit, a Clear, a ClearPartition, and a Claim, Settle or Reset of
+// consumption that changed something) mean replicated: after each one the
 // engine sends WAIT n on the same connection, and a write that fewer than
 // n replicas acknowledged within timeout returns an error matching
 // ErrNotReplicated and, but for a Prepare (whose rows stay invisible),

@@ -31,6 +31,11 @@ import goredis "github.com/redis/go-redis/v9"
 //	base:n  string  the number of committed rows (for Partitions)
 //	base:x  string  the id of the write that last deleted the log, kept
 //	                a minute, so that a resent delete knows it ran
+//	base:q:...      the partition's consumption (backends.Queue): task
+//	                registry, per-task states, deadlines and batches,
+//	                the change counter and its shard channel (see
+//	                queue_scripts.go); the append script removes deleted
+//	                rows from it and bumps the counter
 //
 // Prefix keys (gbase = <prefix>:{<prefix>}):
 //
@@ -66,7 +71,15 @@ import goredis "github.com/redis/go-redis/v9"
 // microseconds; the script writes the cutoff, its time less age), cells
 // (not with marked: the last cells KEYS are data keys, a commit's
 // receipts, that must all exist, else the script appends nothing and
-// replies {"nodata"}).
+// replies {"nodata"}; "0" none), unqueue (the consumption the record
+// removes, see unqueueLua: a Delete's committed indexes; ignored for
+// other records).
+//
+// A commit, a delete and a delete partition (and a drop) bump the
+// partition's change counter and publish it (unqueueLua); a delete also
+// removes its rows from every task's consumption, and a delete partition
+// or a drop every consumption key of the partition but the counter, in
+// the same script, so that no Claim can lease a row once it is gone.
 //
 // A Prepare registers the partition (inline: its log may have been
 // created by fenceScript, which cannot reach the registry). A Prepare
@@ -77,7 +90,7 @@ import goredis "github.com/redis/go-redis/v9"
 // base, head, stamp} (stamp: the time or cutoff written, else 0),
 // {"stale", epoch, from, head, records from on}, {"dropped"} (this id
 // deleted the log: a resent drop), or {"nodata"}.
-var appendScript = goredis.NewScript(`
+var appendScript = goredis.NewScript(unqueueLua + `
 local marked = ARGV[13] == '1'
 if marked and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
   return {'nodata'}
@@ -128,6 +141,7 @@ if ARGV[11] == '1' then
   if inline then
     redis.call('SREM', KEYS[7], ARGV[10])
   end
+  qchange('*', true)
   return {'ok', '', 0, '', 0}
 end
 local rec = ARGV[5]
@@ -163,6 +177,13 @@ if rec ~= '' then
   redis.call('RPUSH', KEYS[1], rec)
   head = redis.sha1hex(head .. ARGV[6])
   redis.call('SET', KEYS[3], head)
+  if kind == 'C' then
+    qchange('', false)
+  elseif kind == 'D' then
+    qchange(ARGV[16] or '', false)
+  elseif kind == 'X' then
+    qchange('*', false)
+  end
 end
 local delta = tonumber(ARGV[9])
 if delta ~= 0 and redis.call('INCRBY', KEYS[4], delta) <= 0 then

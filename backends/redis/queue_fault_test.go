@@ -1,0 +1,397 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/redis"
+	"github.com/tqgo/tqgo/internal/redistest"
+)
+
+// TestQueueRoundTrips counts, through a proxy and with the engine's own
+// reports, the round trips of consumption on a standalone server: a claim
+// of ready rows on a current view is one, an ack one, and a read of the
+// claimed rows' cells (ReadRows, as BatchGetByMeta does) one more.
+func TestQueueRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	p := startFlightProxy(t, srv.Addr())
+	s := open(t, p.url("qrt"))
+	m := s.Meta()
+	keys := keysOf("k", 8)
+	idx := commitRows(t, m, "p", keys...)
+	// Warm up: connections dialled, scripts loaded.
+	warm, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "warm", Lease: time.Minute, Rows: 1, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "warm", Op: backends.Ack, Lease: warm.Lease, Indexes: idx[:1]}); err != nil {
+		t.Fatal(err)
+	}
+	plan := func(rows []*backends.Row) ([]backends.ReadCell, error) {
+		cells := make([]backends.ReadCell, len(rows))
+		for i, r := range rows {
+			cells[i].Key = backends.StorageKey(r.Index, "x", r.Fields["x"].Gen)
+		}
+		return cells, nil
+	}
+	if _, err := m.ReadRows(ctx, "p", keys, plan); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Consumption(ctx, "p", "t"); err != nil {
+		t.Fatal(err)
+	}
+	count := func(what string, want int64, call func(ctx context.Context) error) {
+		t.Helper()
+		var rt backends.RoundTrips
+		before := p.flights.Load()
+		if err := call(rt.Attach(ctx)); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := p.flights.Load() - before; got != want {
+			t.Errorf("%s: %d round trips through the proxy, want %d", what, got, want)
+		}
+		if got := rt.Load(); got != want {
+			t.Errorf("%s: the engine reported %d round trips, want %d", what, got, want)
+		}
+	}
+	var c backends.Claimed
+	count("claim", 1, func(ctx context.Context) error {
+		var err error
+		c, err = m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 4, Min: 1}, all)
+		if err == nil && len(c.Rows) != 4 {
+			t.Errorf("claimed %d rows, want 4", len(c.Rows))
+		}
+		return err
+	})
+	count("read of the claimed rows", 1, func(ctx context.Context) error {
+		ck := make([]string, len(c.Rows))
+		for i, r := range c.Rows {
+			ck[i] = r.Key
+		}
+		_, err := m.ReadRows(ctx, "p", ck, plan)
+		return err
+	})
+	count("ack", 1, func(ctx context.Context) error {
+		res, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: claimIdx(c)})
+		if err == nil && len(res.Lost) != 0 {
+			t.Errorf("ack lost %v", res.Lost)
+		}
+		return err
+	})
+	count("consumption", 1, func(ctx context.Context) error {
+		_, err := m.Consumption(ctx, "p", "t")
+		return err
+	})
+	// A commit by another client: the claim's script brings the view its
+	// record, and the rows come the next time.
+	commitRows(t, open(t, srv.URL()+"?prefix=qrt").Meta(), "p", "z")
+	count("claim with a commit the view lacks", 1, func(ctx context.Context) error {
+		var err error
+		c, err = m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 1}, all)
+		if err == nil && !slices.Equal(claimIdx(c), idx[4:6]) {
+			t.Errorf("claimed %v, want %v", claimIdx(c), idx[4:6])
+		}
+		return err
+	})
+}
+
+// TestIdleWaitRequests: a Wait on a partition where nothing changes sends
+// at most about one request a second (the counter's safety re-read), once
+// its subscriber connection is set up (dial handshake, SSUBSCRIBE, a first
+// read of the counter).
+func TestIdleWaitRequests(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startFlightProxy(t, srv.Addr())
+	m := open(t, p.url("qidle")).Meta()
+	commitRows(t, m, "p", "a")
+	c, err := m.Claim(t.Context(), "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	start := p.flights.Load()
+	go func() { done <- m.Wait(ctx, "p", c.Mark) }()
+	time.Sleep(1500 * time.Millisecond)
+	before := p.flights.Load()
+	t0 := time.Now()
+	time.Sleep(3 * time.Second)
+	got := p.flights.Load() - before
+	secs := time.Since(t0).Seconds()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("idle wait: %v", err)
+	}
+	if float64(got) > secs+1 {
+		t.Errorf("an idle wait sent %d requests in %.1f s", got, secs)
+	}
+	if setup := before - start; setup > 10 {
+		t.Errorf("setting up a wait took %d requests", setup)
+	}
+}
+
+// TestQueueFaults: a claim or settle whose request or reply is lost.
+func TestQueueFaults(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startRequestProxy(t, srv.Addr())
+	ctx := t.Context()
+	n := 0
+	setup := func(t *testing.T, query string) (*redis.Meta, []uint64) {
+		n++
+		prefix := "qf" + string(rune('a'+n))
+		m := open(t, p.url("prefix="+prefix+query)).Meta()
+		idx := commitRows(t, m, "p", keysOf("k", 4)...)
+		warm, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "warm", Lease: time.Minute, Rows: 1, Min: 1}, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "warm", Op: backends.Ack, Lease: warm.Lease, Indexes: claimIdx(warm)}); err != nil {
+			t.Fatal(err)
+		}
+		return m, idx
+	}
+	leasedTo := func(t *testing.T, m *redis.Meta) map[string][]uint64 {
+		out := map[string][]uint64{}
+		for i, d := range states(t, m, "p", "t") {
+			if d.State == backends.Leased {
+				out[d.Lease] = append(out[d.Lease], i)
+			}
+		}
+		for _, v := range out {
+			slices.Sort(v)
+		}
+		return out
+	}
+	req := backends.ClaimRequest{Task: "t", Lease: 400 * time.Millisecond, Rows: 2, Min: 1}
+	t.Run("ClaimReplyLostResent", func(t *testing.T) {
+		// go-redis sends the script again: it finds its rows leased to
+		// its token and replies with them.
+		m, idx := setup(t, "")
+		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
+		c, err := m.Claim(ctx, "p", req, all)
+		<-fired[0]
+		if err != nil || !slices.Equal(claimIdx(c), idx[:2]) {
+			t.Fatalf("claim %v %v (leases %v, requests %v)", claimIdx(c), err, leasedTo(t, m), p.requestsSeen())
+		}
+		if got := leasedTo(t, m); len(got) != 1 || !slices.Equal(got[c.Lease], idx[:2]) {
+			t.Fatalf("leases %v, want %v to %s", got, idx[:2], c.Lease)
+		}
+	})
+	t.Run("BatchTakeReplyLostResent", func(t *testing.T) {
+		// Rank 1 takes its share of rank 0's batch; the reply is lost
+		// and go-redis sends the claim again: the receipt gives it the
+		// same batch, not the next one.
+		m, idx := setup(t, "")
+		rank := func(r int) backends.ClaimRequest {
+			return backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 2, Batch: &backends.Batch{Ranks: 2, Rank: r}}
+		}
+		b1, err := m.Claim(ctx, "p", rank(0), all)
+		if err != nil || !slices.Equal(claimIdx(b1), idx[:2]) {
+			t.Fatal(b1, err)
+		}
+		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
+		r1, err := m.Claim(ctx, "p", rank(1), all)
+		<-fired[0]
+		if err != nil || r1.Lease != b1.Lease || !slices.Equal(claimIdx(r1), idx[:2]) {
+			t.Fatalf("rank 1's share %+v %v, want batch %s", r1, err, b1.Lease)
+		}
+		r2, err := m.Claim(ctx, "p", rank(1), all)
+		if err != nil || r2.Lease == b1.Lease || !slices.Equal(claimIdx(r2), idx[2:]) {
+			t.Fatalf("rank 1's next claim %+v %v", r2, err)
+		}
+	})
+	t.Run("ClaimReplyLost", func(t *testing.T) {
+		m, idx := setup(t, "&max_retries=-1")
+		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
+		_, err := m.Claim(ctx, "p", req, all)
+		<-fired[0]
+		if !errors.Is(err, backends.ErrOutcomeUnknown) {
+			t.Fatalf("claim whose reply was lost: %v", err)
+		}
+		// It applied: its rows are leased to a token nobody holds, and
+		// come back once the lease ends.
+		got := leasedTo(t, m)
+		if len(got) != 1 {
+			t.Fatalf("leases %v", got)
+		}
+		c, err := m.Claim(ctx, "p", req, all)
+		if err != nil || !slices.Equal(claimIdx(c), idx[2:]) {
+			t.Fatalf("next claim %v %v", claimIdx(c), err)
+		}
+		var again backends.Claimed
+		for deadline := time.Now().Add(20 * time.Second); len(again.Rows) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if again, err = m.Claim(ctx, "p", req, all); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(again.Rows) == 0 || again.Deliveries[0].Deliveries != 2 {
+			t.Fatalf("claim after the lost claim's lease ended %+v", again)
+		}
+	})
+	t.Run("ClaimDropped", func(t *testing.T) {
+		m, idx := setup(t, "&max_retries=-1")
+		fired := p.arm(nil, plannedFault{nth: 1, kind: faultDrop})
+		_, err := m.Claim(ctx, "p", req, all)
+		<-fired[0]
+		if !errors.Is(err, backends.ErrOutcomeUnknown) {
+			t.Fatalf("claim whose request was dropped: %v", err)
+		}
+		if got := leasedTo(t, m); len(got) != 0 {
+			t.Fatalf("leases %v after a claim that never ran", got)
+		}
+		c, err := m.Claim(ctx, "p", req, all)
+		if err != nil || !slices.Equal(claimIdx(c), idx[:2]) || c.Deliveries[0].Deliveries != 1 {
+			t.Fatalf("next claim %+v %v", c, err)
+		}
+	})
+	for _, kind := range []faultKind{faultDrop, faultLoseReply} {
+		for _, op := range []backends.SettleOp{backends.Ack, backends.Nack} {
+			t.Run("Settle-"+kind.String()+"-"+[]string{"", "ack", "nack"}[op], func(t *testing.T) {
+				// The engine sends it again and learns what it did.
+				m, _ := setup(t, "&max_retries=-1")
+				c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 1}, all)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fired := p.arm(nil, plannedFault{nth: 1, kind: kind})
+				res, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: op, Lease: c.Lease, Indexes: claimIdx(c)})
+				<-fired[0]
+				if err != nil || len(res.Lost) != 0 {
+					t.Fatalf("settle %+v %v", res, err)
+				}
+				want := map[backends.SettleOp]backends.State{backends.Ack: backends.Acked, backends.Nack: backends.Ready}[op]
+				for _, i := range claimIdx(c) {
+					if d := states(t, m, "p", "t")[i]; d.State != want || d.Deliveries != 1 {
+						t.Fatalf("row %d after the settle %+v", i, d)
+					}
+				}
+			})
+		}
+	}
+	t.Run("RetryReplyLost", func(t *testing.T) {
+		m, _ := setup(t, "&max_retries=-1")
+		c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1, MaxDeliveries: 1}, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil {
+			t.Fatal(err)
+		}
+		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
+		_, err = m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Retry, Indexes: claimIdx(c)})
+		<-fired[0]
+		if !errors.Is(err, backends.ErrOutcomeUnknown) {
+			t.Fatalf("retry whose reply was lost: %v", err)
+		}
+	})
+}
+
+// TestQueueReplicas: with WithReplicas, claims, settles and resets wait for
+// the replicas: with the one replica there is, they succeed; asking for
+// two, each fails with an error matching redis.ErrNotReplicated and
+// backends.ErrOutcomeUnknown (it applied on the master).
+func TestQueueReplicas(t *testing.T) {
+	f := startFailover(t)
+	ctx := t.Context()
+	one := open(t, f.master.URL()+"?prefix=qrep&replicas=1&replica_timeout=5s").Meta()
+	idx := commitRows(t, one, "p", "a", "b")
+	c, err := one.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
+	if err != nil || len(c.Rows) != 1 {
+		t.Fatalf("replicated claim %+v %v", c, err)
+	}
+	if res, err := one.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil || len(res.Lost) != 0 {
+		t.Fatalf("replicated ack %+v %v", res, err)
+	}
+	two := open(t, f.master.URL()+"?prefix=qrep&replicas=2&replica_timeout=50ms").Meta()
+	_, err = two.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
+	if !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("claim with too few replicas: %v", err)
+	}
+	st := states(t, one, "p", "t")
+	if st[idx[1]].State != backends.Leased {
+		t.Fatalf("the claim did not apply on the master: %+v", st)
+	}
+	_, err = two.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: st[idx[1]].Lease, Indexes: idx[1:]})
+	if !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("settle with too few replicas: %v", err)
+	}
+	if err := two.Reset(ctx, "p", "t", nil); !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("reset with too few replicas: %v", err)
+	}
+}
+
+// TestWaitOneConnection: Waits of one Meta on several partitions of a
+// standalone server share one subscriber connection, which closes when
+// the last of them returns; each wakes on its own partition's commit.
+func TestWaitOneConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	m := open(t, srv.URL()+"?prefix=qone").Meta()
+	other := open(t, srv.URL()+"?prefix=qone").Meta()
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	pubsubClients := func() int {
+		out, err := admin.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(out, "id=")
+	}
+	parts := []string{"p0", "p1", "p2"}
+	marks := map[string]backends.Mark{}
+	for _, p := range parts {
+		commitRows(t, m, p, "a")
+		c, err := m.Claim(ctx, p, backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		marks[p] = c.Mark
+	}
+	done := map[string]chan error{}
+	for _, p := range parts {
+		done[p] = make(chan error, 1)
+	}
+	for _, p := range parts {
+		ch, mark := done[p], marks[p]
+		go func() { ch <- m.Wait(ctx, p, mark) }()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for pubsubClients() != 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := pubsubClients(); n != 1 {
+		t.Fatalf("%d subscriber connections for three waits", n)
+	}
+	for k, p := range parts {
+		commitRows(t, other, p, "b")
+		select {
+		case err := <-done[p]:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("a commit of %s did not wake its wait", p)
+		}
+		for _, q := range parts[k+1:] {
+			select {
+			case err := <-done[q]:
+				t.Fatalf("the wait on %s returned %v after a commit of %s", q, err, p)
+			default:
+			}
+		}
+	}
+	for pubsubClients() != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := pubsubClients(); n != 0 {
+		t.Fatalf("%d subscriber connections left after the waits returned", n)
+	}
+}
