@@ -134,6 +134,8 @@ func AppendStorageKey(b []byte, index uint64, field string, gen uint64) []byte {
 // the rows Delete or DeletePartition returned in [AppendRowRefs] order,
 // so that a store may match them against its records as one run.
 type MetaStore interface {
+	// Queue is the consumption state of the partitions (see Queue).
+	Queue
 	// Prepare reserves indexes and generations for keys and fields. Empty
 	// keys or fields are allowed (a tag-only write reserves no generation).
 	Prepare(ctx context.Context, partition string, keys, fields []string) ([]Reservation, error)

@@ -121,8 +121,9 @@ type Delivery struct {
 	State State
 	// Deliveries is how many times the row was leased to the task.
 	Deliveries int
-	// Lease is the token holding a Leased row, or that acked an Acked one
-	// ("" otherwise).
+	// Lease is the token holding a Leased row, or that acked an Acked
+	// one, or that returned (Nack) a Ready or Dead one not delivered
+	// since ("" otherwise).
 	Lease string
 	// Until is, for a Leased row, when its lease ends; for a Ready row
 	// that a Nack delayed, when it may be claimed again; zero otherwise.
@@ -228,7 +229,8 @@ const (
 	Ack SettleOp = iota + 1
 	// Nack ends the lease of a row leased to req.Lease: ready again,
 	// after req.Delay if it is > 0, or dead if the row has had its
-	// MaxDeliveries.
+	// MaxDeliveries. A row req.Lease already returned, and that was not
+	// delivered again since, is not Lost: a nack may be sent twice.
 	Nack
 	// Extend renews the lease of a row leased to req.Lease to now plus
 	// req.Delay (> 0).

@@ -31,7 +31,7 @@ const queuePartition = "tqgo-bench/queue"
 func queueTargets(targets []*target) []*target {
 	var out []*target
 	for _, t := range targets {
-		if t.kv && t.url == "memory://" {
+		if t.kv && (t.isRedis() || t.url == "memory://") {
 			out = append(out, t)
 		}
 	}

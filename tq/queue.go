@@ -336,10 +336,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		return nil, err
 	}
 	defer release()
-	q, err := c.queue()
-	if err != nil {
-		return nil, err
-	}
+	q := c.meta
 	if wait {
 		var stop func()
 		ctx, stop = c.untilClosed(ctx)
@@ -571,10 +568,7 @@ func (l *Lease) settle(ctx context.Context, op string, sop backends.SettleOp, d 
 		return err
 	}
 	defer release()
-	q, err := t.c.queue()
-	if err != nil {
-		return err
-	}
+	q := t.c.meta
 	res, err := q.Settle(ctx, t.partition, backends.SettleRequest{Task: t.name, Op: sop, Lease: l.token, Indexes: idx, Delay: d})
 	if err != nil {
 		return err
@@ -602,16 +596,4 @@ func lostError(op string, lost []uint64, rows []RowInfo) error {
 		e.Keys = append(e.Keys, keyOf[i])
 	}
 	return e
-}
-
-// errNoQueue: the engine's MetaStore keeps no consumption state.
-var errNoQueue = errors.New("tq: the engine's metadata store keeps no consumption state")
-
-// queue is the engine's consumption state.
-func (c *Client) queue() (backends.Queue, error) {
-	q, ok := c.meta.(backends.Queue)
-	if !ok {
-		return nil, errNoQueue
-	}
-	return q, nil
 }

@@ -44,10 +44,7 @@ func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err e
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
-	q, err := c.queue()
-	if err != nil {
-		return nil, err
-	}
+	q := c.meta
 	rows, err := c.meta.List(ctx, partition)
 	if err != nil {
 		return nil, err
@@ -122,10 +119,7 @@ func (t *Task) consumption(ctx context.Context, op string) (_ []*backends.Row, _
 		return nil, nil, err
 	}
 	defer release()
-	q, err := c.queue()
-	if err != nil {
-		return nil, nil, err
-	}
+	q := c.meta
 	rows, err := c.meta.List(ctx, t.partition)
 	if err != nil {
 		return nil, nil, err
@@ -185,10 +179,7 @@ func (t *Task) mark(ctx context.Context, op string, sop backends.SettleOp, keys 
 		return err
 	}
 	defer release()
-	q, err := c.queue()
-	if err != nil {
-		return err
-	}
+	q := c.meta
 	rows, err := c.lookupRows(ctx, t.partition, keys)
 	if err != nil {
 		return err
@@ -225,10 +216,7 @@ func (c *Client) ResetConsumption(ctx context.Context, partition, task string, k
 	if task == "" {
 		return fmt.Errorf("%w: empty task name", ErrInvalid)
 	}
-	q, err := c.queue()
-	if err != nil {
-		return err
-	}
+	q := c.meta
 	var idx []uint64
 	if len(keys) > 0 {
 		rows, err := c.lookupRows(ctx, partition, keys)

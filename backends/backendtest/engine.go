@@ -27,11 +27,9 @@ func RunEngine(t *testing.T, newEngine func(t *testing.T) backends.Engine) {
 	t.Run("Meta", func(t *testing.T) {
 		RunMeta(t, func(t *testing.T) backends.MetaStore { return newEngine(t).Meta })
 	})
-	if _, ok := probe.Meta.(backends.Queue); ok {
-		t.Run("Queue", func(t *testing.T) {
-			RunQueue(t, func(t *testing.T) backends.MetaStore { return newEngine(t).Meta })
-		})
-	}
+	t.Run("Queue", func(t *testing.T) {
+		RunQueue(t, func(t *testing.T) backends.MetaStore { return newEngine(t).Meta })
+	})
 	if _, ok := probe.Meta.(backends.Colocated); ok {
 		t.Run("Colocated", func(t *testing.T) { RunColocated(t, newEngine) })
 	}

@@ -31,12 +31,18 @@ const (
 	OpAbandon                   // MetaStore.Abandon
 	OpWriteCommit               // Colocated.WriteCommit
 	OpReadRows                  // Colocated.ReadRows
+	OpClaim                     // Queue.Claim
+	OpSettle                    // Queue.Settle
+	OpConsumption               // Queue.Consumption
+	OpReset                     // Queue.Reset
+	OpWait                      // Queue.Wait
 	numOps
 )
 
 var opNames = [numOps]string{"Write", "Read", "Delete", "Stage", "Unstage",
 	"Prepare", "Commit", "Lookup", "List", "Partitions", "DeleteRows", "DeletePartition",
-	"Garbage", "Swept", "Abandon", "WriteCommit", "ReadRows"}
+	"Garbage", "Swept", "Abandon", "WriteCommit", "ReadRows",
+	"Claim", "Settle", "Consumption", "Reset", "Wait"}
 
 func (o Op) String() string {
 	if o < 0 || o >= numOps {
@@ -53,7 +59,8 @@ func (o Op) String() string {
 // Counting: every call of an [Op] counts, failed or not, with the number
 // of items it was given: cells for the Store and Stager methods and
 // WriteCommit, keys for Prepare, Lookup, Delete and ReadRows, updates for
-// Commit, refs for Swept and Abandon, 0 for the others. Faults are set
+// Commit, refs for Swept and Abandon, rows for Claim (its request's Rows)
+// and indexes for Settle and Reset, 0 for the others. Faults are set
 // relative to the calls made so far: n = 1 is the next call. A fault
 // replaces the call (the inner engine is not called) except where
 // FailWriteAfter or FailAfter says otherwise. When several faults match
@@ -418,6 +425,47 @@ func (m *meta) Abandon(ctx context.Context, partition string, refs []backends.Re
 }
 
 func (m *meta) Close() error { return m.inner.Close() }
+
+func (m *meta) Claim(ctx context.Context, partition string, req backends.ClaimRequest, pick backends.Pick) (c backends.Claimed, err error) {
+	err = m.f.do(ctx, OpClaim, req.Rows, func() (err error) {
+		c, err = m.inner.Claim(ctx, partition, req, pick)
+		return err
+	})
+	if err != nil {
+		return backends.Claimed{}, err
+	}
+	return c, nil
+}
+
+func (m *meta) Settle(ctx context.Context, partition string, req backends.SettleRequest) (res backends.SettleResult, err error) {
+	err = m.f.do(ctx, OpSettle, len(req.Indexes), func() (err error) {
+		res, err = m.inner.Settle(ctx, partition, req)
+		return err
+	})
+	if err != nil {
+		return backends.SettleResult{}, err
+	}
+	return res, nil
+}
+
+func (m *meta) Consumption(ctx context.Context, partition string, tasks ...string) (out map[string][]backends.Delivery, err error) {
+	err = m.f.do(ctx, OpConsumption, 0, func() (err error) {
+		out, err = m.inner.Consumption(ctx, partition, tasks...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m *meta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {
+	return m.f.do(ctx, OpReset, len(indexes), func() error { return m.inner.Reset(ctx, partition, task, indexes) })
+}
+
+func (m *meta) Wait(ctx context.Context, partition string, mark backends.Mark) error {
+	return m.f.do(ctx, OpWait, 0, func() error { return m.inner.Wait(ctx, partition, mark) })
+}
 
 type colocated struct {
 	*meta

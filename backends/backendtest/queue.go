@@ -25,11 +25,7 @@ func RunQueue(t *testing.T, newMeta func(t *testing.T) backends.MetaStore) {
 			if m == nil {
 				t.Fatal("newMeta returned nil")
 			}
-			q, ok := m.(backends.Queue)
-			if !ok {
-				t.Fatalf("%T is not a backends.Queue", m)
-			}
-			tc.fn(&qt{mt: &mt{t: t, ctx: t.Context(), m: m, prefix: prefix(nonce, t)}, q: q})
+			tc.fn(&qt{mt: &mt{t: t, ctx: t.Context(), m: m, prefix: prefix(nonce, t)}, q: m})
 		})
 	}
 }
@@ -272,6 +268,10 @@ func testAckNack(x *qt) {
 	nack := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: indexes(c.Rows[1:3])})
 	if !slices.Equal(nack.Lost, []uint64{c.Rows[1].Index}) {
 		x.t.Fatalf("nack of an acked and a leased row: lost %v, want [%d]", nack.Lost, c.Rows[1].Index)
+	}
+	// A nack sent twice is applied, not lost.
+	if res := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: indexes(c.Rows[2:3])}); len(res.Lost) != 0 {
+		x.t.Fatalf("a nack sent twice: lost %v", res.Lost)
 	}
 	again := x.claim(p, req("t", 4), each)
 	x.wantKeys("claim after nack", again.Rows, keys[2])

@@ -449,7 +449,14 @@ func (m *MetaStore) Settle(ctx context.Context, partition string, req backends.S
 		case backends.Ack:
 			// An ack resent (its reply lost) finds its own: applied.
 			ok = d != nil && (d.State == backends.Leased || d.State == backends.Acked) && d.Lease == req.Lease
-		case backends.Nack, backends.Extend:
+		case backends.Nack:
+			// A nack resent finds its own (ready or dead, not delivered
+			// again since): applied.
+			ok = d != nil && d.Lease == req.Lease && d.State != backends.Acked && d.State != backends.Dropped
+			if ok && d.State != backends.Leased {
+				continue
+			}
+		case backends.Extend:
 			ok = d != nil && d.State == backends.Leased && d.Lease == req.Lease
 		case backends.Retry:
 			ok = d != nil && seen(*d, now).State == backends.Dead
@@ -464,7 +471,7 @@ func (m *MetaStore) Settle(ctx context.Context, partition string, req backends.S
 		case backends.Ack:
 			d.State, d.Until = backends.Acked, time.Time{}
 		case backends.Nack:
-			d.Lease, d.Until, d.State = "", time.Time{}, backends.Ready
+			d.Until, d.State = time.Time{}, backends.Ready // d.Lease stays: see above
 			if d.Max > 0 && d.Deliveries >= d.Max {
 				d.State = backends.Dead
 			} else if req.Delay > 0 {

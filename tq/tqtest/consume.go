@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -29,14 +28,6 @@ func consumeCases() []testCase {
 		{"Consume/WithData", consumeWithData},
 		{"Consume/StatusAndClear", consumeStatusAndClear},
 		{"Consume/Reset", consumeReset},
-	}
-}
-
-// queued skips a test of consumption on an engine without it.
-func queued(t *testing.T, e Engine) {
-	t.Helper()
-	if _, ok := e.Meta.(backends.Queue); !ok {
-		t.Skipf("%T keeps no consumption state", e.Meta)
 	}
 }
 
@@ -93,7 +84,6 @@ func mustStatus(t *testing.T, task *tq.Task) tq.TaskStatus {
 // consumeExactlyOnce: consumers on clients of their own, waiting while a
 // producer writes, receive every row once before any ack.
 func consumeExactlyOnce(t *testing.T, e Engine) {
-	queued(t, e)
 	const rows, batch, consumers = 96, 8, 4
 	p := "once"
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -155,7 +145,6 @@ func consumeExactlyOnce(t *testing.T, e Engine) {
 }
 
 func consumeFieldsReady(t *testing.T, e Engine) {
-	queued(t, e)
 	c := e.Open(t)
 	p := "fields"
 	keys := keysN(4)
@@ -181,7 +170,6 @@ func consumeFieldsReady(t *testing.T, e Engine) {
 // consumeGroups: while producers write the rows of groups one by one,
 // interleaved, a group claim never returns part of a group.
 func consumeGroups(t *testing.T, e Engine) {
-	queued(t, e)
 	const groups, size = 12, 4
 	p := "groups"
 	c := e.Open(t)
@@ -236,7 +224,6 @@ func consumeGroups(t *testing.T, e Engine) {
 // disjoint, covering, groups whole, token counts balanced within the
 // largest group's weight (what largest differencing guarantees for two).
 func consumeRanks(t *testing.T, e Engine) {
-	queued(t, e)
 	const groups, size = 8, 2
 	p := "ranks"
 	producer := e.Open(t)
@@ -299,7 +286,6 @@ func consumeRanks(t *testing.T, e Engine) {
 }
 
 func consumeStaleness(t *testing.T, e Engine) {
-	queued(t, e)
 	c := e.Open(t)
 	p := "stale"
 	keys := keysN(8)
@@ -340,7 +326,6 @@ func consumeStaleness(t *testing.T, e Engine) {
 }
 
 func consumeRedelivery(t *testing.T, e Engine) {
-	queued(t, e)
 	c := e.Open(t)
 	p := "redeliver"
 	keys := keysN(3)
@@ -391,7 +376,6 @@ func consumeRedelivery(t *testing.T, e Engine) {
 }
 
 func consumeDead(t *testing.T, e Engine) {
-	queued(t, e)
 	c := e.Open(t)
 	p := "dead"
 	keys := keysN(2)
@@ -430,7 +414,6 @@ func consumeDead(t *testing.T, e Engine) {
 }
 
 func consumeWaitContext(t *testing.T, e Engine) {
-	queued(t, e)
 	c := e.Open(t)
 	task := mustTask(t, c, "wait", "w", []string{"a"})
 	before := runtime.NumGoroutine()
@@ -452,7 +435,6 @@ func consumeWaitContext(t *testing.T, e Engine) {
 }
 
 func consumeInvalid(t *testing.T, e Engine) {
-	queued(t, e)
 	c := e.Open(t)
 	p := "invalid"
 	putRows(t, c, p, keysN(2), nil, "a")
@@ -514,7 +496,6 @@ func consumeInvalid(t *testing.T, e Engine) {
 }
 
 func consumeWithData(t *testing.T, e Engine) {
-	queued(t, e)
 	c := e.Open(t)
 	p := "data"
 	keys := keysN(3)
@@ -543,7 +524,6 @@ func consumeWithData(t *testing.T, e Engine) {
 }
 
 func consumeStatusAndClear(t *testing.T, e Engine) {
-	queued(t, e)
 	c := e.Open(t)
 	p := "status"
 	keys := keysN(4)
@@ -581,7 +561,6 @@ func consumeStatusAndClear(t *testing.T, e Engine) {
 }
 
 func consumeReset(t *testing.T, e Engine) {
-	queued(t, e)
 	c := e.Open(t)
 	p := "reset"
 	keys := keysN(3)
