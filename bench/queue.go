@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -39,7 +40,7 @@ func queueTargets(targets []*target) []*target {
 }
 
 func queueSteps(cfg Config, targets []*target, m *meter) int {
-	return m.planSteps(6 * len(queueTargets(targets)))
+	return m.planSteps(7 * len(queueTargets(targets)))
 }
 
 // queueRows writes n one-field rows into a fresh partition.
@@ -74,7 +75,15 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 		Header: []string{"engine", "measure", "tq", "limit", "limit time", "ratio"},
 	}
 	for _, t := range ts {
-		c, err := tq.Open(ctx, t.url)
+		// The client is over an engine the bench holds too, so that the
+		// bare wake-up can wait on the engine's own Wait.
+		eng, err := backends.Open(ctx, t.url)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", t.name, err)
+		}
+		defer eng.Data.Close()
+		defer eng.Meta.Close()
+		c, err := tq.New(eng)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", t.name, err)
 		}
@@ -84,7 +93,7 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 			raw = redis.NewClient(t.redisOpts)
 			defer raw.Close()
 		}
-		arms, rows, err := queueArms(ctx, cfg, c, raw, t.name)
+		arms, rows, err := queueArms(ctx, cfg, c, eng, raw, t.name)
 		if err != nil {
 			return err
 		}
@@ -115,7 +124,7 @@ type queueRow struct {
 // claims at a time.
 const queueBatch = 8
 
-func queueArms(ctx context.Context, cfg Config, c *tq.Client, raw *redis.Client, name string) ([]*arm, []queueRow, error) {
+func queueArms(ctx context.Context, cfg Config, c *tq.Client, eng backends.Engine, raw *redis.Client, name string) ([]*arm, []queueRow, error) {
 	n := cfg.Samples
 	task, err := c.Task(queuePartition, "bench", []string{"id"}, tq.LeaseFor(time.Minute))
 	if err != nil {
@@ -155,6 +164,7 @@ func queueArms(ctx context.Context, cfg Config, c *tq.Client, raw *redis.Client,
 		return d, nil
 	}}
 	wake := &arm{name: name + " wake-up", timed: func() (time.Duration, error) { return wakeOnce(ctx, c) }}
+	notify := &arm{name: name + " notify", timed: func() (time.Duration, error) { return notifyOnce(ctx, c, eng) }}
 	var handoff *arm
 	limWake := "channel hand-off"
 	if raw != nil {
@@ -175,9 +185,10 @@ func queueArms(ctx context.Context, cfg Config, c *tq.Client, raw *redis.Client,
 	} else {
 		popLimit = &arm{name: name + " channel pop", timed: func() (time.Duration, error) { return chanContention(total, cfg.Consumers), nil }}
 	}
-	return []*arm{claimAck, list, wake, handoff, contend, popLimit}, []queueRow{
+	return []*arm{claimAck, list, wake, notify, handoff, contend, popLimit}, []queueRow{
 		{"claim+ack", "List", claimAck, list},
-		{"wake-up", limWake, wake, handoff},
+		{"wake-up: the engine's Wait returns", limWake, notify, handoff},
+		{"wake-up and claim: Task.Wait returns the row", limWake, wake, handoff},
 		{fmt.Sprintf("contention: %d consumers, per claim", cfg.Consumers), limPop, contend, popLimit},
 	}, nil
 }
@@ -221,6 +232,38 @@ func wakeOnce(ctx context.Context, c *tq.Client) (time.Duration, error) {
 		return 0, w.err
 	}
 	return max(w.at.Sub(put), 0), nil
+}
+
+// notifyOnce times the engine's wake-up alone: from a producer's BatchPut
+// returning to the engine's Wait, blocked on the partition, returning.
+func notifyOnce(ctx context.Context, c *tq.Client, eng backends.Engine) (time.Duration, error) {
+	p := queuePartition + "/notify"
+	none := func([]*backends.Row, []backends.Delivery) (backends.Picked, error) { return backends.Picked{}, nil }
+	got, err := eng.Meta.Claim(ctx, p, backends.ClaimRequest{Task: "notify", Lease: time.Minute, Rows: 1, Min: 1}, none)
+	if err != nil {
+		return 0, err
+	}
+	type woke struct {
+		at  time.Time
+		err error
+	}
+	done := make(chan woke, 1)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	go func() {
+		err := eng.Meta.Wait(wctx, p, got.Mark)
+		done <- woke{time.Now(), err}
+	}()
+	time.Sleep(wakeGap)
+	if err := c.BatchPut(ctx, p, []string{"x"}, tq.Batch{"id": tq.Stacked([]int64{1}, 1)}, nil); err != nil {
+		return 0, err
+	}
+	put := time.Now()
+	w := <-done
+	if w.err != nil {
+		return 0, w.err
+	}
+	return max(w.at.Sub(put), 0), c.ClearPartition(ctx, p)
 }
 
 func chanOnce() (time.Duration, error) {

@@ -40,7 +40,7 @@ import goredis "github.com/redis/go-redis/v9"
 // the MaxDeliveries of the claim that last leased the row (0 no limit),
 // tok the lease token (L; A and R keep the token that acked or nacked
 // the row, so that a resent Ack or Nack knows it applied).
-const qLuaLib = `
+const qLuaLib = qSentinelLua + `
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -117,10 +117,13 @@ local function flush(s, z)
       zr[#zr + 1] = i
     end
   end
+  if #hs > 0 then redis.call('HSETNX', s, QBIG, '1') end
+  if #za > 0 then redis.call('ZADD', z, 'NX', '-inf', QBIG) end
   for j = 1, #hs, 1000 do redis.call('HSET', s, unpack(hs, j, math.min(j + 999, #hs))) end
   for j = 1, #hd, 1000 do redis.call('HDEL', s, unpack(hd, j, math.min(j + 999, #hd))) end
   for j = 1, #za, 1000 do redis.call('ZADD', z, unpack(za, j, math.min(j + 999, #za))) end
   for j = 1, #zr, 1000 do redis.call('ZREM', z, unpack(zr, j, math.min(j + 999, #zr))) end
+  if #hd > 0 then qprune(s, z) elseif #zr > 0 then qprune(nil, z) end
   W = {h = {}, z = {}}
 end
 local function ready(e, now)
@@ -144,7 +147,7 @@ end
 -- Ended leases of rows that are ready again keep theirs, so that the
 -- next Claim's wake says rows are ready.
 local function sweep(s, z, now, out)
-  local due = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 1024)
+  local due = redis.call('ZRANGEBYSCORE', z, '(-inf', now, 'LIMIT', 0, 1024)
   local gone = {}
   local ents = fetch(s, due)
   for _, i in ipairs(due) do
@@ -161,6 +164,7 @@ local function sweep(s, z, now, out)
   end
   if #gone > 0 then
     redis.call('ZREM', z, unpack(gone))
+    qprune(nil, z)
   end
 end
 -- bump counts a change of the partition and tells the waiters.
@@ -213,9 +217,13 @@ end
 -- dump returns the task's entries, index, entry, ..., as a claim at now
 -- finds them.
 local function dump(s, now)
-  local d = redis.call('HGETALL', s)
-  for j = 2, #d, 2 do
-    d[j] = seen(d[j], now)
+  local all = redis.call('HGETALL', s)
+  local d = {}
+  for j = 1, #all, 2 do
+    if all[j] ~= QBIG then
+      d[#d + 1] = all[j]
+      d[#d + 1] = seen(all[j + 1], now)
+    end
   end
   return d
 end
@@ -599,6 +607,7 @@ else
   local idx = {unpack(ARGV, 4)}
   chunks(idx, function(...) redis.call('HDEL', KEYS[2], ...) end)
   chunks(idx, function(...) redis.call('ZREM', KEYS[3], ...) end)
+  qprune(KEYS[2], KEYS[3])
 end
 redis.call('DEL', KEYS[4])
 local after = tostring(bump(KEYS[5], ARGV[2]))
@@ -613,7 +622,7 @@ return {before, after}
 // long enough for every waiter to have seen its last value, and a new
 // log's first commit keeps it again). Its keys derive from the log's
 // (KEYS[1], base:l): they share its slot.
-const unqueueLua = `
+const unqueueLua = qSentinelLua + `
 local function qchange(spec, gone)
   local qb = string.sub(KEYS[1], 1, -2) .. 'q:'
   if spec == '*' then
@@ -630,6 +639,7 @@ local function qchange(spec, gone)
         redis.call('HDEL', qb .. 's:' .. t, unpack(part))
         redis.call('ZREM', qb .. 'z:' .. t, unpack(part))
       end
+      qprune(qb .. 's:' .. t, qb .. 'z:' .. t)
     end
   end
   local n = redis.call('INCR', qb .. 'seq')
@@ -639,5 +649,27 @@ local function qchange(spec, gone)
     redis.call('PERSIST', qb .. 'seq')
   end
   redis.call('SPUBLISH', qb .. 'c', n)
+end
+`
+
+// qSentinelLua keeps a task's entry hash and deadline zset in Redis's
+// hashtable and skiplist encodings: while a key holds entries it also
+// holds QBIG (a field, valued "1"; a member, scored -inf), longer than
+// hash-max-listpack-value and zset-max-listpack-value (64 by default), so
+// the server never keeps it as a listpack, whose field lookups are
+// linear: with hash-max-listpack-entries at 512 (as some builds ship it),
+// the HSET and HMGET of a 512-row claim took 1-2 ms each, quadratic in the
+// rows, where the hashtable takes tens of microseconds. qprune deletes a
+// key left holding only QBIG (s or z may be nil). QBIG never reads as an
+// index: it is not a number.
+const qSentinelLua = `
+local QBIG = '~tq:hashtable' .. string.rep('~', 67)
+local function qprune(s, z)
+  if s and redis.call('HLEN', s) == 1 and redis.call('HEXISTS', s, QBIG) == 1 then
+    redis.call('DEL', s)
+  end
+  if z and redis.call('ZCARD', z) == 1 and redis.call('ZSCORE', z, QBIG) then
+    redis.call('DEL', z)
+  end
 end
 `
