@@ -571,7 +571,17 @@ func (m *Meta) claimed(ctx context.Context, partition string, v *view, tc *taskC
 	} else if wake >= 0 {
 		c.Mark.Wake = sent.Add(time.Duration(wake) * time.Millisecond)
 	}
-	return c, len(c.Rows) == 0 && len(unavail) > 0, nil
+	// The server saw leases end that the cache took for running, so pick
+	// was never offered those rows; no deadline is left to wake a Wait
+	// for them: pick again, now that the cache knows.
+	unseen := false
+	for j := 0; j+1 < len(expired); j += 2 {
+		is, _ := expired[j].(string)
+		if i, err := strconv.ParseUint(is, 10, 64); err == nil && find(rows, i) == nil {
+			unseen = true
+		}
+	}
+	return c, len(c.Rows) == 0 && (len(unavail) > 0 || unseen), nil
 }
 
 // Settle implements backends.Queue in one round trip (a Drop of rows
