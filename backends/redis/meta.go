@@ -448,40 +448,58 @@ func (m *Meta) runAppend(ctx context.Context, keys []string, args ...any) ([]any
 // append that applied with too few acknowledgements returns a
 // *notReplicated error.
 func (m *Meta) runAppendReplicated(ctx context.Context, keys []string, args ...any) ([]any, error) {
-	node, err := m.s.nodeFor(ctx, keys[0])
+	reply, acks, err := m.evalWait(ctx, appendScript, keys, args...)
 	if err != nil {
 		return nil, err
+	}
+	if status, _ := replyString(reply, 0); status != "ok" {
+		return reply, nil // nothing was written: nothing to wait for
+	}
+	if err := acks(); err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+// evalWait runs script and then WAIT for the engine's replicas on the
+// same connection (loading the script first if the node lacks it), and
+// returns the script's reply and acks, which reports a *notReplicated
+// error when fewer replicas than WithReplicas asks acknowledged the
+// connection's writes within its timeout.
+func (m *Meta) evalWait(ctx context.Context, script *goredis.Script, keys []string, args ...any) (_ []any, acks func() error, _ error) {
+	node, err := m.s.nodeFor(ctx, keys[0])
+	if err != nil {
+		return nil, nil, err
 	}
 	want, timeout := m.s.opts.replicas, m.s.opts.replicaTimeout
 	for try := 0; ; try++ {
 		pipe := node.Pipeline()
-		ev := pipe.EvalSha(ctx, appendScript.Hash(), keys, args...)
+		ev := pipe.EvalSha(ctx, script.Hash(), keys, args...)
 		wait := pipe.Do(ctx, "WAIT", want, waitMillis(timeout))
 		_, _ = pipe.Exec(ctx)
 		if err := ev.Err(); err != nil {
 			if try == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-				if err := appendScript.Load(ctx, node).Err(); err != nil {
-					return nil, err
+				if err := script.Load(ctx, node).Err(); err != nil {
+					return nil, nil, err
 				}
 				continue // nothing ran: send it again with the script loaded
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		reply, err := ev.Slice()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if status, _ := replyString(reply, 0); status != "ok" {
-			return reply, nil // nothing was written: nothing to wait for
-		}
-		got, err := wait.Int64()
-		if err != nil {
-			return nil, &notReplicated{want: want, err: err}
-		}
-		if got < int64(want) {
-			return nil, &notReplicated{want: want, got: got, timeout: timeout}
-		}
-		return reply, nil
+		return reply, func() error {
+			got, err := wait.Int64()
+			if err != nil {
+				return &notReplicated{want: want, err: err}
+			}
+			if got < int64(want) {
+				return &notReplicated{want: want, got: got, timeout: timeout}
+			}
+			return nil
+		}, nil
 	}
 }
 

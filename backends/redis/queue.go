@@ -886,36 +886,9 @@ func (m *Meta) runQueue(ctx context.Context, script *goredis.Script, keys []stri
 	if m.s.opts.replicas == 0 {
 		return script.Run(ctx, m.s.client, keys, args...).Slice()
 	}
-	node, err := m.s.nodeFor(ctx, keys[0])
+	reply, acks, err := m.evalWait(ctx, script, keys, args...)
 	if err != nil {
 		return nil, err
 	}
-	want, timeout := m.s.opts.replicas, m.s.opts.replicaTimeout
-	for try := 0; ; try++ {
-		pipe := node.Pipeline()
-		ev := pipe.EvalSha(ctx, script.Hash(), keys, args...)
-		wait := pipe.Do(ctx, "WAIT", want, waitMillis(timeout))
-		_, _ = pipe.Exec(ctx)
-		if err := ev.Err(); err != nil {
-			if try == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-				if err := script.Load(ctx, node).Err(); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			return nil, err
-		}
-		reply, err := ev.Slice()
-		if err != nil {
-			return nil, err
-		}
-		got, err := wait.Int64()
-		if err != nil {
-			return reply, &notReplicated{want: want, err: err}
-		}
-		if got < int64(want) {
-			return reply, &notReplicated{want: want, got: got, timeout: timeout}
-		}
-		return reply, nil
-	}
+	return reply, acks()
 }
