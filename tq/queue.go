@@ -346,7 +346,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	for {
 		var skipped int64
 		got, err := q.Claim(ctx, t.partition, req, func(rows []*backends.Row, ds []backends.Delivery) (backends.Picked, error) {
-			return t.pick(rows, ds, &skipped)
+			return t.pick(rows, ds, n, &skipped)
 		})
 		if err != nil {
 			return nil, closedErr(ctx, err)
@@ -394,9 +394,12 @@ func closedErr(ctx context.Context, err error) error {
 	return err
 }
 
-// pick is the task's backends.Pick: the rows with every field of the
-// task, less stale ones, as the sampler chooses among them.
-func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery, skippedOut *int64) (backends.Picked, error) {
+// pick is the task's backends.Pick for a claim of n rows: the rows with
+// every field of the task, less stale ones, as the sampler chooses among
+// them. The sampler is asked for n: what it offers beyond n (see offered)
+// covers rows another consumer took, and no more, so that a claim's cost
+// follows n, not the partition's ready rows.
+func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery, n int, skippedOut *int64) (backends.Picked, error) {
 	var (
 		ready = make([]Candidate, 0, len(rows))
 		pos   = make([]int, 0, len(rows)) // position in rows of each candidate
@@ -421,7 +424,7 @@ func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery, skippedOut *in
 		pos = append(pos, i)
 	}
 	*skippedOut = skipped // the last pick of a claim counts
-	units, sdrop := t.sampler.Sample(ready, maxClaim)
+	units, sdrop := t.sampler.Sample(ready, n)
 	out := backends.Picked{Units: make([][]int, len(units)), Drop: drop}
 	total := 0
 	for _, u := range units {
@@ -446,10 +449,6 @@ func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery, skippedOut *in
 	}
 	return out, nil
 }
-
-// maxClaim is the n a sampler is asked for: the claim's own n is not known
-// to pick, and the engine stops at it anyway.
-var maxClaim = 1 << 20
 
 func hasFields(r *backends.Row, fields []string) bool {
 	for _, f := range fields {

@@ -176,3 +176,43 @@ func TestCloseEndsWait(t *testing.T) {
 		t.Fatalf("Wait ended by Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestSamplerAskedForN: a claim of n rows asks its sampler for n, so that
+// a sampler offers candidates for n (and a margin), not the partition's
+// every ready row: on a server engine each candidate travels with the
+// claim and is looked up there. The default sampler offers 2n+16.
+func TestSamplerAskedForN(t *testing.T) {
+	c := openMemory(t)
+	keys := make([]string, 200)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	putA(t, c, "p", keys)
+	var mu sync.Mutex
+	var asked []int
+	var offered int
+	seq := tq.Sequential()
+	tk := task(t, c, "p", "t", tq.WithSampler(tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
+		units, drop := seq.Sample(ready, n)
+		mu.Lock()
+		asked = append(asked, n)
+		offered = len(units)
+		mu.Unlock()
+		return units, drop
+	})))
+	l, err := tk.Claim(t.Context(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Keys()) != 5 {
+		t.Fatalf("claimed %d rows, want 5", len(l.Keys()))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) == 0 || asked[len(asked)-1] != 5 {
+		t.Fatalf("the sampler was asked for %v, want 5", asked)
+	}
+	if offered != 2*5+16 {
+		t.Errorf("the default sampler offered %d units for 5 of 200 rows, want %d", offered, 2*5+16)
+	}
+}

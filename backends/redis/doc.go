@@ -143,11 +143,13 @@
 // script judged by the server's clock, and a Claim on a current view is
 // one round trip (see queue.go; LAYOUT.md section 7). A Delete or
 // DeletePartition removes its rows' consumption in the script that
-// appends it. Wait listens on a shard channel of the partition
-// (SSUBSCRIBE on one connection per Meta and server, per master node on a
-// Cluster, open while any Wait waits) and, while nothing is published,
-// reads the change counters of the partitions waited on once a second,
-// in one pipeline. With WithReplicas,
+// appends it. Wait blocks on the server: each bump of a partition's
+// change counter also appends the counter to the partition's wake stream,
+// and one watcher per Meta and partition waits in XREAD BLOCK on it (on
+// a connection of a client the Meta opens for its waits), reading from
+// the counter it knows, so that a commit after the claim that took the
+// mark always wakes it; idle, it sends one request a second. With
+// WithReplicas,
 // a Claim, Settle or Reset that wrote waits for the replicas as the log's
 // writes do; without it, a failover may lose recent leases and acks, whose
 // rows are then delivered again.

@@ -41,7 +41,7 @@ type Meta struct {
 	views map[string]*view
 	tick  uint64
 
-	q queueState // consumption caches and Wait's subscriptions (queue.go)
+	q queueState // consumption caches and Wait's watchers (queue.go)
 }
 
 // maxViews bounds the partitions a Meta keeps views of; the least recently

@@ -20,7 +20,7 @@ import (
 // its own in the partition's hash slot (see queue_scripts.go and
 // LAYOUT.md section 7): per task a hash of row states, a sorted set of
 // deadlines and a list of open batches, a registry of the tasks, and a
-// change counter with a shard channel for Wait. Every transition is one
+// change counter with a wake stream for Wait. Every transition is one
 // script, judged by the server's clock.
 //
 // A Claim calls pick with rows from the partition's view (see view.go):
@@ -44,14 +44,14 @@ const maxClaimAttempts = 8
 
 // qKeys are the consumption keys of one task of a partition.
 type qKeys struct {
-	t, s, z, b, seq, c string
+	t, s, z, b, seq, w string
 	q                  string // base:q:, for the keys of a claim (receipt)
 }
 
 func (m *Meta) qKeys(partition, task string) qKeys {
 	p := m.s.opts.prefix
 	q := p + ":{" + p + ":" + partEscaper.Replace(partition) + "}:q:"
-	return qKeys{t: q + "t", s: q + "s:" + task, z: q + "z:" + task, b: q + "b:" + task, seq: q + "seq", c: q + "c", q: q}
+	return qKeys{t: q + "t", s: q + "s:" + task, z: q + "z:" + task, b: q + "b:" + task, seq: q + "seq", w: q + "w", q: q}
 }
 
 // qEntry is a row's state entry (see qLuaLib), its deadline converted to
@@ -198,14 +198,21 @@ func eachEntry(flat []any, now int64, local time.Time, f func(uint64, qEntry, bo
 }
 
 // queueState is a Meta's consumption side: task caches, the committed
-// rows of views in index order, and Wait's subscriptions.
+// rows of views in index order, and Wait's watchers.
 type queueState struct {
 	mu     sync.Mutex
 	caches map[[2]string]*taskCache
 	sorted map[string]*sortedRows
-	hubs   map[string]*qHub // Wait's subscriber connections (queue_wait.go)
-	subs   map[string]*qSub // by partition
-	closed bool
+	// Wait's side (queue_wait.go): the watchers by partition, the client
+	// they read (ownWaits: made for them, closed with the Meta), and what
+	// ends them.
+	watches  map[string]*qWatch
+	waits    goredis.UniversalClient
+	ownWaits bool
+	stop     chan struct{} // closed when the Meta closes
+	ctx      context.Context
+	cancel   context.CancelFunc
+	closed   bool
 }
 
 // sortedRows are a view's committed rows by index, as of (epoch, n, era).
@@ -603,7 +610,7 @@ func (m *Meta) Settle(ctx context.Context, partition string, req backends.Settle
 		return backends.SettleResult{}, nil
 	}
 	qk := m.qKeys(partition, req.Task)
-	keys := []string{qk.t, qk.s, qk.z, qk.seq}
+	keys := []string{qk.t, qk.s, qk.z, qk.seq, qk.w}
 	tc := m.taskCache(partition, req.Task)
 	ms := req.Delay.Milliseconds()
 	if req.Delay > 0 && ms == 0 {
@@ -616,7 +623,7 @@ func (m *Meta) Settle(ctx context.Context, partition string, req backends.Settle
 		v = m.view(partition)
 	}
 	for attempt := 1; ; attempt++ {
-		args := []any{req.Task, int(req.Op), req.Lease, ms, qk.c}
+		args := []any{req.Task, int(req.Op), req.Lease, ms}
 		var at pos
 		if v != nil {
 			v.mu.Lock()
@@ -794,14 +801,14 @@ func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint
 		return nil
 	}
 	qk := m.qKeys(partition, task)
-	args := []any{task, qk.c, "*"}
+	args := []any{task, "*"}
 	if indexes != nil {
-		args[2] = ""
+		args[1] = ""
 		for _, i := range indexes {
 			args = append(args, i)
 		}
 	}
-	raw, err := m.runQueue(ctx, resetScript, []string{qk.t, qk.s, qk.z, qk.b, qk.seq}, args...)
+	raw, err := m.runQueue(ctx, resetScript, []string{qk.t, qk.s, qk.z, qk.b, qk.seq, qk.w}, args...)
 	var short *notReplicated
 	if errors.As(err, &short) {
 		return &unknownOutcome{m.s.wrap(ctx, "reset", err)}

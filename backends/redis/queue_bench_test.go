@@ -1,6 +1,8 @@
 package redis_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -53,4 +55,80 @@ func openBench(b *testing.B, url string) *redis.Store {
 		s.Meta().Close()
 	})
 	return s
+}
+
+// BenchmarkWake is the time from a commit returning to a Wait blocked on
+// the partition returning ("wake-ns", the median; below 0: the Wait
+// returned first), beside LPUSH returning
+// to a BLPOP blocked on the same server returning.
+//
+//	go test -run '^$' -bench Wake ./backends/redis
+func BenchmarkWake(b *testing.B) {
+	url, raw := benchServer(b)
+	const gap = time.Millisecond
+	b.Run("engine", func(b *testing.B) {
+		m := openBench(b, url+"?prefix=qwake").Meta()
+		ctx := b.Context()
+		none := func([]*backends.Row, []backends.Delivery) (backends.Picked, error) { return backends.Picked{}, nil }
+		var ds []time.Duration
+		n := 0
+		for b.Loop() {
+			c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, none)
+			if err != nil {
+				b.Fatal(err)
+			}
+			woke := make(chan time.Time, 1)
+			go func() {
+				if err := m.Wait(ctx, "p", c.Mark); err != nil {
+					b.Error(err)
+				}
+				woke <- time.Now()
+			}()
+			time.Sleep(gap)
+			n++
+			began := time.Now()
+			commitRows(b, m, "p", fmt.Sprint("k", n))
+			at := time.Now()
+			w := <-woke
+			if w.Before(began) {
+				b.Fatalf("the wait returned %v before the commit began", began.Sub(w))
+			}
+			ds = append(ds, w.Sub(at))
+		}
+		b.ReportMetric(float64(median(ds).Nanoseconds()), "wake-ns")
+	})
+	for _, pre := range []bool{false, true} {
+		b.Run(fmt.Sprint("blpop-pre", pre), func(b *testing.B) {
+			ctx := b.Context()
+			var ds []time.Duration
+			for b.Loop() {
+				woke := make(chan time.Time, 1)
+				go func() {
+					if err := raw.BLPop(ctx, time.Minute, "qwake:list").Err(); err != nil {
+						b.Error(err)
+					}
+					woke <- time.Now()
+				}()
+				time.Sleep(gap)
+				if pre {
+					raw.Get(ctx, "zz")
+				}
+				if err := raw.LPush(ctx, "qwake:list", "1").Err(); err != nil {
+					b.Fatal(err)
+				}
+				at := time.Now()
+				ds = append(ds, (<-woke).Sub(at))
+			}
+			b.ReportMetric(float64(median(ds).Nanoseconds()), "wake-ns")
+		})
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

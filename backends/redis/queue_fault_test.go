@@ -328,22 +328,40 @@ func TestQueueReplicas(t *testing.T) {
 	}
 }
 
-// TestWaitOneConnection: Waits of one Meta on several partitions of a
-// standalone server share one subscriber connection, which closes when
-// the last of them returns; each wakes on its own partition's commit.
-func TestWaitOneConnection(t *testing.T) {
+// TestWaitConnections: Waits of one Meta on one partition share one
+// watcher, blocked in XREAD on one connection; Waits on three partitions
+// block three; each wakes on its own partition's commit only; a watcher
+// stops within a read's block once its last Wait returns, and Close ends
+// a blocked read at once.
+func TestWaitConnections(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	m := open(t, srv.URL()+"?prefix=qone").Meta()
 	other := open(t, srv.URL()+"?prefix=qone").Meta()
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
-	pubsubClients := func() int {
-		out, err := admin.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
+	blocked := func() int {
+		out, err := admin.ClientList(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return strings.Count(out, "id=")
+		n := 0
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, " flags=b ") && strings.Contains(l, " cmd=xread ") {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	await := func(want int, what string) {
+		t.Helper()
+		for blocked() != want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := blocked(); n != want {
+			t.Fatalf("%d blocked reads %s, want %d", n, what, want)
+		}
 	}
 	parts := []string{"p0", "p1", "p2"}
 	marks := map[string]backends.Mark{}
@@ -355,23 +373,31 @@ func TestWaitOneConnection(t *testing.T) {
 		}
 		marks[p] = c.Mark
 	}
+	wait := func(p string) chan error {
+		ch := make(chan error, 1)
+		go func() { ch <- m.Wait(ctx, p, marks[p]) }()
+		return ch
+	}
+	same := []chan error{wait("p0"), wait("p0"), wait("p0")}
+	await(1, "for three waits on one partition")
+	commitRows(t, other, "p0", "b")
+	for _, ch := range same {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := m.Claim(ctx, "p0", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks["p0"] = c.Mark
 	done := map[string]chan error{}
 	for _, p := range parts {
-		done[p] = make(chan error, 1)
+		done[p] = wait(p)
 	}
-	for _, p := range parts {
-		ch, mark := done[p], marks[p]
-		go func() { ch <- m.Wait(ctx, p, mark) }()
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for pubsubClients() != 1 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := pubsubClients(); n != 1 {
-		t.Fatalf("%d subscriber connections for three waits", n)
-	}
+	await(3, "for waits on three partitions")
 	for k, p := range parts {
-		commitRows(t, other, p, "b")
+		commitRows(t, other, p, "c")
 		select {
 		case err := <-done[p]:
 			if err != nil {
@@ -388,10 +414,76 @@ func TestWaitOneConnection(t *testing.T) {
 			}
 		}
 	}
-	for pubsubClients() != 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	await(0, "after the waits returned")
+	c, err = m.Claim(ctx, "p0", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := pubsubClients(); n != 0 {
-		t.Fatalf("%d subscriber connections left after the waits returned", n)
+	marks["p0"] = c.Mark
+	last := wait("p0")
+	await(1, "for a wait")
+	closed := time.Now()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-last; !errors.Is(err, backends.ErrClosed) {
+		t.Fatalf("a wait when its Meta closed: %v", err)
+	}
+	if d := time.Since(closed); d > 500*time.Millisecond {
+		t.Errorf("Close took %v with a blocked read", d)
+	}
+	await(0, "after Close")
+}
+
+// TestWaitCounterRestart: a partition's change counter and wake stream
+// expire a minute after it is deleted, and a new partition of that name
+// counts from 1 again. A Wait holding a mark from before returns within
+// a read's block of the counter reading lower; and a commit finding a
+// wake stream ahead of its counter (the counter removed alone) replaces
+// the stream, and wakes a Wait.
+func TestWaitCounterRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	m := open(t, srv.URL()+"?prefix=qrs").Meta()
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	seq, stream := "qrs:{qrs:p}:q:seq", "qrs:{qrs:p}:q:w"
+	commitRows(t, m, "p", keysOf("a", 3)...)
+	commitRows(t, m, "p", "b")
+	c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 8, Min: 8}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mark.Seq < 2 {
+		t.Fatalf("mark %d after two commits", c.Mark.Seq)
+	}
+	// As the expiry a minute after the partition's deletion would.
+	if err := admin.Del(ctx, seq, stream).Err(); err != nil {
+		t.Fatal(err)
+	}
+	commitRows(t, m, "p", "c")
+	start := time.Now()
+	if err := m.Wait(ctx, "p", c.Mark); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("a wait with a mark above a restarted counter returned after %v", d)
+	}
+
+	c, err = m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 8, Min: 8}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Del(ctx, seq).Err(); err != nil {
+		t.Fatal(err)
+	}
+	woke := make(chan error, 1)
+	go func() { woke <- m.Wait(ctx, "p", backends.Mark{}) }()
+	commitRows(t, m, "p", "d")
+	if err := <-woke; err != nil {
+		t.Fatal(err)
+	}
+	if ids := admin.XRange(ctx, stream, "-", "+").Val(); len(ids) != 1 || ids[0].ID != "0-1" {
+		t.Errorf("the wake stream after a commit found it ahead: %v", ids)
 	}
 }

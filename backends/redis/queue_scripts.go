@@ -26,8 +26,10 @@ import goredis "github.com/redis/go-redis/v9"
 //	                        it outlives the other keys: a write that
 //	                        deletes the log leaves it a minute (PEXPIRE),
 //	                        and the next commit makes it persistent again
-//	base:q:c        channel (shard channel, not a key) SPUBLISHed with
-//	                        the counter's new value at each bump
+//	base:q:w        stream  the wake stream: one entry, whose ID is
+//	                        0-<counter>, made anew at each bump and kept
+//	                        or expired with the counter; Wait blocks on
+//	                        it with XREAD (queue_wait.go)
 //
 // The task name follows base:q:s: as it is: the hash tag is already
 // closed, so no name can move the key to another slot.
@@ -40,7 +42,7 @@ import goredis "github.com/redis/go-redis/v9"
 // the MaxDeliveries of the claim that last leased the row (0 no limit),
 // tok the lease token (L; A and R keep the token that acked or nacked
 // the row, so that a resent Ack or Nack knows it applied).
-const qLuaLib = qSentinelLua + `
+const qLuaLib = qSentinelLua + qCounterLua + `
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -166,12 +168,6 @@ local function sweep(s, z, now, out)
     redis.call('ZREM', z, unpack(gone))
     qprune(nil, z)
   end
-end
--- bump counts a change of the partition and tells the waiters.
-local function bump(seqkey, chan)
-  local n = redis.call('INCR', seqkey)
-  redis.call('SPUBLISH', chan, n)
-  return n
 end
 -- chunks calls f with the elements of list in runs of at most 1000 (Lua's
 -- unpack has a limit).
@@ -466,9 +462,9 @@ return {'ok', cur, from, head, recs, rel, now, token, leased, lsizes, unavail, d
 
 // settleScript applies one op to rows of a task (see Meta.Settle).
 //
-// KEYS: q:t, q:s:task, q:z:task, q:seq, and for a Drop: l, e, h. ARGV:
-// task, op (1 Ack, 2 Nack, 3 Extend, 4 Retry, 5 Drop), token, ms (Nack's
-// delay, Extend's lease), channel, then for a Drop the caller's view
+// KEYS: q:t, q:s:task, q:z:task, q:seq, q:w, and for a Drop: l, e, h.
+// ARGV: task, op (1 Ack, 2 Nack, 3 Extend, 4 Retry, 5 Drop), token, ms
+// (Nack's delay, Extend's lease), then for a Drop the caller's view
 // (epoch, from, head), then the indexes, each followed, for a Drop, by
 // "1" if the caller's view has the index as a committed row, else "0".
 //
@@ -478,16 +474,16 @@ return {'ok', cur, from, head, recs, rel, now, token, leased, lsizes, unavail, d
 // epoch, from, head, records} having changed nothing.
 var settleScript = goredis.NewScript(qLuaLib + `
 local now = now_ms()
-local task, op, token, ms, chan = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local task, op, token, ms = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local s, z = KEYS[2], KEYS[3]
-local argi = 6
+local argi = 5
 local step = 1
 if op == 5 then
-  local cur, from, head, recs, plain = logcheck(KEYS[5], KEYS[6], KEYS[7], ARGV[6], tonumber(ARGV[7]), ARGV[8])
+  local cur, from, head, recs, plain = logcheck(KEYS[6], KEYS[7], KEYS[8], ARGV[5], tonumber(ARGV[6]), ARGV[7])
   if not plain or #recs > 0 then
     return {'stale', cur, from, head, recs}
   end
-  argi = 9
+  argi = 8
   step = 2
 end
 local before = redis.call('HGET', KEYS[1], task) or '0'
@@ -554,7 +550,7 @@ end
 flush(s, z)
 local after = before
 if released then
-  after = tostring(bump(KEYS[4], chan))
+  after = tostring(qcount(KEYS[4], KEYS[5]))
   redis.call('HSET', KEYS[1], task, after)
 elseif #changed > 0 and not redis.call('HGET', KEYS[1], task) then
   redis.call('HSET', KEYS[1], task, '0')
@@ -596,21 +592,21 @@ return out
 
 // resetScript forgets a task's consumption of rows (see Meta.Reset).
 //
-// KEYS: q:t, q:s:task, q:z:task, q:b:task, q:seq. ARGV: task, channel,
-// "*" for every row or "" for the indexes that follow. Reply: {rel before,
+// KEYS: q:t, q:s:task, q:z:task, q:b:task, q:seq, q:w. ARGV: task, "*"
+// for every row or "" for the indexes that follow. Reply: {rel before,
 // rel after}.
 var resetScript = goredis.NewScript(qLuaLib + `
 local before = redis.call('HGET', KEYS[1], ARGV[1]) or '0'
-if ARGV[3] == '*' then
+if ARGV[2] == '*' then
   redis.call('DEL', KEYS[2], KEYS[3])
 else
-  local idx = {unpack(ARGV, 4)}
+  local idx = {unpack(ARGV, 3)}
   chunks(idx, function(...) redis.call('HDEL', KEYS[2], ...) end)
   chunks(idx, function(...) redis.call('ZREM', KEYS[3], ...) end)
   qprune(KEYS[2], KEYS[3])
 end
 redis.call('DEL', KEYS[4])
-local after = tostring(bump(KEYS[5], ARGV[2]))
+local after = tostring(qcount(KEYS[5], KEYS[6]))
 redis.call('HSET', KEYS[1], ARGV[1], after)
 return {before, after}
 `)
@@ -622,7 +618,7 @@ return {before, after}
 // long enough for every waiter to have seen its last value, and a new
 // log's first commit keeps it again). Its keys derive from the log's
 // (KEYS[1], base:l): they share its slot.
-const unqueueLua = qSentinelLua + `
+const unqueueLua = qSentinelLua + qCounterLua + `
 local function qchange(spec, gone)
   local qb = string.sub(KEYS[1], 1, -2) .. 'q:'
   if spec == '*' then
@@ -642,13 +638,39 @@ local function qchange(spec, gone)
       qprune(qb .. 's:' .. t, qb .. 'z:' .. t)
     end
   end
-  local n = redis.call('INCR', qb .. 'seq')
-  if gone then
-    redis.call('PEXPIRE', qb .. 'seq', 60000)
+  qcount(qb .. 'seq', qb .. 'w', not gone)
+end
+`
+
+// qCounterLua is the bump of a partition's change counter, shared by the
+// append script and the consumption scripts.
+//
+// qcount increments the counter (seq) and replaces the wake stream (w) by
+// one holding a single entry whose ID is the new value n, 0-n: a Wait
+// blocked in XREAD on the stream from a lower value wakes (a client
+// blocked on a key stays blocked through its deletion and is served when
+// the script ends). Replacing costs a quarter of what an XADD that trims
+// to one entry does, and cannot fail on a stream left ahead of its
+// counter. keep: true makes the counter persistent (the stream is, being
+// new), false lets both expire in a minute, nil gives the stream the
+// counter's expiry.
+const qCounterLua = `
+local function qcount(seq, w, keep)
+  local n = redis.call('INCR', seq)
+  redis.call('DEL', w)
+  redis.call('XADD', w, '0-' .. n, 'c', '')
+  if keep == true then
+    redis.call('PERSIST', seq)
+  elseif keep == false then
+    redis.call('PEXPIRE', seq, 60000)
+    redis.call('PEXPIRE', w, 60000)
   else
-    redis.call('PERSIST', qb .. 'seq')
+    local ttl = redis.call('PTTL', seq)
+    if ttl > 0 then
+      redis.call('PEXPIRE', w, ttl)
+    end
   end
-  redis.call('SPUBLISH', qb .. 'c', n)
+  return n
 end
 `
 

@@ -3,67 +3,89 @@ package redis
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/tqgo/tqgo/backends"
 )
 
-// qRecheck is how often a hub reads the change counters of its partitions
-// while no message comes: a safety net for a message lost with a
-// connection (go-redis resubscribes, and a resubscription reads the
-// counter too). It is the only request an idle Wait sends: one pipeline
-// per hub.
+// Wait blocks on the server: every bump of a partition's change counter
+// (base:q:seq) also appends to the partition's wake stream (base:q:w) an
+// entry whose ID is 0-<counter> (MAXLEN 1: the stream holds its last
+// entry only), in the same script. A watcher reads the stream with XREAD
+// BLOCK from the highest counter value it knows of, so that "has the
+// counter passed this value?" and "block until it does" are one atomic
+// command: no commit can fall between a check and a subscription, and a
+// watcher that lost its connection misses nothing (the stream keeps its
+// last entry). The server serves a blocked XREAD before it answers the
+// command that woke it, as it does a BLPOP; a shard channel's message goes
+// out after the publisher's reply.
+
+// qRecheck is how long a watcher's XREAD blocks. It bounds how often an
+// idle Wait sends a request (one pipeline of a GET of the counter and the
+// XREAD per watcher, not per Wait), how long a watcher outlives its last
+// Wait (a consumer's next Wait within it finds the watcher blocked
+// already), and how late a Wait learns of a counter that restarted (it
+// expires a minute after its partition was deleted, and a new partition of
+// that name counts from 1 again, below the marks waiters hold).
 var qRecheck = time.Second
 
-// qHub is a Meta's subscriber connection to one server: every partition
-// some Wait of the Meta waits on, whose channel that server serves, is
-// subscribed on it (SSUBSCRIBE) while any waits, and one goroutine reads
-// it. A standalone server has one hub; on a Cluster a connection can
-// only subscribe to shard channels of the node that serves their slot,
-// so there is one hub per master node waited on.
-type qHub struct {
-	key    string // in Meta.q.hubs
-	ps     *goredis.PubSub
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the reader has stopped
+// qWatch is one partition's watcher, shared by every Wait of the Meta on
+// the partition: one goroutine, blocked in XREAD on a connection of the
+// Meta's wait client.
+type qWatch struct {
+	refs      int // Waits on it; guarded by Meta.q.mu
+	partition string
+	stream    string // base:q:w
+	seqKey    string // base:q:seq
+	done      chan struct{}
 
-	mu    sync.Mutex
-	parts map[string]*qSub // by channel
+	mu sync.Mutex
+	// top is the highest value the counter is known to have reached: from
+	// the stream, or from a Wait's mark (a claim read it).
+	top uint64
+	// restarts counts the times the counter was read below top: it
+	// restarted, and every Wait returns.
+	restarts uint64
+	changed  chan struct{} // closed and replaced when top or restarts change
 }
 
-// qSub is one partition's subscription, shared by every Wait of the Meta
-// on it.
-type qSub struct {
-	refs    int // guarded by Meta.q.mu
-	hub     *qHub
-	channel string
-	seqKey  string
-
-	mu      sync.Mutex
-	known   bool
-	seq     uint64
-	changed chan struct{} // closed and replaced at each change of seq
-}
-
-func (s *qSub) set(seq uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.known && s.seq == seq {
-		return
+// raise notes that the counter reached n, and reports whether that
+// changed what w knew.
+func (w *qWatch) raise(n uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n <= w.top {
+		return false
 	}
-	s.known, s.seq = true, seq
-	close(s.changed)
-	s.changed = make(chan struct{})
+	w.top = n
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return true
+}
+
+// restart notes that the counter was read as n, below what it had
+// reached: it restarted.
+func (w *qWatch) restart(n uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.top = n
+	w.restarts++
+	close(w.changed)
+	w.changed = make(chan struct{})
 }
 
 // Wait implements backends.Queue. It returns nil once the partition's
-// change counter, as its channel or a read of it tells, differs from
-// mark.Seq, or once mark.Wake has passed; ctx.Err() when ctx ends first;
-// backends.ErrClosed when the Meta closes meanwhile.
+// change counter has passed mark.Seq (or restarted below it), or once
+// mark.Wake has passed; ctx.Err() when ctx ends first; backends.ErrClosed
+// when the Meta closes meanwhile. Waits of one Meta on one partition share
+// one watcher and one connection (see qRecheck).
 func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) error {
 	if err := m.check(ctx); err != nil {
 		return err
@@ -78,16 +100,23 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) e
 		defer t.Stop()
 		wake = t.C
 	}
-	sub, err := m.subscribe(ctx, partition)
+	w, stop, err := m.watch(partition)
 	if err != nil {
 		return err
 	}
-	defer m.unsubscribe(partition, sub)
+	defer m.unwatch(w)
+	w.mu.Lock()
+	restarts := w.restarts
+	w.mu.Unlock()
+	// A mark is a value the counter held: a watcher blocked below it
+	// reads from it at its next XREAD, and Waits with lower marks return.
+	w.raise(mark.Seq)
 	for {
-		sub.mu.Lock()
-		known, seq, changed := sub.known, sub.seq, sub.changed
-		sub.mu.Unlock()
-		if known && seq != mark.Seq {
+		w.mu.Lock()
+		passed := w.top > mark.Seq || w.restarts != restarts
+		changed := w.changed
+		w.mu.Unlock()
+		if passed {
 			return nil
 		}
 		select {
@@ -96,188 +125,168 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) e
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-sub.hub.done:
+		case <-stop:
 			return backends.ErrClosed
 		}
 	}
 }
 
-// hubOf returns the key of the hub for channel and how to open its
-// subscriber connection.
-func (m *Meta) hubOf(ctx context.Context, channel string) (string, func(context.Context) *goredis.PubSub, error) {
-	switch c := m.s.client.(type) {
-	case *goredis.Client:
-		return "", func(ctx context.Context) *goredis.PubSub { return c.SSubscribe(ctx) }, nil
-	case *goredis.ClusterClient:
-		node, err := c.MasterForKey(ctx, channel)
-		if err != nil {
-			return "", nil, m.s.wrap(ctx, "wait", err)
-		}
-		return node.Options().Addr, func(ctx context.Context) *goredis.PubSub { return node.SSubscribe(ctx) }, nil
-	}
-	// Another client (a Ring): a connection per partition.
-	return "channel:" + channel, func(ctx context.Context) *goredis.PubSub { return m.s.client.SSubscribe(ctx) }, nil
-}
-
-func (m *Meta) subscribe(ctx context.Context, partition string) (*qSub, error) {
+// watch returns the partition's watcher, started if there is none, with
+// a Wait counted on it, and a channel closed when the Meta closes.
+func (m *Meta) watch(partition string) (*qWatch, <-chan struct{}, error) {
 	q := &m.q
-	qk := m.qKeys(partition, "")
-	q.mu.Lock()
-	if s := q.subs[partition]; s != nil && !q.closed {
-		s.refs++
-		q.mu.Unlock()
-		return s, nil
-	}
-	q.mu.Unlock()
-	key, open, err := m.hubOf(ctx, qk.c)
-	if err != nil {
-		return nil, err
-	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return nil, backends.ErrClosed
+		return nil, nil, backends.ErrClosed
 	}
-	if s := q.subs[partition]; s != nil {
-		s.refs++
-		return s, nil
+	if w := q.watches[partition]; w != nil {
+		w.refs++
+		return w, q.stop, nil
 	}
-	h := q.hubs[key]
-	if h == nil {
-		hctx, cancel := context.WithCancel(context.Background())
-		h = &qHub{key: key, ps: open(hctx), cancel: cancel, done: make(chan struct{}), parts: map[string]*qSub{}}
-		if q.hubs == nil {
-			q.hubs = map[string]*qHub{}
-		}
-		q.hubs[key] = h
-		go h.run(hctx, m.s.client)
+	if q.waits == nil {
+		q.waits, q.ownWaits = waitClient(m.s.client)
+		q.stop = make(chan struct{})
+		q.ctx, q.cancel = context.WithCancel(context.Background())
 	}
-	s := &qSub{refs: 1, hub: h, channel: qk.c, seqKey: qk.seq, changed: make(chan struct{})}
-	if q.subs == nil {
-		q.subs = map[string]*qSub{}
+	qk := m.qKeys(partition, "")
+	w := &qWatch{refs: 1, partition: partition, stream: qk.w, seqKey: qk.seq, done: make(chan struct{}), changed: make(chan struct{})}
+	if q.watches == nil {
+		q.watches = map[string]*qWatch{}
 	}
-	q.subs[partition] = s
-	h.mu.Lock()
-	h.parts[qk.c] = s
-	h.mu.Unlock()
-	// The reader reads the counter once the server confirms; a failure
-	// here leaves the hub's reconnection and re-reads to catch up.
-	_ = h.ps.SSubscribe(context.WithoutCancel(ctx), qk.c)
-	return s, nil
+	q.watches[partition] = w
+	go m.runWatch(w)
+	return w, q.stop, nil
 }
 
-func (m *Meta) unsubscribe(partition string, s *qSub) {
+// unwatch ends a Wait's count on w; w stops at the end of its XREAD if no
+// Wait has come by then.
+func (m *Meta) unwatch(w *qWatch) {
+	m.q.mu.Lock()
+	w.refs--
+	m.q.mu.Unlock()
+}
+
+// waitClient returns the client watchers block on: for a client of its
+// own kind, a client of its own on the same servers (closing it ends
+// blocked reads at once, which go-redis cannot do to a read in flight;
+// its read timeout covers a blocked XREAD; its connections are only the
+// watchers'; it reads masters, where commits land first); for another
+// kind of client (a Ring), c itself. The client of its own leaves out
+// maintenance notifications, which would keep goroutines of their own
+// after the last Wait; a blocked XREAD whose node goes away fails and is
+// sent again, whose read timeout must then exceed
+// qRecheck (go-redis's default, 3 s, does).
+func waitClient(c goredis.UniversalClient) (_ goredis.UniversalClient, own bool) {
+	switch c := c.(type) {
+	case *goredis.Client:
+		o := *c.Options()
+		o.ReadTimeout = qRecheck + 10*time.Second
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1<<16, 0, 0
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		return goredis.NewClient(&o), true
+	case *goredis.ClusterClient:
+		o := *c.Options()
+		o.ReadTimeout = qRecheck + 10*time.Second
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1<<16, 0, 0
+		o.ReadOnly, o.RouteByLatency, o.RouteRandomly = false, false, false
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		return goredis.NewClusterClient(&o), true
+	}
+	return c, false
+}
+
+// runWatch reads w's stream until the Meta closes, or until an XREAD
+// ends with no Wait on w. Each round is one pipeline: a GET of the
+// counter (below top: it restarted) and an XREAD BLOCK from top.
+func (m *Meta) runWatch(w *qWatch) {
+	defer close(w.done)
 	q := &m.q
-	q.mu.Lock()
-	s.refs--
-	if s.refs > 0 || q.subs[partition] != s {
+	ctx, client := q.ctx, q.waits
+	for ctx.Err() == nil {
+		w.mu.Lock()
+		from := w.top
+		w.mu.Unlock()
+		var get *goredis.StringCmd
+		var read *goredis.XStreamSliceCmd
+		_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			get = p.Get(ctx, w.seqKey)
+			read = p.XRead(ctx, &goredis.XReadArgs{Streams: []string{w.stream, "0-" + strconv.FormatUint(from, 10)}, Block: qRecheck})
+			return nil
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		n, gerr := get.Uint64()
+		switch {
+		case gerr != nil && !errors.Is(gerr, goredis.Nil):
+			// The connection or the server failed (go-redis dials
+			// again at the next round).
+			_ = sleepCtx(ctx, qRecheck)
+		case n < from:
+			w.restart(n)
+		default:
+			if streams, rerr := read.Result(); rerr == nil {
+				woke := false
+				for _, s := range streams {
+					for _, e := range s.Messages {
+						if v, ok := streamCounter(e.ID); ok {
+							woke = w.raise(v) || woke
+						}
+					}
+				}
+				if woke {
+					// The Waits just woken run on this P before the
+					// next round is built and sent.
+					runtime.Gosched()
+				}
+			} else if !errors.Is(rerr, goredis.Nil) {
+				_ = sleepCtx(ctx, qRecheck)
+			}
+		}
+		q.mu.Lock()
+		if w.refs == 0 {
+			if q.watches[w.partition] == w {
+				delete(q.watches, w.partition)
+			}
+			q.mu.Unlock()
+			return
+		}
 		q.mu.Unlock()
-		return
 	}
-	delete(q.subs, partition)
-	h := s.hub
-	h.mu.Lock()
-	delete(h.parts, s.channel)
-	empty := len(h.parts) == 0
-	h.mu.Unlock()
-	if !empty {
-		// Under q.mu, so that a subscribe of the partition cannot come
-		// between (it writes the command; the reply is the reader's).
-		_ = h.ps.SUnsubscribe(context.Background(), s.channel)
-		q.mu.Unlock()
-		return
-	}
-	if q.hubs[h.key] == h {
-		delete(q.hubs, h.key)
-	}
-	q.mu.Unlock()
-	h.stop()
 }
 
-func (h *qHub) stop() {
-	h.cancel()
-	_ = h.ps.Close()
-	<-h.done
+// streamCounter returns the counter value a wake stream entry's ID (0-n)
+// carries.
+func streamCounter(id string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(id, "0-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(rest, 10, 64)
+	return n, err == nil
 }
 
-// closeWaits stops every hub: their Waits return ErrClosed.
+// closeWaits ends every Wait with ErrClosed, stops the watchers and
+// closes the wait client (ending blocked reads), and waits for the
+// watchers to return.
 func (m *Meta) closeWaits() {
 	q := &m.q
 	q.mu.Lock()
 	q.closed = true
-	hubs := q.hubs
-	q.hubs, q.subs = nil, nil
+	watches := q.watches
+	q.watches = nil
+	waits, own, stop, cancel := q.waits, q.ownWaits, q.stop, q.cancel
 	q.mu.Unlock()
-	for _, h := range hubs {
-		h.stop()
+	if waits == nil {
+		return
 	}
-}
-
-// run reads the hub's connection until ctx ends: each message carries a
-// partition's new counter; each (re)subscription reads that partition's
-// counter, and each qRecheck without a message every partition's.
-func (h *qHub) run(ctx context.Context, client goredis.UniversalClient) {
-	defer close(h.done)
-	check := func(subs ...*qSub) {
-		if len(subs) == 0 {
-			return
-		}
-		cmds := make([]*goredis.StringCmd, len(subs))
-		_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for i, s := range subs {
-				cmds[i] = p.Get(ctx, s.seqKey)
-			}
-			return nil
-		})
-		for i, s := range subs {
-			n, err := cmds[i].Uint64()
-			if err == nil || errors.Is(err, goredis.Nil) {
-				s.set(n)
-			}
-		}
+	close(stop)
+	cancel()
+	if own {
+		_ = waits.Close()
 	}
-	all := func() []*qSub {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		out := make([]*qSub, 0, len(h.parts))
-		for _, s := range h.parts {
-			out = append(out, s)
-		}
-		return out
-	}
-	of := func(channel string) *qSub {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.parts[channel]
-	}
-	for ctx.Err() == nil {
-		msg, err := h.ps.ReceiveTimeout(ctx, qRecheck)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if !isTimeout(err) {
-				// The connection failed (go-redis reconnects and
-				// resubscribes on the next receive), or the server
-				// refused a subscription (a slot that moved).
-				if sleepCtx(ctx, qRecheck) != nil {
-					return
-				}
-			}
-			check(all()...)
-			continue
-		}
-		switch x := msg.(type) {
-		case *goredis.Subscription:
-			if s := of(x.Channel); s != nil && x.Kind == "ssubscribe" {
-				check(s)
-			}
-		case *goredis.Message:
-			if s := of(x.Channel); s != nil {
-				if n, err := strconv.ParseUint(x.Payload, 10, 64); err == nil {
-					s.set(n)
-				}
-			}
-		}
+	for _, w := range watches {
+		<-w.done
 	}
 }

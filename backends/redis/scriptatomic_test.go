@@ -196,6 +196,8 @@ func keyDump(t *testing.T, c *goredis.Client, prefix string) map[string]string {
 			m, err = c.SMembers(ctx, k).Result()
 			slices.Sort(m)
 			v = m
+		case "stream":
+			v, err = c.XRange(ctx, k, "-", "+").Result()
 		default:
 			t.Fatalf("key %s is a %s", k, typ)
 		}

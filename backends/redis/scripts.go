@@ -33,7 +33,7 @@ import goredis "github.com/redis/go-redis/v9"
 //	                a minute, so that a resent delete knows it ran
 //	base:q:...      the partition's consumption (backends.Queue): task
 //	                registry, per-task states, deadlines and batches,
-//	                the change counter and its shard channel (see
+//	                the change counter and its wake stream (see
 //	                queue_scripts.go); the append script removes deleted
 //	                rows from it and bumps the counter
 //

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -428,7 +430,9 @@ func consumeWaitContext(t *testing.T, e Engine) {
 	deadline := time.Now().Add(10 * time.Second)
 	for runtime.NumGoroutine() > before {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after the waits, %d before", runtime.NumGoroutine(), before)
+			var stacks strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			t.Fatalf("%d goroutines after the waits, %d before:\n%s", runtime.NumGoroutine(), before, stacks.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
