@@ -89,8 +89,9 @@ type Queue interface {
 	// reset of the partition (by any process) that mark did not see, or
 	// once mark.Wake has passed. A store may return nil spuriously, but
 	// while nothing changes it sends a server no more than one request
-	// per second. It returns ctx.Err() when ctx ends first, and leaves no
-	// goroutine behind either way.
+	// per second. It returns ctx.Err() when ctx ends first. What a store
+	// starts for a Wait (a goroutine blocked on a server) may outlive it
+	// by a second, for the next Wait, and ends by then or at Close.
 	Wait(ctx context.Context, partition string, mark Mark) error
 }
 

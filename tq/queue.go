@@ -345,8 +345,10 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	req := backends.ClaimRequest{Task: t.name, Lease: t.lease, Rows: n, Min: o.min, MaxDeliveries: t.maxDel, Batch: t.ranks}
 	for {
 		var skipped int64
+		picks := 0
 		got, err := q.Claim(ctx, t.partition, req, func(rows []*backends.Row, ds []backends.Delivery) (backends.Picked, error) {
-			return t.pick(rows, ds, n, &skipped)
+			picks++
+			return t.pick(rows, ds, askFor(n, picks, len(rows)), &skipped)
 		})
 		if err != nil {
 			return nil, closedErr(ctx, err)
@@ -394,11 +396,27 @@ func closedErr(ctx context.Context, err error) error {
 	return err
 }
 
-// pick is the task's backends.Pick for a claim of n rows: the rows with
-// every field of the task, less stale ones, as the sampler chooses among
-// them. The sampler is asked for n: what it offers beyond n (see offered)
-// covers rows another consumer took, and no more, so that a claim's cost
-// follows n, not the partition's ready rows.
+// askFor is the n a claim of n rows asks its sampler for at its pick-th
+// pick among ready rows: n at first, so that the claim's cost follows n
+// and not the partition's ready rows (what the sampler offers beyond n,
+// see offered, covers rows another consumer took meanwhile); 4n at the
+// second; every ready row from the third. The engine picks again when it
+// found the candidates taken, which a server engine's cache of other
+// processes' leases can miss for many rows at once: the asks grow so that
+// such a claim still fills in a few round trips.
+func askFor(n, pick, ready int) int {
+	switch pick {
+	case 1:
+		return n
+	case 2:
+		return min(4*n, max(ready, n))
+	}
+	return max(ready, n)
+}
+
+// pick is the task's backends.Pick for a claim that asks the sampler for
+// n rows (see askFor): the rows with every field of the task, less stale
+// ones, as the sampler chooses among them.
 func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery, n int, skippedOut *int64) (backends.Picked, error) {
 	var (
 		ready = make([]Candidate, 0, len(rows))

@@ -41,14 +41,7 @@ func (c Candidate) Number(key string) (float64, bool) {
 }
 
 // Fields reports whether the row has committed each of fields.
-func (c Candidate) Fields(fields ...string) bool {
-	for _, f := range fields {
-		if _, ok := c.row.Fields[f]; !ok {
-			return false
-		}
-	}
-	return true
-}
+func (c Candidate) Fields(fields ...string) bool { return hasFields(c.row, fields) }
 
 func tagNumber(v any) (float64, bool) {
 	switch x := v.(type) {
@@ -66,11 +59,15 @@ func tagNumber(v any) (float64, bool) {
 // index order. It returns units, each a set of positions into ready leased
 // together or not at all, in order of preference; the claim leases whole
 // units in that order, skipping any that another consumer took meanwhile
-// or that would bring the rows past n. It may also name positions to drop
-// (consumed by the task without delivery). A Sampler must be quick, must
-// not call the client, and must be safe for concurrent use; it may be
-// called more than once for one claim (the engine's view of the rows was
-// stale), only the last call counting.
+// or that would bring the rows past the claim's n. n is how many rows to
+// offer units for: the claim's n at first, more when the engine calls
+// again for the same claim because candidates were taken (see askFor); a
+// sampler offers some more than n (the built-in ones 2n+16 units), so
+// that a few taken rows cost no second call. It may also name positions
+// to drop (consumed by the task without delivery). A Sampler must be
+// quick, must not call the client, and must be safe for concurrent use;
+// it may be called more than once for one claim (the engine's view of the
+// rows was stale, or candidates were taken), only the last call counting.
 type Sampler interface {
 	Sample(ready []Candidate, n int) (units [][]int, drop []int)
 }

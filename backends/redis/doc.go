@@ -148,7 +148,9 @@
 // and one watcher per Meta and partition waits in XREAD BLOCK on it (on
 // a connection of a client the Meta opens for its waits), reading from
 // the counter it knows, so that a commit after the claim that took the
-// mark always wakes it; idle, it sends one request a second. With
+// mark always wakes it; the same round brings the view the records the
+// wake announces, so the claim after a Wait is one round trip; idle, it
+// sends one request a second. With
 // WithReplicas,
 // a Claim, Settle or Reset that wrote waits for the replicas as the log's
 // writes do; without it, a failover may lose recent leases and acks, whose

@@ -90,6 +90,28 @@ func TestQueueRoundTrips(t *testing.T) {
 		_, err := m.Consumption(ctx, "p", "t")
 		return err
 	})
+	// A Wait woken by another client's commit brings the view the
+	// commit's record as it wakes: the claim that follows leases the new
+	// row in one round trip.
+	held, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "w", Lease: time.Minute, Rows: 64, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woke := make(chan error, 1)
+	go func() { woke <- m.Wait(ctx, "p", held.Mark) }()
+	time.Sleep(50 * time.Millisecond)
+	fresh := commitRows(t, open(t, srv.URL()+"?prefix=qrt").Meta(), "p", "y")
+	if err := <-woke; err != nil {
+		t.Fatal(err)
+	}
+	var rt backends.RoundTrips
+	got, err := m.Claim(rt.Attach(ctx), "p", backends.ClaimRequest{Task: "w", Lease: time.Minute, Rows: 64, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(claimIdx(got), fresh) || rt.Load() != 1 {
+		t.Errorf("claim after a wake: %v in %d round trips, want %v in 1", claimIdx(got), rt.Load(), fresh)
+	}
 	// A commit by another client: the claim's script brings the view its
 	// record, and the rows come the next time.
 	commitRows(t, open(t, srv.URL()+"?prefix=qrt").Meta(), "p", "z")
@@ -104,9 +126,9 @@ func TestQueueRoundTrips(t *testing.T) {
 }
 
 // TestIdleWaitRequests: a Wait on a partition where nothing changes sends
-// at most about one request a second (the counter's safety re-read), once
-// its subscriber connection is set up (dial handshake, SSUBSCRIBE, a first
-// read of the counter).
+// at most about one request a second (its watcher's round: a pipeline of
+// the counter's GET, the XREAD that blocks and the log's read), once its
+// connection is set up (dial handshake).
 func TestIdleWaitRequests(t *testing.T) {
 	srv := redistest.Start(t)
 	p := startFlightProxy(t, srv.Addr())
@@ -485,5 +507,62 @@ func TestWaitCounterRestart(t *testing.T) {
 	}
 	if ids := admin.XRange(ctx, stream, "-", "+").Val(); len(ids) != 1 || ids[0].ID != "0-1" {
 		t.Errorf("the wake stream after a commit found it ahead: %v", ids)
+	}
+}
+
+// TestWaitMarks: only the server's values of the counter decide a Wait.
+// A Wait whose mark the counter does not hold (a failover lost the bumps
+// its claim saw) returns, as often as it is called, and a Wait with a true
+// mark beside them stays blocked;
+// a counter bumped without its wake stream (a writer that does not make
+// it) wakes a Wait within a watcher's round.
+func TestWaitMarks(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	m := open(t, srv.URL()+"?prefix=qwm").Meta()
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	commitRows(t, m, "p", "a")
+	c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stayed := make(chan error, 1)
+	go func() { stayed <- m.Wait(wctx, "p", c.Mark) }()
+	bogus := backends.Mark{Seq: c.Mark.Seq + 100}
+	for range 200 {
+		bctx, bcancel := context.WithTimeout(ctx, 3*time.Second)
+		err := m.Wait(bctx, "p", bogus)
+		bcancel()
+		if err != nil {
+			t.Fatalf("a wait with a mark the counter never held: %v, want it to return", err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond)
+	select {
+	case err := <-stayed:
+		t.Fatalf("a wait with a true mark returned %v beside waits with a wrong one, while nothing changed", err)
+	default:
+	}
+	cancel()
+	if err := <-stayed; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+
+	woke := make(chan error, 1)
+	go func() { woke <- m.Wait(ctx, "p", c.Mark) }()
+	time.Sleep(100 * time.Millisecond)
+	if err := admin.Incr(ctx, "qwm:{qwm:p}:q:seq").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a counter bumped without its stream did not wake a wait")
 	}
 }

@@ -666,8 +666,8 @@ local function qcount(seq, w, keep)
     redis.call('PEXPIRE', w, 60000)
   else
     local ttl = redis.call('PTTL', seq)
-    if ttl > 0 then
-      redis.call('PEXPIRE', w, ttl)
+    if ttl >= 0 then
+      redis.call('PEXPIRE', w, math.max(ttl, 1))
     end
   end
   return n

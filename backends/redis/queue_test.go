@@ -13,6 +13,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/tq"
 )
 
 // commitRows prepares and commits keys in partition p and returns their
@@ -669,5 +670,45 @@ func testLateLowIndex(t *testing.T, m, other *redis.Meta) {
 	}
 	if c, err = m.Claim(ctx, "p", req, all); err != nil || !slices.Equal(claimIdx(c), []uint64{resA[0].Index}) {
 		t.Fatalf("claim after a's commit %v %v", claimIdx(c), err)
+	}
+}
+
+// TestClaimPastOthersLeases: a client whose cache does not know that
+// another client leased most of a partition's rows still claims a ready
+// row at once: its claim asks its sampler for more each time it finds
+// the candidates taken (tq's askFor), not only for 2n+16 rows.
+func TestClaimPastOthersLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	url := srv.URL() + "?prefix=qpast"
+	a, b := openTQ(t, url), openTQ(t, url)
+	ctx := t.Context()
+	keys := keyRange("r", 400)
+	ids := make([]int64, len(keys))
+	if err := a.BatchPut(ctx, "p", keys, tq.Batch{"id": tq.Stacked(ids, len(keys))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ta, err := a.Task("p", "t", []string{"id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := b.Task("p", "t", []string{"id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ta.Claim(ctx, 1); err != nil { // a's cache of the task's states
+		t.Fatal(err)
+	}
+	held, err := tb.Claim(ctx, 250)
+	if err != nil || len(held.Keys()) != 250 {
+		t.Fatalf("b claimed %d rows: %v", len(held.Keys()), err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := ta.Wait(wctx, 1)
+	if err != nil {
+		t.Fatalf("a's wait with 149 rows ready: %v", err)
+	}
+	if got := l.Keys(); len(got) != 1 || slices.Contains(held.Keys(), got[0]) {
+		t.Fatalf("a claimed %v, one of b's rows or not one row", got)
 	}
 }

@@ -16,24 +16,24 @@ import (
 )
 
 // Wait blocks on the server: every bump of a partition's change counter
-// (base:q:seq) also appends to the partition's wake stream (base:q:w) an
-// entry whose ID is 0-<counter> (MAXLEN 1: the stream holds its last
-// entry only), in the same script. A watcher reads the stream with XREAD
-// BLOCK from the highest counter value it knows of, so that "has the
-// counter passed this value?" and "block until it does" are one atomic
-// command: no commit can fall between a check and a subscription, and a
-// watcher that lost its connection misses nothing (the stream keeps its
-// last entry). The server serves a blocked XREAD before it answers the
+// (base:q:seq) also makes the partition's wake stream (base:q:w) anew,
+// holding one entry whose ID is 0-<counter>, in the same script. A
+// watcher reads the stream with XREAD BLOCK from the counter value it
+// knows, so that "has the counter moved past this value?" and "block
+// until it does" are one atomic command: no commit can fall between a
+// check and a subscription, and a watcher that lost its connection misses
+// nothing (the stream keeps the last value). The server serves a blocked XREAD before it answers the
 // command that woke it, as it does a BLPOP; a shard channel's message goes
 // out after the publisher's reply.
 
 // qRecheck is how long a watcher's XREAD blocks. It bounds how often an
-// idle Wait sends a request (one pipeline of a GET of the counter and the
-// XREAD per watcher, not per Wait), how long a watcher outlives its last
-// Wait (a consumer's next Wait within it finds the watcher blocked
-// already), and how late a Wait learns of a counter that restarted (it
-// expires a minute after its partition was deleted, and a new partition of
-// that name counts from 1 again, below the marks waiters hold).
+// idle Wait sends a request (one pipeline per watcher, not per Wait), how
+// long a watcher outlives its last Wait (a consumer's next Wait within it
+// finds the watcher blocked already), and how late a Wait learns of a
+// counter that moved without its stream: one that restarted (it expires a
+// minute after its partition was deleted, and a new partition of that
+// name counts from 1 again) or one bumped by a writer that does not make
+// the stream.
 var qRecheck = time.Second
 
 // qWatch is one partition's watcher, shared by every Wait of the Meta on
@@ -47,45 +47,39 @@ type qWatch struct {
 	done      chan struct{}
 
 	mu sync.Mutex
-	// top is the highest value the counter is known to have reached: from
-	// the stream, or from a Wait's mark (a claim read it).
-	top uint64
-	// restarts counts the times the counter was read below top: it
-	// restarted, and every Wait returns.
-	restarts uint64
-	changed  chan struct{} // closed and replaced when top or restarts change
+	// seen is the counter as the server last told it (a GET, or the
+	// stream's entry), once known. Only the server's values count: a
+	// Wait's mark that is wrong (a failover lost the bumps it saw) makes
+	// that Wait return, and no other.
+	seen  uint64
+	known bool
+	// hint is where the first XREAD starts while seen is not known: the
+	// lowest mark of the Waits so far.
+	hint    uint64
+	changed chan struct{} // closed and replaced when seen changes
 }
 
-// raise notes that the counter reached n, and reports whether that
+// learn records n as the counter's value, and reports whether that
 // changed what w knew.
-func (w *qWatch) raise(n uint64) bool {
+func (w *qWatch) learn(n uint64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if n <= w.top {
+	if w.known && w.seen == n {
 		return false
 	}
-	w.top = n
+	w.seen, w.known = n, true
 	close(w.changed)
 	w.changed = make(chan struct{})
 	return true
 }
 
-// restart notes that the counter was read as n, below what it had
-// reached: it restarted.
-func (w *qWatch) restart(n uint64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.top = n
-	w.restarts++
-	close(w.changed)
-	w.changed = make(chan struct{})
-}
-
 // Wait implements backends.Queue. It returns nil once the partition's
-// change counter has passed mark.Seq (or restarted below it), or once
+// change counter, as the server tells it, differs from mark.Seq, or once
 // mark.Wake has passed; ctx.Err() when ctx ends first; backends.ErrClosed
 // when the Meta closes meanwhile. Waits of one Meta on one partition share
-// one watcher and one connection (see qRecheck).
+// one watcher and one connection (see qRecheck), which outlive the last
+// of them by up to qRecheck, and the connection stays open in the Meta's
+// wait client for the next.
 func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) error {
 	if err := m.check(ctx); err != nil {
 		return err
@@ -100,20 +94,14 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) e
 		defer t.Stop()
 		wake = t.C
 	}
-	w, stop, err := m.watch(partition)
+	w, stop, err := m.watch(partition, mark.Seq)
 	if err != nil {
 		return err
 	}
 	defer m.unwatch(w)
-	w.mu.Lock()
-	restarts := w.restarts
-	w.mu.Unlock()
-	// A mark is a value the counter held: a watcher blocked below it
-	// reads from it at its next XREAD, and Waits with lower marks return.
-	w.raise(mark.Seq)
 	for {
 		w.mu.Lock()
-		passed := w.top > mark.Seq || w.restarts != restarts
+		passed := w.known && w.seen != mark.Seq
 		changed := w.changed
 		w.mu.Unlock()
 		if passed {
@@ -132,8 +120,8 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) e
 }
 
 // watch returns the partition's watcher, started if there is none, with
-// a Wait counted on it, and a channel closed when the Meta closes.
-func (m *Meta) watch(partition string) (*qWatch, <-chan struct{}, error) {
+// a Wait of mark counted on it, and a channel closed when the Meta closes.
+func (m *Meta) watch(partition string, mark uint64) (*qWatch, <-chan struct{}, error) {
 	q := &m.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -142,15 +130,18 @@ func (m *Meta) watch(partition string) (*qWatch, <-chan struct{}, error) {
 	}
 	if w := q.watches[partition]; w != nil {
 		w.refs++
+		w.mu.Lock()
+		w.hint = min(w.hint, mark)
+		w.mu.Unlock()
 		return w, q.stop, nil
 	}
 	if q.waits == nil {
-		q.waits, q.ownWaits = waitClient(m.s.client)
+		q.waits, q.ownWaits = waitClient(m.s.client, m.s.opts.hooks)
 		q.stop = make(chan struct{})
 		q.ctx, q.cancel = context.WithCancel(context.Background())
 	}
 	qk := m.qKeys(partition, "")
-	w := &qWatch{refs: 1, partition: partition, stream: qk.w, seqKey: qk.seq, done: make(chan struct{}), changed: make(chan struct{})}
+	w := &qWatch{refs: 1, partition: partition, stream: qk.w, seqKey: qk.seq, done: make(chan struct{}), hint: mark, changed: make(chan struct{})}
 	if q.watches == nil {
 		q.watches = map[string]*qWatch{}
 	}
@@ -168,80 +159,120 @@ func (m *Meta) unwatch(w *qWatch) {
 }
 
 // waitClient returns the client watchers block on: for a client of its
-// own kind, a client of its own on the same servers (closing it ends
-// blocked reads at once, which go-redis cannot do to a read in flight;
-// its read timeout covers a blocked XREAD; its connections are only the
-// watchers'; it reads masters, where commits land first); for another
-// kind of client (a Ring), c itself. The client of its own leaves out
-// maintenance notifications, which would keep goroutines of their own
-// after the last Wait; a blocked XREAD whose node goes away fails and is
-// sent again, whose read timeout must then exceed
-// qRecheck (go-redis's default, 3 s, does).
-func waitClient(c goredis.UniversalClient) (_ goredis.UniversalClient, own bool) {
+// own kind, a client of its own on the same servers, with the engine's
+// hooks (closing it ends blocked reads at once, which go-redis cannot do
+// to a read in flight; its read timeout covers a blocked XREAD; its
+// connections are only the watchers', one per partition waited on, at
+// most qMaxWatchConns open (a watcher finding none free waits for one);
+// it reads masters, where commits land first; it leaves out maintenance
+// notifications, which would keep goroutines of their own after the last
+// Wait). For another kind of client (a Ring), c itself: its watchers then
+// take connections of its pool, its read timeout must exceed qRecheck
+// (go-redis's default, 3 s, does), and Close waits for their reads to end.
+func waitClient(c goredis.UniversalClient, hooks []goredis.Hook) (_ goredis.UniversalClient, own bool) {
+	var w goredis.UniversalClient
+	off := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	switch c := c.(type) {
 	case *goredis.Client:
 		o := *c.Options()
 		o.ReadTimeout = qRecheck + 10*time.Second
-		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1<<16, 0, 0
-		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-		return goredis.NewClient(&o), true
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = qMaxWatchConns, 0, qIdleWatchConns
+		o.MaintNotificationsConfig = off
+		w = goredis.NewClient(&o)
 	case *goredis.ClusterClient:
 		o := *c.Options()
 		o.ReadTimeout = qRecheck + 10*time.Second
-		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1<<16, 0, 0
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = qMaxWatchConns, 0, qIdleWatchConns
 		o.ReadOnly, o.RouteByLatency, o.RouteRandomly = false, false, false
-		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-		return goredis.NewClusterClient(&o), true
+		o.MaintNotificationsConfig = off
+		w = goredis.NewClusterClient(&o)
+	default:
+		return c, false
 	}
-	return c, false
+	for _, h := range hooks {
+		w.AddHook(h)
+	}
+	return w, true
 }
 
+// qMaxWatchConns bounds the connections of a Meta's wait client (per node
+// on a Cluster), and qIdleWatchConns how many it keeps open unused.
+const (
+	qMaxWatchConns  = 1024
+	qIdleWatchConns = 16
+)
+
 // runWatch reads w's stream until the Meta closes, or until an XREAD
-// ends with no Wait on w. Each round is one pipeline: a GET of the
-// counter (below top: it restarted) and an XREAD BLOCK from top.
+// ends with no Wait on w. Each round is one pipeline, which the server
+// runs as one: a GET of the counter; an XREAD BLOCK from the value w last
+// learnt (before it learns one, from the lowest mark); and, when the Meta
+// has a view of the partition's log, a read of the records the view lacks
+// (readScript), which runs once the XREAD returns: so the commit that
+// wakes a Wait is in the view before the Wait's caller claims, and that
+// claim is one round trip, not two (the first bringing the records, the
+// second leasing them). The stream's entry, else the GET, is the value
+// learnt: a counter that restarted below it, or that moved without the
+// stream (a bump by a writer that does not append to it), is learnt too,
+// a round late.
 func (m *Meta) runWatch(w *qWatch) {
 	defer close(w.done)
 	q := &m.q
 	ctx, client := q.ctx, q.waits
+	keys := m.readKeys(w.partition)
 	for ctx.Err() == nil {
 		w.mu.Lock()
-		from := w.top
+		from := w.hint
+		if w.known {
+			from = w.seen
+		}
 		w.mu.Unlock()
+		v, at := m.followed(w.partition)
 		var get *goredis.StringCmd
 		var read *goredis.XStreamSliceCmd
+		var log *goredis.Cmd
 		_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			get = p.Get(ctx, w.seqKey)
 			read = p.XRead(ctx, &goredis.XReadArgs{Streams: []string{w.stream, "0-" + strconv.FormatUint(from, 10)}, Block: qRecheck})
+			if v != nil {
+				log = p.EvalSha(ctx, readScript.Hash(), keys, at.epoch, at.n)
+			}
 			return nil
 		})
 		if ctx.Err() != nil {
 			return
 		}
+		if log != nil && goredis.HasErrorPrefix(log.Err(), "NOSCRIPT") {
+			_ = readScript.Load(ctx, client).Err() // for the next round
+		}
 		n, gerr := get.Uint64()
-		switch {
-		case gerr != nil && !errors.Is(gerr, goredis.Nil):
+		streams, rerr := read.Result()
+		if gerr != nil && !errors.Is(gerr, goredis.Nil) || rerr != nil && !errors.Is(rerr, goredis.Nil) {
 			// The connection or the server failed (go-redis dials
 			// again at the next round).
 			_ = sleepCtx(ctx, qRecheck)
-		case n < from:
-			w.restart(n)
-		default:
-			if streams, rerr := read.Result(); rerr == nil {
-				woke := false
-				for _, s := range streams {
-					for _, e := range s.Messages {
-						if v, ok := streamCounter(e.ID); ok {
-							woke = w.raise(v) || woke
-						}
+		} else {
+			bumped := false
+			for _, s := range streams {
+				for _, e := range s.Messages {
+					if c, ok := streamCounter(e.ID); ok {
+						n, bumped = max(n, c), true
 					}
 				}
+			}
+			if v != nil && bumped {
+				// Under the view's lock, so that a woken Wait's claim
+				// finds the records in the view.
+				v.mu.Lock()
+				woke := w.learn(n)
+				m.follow(v, at, log)
+				v.mu.Unlock()
 				if woke {
 					// The Waits just woken run on this P before the
 					// next round is built and sent.
 					runtime.Gosched()
 				}
-			} else if !errors.Is(rerr, goredis.Nil) {
-				_ = sleepCtx(ctx, qRecheck)
+			} else if w.learn(n) {
+				runtime.Gosched()
 			}
 		}
 		q.mu.Lock()
@@ -254,6 +285,40 @@ func (m *Meta) runWatch(w *qWatch) {
 		}
 		q.mu.Unlock()
 	}
+}
+
+// followed returns the Meta's view of partition and its position, or nil
+// when it has none or the view has not read the log (a read from nothing
+// would bring the whole log at every round).
+func (m *Meta) followed(partition string) (*view, pos) {
+	m.mu.Lock()
+	v := m.views[partition]
+	m.mu.Unlock()
+	if v == nil {
+		return nil, pos{}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.epoch == "" || v.epoch == badEpoch {
+		return nil, pos{}
+	}
+	return v, pos{epoch: v.epoch, n: v.n, head: v.head, era: v.era}
+}
+
+// follow replays into v, whose lock the caller holds, the records a
+// watcher's read (at v's position at) brought. A read that failed, or
+// that the view moved past or away from, leaves v as it is: the next
+// claim or read catches up itself.
+func (m *Meta) follow(v *view, at pos, log *goredis.Cmd) {
+	reply, err := log.Slice()
+	if err != nil {
+		return
+	}
+	epoch, from, head, recs, err := logReply(reply)
+	if err != nil {
+		return
+	}
+	_, _ = v.catchUp(at.era, at.n, epoch, from, head, recs)
 }
 
 // streamCounter returns the counter value a wake stream entry's ID (0-n)

@@ -76,9 +76,10 @@ import goredis "github.com/redis/go-redis/v9"
 // other records).
 //
 // A commit, a delete and a delete partition (and a drop) bump the
-// partition's change counter and publish it (unqueueLua); a delete also
-// removes its rows from every task's consumption, and a delete partition
-// or a drop every consumption key of the partition but the counter, in
+// partition's change counter and make its wake stream anew (unqueueLua);
+// a delete also removes its rows from every task's consumption, and a
+// delete partition or a drop every consumption key of the partition but
+// the counter and the stream, in
 // the same script, so that no Claim can lease a row once it is gone.
 //
 // A Prepare registers the partition (inline: its log may have been
