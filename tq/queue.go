@@ -399,19 +399,21 @@ func closedErr(ctx context.Context, err error) error {
 // askFor is the n a claim of n rows asks its sampler for at its pick-th
 // pick among ready rows: n at first, so that the claim's cost follows n
 // and not the partition's ready rows (what the sampler offers beyond n,
-// see offered, covers rows another consumer took meanwhile); 4n at the
-// second; every ready row from the third. The engine picks again when it
-// found the candidates taken, which a server engine's cache of other
-// processes' leases can miss for many rows at once: the asks grow so that
-// such a claim still fills in a few round trips.
+// see offered, covers rows another consumer took meanwhile), then four
+// times more at each pick, up to every ready row. The engine picks again
+// when its view was stale or it found the candidates taken, which a server
+// engine's cache of other processes' leases can miss for many rows at
+// once: the asks grow so that such a claim still fills within its
+// attempts, and only as far as the misses require.
 func askFor(n, pick, ready int) int {
-	switch pick {
-	case 1:
-		return n
-	case 2:
-		return min(4*n, max(ready, n))
+	ask := n
+	for range pick - 1 {
+		if ask >= ready {
+			break
+		}
+		ask *= 4
 	}
-	return max(ready, n)
+	return max(n, min(ask, ready))
 }
 
 // pick is the task's backends.Pick for a claim that asks the sampler for

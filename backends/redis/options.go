@@ -241,7 +241,10 @@ func WithDirectPoolSize(n int) Option {
 // when it is one command and ProcessPipelineHook when it is several. The
 // hooks see each command's name, its keys and arguments, and its error;
 // an MSET's values appear as their lengths in bytes (ints), and no
-// command's reply value is set.
+// command's reply value is set. They are also added to the client a Meta
+// opens for its Waits: there each partition waited on sends a pipeline
+// (GET, XREAD BLOCK of a second, EVALSHA) about once a second, which a
+// hook must let run past a second.
 func WithHooks(hooks ...goredis.Hook) Option {
 	return func(o *options) error {
 		for _, h := range hooks {

@@ -53,24 +53,35 @@ type qWatch struct {
 	// that Wait return, and no other.
 	seen  uint64
 	known bool
-	// hint is where the first XREAD starts while seen is not known: the
-	// lowest mark of the Waits so far.
-	hint    uint64
-	changed chan struct{} // closed and replaced when seen changes
+	// begun and ended count the watcher's rounds: a Wait whose mark the
+	// counter learnt does not match waits for a round begun after it.
+	begun, ended uint64
+	changed      chan struct{} // closed and replaced at the end of each round
 }
 
-// learn records n as the counter's value, and reports whether that
-// changed what w knew.
-func (w *qWatch) learn(n uint64) bool {
+// begin counts a round begun and returns the value the counter was last
+// learnt as, and whether it was.
+func (w *qWatch) begin() (uint64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.known && w.seen == n {
-		return false
+	w.begun++
+	return w.seen, w.known
+}
+
+// end records n as the counter's value at the end of a round (ok false:
+// the round failed and learnt nothing), wakes the Waits to look again, and
+// reports whether n changed what w knew.
+func (w *qWatch) end(n uint64, ok bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	changed := ok && (!w.known || w.seen != n)
+	if ok {
+		w.seen, w.known = n, true
 	}
-	w.seen, w.known = n, true
+	w.ended++
 	close(w.changed)
 	w.changed = make(chan struct{})
-	return true
+	return changed
 }
 
 // Wait implements backends.Queue. It returns nil once the partition's
@@ -94,14 +105,23 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) e
 		defer t.Stop()
 		wake = t.C
 	}
-	w, stop, err := m.watch(partition, mark.Seq)
+	w, stop, err := m.watch(partition)
 	if err != nil {
 		return err
 	}
 	defer m.unwatch(w)
+	w.mu.Lock()
+	begun := w.begun
+	w.mu.Unlock()
 	for {
+		// A counter learnt above the mark moved past it. One learnt
+		// below it may be behind the claim that took the mark (a bump
+		// the watcher has yet to read): it counts once a round begun
+		// after this Wait has ended, which a mark the counter never held
+		// (a failover lost the bumps its claim saw) then gets within a
+		// round.
 		w.mu.Lock()
-		passed := w.known && w.seen != mark.Seq
+		passed := w.known && (w.seen > mark.Seq || w.seen != mark.Seq && w.ended > begun)
 		changed := w.changed
 		w.mu.Unlock()
 		if passed {
@@ -120,8 +140,8 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) e
 }
 
 // watch returns the partition's watcher, started if there is none, with
-// a Wait of mark counted on it, and a channel closed when the Meta closes.
-func (m *Meta) watch(partition string, mark uint64) (*qWatch, <-chan struct{}, error) {
+// a Wait counted on it, and a channel closed when the Meta closes.
+func (m *Meta) watch(partition string) (*qWatch, <-chan struct{}, error) {
 	q := &m.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -130,9 +150,6 @@ func (m *Meta) watch(partition string, mark uint64) (*qWatch, <-chan struct{}, e
 	}
 	if w := q.watches[partition]; w != nil {
 		w.refs++
-		w.mu.Lock()
-		w.hint = min(w.hint, mark)
-		w.mu.Unlock()
 		return w, q.stop, nil
 	}
 	if q.waits == nil {
@@ -141,7 +158,7 @@ func (m *Meta) watch(partition string, mark uint64) (*qWatch, <-chan struct{}, e
 		q.ctx, q.cancel = context.WithCancel(context.Background())
 	}
 	qk := m.qKeys(partition, "")
-	w := &qWatch{refs: 1, partition: partition, stream: qk.w, seqKey: qk.seq, done: make(chan struct{}), hint: mark, changed: make(chan struct{})}
+	w := &qWatch{refs: 1, partition: partition, stream: qk.w, seqKey: qk.seq, done: make(chan struct{}), changed: make(chan struct{})}
 	if q.watches == nil {
 		q.watches = map[string]*qWatch{}
 	}
@@ -177,6 +194,7 @@ func waitClient(c goredis.UniversalClient, hooks []goredis.Hook) (_ goredis.Univ
 		o := *c.Options()
 		o.ReadTimeout = qRecheck + 10*time.Second
 		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = qMaxWatchConns, 0, qIdleWatchConns
+		o.PipelinePoolSize = -1 // the rounds are pipelines: in the pool above
 		o.MaintNotificationsConfig = off
 		w = goredis.NewClient(&o)
 	case *goredis.ClusterClient:
@@ -184,6 +202,7 @@ func waitClient(c goredis.UniversalClient, hooks []goredis.Hook) (_ goredis.Univ
 		o.ReadTimeout = qRecheck + 10*time.Second
 		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = qMaxWatchConns, 0, qIdleWatchConns
 		o.ReadOnly, o.RouteByLatency, o.RouteRandomly = false, false, false
+		o.PipelinePoolSize = -1
 		o.MaintNotificationsConfig = off
 		w = goredis.NewClusterClient(&o)
 	default:
@@ -203,36 +222,37 @@ const (
 )
 
 // runWatch reads w's stream until the Meta closes, or until an XREAD
-// ends with no Wait on w. Each round is one pipeline, which the server
-// runs as one: a GET of the counter; an XREAD BLOCK from the value w last
-// learnt (before it learns one, from the lowest mark); and, when the Meta
-// has a view of the partition's log, a read of the records the view lacks
-// (readScript), which runs once the XREAD returns: so the commit that
-// wakes a Wait is in the view before the Wait's caller claims, and that
-// claim is one round trip, not two (the first bringing the records, the
-// second leasing them). The stream's entry, else the GET, is the value
-// learnt: a counter that restarted below it, or that moved without the
-// stream (a bump by a writer that does not append to it), is learnt too,
-// a round late.
+// ends with no Wait on w. Its first round is a GET of the counter; each
+// round after it is one pipeline, which the server runs in order: a GET
+// of the counter; an XREAD BLOCK from the value last learnt; and, when the
+// Meta has a view of the partition's log, a read of the records the view
+// lacks (readScript), which runs once the XREAD returns, so that the
+// commit that wakes a Wait is in the view before the Wait's caller claims
+// and that claim is one round trip, not two (the first bringing the
+// records, the second leasing them). The stream's entry, else the GET,
+// is the value learnt: a counter that restarted below it, or that moved
+// without the stream (a bump by a writer that does not make it), is
+// learnt a round late.
 func (m *Meta) runWatch(w *qWatch) {
 	defer close(w.done)
 	q := &m.q
 	ctx, client := q.ctx, q.waits
 	keys := m.readKeys(w.partition)
 	for ctx.Err() == nil {
-		w.mu.Lock()
-		from := w.hint
-		if w.known {
-			from = w.seen
-		}
-		w.mu.Unlock()
-		v, at := m.followed(w.partition)
+		from, known := w.begin()
+		var v *view
+		var at pos
 		var get *goredis.StringCmd
 		var read *goredis.XStreamSliceCmd
 		var log *goredis.Cmd
+		if known {
+			v, at = m.followed(w.partition)
+		}
 		_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			get = p.Get(ctx, w.seqKey)
-			read = p.XRead(ctx, &goredis.XReadArgs{Streams: []string{w.stream, "0-" + strconv.FormatUint(from, 10)}, Block: qRecheck})
+			if known {
+				read = p.XRead(ctx, &goredis.XReadArgs{Streams: []string{w.stream, "0-" + strconv.FormatUint(from, 10)}, Block: qRecheck})
+			}
 			if v != nil {
 				log = p.EvalSha(ctx, readScript.Hash(), keys, at.epoch, at.n)
 			}
@@ -244,34 +264,43 @@ func (m *Meta) runWatch(w *qWatch) {
 		if log != nil && goredis.HasErrorPrefix(log.Err(), "NOSCRIPT") {
 			_ = readScript.Load(ctx, client).Err() // for the next round
 		}
-		n, gerr := get.Uint64()
-		streams, rerr := read.Result()
-		if gerr != nil && !errors.Is(gerr, goredis.Nil) || rerr != nil && !errors.Is(rerr, goredis.Nil) {
+		n, err := get.Uint64()
+		if errors.Is(err, goredis.Nil) {
+			n, err = 0, nil
+		}
+		var streams []goredis.XStream
+		if err == nil && read != nil {
+			if streams, err = read.Result(); errors.Is(err, goredis.Nil) {
+				err = nil
+			}
+		}
+		if err != nil {
 			// The connection or the server failed (go-redis dials
 			// again at the next round).
+			w.end(0, false)
 			_ = sleepCtx(ctx, qRecheck)
 		} else {
-			bumped := false
 			for _, s := range streams {
 				for _, e := range s.Messages {
 					if c, ok := streamCounter(e.ID); ok {
-						n, bumped = max(n, c), true
+						n = max(n, c)
 					}
 				}
 			}
-			if v != nil && bumped {
+			woke := false
+			if v != nil {
 				// Under the view's lock, so that a woken Wait's claim
 				// finds the records in the view.
 				v.mu.Lock()
-				woke := w.learn(n)
+				woke = w.end(n, true)
 				m.follow(v, at, log)
 				v.mu.Unlock()
-				if woke {
-					// The Waits just woken run on this P before the
-					// next round is built and sent.
-					runtime.Gosched()
-				}
-			} else if w.learn(n) {
+			} else {
+				woke = w.end(n, true)
+			}
+			if woke {
+				// The Waits just woken run on this P before the next
+				// round is built and sent.
 				runtime.Gosched()
 			}
 		}
@@ -306,10 +335,15 @@ func (m *Meta) followed(partition string) (*view, pos) {
 }
 
 // follow replays into v, whose lock the caller holds, the records a
-// watcher's read (at v's position at) brought. A read that failed, or
-// that the view moved past or away from, leaves v as it is: the next
-// claim or read catches up itself.
+// watcher's read (at v's position at) brought, every round, so that a
+// view another process's snapshot or prepares moved on (no bump) is
+// caught up too rather than read whole again at every round. A read that
+// failed, or a view that moved since at (its own writes, another read),
+// is left as it is: the next claim or read catches up itself.
 func (m *Meta) follow(v *view, at pos, log *goredis.Cmd) {
+	if v.era != at.era || v.epoch != at.epoch || v.n != at.n {
+		return
+	}
 	reply, err := log.Slice()
 	if err != nil {
 		return
