@@ -105,13 +105,17 @@ func TestRunQuick(t *testing.T) {
 		}
 	}
 
-	// Every record is a real measurement.
+	// Every record is a real measurement. A wake-up's hand-off counts 0
+	// when the consumer returned before the producer's call did (a Redis
+	// server answers a blocked XREAD or BLPOP before the command that
+	// woke it), so a sample of a few hand-offs may be 0.
 	if len(rep.Records) == 0 {
 		t.Fatal("no records")
 	}
 	for _, r := range rep.Records {
 		d := r.Dist
-		if d.N != cfg.Reps || !(d.Min > 0) || d.Min > d.Median || d.Median > d.Max || math.IsInf(d.Max, 0) {
+		low := d.Min > 0 || r.Table == "queue" && strings.HasPrefix(r.Series, "wake-up") && d.Min == 0
+		if d.N != cfg.Reps || !low || d.Min > d.Median || d.Median > d.Max || math.IsInf(d.Max, 0) {
 			t.Errorf("record %s/%s/%s: bad distribution %+v", r.Table, r.Row, r.Series, d)
 		}
 	}

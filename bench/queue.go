@@ -67,7 +67,7 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 		ID:    "queue",
 		Title: fmt.Sprintf("Queue: claim and ack of a %d-row step; wake-up; %d consumers", cfg.Samples, cfg.Consumers),
 		Intro: fmt.Sprintf("claim+ack: one Claim of the %d rows of a partition and one Ack of them, beside a List of the same rows. "+
-			"wake-up: from a producer's BatchPut of one row returning to a consumer blocked in Wait returning with it, beside a bare "+
+			"wake-up: from a producer's BatchPut of one row returning to a consumer blocked in Wait returning with it (0 when the consumer returned first), beside a bare "+
 			"hand-off (a channel in process; LPUSH to a client blocked in BLPOP on the same Redis server). contention: %d consumers "+
 			"claim %d rows at a time and ack them until %d rows are consumed, beside the same consumers popping as many items from a "+
 			"buffered channel (in process) or with LPOP of a Redis list. Median [min–max] of the repetitions; \"ratio\" is the "+
@@ -102,7 +102,7 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 		}
 		for _, r := range rows {
 			d, ld := summarize(r.a.samples), summarize(r.lim.samples)
-			step.Rows = append(step.Rows, []string{t.name, r.measure, fmtTime(d), r.limName, fmtTime(ld), fmt.Sprintf("%.2fx", d.Median/ld.Median)})
+			step.Rows = append(step.Rows, []string{t.name, r.measure, fmtTime(d), r.limName, fmtTime(ld), fmtRatio(d.Median / ld.Median)})
 			rep.Records = append(rep.Records,
 				Record{Suite: "queue", Table: "queue", Row: t.name, Series: r.measure, Unit: "s", Dist: d},
 				Record{Suite: "queue", Table: "queue", Row: t.name, Series: r.measure + " limit: " + r.limName, Unit: "s", Dist: ld})
@@ -235,7 +235,8 @@ func notifyOnce(ctx context.Context, c *tq.Client, eng backends.Engine) (time.Du
 }
 
 // timeWake runs wait, lets it block for wakeGap, puts one row into p, and
-// returns the time from the put returning to wait returning. What wait
+// returns the time from the put returning to wait returning (0 when wait
+// returned first). What wait
 // returns to do next (an ack) runs after the time is taken.
 func timeWake(ctx context.Context, c *tq.Client, p string, wait func(context.Context) (func() error, error)) (time.Duration, error) {
 	type woke struct {
