@@ -38,3 +38,17 @@ func OwnConnections(s *Store) (on bool, size int) {
 	}
 	return true, p.Size()
 }
+
+// ViewLength returns how many records of partition's log m's view holds
+// (0 without a view).
+func ViewLength(m *Meta, partition string) int64 {
+	m.mu.Lock()
+	v := m.views[partition]
+	m.mu.Unlock()
+	if v == nil {
+		return 0
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.n
+}

@@ -565,3 +565,47 @@ func TestWaitMarks(t *testing.T) {
 		t.Fatal("a counter bumped without its stream did not wake a wait")
 	}
 }
+
+// TestWaitFollowsLog: a waiting Meta's watcher replays into its view the
+// records other clients append without a bump (a Prepare), at its next
+// round, so that its reads of the log stay small rather than bringing the
+// same records again every round.
+func TestWaitFollowsLog(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	m := open(t, srv.URL()+"?prefix=qfl").Meta()
+	other := open(t, srv.URL()+"?prefix=qfl").Meta()
+	commitRows(t, m, "p", "a")
+	c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.Wait(wctx, "p", c.Mark) }()
+	before := redis.ViewLength(m, "p")
+	if _, err := other.Prepare(ctx, "p", []string{"b", "c"}, []string{"x"}); err != nil {
+		t.Fatal(err)
+	}
+	want := redis.ViewLength(other, "p")
+	if want <= before {
+		t.Fatalf("the other client's view holds %d records, this one %d", want, before)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for redis.ViewLength(m, "p") != want && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := redis.ViewLength(m, "p"); got != want {
+		t.Errorf("the waiting client's view holds %d records after another's prepare, want %d", got, want)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a prepare woke the wait: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+}
