@@ -522,15 +522,8 @@ func TestWaitMarks(t *testing.T) {
 	m := open(t, srv.URL()+"?prefix=qwm").Meta()
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
-	commitRows(t, m, "p", "a")
-	c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
+	c, stayed, cancel := blockedWait(t, m, "p")
 	defer cancel()
-	stayed := make(chan error, 1)
-	go func() { stayed <- m.Wait(wctx, "p", c.Mark) }()
 	bogus := backends.Mark{Seq: c.Mark.Seq + 100}
 	for range 3 {
 		bctx, bcancel := context.WithTimeout(ctx, 3*time.Second)
@@ -575,15 +568,8 @@ func TestWaitFollowsLog(t *testing.T) {
 	ctx := t.Context()
 	m := open(t, srv.URL()+"?prefix=qfl").Meta()
 	other := open(t, srv.URL()+"?prefix=qfl").Meta()
-	commitRows(t, m, "p", "a")
-	c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
+	_, done, cancel := blockedWait(t, m, "p")
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- m.Wait(wctx, "p", c.Mark) }()
 	before := redis.ViewLength(m, "p")
 	if _, err := other.Prepare(ctx, "p", []string{"b", "c"}, []string{"x"}); err != nil {
 		t.Fatal(err)
@@ -608,4 +594,20 @@ func TestWaitFollowsLog(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+}
+
+// blockedWait commits a row of p through m, claims it for task t, and
+// starts a Wait with the claim's mark, which nothing has changed since: it
+// returns the claim, the Wait's result and what cancels the Wait.
+func blockedWait(t *testing.T, m *redis.Meta, p string) (backends.Claimed, <-chan error, context.CancelFunc) {
+	t.Helper()
+	commitRows(t, m, p, "a")
+	c, err := m.Claim(t.Context(), p, backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Wait(ctx, p, c.Mark) }()
+	return c, done, cancel
 }
