@@ -533,15 +533,7 @@ func TestWaitMarks(t *testing.T) {
 			t.Fatalf("a wait with a mark the counter never held: %v, want it to return within two rounds", err)
 		}
 	}
-	select {
-	case err := <-stayed:
-		t.Fatalf("a wait with a true mark returned %v beside waits with a wrong one, while nothing changed", err)
-	default:
-	}
-	cancel()
-	if err := <-stayed; !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
+	stillBlocked(t, stayed, cancel, "beside waits with a wrong mark, while nothing changed")
 
 	woke := make(chan error, 1)
 	go func() { woke <- m.Wait(ctx, "p", c.Mark) }()
@@ -585,15 +577,7 @@ func TestWaitFollowsLog(t *testing.T) {
 	if got := redis.ViewLength(m, "p"); got != want {
 		t.Errorf("the waiting client's view holds %d records after another's prepare, want %d", got, want)
 	}
-	select {
-	case err := <-done:
-		t.Fatalf("a prepare woke the wait: %v", err)
-	default:
-	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
+	stillBlocked(t, done, cancel, "after another client's prepare")
 }
 
 // blockedWait commits a row of p through m, claims it for task t, and
@@ -610,4 +594,20 @@ func blockedWait(t *testing.T, m *redis.Meta, p string) (backends.Claimed, <-cha
 	done := make(chan error, 1)
 	go func() { done <- m.Wait(ctx, p, c.Mark) }()
 	return c, done, cancel
+}
+
+// stillBlocked fails t if the Wait whose result done carries has
+// returned (what: when), then cancels it and checks that it returns the
+// cancellation.
+func stillBlocked(t *testing.T, done <-chan error, cancel context.CancelFunc, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("a wait returned %v %s", err, what)
+	default:
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
 }
