@@ -3,6 +3,7 @@ package backends
 import (
 	"context"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 	"unsafe"
@@ -248,7 +249,10 @@ func MergeRow(cur *Row, u *RowUpdate, res *CommitResult) *Row {
 
 // mergeFields applies u.Fields to fields, a copy of the committed ones.
 func mergeFields(fields map[string]FieldInfo, u *RowUpdate, res *CommitResult) {
-	for f, fi := range u.Fields {
+	// In field order: a commit's cells are reported alike in every
+	// process that applies it.
+	for _, f := range slices.Sorted(maps.Keys(u.Fields)) {
+		fi := u.Fields[f]
 		old, had := fields[f]
 		switch {
 		case had && old.Gen > fi.Gen:

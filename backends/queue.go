@@ -149,6 +149,47 @@ type ClaimRequest struct {
 	MaxDeliveries int
 	// Batch, if set, makes the claim one rank's of a data-parallel task.
 	Batch *Batch
+	// Select is what makes a row ready for the task and, unless Custom,
+	// how the claim chooses among ready rows: the store chooses, and
+	// does not call pick. Every claim of a task gives the same Select (a
+	// store may index the task's ready rows for it).
+	Select Select
+	// Floor is the claim's staleness bound, with Select.Stale: a row
+	// whose version tag is below it is stale.
+	Floor float64
+	// Custom claims choose with pick, among the oldest ready rows (a
+	// window the store may grow when the pick leases too few).
+	Custom bool
+}
+
+// Select says which rows are ready for a task, and how its claims choose
+// among them.
+type Select struct {
+	// Fields are the fields a row must have committed to be ready.
+	Fields []string
+	// Group, when its Size is > 0, makes claims take complete groups.
+	Group Group
+	// Stale, when its Tag is set, bounds the version of what is taken.
+	Stale Stale
+}
+
+// Group: rows sharing a group id (the value of tag Tag, or the key up to
+// its last Sep) are leased Size at a time, whole, in the order of each
+// group's first ready row; a row in no group is never leased. More than
+// Size ready rows of one id make several groups, in index order. A
+// value's kind is part of the id (int64 1 and uint64 1 differ); lists and
+// maps group by their text.
+type Group struct {
+	Tag, Sep string
+	Size     int
+}
+
+// Stale: a row whose numeric tag Tag is below a claim's Floor is stale:
+// passed over (Skipped), or with Drop dropped. A row without a numeric
+// Tag is never stale.
+type Stale struct {
+	Tag  string
+	Drop bool
 }
 
 // Batch is a data-parallel claim: Ranks consumers of one task (in one
@@ -201,8 +242,9 @@ type Claimed struct {
 	Units      [][]int
 	// Until is when the lease ends, as a time of this process.
 	Until time.Time
-	// Dropped is how many rows of Picked.Drop the claim dropped.
-	Dropped int
+	// Dropped is how many rows of Picked.Drop (or stale rows) the claim
+	// dropped; Skipped how many stale rows it passed over.
+	Dropped, Skipped int
 	// Mark is where the claim looked, for Wait: its Seq is the count of
 	// changes no later than when the claim read the rows it picked from,
 	// so any change the claim may not have seen (a commit while it
@@ -278,6 +320,10 @@ func (r *ClaimRequest) Check() error {
 		return invalidf("claim: max deliveries %d < 0", r.MaxDeliveries)
 	case r.Batch != nil && (r.Batch.Ranks < 1 || r.Batch.Rank < 0 || r.Batch.Rank >= r.Batch.Ranks):
 		return invalidf("claim: rank %d of %d", r.Batch.Rank, r.Batch.Ranks)
+	case r.Select.Group.Size < 0 || r.Select.Group.Size > 0 && (r.Select.Group.Tag == "") == (r.Select.Group.Sep == ""):
+		return invalidf("claim: groups of %d by tag %q or key separator %q (one of them)", r.Select.Group.Size, r.Select.Group.Tag, r.Select.Group.Sep)
+	case r.Select.Group.Size > r.Rows:
+		return invalidf("claim: %d rows, fewer than a group of %d", r.Rows, r.Select.Group.Size)
 	}
 	return nil
 }

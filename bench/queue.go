@@ -221,7 +221,7 @@ func wakeOnce(ctx context.Context, c *tq.Client) (time.Duration, error) {
 func notifyOnce(ctx context.Context, c *tq.Client, eng backends.Engine) (time.Duration, error) {
 	p := queuePartition + "/notify"
 	none := func([]*backends.Row, []backends.Delivery) (backends.Picked, error) { return backends.Picked{}, nil }
-	got, err := eng.Meta.Claim(ctx, p, backends.ClaimRequest{Task: "notify", Lease: time.Minute, Rows: 1, Min: 1}, none)
+	got, err := eng.Meta.Claim(ctx, p, backends.ClaimRequest{Task: "notify", Lease: time.Minute, Rows: 1, Min: 1, Custom: true}, none)
 	if err != nil {
 		return 0, err
 	}

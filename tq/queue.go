@@ -342,7 +342,19 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		ctx, stop = c.untilClosed(ctx)
 		defer stop()
 	}
-	req := backends.ClaimRequest{Task: t.name, Lease: t.lease, Rows: n, Min: o.min, MaxDeliveries: t.maxDel, Batch: t.ranks}
+	req := backends.ClaimRequest{Task: t.name, Lease: t.lease, Rows: n, Min: o.min, MaxDeliveries: t.maxDel, Batch: t.ranks,
+		Select: backends.Select{Fields: t.fields}}
+	switch s := t.sampler.(type) {
+	case sequential:
+	case groups:
+		req.Select.Group = backends.Group{Tag: s.by.tag, Sep: s.by.sep, Size: s.size}
+	default:
+		req.Custom = true
+	}
+	if s := t.stale; s != nil {
+		req.Select.Stale = backends.Stale{Tag: s.tag, Drop: s.drop}
+		req.Floor = float64(t.version.Load() - s.k)
+	}
 	for {
 		var skipped int64
 		picks := 0
@@ -352,6 +364,9 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		})
 		if err != nil {
 			return nil, closedErr(ctx, err)
+		}
+		if !req.Custom && got.Skipped > 0 {
+			skipped = int64(got.Skipped) // the engine chose, and counted
 		}
 		t.stats.skipped.Add(skipped)
 		t.stats.dropped.Add(int64(got.Dropped))

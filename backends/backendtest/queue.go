@@ -96,7 +96,7 @@ func each(rows []*backends.Row, _ []backends.Delivery) (backends.Picked, error) 
 }
 
 func req(task string, n int) backends.ClaimRequest {
-	return backends.ClaimRequest{Task: task, Lease: testLease, Rows: n, Min: 1}
+	return backends.ClaimRequest{Task: task, Lease: testLease, Rows: n, Min: 1, Custom: true}
 }
 
 func (x *qt) claim(p string, r backends.ClaimRequest, pick backends.Pick) backends.Claimed {
@@ -600,7 +600,7 @@ func testClaimConcurrent(x *qt) {
 	got := map[uint64]int{}
 	runWorkers(x.t, workers, func(w int) error {
 		for {
-			c, err := x.q.Claim(x.ctx, p, backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 7, Min: 1}, each)
+			c, err := x.q.Claim(x.ctx, p, backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 7, Min: 1, Custom: true}, each)
 			if err != nil {
 				return err
 			}
@@ -748,7 +748,7 @@ func testBatchOrder(x *qt) {
 	var leases [2][]string
 	runWorkers(x.t, 2, func(r int) error {
 		for range batches {
-			q := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: size, Min: size, Batch: &backends.Batch{Ranks: 2, Rank: r}}
+			q := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: size, Min: size, Batch: &backends.Batch{Ranks: 2, Rank: r}, Custom: true}
 			c, err := x.q.Claim(x.ctx, p, q, each)
 			if err != nil {
 				return err

@@ -1,0 +1,835 @@
+package rules
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/btree"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// Consumption: for each task, which rows it was delivered, which are
+// leased to whom until when, which are acknowledged (backends.Queue's
+// rules). Each task keeps the rows it may be given now in an ordered
+// index, updated as rows become ready (a commit that completes the
+// task's fields, a Nack, a lease or delay ending, a Reset) and as they
+// stop being so, so that a claim costs the rows it takes, not the rows
+// the partition holds.
+
+// Select, Group and Stale are backends'.
+type (
+	Select = backends.Select
+	Group  = backends.Group
+	Stale  = backends.Stale
+)
+
+func selectEqual(s, o *Select) bool {
+	return slices.Equal(s.Fields, o.Fields) && s.Group == o.Group && s.Stale == o.Stale
+}
+
+// ClaimArgs is a claim, as backends.ClaimRequest with how it chooses.
+type ClaimArgs struct {
+	Task  string
+	Token string // the lease token, chosen by the caller: random, never reused
+	Lease time.Duration
+	// Rows is the most rows to lease and Min the fewest worth leasing.
+	Rows, Min     int
+	MaxDeliveries int
+	Batch         *backends.Batch
+	Select        Select
+	// Floor is the staleness bound (with Select.Stale).
+	Floor float64
+	// Custom claims lease Units (row indexes, whole, in order of
+	// preference) and drop Drop, as the caller picked them from
+	// Candidates; others choose by Select.
+	Custom bool
+	Units  [][]uint64
+	Drop   []uint64
+}
+
+// Claimed is what a claim leased (see backends.Claimed); times are by
+// the partition's clock.
+type Claimed = backends.Claimed
+
+// entry is a row's state for one task; a row without one is ready and was
+// never delivered.
+type entry struct {
+	state      backends.State
+	deliveries int
+	lease      string
+	until      int64 // Leased: the lease's end; Ready: the end of a Nack's delay (0: none)
+	max        int
+}
+
+// seen returns the entry as a claim at now finds it: an expired lease is
+// ready again, or dead once it had its deliveries; a delay that passed is
+// over.
+func (e entry) seen(now int64) entry {
+	switch {
+	case e.state == backends.Leased && now >= e.until:
+		e.lease, e.until = "", 0
+		e.state = backends.Ready
+		if e.max > 0 && e.deliveries >= e.max {
+			e.state = backends.Dead
+		}
+	case e.state == backends.Ready && e.until != 0 && now >= e.until:
+		e.until = 0
+	}
+	return e
+}
+
+// claimable reports whether a claim at now may lease a row whose entry
+// is e (nil: never delivered).
+func claimable(e *entry, now int64) bool {
+	if e == nil {
+		return true
+	}
+	s := e.seen(now)
+	return s.state == backends.Ready && s.until == 0
+}
+
+func (e *entry) delivery(index uint64, now int64) backends.Delivery {
+	s := e.seen(now)
+	d := backends.Delivery{Index: index, State: s.state, Deliveries: s.deliveries, Lease: s.lease, Max: s.max}
+	if s.until != 0 {
+		d.Until = time.UnixMicro(s.until)
+	}
+	// A Nack's token stays on a returned row until it is delivered again
+	// (a nack resent finds its own); seen clears only an expired lease's.
+	return d
+}
+
+type task struct {
+	entries map[uint64]*entry
+	batches []*openBatch
+
+	// The index, built for sel once a claim names it.
+	indexed bool
+	sel     Select
+	ready   *btree.BTreeG[uint64] // claimable now, fields complete, not parked
+	timers  timerHeap             // ends of leases and delays, to revisit
+	groups  *groupIndex           // sel.Group's, when set
+	parked  map[uint64]float64    // stale rows passed over, by version
+	parkq   parkHeap              // parked rows, highest version first
+}
+
+// openBatch is a data-parallel batch some ranks have not taken yet.
+type openBatch struct {
+	lease string
+	rows  []*backends.Row
+	units [][]int
+	taken []bool
+}
+
+func (p *Partition) task(name string) *task {
+	t := p.tasks[name]
+	if t == nil {
+		t = &task{entries: map[uint64]*entry{}}
+		p.tasks[name] = t
+	}
+	return t
+}
+
+func newReady() *btree.BTreeG[uint64] {
+	return btree.NewG(32, func(a, b uint64) bool { return a < b })
+}
+
+// configure builds t's index for sel, unless it has one for it: a scan of
+// the partition, once per task (and again if its claims change sel).
+func (p *Partition) configure(t *task, sel Select) {
+	if t.indexed && selectEqual(&t.sel, &sel) {
+		return
+	}
+	sel.Fields = slices.Clone(sel.Fields)
+	t.indexed, t.sel = true, sel
+	t.ready = newReady()
+	t.timers = nil
+	t.parked, t.parkq = nil, nil
+	t.groups = nil
+	if sel.Group.Size > 0 {
+		t.groups = newGroupIndex(sel.Group)
+	}
+	for i, r := range p.byIndex {
+		e := t.entries[i]
+		if e != nil && (e.state == backends.Leased || e.state == backends.Ready && e.until != 0) {
+			heap.Push(&t.timers, timer{until: e.until, index: i})
+		}
+		if claimable(e, p.now) && hasFields(r.view, sel.Fields) {
+			t.add(i, r.view)
+		}
+	}
+}
+
+func hasFields(r *backends.Row, fields []string) bool {
+	for _, f := range fields {
+		if _, ok := r.Fields[f]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// add puts a ready row in t's index.
+func (t *task) add(i uint64, r *backends.Row) {
+	if _, dup := t.ready.ReplaceOrInsert(i); !dup && t.groups != nil {
+		t.groups.add(i, r)
+	}
+}
+
+// remove takes a row out of t's index (ready or parked).
+func (t *task) remove(i uint64) {
+	if _, ok := t.ready.Delete(i); ok && t.groups != nil {
+		t.groups.remove(i)
+	}
+	if t.parked != nil {
+		delete(t.parked, i)
+	}
+}
+
+// advance brings t's index to time now: rows whose lease or delay ended
+// are ready again (or dead).
+func (p *Partition) advance(t *task, now int64) {
+	for len(t.timers) > 0 && t.timers[0].until <= now {
+		tm := heap.Pop(&t.timers).(timer)
+		e := t.entries[tm.index]
+		r := p.byIndex[tm.index]
+		if e == nil || r == nil || e.until != tm.until || !claimable(e, now) {
+			continue // settled, moved or dead since: not this timer's
+		}
+		if _, parked := t.parked[tm.index]; !parked && hasFields(r.view, t.sel.Fields) {
+			t.add(tm.index, r.view)
+		}
+	}
+}
+
+// setEntry records e for row i of t and keeps the index in step.
+func (p *Partition) setEntry(t *task, i uint64, e *entry) {
+	if e == nil {
+		delete(t.entries, i)
+	} else {
+		t.entries[i] = e
+	}
+	if !t.indexed {
+		return
+	}
+	if e != nil && e.until > p.now && (e.state == backends.Leased || e.state == backends.Ready) {
+		heap.Push(&t.timers, timer{until: e.until, index: i})
+	}
+	r := p.byIndex[i]
+	if r != nil && claimable(e, p.now) && hasFields(r.view, t.sel.Fields) {
+		if _, parked := t.parked[i]; !parked {
+			t.add(i, r.view)
+		}
+		return
+	}
+	t.remove(i)
+}
+
+// committedRow keeps every task's index in step with a row committed
+// anew (old nil) or updated.
+func (p *Partition) committedRow(old, next *backends.Row) {
+	i := next.Index
+	for _, t := range p.tasks {
+		if !t.indexed {
+			continue
+		}
+		if old != nil {
+			if _, ok := t.ready.Get(i); ok {
+				if t.groups != nil {
+					t.groups.remove(i)
+					t.groups.add(i, next) // its tag may have moved it
+				}
+				continue
+			}
+			// Its version may have moved: a claim parks it again if it is
+			// still stale.
+			delete(t.parked, i)
+		}
+		if _, parked := t.parked[i]; !parked && claimable(t.entries[i], p.now) && hasFields(next, t.sel.Fields) {
+			t.add(i, next)
+		}
+	}
+}
+
+// deleted takes removed rows out of every task.
+func (p *Partition) deleted(rows []*backends.Row) {
+	for _, t := range p.tasks {
+		for _, r := range rows {
+			delete(t.entries, r.Index)
+			if t.indexed {
+				t.remove(r.Index)
+			}
+		}
+	}
+}
+
+// Claim leases rows to a.Token for a.Task, by backends.Queue.Claim's
+// rules; a.Custom claims lease a.Units as the caller picked them.
+func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
+	p.tick(now)
+	now = p.now
+	t := p.task(a.Task)
+	p.configure(t, a.Select)
+	p.advance(t, now)
+	if a.Batch != nil {
+		if c, ok := p.takeShare(t, a, now); ok {
+			return c
+		}
+	}
+	if t.sel.Stale.Tag != "" {
+		p.unpark(t, a.Floor)
+	}
+	var c Claimed
+	units, drop := a.Units, a.Drop
+	if !a.Custom {
+		units, drop, c.Skipped = p.choose(t, a, now)
+	}
+	for _, i := range drop {
+		if e := t.entries[i]; p.byIndex[i] != nil && claimable(e, now) {
+			ne := &entry{state: backends.Dropped}
+			if e != nil {
+				ne.deliveries = e.deliveries
+			}
+			p.setEntry(t, i, ne)
+			c.Dropped++
+		}
+	}
+	var take []uint64
+	var bounds []int          // where each unit taken ends in take
+	var taken map[uint64]bool // a caller's units may repeat a row: a unit with a taken row is skipped
+	if a.Custom {
+		taken = map[uint64]bool{}
+	}
+	for _, u := range units {
+		if len(take)+len(u) > a.Rows || !p.leasable(t, u, taken) {
+			continue
+		}
+		for _, i := range u {
+			if taken != nil {
+				taken[i] = true
+			}
+		}
+		take = append(take, u...)
+		bounds = append(bounds, len(take))
+		if len(take) == a.Rows {
+			break
+		}
+	}
+	if len(take) < a.Min {
+		c.Mark = p.mark(t, now)
+		return c
+	}
+	until := now + a.Lease.Microseconds()
+	c.Lease = a.Token
+	c.Until = time.UnixMicro(until)
+	c.Rows = make([]*backends.Row, len(take))
+	c.Deliveries = make([]backends.Delivery, len(take))
+	flat := make([]int, len(take))
+	for j := range flat {
+		flat[j] = j
+	}
+	c.Units = make([][]int, len(bounds))
+	for k, end := range bounds {
+		start := 0
+		if k > 0 {
+			start = bounds[k-1]
+		}
+		c.Units[k] = flat[start:end:end]
+	}
+	states := make([]entry, len(take)) // one allocation
+	for j, i := range take {
+		e := &states[j]
+		*e = entry{state: backends.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
+		if old := t.entries[i]; old != nil {
+			e.deliveries = old.deliveries
+		}
+		e.deliveries++
+		p.setEntry(t, i, e)
+		c.Rows[j] = p.byIndex[i].view
+		c.Deliveries[j] = e.delivery(i, now)
+	}
+	if b := a.Batch; b != nil && b.Ranks > 1 {
+		ob := &openBatch{lease: a.Token, rows: c.Rows, units: c.Units, taken: make([]bool, b.Ranks)}
+		ob.taken[b.Rank] = true
+		t.batches = append(t.batches, ob)
+		p.bump() // the other ranks have a share to take
+	}
+	c.Mark.Seq = p.seq
+	return c
+}
+
+// leasable reports whether every row of unit u is ready and not in
+// taken (nil: the units cannot repeat a row), nor twice in u.
+func (p *Partition) leasable(t *task, u []uint64, taken map[uint64]bool) bool {
+	for k, i := range u {
+		if _, ok := t.ready.Get(i); !ok || taken[i] || taken != nil && slices.Contains(u[:k], i) {
+			return false
+		}
+	}
+	return true
+}
+
+// choose picks a claim's units by t's Select: the oldest ready rows, or
+// the oldest complete groups, passing over (or dropping) stale rows.
+func (p *Partition) choose(t *task, a *ClaimArgs, now int64) (units [][]uint64, drop []uint64, skipped int) {
+	stale := t.sel.Stale.Tag != ""
+	isStale := func(i uint64) (float64, bool) {
+		if !stale {
+			return 0, false
+		}
+		v, ok := tagNumber(p.byIndex[i].view.Tag[t.sel.Stale.Tag])
+		return v, ok && v < a.Floor
+	}
+	// Stale rows found are taken out of the ready index (parked or
+	// dropped) after the walk, not during it.
+	var found []uint64
+	var versions []float64
+	if t.groups == nil {
+		flat := make([]uint64, 0, a.Rows)
+		t.ready.Ascend(func(i uint64) bool {
+			if v, s := isStale(i); s {
+				found, versions = append(found, i), append(versions, v)
+				return true
+			}
+			flat = append(flat, i)
+			return len(flat) < a.Rows
+		})
+		units = make([][]uint64, len(flat))
+		for k := range flat {
+			units[k] = flat[k : k+1 : k+1]
+		}
+	} else {
+		units = t.groups.units(a.Rows/t.sel.Group.Size, func(i uint64) bool {
+			v, s := isStale(i)
+			if s {
+				found, versions = append(found, i), append(versions, v)
+			}
+			return s
+		})
+	}
+	for k, i := range found {
+		if t.sel.Stale.Drop {
+			drop = append(drop, i)
+			continue
+		}
+		t.park(i, versions[k])
+	}
+	if !t.sel.Stale.Drop {
+		skipped = len(t.parked)
+	} else {
+		skipped = len(found)
+	}
+	return units, drop, skipped
+}
+
+// park takes stale row i (of version v) out of t's ready rows.
+func (t *task) park(i uint64, v float64) {
+	t.remove(i)
+	if t.parked == nil {
+		t.parked = map[uint64]float64{}
+	}
+	t.parked[i] = v
+	heap.Push(&t.parkq, parkedRow{index: i, version: v})
+}
+
+// unpark makes parked rows no longer stale under floor ready again.
+func (p *Partition) unpark(t *task, floor float64) {
+	for len(t.parkq) > 0 && t.parkq[0].version >= floor {
+		pr := heap.Pop(&t.parkq).(parkedRow)
+		if v, ok := t.parked[pr.index]; !ok || v != pr.version {
+			continue
+		}
+		delete(t.parked, pr.index)
+		r := p.byIndex[pr.index]
+		if r == nil {
+			continue
+		}
+		if v, ok := tagNumber(r.view.Tag[t.sel.Stale.Tag]); ok && v < floor {
+			t.parked[pr.index] = v // its tag moved since: still stale
+			heap.Push(&t.parkq, parkedRow{index: pr.index, version: v})
+			continue
+		}
+		if claimable(t.entries[pr.index], p.now) && hasFields(r.view, t.sel.Fields) {
+			t.add(pr.index, r.view)
+		}
+	}
+}
+
+// takeShare gives rank a.Batch.Rank its share of the task's oldest open
+// batch it has not taken, forgetting batches none of whose leases runs.
+func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) {
+	held := func(b *openBatch, r *backends.Row) *entry {
+		if e := t.entries[r.Index]; e != nil && e.state == backends.Leased && e.lease == b.lease {
+			return e
+		}
+		return nil
+	}
+	t.batches = slices.DeleteFunc(t.batches, func(b *openBatch) bool {
+		return !slices.ContainsFunc(b.rows, func(r *backends.Row) bool {
+			e := held(b, r)
+			return e != nil && now < e.until
+		})
+	})
+	for bi, b := range t.batches {
+		if b.taken[a.Batch.Rank] {
+			continue
+		}
+		b.taken[a.Batch.Rank] = true
+		if !slices.Contains(b.taken, false) {
+			t.batches = slices.Delete(t.batches, bi, bi+1)
+		}
+		until := now + a.Lease.Microseconds()
+		c := Claimed{Lease: b.lease, Until: time.UnixMicro(until), Rows: b.rows, Units: b.units,
+			Deliveries: make([]backends.Delivery, len(b.rows))}
+		for i, r := range b.rows {
+			switch e := held(b, r); {
+			case e != nil:
+				e.until = until
+				p.setEntry(t, r.Index, e)
+				c.Deliveries[i] = e.delivery(r.Index, now)
+			case t.entries[r.Index] != nil:
+				c.Deliveries[i] = t.entries[r.Index].delivery(r.Index, now)
+			default:
+				c.Deliveries[i] = backends.Delivery{Index: r.Index}
+			}
+		}
+		c.Mark.Seq = p.seq
+		return c, true
+	}
+	return Claimed{}, false
+}
+
+// mark is where a claim that leased nothing looked: the change count,
+// and the end of the earliest lease or delay still to end.
+func (p *Partition) mark(t *task, now int64) backends.Mark {
+	mk := backends.Mark{Seq: p.seq}
+	for len(t.timers) > 0 {
+		tm := t.timers[0]
+		if e := t.entries[tm.index]; e != nil && e.until == tm.until && tm.until > now &&
+			(e.state == backends.Leased || e.state == backends.Ready) {
+			mk.Wake = time.UnixMicro(tm.until)
+			break
+		}
+		heap.Pop(&t.timers) // settled or moved since
+	}
+	return mk
+}
+
+// Candidates returns up to limit rows a claim of the task with sel and
+// floor may lease now, oldest first, with their deliveries: for a claim
+// that picks its own units (ClaimArgs.Custom). Stale rows are left out;
+// stale lists those found, for a Stale.Drop task to drop. It changes
+// nothing a record's outcome depends on, so that a process may pick from
+// its copy of the state before it appends the claim.
+func (p *Partition) Candidates(now int64, taskName string, sel Select, floor float64, limit int) (rows []*backends.Row, ds []backends.Delivery, stale []uint64) {
+	p.tick(now)
+	now = p.now
+	t := p.tasks[taskName]
+	isStale := func(r *backends.Row) bool {
+		if sel.Stale.Tag == "" {
+			return false
+		}
+		v, ok := tagNumber(r.Tag[sel.Stale.Tag])
+		return ok && v < floor
+	}
+	take := func(i uint64, r *backends.Row) bool {
+		if isStale(r) {
+			stale = append(stale, i)
+			return true
+		}
+		rows = append(rows, r)
+		d := backends.Delivery{Index: i}
+		if t != nil {
+			if e := t.entries[i]; e != nil {
+				d = e.delivery(i, now)
+			}
+		}
+		ds = append(ds, d)
+		return len(rows) < limit
+	}
+	if t == nil || !t.indexed || !selectEqual(&t.sel, &sel) {
+		// No index for sel (yet): the claim builds it; this scans.
+		for _, r := range p.List() {
+			var e *entry
+			if t != nil {
+				e = t.entries[r.Index]
+			}
+			if claimable(e, now) && hasFields(r, sel.Fields) && !take(r.Index, r) {
+				break
+			}
+		}
+		return rows, ds, stale
+	}
+	p.advance(t, now)
+	// The ready rows, and the parked ones the claim's floor unparks.
+	var back []uint64
+	for i, v := range t.parked {
+		if v >= floor && claimable(t.entries[i], now) {
+			back = append(back, i)
+		}
+	}
+	slices.Sort(back)
+	t.ready.Ascend(func(i uint64) bool {
+		for len(back) > 0 && back[0] < i {
+			if !take(back[0], p.byIndex[back[0]].view) {
+				return false
+			}
+			back = back[1:]
+		}
+		return take(i, p.byIndex[i].view)
+	})
+	for _, i := range back {
+		if len(rows) >= limit || !take(i, p.byIndex[i].view) {
+			break
+		}
+	}
+	return rows, ds, stale
+}
+
+// Ready returns how many rows of the task are in its index (ready, fields
+// complete, not parked), or -1 if no claim built it yet.
+func (p *Partition) Ready(taskName string) int {
+	t := p.tasks[taskName]
+	if t == nil || !t.indexed {
+		return -1
+	}
+	p.advance(t, p.now)
+	return t.ready.Len()
+}
+
+// SettleArgs is backends.SettleRequest.
+type SettleArgs = backends.SettleRequest
+
+// Settle applies req.Op to each row of req.Indexes in the state the op
+// needs and reports the others Lost (see backends.Queue.Settle).
+func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
+	p.tick(now)
+	now = p.now
+	var res backends.SettleResult
+	t := p.task(req.Task)
+	if t.indexed {
+		p.advance(t, now)
+	}
+	changed := false
+	var until int64
+	if req.Op == backends.Extend {
+		until = now + req.Delay.Microseconds()
+		res.Until = time.UnixMicro(until)
+	}
+	for _, i := range req.Indexes {
+		e := t.entries[i]
+		ok := false
+		switch req.Op {
+		case backends.Ack:
+			// An ack resent (its reply lost) finds its own: applied.
+			ok = e != nil && (e.state == backends.Leased || e.state == backends.Acked) && e.lease == req.Lease
+		case backends.Nack:
+			// A nack resent finds its own (ready or dead, not delivered
+			// again since): applied.
+			ok = e != nil && e.lease == req.Lease && e.state != backends.Acked && e.state != backends.Dropped
+			if ok && e.state != backends.Leased {
+				continue
+			}
+		case backends.Extend:
+			ok = e != nil && e.state == backends.Leased && e.lease == req.Lease
+		case backends.Retry:
+			ok = e != nil && e.seen(now).state == backends.Dead
+		case backends.Drop:
+			ok = p.byIndex[i] != nil && (e == nil || e.seen(now).state == backends.Ready || e.seen(now).state == backends.Dead)
+		}
+		if !ok {
+			res.Lost = append(res.Lost, i)
+			continue
+		}
+		switch req.Op {
+		case backends.Ack:
+			if e.state != backends.Acked {
+				p.setEntry(t, i, &entry{state: backends.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max})
+			}
+		case backends.Nack:
+			ne := &entry{state: backends.Ready, deliveries: e.deliveries, lease: e.lease, max: e.max}
+			if e.max > 0 && e.deliveries >= e.max {
+				ne.state = backends.Dead
+			} else if req.Delay > 0 {
+				ne.until = now + req.Delay.Microseconds()
+			}
+			p.setEntry(t, i, ne)
+			changed = true
+		case backends.Extend:
+			ne := *e
+			ne.until = until
+			p.setEntry(t, i, &ne)
+		case backends.Retry:
+			p.setEntry(t, i, nil)
+			changed = true
+		case backends.Drop:
+			ne := &entry{state: backends.Dropped}
+			if e != nil {
+				ne.deliveries = e.deliveries
+			}
+			p.setEntry(t, i, ne)
+		}
+	}
+	if changed {
+		p.bump()
+	}
+	return res
+}
+
+// Consumption returns, for each of tasks (every task with state when none
+// is named), the Delivery of every row that has state, in index order, as
+// backends.Queue.Consumption does; times are by the partition's clock.
+func (p *Partition) Consumption(tasks ...string) map[string][]backends.Delivery {
+	out := map[string][]backends.Delivery{}
+	for _, name := range tasks {
+		out[name] = []backends.Delivery{}
+	}
+	for name, t := range p.tasks {
+		if _, want := out[name]; !want && len(tasks) > 0 {
+			continue
+		}
+		if len(t.entries) == 0 {
+			continue
+		}
+		ds := make([]backends.Delivery, 0, len(t.entries))
+		for i, e := range t.entries {
+			ds = append(ds, e.delivery(i, p.now))
+		}
+		slices.SortFunc(ds, func(a, b backends.Delivery) int { return compareIndex(a.Index, b.Index) })
+		out[name] = ds
+	}
+	return out
+}
+
+// Reset forgets task's consumption of the rows of indexes, or of every
+// row when indexes is nil (an empty non-nil indexes forgets nothing):
+// they are ready again with no deliveries, leases on them are lost, and
+// the task's open batches are forgotten.
+func (p *Partition) Reset(now int64, taskName string, indexes []uint64) {
+	p.tick(now)
+	if indexes != nil && len(indexes) == 0 {
+		return
+	}
+	t := p.tasks[taskName]
+	if t == nil {
+		return
+	}
+	if indexes == nil {
+		t.entries = map[uint64]*entry{}
+		t.batches = nil
+		if t.indexed {
+			t.indexed = false
+			p.configure(t, t.sel)
+		}
+	} else {
+		for _, i := range indexes {
+			if _, ok := t.entries[i]; ok {
+				p.setEntry(t, i, nil)
+			}
+		}
+		t.batches = nil
+	}
+	p.bump()
+}
+
+// Wake returns when the earliest lease or delay of the task still to end
+// at the partition's clock ends (zero if none): a Wait's deadline.
+func (p *Partition) Wake(taskName string) time.Time {
+	t := p.tasks[taskName]
+	if t == nil {
+		return time.Time{}
+	}
+	return p.mark(t, p.now).Wake
+}
+
+func tagNumber(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case float64:
+		return x, !math.IsNaN(x)
+	}
+	return 0, false
+}
+
+// groupID returns the row's group id (a string naming the value and its
+// kind), or false when it is in no group.
+func groupID(g *Group, r *backends.Row) (string, bool) {
+	if g.Tag != "" {
+		v, ok := r.Tag[g.Tag]
+		if !ok || v == nil {
+			return "", false
+		}
+		switch x := v.(type) {
+		case string:
+			return "s" + x, true
+		case int64:
+			return fmt.Sprintf("i%d", x), true
+		case uint64:
+			return fmt.Sprintf("u%d", x), true
+		case float64:
+			return fmt.Sprintf("f%v", x), true
+		case bool:
+			return fmt.Sprintf("b%v", x), true
+		}
+		return "t" + fmt.Sprint(v), true // lists, maps: by their text
+	}
+	i := strings.LastIndex(r.Key, g.Sep)
+	if i < 0 {
+		return "", false
+	}
+	return "k" + r.Key[:i], true
+}
+
+type timer struct {
+	until int64
+	index uint64
+}
+
+type timerHeap []timer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].until != h[j].until {
+		return h[i].until < h[j].until
+	}
+	return h[i].index < h[j].index
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+type parkedRow struct {
+	index   uint64
+	version float64
+}
+
+type parkHeap []parkedRow
+
+func (h parkHeap) Len() int { return len(h) }
+func (h parkHeap) Less(i, j int) bool {
+	if h[i].version != h[j].version {
+		return h[i].version > h[j].version
+	}
+	return h[i].index < h[j].index
+}
+func (h parkHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *parkHeap) Push(x any)   { *h = append(*h, x.(parkedRow)) }
+func (h *parkHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

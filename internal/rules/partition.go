@@ -1,0 +1,82 @@
+package rules
+
+import (
+	"errors"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// ErrIndexes: a Prepare found more new keys than the global indexes
+// reserved for it (another client removed a row since the caller looked).
+// Nothing was applied; prepare again.
+var ErrIndexes = errors.New("rules: too few indexes reserved")
+
+// Partition is the state of one partition: its rows (see rows.go) and
+// every task's consumption of them (see consume.go). It is not safe for
+// concurrent use: the caller holds a lock.
+//
+// Every method that changes the state takes the time, in microseconds
+// since the Unix epoch by the clock that judges the partition's leases
+// (the server's), and applies it after any time given before: the
+// partition's clock never goes back.
+type Partition struct {
+	now int64 // the latest time given
+
+	rows      map[string]*row
+	byIndex   map[uint64]*row // committed rows
+	committed int
+	// sorted is the committed rows by index, built by List and kept
+	// until a change it cannot follow (nil).
+	sorted []*backends.Row
+	// pending counts the reservations of rows, so aborts and sweeps skip
+	// the scan of rows when there are none.
+	pending int
+	// garbage is every cell known unreferenced and not yet swept, in the
+	// order they became so (a commit's Superseded and Stale are one run).
+	garbage []backends.Ref
+	// orphans are the reservations of removed rows: aborted, but their
+	// put may still be writing them, so they become garbage only once
+	// old enough (Abort).
+	orphans []pendingRef
+	// far are pending reservations of live rows pushed out of their
+	// fieldGen's window; almost always empty.
+	far []pendingRef
+
+	// seq counts the changes that may make rows ready for a task
+	// (commits, deletes, Nacks, Retries, Resets, a batch opened), for
+	// Wait's marks.
+	seq   uint64
+	tasks map[string]*task
+	// voids are record IDs a fence voided, with the log time of the
+	// fence: a record appended later with one of them applies nothing.
+	voids map[uint64]int64
+}
+
+// New returns an empty partition.
+func New() *Partition {
+	return &Partition{rows: map[string]*row{}, byIndex: map[uint64]*row{}, tasks: map[string]*task{}}
+}
+
+func (p *Partition) tick(now int64) {
+	if now > p.now {
+		p.now = now
+	}
+}
+
+// Tick moves the partition's clock to now, if later: for a read (such as
+// Consumption) that should see what expired by then.
+func (p *Partition) Tick(now int64) { p.tick(now) }
+
+// Now returns the partition's clock: the latest time given.
+func (p *Partition) Now() int64 { return p.now }
+
+// Seq returns the partition's change count (see backends.Mark).
+func (p *Partition) Seq() uint64 { return p.seq }
+
+func (p *Partition) bump() { p.seq++ }
+
+// Empty reports whether the partition holds nothing worth keeping: no
+// row (committed or prepared), no garbage, no orphan.
+func (p *Partition) Empty() bool {
+	return len(p.rows) == 0 && len(p.garbage) == 0 && len(p.orphans) == 0
+}

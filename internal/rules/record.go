@@ -1,0 +1,922 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// Records: the changes of a partition as a shared engine's log holds them
+// (backends.Log), one record per change, applied in the log's order by
+// Apply. A record is its kind (one ASCII letter) and a body of msgpack
+// values; LAYOUT.md specifies every kind byte for byte.
+
+// Record kinds.
+const (
+	KindPrepare   = 'P'
+	KindCommit    = 'C'
+	KindDelete    = 'D'
+	KindDeleteAll = 'X'
+	KindAbort     = 'A'
+	KindSwept     = 'W'
+	KindAbandon   = 'B'
+	KindFence     = 'F'
+	KindClaim     = 'Q'
+	KindSettle    = 'K'
+	KindReset     = 'R'
+)
+
+// ErrCorrupt: a record or snapshot that does not decode. A corrupt
+// record applies nothing, alike in every process.
+var ErrCorrupt = errors.New("rules: corrupt record")
+
+// PrepareRecord is a Prepare of keys and fields that new keys take
+// indexes from the indexes reserved for its entry (Entry.Base on).
+func PrepareRecord(keys, fields []string, indexes int) []byte {
+	b := []byte{KindPrepare}
+	b = msgp.AppendUint64(b, uint64(indexes))
+	b = appendStrings(b, fields)
+	return appendStrings(b, keys)
+}
+
+// CommitRecord is a Commit of updates.
+func CommitRecord(updates []backends.RowUpdate) ([]byte, error) {
+	var tw tableWriter
+	rows := msgp.AppendArrayHeader(nil, uint32(len(updates)))
+	for i := range updates {
+		u := &updates[i]
+		rows = msgp.AppendString(rows, u.Key)
+		rows = msgp.AppendUint64(rows, u.Index)
+		rows = msgp.AppendUint64(rows, tw.ref(u.Fields))
+		var err error
+		if rows, err = AppendTag(rows, u.Tag); err != nil {
+			return nil, fmt.Errorf("key %q: %w", u.Key, err)
+		}
+	}
+	return tw.record(KindCommit, rows), nil
+}
+
+// DeleteRecord is a Delete of keys.
+func DeleteRecord(keys []string) []byte { return appendStrings([]byte{KindDelete}, keys) }
+
+// DeletePartitionRecord is a DeletePartition.
+func DeletePartitionRecord() []byte { return []byte{KindDeleteAll} }
+
+// AbortRecord aborts the reservations older than olderThan at its entry's
+// time.
+func AbortRecord(olderThan time.Duration) []byte {
+	return msgp.AppendInt64([]byte{KindAbort}, olderThan.Microseconds())
+}
+
+// SweptRecord is a Swept of refs.
+func SweptRecord(refs []backends.Ref) []byte { return appendRefs([]byte{KindSwept}, refs, false) }
+
+// AbandonRecord is an Abandon of refs.
+func AbandonRecord(refs []backends.Ref) []byte { return appendRefs([]byte{KindAbandon}, refs, true) }
+
+// FenceRecord voids the records ids: one appended later applies nothing.
+func FenceRecord(ids []uint64) []byte {
+	b := msgp.AppendArrayHeader([]byte{KindFence}, uint32(len(ids)))
+	for _, id := range ids {
+		b = msgp.AppendUint64(b, id)
+	}
+	return b
+}
+
+// ClaimRecord is a claim.
+func ClaimRecord(a *ClaimArgs) []byte {
+	b := []byte{KindClaim}
+	b = msgp.AppendString(b, a.Task)
+	b = msgp.AppendString(b, a.Token)
+	b = msgp.AppendInt64(b, a.Lease.Microseconds())
+	b = msgp.AppendInt64(b, int64(a.Rows))
+	b = msgp.AppendInt64(b, int64(a.Min))
+	b = msgp.AppendInt64(b, int64(a.MaxDeliveries))
+	if a.Batch == nil {
+		b = msgp.AppendNil(b)
+	} else {
+		b = msgp.AppendArrayHeader(b, 2)
+		b = msgp.AppendInt64(b, int64(a.Batch.Ranks))
+		b = msgp.AppendInt64(b, int64(a.Batch.Rank))
+	}
+	b = appendStrings(b, a.Select.Fields)
+	b = msgp.AppendString(b, a.Select.Group.Tag)
+	b = msgp.AppendString(b, a.Select.Group.Sep)
+	b = msgp.AppendInt64(b, int64(a.Select.Group.Size))
+	b = msgp.AppendString(b, a.Select.Stale.Tag)
+	b = msgp.AppendBool(b, a.Select.Stale.Drop)
+	b = msgp.AppendFloat64(b, a.Floor)
+	b = msgp.AppendBool(b, a.Custom)
+	b = msgp.AppendArrayHeader(b, uint32(len(a.Units)))
+	for _, u := range a.Units {
+		b = appendIndexes(b, u)
+	}
+	return appendIndexes(b, a.Drop)
+}
+
+// SettleRecord is a Settle.
+func SettleRecord(req *SettleArgs) []byte {
+	b := []byte{KindSettle}
+	b = msgp.AppendString(b, req.Task)
+	b = msgp.AppendUint8(b, uint8(req.Op))
+	b = msgp.AppendString(b, req.Lease)
+	b = appendIndexes(b, req.Indexes)
+	return msgp.AppendInt64(b, req.Delay.Microseconds())
+}
+
+// ResetRecord is a Reset of task's rows of indexes (nil: every row).
+func ResetRecord(task string, indexes []uint64) []byte {
+	b := msgp.AppendString([]byte{KindReset}, task)
+	if indexes == nil {
+		return msgp.AppendNil(b)
+	}
+	return appendIndexes(b, indexes)
+}
+
+// Result is what applying a record gave, for the process that wrote it.
+type Result struct {
+	Kind         byte
+	Reservations []backends.Reservation // Prepare
+	Commit       backends.CommitResult  // Commit
+	Rows         []*backends.Row        // Delete, DeletePartition
+	Claimed      Claimed                // Claim
+	Settled      backends.SettleResult  // Settle
+	Unknown      int                    // Abandon: refs it did not know
+	// Err is the record's refusal (a Commit's ErrConflict, a Prepare's
+	// ErrIndexes), ErrCorrupt, or ErrVoid for a record a fence voided;
+	// such a record changed nothing.
+	Err error
+}
+
+// ErrVoid: a record a fence voided before it was appended, as its writer
+// asked; it applies nothing.
+var ErrVoid = errors.New("rules: record voided by a fence")
+
+// voidFor is how long a fence's voids last, in log time: longer than any
+// copy of a request can stay on its way to the server.
+const voidFor = 10 * time.Minute
+
+// Apply applies one log entry at its time, and returns what it gave.
+func (p *Partition) Apply(e *backends.Entry) Result {
+	p.tick(e.Time)
+	p.expireVoids()
+	var r Result
+	if len(e.Data) > 0 {
+		r.Kind = e.Data[0]
+	}
+	if _, void := p.voids[e.ID]; void {
+		r.Err = ErrVoid
+		return r
+	}
+	if err := p.apply(e, &r); err != nil {
+		r.Err = err
+	}
+	return r
+}
+
+func (p *Partition) apply(e *backends.Entry, r *Result) error {
+	if len(e.Data) == 0 {
+		return fmt.Errorf("%w: empty", ErrCorrupt)
+	}
+	b := e.Data[1:]
+	now := p.now
+	switch e.Data[0] {
+	case KindPrepare:
+		n, b, err := msgp.ReadUint64Bytes(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		fields, b, err := readStrings(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		keys, _, err := readStrings(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		if n > math.MaxInt32 {
+			return fmt.Errorf("%w: %d indexes", ErrCorrupt, n)
+		}
+		r.Reservations, err = p.Prepare(now, keys, fields, e.Base, int(n))
+		return err
+	case KindCommit:
+		ups, err := readCommit(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		r.Commit, err = p.Commit(now, ups)
+		return err
+	case KindDelete:
+		keys, _, err := readStrings(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		r.Rows = p.Delete(now, keys)
+	case KindDeleteAll:
+		r.Rows = p.DeletePartition(now)
+	case KindAbort:
+		older, _, err := msgp.ReadInt64Bytes(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		p.Abort(now, now-older)
+	case KindSwept:
+		refs, _, err := readRefs(b, false)
+		if err != nil {
+			return corrupt(err)
+		}
+		p.Swept(now, refs)
+	case KindAbandon:
+		refs, _, err := readRefs(b, true)
+		if err != nil {
+			return corrupt(err)
+		}
+		r.Unknown = p.Abandon(now, refs)
+	case KindFence:
+		ids, _, err := readIndexes(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		if p.voids == nil {
+			p.voids = map[uint64]int64{}
+		}
+		for _, id := range ids {
+			p.voids[id] = now
+		}
+	case KindClaim:
+		a, err := readClaim(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		if err := checkClaim(a); err != nil {
+			return err
+		}
+		r.Claimed = p.Claim(now, a)
+	case KindSettle:
+		req, err := readSettle(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		if err := req.Check(); err != nil {
+			return err
+		}
+		r.Settled = p.Settle(now, req)
+	case KindReset:
+		task, b, err := msgp.ReadStringBytes(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		var idx []uint64
+		if msgp.IsNil(b) {
+			idx = nil
+		} else if idx, _, err = readIndexes(b); err != nil {
+			return corrupt(err)
+		} else if idx == nil {
+			idx = []uint64{}
+		}
+		if task == "" {
+			return fmt.Errorf("%w: reset of no task", ErrCorrupt)
+		}
+		p.Reset(now, task, idx)
+	default:
+		return fmt.Errorf("%w: kind %q", ErrCorrupt, e.Data[0])
+	}
+	return nil
+}
+
+// checkClaim reports a claim the rules cannot apply (its writer checked
+// it: only a corrupt record fails here).
+func checkClaim(a *ClaimArgs) error {
+	req := backends.ClaimRequest{Task: a.Task, Lease: a.Lease, Rows: a.Rows, Min: a.Min, MaxDeliveries: a.MaxDeliveries,
+		Batch: a.Batch, Select: a.Select}
+	if err := req.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if a.Token == "" {
+		return fmt.Errorf("%w: claim without a token", ErrCorrupt)
+	}
+	return nil
+}
+
+func corrupt(err error) error { return fmt.Errorf("%w: %w", ErrCorrupt, err) }
+
+// expireVoids forgets voids older than voidFor.
+func (p *Partition) expireVoids() {
+	for id, at := range p.voids {
+		if p.now-at > voidFor.Microseconds() {
+			delete(p.voids, id)
+		}
+	}
+}
+
+func readClaim(b []byte) (*ClaimArgs, error) {
+	var a ClaimArgs
+	var err error
+	var lease, rows, mn, maxd, size int64
+	if a.Task, b, err = msgp.ReadStringBytes(b); err != nil {
+		return nil, err
+	}
+	if a.Token, b, err = msgp.ReadStringBytes(b); err != nil {
+		return nil, err
+	}
+	if lease, b, err = msgp.ReadInt64Bytes(b); err != nil {
+		return nil, err
+	}
+	if rows, b, err = msgp.ReadInt64Bytes(b); err != nil {
+		return nil, err
+	}
+	if mn, b, err = msgp.ReadInt64Bytes(b); err != nil {
+		return nil, err
+	}
+	if maxd, b, err = msgp.ReadInt64Bytes(b); err != nil {
+		return nil, err
+	}
+	if msgp.IsNil(b) {
+		b = b[1:]
+	} else {
+		var n uint32
+		var ranks, rank int64
+		if n, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, err
+		}
+		if n != 2 {
+			return nil, fmt.Errorf("batch of %d values", n)
+		}
+		if ranks, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return nil, err
+		}
+		if rank, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return nil, err
+		}
+		if ranks > math.MaxInt32 || rank > math.MaxInt32 {
+			return nil, fmt.Errorf("rank %d of %d", rank, ranks)
+		}
+		a.Batch = &backends.Batch{Ranks: int(ranks), Rank: int(rank)}
+	}
+	if a.Select.Fields, b, err = readStrings(b); err != nil {
+		return nil, err
+	}
+	if a.Select.Group.Tag, b, err = msgp.ReadStringBytes(b); err != nil {
+		return nil, err
+	}
+	if a.Select.Group.Sep, b, err = msgp.ReadStringBytes(b); err != nil {
+		return nil, err
+	}
+	if size, b, err = msgp.ReadInt64Bytes(b); err != nil {
+		return nil, err
+	}
+	if a.Select.Stale.Tag, b, err = msgp.ReadStringBytes(b); err != nil {
+		return nil, err
+	}
+	if a.Select.Stale.Drop, b, err = msgp.ReadBoolBytes(b); err != nil {
+		return nil, err
+	}
+	if a.Floor, b, err = msgp.ReadFloat64Bytes(b); err != nil {
+		return nil, err
+	}
+	if a.Custom, b, err = msgp.ReadBoolBytes(b); err != nil {
+		return nil, err
+	}
+	var nu uint32
+	if nu, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+		return nil, err
+	}
+	if uint32(len(b)) < nu {
+		return nil, msgp.ErrShortBytes
+	}
+	a.Units = make([][]uint64, nu)
+	for i := range a.Units {
+		if a.Units[i], b, err = readIndexes(b); err != nil {
+			return nil, err
+		}
+	}
+	if a.Drop, _, err = readIndexes(b); err != nil {
+		return nil, err
+	}
+	const most = math.MaxInt32
+	if lease < 0 || rows > most || mn > most || maxd > most || size > most || size < 0 || rows < 0 || mn < 0 || maxd < 0 {
+		return nil, fmt.Errorf("claim numbers out of range")
+	}
+	a.Lease = time.Duration(lease) * time.Microsecond
+	a.Rows, a.Min, a.MaxDeliveries, a.Select.Group.Size = int(rows), int(mn), int(maxd), int(size)
+	return &a, nil
+}
+
+func readSettle(b []byte) (*SettleArgs, error) {
+	var req SettleArgs
+	var err error
+	var op uint8
+	var delay int64
+	if req.Task, b, err = msgp.ReadStringBytes(b); err != nil {
+		return nil, err
+	}
+	if op, b, err = msgp.ReadUint8Bytes(b); err != nil {
+		return nil, err
+	}
+	req.Op = backends.SettleOp(op)
+	if req.Lease, b, err = msgp.ReadStringBytes(b); err != nil {
+		return nil, err
+	}
+	if req.Indexes, b, err = readIndexes(b); err != nil {
+		return nil, err
+	}
+	if delay, _, err = msgp.ReadInt64Bytes(b); err != nil {
+		return nil, err
+	}
+	if delay < 0 || delay > math.MaxInt64/1000 {
+		return nil, fmt.Errorf("settle delay %d µs", delay)
+	}
+	req.Delay = time.Duration(delay) * time.Microsecond
+	return &req, nil
+}
+
+func appendIndexes(b []byte, idx []uint64) []byte {
+	b = msgp.AppendArrayHeader(b, uint32(len(idx)))
+	for _, i := range idx {
+		b = msgp.AppendUint64(b, i)
+	}
+	return b
+}
+
+func readIndexes(b []byte) ([]uint64, []byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < n {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	if n == 0 {
+		return nil, b, nil
+	}
+	out := make([]uint64, n)
+	for i := range out {
+		if out[i], b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, b, nil
+}
+
+func appendRefs(b []byte, refs []backends.Ref, tags bool) []byte {
+	b = msgp.AppendArrayHeader(b, uint32(len(refs)))
+	for _, r := range refs {
+		n := uint32(3)
+		if tags {
+			n = 4
+		}
+		b = msgp.AppendArrayHeader(b, n)
+		b = msgp.AppendUint64(b, r.Index)
+		b = msgp.AppendString(b, r.Field)
+		b = msgp.AppendUint64(b, r.Gen)
+		if tags {
+			b = msgp.AppendString(b, r.Tag)
+		}
+	}
+	return b
+}
+
+func readRefs(b []byte, tags bool) ([]backends.Ref, []byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < n {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	want := uint32(3)
+	if tags {
+		want = 4
+	}
+	out := make([]backends.Ref, n)
+	for i := range out {
+		var parts uint32
+		if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if parts != want {
+			return nil, nil, fmt.Errorf("cell of %d parts, want %d", parts, want)
+		}
+		r := &out[i]
+		if r.Index, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+		if r.Field, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if r.Gen, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+		if tags {
+			if r.Tag, b, err = msgp.ReadStringBytes(b); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return out, b, nil
+}
+
+func appendStrings(b []byte, s []string) []byte {
+	b = msgp.AppendArrayHeader(b, uint32(len(s)))
+	for _, x := range s {
+		b = msgp.AppendString(b, x)
+	}
+	return b
+}
+
+func readStrings(b []byte) ([]string, []byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < n {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	if n == 0 {
+		return nil, b, nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		if out[i], b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, b, nil
+}
+
+func readCommit(b []byte) ([]backends.RowUpdate, error) {
+	tables, b, err := readTables(b)
+	if err != nil {
+		return nil, err
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	if uint32(len(b)) < n {
+		return nil, msgp.ErrShortBytes
+	}
+	out := make([]backends.RowUpdate, n)
+	for i := range out {
+		u := &out[i]
+		if u.Key, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		if u.Index, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, err
+		}
+		if u.Fields, b, err = readTableRef(b, tables); err != nil {
+			return nil, err
+		}
+		if u.Tag, b, err = DecodeTag(b); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// appendFields appends a field table, fields in name order.
+func appendFields(b []byte, fields map[string]backends.FieldInfo) []byte {
+	b = msgp.AppendMapHeader(b, uint32(len(fields)))
+	for _, f := range slices.Sorted(maps.Keys(fields)) {
+		fi := fields[f]
+		b = msgp.AppendString(b, f)
+		b = msgp.AppendArrayHeader(b, 4)
+		b = msgp.AppendString(b, fi.DType)
+		if fi.Shape == nil {
+			b = msgp.AppendNil(b)
+		} else {
+			b = msgp.AppendArrayHeader(b, uint32(len(fi.Shape)))
+			for _, d := range fi.Shape {
+				b = msgp.AppendInt64(b, d)
+			}
+		}
+		b = msgp.AppendUint64(b, fi.Gen)
+		b = msgp.AppendString(b, fi.BackendTag)
+	}
+	return b
+}
+
+func decodeFields(b []byte) (map[string]backends.FieldInfo, []byte, error) {
+	nf, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < nf {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	out := make(map[string]backends.FieldInfo, nf)
+	for range nf {
+		var f string
+		var fi backends.FieldInfo
+		if f, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		var parts uint32
+		if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if parts != 4 {
+			return nil, nil, fmt.Errorf("field %q has %d parts, want 4", f, parts)
+		}
+		if fi.DType, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if msgp.IsNil(b) {
+			b = b[1:]
+		} else {
+			var dims uint32
+			if dims, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return nil, nil, err
+			}
+			if uint32(len(b)) < dims {
+				return nil, nil, msgp.ErrShortBytes
+			}
+			fi.Shape = make([]int64, dims)
+			for i := range fi.Shape {
+				if fi.Shape[i], b, err = msgp.ReadInt64Bytes(b); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		if fi.Gen, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+		if fi.BackendTag, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		out[f] = fi
+	}
+	return out, b, nil
+}
+
+// tableWriter numbers the distinct field tables of a record's rows: rows
+// of one put share one map, mostly in a run. Equal tables get one number
+// whether or not their maps are one, so a state encodes to the same bytes
+// in every process.
+type tableWriter struct {
+	maps    []map[string]backends.FieldInfo
+	last    int // 1-based number of the last map seen, 0 none
+	tables  []byte
+	byBytes map[string]int
+}
+
+func (t *tableWriter) ref(fields map[string]backends.FieldInfo) uint64 {
+	if fields == nil {
+		return 0
+	}
+	if t.last > 0 && backends.SameMap(t.maps[t.last-1], fields) {
+		return uint64(t.last)
+	}
+	for i, m := range t.maps {
+		if backends.SameMap(m, fields) {
+			t.last = i + 1
+			return uint64(t.last)
+		}
+	}
+	start := len(t.tables)
+	t.tables = appendFields(t.tables, fields)
+	if t.byBytes == nil {
+		t.byBytes = map[string]int{}
+	}
+	if n, ok := t.byBytes[string(t.tables[start:])]; ok {
+		t.tables = t.tables[:start]
+		t.maps[n-1] = fields // the next rows likely share this map
+		t.last = n
+		return uint64(n)
+	}
+	t.maps = append(t.maps, fields)
+	t.last = len(t.maps)
+	t.byBytes[string(t.tables[start:])] = t.last
+	return uint64(t.last)
+}
+
+func (t *tableWriter) record(kind byte, rows []byte) []byte {
+	b := make([]byte, 1, 6+len(t.tables)+len(rows))
+	b[0] = kind
+	b = msgp.AppendArrayHeader(b, uint32(len(t.maps)))
+	b = append(b, t.tables...)
+	return append(b, rows...)
+}
+
+// readTables reads a record's field tables; a table equal to the one
+// before shares its map.
+func readTables(b []byte) ([]map[string]backends.FieldInfo, []byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < n {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	out := make([]map[string]backends.FieldInfo, n)
+	var prev []byte
+	for i := range out {
+		start := b
+		if prev != nil && bytes.HasPrefix(b, prev) {
+			out[i], b = out[i-1], b[len(prev):]
+			continue
+		}
+		if out[i], b, err = decodeFields(b); err != nil {
+			return nil, nil, err
+		}
+		prev = start[:len(start)-len(b)]
+	}
+	return out, b, nil
+}
+
+func readTableRef(b []byte, tables []map[string]backends.FieldInfo) (map[string]backends.FieldInfo, []byte, error) {
+	t, b, err := msgp.ReadUint64Bytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if t > uint64(len(tables)) {
+		return nil, nil, fmt.Errorf("field table %d of %d", t, len(tables))
+	}
+	if t == 0 {
+		return nil, b, nil
+	}
+	return tables[t-1], b, nil
+}
+
+// TagDepthLimit bounds the nesting of lists and maps in a tag value (the
+// value of a tag key is level 1): above what tq accepts, so that every
+// tag tq writes fits, and a corrupt record cannot recurse without end.
+const TagDepthLimit = 64
+
+// AppendTag appends a row's tag, deterministically: equal tags give equal
+// bytes (LAYOUT.md, "Tag"). A nil tag is msgpack nil; any other is a map
+// of its entries in increasing byte order of their keys. int64 takes the
+// signed forms only, uint64 the unsigned forms only (never a fixint),
+// float64 always float64 (its sign, -0.0 included, kept), []byte bin;
+// lists and maps nest at most TagDepthLimit deep. Any other type is an
+// error matching backends.ErrInvalid naming the tag key.
+func AppendTag(b []byte, tag map[string]any) ([]byte, error) {
+	if tag == nil {
+		return msgp.AppendNil(b), nil
+	}
+	out := msgp.AppendMapHeader(b, uint32(len(tag)))
+	for _, k := range slices.Sorted(maps.Keys(tag)) {
+		out = msgp.AppendString(out, k)
+		var err error
+		if out, err = appendTagValue(out, tag[k], 1); err != nil {
+			return nil, fmt.Errorf("%w: tag %q: %w", backends.ErrInvalid, k, err)
+		}
+	}
+	return out, nil
+}
+
+func appendTagValue(b []byte, v any, depth int) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return msgp.AppendNil(b), nil
+	case bool:
+		return msgp.AppendBool(b, x), nil
+	case int64:
+		return msgp.AppendInt64(b, x), nil
+	case uint64:
+		return appendTagUint(b, x), nil
+	case float64:
+		return msgp.AppendFloat64(b, x), nil
+	case string:
+		return msgp.AppendString(b, x), nil
+	case []byte:
+		return msgp.AppendBytes(b, x), nil
+	case []any:
+		if depth >= TagDepthLimit {
+			return nil, errTagTooDeep()
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(x)))
+		for i, e := range x {
+			var err error
+			if b, err = appendTagValue(b, e, depth+1); err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+		}
+		return b, nil
+	case map[string]any:
+		if depth >= TagDepthLimit {
+			return nil, errTagTooDeep()
+		}
+		b = msgp.AppendMapHeader(b, uint32(len(x)))
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			b = msgp.AppendString(b, k)
+			var err error
+			if b, err = appendTagValue(b, x[k], depth+1); err != nil {
+				return nil, fmt.Errorf("[%q]: %w", k, err)
+			}
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("value of type %T is not a tag value (tq normalises tags to nil, bool, int64, uint64, float64, string, []byte, []any and map[string]any)", v)
+}
+
+func errTagTooDeep() error {
+	return fmt.Errorf("lists and maps nested more than %d deep", TagDepthLimit)
+}
+
+// appendTagUint appends u as the smallest msgpack uint form that holds it,
+// never a fixint (which reads back as signed).
+func appendTagUint(b []byte, u uint64) []byte {
+	switch {
+	case u <= math.MaxUint8:
+		return append(b, 0xcc, byte(u))
+	case u <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(u))
+	case u <= math.MaxUint32:
+		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(u))
+	}
+	return binary.BigEndian.AppendUint64(append(b, 0xcf), u)
+}
+
+// DecodeTag decodes a tag AppendTag wrote and returns what follows it.
+// Values come back with the Go types they were written with: every
+// signed form as int64, every uint form as uint64, float64 (float32 too)
+// as float64, bin as []byte (empty, not nil, for none), arrays as []any,
+// maps as map[string]any. Any other msgpack type is an error.
+func DecodeTag(b []byte) (map[string]any, []byte, error) {
+	if msgp.IsNil(b) {
+		return nil, b[1:], nil
+	}
+	return decodeTagMap(b, 1)
+}
+
+func decodeTagMap(b []byte, depth int) (map[string]any, []byte, error) {
+	n, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < n {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	m := make(map[string]any, n)
+	for range n {
+		var k string
+		var v any
+		if k, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if v, b, err = decodeTagValue(b, depth); err != nil {
+			return nil, nil, err
+		}
+		m[k] = v
+	}
+	return m, b, nil
+}
+
+func decodeTagValue(b []byte, depth int) (any, []byte, error) {
+	switch msgp.NextType(b) {
+	case msgp.NilType:
+		b, err := msgp.ReadNilBytes(b)
+		return nil, b, err
+	case msgp.BoolType:
+		return msgp.ReadBoolBytes(b)
+	case msgp.IntType:
+		return msgp.ReadInt64Bytes(b)
+	case msgp.UintType:
+		return msgp.ReadUint64Bytes(b)
+	case msgp.Float64Type, msgp.Float32Type:
+		return msgp.ReadFloat64Bytes(b)
+	case msgp.StrType:
+		return msgp.ReadStringBytes(b)
+	case msgp.BinType:
+		v, b, err := msgp.ReadBytesBytes(b, nil)
+		if v == nil && err == nil {
+			v = []byte{}
+		}
+		return v, b, err
+	case msgp.ArrayType:
+		if depth >= TagDepthLimit {
+			return nil, nil, errTagTooDeep()
+		}
+		n, b, err := msgp.ReadArrayHeaderBytes(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		if uint32(len(b)) < n {
+			return nil, nil, msgp.ErrShortBytes
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], b, err = decodeTagValue(b, depth+1); err != nil {
+				return nil, nil, err
+			}
+		}
+		return out, b, nil
+	case msgp.MapType:
+		if depth >= TagDepthLimit {
+			return nil, nil, errTagTooDeep()
+		}
+		return decodeTagMap(b, depth+1)
+	}
+	return nil, nil, fmt.Errorf("msgpack type %v is not a tag value", msgp.NextType(b))
+}

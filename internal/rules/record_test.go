@@ -1,0 +1,234 @@
+package rules
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// A log of random records applied to a partition, and to partitions
+// restored from its snapshots at random points, gives the same results
+// and the same state: records and snapshots carry everything the rules
+// decide by.
+func TestRecordsAndSnapshots(t *testing.T) {
+	for seed := range uint64(30) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { recordHistory(t, seed) })
+	}
+}
+
+type logger struct {
+	t    *testing.T
+	rng  *rand.Rand
+	n    uint64
+	now  int64
+	next uint64
+	ps   []*Partition // the original and its restored copies
+}
+
+func (l *logger) apply(data []byte, indexes int) []Result {
+	l.t.Helper()
+	l.n++
+	e := &backends.Entry{N: l.n, ID: l.rng.Uint64() | 1, Time: l.now, Base: l.next, Data: data}
+	l.next += uint64(indexes)
+	var out []Result
+	for _, p := range l.ps {
+		out = append(out, p.Apply(e))
+	}
+	for i := 1; i < len(out); i++ {
+		if !reflect.DeepEqual(out[0], out[i]) {
+			l.t.Fatalf("record %d (%q): the original gave %+v, restored copy %d gave %+v", l.n, data[0], out[0], i, out[i])
+		}
+	}
+	return out
+}
+
+func recordHistory(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	l := &logger{t: t, rng: rng, now: 1_000_000, ps: []*Partition{New()}}
+	keys := make([]string, 16)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("g%d/k%d", i%4, i)
+	}
+	tags := []any{int64(-3), uint64(3), math.Copysign(0, -1), 1.5, "s", []byte{1, 2}, []any{int64(1), "x"},
+		map[string]any{"a": uint64(1)}, true, nil}
+	sels := []Select{{Fields: []string{"a"}}, {Fields: []string{"a", "b"}, Group: Group{Tag: "uid", Size: 2}},
+		{Fields: []string{"b"}, Stale: Stale{Tag: "v"}}}
+	some := func() []string {
+		var ks []string
+		for _, k := range keys {
+			if rng.IntN(3) == 0 {
+				ks = append(ks, k)
+			}
+		}
+		return ks
+	}
+	var tokens []string
+	for step := range 250 {
+		l.now += int64(rng.IntN(3)) * 300_000
+		p := l.ps[0]
+		switch rng.IntN(12) {
+		case 0, 1, 2:
+			ks := some()
+			fields := [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]
+			n := p.NewKeys(ks)
+			res := l.apply(PrepareRecord(ks, fields, n), n)[0]
+			if res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			if rng.IntN(5) == 0 {
+				continue // a put that never commits
+			}
+			ups := make([]backends.RowUpdate, len(ks))
+			for i, k := range ks {
+				f := map[string]backends.FieldInfo{}
+				for name, g := range res.Reservations[i].Gens {
+					f[name] = backends.FieldInfo{DType: "float32", Shape: []int64{int64(i % 3)}, Gen: g}
+				}
+				ups[i] = backends.RowUpdate{Key: k, Index: res.Reservations[i].Index, Fields: f}
+				if rng.IntN(2) == 0 {
+					ups[i].Tag = map[string]any{"uid": int64(rng.IntN(3)), "v": int64(rng.IntN(5)), "x": tags[rng.IntN(len(tags))]}
+				}
+			}
+			rec, err := CommitRecord(ups)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.apply(rec, 0)
+		case 3:
+			l.apply(DeleteRecord(some()), 0)
+		case 4:
+			if rng.IntN(4) == 0 {
+				l.apply(DeletePartitionRecord(), 0)
+			} else {
+				l.apply(AbortRecord(time.Duration(rng.IntN(2))*time.Second), 0)
+			}
+		case 5:
+			g := p.Garbage()
+			if len(g) > 0 {
+				l.apply(SweptRecord(g[:rng.IntN(len(g))+1]), 0)
+			}
+		case 6, 7, 8:
+			sel := sels[rng.IntN(len(sels))]
+			a := &ClaimArgs{Task: fmt.Sprint("t", rng.IntN(3)), Token: fmt.Sprint("tok", step), Lease: time.Second,
+				Rows: 1 + rng.IntN(4), Min: 1, MaxDeliveries: rng.IntN(3), Select: sel, Floor: float64(rng.IntN(4))}
+			if rng.IntN(4) == 0 {
+				a.Batch = &backends.Batch{Ranks: 2, Rank: rng.IntN(2)}
+			}
+			if rng.IntN(4) == 0 {
+				rows, _, _ := p.Candidates(p.Now(), a.Task, sel, a.Floor, 10)
+				a.Custom = true
+				for _, r := range rows {
+					a.Units = append(a.Units, []uint64{r.Index})
+				}
+			}
+			res := l.apply(ClaimRecord(a), 0)[0]
+			if res.Claimed.Lease != "" {
+				tokens = append(tokens, res.Claimed.Lease)
+			}
+		case 9:
+			if len(tokens) == 0 {
+				continue
+			}
+			var idx []uint64
+			for _, r := range p.List() {
+				if rng.IntN(2) == 0 {
+					idx = append(idx, r.Index)
+				}
+			}
+			op := []backends.SettleOp{backends.Ack, backends.Nack, backends.Extend}[rng.IntN(3)]
+			l.apply(SettleRecord(&SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: op, Lease: tokens[rng.IntN(len(tokens))],
+				Indexes: idx, Delay: time.Second}), 0)
+		case 10:
+			var idx []uint64
+			if rng.IntN(2) == 0 {
+				idx = []uint64{}
+				for _, r := range p.List() {
+					if rng.IntN(2) == 0 {
+						idx = append(idx, r.Index)
+					}
+				}
+			}
+			l.apply(ResetRecord(fmt.Sprint("t", rng.IntN(3)), idx), 0)
+		case 11:
+			l.apply(FenceRecord([]uint64{rng.Uint64()}), 0)
+		}
+		if rng.IntN(8) == 0 {
+			snap, err := p.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := Restore(snap)
+			if err != nil {
+				t.Fatalf("step %d: Restore: %v", step, err)
+			}
+			again, err := q.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(snap, again) {
+				t.Fatalf("step %d: a restored partition snapshots differently", step)
+			}
+			l.ps = append(l.ps, q)
+			if len(l.ps) > 4 {
+				l.ps = append(l.ps[:1], l.ps[2:]...)
+			}
+		}
+	}
+	for i, p := range l.ps {
+		if i > 0 && !reflect.DeepEqual(p.Consumption(), l.ps[0].Consumption()) {
+			t.Fatalf("restored copy %d: consumption %v, original %v", i, p.Consumption(), l.ps[0].Consumption())
+		}
+		if i > 0 && !reflect.DeepEqual(p.List(), l.ps[0].List()) {
+			t.Fatalf("restored copy %d lists other rows", i)
+		}
+	}
+}
+
+// A record appended after a fence that voids its ID applies nothing.
+func TestFenceVoids(t *testing.T) {
+	p := New()
+	p.Apply(&backends.Entry{N: 1, ID: 7, Time: 1000, Data: FenceRecord([]uint64{42})})
+	r := p.Apply(&backends.Entry{N: 2, ID: 42, Time: 2000, Data: PrepareRecord([]string{"k"}, []string{"f"}, 1)})
+	if r.Err != ErrVoid || p.NewKeys([]string{"k"}) != 1 {
+		t.Fatalf("a voided record: %v", r.Err)
+	}
+	later := int64(1000) + voidFor.Microseconds() + 1
+	r = p.Apply(&backends.Entry{N: 3, ID: 42, Time: later, Data: PrepareRecord([]string{"k"}, []string{"f"}, 1)})
+	if r.Err != nil || p.NewKeys([]string{"k"}) != 0 {
+		t.Fatalf("a record once its void lapsed: %v", r.Err)
+	}
+}
+
+// Corrupt records and snapshots are errors, never panics.
+func FuzzApply(f *testing.F) {
+	a := &ClaimArgs{Task: "t", Token: "x", Lease: time.Second, Rows: 2, Min: 1, Batch: &backends.Batch{Ranks: 2},
+		Select: Select{Fields: []string{"a"}, Group: Group{Tag: "g", Size: 2}}, Custom: true, Units: [][]uint64{{1, 2}}}
+	rec, _ := CommitRecord([]backends.RowUpdate{{Key: "k", Index: 1, Fields: map[string]backends.FieldInfo{"a": {}}, Tag: map[string]any{"g": int64(1)}}})
+	for _, b := range [][]byte{PrepareRecord([]string{"k"}, []string{"a"}, 1), rec, ClaimRecord(a), DeleteRecord([]string{"k"}),
+		SettleRecord(&SettleArgs{Task: "t", Op: backends.Ack, Lease: "x", Indexes: []uint64{1}}), ResetRecord("t", nil),
+		AbortRecord(time.Second), SweptRecord([]backends.Ref{{Index: 1, Field: "a"}}), FenceRecord([]uint64{3})} {
+		f.Add(b)
+	}
+	p := New()
+	p.Apply(&backends.Entry{N: 1, ID: 1, Time: 1, Data: PrepareRecord([]string{"k"}, []string{"a"}, 1)})
+	p.Apply(&backends.Entry{N: 2, ID: 2, Time: 2, Data: rec})
+	snap, _ := p.Snapshot()
+	f.Add(snap)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		q := New()
+		q.Apply(&backends.Entry{N: 1, ID: 1, Time: 1, Data: PrepareRecord([]string{"k"}, []string{"a"}, 1)})
+		q.Apply(&backends.Entry{N: 2, ID: 2, Time: 2, Data: rec})
+		q.Apply(&backends.Entry{N: 3, ID: 3, Time: 3, Data: b})
+		if r, err := Restore(b); err == nil {
+			if _, err := r.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,522 @@
+package rules
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// Snapshots: a partition's whole state as one byte string, which a
+// shared engine keeps in place of the log entries before it
+// (backends.Log.Compact). Restore of a snapshot gives a partition that
+// applies every later record as the one snapshotted would. LAYOUT.md
+// specifies the format.
+
+const kindSnapshot = 'S'
+
+// Snapshot encodes the partition's state.
+func (p *Partition) Snapshot() ([]byte, error) {
+	var tw tableWriter
+	b := make([]byte, 0, 64+48*len(p.rows))
+	b = msgp.AppendInt64(b, p.now)
+	b = msgp.AppendUint64(b, p.seq)
+	b = msgp.AppendArrayHeader(b, uint32(len(p.rows)))
+	for _, k := range slices.Sorted(maps.Keys(p.rows)) {
+		r := p.rows[k]
+		b = msgp.AppendString(b, k)
+		b = msgp.AppendUint64(b, r.index)
+		var err error
+		if b, err = appendView(b, &tw, r.view); err != nil {
+			return nil, err
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(r.gens)))
+		for _, g := range r.gens {
+			b = msgp.AppendArrayHeader(b, 5)
+			b = msgp.AppendString(b, g.field)
+			b = msgp.AppendUint64(b, g.next)
+			b = msgp.AppendUint64(b, g.pend)
+			b = msgp.AppendInt64(b, g.at)
+			b = msgp.AppendInt64(b, g.old)
+		}
+	}
+	b = appendPending(b, p.far)
+	b = appendRefs(b, p.garbage, true)
+	b = appendPending(b, p.orphans)
+	b = msgp.AppendArrayHeader(b, uint32(len(p.tasks)))
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		t := p.tasks[name]
+		b = msgp.AppendString(b, name)
+		b = msgp.AppendBool(b, t.indexed)
+		b = appendStrings(b, t.sel.Fields)
+		b = msgp.AppendString(b, t.sel.Group.Tag)
+		b = msgp.AppendString(b, t.sel.Group.Sep)
+		b = msgp.AppendInt64(b, int64(t.sel.Group.Size))
+		b = msgp.AppendString(b, t.sel.Stale.Tag)
+		b = msgp.AppendBool(b, t.sel.Stale.Drop)
+		b = msgp.AppendArrayHeader(b, uint32(len(t.entries)))
+		for _, i := range slices.Sorted(maps.Keys(t.entries)) {
+			e := t.entries[i]
+			b = msgp.AppendArrayHeader(b, 6)
+			b = msgp.AppendUint64(b, i)
+			b = msgp.AppendUint8(b, uint8(e.state))
+			b = msgp.AppendInt64(b, int64(e.deliveries))
+			b = msgp.AppendString(b, e.lease)
+			b = msgp.AppendInt64(b, e.until)
+			b = msgp.AppendInt64(b, int64(e.max))
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(t.parked)))
+		for _, i := range slices.Sorted(maps.Keys(t.parked)) {
+			b = msgp.AppendUint64(b, i)
+			b = msgp.AppendFloat64(b, t.parked[i])
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(t.batches)))
+		for _, ob := range t.batches {
+			b = msgp.AppendString(b, ob.lease)
+			b = msgp.AppendArrayHeader(b, uint32(len(ob.rows)))
+			for _, r := range ob.rows {
+				b = msgp.AppendString(b, r.Key)
+				b = msgp.AppendUint64(b, r.Index)
+				var err error
+				if b, err = appendView(b, &tw, r); err != nil {
+					return nil, err
+				}
+			}
+			b = msgp.AppendArrayHeader(b, uint32(len(ob.units)))
+			for _, u := range ob.units {
+				b = msgp.AppendArrayHeader(b, uint32(len(u)))
+				for _, i := range u {
+					b = msgp.AppendInt64(b, int64(i))
+				}
+			}
+			b = msgp.AppendArrayHeader(b, uint32(len(ob.taken)))
+			for _, x := range ob.taken {
+				b = msgp.AppendBool(b, x)
+			}
+		}
+	}
+	b = msgp.AppendArrayHeader(b, uint32(len(p.voids)))
+	for _, id := range slices.Sorted(maps.Keys(p.voids)) {
+		b = msgp.AppendUint64(b, id)
+		b = msgp.AppendInt64(b, p.voids[id])
+	}
+	return tw.record(kindSnapshot, b), nil
+}
+
+// appendView appends a row's committed state: nil (not committed), or
+// its field table's number and its tag.
+func appendView(b []byte, tw *tableWriter, r *backends.Row) ([]byte, error) {
+	if r == nil {
+		return msgp.AppendNil(b), nil
+	}
+	b = msgp.AppendArrayHeader(b, 2)
+	b = msgp.AppendUint64(b, tw.ref(nonNil(r.Fields)))
+	return AppendTag(b, r.Tag)
+}
+
+var emptyFields = map[string]backends.FieldInfo{}
+
+// nonNil is fields, or an empty table for none: a committed row's table
+// is never "no table".
+func nonNil(f map[string]backends.FieldInfo) map[string]backends.FieldInfo {
+	if f == nil {
+		return emptyFields
+	}
+	return f
+}
+
+func readView(b []byte, tables []map[string]backends.FieldInfo, key string, index uint64) (*backends.Row, []byte, error) {
+	if msgp.IsNil(b) {
+		return nil, b[1:], nil
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n != 2 {
+		return nil, nil, fmt.Errorf("row view of %d values", n)
+	}
+	r := &backends.Row{Key: key, Index: index}
+	if r.Fields, b, err = readTableRef(b, tables); err != nil {
+		return nil, nil, err
+	}
+	if r.Fields == nil {
+		return nil, nil, fmt.Errorf("committed row %q without a field table", key)
+	}
+	if r.Tag, b, err = DecodeTag(b); err != nil {
+		return nil, nil, err
+	}
+	return r, b, nil
+}
+
+func appendPending(b []byte, refs []pendingRef) []byte {
+	b = msgp.AppendArrayHeader(b, uint32(len(refs)))
+	for _, o := range refs {
+		b = msgp.AppendArrayHeader(b, 4)
+		b = msgp.AppendUint64(b, o.ref.Index)
+		b = msgp.AppendString(b, o.ref.Field)
+		b = msgp.AppendUint64(b, o.ref.Gen)
+		b = msgp.AppendInt64(b, o.at)
+	}
+	return b
+}
+
+func readPending(b []byte) ([]pendingRef, []byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint32(len(b)) < n {
+		return nil, nil, msgp.ErrShortBytes
+	}
+	out := make([]pendingRef, n)
+	for i := range out {
+		var parts uint32
+		if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if parts != 4 {
+			return nil, nil, fmt.Errorf("reservation of %d parts", parts)
+		}
+		o := &out[i]
+		if o.ref.Index, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+		if o.ref.Field, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, nil, err
+		}
+		if o.ref.Gen, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+		if o.at, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, b, nil
+}
+
+// Restore returns the partition a snapshot encodes. An error matches
+// ErrCorrupt.
+func Restore(snap []byte) (*Partition, error) {
+	p, err := restore(snap)
+	if err != nil {
+		return nil, corrupt(err)
+	}
+	return p, nil
+}
+
+func restore(b []byte) (*Partition, error) {
+	if len(b) == 0 || b[0] != kindSnapshot {
+		return nil, fmt.Errorf("not a snapshot")
+	}
+	tables, b, err := readTables(b[1:])
+	if err != nil {
+		return nil, err
+	}
+	p := New()
+	if p.now, b, err = msgp.ReadInt64Bytes(b); err != nil {
+		return nil, err
+	}
+	if p.seq, b, err = msgp.ReadUint64Bytes(b); err != nil {
+		return nil, err
+	}
+	var n uint32
+	if n, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+		return nil, err
+	}
+	if uint32(len(b)) < n {
+		return nil, msgp.ErrShortBytes
+	}
+	rows := make([]row, n)
+	for i := range rows {
+		r := &rows[i]
+		var key string
+		if key, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		if r.index, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, err
+		}
+		if r.view, b, err = readView(b, tables, key, r.index); err != nil {
+			return nil, err
+		}
+		var ng uint32
+		if ng, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, err
+		}
+		if uint32(len(b)) < ng {
+			return nil, msgp.ErrShortBytes
+		}
+		r.gens = make([]fieldGen, ng)
+		for j := range r.gens {
+			g := &r.gens[j]
+			var parts uint32
+			if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return nil, err
+			}
+			if parts != 5 {
+				return nil, fmt.Errorf("field generations of %d parts", parts)
+			}
+			if g.field, b, err = msgp.ReadStringBytes(b); err != nil {
+				return nil, err
+			}
+			if g.next, b, err = msgp.ReadUint64Bytes(b); err != nil {
+				return nil, err
+			}
+			if g.pend, b, err = msgp.ReadUint64Bytes(b); err != nil {
+				return nil, err
+			}
+			if g.at, b, err = msgp.ReadInt64Bytes(b); err != nil {
+				return nil, err
+			}
+			if g.old, b, err = msgp.ReadInt64Bytes(b); err != nil {
+				return nil, err
+			}
+			if g.pend != 0 && g.next < uint64(64-bitsLeading(g.pend)) {
+				return nil, fmt.Errorf("row %q field %q: pending generations below 0", key, g.field)
+			}
+			p.pending += popcount(g.pend)
+		}
+		if _, dup := p.rows[key]; dup {
+			return nil, fmt.Errorf("row %q twice", key)
+		}
+		p.rows[key] = r
+		if r.view != nil {
+			if _, dup := p.byIndex[r.index]; dup {
+				return nil, fmt.Errorf("index %d twice", r.index)
+			}
+			p.byIndex[r.index] = r
+			p.committed++
+		}
+	}
+	if p.far, b, err = readPending(b); err != nil {
+		return nil, err
+	}
+	p.pending += len(p.far)
+	if p.garbage, b, err = readRefs(b, true); err != nil {
+		return nil, err
+	}
+	if p.orphans, b, err = readPending(b); err != nil {
+		return nil, err
+	}
+	var nt uint32
+	if nt, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+		return nil, err
+	}
+	if uint32(len(b)) < nt {
+		return nil, msgp.ErrShortBytes
+	}
+	for range nt {
+		var name string
+		if name, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		t := p.task(name)
+		var indexed bool
+		if indexed, b, err = msgp.ReadBoolBytes(b); err != nil {
+			return nil, err
+		}
+		var sel Select
+		var size int64
+		if sel.Fields, b, err = readStrings(b); err != nil {
+			return nil, err
+		}
+		if sel.Group.Tag, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		if sel.Group.Sep, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		if size, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return nil, err
+		}
+		if size < 0 || size > math.MaxInt32 {
+			return nil, fmt.Errorf("group size %d", size)
+		}
+		sel.Group.Size = int(size)
+		if sel.Stale.Tag, b, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+		if sel.Stale.Drop, b, err = msgp.ReadBoolBytes(b); err != nil {
+			return nil, err
+		}
+		var ne uint32
+		if ne, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, err
+		}
+		if uint32(len(b)) < ne {
+			return nil, msgp.ErrShortBytes
+		}
+		for range ne {
+			var parts uint32
+			if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return nil, err
+			}
+			if parts != 6 {
+				return nil, fmt.Errorf("entry of %d parts", parts)
+			}
+			var i uint64
+			var st uint8
+			var dl, mx int64
+			e := &entry{}
+			if i, b, err = msgp.ReadUint64Bytes(b); err != nil {
+				return nil, err
+			}
+			if st, b, err = msgp.ReadUint8Bytes(b); err != nil {
+				return nil, err
+			}
+			if dl, b, err = msgp.ReadInt64Bytes(b); err != nil {
+				return nil, err
+			}
+			if e.lease, b, err = msgp.ReadStringBytes(b); err != nil {
+				return nil, err
+			}
+			if e.until, b, err = msgp.ReadInt64Bytes(b); err != nil {
+				return nil, err
+			}
+			if mx, b, err = msgp.ReadInt64Bytes(b); err != nil {
+				return nil, err
+			}
+			if st < uint8(backends.Ready) || st > uint8(backends.Dropped) || dl < 0 || dl > math.MaxInt32 || mx < 0 || mx > math.MaxInt32 {
+				return nil, fmt.Errorf("entry of row %d out of range", i)
+			}
+			e.state, e.deliveries, e.max = backends.State(st), int(dl), int(mx)
+			t.entries[i] = e
+		}
+		var np uint32
+		if np, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, err
+		}
+		if uint32(len(b)) < np {
+			return nil, msgp.ErrShortBytes
+		}
+		parked := make([]parkedRow, np)
+		for k := range parked {
+			if parked[k].index, b, err = msgp.ReadUint64Bytes(b); err != nil {
+				return nil, err
+			}
+			if parked[k].version, b, err = msgp.ReadFloat64Bytes(b); err != nil {
+				return nil, err
+			}
+		}
+		var nb uint32
+		if nb, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, err
+		}
+		if uint32(len(b)) < nb {
+			return nil, msgp.ErrShortBytes
+		}
+		for range nb {
+			ob := &openBatch{}
+			if ob.lease, b, err = msgp.ReadStringBytes(b); err != nil {
+				return nil, err
+			}
+			var nr uint32
+			if nr, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return nil, err
+			}
+			if uint32(len(b)) < nr {
+				return nil, msgp.ErrShortBytes
+			}
+			ob.rows = make([]*backends.Row, nr)
+			for k := range ob.rows {
+				var key string
+				var index uint64
+				if key, b, err = msgp.ReadStringBytes(b); err != nil {
+					return nil, err
+				}
+				if index, b, err = msgp.ReadUint64Bytes(b); err != nil {
+					return nil, err
+				}
+				if ob.rows[k], b, err = readView(b, tables, key, index); err != nil {
+					return nil, err
+				}
+				if ob.rows[k] == nil {
+					return nil, fmt.Errorf("batch row %q not committed", key)
+				}
+			}
+			var nu uint32
+			if nu, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return nil, err
+			}
+			if uint32(len(b)) < nu {
+				return nil, msgp.ErrShortBytes
+			}
+			ob.units = make([][]int, nu)
+			for k := range ob.units {
+				var m uint32
+				if m, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+					return nil, err
+				}
+				if uint32(len(b)) < m {
+					return nil, msgp.ErrShortBytes
+				}
+				ob.units[k] = make([]int, m)
+				for j := range ob.units[k] {
+					var pos int64
+					if pos, b, err = msgp.ReadInt64Bytes(b); err != nil {
+						return nil, err
+					}
+					if pos < 0 || pos >= int64(nr) {
+						return nil, fmt.Errorf("batch position %d of %d rows", pos, nr)
+					}
+					ob.units[k][j] = int(pos)
+				}
+			}
+			var ntk uint32
+			if ntk, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return nil, err
+			}
+			if uint32(len(b)) < ntk {
+				return nil, msgp.ErrShortBytes
+			}
+			ob.taken = make([]bool, ntk)
+			for k := range ob.taken {
+				if ob.taken[k], b, err = msgp.ReadBoolBytes(b); err != nil {
+					return nil, err
+				}
+			}
+			t.batches = append(t.batches, ob)
+		}
+		if indexed {
+			p.configure(t, sel)
+			for _, pr := range parked {
+				if p.byIndex[pr.index] == nil {
+					return nil, fmt.Errorf("parked row %d not committed", pr.index)
+				}
+				t.park(pr.index, pr.version)
+			}
+		} else if len(parked) > 0 {
+			return nil, fmt.Errorf("task %q parks rows without an index", name)
+		}
+	}
+	var nv uint32
+	if nv, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+		return nil, err
+	}
+	if uint32(len(b)) < nv {
+		return nil, msgp.ErrShortBytes
+	}
+	for range nv {
+		var id uint64
+		var at int64
+		if id, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return nil, err
+		}
+		if at, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return nil, err
+		}
+		if p.voids == nil {
+			p.voids = map[uint64]int64{}
+		}
+		p.voids[id] = at
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%d bytes after the snapshot", len(b))
+	}
+	return p, nil
+}
