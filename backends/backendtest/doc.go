@@ -5,7 +5,8 @@
 // subtest that fails names the contract broken. It also holds [Wrap] and
 // [Faulty], which count, delay and fail the calls of any engine while
 // passing every capability through, so tests of higher layers need no
-// server to see an engine fail; and package toykv, a toy KV engine.
+// server to see an engine fail; and package toykv, a toy KV engine. A
+// shared engine's [backends.Log] runs [RunLog]; package toylog is a toy one.
 //
 // # The data contract RunStore checks
 //
@@ -102,6 +103,70 @@
 // Meta, WriteCommit and ReadRows return an error wrapping ErrClosed.
 // Updates carry BackendTag "", as a Colocated's cells have no tags.
 //
+// # The log contract RunLog checks
+//
+// What the [backends.Log] doc says, read as follows where it leaves room:
+//
+//   - Numbering: each partition's entries are numbered 1, 2, ... in
+//     Append order, one Append's records in theirs. Entries carry the
+//     record's ID and Data, and Time, the server's clock in microseconds
+//     (within a minute of the test's), the same on every read.
+//   - Append returns the log after from: the entries others appended
+//     since, with their Data, then its own, last, with Data nil. From a
+//     position the log does not hold, that is a Restart, as Read's. An
+//     Append of no records appends nothing and creates no log (Partitions
+//     does not list it); it may return an empty Tail or the log after
+//     from. An Append that fails with an error not matching
+//     ErrOutcomeUnknown (a cancelled context's) appended nothing.
+//   - Indexes: the ranges [Base, Base+Indexes) of all entries, across
+//     partitions, clients, and a log deleted and begun anew, never
+//     overlap; a read gives an entry the Base its Append did.
+//   - Read returns the entries after from, with Data; at the end, an
+//     empty Tail (no Restart, no entries). A partition with no log gives
+//     the zero Pos an empty Tail and any other Pos a Restart with a nil
+//     Snapshot at the zero Pos and no entries.
+//   - Restart: a position whose number the log holds with another ID, or
+//     past its end, or before its snapshot (the zero Pos too, once the log
+//     is compacted), is not held: the Tail is a Restart with the
+//     snapshot (nil, at the zero Pos, for a log never compacted) at Start,
+//     then every entry after Start. A reader at the snapshot's entry, or
+//     after it, goes on with no Restart.
+//   - Compact at an entry the log holds, after its current snapshot's,
+//     stores the snapshot there (at the last entry too: numbering goes
+//     on); it does nothing, without error, at a position of another ID,
+//     past the end, before or at the current snapshot, or on a partition
+//     with no log (which it does not create). A nil snapshot deletes the
+//     log when at is its last entry (its snapshot's entry too, when that
+//     is the last), and does nothing otherwise; after a delete the
+//     partition reads as one with no log, a reader at an old position gets
+//     a Restart, and an Append begins at 1.
+//   - Waiting: a Read with a wait at the end of a log, or at the zero Pos
+//     of a partition with no log, returns within 500 ms of another
+//     client's Append, with the entries; with nothing appended, an empty
+//     Tail once the wait has passed (no sooner than three quarters of it,
+//     no later than 2 s after); with its context cancelled, within 500 ms,
+//     an error matching context.Canceled; with its client closed, within
+//     500 ms of Close, ErrClosed. The bounds are slack for a loaded
+//     machine, not speeds.
+//   - After Close, Append, Read (with a wait too, at once), Compact and
+//     Partitions return an error matching ErrClosed and do nothing; the
+//     server's other clients go on.
+//   - Partitions lists, sorted, the partitions with a log (compacted ones
+//     too), and not those only read, compacted or given empty Appends; a
+//     deleted log drops out within 2 s ("may include a partition whose
+//     log was just deleted"), and comes back when begun anew.
+//   - Concurrency: goroutines appending to one partition through two
+//     clients, and another following it with waiting Reads, each see the
+//     same entry at each number, numbers dense, never a Restart, and in
+//     the end every record exactly once.
+//   - Values: Data and snapshots of 1 MiB round-trip, Data of every byte
+//     value and of none (nil and empty read alike), IDs of all 64 bits
+//     (positions telling apart IDs that differ in the lowest bit above
+//     2^53, as a float64 cannot); partition names of tq's character set
+//     ("A-Za-z0-9_.:/-", 255 bytes long), and with braces and percent
+//     signs (which tq refuses, but an engine that builds keys of names
+//     must not confuse), are distinct logs listed under their names.
+//
 // # Keys, partitions and instances
 //
 // Every key and partition name the suites use starts with a prefix unique
@@ -110,4 +175,6 @@
 // newEngine must return a new instance (it may share a server) and
 // register its own cleanup with t.Cleanup; the Closed subtests close their
 // instance, so that cleanup must tolerate an instance already closed.
+// RunLog's newServer returns an opener of clients of one server (see
+// RunLog), under the same rules.
 package backendtest

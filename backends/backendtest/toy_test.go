@@ -6,6 +6,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
 	"github.com/tqgo/tqgo/backends/backendtest/toykv"
+	"github.com/tqgo/tqgo/backends/backendtest/toylog"
 	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/tq/tqtest"
 )
@@ -44,4 +45,43 @@ func TestToyEngineClient(t *testing.T) {
 			})
 		})
 	}
+}
+
+// newToyLog is RunLog's newServer over a fresh toylog server per subtest;
+// its clients are closed at the subtest's end.
+func newToyLog(t *testing.T) func() backends.Log {
+	srv := toylog.NewServer(nil)
+	return func() backends.Log {
+		e := srv.Engine()
+		t.Cleanup(func() { _ = e.Close() })
+		return e.Log
+	}
+}
+
+// The toy shared engine's Log passes the log suite, on a server per
+// subtest and on one server for every subtest (as a real server is run:
+// the suite's partitions are apart by prefix).
+func TestToyLog(t *testing.T) {
+	t.Run("fresh", func(t *testing.T) { backendtest.RunLog(t, newToyLog) })
+	t.Run("shared", func(t *testing.T) {
+		srv := toylog.NewServer(nil)
+		backendtest.RunLog(t, func(t *testing.T) func() backends.Log {
+			return func() backends.Log {
+				e := srv.Engine()
+				t.Cleanup(func() { _ = e.Close() })
+				return e.Log
+			}
+		})
+	})
+}
+
+// The toy shared engine's Data passes the data suite, every store a client
+// of one server.
+func TestToyLogStore(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	backendtest.RunStore(t, func(t *testing.T) backends.Store {
+		e := srv.Engine()
+		t.Cleanup(func() { _ = e.Close() })
+		return e.Data
+	})
 }

@@ -1,0 +1,267 @@
+// Package toylog is a toy shared engine for tests: a Server value holds
+// cells (a toykv map behind a mutex) and, per partition, a log, and hands
+// out clients that reach it as processes reach a shared server. A client
+// is a backends.Store (backends.FromKV) and a backends.Log; closing a
+// client closes it alone. The server stamps entries with a clock the test
+// gives, so a test can move time. A Read that waits blocks on a channel
+// the next change to its partition closes.
+package toylog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/backendtest/toykv"
+)
+
+// Server is the shared state of every client: what a server process would
+// hold. It is safe for concurrent use and needs no closing.
+type Server struct {
+	clock func() time.Time
+	cells backends.KV // one toykv, which no client closes
+
+	mu    sync.Mutex
+	logs  map[string]*plog
+	next  uint64                   // the next global index to hand out
+	wakes map[string]chan struct{} // closed at the partition's next change (kept when a wait ends)
+}
+
+// plog is one partition's log: its snapshot, at start (the zero Pos: none,
+// and entries begin at 1), and the entries held, which begin with start's
+// own when there is a snapshot. A plog always holds an entry.
+type plog struct {
+	snap    []byte
+	start   backends.Pos
+	entries []backends.Entry
+}
+
+// NewServer returns an empty server whose entries are stamped with
+// clock() (nil: time.Now). Waits are measured in real time all the same.
+func NewServer(clock func() time.Time) *Server {
+	if clock == nil {
+		clock = time.Now
+	}
+	return &Server{clock: clock, cells: toykv.New(), logs: map[string]*plog{}, next: 1, wakes: map[string]chan struct{}{}}
+}
+
+// Engine is one client of a Server: its cells and its logs.
+type Engine struct {
+	Data backends.Store
+	Log  backends.Log
+}
+
+// Close closes the client's Data and Log; the server and its other
+// clients go on.
+func (e Engine) Close() error { return errors.Join(e.Data.Close(), e.Log.Close()) }
+
+// Engine returns a new client of s.
+func (s *Server) Engine() Engine {
+	return Engine{Data: backends.FromKV(&kvClient{kv: s.cells}), Log: &client{s: s, done: make(chan struct{})}}
+}
+
+// kvClient is a client's handle on the server's cells.
+type kvClient struct {
+	kv     backends.KV
+	closed atomic.Bool
+}
+
+func (k *kvClient) check() error {
+	if k.closed.Load() {
+		return backends.ErrClosed
+	}
+	return nil
+}
+
+func (k *kvClient) Put(ctx context.Context, keys []string, values [][]byte) error {
+	if err := k.check(); err != nil {
+		return err
+	}
+	return k.kv.Put(ctx, keys, values)
+}
+
+func (k *kvClient) Get(ctx context.Context, keys []string) ([][]byte, error) {
+	if err := k.check(); err != nil {
+		return nil, err
+	}
+	return k.kv.Get(ctx, keys)
+}
+
+func (k *kvClient) Delete(ctx context.Context, keys []string) error {
+	if err := k.check(); err != nil {
+		return err
+	}
+	return k.kv.Delete(ctx, keys)
+}
+
+func (k *kvClient) Close() error { k.closed.Store(true); return nil }
+
+// client is a client's handle on the server's logs.
+type client struct {
+	s    *Server
+	once sync.Once
+	done chan struct{} // closed by Close
+}
+
+var _ backends.Log = (*client)(nil)
+
+func (c *client) check(ctx context.Context) error {
+	select {
+	case <-c.done:
+		return backends.ErrClosed
+	default:
+		return ctx.Err()
+	}
+}
+
+func (c *client) Append(ctx context.Context, partition string, from backends.Pos, recs []backends.Record) (backends.Tail, error) {
+	if err := c.check(ctx); err != nil {
+		return backends.Tail{}, err
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.logs[partition]
+	if len(recs) > 0 {
+		if l == nil {
+			l = &plog{}
+			s.logs[partition] = l
+		}
+		now := s.clock().UnixMicro()
+		for _, r := range recs {
+			l.entries = append(l.entries, backends.Entry{N: l.last().N + 1, ID: r.ID, Time: now, Base: s.next, Data: bytes.Clone(r.Data)})
+			s.next += r.Indexes
+		}
+		s.wake(partition)
+	}
+	t := l.after(from)
+	for i := len(t.Entries) - len(recs); i < len(t.Entries); i++ {
+		t.Entries[i].Data = nil // the caller has it
+	}
+	return t, nil
+}
+
+func (c *client) Read(ctx context.Context, partition string, from backends.Pos, wait time.Duration) (backends.Tail, error) {
+	if err := c.check(ctx); err != nil {
+		return backends.Tail{}, err
+	}
+	s := c.s
+	var timeout <-chan time.Time
+	for {
+		s.mu.Lock()
+		t := s.logs[partition].after(from)
+		if t.Restart || len(t.Entries) > 0 || wait <= 0 {
+			s.mu.Unlock()
+			return t, nil
+		}
+		woken := s.wakes[partition]
+		if woken == nil {
+			woken = make(chan struct{})
+			s.wakes[partition] = woken
+		}
+		s.mu.Unlock()
+		if timeout == nil {
+			timer := time.NewTimer(wait)
+			defer timer.Stop()
+			timeout = timer.C
+		}
+		select {
+		case <-woken:
+		case <-timeout:
+			return backends.Tail{}, nil
+		case <-ctx.Done():
+			return backends.Tail{}, ctx.Err()
+		case <-c.done:
+			return backends.Tail{}, backends.ErrClosed
+		}
+	}
+}
+
+func (c *client) Compact(ctx context.Context, partition string, at backends.Pos, snapshot []byte) error {
+	if err := c.check(ctx); err != nil {
+		return err
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.logs[partition]
+	switch {
+	case l == nil:
+	case snapshot == nil:
+		if l.last().Pos() == at {
+			delete(s.logs, partition)
+			s.wake(partition) // a waiting reader's position is gone
+		}
+	case at.N > l.start.N && l.holds(at):
+		l.entries = slices.Clone(l.entries[at.N-l.entries[0].N:])
+		l.snap, l.start = bytes.Clone(snapshot), at
+	}
+	return nil
+}
+
+func (c *client) Partitions(ctx context.Context) ([]string, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	names := make([]string, 0, len(c.s.logs))
+	for p := range c.s.logs {
+		names = append(names, p)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func (c *client) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return nil
+}
+
+// wake wakes the readers waiting on partition. s.mu is held.
+func (s *Server) wake(partition string) {
+	if ch := s.wakes[partition]; ch != nil {
+		close(ch)
+		delete(s.wakes, partition)
+	}
+}
+
+func (l *plog) last() *backends.Entry {
+	if len(l.entries) == 0 {
+		return &backends.Entry{}
+	}
+	return &l.entries[len(l.entries)-1]
+}
+
+// holds reports whether the log holds position p as it was.
+func (l *plog) holds(p backends.Pos) bool {
+	if p == l.start {
+		return true
+	}
+	first := l.entries[0].N
+	return p.N >= first && p.N-first < uint64(len(l.entries)) && l.entries[p.N-first].ID == p.ID
+}
+
+// after returns the log after from (l nil: a partition with no log), the
+// entries' Data copied, as a server's reply would be.
+func (l *plog) after(from backends.Pos) backends.Tail {
+	var t backends.Tail
+	switch {
+	case l == nil:
+		t.Restart = from != backends.Pos{}
+		return t
+	case !l.holds(from):
+		t = backends.Tail{Restart: true, Snapshot: bytes.Clone(l.snap), Start: l.start}
+		from = l.start
+	}
+	for _, e := range l.entries[from.N+1-l.entries[0].N:] {
+		e.Data = bytes.Clone(e.Data)
+		t.Entries = append(t.Entries, e)
+	}
+	return t
+}
