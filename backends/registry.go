@@ -9,29 +9,32 @@ import (
 	"sync"
 )
 
-// Engine is what an Opener returns: its Store and its MetaStore.
+// Engine is what an Opener returns: its Store, and its metadata: a Log
+// (a shared engine's), or a MetaStore.
 //
 // Metadata must be as shared as the data: an engine whose data other
-// processes can reach (a server, a shared file system) gives the MetaStore
-// they all use, or two processes would hand out the same global indexes and
-// overwrite each other's cells. Only an engine whose data lives in this
-// process alone sets Local, and may then leave Meta nil: tq gives it an
-// in-process MetaStore. tq.Open and tq.New refuse a nil Meta without Local
-// (ErrInvalid).
+// processes can reach (a server, a shared file system) gives the Log they
+// all append to (or a MetaStore they all use), or two processes would hand
+// out the same global indexes and overwrite each other's cells. tq applies
+// the rules to a Log in each process. Only an engine whose data lives in
+// this process alone sets Local, and may then give neither: tq gives it an
+// in-process MetaStore. tq.Open and tq.New refuse an engine with neither
+// that is not Local (ErrInvalid).
 type Engine struct {
 	Data  Store
+	Log   Log
 	Meta  MetaStore
 	Local bool // the data is this process's alone
 }
 
-// Check reports whether e is an engine tq can use: a Store, and a
-// MetaStore unless the engine is Local. Its error wraps ErrInvalid.
+// Check reports whether e is an engine tq can use: a Store, and a Log or
+// a MetaStore unless the engine is Local. Its error wraps ErrInvalid.
 func (e Engine) Check() error {
 	switch {
 	case e.Data == nil:
 		return fmt.Errorf("%w: engine without a Store", ErrInvalid)
-	case e.Meta == nil && !e.Local:
-		return fmt.Errorf("%w: engine without a MetaStore whose data is not process-local: processes sharing its data would hand out the same global indexes", ErrInvalid)
+	case e.Meta == nil && e.Log == nil && !e.Local:
+		return fmt.Errorf("%w: engine without a Log or MetaStore whose data is not process-local: processes sharing its data would hand out the same global indexes", ErrInvalid)
 	}
 	return nil
 }
@@ -102,6 +105,9 @@ func Open(ctx context.Context, rawURL string) (Engine, error) {
 func closeEngine(e Engine) {
 	if e.Meta != nil {
 		_ = e.Meta.Close()
+	}
+	if e.Log != nil {
+		_ = e.Log.Close()
 	}
 	if e.Data != nil {
 		_ = e.Data.Close()

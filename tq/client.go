@@ -11,6 +11,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/codec"
+	"github.com/tqgo/tqgo/internal/replica"
 )
 
 // Client is a handle on one queue: a data backend, a metadata store and a
@@ -21,6 +22,7 @@ type Client struct {
 	data      backends.Store
 	meta      backends.MetaStore
 	owns      bool // Close closes data and meta (they came from Open)
+	ownMeta   bool // Close closes meta: the client made it
 	packer    *codec.Packer
 	opts      options
 	closed    atomic.Bool
@@ -57,9 +59,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, &openError{url: redactURL(url), err: err}
 	}
-	c := newClient(eng, o)
-	c.owns = true
-	return c, nil
+	return newClient(eng, o, true), nil
 }
 
 // New makes a client over an engine the caller built (a caller-owned Redis
@@ -74,17 +74,30 @@ func New(eng backends.Engine, opts ...Option) (*Client, error) {
 	if err := o.apply(opts); err != nil {
 		return nil, err
 	}
-	return newClient(eng, o), nil
+	return newClient(eng, o, false), nil
 }
 
-func newClient(eng backends.Engine, o options) *Client {
-	if eng.Meta == nil {
-		eng.Meta = memory.NewMetaStore() // a Local engine's: see backends.Engine
+// newClient makes the client; owns says Close closes the engine.
+func newClient(eng backends.Engine, o options, owns bool) *Client {
+	c := &Client{data: eng.Data, meta: eng.Meta, opts: o, packer: codec.NewPacker(o.pack), owns: owns}
+	switch {
+	case eng.Meta != nil:
+	case eng.Log != nil:
+		// The rules over the engine's log, in this client: closed with
+		// it, and closing the log only if the client owns the engine.
+		var ro []replica.Option
+		if owns {
+			ro = append(ro, replica.OwnsLog())
+		}
+		c.meta = replica.NewStore(eng.Log, eng.Data, ro...)
+		c.ownMeta = true
+	default:
+		c.meta = memory.NewMetaStore() // a Local engine's: see backends.Engine
+		c.ownMeta = true
 	}
-	c := &Client{data: eng.Data, meta: eng.Meta, opts: o, packer: codec.NewPacker(o.pack)}
 	c.closing, c.endClosing = context.WithCancel(context.Background())
 	c.stager, _ = eng.Data.(backends.Stager)
-	c.colocated, _ = eng.Meta.(backends.Colocated)
+	c.colocated, _ = c.meta.(backends.Colocated)
 	return c
 }
 
@@ -100,8 +113,11 @@ func (c *Client) Close() error {
 		c.life.Lock()  // wait for calls in flight; new ones see closed and leave
 		defer c.life.Unlock()
 		err = c.packer.Close()
-		if c.owns {
+		switch {
+		case c.owns:
 			err = errors.Join(err, c.meta.Close(), c.data.Close())
+		case c.ownMeta:
+			err = errors.Join(err, c.meta.Close())
 		}
 	})
 	return err

@@ -8,6 +8,7 @@ import (
 	"github.com/tqgo/tqgo/backends/backendtest/toykv"
 	"github.com/tqgo/tqgo/backends/backendtest/toylog"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq/tqtest"
 )
 
@@ -84,4 +85,31 @@ func TestToyLogStore(t *testing.T) {
 		t.Cleanup(func() { _ = e.Close() })
 		return e.Data
 	})
+}
+
+// newToyShared is the toy shared engine as an Engine: a client of a fresh
+// server, its metadata the rules over the server's log.
+func newToyShared(t *testing.T) backends.Engine {
+	e := toylog.NewServer(nil).Engine()
+	t.Cleanup(func() { _ = e.Close() })
+	return backends.Engine{Data: e.Data, Log: e.Log}
+}
+
+// The toy shared engine passes the metadata and consumption suites, with
+// the rules applied to its log.
+func TestToySharedMeta(t *testing.T) {
+	newMeta := func(t *testing.T) backends.MetaStore {
+		e := newToyShared(t)
+		m := replica.NewStore(e.Log, e.Data)
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	}
+	t.Run("Meta", func(t *testing.T) { backendtest.RunMeta(t, newMeta) })
+	t.Run("Queue", func(t *testing.T) { backendtest.RunQueue(t, newMeta) })
+}
+
+// The toy shared engine passes the client suite: each client applies the
+// rules to the log in a copy of its own, as processes do.
+func TestToySharedClient(t *testing.T) {
+	tqtest.Run(t, func(t *testing.T) tqtest.Engine { return tqtest.Over(newToyShared(t)) })
 }

@@ -401,8 +401,7 @@ func (m *MetaStore) Consumption(ctx context.Context, partition string, tasks ...
 		return out, nil
 	}
 	defer p.mu.Unlock()
-	p.st.Tick(m.now()) // what expired by now reads as ready or dead
-	return p.st.Consumption(tasks...), nil
+	return p.st.Consumption(m.now(), tasks...), nil
 }
 
 // Reset implements backends.Queue.

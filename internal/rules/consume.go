@@ -683,8 +683,10 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 
 // Consumption returns, for each of tasks (every task with state when none
 // is named), the Delivery of every row that has state, in index order, as
-// backends.Queue.Consumption does; times are by the partition's clock.
-func (p *Partition) Consumption(tasks ...string) map[string][]backends.Delivery {
+// backends.Queue.Consumption does, as of now (or the partition's clock, if
+// later); times are by the partition's clock. It changes nothing.
+func (p *Partition) Consumption(now int64, tasks ...string) map[string][]backends.Delivery {
+	now = max(now, p.now) // as of now, changing nothing
 	out := map[string][]backends.Delivery{}
 	for _, name := range tasks {
 		out[name] = []backends.Delivery{}
@@ -698,7 +700,7 @@ func (p *Partition) Consumption(tasks ...string) map[string][]backends.Delivery 
 		}
 		ds := make([]backends.Delivery, 0, len(t.entries))
 		for i, e := range t.entries {
-			ds = append(ds, e.delivery(i, p.now))
+			ds = append(ds, e.delivery(i, now))
 		}
 		slices.SortFunc(ds, func(a, b backends.Delivery) int { return compareIndex(a.Index, b.Index) })
 		out[name] = ds

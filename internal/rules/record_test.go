@@ -181,8 +181,8 @@ func recordHistory(t *testing.T, seed uint64) {
 		}
 	}
 	for i, p := range l.ps {
-		if i > 0 && !reflect.DeepEqual(p.Consumption(), l.ps[0].Consumption()) {
-			t.Fatalf("restored copy %d: consumption %v, original %v", i, p.Consumption(), l.ps[0].Consumption())
+		if i > 0 && !reflect.DeepEqual(p.Consumption(0), l.ps[0].Consumption(0)) {
+			t.Fatalf("restored copy %d: consumption %v, original %v", i, p.Consumption(0), l.ps[0].Consumption(0))
 		}
 		if i > 0 && !reflect.DeepEqual(p.List(), l.ps[0].List()) {
 			t.Fatalf("restored copy %d lists other rows", i)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -47,9 +48,17 @@ func cases() []testCase {
 }
 
 // Over is the Engine whose clients tq.New makes over eng, each closed when
-// the test that opened it ends. Clients share eng's MetaStore, so eng must
-// have one (a Local engine's in-process store included).
+// the test that opened it ends. Clients share eng's MetaStore, or, over a
+// shared engine's Log, each applies the rules to the log in a copy of its
+// own, as processes do; so eng must have one or the other (a Local
+// engine's in-process store included).
 func Over(eng backends.Engine) Engine {
+	meta := eng.Meta
+	if meta == nil && eng.Log != nil {
+		// A process of its own looking at the log: the rules applied to
+		// it, as every client applies them.
+		meta = replica.NewStore(eng.Log, eng.Data)
+	}
 	return Engine{
 		Open: func(t *testing.T) *tq.Client {
 			c, err := tq.New(eng)
@@ -60,6 +69,6 @@ func Over(eng backends.Engine) Engine {
 			return c
 		},
 		Data: eng.Data,
-		Meta: eng.Meta,
+		Meta: meta,
 	}
 }

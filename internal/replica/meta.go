@@ -1,0 +1,484 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/rules"
+)
+
+// one returns the single result of a call's one record.
+func one(res []*rules.Result, err error) (*rules.Result, error) {
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 1 {
+		return nil, fmt.Errorf("replica: %d results of one record", len(res))
+	}
+	return res[0], nil
+}
+
+// Prepare implements backends.MetaStore. Its errors never match
+// ErrOutcomeUnknown: a Prepare whose outcome is unknown reserved at most
+// rows that stay invisible.
+func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []string) ([]backends.Reservation, error) {
+	for {
+		r, err := one(m.exec(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
+			n := st.NewKeys(keys)
+			return []record{{id: newID(), indexes: uint64(n), data: rules.PrepareRecord(keys, fields, n)}}, nil
+		}))
+		switch {
+		case err != nil:
+			if errors.Is(err, backends.ErrOutcomeUnknown) {
+				err = errNotApplied(err)
+			}
+			return nil, err
+		case errors.Is(r.Err, rules.ErrIndexes):
+			continue // a row was removed since the copy: prepare again
+		case r.Err != nil:
+			return nil, r.Err
+		}
+		return r.Reservations, nil
+	}
+}
+
+// Commit implements backends.MetaStore.
+func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	return m.commit(ctx, partition, nil, updates)
+}
+
+func (m *Meta) commit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	if len(updates) == 0 && cells == nil {
+		return backends.CommitResult{}, m.check(ctx)
+	}
+	rec, err := rules.CommitRecord(updates)
+	if err != nil {
+		return backends.CommitResult{}, err
+	}
+	r, err := one(m.exec(ctx, partition, cells, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rec}}, nil
+	}))
+	if err != nil {
+		return backends.CommitResult{}, err
+	}
+	if r.Err != nil {
+		return backends.CommitResult{}, fmt.Errorf("%w (partition %q)", r.Err, partition)
+	}
+	return r.Commit, nil
+}
+
+// Lookup implements backends.MetaStore.
+func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) (out []*backends.Row, err error) {
+	err = m.view(ctx, partition, func(st *rules.Partition) { out = st.Lookup(keys) })
+	return out, err
+}
+
+// List implements backends.MetaStore.
+func (m *Meta) List(ctx context.Context, partition string) (out []*backends.Row, err error) {
+	err = m.view(ctx, partition, func(st *rules.Partition) { out = slices.Clone(st.List()) })
+	if out == nil && err == nil {
+		out = []*backends.Row{}
+	}
+	return out, err
+}
+
+// Partitions implements backends.MetaStore: the partitions whose logs
+// hold committed rows.
+func (m *Meta) Partitions(ctx context.Context) ([]string, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	names, err := m.log.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := names[:0]
+	for _, name := range names {
+		has := false
+		if err := m.view(ctx, name, func(st *rules.Partition) { has = st.Committed() > 0 }); err != nil {
+			return nil, err
+		}
+		if has {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// Delete implements backends.MetaStore.
+func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+	return m.remove(ctx, partition, rules.DeleteRecord(keys))
+}
+
+// DeletePartition implements backends.MetaStore.
+func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
+	return m.remove(ctx, partition, rules.DeletePartitionRecord())
+}
+
+func (m *Meta) remove(ctx context.Context, partition string, rec []byte) ([]*backends.Row, error) {
+	r, err := one(m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rec}}, nil
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return r.Rows, r.Err
+}
+
+// Garbage implements backends.MetaStore.
+func (m *Meta) Garbage(ctx context.Context, partition string, olderThan time.Duration) ([]backends.Ref, error) {
+	if olderThan < 0 {
+		return nil, fmt.Errorf("%w: negative olderThan %v", backends.ErrInvalid, olderThan)
+	}
+	var out []backends.Ref
+	_, err := m.execAfter(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rules.AbortRecord(olderThan)}}, nil
+	}, func(p *part) { out = slices.Clone(p.st.Garbage()) })
+	return out, err
+}
+
+// Swept implements backends.MetaStore.
+func (m *Meta) Swept(ctx context.Context, partition string, refs []backends.Ref) error {
+	if len(refs) == 0 {
+		return m.check(ctx)
+	}
+	_, err := m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rules.SweptRecord(refs)}}, nil
+	})
+	return err
+}
+
+// Abandon implements backends.MetaStore. A ref the log does not know is
+// reported with ErrReservationLost: its reservation may have been lost
+// with entries a failover dropped, and its index handed out again.
+func (m *Meta) Abandon(ctx context.Context, partition string, refs []backends.Ref) error {
+	if len(refs) == 0 {
+		return m.check(ctx)
+	}
+	r, err := one(m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rules.AbandonRecord(refs)}}, nil
+	}))
+	if err != nil {
+		return err
+	}
+	if r.Unknown > 0 {
+		return fmt.Errorf("%w: partition %q: %d of %d abandoned cells", backends.ErrReservationLost, partition, r.Unknown, len(refs))
+	}
+	return r.Err
+}
+
+// Claim implements backends.Queue. A Custom claim's pick runs on this
+// process's copy of the state, caught up by the previous call, over a
+// window of the oldest ready rows; the claim leases the picked units that
+// are still ready where its record lands, and picks again, with a window
+// four times larger, when it leased too few while more rows were ready.
+func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRequest, pick backends.Pick) (backends.Claimed, error) {
+	if err := req.Check(); err != nil {
+		return backends.Claimed{}, err
+	}
+	a := rules.ClaimArgs{Task: req.Task, Lease: req.Lease, Rows: req.Rows, Min: req.Min,
+		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom}
+	for window := 4*req.Rows + 64; ; window *= 4 {
+		full := false
+		var skew time.Duration
+		var era uint64
+		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
+			a.Token = newLease()
+			if a.Custom {
+				rows, ds, stale := st.Candidates(st.Now(), req.Task, req.Select, req.Floor, window)
+				picked, err := pick(rows, ds)
+				if err != nil {
+					return nil, err
+				}
+				if err := backends.CheckPicked(picked, len(rows)); err != nil {
+					return nil, err
+				}
+				a.Units, a.Drop = indexUnits(rows, picked)
+				if req.Select.Stale.Drop {
+					a.Drop = append(a.Drop, stale...)
+				}
+				full = len(rows) == window
+			}
+			return []record{{id: newID(), data: rules.ClaimRecord(&a)}}, nil
+		}, func(p *part) { skew, era = p.skew, p.era }))
+		if err != nil {
+			return backends.Claimed{}, err
+		}
+		if r.Err != nil {
+			return backends.Claimed{}, r.Err
+		}
+		c := r.Claimed
+		if c.Lease == "" && full && window < 1<<24 {
+			continue
+		}
+		c.Until = local(c.Until, skew)
+		c.Deliveries = slices.Clone(c.Deliveries)
+		for i := range c.Deliveries {
+			c.Deliveries[i].Until = local(c.Deliveries[i].Until, skew)
+		}
+		c.Mark = backends.Mark{Seq: markSeq(era, c.Mark.Seq), Wake: local(c.Mark.Wake, skew)}
+		return c, nil
+	}
+}
+
+// local turns a time of the server into one of this process.
+func local(t time.Time, skew time.Duration) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Add(skew)
+}
+
+// markSeq is a Mark's Seq: the rules' change count in the state's era.
+func markSeq(era, seq uint64) uint64 { return era<<40 | seq&(1<<40-1) }
+
+// indexUnits turns a pick's positions into row indexes.
+func indexUnits(rows []*backends.Row, picked backends.Picked) (units [][]uint64, drop []uint64) {
+	units = make([][]uint64, len(picked.Units))
+	for k, u := range picked.Units {
+		units[k] = make([]uint64, len(u))
+		for j, i := range u {
+			units[k][j] = rows[i].Index
+		}
+	}
+	for _, i := range picked.Drop {
+		drop = append(drop, rows[i].Index)
+	}
+	return units, drop
+}
+
+// Settle implements backends.Queue.
+func (m *Meta) Settle(ctx context.Context, partition string, req backends.SettleRequest) (backends.SettleResult, error) {
+	if err := req.Check(); err != nil {
+		return backends.SettleResult{}, err
+	}
+	var skew time.Duration
+	r, err := one(m.execAfter(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rules.SettleRecord(&req)}}, nil
+	}, func(p *part) { skew = p.skew }))
+	if err != nil {
+		return backends.SettleResult{}, err
+	}
+	if r.Err != nil {
+		return backends.SettleResult{}, r.Err
+	}
+	res := r.Settled
+	res.Until = local(res.Until, skew)
+	return res, nil
+}
+
+// Consumption implements backends.Queue. Leases are reported as of now by
+// the server's clock (this process's, less the skew last seen).
+func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]backends.Delivery, error) {
+	for _, name := range tasks {
+		if name == "" {
+			return nil, fmt.Errorf("%w: consumption: empty task name", backends.ErrInvalid)
+		}
+	}
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	p := m.part(partition)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := m.catchUp(ctx, p); err != nil {
+		return nil, err
+	}
+	out := p.st.Consumption(time.Now().Add(-p.skew).UnixMicro(), tasks...)
+	for _, ds := range out {
+		for i := range ds {
+			ds[i].Until = local(ds[i].Until, p.skew)
+		}
+	}
+	return out, nil
+}
+
+// Reset implements backends.Queue.
+func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {
+	if task == "" {
+		return fmt.Errorf("%w: reset: empty task name", backends.ErrInvalid)
+	}
+	if indexes != nil && len(indexes) == 0 {
+		return m.check(ctx)
+	}
+	r, err := one(m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rules.ResetRecord(task, indexes)}}, nil
+	}))
+	if err != nil {
+		return err
+	}
+	return r.Err
+}
+
+// Wait implements backends.Queue. One watcher per partition blocks on
+// the log for every Wait of this process, and applies what it reads; it
+// ends a second after the last Wait.
+func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) error {
+	if err := m.check(ctx); err != nil {
+		return err
+	}
+	p := m.part(partition)
+	p.mu.Lock()
+	p.waiters++
+	m.watch(p)
+	defer func() {
+		p.mu.Lock()
+		p.waiters--
+		p.mu.Unlock()
+	}()
+	var timer <-chan time.Time
+	if !mark.Wake.IsZero() {
+		d := time.Until(mark.Wake)
+		if d <= 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	for {
+		if markSeq(p.era, p.st.Seq()) != mark.Seq {
+			p.mu.Unlock()
+			return nil
+		}
+		if p.wake == nil {
+			p.wake = make(chan struct{})
+		}
+		ch := p.wake
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer:
+			return nil
+		case <-m.done:
+			return backends.ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.mu.Lock()
+	}
+}
+
+// watchRound is how long a watcher's read blocks on the log, and how long
+// it outlives the last Wait.
+const watchRound = time.Second
+
+// watch starts p's watcher unless it runs. The caller holds p.mu.
+func (m *Meta) watch(p *part) {
+	if p.watching || m.closed.Load() {
+		return
+	}
+	p.watching = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		idle := time.Time{}
+		backoff := 10 * time.Millisecond
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for !m.closed.Load() {
+			if p.waiters > 0 {
+				idle = time.Time{}
+			} else if idle.IsZero() {
+				idle = time.Now()
+			} else if time.Since(idle) > watchRound {
+				break
+			}
+			from := p.pos
+			p.mu.Unlock()
+			t, err := m.log.Read(m.life, p.name, from, watchRound)
+			p.mu.Lock()
+			if err == nil {
+				_, err = m.applyTail(p, from, &t)
+			}
+			if err != nil {
+				// The server is away: try again, more slowly, until it is
+				// back or the Waits end.
+				p.mu.Unlock()
+				select {
+				case <-m.done:
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, time.Second)
+				p.mu.Lock()
+				continue
+			}
+			backoff = 10 * time.Millisecond
+		}
+		p.watching = false
+	}()
+}
+
+// colocated is a Meta over a backends.LogCells: a backends.Colocated.
+type colocated struct{ *Meta }
+
+var _ backends.Colocated = colocated{}
+
+// NewStore returns the metadata over log as New does, a backends.Colocated
+// when log is a backends.LogCells.
+func NewStore(log backends.Log, data backends.Store, opts ...Option) backends.MetaStore {
+	m := New(log, data, opts...)
+	if m.cells != nil {
+		return colocated{m}
+	}
+	return m
+}
+
+// WriteCommit implements backends.Colocated: the cells and the commit's
+// record in one request.
+func (c colocated) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (backends.CommitResult, error) {
+	if cells == nil {
+		cells = []backends.Cell{}
+	}
+	res, err := c.commit(ctx, partition, cells, updates)
+	for i := range cells {
+		cells[i].Tag = ""
+	}
+	return res, err
+}
+
+// ReadRows implements backends.Colocated: plan runs with this process's
+// copy of the rows, and the cells are read with the log after it; if the
+// log moved any of the rows, plan runs again with them as they are.
+func (c colocated) ReadRows(ctx context.Context, partition string, keys []string, plan func(rows []*backends.Row) ([]backends.ReadCell, error)) ([]*backends.Row, error) {
+	m := c.Meta
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	p := m.part(partition)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rows := p.st.Lookup(keys)
+	for {
+		cells, err := plan(rows)
+		if err != nil {
+			return nil, err
+		}
+		from := p.pos
+		p.mu.Unlock()
+		t, err := m.cells.ReadCells(ctx, partition, from, cells)
+		p.mu.Lock()
+		if err != nil {
+			return nil, err
+		}
+		ok, err := m.applyTail(p, from, &t)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			if err := m.catchUp(ctx, p); err != nil {
+				return nil, err
+			}
+		}
+		now := p.st.Lookup(keys)
+		if ok && slices.Equal(now, rows) {
+			return rows, nil
+		}
+		rows = now
+	}
+}

@@ -1,0 +1,432 @@
+// Package replica is the metadata of a shared engine: each partition's
+// state is tqgo's rules (internal/rules) applied, in this process, to the
+// partition's log (backends.Log), which every process reads alike. A write
+// is a record appended to the log; its outcome is what the rules make of
+// it at its place in the log, which the append's reply brings back (every
+// entry between where this process had read and the record). So a write
+// is one request, never refused for a stale view, and a lost reply is
+// settled by a fence (a record that voids the lost one unless it came
+// first).
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/rules"
+)
+
+// Meta is a backends.MetaStore (and, over a backends.LogCells, a
+// backends.Colocated) over a shared engine's Log and Store. It is safe for
+// concurrent use. A partition's copy of the state is kept while it is
+// used, and caught up from the log by every call that must see the
+// latest (every read and write: a write returns once applied, and a
+// later read by any process finds it).
+type Meta struct {
+	log   backends.Log
+	cells backends.LogCells // nil when the log cannot write and read cells with records
+	data  backends.Store
+	owns  bool // Close closes the log
+
+	closed atomic.Bool
+	done   chan struct{}
+	life   context.Context // ends at Close: the context of what runs in the background
+	end    context.CancelFunc
+	wg     sync.WaitGroup // watchers and compactions
+
+	mu    sync.Mutex // guards parts
+	parts map[string]*part
+
+	// compactBytes is the log bytes after which a writer compacts: at
+	// least this, and at least the last snapshot's size.
+	compactBytes int
+}
+
+// Option configures a Meta.
+type Option func(*Meta)
+
+// OwnsLog makes Close close the log too.
+func OwnsLog() Option { return func(m *Meta) { m.owns = true } }
+
+// CompactAfter sets the log bytes after which a partition's log is
+// compacted (default 256 KiB, and never below the last snapshot's size,
+// so that compaction costs a constant share of what is appended).
+func CompactAfter(n int) Option { return func(m *Meta) { m.compactBytes = n } }
+
+// New returns the metadata over log, with data the engine's cells.
+func New(log backends.Log, data backends.Store, opts ...Option) *Meta {
+	m := &Meta{log: log, data: data, done: make(chan struct{}), parts: map[string]*part{}, compactBytes: 256 << 10}
+	m.life, m.end = context.WithCancel(context.Background())
+	m.cells, _ = log.(backends.LogCells)
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+var _ backends.MetaStore = (*Meta)(nil)
+
+// part is this process's copy of one partition.
+type part struct {
+	name string
+	mu   sync.Mutex // guards everything below
+	st   *rules.Partition
+	pos  backends.Pos // the last entry applied
+	// era counts the times the state was replaced (a log restarted), so
+	// that marks of an old state never match a new one.
+	era uint64
+	// results of this process's records, by record ID, as they apply.
+	results map[uint64]*rules.Result
+	// ours holds the Data of records in flight, by ID: an Append's reply
+	// returns the caller's own entries without it.
+	ours map[uint64][]byte
+	// logBytes counts what was applied since the last snapshot, and
+	// snapBytes is that snapshot's size: compaction's measure.
+	logBytes, snapBytes int
+	compacting          bool
+	// skew is this process's clock less the server's, as of the last own
+	// append: the time an append was sent less the time the server
+	// stamped it (a lower bound, so local deadlines are never late).
+	skew time.Duration
+	// wake is closed when the state changes; waiters counts the Waits
+	// that need the watcher.
+	wake     chan struct{}
+	waiters  int
+	watching bool
+}
+
+func (m *Meta) part(name string) *part {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.parts[name]
+	if p == nil {
+		p = &part{name: name, st: rules.New(), results: map[uint64]*rules.Result{}, ours: map[uint64][]byte{}}
+		m.parts[name] = p
+	}
+	return p
+}
+
+func (m *Meta) check(ctx context.Context) error {
+	if m.closed.Load() {
+		return backends.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// newID returns a record ID: random, nonzero.
+func newID() uint64 { return rand.Uint64() | 1 }
+
+// record is a record to append.
+type record struct {
+	id      uint64
+	indexes uint64
+	data    []byte
+}
+
+// applyTail applies what a read or append from from returned. It reports
+// false when the tail does not join the copy (another call moved the copy
+// past from onto a log the tail does not show): the caller reads again.
+// The caller holds p.mu.
+func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, error) {
+	changed := false
+	defer func() {
+		if changed {
+			p.changed()
+		}
+	}()
+	entries := t.Entries
+	switch {
+	case t.Restart:
+		st := rules.New()
+		if t.Snapshot != nil {
+			var err error
+			if st, err = rules.Restore(t.Snapshot); err != nil {
+				return false, fmt.Errorf("partition %q: %w", p.name, err)
+			}
+		}
+		p.st, p.pos, p.era, changed = st, t.Start, p.era+1, true
+		p.logBytes, p.snapBytes = 0, len(t.Snapshot)
+	case p.pos != from:
+		// Another call moved the copy: skip what it applied, if this
+		// tail holds the copy's position.
+		if p.pos.N < from.N {
+			return false, nil
+		}
+		k := slices.IndexFunc(entries, func(e backends.Entry) bool { return e.N == p.pos.N })
+		switch {
+		case k >= 0 && entries[k].ID == p.pos.ID:
+			entries = entries[k+1:]
+		case k < 0 && (len(entries) == 0 || p.pos.N > entries[len(entries)-1].N):
+			return true, nil // the copy is past this tail already
+		default:
+			return false, nil
+		}
+	}
+	for i := range entries {
+		e := &entries[i]
+		if e.N != p.pos.N+1 {
+			return false, fmt.Errorf("partition %q: log entry %d after %d", p.name, e.N, p.pos.N)
+		}
+		if e.Data == nil {
+			if d, ok := p.ours[e.ID]; ok {
+				e.Data = d
+			}
+		}
+		r := p.st.Apply(e)
+		p.pos = e.Pos()
+		p.logBytes += len(e.Data) + 32
+		changed = true
+		if _, ok := p.ours[e.ID]; ok {
+			p.results[e.ID] = &r
+		}
+	}
+	return true, nil
+}
+
+// changed wakes the Waits. The caller holds p.mu.
+func (p *part) changed() {
+	if p.wake != nil {
+		close(p.wake)
+		p.wake = nil
+	}
+}
+
+// catchUp reads the log after the copy's position and applies it,
+// until a read joins. The caller holds p.mu; it is released during the
+// read.
+func (m *Meta) catchUp(ctx context.Context, p *part) error {
+	for {
+		from := p.pos
+		p.mu.Unlock()
+		t, err := m.log.Read(ctx, p.name, from, 0)
+		p.mu.Lock()
+		if err != nil {
+			return err
+		}
+		ok, err := m.applyTail(p, from, &t)
+		if err != nil || ok {
+			return err
+		}
+	}
+}
+
+// view runs f with the partition's state caught up with the log.
+func (m *Meta) view(ctx context.Context, name string, f func(st *rules.Partition)) error {
+	if err := m.check(ctx); err != nil {
+		return err
+	}
+	p := m.part(name)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := m.catchUp(ctx, p); err != nil {
+		return err
+	}
+	f(p.st)
+	return nil
+}
+
+// exec appends the records build makes from the caught-up state (build
+// runs under the partition's lock; it may return no records, then exec
+// returns none) and returns their results in order. cells, when given,
+// are written with the records (LogCells). A lost reply is settled: the
+// records applied, or a fence voided them (an error not matching
+// ErrOutcomeUnknown); only when that fails too is the error
+// ErrOutcomeUnknown.
+func (m *Meta) exec(ctx context.Context, name string, cells []backends.Cell, build func(st *rules.Partition) ([]record, error)) ([]*rules.Result, error) {
+	return m.execAfter(ctx, name, cells, build, nil)
+}
+
+// execAfter is exec that then runs after, under the partition's lock, with
+// the state the records left (and maybe later ones).
+func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell, build func(st *rules.Partition) ([]record, error), after func(p *part)) (res []*rules.Result, err error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	p := m.part(name)
+	p.mu.Lock()
+	recs, err := build(p.st)
+	if err != nil || len(recs) == 0 {
+		p.mu.Unlock()
+		return nil, err
+	}
+	out := make([]backends.Record, len(recs))
+	for i, r := range recs {
+		out[i] = backends.Record{ID: r.id, Indexes: r.indexes, Data: r.data}
+		p.ours[r.id] = r.data
+	}
+	defer func() {
+		for _, r := range recs {
+			delete(p.ours, r.id)
+			delete(p.results, r.id)
+		}
+		if err == nil && after != nil {
+			after(p)
+		}
+		p.mu.Unlock()
+	}()
+	for {
+		from := p.pos
+		p.mu.Unlock()
+		sent := time.Now()
+		var t backends.Tail
+		var err error
+		if cells != nil && m.cells != nil {
+			t, err = m.cells.AppendCells(ctx, name, from, cells, out)
+		} else {
+			t, err = m.log.Append(ctx, name, from, out)
+		}
+		p.mu.Lock()
+		if err != nil {
+			if errors.Is(err, backends.ErrOutcomeUnknown) {
+				return m.settle(ctx, p, recs, err)
+			}
+			return nil, err
+		}
+		if n := len(t.Entries); n > 0 {
+			p.skew = sent.Sub(time.UnixMicro(t.Entries[n-1].Time))
+		}
+		ok, err := m.applyTail(p, from, &t)
+		if err != nil {
+			return nil, err
+		}
+		if res, done := results(p, recs); done {
+			m.maybeCompact(p)
+			return res, nil
+		}
+		if ok {
+			// Applied, yet not ours: the copy had moved past them on a
+			// log that restarted since. Their outcome is in the log only.
+			return nil, fmt.Errorf("%w: partition %q: the log restarted under the write", backends.ErrOutcomeUnknown, name)
+		}
+		// The tail did not join the copy: read up to it, and look again.
+		if err := m.catchUp(ctx, p); err != nil {
+			return m.settle(ctx, p, recs, err)
+		}
+		if res, done := results(p, recs); done {
+			return res, nil
+		}
+		return nil, fmt.Errorf("%w: partition %q: the write's entries are not in the log read after it", backends.ErrOutcomeUnknown, name)
+	}
+}
+
+// results returns the results of recs if every one applied.
+func results(p *part, recs []record) ([]*rules.Result, bool) {
+	out := make([]*rules.Result, len(recs))
+	for i, r := range recs {
+		if out[i] = p.results[r.id]; out[i] == nil {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// settle finds out whether recs, whose append's reply was lost, applied:
+// it appends a fence that voids them, and reads up to it. They applied if
+// they come before the fence (their results), else never will (an error
+// that is not ErrOutcomeUnknown). Only if no fence gets through before
+// ctx ends is the outcome unknown. The caller holds p.mu.
+func (m *Meta) settle(ctx context.Context, p *part, recs []record, cause error) ([]*rules.Result, error) {
+	ids := make([]uint64, len(recs))
+	for i, r := range recs {
+		ids[i] = r.id
+	}
+	fence := backends.Record{ID: newID(), Data: rules.FenceRecord(ids)}
+	p.ours[fence.ID] = fence.Data
+	defer delete(p.ours, fence.ID)
+	defer delete(p.results, fence.ID)
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		from := p.pos
+		p.mu.Unlock()
+		t, err := m.log.Append(ctx, p.name, from, []backends.Record{fence})
+		p.mu.Lock()
+		if err == nil {
+			if _, err = m.applyTail(p, from, &t); err == nil && p.results[fence.ID] == nil {
+				err = m.catchUp(ctx, p)
+			}
+		}
+		if err == nil && p.results[fence.ID] != nil {
+			if res, done := results(p, recs); done {
+				return res, nil
+			}
+			return nil, fmt.Errorf("partition %q: not applied (its reply was lost, and a fence voided it): %w", p.name, errNotApplied(cause))
+		}
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-m.done:
+		case <-time.After(delay):
+		}
+		p.mu.Lock()
+		if ctx.Err() != nil || m.closed.Load() {
+			return nil, fmt.Errorf("%w: partition %q: %w", backends.ErrOutcomeUnknown, p.name, cause)
+		}
+	}
+}
+
+// errNotApplied strips ErrOutcomeUnknown from an error whose outcome is
+// now known: nothing applied.
+func errNotApplied(err error) error { return errors.New(err.Error()) }
+
+// maybeCompact snapshots the partition in the background once the log
+// has grown past the last snapshot's size (and compactBytes), or deletes
+// the log of a partition left with nothing. The caller holds p.mu.
+func (m *Meta) maybeCompact(p *part) {
+	empty := p.st.Empty()
+	if p.compacting || !empty && p.logBytes < max(m.compactBytes, p.snapBytes) {
+		return
+	}
+	var snap []byte
+	if !empty {
+		var err error
+		if snap, err = p.st.Snapshot(); err != nil {
+			return
+		}
+	}
+	at := p.pos
+	p.compacting = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.life, time.Minute)
+		defer cancel()
+		err := m.log.Compact(ctx, p.name, at, snap)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.compacting = false
+		if err == nil {
+			p.logBytes, p.snapBytes = 0, len(snap)
+		}
+	}()
+}
+
+// Close implements backends.MetaStore: waiting calls return ErrClosed, the
+// watchers stop, and, if the Meta owns it, the log is closed.
+func (m *Meta) Close() error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	close(m.done)
+	m.end()
+	m.mu.Lock()
+	for _, p := range m.parts {
+		p.mu.Lock()
+		p.changed()
+		p.mu.Unlock()
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+	if m.owns {
+		return m.log.Close()
+	}
+	return nil
+}
+
+func newLease() string { return strconv.FormatUint(rand.Uint64()|1<<63, 16) }
