@@ -134,6 +134,10 @@ func (m *Meta) Garbage(ctx context.Context, partition string, olderThan time.Dur
 	if olderThan < 0 {
 		return nil, fmt.Errorf("%w: negative olderThan %v", backends.ErrInvalid, olderThan)
 	}
+	empty := false
+	if err := m.view(ctx, partition, func(st *rules.Partition) { empty = st.Empty() }); err != nil || empty {
+		return nil, err // nothing to abort: no record (which would make a log)
+	}
 	var out []backends.Ref
 	_, err := m.execAfter(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
 		return []record{{id: newID(), data: rules.AbortRecord(olderThan)}}, nil

@@ -404,6 +404,9 @@ func (m *Meta) maybeCompact(p *part) {
 		if err == nil {
 			p.logBytes, p.snapBytes = 0, len(snap)
 		}
+		if err == nil && p.pos != at && p.st.Empty() {
+			m.maybeCompact(p) // emptied again past at: delete the log now
+		}
 	}()
 }
 

@@ -1,0 +1,307 @@
+package replica_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/backendtest/toylog"
+	"github.com/tqgo/tqgo/internal/replica"
+	"github.com/tqgo/tqgo/tq"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) } // ants starts its default pool at init
+
+// client opens a tq client over srv whose metadata is a replica with
+// opts: a process of its own.
+func client(t *testing.T, srv *toylog.Server, log func(backends.Log) backends.Log, opts ...replica.Option) *tq.Client {
+	t.Helper()
+	e := srv.Engine()
+	l := e.Log
+	if log != nil {
+		l = log(l)
+	}
+	m := replica.NewStore(l, e.Data, opts...)
+	c, err := tq.New(backends.Engine{Data: e.Data, Meta: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = m.Close()
+		_ = e.Close()
+	})
+	return c
+}
+
+func put(t *testing.T, c *tq.Client, p string, keys ...string) {
+	t.Helper()
+	vals := make([]int64, len(keys))
+	if err := c.BatchPut(context.Background(), p, keys, tq.Batch{"x": tq.Stacked(vals)}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func keys(n int, prefix string) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%03d", prefix, i)
+	}
+	return out
+}
+
+// A log compacted after every write still gives a new process the whole
+// state: rows and consumption, from the snapshot and the entries after it.
+func TestCompaction(t *testing.T) {
+	ctx := context.Background()
+	srv := toylog.NewServer(nil)
+	a := client(t, srv, nil, replica.CompactAfter(1))
+	for i := range 20 {
+		put(t, a, "p", keys(10, fmt.Sprint("r", i, "-"))...)
+	}
+	task, err := a.Task("p", "t", []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := task.Claim(ctx, 30)
+	if err != nil || l.Len() != 30 {
+		t.Fatalf("claim: %v, %v", l, err)
+	}
+	if err := l.Ack(ctx, l.Keys()[:10]...); err != nil {
+		t.Fatal(err)
+	}
+	// The log holds a snapshot and few entries.
+	var tail backends.Tail
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if tail, err = srv.Engine().Log.Read(ctx, "p", backends.Pos{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if tail.Snapshot != nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Compaction waits until the entries after a snapshot outweigh it, so
+	// that it costs a constant share of what is appended.
+	logged := 0
+	for _, e := range tail.Entries {
+		logged += len(e.Data)
+	}
+	if tail.Snapshot == nil || logged > 2*len(tail.Snapshot) {
+		t.Fatalf("after 42 writes: snapshot of %d bytes, then %d entries of %d bytes", len(tail.Snapshot), len(tail.Entries), logged)
+	}
+	b := client(t, srv, nil)
+	rows, err := b.List(ctx, "p")
+	if err != nil || len(rows.Rows) != 200 {
+		t.Fatalf("a new process lists %v rows, %v; want 200", rows, err)
+	}
+	st, err := b.Status(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := st.Tasks["t"]
+	if ts.Acked != 10 || ts.Leased != 20 {
+		t.Fatalf("a new process sees task t %+v, want 10 acked, 20 leased", ts)
+	}
+	// And goes on from there: the next claim takes the next rows.
+	tb, _ := b.Task("p", "t", []string{"x"})
+	l2, err := tb.Claim(ctx, 5)
+	if err != nil || l2.Len() != 5 || l2.Keys()[0] != "r3-000" {
+		t.Fatalf("claim after restore: %v, %v", l2.Keys(), err)
+	}
+}
+
+// A partition cleared and reclaimed leaves no log behind.
+func TestEmptyLogDeleted(t *testing.T) {
+	ctx := context.Background()
+	srv := toylog.NewServer(nil)
+	a := client(t, srv, nil)
+	put(t, a, "gone", "a", "b")
+	if err := a.ClearPartition(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Reclaim(ctx, "gone", 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		names, err := srv.Engine().Log.Partitions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(names) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("logs left after the partition emptied: %v", names)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	put(t, a, "gone", "c") // a new log
+	rows, err := client(t, srv, nil).List(ctx, "gone")
+	if err != nil || len(rows.Rows) != 1 || rows.Rows[0].Key != "c" {
+		t.Fatalf("after the log began anew: %v, %v", rows, err)
+	}
+}
+
+// lossy is a Log whose next Append (when armed) loses its reply: applied
+// or not (drop), the caller sees ErrOutcomeUnknown. With hold, the append
+// is held back until release, and lands after whatever the caller does
+// meanwhile: a copy of a request still on its way.
+type lossy struct {
+	backends.Log
+	mu      sync.Mutex
+	armed   bool
+	drop    bool
+	hold    chan struct{}
+	landed  chan error
+	appends int
+}
+
+func (l *lossy) Append(ctx context.Context, partition string, from backends.Pos, recs []backends.Record) (backends.Tail, error) {
+	l.mu.Lock()
+	armed, drop, hold := l.armed, l.drop, l.hold
+	l.armed = false
+	l.appends++
+	l.mu.Unlock()
+	if !armed {
+		return l.Log.Append(ctx, partition, from, recs)
+	}
+	if hold != nil {
+		go func() {
+			<-hold
+			_, err := l.Log.Append(context.Background(), partition, from, recs)
+			l.landed <- err
+		}()
+		return backends.Tail{}, fmt.Errorf("%w: held", backends.ErrOutcomeUnknown)
+	}
+	if !drop {
+		if _, err := l.Log.Append(ctx, partition, from, recs); err != nil {
+			return backends.Tail{}, err
+		}
+	}
+	return backends.Tail{}, fmt.Errorf("%w: reply lost", backends.ErrOutcomeUnknown)
+}
+
+func (l *lossy) arm(drop bool, hold chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed, l.drop, l.hold = true, drop, hold
+}
+
+// A write whose reply was lost is settled: applied (its entry came before
+// the fence), or not (the fence voids it), never of unknown outcome while
+// the log answers.
+func TestLostReply(t *testing.T) {
+	ctx := context.Background()
+	srv := toylog.NewServer(nil)
+	var lo *lossy
+	a := client(t, srv, func(l backends.Log) backends.Log { lo = &lossy{Log: l}; return lo })
+	b := client(t, srv, nil)
+
+	lo.arm(false, nil) // the commit applies, its reply is lost
+	put(t, a, "p", "applied")
+	lo.arm(true, nil) // the next append never reaches the log
+	if err := a.BatchPut(ctx, "p", []string{"dropped"}, tq.Batch{"x": tq.Stacked([]int64{1})}, nil); err == nil || errors.Is(err, tq.ErrOutcomeUnknown) {
+		t.Fatalf("a put whose prepare never reached the log: %v, want a definite error", err)
+	}
+	rows, err := b.List(ctx, "p")
+	if err != nil || len(rows.Rows) != 1 || rows.Rows[0].Key != "applied" {
+		t.Fatalf("another process lists %v, %v; want the applied row alone", rows, err)
+	}
+
+	// A claim whose reply is lost: the lease is found, not doubled.
+	task, _ := a.Task("p", "t", []string{"x"})
+	lo.arm(false, nil)
+	l, err := task.Claim(ctx, 1)
+	if err != nil || l.Len() != 1 {
+		t.Fatalf("a claim whose reply was lost: %v, %v", l, err)
+	}
+	if err := l.Ack(ctx); err != nil {
+		t.Fatalf("ack of the lease the settled claim returned: %v", err)
+	}
+}
+
+// A copy of a write that lands after the fence that settled it applies
+// nothing: the fence voided it.
+func TestFenceVoidsLateCopy(t *testing.T) {
+	ctx := context.Background()
+	srv := toylog.NewServer(nil)
+	var lo *lossy
+	a := client(t, srv, func(l backends.Log) backends.Log { lo = &lossy{Log: l, landed: make(chan error, 1)}; return lo })
+	b := client(t, srv, nil)
+	put(t, a, "p", "a")
+	task, _ := a.Task("p", "t", []string{"x"})
+	hold := make(chan struct{})
+	lo.arm(false, hold)
+	_, err := task.Claim(ctx, 1)
+	if err == nil || errors.Is(err, tq.ErrOutcomeUnknown) {
+		t.Fatalf("a claim held back, settled by a fence: %v, want a definite error", err)
+	}
+	close(hold)
+	if err := <-lo.landed; err != nil {
+		t.Fatal(err)
+	}
+	tb, _ := b.Task("p", "t", []string{"x"})
+	l, err := tb.Claim(ctx, 1)
+	if err != nil || l.Len() != 1 {
+		t.Fatalf("the row after the voided claim landed: %v, %v; want it ready", l, err)
+	}
+}
+
+// Waits share one watcher per partition, wake on another process's
+// commit, and end at Close; nothing is left running.
+func TestWaitWatcher(t *testing.T) {
+	ctx := context.Background()
+	srv := toylog.NewServer(nil)
+	a := client(t, srv, nil)
+	b := client(t, srv, nil)
+	task, _ := a.Task("w", "t", []string{"x"})
+	got := make(chan error, 3)
+	for range 3 {
+		go func() {
+			l, err := task.Wait(ctx, 1)
+			if err == nil && l.Len() != 1 {
+				err = fmt.Errorf("a lease of %d rows", l.Len())
+			}
+			got <- err
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	put(t, b, "w", "k1", "k2", "k3")
+	for range 3 {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Wait did not wake on another process's commit")
+		}
+	}
+	// Close ends a Wait at once.
+	go func() {
+		_, err := task.Wait(ctx, 1)
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	_ = a.Close()
+	select {
+	case err := <-got:
+		if !errors.Is(err, tq.ErrClosed) {
+			t.Fatalf("a Wait at Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close did not end a Wait")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close took %v with a Wait", d)
+	}
+}
