@@ -10,6 +10,7 @@
 package replica
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,8 +43,9 @@ type Meta struct {
 	end    context.CancelFunc
 	wg     sync.WaitGroup // watchers and compactions
 
-	mu    sync.Mutex // guards parts
+	mu    sync.Mutex // guards parts and tick
 	parts map[string]*part
+	tick  uint64 // counts part lookups: a copy's age
 
 	// compactBytes is the log bytes after which a writer compacts: at
 	// least this, and at least the last snapshot's size.
@@ -77,6 +79,7 @@ var _ backends.MetaStore = (*Meta)(nil)
 // part is this process's copy of one partition.
 type part struct {
 	name string
+	used atomic.Uint64 // Meta.tick at its last lookup
 	mu   sync.Mutex // guards everything below
 	st   *rules.Partition
 	pos  backends.Pos // the last entry applied
@@ -103,15 +106,50 @@ type part struct {
 	watching bool
 }
 
+// keepParts is how many partitions' copies a Meta keeps; beyond it, the
+// copies unused longest (and not waited on) are dropped, to be read again
+// if used again: a job that makes a partition per step does not grow the
+// process.
+const keepParts = 1024
+
 func (m *Meta) part(name string) *part {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.tick++
 	p := m.parts[name]
 	if p == nil {
+		if len(m.parts) >= keepParts {
+			m.evict()
+		}
 		p = &part{name: name, st: rules.New(), results: map[uint64]*rules.Result{}, ours: map[uint64][]byte{}}
 		m.parts[name] = p
 	}
+	p.used.Store(m.tick)
 	return p
+}
+
+// evict drops the older half of the copies no call holds. The caller holds
+// m.mu.
+func (m *Meta) evict() {
+	type aged struct {
+		name string
+		used uint64
+	}
+	var all []aged
+	for name, p := range m.parts {
+		all = append(all, aged{name, p.used.Load()})
+	}
+	slices.SortFunc(all, func(a, b aged) int { return cmp.Compare(a.used, b.used) })
+	for _, a := range all[:len(all)/2] {
+		p := m.parts[a.name]
+		if !p.mu.TryLock() {
+			continue
+		}
+		if p.waiters == 0 && !p.watching && !p.compacting && len(p.ours) == 0 {
+			delete(m.parts, a.name)
+		}
+		p.mu.Unlock()
+	}
 }
 
 func (m *Meta) check(ctx context.Context) error {
