@@ -458,10 +458,20 @@ func (c colocated) ReadRows(ctx context.Context, partition string, keys []string
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rows := p.st.Lookup(keys)
+	current := false // whether rows are as the log has them, just read
 	for {
 		cells, err := plan(rows)
 		if err != nil {
-			return nil, err
+			if current {
+				return nil, err
+			}
+			// The copy may be behind (a key another process committed):
+			// plan again on the log as it is.
+			if err := m.catchUp(ctx, p); err != nil {
+				return nil, err
+			}
+			rows, current = p.st.Lookup(keys), true
+			continue
 		}
 		from := p.pos
 		p.mu.Unlock()
@@ -483,6 +493,6 @@ func (c colocated) ReadRows(ctx context.Context, partition string, keys []string
 		if ok && slices.Equal(now, rows) {
 			return rows, nil
 		}
-		rows = now
+		rows, current = now, true
 	}
 }
