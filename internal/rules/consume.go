@@ -154,14 +154,27 @@ func (p *Partition) configure(t *task, sel Select) {
 	if sel.Group.Size > 0 {
 		t.groups = newGroupIndex(sel.Group)
 	}
+	ends := map[int64][]uint64{}
 	for i, r := range p.byIndex {
 		e := t.entries[i]
-		if e != nil && (e.state == backends.Leased || e.state == backends.Ready && e.until != 0) {
-			heap.Push(&t.timers, timer{until: e.until, index: i})
+		if e != nil && e.until > p.now && (e.state == backends.Leased || e.state == backends.Ready) {
+			ends[e.until] = append(ends[e.until], i)
 		}
 		if claimable(e, p.now) && hasFields(r.view, sel.Fields) {
 			t.add(i, r.view)
 		}
+	}
+	for until, rows := range ends {
+		t.timers = append(t.timers, timer{until: until, rows: rows})
+	}
+	heap.Init(&t.timers)
+}
+
+// addTimer has rows looked at again at until, when their lease or delay
+// ends.
+func (t *task) addTimer(until int64, rows []uint64) {
+	if t.indexed && len(rows) > 0 {
+		heap.Push(&t.timers, timer{until: until, rows: rows})
 	}
 }
 
@@ -196,13 +209,15 @@ func (t *task) remove(i uint64) {
 func (p *Partition) advance(t *task, now int64) {
 	for len(t.timers) > 0 && t.timers[0].until <= now {
 		tm := heap.Pop(&t.timers).(timer)
-		e := t.entries[tm.index]
-		r := p.byIndex[tm.index]
-		if e == nil || r == nil || e.until != tm.until || !claimable(e, now) {
-			continue // settled, moved or dead since: not this timer's
-		}
-		if _, parked := t.parked[tm.index]; !parked && hasFields(r.view, t.sel.Fields) {
-			t.add(tm.index, r.view)
+		for _, i := range tm.rows {
+			e := t.entries[i]
+			r := p.byIndex[i]
+			if e == nil || r == nil || e.until != tm.until || !claimable(e, now) {
+				continue // settled, moved or dead since: not this timer's
+			}
+			if _, parked := t.parked[i]; !parked && hasFields(r.view, t.sel.Fields) {
+				t.add(i, r.view)
+			}
 		}
 	}
 }
@@ -216,9 +231,6 @@ func (p *Partition) setEntry(t *task, i uint64, e *entry) {
 	}
 	if !t.indexed {
 		return
-	}
-	if e != nil && e.until > p.now && (e.state == backends.Leased || e.state == backends.Ready) {
-		heap.Push(&t.timers, timer{until: e.until, index: i})
 	}
 	r := p.byIndex[i]
 	if r != nil && claimable(e, p.now) && hasFields(r.view, t.sel.Fields) {
@@ -306,7 +318,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 		taken = map[uint64]bool{}
 	}
 	for _, u := range units {
-		if len(take)+len(u) > a.Rows || !p.leasable(t, u, taken) {
+		if len(take)+len(u) > a.Rows || a.Custom && !p.leasable(t, u, taken) {
 			continue
 		}
 		for _, i := range u {
@@ -353,6 +365,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 		c.Rows[j] = p.byIndex[i].view
 		c.Deliveries[j] = e.delivery(i, now)
 	}
+	t.addTimer(until, take)
 	if b := a.Batch; b != nil && b.Ranks > 1 {
 		ob := &openBatch{lease: a.Token, rows: c.Rows, units: c.Units, taken: make([]bool, b.Ranks)}
 		ob.taken[b.Rank] = true
@@ -486,11 +499,12 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 		until := now + a.Lease.Microseconds()
 		c := Claimed{Lease: b.lease, Until: time.UnixMicro(until), Rows: b.rows, Units: b.units,
 			Deliveries: make([]backends.Delivery, len(b.rows))}
+		var renewed []uint64
 		for i, r := range b.rows {
 			switch e := held(b, r); {
 			case e != nil:
 				e.until = until
-				p.setEntry(t, r.Index, e)
+				renewed = append(renewed, r.Index)
 				c.Deliveries[i] = e.delivery(r.Index, now)
 			case t.entries[r.Index] != nil:
 				c.Deliveries[i] = t.entries[r.Index].delivery(r.Index, now)
@@ -498,6 +512,7 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 				c.Deliveries[i] = backends.Delivery{Index: r.Index}
 			}
 		}
+		t.addTimer(until, renewed)
 		c.Mark.Seq = p.seq
 		return c, true
 	}
@@ -509,13 +524,16 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 func (p *Partition) mark(t *task, now int64) backends.Mark {
 	mk := backends.Mark{Seq: p.seq}
 	for len(t.timers) > 0 {
-		tm := t.timers[0]
-		if e := t.entries[tm.index]; e != nil && e.until == tm.until && tm.until > now &&
-			(e.state == backends.Leased || e.state == backends.Ready) {
+		tm := &t.timers[0]
+		tm.rows = slices.DeleteFunc(tm.rows, func(i uint64) bool {
+			e := t.entries[i]
+			return e == nil || e.until != tm.until || e.state != backends.Leased && e.state != backends.Ready
+		})
+		if len(tm.rows) > 0 && tm.until > now {
 			mk.Wake = time.UnixMicro(tm.until)
 			break
 		}
-		heap.Pop(&t.timers) // settled or moved since
+		heap.Pop(&t.timers) // settled or moved since, or passed
 	}
 	return mk
 }
@@ -617,6 +635,7 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 	}
 	changed := false
 	var until int64
+	var timed []uint64 // rows whose lease or delay now ends later
 	if req.Op == backends.Extend {
 		until = now + req.Delay.Microseconds()
 		res.Until = time.UnixMicro(until)
@@ -657,6 +676,7 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 				ne.state = backends.Dead
 			} else if req.Delay > 0 {
 				ne.until = now + req.Delay.Microseconds()
+				timed = append(timed, i)
 			}
 			p.setEntry(t, i, ne)
 			changed = true
@@ -664,6 +684,7 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 			ne := *e
 			ne.until = until
 			p.setEntry(t, i, &ne)
+			timed = append(timed, i)
 		case backends.Retry:
 			p.setEntry(t, i, nil)
 			changed = true
@@ -674,6 +695,13 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 			}
 			p.setEntry(t, i, ne)
 		}
+	}
+	if len(timed) > 0 {
+		end := until
+		if req.Op == backends.Nack {
+			end = now + req.Delay.Microseconds()
+		}
+		t.addTimer(end, timed)
 	}
 	if changed {
 		p.bump()
@@ -790,20 +818,17 @@ func groupID(g *Group, r *backends.Row) (string, bool) {
 	return "k" + r.Key[:i], true
 }
 
+// timer is when the leases or delays of rows end (one per claim or
+// settle, not per row): the rows to look at again then.
 type timer struct {
 	until int64
-	index uint64
+	rows  []uint64
 }
 
 type timerHeap []timer
 
 func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	if h[i].until != h[j].until {
-		return h[i].until < h[j].until
-	}
-	return h[i].index < h[j].index
-}
+func (h timerHeap) Less(i, j int) bool { return h[i].until < h[j].until }
 func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
 func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
 func (h *timerHeap) Pop() any {
