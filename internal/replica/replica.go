@@ -428,7 +428,7 @@ func (m *Meta) maybeCompact(p *part) {
 			return
 		}
 	}
-	at := p.pos
+	at, covered := p.pos, p.logBytes
 	p.compacting = true
 	m.wg.Add(1)
 	go func() {
@@ -440,10 +440,11 @@ func (m *Meta) maybeCompact(p *part) {
 		defer p.mu.Unlock()
 		p.compacting = false
 		if err == nil {
-			p.logBytes, p.snapBytes = 0, len(snap)
+			// What was applied meanwhile is the log after the snapshot.
+			p.logBytes, p.snapBytes = max(p.logBytes-covered, 0), len(snap)
 		}
-		if err == nil && p.pos != at && p.st.Empty() {
-			m.maybeCompact(p) // emptied again past at: delete the log now
+		if err == nil && p.pos != at {
+			m.maybeCompact(p) // grown or emptied again past at
 		}
 	}()
 }
