@@ -189,7 +189,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 	for window := 4*req.Rows + 64; ; window *= 4 {
 		full := false
 		var skew time.Duration
-		var era uint64
+		var base uint64
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
 			a.Token = newLease()
 			if a.Custom {
@@ -208,7 +208,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 				full = len(rows) == window
 			}
 			return []record{{id: newID(), data: rules.ClaimRecord(&a)}}, nil
-		}, func(p *part) { skew, era = p.skew, p.era }))
+		}, func(p *part) { skew, base = p.skew, p.base }))
 		if err != nil {
 			return backends.Claimed{}, err
 		}
@@ -224,7 +224,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 		for i := range c.Deliveries {
 			c.Deliveries[i].Until = local(c.Deliveries[i].Until, skew)
 		}
-		c.Mark = backends.Mark{Seq: markSeq(era, c.Mark.Seq), Wake: local(c.Mark.Wake, skew)}
+		c.Mark = backends.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew)}
 		return c, nil
 	}
 }
@@ -237,8 +237,6 @@ func local(t time.Time, skew time.Duration) time.Time {
 	return t.Add(skew)
 }
 
-// markSeq is a Mark's Seq: the rules' change count in the state's era.
-func markSeq(era, seq uint64) uint64 { return era<<40 | seq&(1<<40-1) }
 
 // indexUnits turns a pick's positions into row indexes.
 func indexUnits(rows []*backends.Row, picked backends.Picked) (units [][]uint64, drop []uint64) {
@@ -346,7 +344,7 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) e
 		timer = t.C
 	}
 	for {
-		if markSeq(p.era, p.st.Seq()) != mark.Seq {
+		if p.mark() != mark.Seq {
 			p.mu.Unlock()
 			return nil
 		}

@@ -83,9 +83,11 @@ type part struct {
 	mu   sync.Mutex // guards everything below
 	st   *rules.Partition
 	pos  backends.Pos // the last entry applied
-	// era counts the times the state was replaced (a log restarted), so
-	// that marks of an old state never match a new one.
-	era uint64
+	// base is added to the rules' change count in marks: the count
+	// restarts with the log, base keeps marks rising across restarts (a
+	// restart to a state with rows wakes every Wait; one to an empty
+	// state, a log deleted, wakes none).
+	base uint64
 	// results of this process's records, by record ID, as they apply.
 	results map[uint64]*rules.Result
 	// ours holds the Data of records in flight, by ID: an Append's reply
@@ -190,7 +192,11 @@ func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, er
 				return false, fmt.Errorf("partition %q: %w", p.name, err)
 			}
 		}
-		p.st, p.pos, p.era, changed = st, t.Start, p.era+1, true
+		old := p.mark()
+		if st.Committed() > 0 {
+			old++
+		}
+		p.st, p.pos, p.base, changed = st, t.Start, old-st.Seq(), true
 		p.logBytes, p.snapBytes = 0, len(t.Snapshot)
 	case p.pos != from:
 		// Another call moved the copy: skip what it applied, if this
@@ -199,14 +205,12 @@ func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, er
 			return false, nil
 		}
 		k := slices.IndexFunc(entries, func(e backends.Entry) bool { return e.N == p.pos.N })
-		switch {
-		case k >= 0 && entries[k].ID == p.pos.ID:
-			entries = entries[k+1:]
-		case k < 0 && (len(entries) == 0 || p.pos.N > entries[len(entries)-1].N):
-			return true, nil // the copy is past this tail already
-		default:
+		if k < 0 || entries[k].ID != p.pos.ID {
+			// Past this tail, or on a log it does not show: a read from
+			// the copy's position tells.
 			return false, nil
 		}
+		entries = entries[k+1:]
 	}
 	for i := range entries {
 		e := &entries[i]
@@ -228,6 +232,9 @@ func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, er
 	}
 	return true, nil
 }
+
+// mark is the Seq of a Mark taken now. The caller holds p.mu.
+func (p *part) mark() uint64 { return p.base + p.st.Seq() }
 
 // changed wakes the Waits. The caller holds p.mu.
 func (p *part) changed() {
@@ -339,18 +346,18 @@ func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell
 			m.maybeCompact(p)
 			return res, nil
 		}
-		if ok {
-			// Applied, yet not ours: the copy had moved past them on a
-			// log that restarted since. Their outcome is in the log only.
-			return nil, fmt.Errorf("%w: partition %q: the log restarted under the write", backends.ErrOutcomeUnknown, name)
+		if !ok {
+			// The tail did not join the copy: read on from the copy.
+			if err := m.catchUp(ctx, p); err != nil {
+				return m.settle(ctx, p, recs, err)
+			}
+			if res, done := results(p, recs); done {
+				return res, nil
+			}
 		}
-		// The tail did not join the copy: read up to it, and look again.
-		if err := m.catchUp(ctx, p); err != nil {
-			return m.settle(ctx, p, recs, err)
-		}
-		if res, done := results(p, recs); done {
-			return res, nil
-		}
+		// Appended, yet not found where the log was read after: the log
+		// was replaced (compacted past them) in between. Their outcome is
+		// in the log only.
 		return nil, fmt.Errorf("%w: partition %q: the write's entries are not in the log read after it", backends.ErrOutcomeUnknown, name)
 	}
 }

@@ -306,3 +306,23 @@ func TestWaitWatcher(t *testing.T) {
 		t.Errorf("Close took %v with a Wait", d)
 	}
 }
+
+// A Wait on a partition with no rows does not spin: its claim's record
+// makes a log the rules find empty (and delete), which wakes nobody.
+func TestWaitEmptyNoSpin(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	var lo *lossy
+	a := client(t, srv, func(l backends.Log) backends.Log { lo = &lossy{Log: l}; return lo })
+	task, _ := a.Task("empty", "t", []string{"x"})
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	if _, err := task.Wait(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait on an empty partition: %v, want its ctx's end", err)
+	}
+	lo.mu.Lock()
+	n := lo.appends
+	lo.mu.Unlock()
+	if n > 3 {
+		t.Fatalf("a Wait on an empty partition appended %d records in 700ms", n)
+	}
+}
