@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -105,6 +106,8 @@ func TestRunQuick(t *testing.T) {
 		}
 	}
 
+	checkQueueTables(t, cfg, rep, md, withRedis)
+
 	// Every record is a real measurement. A wake-up's hand-off counts 0
 	// when the consumer returned before the producer's call did (a Redis
 	// server answers a blocked XREAD or BLPOP before the command that
@@ -114,7 +117,7 @@ func TestRunQuick(t *testing.T) {
 	}
 	for _, r := range rep.Records {
 		d := r.Dist
-		low := d.Min > 0 || r.Table == "queue" && strings.HasPrefix(r.Series, "wake-up") && d.Min == 0
+		low := d.Min > 0 || r.Table == "queue" && strings.Contains(r.Series, "wake-up") && d.Min == 0
 		if d.N != cfg.Reps || !low || d.Min > d.Median || d.Median > d.Max || math.IsInf(d.Max, 0) {
 			t.Errorf("record %s/%s/%s: bad distribution %+v", r.Table, r.Row, r.Series, d)
 		}
@@ -138,6 +141,68 @@ func TestRunQuick(t *testing.T) {
 	}
 	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Error("-png did not write a PNG")
+	}
+}
+
+// checkQueueTables checks the queue suite's tables: every measure beside
+// each of its limits, the Streams limits on Redis only, a row per
+// partition size, and the server's time per claim on Redis.
+func checkQueueTables(t *testing.T, cfg Config, rep *Report, md string, withRedis bool) {
+	t.Helper()
+	step := fmt.Sprintf("claim+ack of %d rows", cfg.Samples)
+	const inHand, bare = "wake-up to row in hand: Task.Wait returns the lease", "bare wake-up: the engine's Wait returns"
+	rows := []string{"memory " + step + " / List", "memory " + inHand + " / channel hand-off", "memory " + bare + " / channel hand-off"}
+	for _, k := range cfg.Consumers {
+		rows = append(rows, fmt.Sprintf("memory contention: %d consumers, per claim / channel pop", k))
+	}
+	var sizeRows, serverRows []string
+	for _, n := range cfg.QueueSizes {
+		sizeRows = append(sizeRows, "memory "+fmtCount(n))
+	}
+	if withRedis {
+		x := fmt.Sprintf("XREADGROUP COUNT %d + XACK", cfg.Samples)
+		rows = append(rows, "redis "+step+" / "+x, "redis "+step+" / List",
+			"redis "+inHand+" / XADD to XREADGROUP BLOCK", "redis "+inHand+" / LPUSH to BLPOP", "redis "+bare+" / LPUSH to BLPOP")
+		serverRows = append(serverRows, "redis "+step)
+		for _, k := range cfg.Consumers {
+			m := fmt.Sprintf("redis contention: %d consumers, per claim / ", k)
+			rows = append(rows, m+"XREADGROUP COUNT 8 + XACK", m+"LPOP COUNT 8 of a list")
+			serverRows = append(serverRows, fmt.Sprintf("redis contention: %d consumers", k))
+		}
+		for _, n := range cfg.QueueSizes {
+			sizeRows = append(sizeRows, "redis "+fmtCount(n))
+			serverRows = append(serverRows, fmt.Sprintf("redis Claim(8)+Ack, %s ready rows", fmtCount(n)))
+		}
+	}
+	checkTable(t, rep, md, "queue", rows, func(r []string) string { return r[0] + " " + r[1] + " / " + r[3] })
+	size := checkTable(t, rep, md, "queue-size", sizeRows, func(r []string) string { return r[0] + " " + r[1] })
+	if size != nil {
+		for _, r := range size.Rows {
+			if slices.Contains(r[:4], "n/a") || r[0] == "redis" && slices.Contains(r, "n/a") {
+				t.Errorf("queue-size row %v: a measurement is missing", r)
+			}
+			if r[1] == fmtCount(cfg.QueueSizes[0]) && r[3] != "1.00x" {
+				t.Errorf("queue-size row %v: the smallest size over itself is not 1.00x", r)
+			}
+		}
+	}
+	if !withRedis {
+		if rep.Table("queue-server") != nil {
+			t.Error("a queue-server table without a Redis target")
+		}
+		return
+	}
+	server := checkTable(t, rep, md, "queue-server", serverRows, func(r []string) string { return r[0] + " " + r[1] })
+	if server == nil {
+		return
+	}
+	for _, r := range server.Rows {
+		if slices.Contains(r, "n/a") || r[3] == "none" || !strings.Contains(r[4], "XREADGROUP") || !strings.Contains(r[4], "XACK") {
+			t.Errorf("queue-server row %v: a measurement is missing", r)
+		}
+	}
+	if len(server.Notes) > 0 {
+		t.Errorf("queue-server notes %q: the MONITOR probe failed", server.Notes)
 	}
 }
 

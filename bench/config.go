@@ -39,7 +39,8 @@ type Config struct {
 	RedisShapes []redisShape // batch shapes measured against the Redis engine's targets
 
 	// queue (its step is Samples rows)
-	Consumers int // consumers of one task in the contention measure
+	Consumers  []int // consumer counts of the contention measure
+	QueueSizes []int // ready rows of the claim-cost-vs-partition-size measure
 
 	// Quick marks the toy preset: outside tools (redis-benchmark) run at
 	// their lightest too.
@@ -69,7 +70,8 @@ func DefaultConfig() Config {
 		RedisBytes: 64 << 20,
 		// The Redis targets' shapes.
 		RedisShapes: []redisShape{{1024, 512}, {1024, 8 << 10}, {64, 1 << 20}},
-		Consumers:   8,
+		Consumers:   []int{8, 64},
+		QueueSizes:  []int{1_000, 10_000, 100_000},
 	}
 }
 
@@ -88,6 +90,10 @@ func QuickConfig() Config {
 	c.L = 16
 	c.RedisBytes = 64 << 10
 	c.RedisShapes = []redisShape{{16, 512}, {8, 4 << 10}}
+	c.Consumers = []int{2, 4}
+	// The fewest rows a sample of claim cost needs: 100,000 rows take
+	// seconds to write and to claim from.
+	c.QueueSizes = []int{sizeMinRows, 2 * sizeMinRows}
 	return c
 }
 
@@ -119,8 +125,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("count-sweep object size %d < 1", c.CountSize)
 	case c.Samples < 1 || c.L < 1:
 		return fmt.Errorf("kv batch %d samples × L %d: both must be >= 1", c.Samples, c.L)
-	case c.Consumers < 1:
-		return fmt.Errorf("consumers %d < 1", c.Consumers)
+	case len(c.Consumers) == 0 || slices.Min(c.Consumers) < 1:
+		return fmt.Errorf("consumers %v: want counts >= 1", c.Consumers)
+	case len(c.QueueSizes) > 0 && slices.Min(c.QueueSizes) < sizeMinRows:
+		return fmt.Errorf("queue sizes %v: each must be >= %d rows (the claims of one sample)", c.QueueSizes, sizeMinRows)
 	case c.RedisBytes < 1:
 		return fmt.Errorf("redis limit bytes %d < 1", c.RedisBytes)
 	}

@@ -11,8 +11,10 @@
 // checked, against raw go-redis or copy() of the same bytes), limit
 // (copy() bandwidth; raw go-redis beside redis-benchmark) and redis (the
 // targets of the Redis engine: against raw go-redis and one round trip per
-// key) and queue (claim and ack of a step beside a List, wake-up beside a
-// channel or BLPOP, many consumers beside a channel or LPOP). The method is
+// key) and queue (claim and ack of a step, wake-up to a row in hand, many
+// consumers, claim cost against partition size and, on Redis, the server's
+// time per claim, each beside Redis Streams consumer groups on Redis and
+// beside a List, a channel, BLPOP or LPOP). The method is
 // FlashPack PR #31's: warm-up, interleaved arms, medians and ranges over -reps.
 package main
 
@@ -45,7 +47,8 @@ func run(args []string) error {
 	urls := fs.String("urls", strings.Join(def.URLs, ","), `engines for the kv and limit suites: URLs, and "redis" for a private redis-server`)
 	samples := fs.Int("samples", def.Samples, "GRPO batch size of the kv suite (rows)")
 	L := fs.Int("L", def.L, "sequence length of the kv suite's [L] fields")
-	consumers := fs.Int("consumers", def.Consumers, "consumers of one task in the queue suite's contention measure")
+	consumers := fs.String("consumers", joinInts(def.Consumers), "consumer counts of the queue suite's contention measure")
+	queueSizes := fs.String("queue-sizes", joinInts(def.QueueSizes), "ready rows of the queue suite's claim cost vs partition size")
 	redisBytes := fs.String("redis-bytes", fmtSize(def.RedisBytes), "bytes per batch of the raw Redis limits")
 	csvPath := fs.String("csv", "", "also write every measurement to this CSV file")
 	pngPath := fs.String("png", "", "also plot the pack size sweep (throughput vs object size) to this PNG file")
@@ -74,7 +77,9 @@ func run(args []string) error {
 		case "suites":
 			cfg.Suites = parseList(*suites)
 		case "consumers":
-			cfg.Consumers = *consumers
+			cfg.Consumers, err = parseCounts(*consumers)
+		case "queue-sizes":
+			cfg.QueueSizes, err = parseCounts(*queueSizes)
 		case "sizes":
 			cfg.Sizes, err = parseSizes(*sizes)
 		case "counts":

@@ -20,6 +20,11 @@ type arm struct {
 	// once: every sample is one call, and the warm-up is one call (for
 	// arms that run an outside tool, which repeats internally).
 	once bool
+	// calls, when set, is how many calls make a sample, without
+	// calibration: for arms whose untimed part (a wake-up's wait before
+	// the producer writes) dwarfs the part timed, which a calibration by
+	// the time measured would run thousands of times per sample.
+	calls int
 
 	iters   int       // calls per sample, found by calibrate
 	samples []float64 // seconds per call, one per repetition
@@ -98,8 +103,8 @@ func (m *meter) calibrate(a *arm) error {
 	if _, err := a.sample(1); err != nil { // first touch: pools, caches, lazy state
 		return err
 	}
-	if a.once {
-		a.iters = 1
+	if a.once || a.calls > 0 {
+		a.iters = max(a.calls, 1)
 		return nil
 	}
 	for n := 1; ; n *= 4 {

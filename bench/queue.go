@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,20 +16,52 @@ import (
 	"github.com/tqgo/tqgo/tq"
 )
 
-// The queue suite: what consuming through tq costs, each beside its limit
-// in the same rotation.
+// The queue suite: what consuming through tq costs, each measure beside
+// its limit in the same rotation, on the same server. tq is driven through
+// its public API only (Open, Task, Claim, Wait, Ack, BatchPut,
+// ClearPartition), but for the bare wake-up (queuebare.go).
 //
-//   - claim+ack: a Claim of a step's rows and the Ack of them, beside a
-//     List of the same rows (what a poller reads to find them);
-//   - wake-up: from a producer's BatchPut returning (its commit applied)
-//     to a consumer blocked in Wait returning with the row, beside a
-//     channel hand-off (in process) or an LPUSH to a client blocked in
-//     BLPOP on the same server;
-//   - contention: claims per second of consumers claiming and acking a
-//     partition's rows together, beside the same consumers popping a
-//     buffered channel (in process) or LPOP of a Redis list.
+//   - claim+ack: a Claim of a step's rows and the Ack of them, beside
+//     XREADGROUP COUNT n + XACK of as many entries of a Redis stream (the
+//     at-least-once reference), and beside a List of the same rows;
+//   - wake-up to row in hand: from a producer's BatchPut of one row
+//     returning to a consumer blocked in Task.Wait returning its lease,
+//     beside an XADD to a client blocked in XREADGROUP BLOCK, an LPUSH to
+//     one blocked in BLPOP, or a channel hand-off in process;
+//   - contention: consumers claiming and acking a partition's rows
+//     together, beside as many goroutines doing XREADGROUP + XACK on a
+//     stream, LPOP of a list, or popping a buffered channel in process;
+//   - claim cost against partition size (queuesize.go);
+//   - on Redis, the server's time per claim beside XREADGROUP's and
+//     XACK's (serverstats.go).
 
 const queuePartition = "tqgo-bench/queue"
+
+// queueBatch is how many rows each consumer of the contention and
+// partition-size measures claims at a time.
+const queueBatch = 8
+
+// queueChunk is how many rows one BatchPut (or one pipeline of XADDs)
+// writes when a measure fills a partition (tq.DefaultKeysLimit).
+const queueChunk = 10_000
+
+// wakeGap is how long a measure of wake-up lets its consumer block
+// before the producer writes; wakeCalls is how many hand-offs make one
+// sample.
+const (
+	wakeGap   = 2 * time.Millisecond
+	wakeCalls = 32
+)
+
+// A contention measure's call consumes a whole partition (or stream, list
+// or channel) and returns the time per claim, so a sample is a fixed
+// number of such runs, not a calibrated one: tq's run is hundreds of
+// claims, the Redis limits' a few milliseconds, a channel's microseconds.
+const (
+	contendCalls      = 1
+	contendRedisCalls = 4
+	contendChanCalls  = 32
+)
 
 func queueTargets(targets []*target) []*target {
 	var out []*target
@@ -40,22 +74,133 @@ func queueTargets(targets []*target) []*target {
 }
 
 func queueSteps(cfg Config, targets []*target, m *meter) int {
-	return m.planSteps(7 * len(queueTargets(targets)))
+	n := 0
+	for _, t := range queueTargets(targets) {
+		if t.isRedis() {
+			n += 7 + 3*len(cfg.Consumers) + 2*len(cfg.QueueSizes)
+		} else {
+			n += 5 + 2*len(cfg.Consumers) + len(cfg.QueueSizes)
+		}
+	}
+	return m.planSteps(n)
 }
 
-// queueRows writes n one-field rows into a fresh partition.
+// queueRows writes n one-field rows into a fresh partition, in BatchPuts
+// of queueChunk rows.
 func queueRows(ctx context.Context, c *tq.Client, partition string, n int) error {
-	keys := make([]string, n)
-	ids := make([]int64, n)
-	for i := range keys {
-		keys[i] = "r" + strconv.Itoa(i)
-		ids[i] = int64(i)
-	}
 	if err := c.ClearPartition(ctx, partition); err != nil {
 		return err
 	}
-	return c.BatchPut(ctx, partition, keys, tq.Batch{"id": tq.Stacked(ids, n)}, nil)
+	for lo := 0; lo < n; lo += queueChunk {
+		hi := min(lo+queueChunk, n)
+		keys := make([]string, hi-lo)
+		ids := make([]int64, hi-lo)
+		for i := range keys {
+			keys[i] = "r" + strconv.Itoa(lo+i)
+			ids[i] = int64(lo + i)
+		}
+		if err := c.BatchPut(ctx, partition, keys, tq.Batch{"id": tq.Stacked(ids, hi-lo)}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// fillStream makes key a stream of n entries (one field each), in
+// pipelines of queueChunk XADDs.
+func fillStream(ctx context.Context, raw *redis.Client, key string, n int) error {
+	if err := raw.Del(ctx, key).Err(); err != nil {
+		return err
+	}
+	for lo := 0; lo < n; lo += queueChunk {
+		_, err := raw.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := lo; i < min(lo+queueChunk, n); i++ {
+				p.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{"id", i}})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueRig is what the measures of one target share.
+type queueRig struct {
+	t *target
+	// clients[0] is the producer, clients[1] the consumer of the other
+	// measures, clients[i] the contention measure's consumer i: a Client
+	// per producer and per consumer, as processes of their own have. On
+	// memory they are made with tq.New over one embedded engine (a memory
+	// engine is one process's).
+	clients []*tq.Client
+	raw     *redis.Client // Redis limits: a pool of a connection per consumer
+	info    *redis.Client // INFO, and the end marker of a MONITOR probe
+	closers []func()
+}
+
+func openRig(ctx context.Context, cfg Config, t *target) (*queueRig, error) {
+	rig := &queueRig{t: t}
+	n := max(slices.Max(cfg.Consumers), 2)
+	open := func() (*tq.Client, error) { return tq.Open(ctx, t.url) }
+	if !t.isRedis() {
+		eng, err := backends.Open(ctx, t.url)
+		if err != nil {
+			return nil, err
+		}
+		rig.closers = append(rig.closers, func() {
+			eng.Data.Close()
+			eng.Meta.Close()
+		})
+		open = func() (*tq.Client, error) { return tq.New(eng) }
+	}
+	for range n {
+		c, err := open()
+		if err != nil {
+			rig.close()
+			return nil, fmt.Errorf("open %s: %w", t.name, err)
+		}
+		rig.clients = append(rig.clients, c)
+	}
+	if t.isRedis() {
+		opts := *t.redisOpts
+		opts.PoolSize = max(n+4, 10)
+		rig.raw = redis.NewClient(&opts)
+		rig.info = redis.NewClient(t.redisOpts)
+	}
+	return rig, nil
+}
+
+func (r *queueRig) close() {
+	ctx := context.Background()
+	if len(r.clients) > 0 {
+		for _, p := range []string{queuePartition, queuePartition + "/wake", queuePartition + "/contend"} {
+			r.clients[0].ClearPartition(ctx, p)
+		}
+	}
+	if r.raw != nil {
+		r.raw.Del(ctx, streamStep, streamWake, streamContend, listWake, listContend)
+		r.raw.Close()
+		r.info.Close()
+	}
+	for _, c := range r.clients {
+		c.Close()
+	}
+	for _, f := range slices.Backward(r.closers) {
+		f()
+	}
+}
+
+// The Redis limits' keys.
+const (
+	streamStep    = "tqgo-bench:step-stream"
+	streamWake    = "tqgo-bench:wake-stream"
+	streamContend = "tqgo-bench:contend-stream"
+	listWake      = "tqgo-bench:wake"
+	listContend   = "tqgo-bench:contend"
+	streamGroup   = "g"
+)
 
 func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep *Report) error {
 	ts := queueTargets(targets)
@@ -63,55 +208,72 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 		rep.note("queue: no engine to run")
 		return nil
 	}
+	cs := joinInts(cfg.Consumers)
 	step := &Table{
 		ID:    "queue",
-		Title: fmt.Sprintf("Queue: claim and ack of a %d-row step; wake-up; %d consumers", cfg.Samples, cfg.Consumers),
-		Intro: fmt.Sprintf("claim+ack: one Claim of the %d rows of a partition and one Ack of them, beside a List of the same rows. "+
-			"wake-up: from a producer's BatchPut of one row returning to a consumer blocked in Wait returning with it (0 when the consumer returned first), beside a bare "+
-			"hand-off (a channel in process; LPUSH to a client blocked in BLPOP on the same Redis server). contention: %d consumers "+
-			"claim %d rows at a time and ack them until %d rows are consumed, beside the same consumers popping as many items from a "+
-			"buffered channel (in process) or with LPOP of a Redis list. Median [min–max] of the repetitions; \"ratio\" is the "+
-			"engine's time over the limit's.", cfg.Samples, cfg.Consumers, queueBatch, cfg.Samples*4),
+		Title: fmt.Sprintf("Queue: claim and ack of a %d-row step; wake-up to a row in hand; %s consumers", cfg.Samples, strings.ReplaceAll(cs, ",", " and ")),
+		Intro: fmt.Sprintf("tq through its public API: a producer (BatchPut, ClearPartition) and a consumer (Task, Claim, Wait, "+
+			"Ack) each on a tq.Client of their own (on memory, Clients made by tq.New over one embedded engine). "+
+			"claim+ack: one Claim(%[1]d) of a partition holding %[1]d ready one-field rows (put before each call, untimed) and "+
+			"one Ack of the lease. Limits: on Redis, XREADGROUP GROUP g c COUNT %[1]d STREAMS s > on a stream holding %[1]d "+
+			"XADD'ed one-field entries and one XACK of the %[1]d IDs read (go-redis, same server); and a List of the rows. "+
+			"wake-up to row in hand: from the producer's BatchPut of one row returning to the consumer, blocked in "+
+			"Task.Wait(ctx, 1) for %[2]v before the put, returning its lease; a sample is the mean of %[3]d hand-offs, and a "+
+			"hand-off counts 0 when the consumer returned first. Limits: an XADD returning to a client blocked in XREADGROUP "+
+			"BLOCK returning the entry; an LPUSH returning to one blocked in BLPOP (same server); a channel hand-off in process. "+
+			"bare wake-up (the one measure below the public API): the engine's own Wait, blocked on the partition, returning "+
+			"on that put. contention: C consumers (goroutines, each a tq.Client of its own, the first the producer's, and a Task "+
+			"of one task name) claim %[4]d rows at a time and ack them until a partition of max(4×%[1]d, 4×C×%[4]d) rows is "+
+			"consumed; the time per claim is the wall time over the claims that returned rows, a sample one such run. Limits: "+
+			"C goroutines, each a consumer of one group on a connection of its own, doing XREADGROUP COUNT %[4]d + XACK until "+
+			"a stream of as many entries is consumed; C goroutines doing LPOP COUNT %[4]d of a list; C goroutines popping a "+
+			"buffered channel (in process); the time per read or pop likewise, a sample %[5]d runs (%[6]d for the channel). "+
+			"Median [min–max] of the repetitions; \"ratio\" is the engine's time over the limit's (n/a over a limit of 0).",
+			cfg.Samples, wakeGap, wakeCalls, queueBatch, contendRedisCalls, contendChanCalls),
 		Header: []string{"engine", "measure", "tq", "limit", "limit time", "ratio"},
 	}
+	size := sizeTable(cfg)
+	server := serverTable(cfg)
 	for _, t := range ts {
-		// The client is over an engine the bench holds too, so that the
-		// bare wake-up can wait on the engine's own Wait.
-		eng, err := backends.Open(ctx, t.url)
-		if err != nil {
-			return fmt.Errorf("open %s: %w", t.name, err)
-		}
-		defer eng.Data.Close()
-		defer eng.Meta.Close()
-		c, err := tq.New(eng)
-		if err != nil {
-			return fmt.Errorf("open %s: %w", t.name, err)
-		}
-		defer c.Close()
-		var raw *redis.Client
-		if t.isRedis() {
-			raw = redis.NewClient(t.redisOpts)
-			defer raw.Close()
-		}
-		arms, rows, err := queueArms(ctx, cfg, c, eng, raw, t.name)
-		if err != nil {
-			return err
-		}
-		if _, err := m.run(ctx, "queue "+t.name, arms); err != nil {
-			return err
-		}
-		for _, r := range rows {
-			d, ld := summarize(r.a.samples), summarize(r.lim.samples)
-			step.Rows = append(step.Rows, []string{t.name, r.measure, fmtTime(d), r.limName, fmtTime(ld), fmtRatio(d.Median / ld.Median)})
-			rep.Records = append(rep.Records,
-				Record{Suite: "queue", Table: "queue", Row: t.name, Series: r.measure, Unit: "s", Dist: d},
-				Record{Suite: "queue", Table: "queue", Row: t.name, Series: r.measure + " limit: " + r.limName, Unit: "s", Dist: ld})
-		}
-		if err := c.ClearPartition(ctx, queuePartition); err != nil {
-			return err
+		if err := runQueueTarget(ctx, cfg, m, t, step, size, server, rep); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
-	rep.Tables = append(rep.Tables, step)
+	for _, t := range []*Table{step, size, server} {
+		if len(t.Rows) > 0 {
+			rep.Tables = append(rep.Tables, t)
+		}
+	}
+	return nil
+}
+
+func runQueueTarget(ctx context.Context, cfg Config, m *meter, t *target, step, size, server *Table, rep *Report) error {
+	rig, err := openRig(ctx, cfg, t)
+	if err != nil {
+		return err
+	}
+	defer rig.close()
+	arms, rows, srows, cleanup, err := queueArms(ctx, cfg, rig)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	if _, err := m.run(ctx, "queue "+t.name, arms); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		d, ld := summarize(r.a.samples), summarize(r.lim.samples)
+		step.Rows = append(step.Rows, []string{t.name, r.measure, fmtTime(d), r.limName, fmtTime(ld), fmtRatio(d.Median / ld.Median)})
+		rep.Records = append(rep.Records,
+			Record{Suite: "queue", Table: step.ID, Row: t.name, Series: r.measure, Unit: "s", Dist: d},
+			Record{Suite: "queue", Table: step.ID, Row: t.name, Series: r.measure + " limit: " + r.limName, Unit: "s", Dist: ld})
+	}
+	addServerRows(cfg, t, srows, server, rep)
+	srows, err = runQueueSize(ctx, cfg, m, rig, size, rep)
+	if err != nil {
+		return err
+	}
+	addServerRows(cfg, t, srows, server, rep)
 	return nil
 }
 
@@ -120,18 +282,29 @@ type queueRow struct {
 	a, lim           *arm
 }
 
-// queueBatch is how many rows each consumer of the contention measure
-// claims at a time.
-const queueBatch = 8
-
-func queueArms(ctx context.Context, cfg Config, c *tq.Client, eng backends.Engine, raw *redis.Client, name string) ([]*arm, []queueRow, error) {
+func queueArms(ctx context.Context, cfg Config, rig *queueRig) (arms []*arm, rows []queueRow, srows []serverRow, cleanup func(), err error) {
+	cleanup = func() {}
+	name, c, consumer, raw, redisOn := rig.t.name, rig.clients[0], rig.clients[1], rig.raw, rig.t.isRedis()
 	n := cfg.Samples
-	task, err := c.Task(queuePartition, "bench", []string{"id"}, tq.LeaseFor(time.Minute))
-	if err != nil {
-		return nil, nil, err
+	meter := func(probe bool) *serverMeter {
+		if !redisOn {
+			return nil
+		}
+		return newServerMeter(rig.info, rig.t.redisOpts, probe)
 	}
+
+	// claim+ack of a step, beside a stream's XREADGROUP + XACK and a List.
+	task, err := consumer.Task(queuePartition, "bench", []string{"id"}, tq.LeaseFor(time.Minute))
+	if err != nil {
+		return nil, nil, nil, cleanup, err
+	}
+	claimMeter := meter(true)
 	claimAck := &arm{name: name + " claim+ack", timed: func() (time.Duration, error) {
 		if err := queueRows(ctx, c, queuePartition, n); err != nil {
+			return 0, err
+		}
+		sp, err := claimMeter.begin(ctx)
+		if err != nil {
 			return 0, err
 		}
 		start := time.Now()
@@ -143,6 +316,9 @@ func queueArms(ctx context.Context, cfg Config, c *tq.Client, eng backends.Engin
 			return 0, err
 		}
 		d := time.Since(start)
+		if err := sp.end(ctx, 1); err != nil {
+			return 0, err
+		}
 		if l.Len() != n {
 			return 0, fmt.Errorf("claim leased %d rows of %d", l.Len(), n)
 		}
@@ -163,47 +339,143 @@ func queueArms(ctx context.Context, cfg Config, c *tq.Client, eng backends.Engin
 		}
 		return d, nil
 	}}
-	wake := &arm{name: name + " wake-up", timed: func() (time.Duration, error) { return wakeOnce(ctx, c) }}
-	notify := &arm{name: name + " notify", timed: func() (time.Duration, error) { return notifyOnce(ctx, c, eng) }}
-	var handoff *arm
-	limWake := "channel hand-off"
-	if raw != nil {
-		limWake = "LPUSH to BLPOP"
-		handoff = &arm{name: name + " BLPOP", timed: func() (time.Duration, error) { return blpopOnce(ctx, raw) }}
-	} else {
-		handoff = &arm{name: name + " channel", timed: chanOnce}
+	stepName := fmt.Sprintf("claim+ack of %d rows", n)
+	arms = []*arm{claimAck, list}
+	if redisOn {
+		xMeter := meter(false)
+		xstep := &arm{name: name + " XREADGROUP+XACK step", timed: func() (time.Duration, error) {
+			return streamsStep(ctx, raw, n, xMeter)
+		}}
+		arms = append(arms, xstep)
+		lim := fmt.Sprintf("XREADGROUP COUNT %d + XACK", n)
+		rows = append(rows, queueRow{stepName, lim, claimAck, xstep})
+		srows = append(srows, serverRow{stepName, claimAck, claimMeter, lim, xstep, xMeter})
 	}
-	total := n * 4
-	contend := &arm{name: name + " contention", timed: func() (time.Duration, error) {
-		return contention(ctx, c, total, cfg.Consumers)
-	}}
-	var popLimit *arm
-	limPop := "channel pop"
-	if raw != nil {
-		limPop = "LPOP of a list"
-		popLimit = &arm{name: name + " LPOP", timed: func() (time.Duration, error) { return lpopContention(ctx, raw, total, cfg.Consumers) }}
-	} else {
-		popLimit = &arm{name: name + " channel pop", timed: func() (time.Duration, error) { return chanContention(total, cfg.Consumers), nil }}
+	rows = append(rows, queueRow{stepName, "List", claimAck, list})
+
+	// Wake-up.
+	wake := &arm{name: name + " wake-up", calls: wakeCalls, timed: func() (time.Duration, error) { return wakeOnce(ctx, c, consumer) }}
+	bare, closeBare, err := bareWakeArm(ctx, rig.t)
+	if err != nil {
+		return nil, nil, nil, cleanup, err
 	}
-	return []*arm{claimAck, list, wake, notify, handoff, contend, popLimit}, []queueRow{
-		{"claim+ack", "List", claimAck, list},
-		{"wake-up: the engine's Wait returns", limWake, notify, handoff},
-		{"wake-up and claim: Task.Wait returns the row", limWake, wake, handoff},
-		{fmt.Sprintf("contention: %d consumers, per claim", cfg.Consumers), limPop, contend, popLimit},
-	}, nil
+	cleanup = closeBare
+	arms = append(arms, wake, bare)
+	const inHand = "wake-up to row in hand: Task.Wait returns the lease"
+	if redisOn {
+		if err := raw.Del(ctx, streamWake).Err(); err != nil {
+			return nil, nil, nil, cleanup, err
+		}
+		if err := raw.XGroupCreateMkStream(ctx, streamWake, streamGroup, "$").Err(); err != nil {
+			return nil, nil, nil, cleanup, err
+		}
+		xwake := &arm{name: name + " XREADGROUP BLOCK", calls: wakeCalls, timed: func() (time.Duration, error) { return xreadWakeOnce(ctx, raw) }}
+		blpop := &arm{name: name + " BLPOP", calls: wakeCalls, timed: func() (time.Duration, error) { return blpopOnce(ctx, raw) }}
+		arms = append(arms, xwake, blpop)
+		rows = append(rows,
+			queueRow{inHand, "XADD to XREADGROUP BLOCK", wake, xwake},
+			queueRow{inHand, "LPUSH to BLPOP", wake, blpop},
+			queueRow{"bare wake-up: the engine's Wait returns", "LPUSH to BLPOP", bare, blpop})
+	} else {
+		handoff := &arm{name: name + " channel", calls: wakeCalls, timed: chanOnce}
+		arms = append(arms, handoff)
+		rows = append(rows,
+			queueRow{inHand, "channel hand-off", wake, handoff},
+			queueRow{"bare wake-up: the engine's Wait returns", "channel hand-off", bare, handoff})
+	}
+
+	// Contention.
+	for _, k := range cfg.Consumers {
+		total := contentionRows(cfg, k)
+		measure := fmt.Sprintf("contention: %d consumers, per claim", k)
+		cm := meter(true)
+		contend := &arm{name: fmt.Sprintf("%s contention %d", name, k), calls: contendCalls, timed: func() (time.Duration, error) {
+			return contention(ctx, rig.clients[:k], total, cm)
+		}}
+		arms = append(arms, contend)
+		if redisOn {
+			xm := meter(false)
+			xc := &arm{name: fmt.Sprintf("%s XREADGROUP contention %d", name, k), calls: contendRedisCalls, timed: func() (time.Duration, error) {
+				return streamsContention(ctx, raw, total, k, xm)
+			}}
+			lpop := &arm{name: fmt.Sprintf("%s LPOP %d", name, k), calls: contendRedisCalls, timed: func() (time.Duration, error) {
+				return lpopContention(ctx, raw, total, k)
+			}}
+			arms = append(arms, xc, lpop)
+			lim := fmt.Sprintf("XREADGROUP COUNT %d + XACK", queueBatch)
+			rows = append(rows,
+				queueRow{measure, lim, contend, xc},
+				queueRow{measure, fmt.Sprintf("LPOP COUNT %d of a list", queueBatch), contend, lpop})
+			srows = append(srows, serverRow{fmt.Sprintf("contention: %d consumers", k), contend, cm, lim, xc, xm})
+		} else {
+			pop := &arm{name: fmt.Sprintf("%s channel pop %d", name, k), calls: contendChanCalls, timed: func() (time.Duration, error) {
+				return chanContention(total, k), nil
+			}}
+			arms = append(arms, pop)
+			rows = append(rows, queueRow{measure, "channel pop", contend, pop})
+		}
+	}
+	return arms, rows, srows, cleanup, nil
 }
 
-// wakeGap is how long a measure of wake-up lets its consumer block
-// before the producer writes.
-const wakeGap = 2 * time.Millisecond
+// contentionRows is how many rows the contention measure of k consumers
+// consumes: four steps, and at least four claims per consumer.
+func contentionRows(cfg Config, k int) int {
+	return max(4*cfg.Samples, 4*k*queueBatch)
+}
 
-// wakeOnce times one hand-off through the queue.
-func wakeOnce(ctx context.Context, c *tq.Client) (time.Duration, error) {
+// streamsStep times XREADGROUP COUNT n of a stream of n entries and the
+// XACK of the n IDs read.
+func streamsStep(ctx context.Context, raw *redis.Client, n int, sm *serverMeter) (time.Duration, error) {
+	if err := fillStream(ctx, raw, streamStep, n); err != nil {
+		return 0, err
+	}
+	if err := raw.XGroupCreate(ctx, streamStep, streamGroup, "0").Err(); err != nil {
+		return 0, err
+	}
+	sp, err := sm.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	res, err := raw.XReadGroup(ctx, &redis.XReadGroupArgs{Group: streamGroup, Consumer: "c", Streams: []string{streamStep, ">"}, Count: int64(n), Block: -1}).Result()
+	if err != nil {
+		return 0, err
+	}
+	ids := entryIDs(res)
+	acked, err := raw.XAck(ctx, streamStep, streamGroup, ids...).Result()
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	if err := sp.end(ctx, 1); err != nil {
+		return 0, err
+	}
+	if len(ids) != n || acked != int64(n) {
+		return 0, fmt.Errorf("XREADGROUP read %d entries of %d, XACK acked %d", len(ids), n, acked)
+	}
+	return d, nil
+}
+
+func entryIDs(res []redis.XStream) []string {
+	var ids []string
+	for _, s := range res {
+		for _, m := range s.Messages {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
+// wakeOnce times one hand-off through the queue: a consumer blocked in
+// Task.Wait(ctx, 1) on its own Client has the row the producer put in
+// hand.
+func wakeOnce(ctx context.Context, c, consumer *tq.Client) (time.Duration, error) {
 	p := queuePartition + "/wake"
 	if err := c.ClearPartition(ctx, p); err != nil {
 		return 0, err
 	}
-	task, err := c.Task(p, "waker", []string{"id"})
+	task, err := consumer.Task(p, "waker", []string{"id"})
 	if err != nil {
 		return 0, err
 	}
@@ -212,32 +484,17 @@ func wakeOnce(ctx context.Context, c *tq.Client) (time.Duration, error) {
 		if err != nil {
 			return nil, err
 		}
+		if l.Len() != 1 {
+			return nil, fmt.Errorf("Wait leased %d rows, want 1", l.Len())
+		}
 		return func() error { return l.Ack(ctx) }, nil
 	})
 }
 
-// notifyOnce times the engine's wake-up alone: from a producer's BatchPut
-// returning to the engine's Wait, blocked on the partition, returning.
-func notifyOnce(ctx context.Context, c *tq.Client, eng backends.Engine) (time.Duration, error) {
-	p := queuePartition + "/notify"
-	none := func([]*backends.Row, []backends.Delivery) (backends.Picked, error) { return backends.Picked{}, nil }
-	got, err := eng.Meta.Claim(ctx, p, backends.ClaimRequest{Task: "notify", Lease: time.Minute, Rows: 1, Min: 1, Custom: true}, none)
-	if err != nil {
-		return 0, err
-	}
-	d, err := timeWake(ctx, c, p, func(ctx context.Context) (func() error, error) {
-		return nil, eng.Meta.Wait(ctx, p, got.Mark)
-	})
-	if err != nil {
-		return 0, err
-	}
-	return d, c.ClearPartition(ctx, p)
-}
-
 // timeWake runs wait, lets it block for wakeGap, puts one row into p, and
 // returns the time from the put returning to wait returning (0 when wait
-// returned first). What wait
-// returns to do next (an ack) runs after the time is taken.
+// returned first). What wait returns to do next (an ack) runs after the
+// time is taken.
 func timeWake(ctx context.Context, c *tq.Client, p string, wait func(context.Context) (func() error, error)) (time.Duration, error) {
 	type woke struct {
 		at  time.Time
@@ -280,16 +537,15 @@ func chanOnce() (time.Duration, error) {
 }
 
 func blpopOnce(ctx context.Context, raw *redis.Client) (time.Duration, error) {
-	const key = "tqgo-bench:wake"
 	done := make(chan error, 1)
 	var at time.Time
 	go func() {
-		_, err := raw.BLPop(ctx, 30*time.Second, key).Result()
+		_, err := raw.BLPop(ctx, 30*time.Second, listWake).Result()
 		at = time.Now()
 		done <- err
 	}()
 	time.Sleep(wakeGap)
-	if err := raw.LPush(ctx, key, "1").Err(); err != nil {
+	if err := raw.LPush(ctx, listWake, "1").Err(); err != nil {
 		return 0, err
 	}
 	pushed := time.Now()
@@ -299,23 +555,64 @@ func blpopOnce(ctx context.Context, raw *redis.Client) (time.Duration, error) {
 	return max(at.Sub(pushed), 0), nil
 }
 
-// contention times consumers claiming and acking total rows, and returns
-// the time per claim.
-func contention(ctx context.Context, c *tq.Client, total, consumers int) (time.Duration, error) {
-	p := queuePartition + "/contend"
-	if err := queueRows(ctx, c, p, total); err != nil {
+// xreadWakeOnce times an XADD returning to a client blocked in
+// XREADGROUP BLOCK returning the entry (0 when the reader returned first);
+// the reader acks it after.
+func xreadWakeOnce(ctx context.Context, raw *redis.Client) (time.Duration, error) {
+	type read struct {
+		at  time.Time
+		ids []string
+		err error
+	}
+	done := make(chan read, 1)
+	go func() {
+		res, err := raw.XReadGroup(ctx, &redis.XReadGroupArgs{Group: streamGroup, Consumer: "waker",
+			Streams: []string{streamWake, ">"}, Count: 1, Block: 30 * time.Second}).Result()
+		done <- read{time.Now(), entryIDs(res), err}
+	}()
+	time.Sleep(wakeGap)
+	id, err := raw.XAdd(ctx, &redis.XAddArgs{Stream: streamWake, MaxLen: 1000, Approx: true, Values: []any{"id", 1}}).Result()
+	if err != nil {
 		return 0, err
+	}
+	added := time.Now()
+	r := <-done
+	if r.err != nil {
+		return 0, r.err
+	}
+	if len(r.ids) != 1 || r.ids[0] != id {
+		return 0, fmt.Errorf("XREADGROUP BLOCK returned %v, want [%s]", r.ids, id)
+	}
+	if err := raw.XAck(ctx, streamWake, streamGroup, id).Err(); err != nil {
+		return 0, err
+	}
+	return max(r.at.Sub(added), 0), nil
+}
+
+// contention times one consumer per client claiming and acking total
+// rows, and returns the time per claim that returned rows.
+func contention(ctx context.Context, clients []*tq.Client, total int, sm *serverMeter) (time.Duration, error) {
+	p := queuePartition + "/contend"
+	if err := queueRows(ctx, clients[0], p, total); err != nil {
+		return 0, err
+	}
+	tasks := make([]*tq.Task, len(clients))
+	for i, c := range clients {
+		var err error
+		if tasks[i], err = c.Task(p, "contend", []string{"id"}); err != nil {
+			return 0, err
+		}
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var claims, got int
 	var first error
+	sp, err := sm.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
 	start := time.Now()
-	for range consumers {
-		task, err := c.Task(p, "contend", []string{"id"})
-		if err != nil {
-			return 0, err
-		}
+	for _, task := range tasks {
 		wg.Go(func() {
 			for {
 				l, err := task.Claim(ctx, queueBatch)
@@ -340,6 +637,9 @@ func contention(ctx context.Context, c *tq.Client, total, consumers int) (time.D
 	}
 	wg.Wait()
 	d := time.Since(start)
+	if err := sp.end(ctx, claims); err != nil {
+		return 0, err
+	}
 	if first != nil {
 		return 0, first
 	}
@@ -347,6 +647,67 @@ func contention(ctx context.Context, c *tq.Client, total, consumers int) (time.D
 		return 0, fmt.Errorf("consumers claimed %d rows of %d", got, total)
 	}
 	return d / time.Duration(claims), nil
+}
+
+// streamsContention times consumers goroutines, each a consumer of the
+// group, doing XREADGROUP COUNT queueBatch + XACK until a stream of total
+// entries is consumed, and returns the time per read that returned
+// entries.
+func streamsContention(ctx context.Context, raw *redis.Client, total, consumers int, sm *serverMeter) (time.Duration, error) {
+	if err := fillStream(ctx, raw, streamContend, total); err != nil {
+		return 0, err
+	}
+	if err := raw.XGroupCreate(ctx, streamContend, streamGroup, "0").Err(); err != nil {
+		return 0, err
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var reads, got int
+	var first error
+	sp, err := sm.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for i := range consumers {
+		consumer := "c" + strconv.Itoa(i)
+		wg.Go(func() {
+			for {
+				res, err := raw.XReadGroup(ctx, &redis.XReadGroupArgs{Group: streamGroup, Consumer: consumer,
+					Streams: []string{streamContend, ">"}, Count: queueBatch, Block: -1}).Result()
+				ids := entryIDs(res)
+				if errors.Is(err, redis.Nil) || err == nil && len(ids) == 0 {
+					return
+				}
+				if err == nil {
+					err = raw.XAck(ctx, streamContend, streamGroup, ids...).Err()
+				}
+				mu.Lock()
+				if err != nil {
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+				reads++
+				got += len(ids)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	if err := sp.end(ctx, reads); err != nil {
+		return 0, err
+	}
+	if first != nil {
+		return 0, first
+	}
+	if got != total {
+		return 0, fmt.Errorf("XREADGROUP consumers read %d entries of %d", got, total)
+	}
+	return d / time.Duration(reads), nil
 }
 
 func chanContention(total, consumers int) time.Duration {
@@ -368,15 +729,14 @@ func chanContention(total, consumers int) time.Duration {
 }
 
 func lpopContention(ctx context.Context, raw *redis.Client, total, consumers int) (time.Duration, error) {
-	const key = "tqgo-bench:contend"
 	items := make([]any, total)
 	for i := range items {
 		items[i] = i
 	}
-	if err := raw.Del(ctx, key).Err(); err != nil {
+	if err := raw.Del(ctx, listContend).Err(); err != nil {
 		return 0, err
 	}
-	if err := raw.RPush(ctx, key, items...).Err(); err != nil {
+	if err := raw.RPush(ctx, listContend, items...).Err(); err != nil {
 		return 0, err
 	}
 	var wg sync.WaitGroup
@@ -387,7 +747,7 @@ func lpopContention(ctx context.Context, raw *redis.Client, total, consumers int
 	for range consumers {
 		wg.Go(func() {
 			for {
-				vals, err := raw.LPopCount(ctx, key, queueBatch).Result()
+				vals, err := raw.LPopCount(ctx, listContend, queueBatch).Result()
 				if errors.Is(err, redis.Nil) || err == nil && len(vals) == 0 {
 					return
 				}
