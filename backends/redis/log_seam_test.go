@@ -159,6 +159,7 @@ var logBehaviours = []struct {
 	{"RoundTrips", testLogRoundTrips},
 	{"Cells", testLogCells},
 	{"Layout", testLogLayout},
+	{"ScriptsFlushed", testLogScriptsFlushed},
 }
 
 // Numbering: entries are numbered from 1, densely, the appended ones
@@ -979,5 +980,102 @@ func testLogLayout(t *testing.T, e *logEnv, prefix string) {
 	next := appendOK(t, l, "p", got.End(tail.End(backends.Pos{})), rec("after", 0))
 	if next.Entries[0].N != 4 {
 		t.Fatalf("append after the foreign entry numbered %d", next.Entries[0].N)
+	}
+}
+
+// ScriptsFlushed: every call works on a server that lacks the scripts (a
+// restart, a failover to a server that never ran them), and AppendCells
+// leaves no marker behind.
+func testLogScriptsFlushed(t *testing.T, e *logEnv, prefix string) {
+	l, s := e.open(t, prefix)
+	ctx := t.Context()
+	c := s.Client()
+	flush := func() {
+		t.Helper()
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush()
+	r := rec("a", 1)
+	lc, cells := l.(backends.LogCells)
+	var tail backends.Tail
+	var err error
+	if cells {
+		tail, err = lc.AppendCells(ctx, "p", backends.Pos{}, []backends.Cell{{Key: "k", Body: []byte("v")}}, []backends.Record{r})
+	} else {
+		tail, err = l.Append(ctx, "p", backends.Pos{}, []backends.Record{r})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEntries(t, "append", tail.Entries, 1, []backends.Record{r}, true)
+	if cells {
+		keys, err := c.Keys(ctx, prefix+":d:!*").Result()
+		if err != nil || len(keys) != 0 {
+			t.Fatalf("markers left: %q (%v)", keys, err)
+		}
+		flush()
+		rc := []backends.ReadCell{{Key: "k"}}
+		got, err := lc.ReadCells(ctx, "p", backends.Pos{}, rc)
+		if err != nil || len(got.Entries) != 1 || string(rc[0].Value) != "v" {
+			t.Fatalf("ReadCells: %+v %+v %v", got, rc[0], err)
+		}
+	}
+	flush()
+	if err := l.Compact(ctx, "p", tail.Entries[0].Pos(), []byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	// A waiting Read whose round finds the script gone.
+	end := tail.End(backends.Pos{})
+	next := rec("b", 0)
+	wrote := make(chan error, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		// While the Read waits: its round's read script finds no
+		// script once the XREAD returns.
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			wrote <- err
+			return
+		}
+		_, err := l.Append(context.Background(), "p", end, []backends.Record{next})
+		wrote <- err
+	}()
+	got, err := l.Read(ctx, "p", end, 10*time.Second)
+	if werr := <-wrote; werr != nil {
+		t.Fatal(werr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEntries(t, "woken", got.Entries, 2, []backends.Record{next}, false)
+}
+
+// TestLogHooks: hooks given with WithHooks see the Log's traffic: its
+// scripts, the MULTI/EXEC of AppendCells and ReadCells on the engine's
+// own connections, and a waiting Read's XREAD.
+func TestLogHooks(t *testing.T) {
+	srv := redistest.Start(t)
+	h := &cmdHook{names: map[string]int{}}
+	l, _ := openLog(t, srv.URL()+"?prefix=hooks", redis.WithHooks(h))
+	lc := l.(backends.LogCells)
+	ctx := t.Context()
+	tail, err := lc.AppendCells(ctx, "p", backends.Pos{}, []backends.Cell{{Key: "k", Body: []byte("v")}}, []backends.Record{rec("a", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := tail.End(backends.Pos{})
+	if _, err := lc.ReadCells(ctx, "p", end, []backends.ReadCell{{Key: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Read(ctx, "p", end, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, name := range []string{"multi", "mset", "pexpire", "evalsha", "exec", "mget", "xread"} {
+		if h.names[name] == 0 {
+			t.Errorf("hooks saw no %s (saw %v)", name, h.names)
+		}
 	}
 }
