@@ -13,8 +13,8 @@ import goredis "github.com/redis/go-redis/v9"
 //
 // Keys of partition P (base = <prefix>:{<prefix>:<P escaped>}):
 //
-//	base:log   stream  the entries: ID "<N>-0", N dense from 1; fields
-//	                   i (record ID, decimal), t (time, microseconds,
+//	base:log   stream  the entries: ID "<N>-0", N dense from 1; fields, in
+//	                   this order, i (record ID, decimal), t (time, µs,
 //	                   decimal), b (first global index, decimal; only
 //	                   when the record reserved some), d (the record)
 //	base:snap  hash    the snapshot: n (the N it follows, decimal), i
@@ -22,45 +22,57 @@ import goredis "github.com/redis/go-redis/v9"
 //
 // and gbase:next, gbase:parts as for the rest of the engine.
 
-// logTailLua defines tail(fn, fid), the log (stream KEYS[1], snapshot
-// KEYS[2]) after the position (fn, fid), fn the decimal N ("0": the start)
-// and fid the decimal record ID of the entry there. It returns restart (0,
-// or 1 when the log does not hold the position), the snapshot's n, id and
-// bytes (0, "0", false when there is none or no restart), and the entries
-// that follow: the position's, or, on a restart, the snapshot's (every
-// entry when there is no snapshot), as XRANGE gives them.
+// logLastLua sets last to the stream's (KEYS[1]) last entry, as
+// XREVRANGE + - COUNT 1 gives it.
+const logLastLua = `
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+`
+
+// logTailLua computes the log (stream KEYS[1], snapshot KEYS[2]) after
+// the position (fn, fid), fn the decimal N ("0": the start) and fid the
+// decimal record ID of the entry there, given last (logLastLua). It sets
+// restart (0, or 1 when the log does not hold the position), the
+// snapshot's sn, sid and sd (0, "0", false when there is none or no
+// restart), and e, the entries that follow: the position's, or, on a
+// restart, the snapshot's (every entry when there is no snapshot), as
+// XRANGE gives them.
 //
 // The start is held when the log's first entry is 1 or it has none; any
-// other position when its entry is there with the same record ID.
+// other position when its entry is there with the same record ID (an
+// entry's first field is i). A position at the last entry (a reader or
+// writer that is up to date) costs nothing past the XREVRANGE. It is a
+// block, not a function: a script that defines a function pays for the
+// closure at every call (measured: 0.4 us each).
 const logTailLua = `
-local function field(fv, name)
-  for j = 1, #fv, 2 do
-    if fv[j] == name then
-      return fv[j + 1]
-    end
-  end
-  return false
-end
-local function tail(fn, fid)
-  local e
+local restart, sn, sid, sd, e = 1, 0, '0', false, nil
+if #last == 0 then
   if fn == '0' then
-    e = redis.call('XRANGE', KEYS[1], '-', '+')
-    if #e == 0 or e[1][1] == '1-0' then
-      return 0, 0, '0', false, e
-    end
+    restart, e = 0, {}
+  end
+elseif last[1][1] == fn .. '-0' and last[1][2][2] == fid then
+  restart, e = 0, {}
+elseif fn == '0' then
+  e = redis.call('XRANGE', KEYS[1], '-', '+')
+  if e[1][1] == '1-0' then
+    restart = 0
+  end
+else
+  e = redis.call('XRANGE', KEYS[1], fn .. '-0', '+')
+  if #e > 0 and e[1][1] == fn .. '-0' and e[1][2][2] == fid then
+    table.remove(e, 1)
+    restart = 0
   else
-    e = redis.call('XRANGE', KEYS[1], fn .. '-0', '+')
-    if #e > 0 and e[1][1] == fn .. '-0' and field(e[1][2], 'i') == fid then
-      table.remove(e, 1)
-      return 0, 0, '0', false, e
-    end
+    e = nil
   end
+end
+if restart == 1 then
   local s = redis.call('HMGET', KEYS[2], 'n', 'i', 'd')
-  if not s[1] then
-    return 1, 0, '0', false, redis.call('XRANGE', KEYS[1], '-', '+')
+  if s[1] then
+    sn, sid, sd = tonumber(s[1]), s[2], s[3]
+    e = redis.call('XRANGE', KEYS[1], string.format('%d', sn + 1) .. '-0', '+')
+  elseif e == nil then
+    e = redis.call('XRANGE', KEYS[1], '-', '+')
   end
-  local n = tonumber(s[1])
-  return 1, n, s[2], s[3], redis.call('XRANGE', KEYS[1], string.format('%d', n + 1) .. '-0', '+')
 end
 `
 
@@ -83,16 +95,17 @@ end
 //
 // Reply: {restart, snapshot n, snapshot id, snapshot, entries, first N
 // appended (0 for a resend), time, base, dup, created}, the first five
-// as tail gives them; dup is 0, or, for a resend, the (1-based) index in
-// entries of the first record's entry; created is 1 when the log did not
-// exist. A missing marker is the error NODATA.
-var logAppendScript = goredis.NewScript(logTailLua + `
+// as logTailLua sets them; dup is 0, or, for a resend, the (1-based)
+// index in entries of the first record's entry; created is 1 when the
+// log did not exist. A missing marker is the error NODATA.
+var logAppendScript = goredis.NewScript(`
 local inline = ARGV[5] == '1'
 local marked = ARGV[7] == '1'
 if marked and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
   return redis.error_reply('NODATA tq: the cells of this append were not written')
 end
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local fn, fid = ARGV[1], ARGV[2]
+` + logLastLua + `
 local n = 0
 if #last > 0 then
   local ln, seq = string.match(last[1][1], '^(%d+)%-(%d+)$')
@@ -101,9 +114,9 @@ if #last > 0 then
   end
   n = tonumber(ln)
 end
-local restart, sn, sid, sd, e = tail(ARGV[1], ARGV[2])
+` + logTailLua + `
 for j = 1, #e do
-  if field(e[j][2], 'i') == ARGV[9] then
+  if e[j][2][2] == ARGV[9] then
     if marked then
       redis.call('DEL', KEYS[#KEYS])
     end
@@ -164,9 +177,10 @@ return {restart, sn, sid, sd, e, n + 1, now, base, 0, created}
 // logReadScript replies with the log after a position. It writes nothing.
 //
 // KEYS: log, snap. ARGV: from N, from record ID. Reply: {restart,
-// snapshot n, snapshot id, snapshot, entries}, as tail gives them.
-var logReadScript = goredis.NewScript(logTailLua + `
-local restart, sn, sid, sd, e = tail(ARGV[1], ARGV[2])
+// snapshot n, snapshot id, snapshot, entries}, as logTailLua sets them.
+var logReadScript = goredis.NewScript(`
+local fn, fid = ARGV[1], ARGV[2]
+` + logLastLua + logTailLua + `
 return {restart, sn, sid, sd, e}
 `)
 
@@ -185,14 +199,14 @@ return {restart, sn, sid, sd, e}
 // a partition with no stream is unregistered too.
 //
 // Reply: 0 nothing done, 1 snapshot stored, 2 log deleted, 3 no log.
-var logCompactScript = goredis.NewScript(logTailLua + `
+var logCompactScript = goredis.NewScript(`
 local at = ARGV[1] .. '-0'
 if ARGV[3] == '1' then
   if ARGV[1] == '0' then
     return 0
   end
   local e = redis.call('XRANGE', KEYS[1], at, at)
-  if #e == 0 or field(e[1][2], 'i') ~= ARGV[2] then
+  if #e == 0 or e[1][2][2] ~= ARGV[2] then
     return 0
   end
   local sn = redis.call('HGET', KEYS[2], 'n')
@@ -204,8 +218,8 @@ if ARGV[3] == '1' then
   return 1
 end
 local inline = ARGV[6] == '1'
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-if #last > 0 and (last[1][1] ~= at or field(last[1][2], 'i') ~= ARGV[2]) then
+` + logLastLua + `
+if #last > 0 and (last[1][1] ~= at or last[1][2][2] ~= ARGV[2]) then
   return 0
 end
 if inline then
