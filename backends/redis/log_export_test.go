@@ -9,3 +9,13 @@ func SetLogRecheck(d time.Duration) (restore func()) {
 	logRecheck = d
 	return func() { logRecheck = old }
 }
+
+// LogScripts are the Lua sources of the log's scripts, by the names
+// LAYOUT.md section 9 gives their blocks.
+func LogScripts() map[string]string {
+	return map[string]string{
+		"log-script:append":  logAppendLua,
+		"log-script:read":    logReadLua,
+		"log-script:compact": logCompactLua,
+	}
+}

@@ -24,8 +24,7 @@ import goredis "github.com/redis/go-redis/v9"
 
 // logLastLua sets last to the stream's (KEYS[1]) last entry, as
 // XREVRANGE + - COUNT 1 gives it.
-const logLastLua = `
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+const logLastLua = `local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 `
 
 // logTailLua computes the log (stream KEYS[1], snapshot KEYS[2]) after
@@ -43,8 +42,7 @@ local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 // writer that is up to date) costs nothing past the XREVRANGE. It is a
 // block, not a function: a script that defines a function pays for the
 // closure at every call (measured: 0.4 us each).
-const logTailLua = `
-local restart, sn, sid, sd, e = 1, 0, '0', false, nil
+const logTailLua = `local restart, sn, sid, sd, e = 1, 0, '0', false, nil
 if #last == 0 then
   if fn == '0' then
     restart, e = 0, {}
@@ -98,15 +96,16 @@ end
 // as logTailLua sets them; dup is 0, or, for a resend, the (1-based)
 // index in entries of the first record's entry; created is 1 when the
 // log did not exist. A missing marker is the error NODATA.
-var logAppendScript = goredis.NewScript(`
+var logAppendScript = goredis.NewScript(logAppendLua)
+
+const logAppendLua = `
 local inline = ARGV[5] == '1'
 local marked = ARGV[7] == '1'
 if marked and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
   return redis.error_reply('NODATA tq: the cells of this append were not written')
 end
 local fn, fid = ARGV[1], ARGV[2]
-` + logLastLua + `
-local n = 0
+` + logLastLua + `local n = 0
 if #last > 0 then
   local ln, seq = string.match(last[1][1], '^(%d+)%-(%d+)$')
   if seq ~= '0' then
@@ -114,8 +113,7 @@ if #last > 0 then
   end
   n = tonumber(ln)
 end
-` + logTailLua + `
-for j = 1, #e do
+` + logTailLua + `for j = 1, #e do
   if e[j][2][2] == ARGV[9] then
     if marked then
       redis.call('DEL', KEYS[#KEYS])
@@ -172,17 +170,18 @@ if n == 0 then
   created = 1
 end
 return {restart, sn, sid, sd, e, n + 1, now, base, 0, created}
-`)
+`
 
 // logReadScript replies with the log after a position. It writes nothing.
 //
 // KEYS: log, snap. ARGV: from N, from record ID. Reply: {restart,
 // snapshot n, snapshot id, snapshot, entries}, as logTailLua sets them.
-var logReadScript = goredis.NewScript(`
+var logReadScript = goredis.NewScript(logReadLua)
+
+const logReadLua = `
 local fn, fid = ARGV[1], ARGV[2]
-` + logLastLua + logTailLua + `
-return {restart, sn, sid, sd, e}
-`)
+` + logLastLua + logTailLua + `return {restart, sn, sid, sd, e}
+`
 
 // logCompactScript stores a snapshot and drops the entries before it, or
 // deletes the log.
@@ -199,7 +198,9 @@ return {restart, sn, sid, sd, e}
 // a partition with no stream is unregistered too.
 //
 // Reply: 0 nothing done, 1 snapshot stored, 2 log deleted, 3 no log.
-var logCompactScript = goredis.NewScript(`
+var logCompactScript = goredis.NewScript(logCompactLua)
+
+const logCompactLua = `
 local at = ARGV[1] .. '-0'
 if ARGV[3] == '1' then
   if ARGV[1] == '0' then
@@ -218,8 +219,7 @@ if ARGV[3] == '1' then
   return 1
 end
 local inline = ARGV[6] == '1'
-` + logLastLua + `
-if #last > 0 and (last[1][1] ~= at or last[1][2][2] ~= ARGV[2]) then
+` + logLastLua + `if #last > 0 and (last[1][1] ~= at or last[1][2][2] ~= ARGV[2]) then
   return 0
 end
 if inline then
@@ -237,4 +237,4 @@ if inline then
   redis.call('SREM', KEYS[3], ARGV[5])
 end
 return r
-`)
+`

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -1076,6 +1078,25 @@ func TestLogHooks(t *testing.T) {
 	for _, name := range []string{"multi", "mset", "pexpire", "evalsha", "exec", "mget", "xread"} {
 		if h.names[name] == 0 {
 			t.Errorf("hooks saw no %s (saw %v)", name, h.names)
+		}
+	}
+}
+
+// TestLogLayoutScripts: LAYOUT.md section 9 holds the log scripts' exact
+// source.
+func TestLogLayoutScripts(t *testing.T) {
+	raw, err := os.ReadFile("LAYOUT.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range redis.LogScripts() {
+		_, block, ok := strings.Cut(string(raw), "<!-- "+name+" -->\n```\n")
+		got, _, ok2 := strings.Cut(block, "```")
+		if !ok || !ok2 {
+			t.Fatalf("LAYOUT.md has no block %q", name)
+		}
+		if got != strings.TrimPrefix(src, "\n") {
+			t.Errorf("LAYOUT.md block %q differs from the script; the script is:\n%s", name, src)
 		}
 	}
 }
