@@ -42,7 +42,9 @@ import (
 // An Append sent twice appends once: the script appends nothing when the
 // first record's ID is already among the entries after the caller's
 // position, and replies as the first send would have (go-redis resends a
-// command whose reply it lost). A request whose reply was lost (a reset
+// command whose reply it lost). It looks no further: records compacted
+// into a snapshot between the two sends would be appended again. A
+// request whose reply was lost (a reset
 // connection, a timeout) returns an error matching
 // backends.ErrOutcomeUnknown; one that never left (a refused dial, a
 // closed client) or that the server refused (a script error, a key of the
