@@ -253,6 +253,19 @@
 // Limits: keys and fields of one Prepare must be distinct (tq guarantees
 // it); indexes must stay below 2^53 (Lua numbers are doubles).
 //
+// # Log
+//
+// Store.Log returns the engine's backends.Log, the seam of a layout that
+// keeps no rules on the server: per partition a stream of opaque
+// records, numbered from 1 and stamped with the server's clock, and a
+// snapshot that replaces the entries before it (keys base:log and
+// base:snap), sharing the index counter and the partition registry with
+// Meta. Each call is one script on the partition's slot; a Read that
+// waits blocks in XREAD on a client of its own. On a standalone server
+// the Log also implements backends.LogCells: cells and the records that
+// name them in one MULTI/EXEC, and cells read with the log at one
+// instant. See Log, and LAYOUT.md section 9 for the layout.
+//
 // # Errors
 //
 // A failed call to the server returns an *Error naming the operation and
@@ -263,7 +276,8 @@
 //
 // # Concurrency
 //
-// Store and Meta are safe for concurrent use, by many goroutines and many
-// processes. A Store's Close and its Meta's Close each close their side;
-// a client from OpenURL is closed once both are.
+// Store, Meta and Log are safe for concurrent use, by many goroutines and
+// many processes. A Store's Close and its Meta's Close each close their
+// side; a client from OpenURL is closed once both are, and the Log too
+// when it was taken.
 package redis

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,24 +101,17 @@ func (m *Meta) view(partition string) *view {
 	return v
 }
 
-// partEscaper keeps a partition name from closing the key's hash tag.
-var partEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
-
 // partKeys are the key names of one partition (see scripts.go).
 type partKeys struct {
 	l, e, h, n, x string
 }
 
 func (m *Meta) keys(partition string) partKeys {
-	p := m.s.opts.prefix
-	base := p + ":{" + p + ":" + partEscaper.Replace(partition) + "}"
+	base := m.s.partBase(partition)
 	return partKeys{l: base + ":l", e: base + ":e", h: base + ":h", n: base + ":n", x: base + ":x"}
 }
 
-func (m *Meta) counterKeys() (next, parts string) {
-	g := m.s.opts.prefix + ":{" + m.s.opts.prefix + "}"
-	return g + ":next", g + ":parts"
-}
+func (m *Meta) counterKeys() (next, parts string) { return m.s.counterKeys() }
 
 // newEpoch is a log's epoch: random, so that an epoch is never seen twice,
 // also across processes and partitions recreated after a delete.
@@ -461,53 +453,9 @@ func (m *Meta) runAppendReplicated(ctx context.Context, keys []string, args ...a
 	return reply, nil
 }
 
-// evalWait runs script and then WAIT for the engine's replicas on the
-// same connection (loading the script first if the node lacks it), and
-// returns the script's reply and acks, which reports a *notReplicated
-// error when fewer replicas than WithReplicas asks acknowledged the
-// connection's writes within its timeout.
+// evalWait is Store.evalWait.
 func (m *Meta) evalWait(ctx context.Context, script *goredis.Script, keys []string, args ...any) (_ []any, acks func() error, _ error) {
-	node, err := m.s.nodeFor(ctx, keys[0])
-	if err != nil {
-		return nil, nil, err
-	}
-	want, timeout := m.s.opts.replicas, m.s.opts.replicaTimeout
-	for try := 0; ; try++ {
-		pipe := node.Pipeline()
-		ev := pipe.EvalSha(ctx, script.Hash(), keys, args...)
-		wait := pipe.Do(ctx, "WAIT", want, waitMillis(timeout))
-		_, _ = pipe.Exec(ctx)
-		if err := ev.Err(); err != nil {
-			if try == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-				if err := script.Load(ctx, node).Err(); err != nil {
-					return nil, nil, err
-				}
-				continue // nothing ran: send it again with the script loaded
-			}
-			return nil, nil, err
-		}
-		reply, err := ev.Slice()
-		if err != nil {
-			return nil, nil, err
-		}
-		return reply, func() error {
-			got, err := wait.Int64()
-			if err != nil {
-				return &notReplicated{want: want, err: err}
-			}
-			if got < int64(want) {
-				return &notReplicated{want: want, got: got, timeout: timeout}
-			}
-			return nil
-		}, nil
-	}
-}
-
-// waitMillis is WAIT's timeout argument for timeout: whole milliseconds,
-// rounded up, since WAIT 0 blocks until enough replicas answer, however
-// long that takes.
-func waitMillis(timeout time.Duration) int64 {
-	return int64((timeout + time.Millisecond - 1) / time.Millisecond)
+	return m.s.evalWait(ctx, script, keys, args...)
 }
 
 // compact replaces a long log with a snapshot of the view. It is an
@@ -832,20 +780,5 @@ func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backen
 func (s *Store) computed() {
 	if s.opts.roundHook != nil {
 		s.opts.roundHook("meta")
-	}
-}
-
-// unsafeBytes views s as bytes, for decoding without a copy; the decoders
-// only read, and copy what they keep.
-func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

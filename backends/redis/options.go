@@ -44,6 +44,7 @@ type options struct {
 	hooks           []goredis.Hook
 	replicas        int // WAIT for this many replicas after each metadata write (0: none)
 	replicaTimeout  time.Duration
+	timeOffset      func() time.Duration // added to the log's TIME (WithTimeOffset)
 	// roundHook, when set (tests), runs after each round Read or Write
 	// sends on its own connections ("get", "set"), and between a
 	// metadata write's computation and the script that appends it ("meta").

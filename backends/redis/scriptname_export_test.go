@@ -7,7 +7,8 @@ import (
 )
 
 // ScriptName names the metadata script whose SHA1 is sha ("append",
-// "read", "fence", "alloc"), or returns "", so that a test's proxy can tell
+// "read", "fence", "alloc", "log-append", "log-read", "log-compact"), or
+// returns "", so that a test's proxy can tell
 // which script an EVALSHA runs.
 func ScriptName(sha string) string {
 	switch sha {
@@ -19,6 +20,12 @@ func ScriptName(sha string) string {
 		return "fence"
 	case allocScript.Hash():
 		return "alloc"
+	case logAppendScript.Hash():
+		return "log-append"
+	case logReadScript.Hash():
+		return "log-read"
+	case logCompactScript.Hash():
+		return "log-compact"
 	}
 	return ""
 }

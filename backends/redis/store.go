@@ -41,6 +41,9 @@ type Store struct {
 	raw     *rawConns // the engine's own connections, the Store's and Meta's; nil: go-redis only
 
 	receipts receipts // the last cells of data writes, standalone (see receipts.go)
+
+	logOnce sync.Once
+	log     backends.Log // see Store.Log
 }
 
 var _ backends.Store = (*Store)(nil)
