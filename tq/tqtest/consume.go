@@ -682,8 +682,9 @@ func consumeRanksClearedRow(t *testing.T, e Engine) {
 // consumeSequentialAfterCommit: client B looked at the partition before
 // client A's commits (its BatchPuts returned); B's Sequential claims then
 // lease the oldest ready row first, and a claim of 3 with 2 rows ready
-// leases both. B looks at an empty partition, and at one that holds a row
-// already.
+// leases both. B looks at an empty partition, at one that holds a row
+// already, and at one whose oldest row lacks the task's field until A
+// commits it.
 func consumeSequentialAfterCommit(t *testing.T, e Engine) {
 	a, b := e.Open(t), e.Open(t)
 	p := "after-commit"
@@ -710,6 +711,19 @@ func consumeSequentialAfterCommit(t *testing.T, e Engine) {
 	putRows(t, a, p, []string{"r1"}, nil, "a")
 	if l := mustClaim(t, task, 3); !slices.Equal(l.Keys(), []string{"r0", "r1"}) {
 		t.Fatalf("claim of 3 with r0 and r1 ready, r1 put after B listed r0: %q, want both", l.Keys())
+	}
+
+	// r0 becomes ready (A commits its field a) after B saw it without.
+	p = "after-commit-3"
+	task = mustTask(t, b, p, "w", []string{"a"})
+	putRows(t, a, p, []string{"r0"}, nil, "b")
+	putRows(t, a, p, []string{"r1"}, nil, "a")
+	if rows := mustList(t, b, p).Keys(); !slices.Equal(rows, []string{"r0", "r1"}) {
+		t.Fatalf("B lists %q, want r0 and r1", rows)
+	}
+	putRows(t, a, p, []string{"r0"}, nil, "a")
+	if l := mustClaim(t, task, 1); !slices.Equal(l.Keys(), []string{"r0"}) {
+		t.Fatalf("claim of 1 with r0 and r1 ready, r0's field put after B listed it: %q, want the oldest, r0", l.Keys())
 	}
 }
 

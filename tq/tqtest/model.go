@@ -96,9 +96,14 @@ func readModelConfig(t *testing.T) modelConfig {
 // minimal one (each try replays it on a fresh queue) and prints it too;
 // TQ_MODEL_LOG=1 prints every history, passing ones included.
 //
-// TQ_MODEL_LIST_FIRST=1 makes the client of each claim List the
-// partition first, so that its copy of the metadata is current: it hides
-// the divergences of a client's stale view, so that others show.
+// Two knobs help tell divergences apart: TQ_MODEL_LIST_FIRST=1 makes the
+// client of each claim List the partition first, so that its copy of the
+// metadata is current (it hides the divergences of a client's stale view,
+// so that others show), and TQ_MODEL_NO=reset,clear,... leaves those step
+// kinds out of the histories it generates (the kinds: put, put1, tags,
+// badput, clear, clearp, get, list, lookup, claim, wait, ack, nack,
+// extend, advance, reset, dead, retry, drop, status, tstatus, version,
+// reopen). A seed names a history only together with both.
 //
 // Where the contract leaves a choice open the model accepts every allowed
 // outcome (the comments at each place in model_step.go and model_state.go

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -244,6 +245,13 @@ func (r *runner) gen(rng *rand.Rand, num int) mop {
 	}
 	if r.env.Advance != nil {
 		choices = append(choices, choice{"advance", 5})
+	}
+	if no := os.Getenv("TQ_MODEL_NO"); no != "" {
+		for i := range choices {
+			if slices.Contains(strings.Split(no, ","), choices[i].kind) {
+				choices[i].w = 0
+			}
+		}
 	}
 	total := 0
 	for _, c := range choices {
