@@ -407,13 +407,13 @@ func someFields(rng *rand.Rand) []string {
 // pickLease chooses a lease of a client still open, most often one that
 // still holds some row.
 func (r *runner) pickLease(rng *rand.Rand) *mlease {
-	var holding, any []*mlease
+	var holding, open []*mlease
 	for _, id := range r.leaseIDs {
 		l := r.leases[id]
 		if l == nil {
 			continue
 		}
-		any = append(any, l)
+		open = append(open, l)
 		for _, lr := range l.rows {
 			if rec := r.m.rec(l.task, lr.id); rec != nil && rec.state == mLeased && rec.token == l.token {
 				holding = append(holding, l)
@@ -424,8 +424,8 @@ func (r *runner) pickLease(rng *rand.Rand) *mlease {
 	if len(holding) > 0 && rng.IntN(5) > 0 {
 		return holding[rng.IntN(len(holding))]
 	}
-	if len(any) > 0 {
-		return any[rng.IntN(len(any))]
+	if len(open) > 0 {
+		return open[rng.IntN(len(open))]
 	}
 	return nil
 }

@@ -67,7 +67,6 @@ type mbatch struct {
 	// first claim of the batch says which rows are its own (any balanced
 	// split is allowed), the other rank's share is the rest.
 	share [2][]int
-	known bool
 	taken [2]bool
 	// tags are the rows' tags when the batch was selected: a rank's share
 	// may give its rows' metadata as selected (backends.Batch: the batch
