@@ -22,3 +22,14 @@ func TestConformance(t *testing.T) {
 func TestClientConformance(t *testing.T) {
 	tqtest.Run(t, func(t *testing.T) tqtest.Engine { return tqtest.Over(newEngine(t)) })
 }
+
+func TestModel(t *testing.T) {
+	tqtest.RunModel(t, func(t *testing.T) tqtest.ModelEnv { return tqtest.ModelOver(newEngine(t)) })
+}
+
+// TestModelFakeClock runs the model's histories with the engine's clock
+// under the test's control (a synctest bubble): leases end, Nack delays
+// pass.
+func TestModelFakeClock(t *testing.T) {
+	tqtest.RunModelFakeClock(t, func(t *testing.T) tqtest.ModelEnv { return tqtest.ModelOver(newEngine(t)) })
+}

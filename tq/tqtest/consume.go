@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -30,6 +31,10 @@ func consumeCases() []testCase {
 		{"Consume/WithData", consumeWithData},
 		{"Consume/StatusAndClear", consumeStatusAndClear},
 		{"Consume/Reset", consumeReset},
+		{"Consume/ResetThenWait", consumeResetThenWait},
+		{"Consume/RanksClearedRow", consumeRanksClearedRow},
+		{"Consume/SequentialAfterCommit", consumeSequentialAfterCommit},
+		{"Consume/ConsumptionAfterNack", consumeConsumptionAfterNack},
 	}
 }
 
@@ -585,5 +590,227 @@ func consumeReset(t *testing.T, e Engine) {
 	}
 	if l := mustClaim(t, task, 3); !slices.Equal(l.Keys(), keys) {
 		t.Fatalf("claim after a reset of the task: %q", l.Keys())
+	}
+}
+
+// consumeResetThenWait: a consumer holds a lease when another client
+// resets the task; its Ack reports every row lost, and since every row is
+// ready again, its next Wait leases them at once.
+func consumeResetThenWait(t *testing.T, e Engine) {
+	p := "reset-wait"
+	other, mine := e.Open(t), e.Open(t)
+	keys := keysN(3)
+	putRows(t, other, p, keys, nil, "a")
+	task := mustTask(t, mine, p, "w", []string{"a"})
+	l := mustClaim(t, task, 3)
+	if !slices.Equal(l.Keys(), keys) {
+		t.Fatalf("claim: %q, want %q", l.Keys(), keys)
+	}
+	if err := other.ResetConsumption(t.Context(), p, "w"); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Ack(t.Context())
+	var lost *tq.LeaseLostError
+	if !errors.As(err, &lost) {
+		t.Fatalf("ack after another client reset the task: %v, want a LeaseLostError", err)
+	}
+	if got := slices.Sorted(slices.Values(lost.Keys)); !slices.Equal(got, keys) {
+		t.Fatalf("ack after a reset lost %q, want %q", got, keys)
+	}
+	if st := mustStatus(t, task); st.Ready != 3 {
+		t.Fatalf("status after the reset: %+v, want 3 ready", st)
+	}
+	// Every row is ready: the Wait must not block (the engine's idle
+	// re-check, once a second, must not be what ends it either).
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err = task.Wait(ctx, 3)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Wait(3) with 3 rows ready, after a reset: %v after %v", err, took.Round(time.Millisecond))
+	}
+	if !slices.Equal(l.Keys(), keys) || !slices.Equal(l.Deliveries, []int{1, 1, 1}) {
+		t.Fatalf("Wait after a reset: %q deliveries %v, want %q delivered once", l.Keys(), l.Deliveries, keys)
+	}
+	if took > 900*time.Millisecond {
+		t.Fatalf("Wait(3) with 3 rows ready returned after %v, not at once", took.Round(time.Millisecond))
+	}
+	mustAck(t, l)
+}
+
+// consumeRanksClearedRow: rank 0 takes its share of a batch; a row of the
+// batch is cleared (one of rank 0's, or one of the rows left for rank 1);
+// rank 1's share is then disjoint from rank 0's, and the two with the
+// cleared row cover the batch.
+func consumeRanksClearedRow(t *testing.T, e Engine) {
+	for _, whose := range []int{0, 1} {
+		p := fmt.Sprintf("ranks-cleared-%d", whose)
+		producer := e.Open(t)
+		batch := keysN(4)
+		putRows(t, producer, p, batch, nil, "a")
+		var ranks [2]*tq.Task
+		for r := range ranks {
+			ranks[r] = mustTask(t, e.Open(t), p, "train", []string{"a"}, tq.Ranks(2, r, ""))
+		}
+		s0 := mustClaim(t, ranks[0], len(batch)).Keys()
+		if len(s0) != 2 {
+			t.Fatalf("rank 0's share of a batch of 4: %q", s0)
+		}
+		var rest []string
+		for _, k := range batch {
+			if !slices.Contains(s0, k) {
+				rest = append(rest, k)
+			}
+		}
+		cleared := s0[0]
+		if whose == 1 {
+			cleared = rest[0]
+		}
+		if err := producer.Clear(t.Context(), p, []string{cleared}); err != nil {
+			t.Fatal(err)
+		}
+		s1 := mustClaim(t, ranks[1], len(batch)).Keys()
+		want := slices.DeleteFunc(slices.Clone(rest), func(k string) bool { return k == cleared })
+		if got := slices.Sorted(slices.Values(s1)); !slices.Equal(got, want) {
+			t.Fatalf("a row of rank %d's share cleared: rank 0 took %q, rank 1 got %q, want %q (the batch %q less rank 0's share and %s)",
+				whose, s0, s1, want, batch, cleared)
+		}
+	}
+}
+
+// consumeSequentialAfterCommit: client B looked at the partition before
+// client A's commits (its BatchPuts returned); B's Sequential claims then
+// lease the oldest ready row first, and a claim of 3 with 2 rows ready
+// leases both. B looks at an empty partition, at one that holds a row
+// already, and at one whose oldest row lacks the task's field until A
+// commits it.
+func consumeSequentialAfterCommit(t *testing.T, e Engine) {
+	a, b := e.Open(t), e.Open(t)
+	p := "after-commit"
+	task := mustTask(t, b, p, "w", []string{"a"})
+	if l := mustClaim(t, task, 1); l.Len() != 0 {
+		t.Fatalf("claim of an empty partition: %q", l.Keys())
+	}
+	mustList(t, b, p)
+	putRows(t, a, p, []string{"r0"}, nil, "a")
+	putRows(t, a, p, []string{"r1"}, nil, "a")
+	if l := mustClaim(t, task, 1); !slices.Equal(l.Keys(), []string{"r0"}) {
+		t.Fatalf("claim of 1 with r0 and r1 ready (put in that order): %q, want the oldest, r0", l.Keys())
+	}
+	if l := mustClaim(t, task, 3); !slices.Equal(l.Keys(), []string{"r1"}) {
+		t.Fatalf("claim of 3 with r1 ready: %q, want r1", l.Keys())
+	}
+
+	p = "after-commit-2"
+	task = mustTask(t, b, p, "w", []string{"a"})
+	putRows(t, a, p, []string{"r0"}, nil, "a")
+	if rows := mustList(t, b, p).Keys(); !slices.Equal(rows, []string{"r0"}) {
+		t.Fatalf("B lists %q, want r0", rows)
+	}
+	putRows(t, a, p, []string{"r1"}, nil, "a")
+	if l := mustClaim(t, task, 3); !slices.Equal(l.Keys(), []string{"r0", "r1"}) {
+		t.Fatalf("claim of 3 with r0 and r1 ready, r1 put after B listed r0: %q, want both", l.Keys())
+	}
+
+	// r0 becomes ready (A commits its field a) after B saw it without.
+	p = "after-commit-3"
+	task = mustTask(t, b, p, "w", []string{"a"})
+	putRows(t, a, p, []string{"r0"}, nil, "b")
+	putRows(t, a, p, []string{"r1"}, nil, "a")
+	if rows := mustList(t, b, p).Keys(); !slices.Equal(rows, []string{"r0", "r1"}) {
+		t.Fatalf("B lists %q, want r0 and r1", rows)
+	}
+	putRows(t, a, p, []string{"r0"}, nil, "a")
+	if l := mustClaim(t, task, 1); !slices.Equal(l.Keys(), []string{"r0"}) {
+		t.Fatalf("claim of 1 with r0 and r1 ready, r0's field put after B listed it: %q, want the oldest, r0", l.Keys())
+	}
+}
+
+// consumeConsumptionAfterNack: the engine's Consumption (and Status)
+// report rows a Nack returned (ready, their delivery count kept, the
+// token that returned them named, a delayed one's Until set) and rows
+// that went dead.
+func consumeConsumptionAfterNack(t *testing.T, e Engine) {
+	if e.Meta == nil {
+		t.Skip("the engine gives no MetaStore to ask")
+	}
+	c := e.Open(t)
+	p := "nack-consumption"
+	keys := keysN(3)
+	putRows(t, c, p, keys, nil, "a")
+	task := mustTask(t, c, p, "w", []string{"a"}, tq.MaxDeliveries(2))
+	l := mustClaim(t, task, 3)
+	index := map[uint64]string{}
+	for _, r := range l.Meta.Rows {
+		index[r.Index] = r.Key
+	}
+	deliveries := func() map[string]backends.Delivery {
+		t.Helper()
+		cons, err := e.Meta.Consumption(t.Context(), p, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]backends.Delivery{}
+		for _, d := range cons["w"] {
+			out[index[d.Index]] = d
+		}
+		return out
+	}
+	held := deliveries()
+	token := held[keys[0]].Lease
+	for _, k := range keys {
+		if d := held[k]; d.State != backends.Leased || d.Lease == "" || d.Lease != token || d.Deliveries != 1 {
+			t.Fatalf("%s while leased: %+v, want leased once to one token", k, d)
+		}
+	}
+	before := time.Now()
+	if err := l.Nack(t.Context(), time.Hour, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Nack(t.Context(), 0, keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	ds := deliveries()
+	if d := ds[keys[0]]; d.State != backends.Ready || d.Deliveries != 1 || d.Lease != token ||
+		d.Until.Before(before.Add(59*time.Minute)) || d.Until.After(time.Now().Add(61*time.Minute)) {
+		t.Fatalf("%s after Nack(1h): %+v, want ready, delivered once, returned by %s, until in an hour", keys[0], d, token)
+	}
+	if d := ds[keys[1]]; d.State != backends.Ready || d.Deliveries != 1 || d.Lease != token || !d.Until.IsZero() {
+		t.Fatalf("%s after Nack(0): %+v, want ready, delivered once, returned by %s, no until", keys[1], d, token)
+	}
+	if d := ds[keys[2]]; d.State != backends.Leased || d.Lease != token {
+		t.Fatalf("%s, not nacked: %+v, want still leased to %s", keys[2], d, token)
+	}
+	if st := mustStatus(t, task); st.Ready != 2 || st.Leased != 1 {
+		t.Fatalf("status after two nacks: %+v, want 2 ready and 1 leased", st)
+	}
+	// keys[1] again (keys[0] waits out its delay): its second delivery,
+	// returned, makes it dead.
+	again := mustClaim(t, task, 3)
+	if !slices.Equal(again.Keys(), keys[1:2]) || again.Deliveries[0] != 2 {
+		t.Fatalf("claim after the nacks: %q deliveries %v, want [%s] delivered twice", again.Keys(), again.Deliveries, keys[1])
+	}
+	token2 := deliveries()[keys[1]].Lease
+	if err := again.Nack(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	ds = deliveries()
+	if d := ds[keys[1]]; d.State != backends.Dead || d.Deliveries != 2 || d.Lease == "" || d.Lease != token2 {
+		t.Fatalf("%s nacked at its MaxDeliveries: %+v, want dead, delivered twice, returned by %s", keys[1], d, token2)
+	}
+	st, err := c.Status(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts := st.Tasks["w"]; ts.Ready != 1 || ts.Dead != 1 || ts.Leased != 1 {
+		t.Fatalf("Status after a row went dead: %+v, want 1 ready, 1 dead, 1 leased", ts)
+	}
+	dead, err := task.Dead(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].Key != keys[1] || dead[0].Deliveries != 2 {
+		t.Fatalf("dead rows %+v, want %s delivered twice", dead, keys[1])
 	}
 }

@@ -8,6 +8,10 @@
 //		tqtest.Run(t, func(t *testing.T) tqtest.Engine { ... })
 //	}
 //
+// RunModel (and RunModelFakeClock, for an engine whose clock a synctest
+// bubble controls) goes further: random histories of two clients, each
+// result held to one reference model of the documented contract.
+//
 // Package backends/backendtest checks the engine-facing contracts
 // (Backend, MetaStore); this package checks what a caller sees of them.
 package tqtest

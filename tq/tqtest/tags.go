@@ -21,6 +21,7 @@ func tagCases() []testCase {
 		{"TagReadBackNormalised", testTagNormalised},
 		{"TagCallerChangesAfterPut", testTagCallerChanges},
 		{"TagMergeNormalised", testTagMerge},
+		{"TagNegativeZero", testTagNegativeZero},
 	}
 }
 
@@ -312,6 +313,57 @@ func tagWant(t *testing.T, what string, rows map[string]tagRow, want map[string]
 			if _, ok := wt[tk]; !ok {
 				t.Errorf("%s: row %q has tag %q = %#v, want none", what, k, tk, gv)
 			}
+		}
+	}
+}
+
+// A tag value -0.0 put by one client reads back as -0.0 (the sign bit
+// set), in lists and maps too, through another client of the queue: List,
+// Lookup, and a field value -0.0 read by BatchGetByMeta of that Lookup.
+func testTagNegativeZero(t *testing.T, e Engine) {
+	ctx := context.Background()
+	w, r := e.Open(t), e.Open(t)
+	const p = "tags-negative-zero"
+	neg := math.Copysign(0, -1)
+	tag := tq.Tag{"f64": neg, "f32": float32(neg), "list": []any{neg, 0.0}, "map": map[string]any{"z": neg}, "zero": 0.0}
+	if err := w.Put(ctx, p, "z", map[string]any{"v": neg}, tag); err != nil {
+		t.Fatal(err)
+	}
+	signs := func(what string, got tq.Tag) {
+		t.Helper()
+		list, _ := got["list"].([]any)
+		m, _ := got["map"].(map[string]any)
+		vals := map[string]any{"f64": got["f64"], "f32": got["f32"], "map.z": m["z"]}
+		if len(list) == 2 {
+			vals["list[0]"] = list[0]
+		}
+		for name, v := range vals {
+			if f, ok := v.(float64); !ok || f != 0 || !math.Signbit(f) {
+				t.Errorf("%s: tag %s is %T %v (sign bit %v), want float64 -0", what, name, v, v, ok && math.Signbit(f))
+			}
+		}
+		if len(list) != 2 {
+			t.Errorf("%s: tag list is %#v", what, got["list"])
+		} else if f, ok := list[1].(float64); !ok || f != 0 || math.Signbit(f) {
+			t.Errorf("%s: tag list[1] is %T %v, want float64 +0", what, list[1], list[1])
+		}
+		if f, ok := got["zero"].(float64); !ok || f != 0 || math.Signbit(f) {
+			t.Errorf("%s: tag zero is %T %v, want float64 +0", what, got["zero"], got["zero"])
+		}
+	}
+	for name, c := range map[string]*tq.Client{"other client": r, "writer": w} {
+		signs(name+" List", tagList(t, c, p)["z"].Tag)
+		m, err := c.Lookup(ctx, p, []string{"z"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		signs(name+" Lookup", m.Rows[0].Tag)
+		b, err := c.BatchGetByMeta(ctx, m, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := b["v"].Row(0).(float64); !ok || v != 0 || !math.Signbit(v) {
+			t.Errorf("%s BatchGetByMeta: field v is %T %v, want float64 -0", name, b["v"].Row(0), b["v"].Row(0))
 		}
 	}
 }
