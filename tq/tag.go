@@ -53,11 +53,26 @@ func sameScalars(a, b Tag) bool {
 		default:
 			return false
 		}
-		if w, ok := b[k]; !ok || v != w { // of another type, never equal
+		if w, ok := b[k]; !ok || !sameScalar(v, w) {
 			return false
 		}
 	}
 	return true
+}
+
+// sameScalar reports whether scalars v and w are equal and of one type;
+// floats by their bits, so that -0.0 and 0.0 differ (and NaN, rejected
+// later, is itself).
+func sameScalar(v, w any) bool {
+	switch x := v.(type) {
+	case float64:
+		y, ok := w.(float64)
+		return ok && math.Float64bits(x) == math.Float64bits(y)
+	case float32:
+		y, ok := w.(float32)
+		return ok && math.Float32bits(x) == math.Float32bits(y)
+	}
+	return v == w // of another type, never equal
 }
 
 // normalizeTag returns t's normalised deep copy, nil for nil. Of several

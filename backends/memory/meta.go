@@ -18,8 +18,9 @@ import (
 // state is tqgo's rules (the same code every engine applies) behind a
 // lock of its own, so writers and consumers of different partitions never
 // contend. It is safe for concurrent use. Rows it returns are shared and
-// must be treated as read-only. A partition is forgotten once it has no
-// rows and no garbage.
+// must be treated as read-only. A partition is forgotten once a removal
+// (Delete, DeletePartition, Swept, Garbage) leaves it with no rows and no
+// garbage; consumption calls keep it.
 type MetaStore struct {
 	next   atomic.Uint64 // next global index, shared by every partition
 	bases  atomic.Uint64 // partitions made, for their marks' bases
@@ -115,6 +116,15 @@ func (m *MetaStore) unlock(name string, p *partition) {
 			p.wake = nil
 		}
 	}
+}
+
+// unlockKeep wakes waiters if the partition changed and unlocks it,
+// keeping it even if empty: what consumption calls leave (a claim or a
+// Wait on a partition with no rows) must not make the next call find
+// another partition, or a Wait's mark would never match.
+func (p *partition) unlockKeep() {
+	p.changed()
+	p.mu.Unlock()
 }
 
 // changed wakes the waiters after a change of the count. The caller holds
@@ -320,7 +330,7 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 		return backends.Claimed{}, err
 	}
 	p := m.lock(partition, true)
-	defer m.unlock(partition, p)
+	defer p.unlockKeep()
 	a := rules.ClaimArgs{Task: req.Task, Token: newLease(), Lease: req.Lease, Rows: req.Rows, Min: req.Min,
 		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom}
 	var c backends.Claimed
@@ -329,8 +339,7 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 		var rows []*backends.Row
 		if a.Custom {
 			var ds []backends.Delivery
-			var stale []uint64
-			rows, ds, stale = p.st.Candidates(now, req.Task, req.Select, req.Floor, window)
+			rows, ds = p.st.Candidates(now, req.Task, req.Select, req.Floor, window)
 			picked, err := pick(rows, ds)
 			if err != nil {
 				return backends.Claimed{}, err
@@ -339,9 +348,6 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 				return backends.Claimed{}, err
 			}
 			a.Units, a.Drop = indexUnits(rows, picked)
-			if req.Select.Stale.Drop {
-				a.Drop = append(a.Drop, stale...)
-			}
 		}
 		c = p.st.Claim(now, &a)
 		c.Mark.Seq += p.base
@@ -378,7 +384,7 @@ func (m *MetaStore) Settle(ctx context.Context, partition string, req backends.S
 	if p == nil {
 		return backends.SettleResult{Lost: slices.Clone(req.Indexes)}, nil
 	}
-	defer m.unlock(partition, p)
+	defer p.unlockKeep()
 	return p.st.Settle(m.now(), &req), nil
 }
 
@@ -416,7 +422,7 @@ func (m *MetaStore) Reset(ctx context.Context, partition, task string, indexes [
 	if p == nil {
 		return nil
 	}
-	defer m.unlock(partition, p)
+	defer p.unlockKeep()
 	p.st.Reset(m.now(), task, indexes)
 	return nil
 }
@@ -429,14 +435,14 @@ func (m *MetaStore) Wait(ctx context.Context, partition string, mark backends.Ma
 	}
 	p := m.lock(partition, true)
 	if p.base+p.st.Seq() != mark.Seq {
-		m.unlock(partition, p)
+		p.unlockKeep()
 		return nil
 	}
 	if p.wake == nil {
 		p.wake = make(chan struct{})
 	}
 	ch := p.wake
-	m.unlock(partition, p)
+	p.unlockKeep()
 	var wake <-chan time.Time
 	if !mark.Wake.IsZero() {
 		d := mark.Wake.Sub(m.clock())

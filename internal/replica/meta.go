@@ -193,7 +193,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
 			a.Token = newLease()
 			if a.Custom {
-				rows, ds, stale := st.Candidates(st.Now(), req.Task, req.Select, req.Floor, window)
+				rows, ds := st.Candidates(st.Now(), req.Task, req.Select, req.Floor, window)
 				picked, err := pick(rows, ds)
 				if err != nil {
 					return nil, err
@@ -202,9 +202,6 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 					return nil, err
 				}
 				a.Units, a.Drop = indexUnits(rows, picked)
-				if req.Select.Stale.Drop {
-					a.Drop = append(a.Drop, stale...)
-				}
 				full = len(rows) == window
 			}
 			return []record{{id: newID(), data: rules.ClaimRecord(&a)}}, nil
@@ -236,7 +233,6 @@ func local(t time.Time, skew time.Duration) time.Time {
 	}
 	return t.Add(skew)
 }
-
 
 // indexUnits turns a pick's positions into row indexes.
 func indexUnits(rows []*backends.Row, picked backends.Picked) (units [][]uint64, drop []uint64) {

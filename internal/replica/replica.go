@@ -80,7 +80,7 @@ var _ backends.MetaStore = (*Meta)(nil)
 type part struct {
 	name string
 	used atomic.Uint64 // Meta.tick at its last lookup
-	mu   sync.Mutex // guards everything below
+	mu   sync.Mutex    // guards everything below
 	st   *rules.Partition
 	pos  backends.Pos // the last entry applied
 	// base is added to the rules' change count in marks: the count

@@ -114,8 +114,18 @@ type task struct {
 	ready   *btree.BTreeG[uint64] // claimable now, fields complete, not parked
 	timers  timerHeap             // ends of leases and delays, to revisit
 	groups  *groupIndex           // sel.Group's, when set
-	parked  map[uint64]float64    // stale rows passed over, by version
-	parkq   parkHeap              // parked rows, highest version first
+	// vers holds the ready rows with a numeric version (sel.Stale's tag),
+	// by version, and verOf their versions as filed: a claim's stale
+	// rows are the lowest versions.
+	vers   *btree.BTreeG[verKey]
+	verOf  map[uint64]float64
+	parked map[uint64]float64 // stale rows passed over, by version
+	parkq  parkHeap           // parked rows, highest version first
+}
+
+type verKey struct {
+	v float64
+	i uint64
 }
 
 // openBatch is a data-parallel batch some ranks have not taken yet.
@@ -150,9 +160,13 @@ func (p *Partition) configure(t *task, sel Select) {
 	t.ready = newReady()
 	t.timers = nil
 	t.parked, t.parkq = nil, nil
-	t.groups = nil
+	t.groups, t.vers, t.verOf = nil, nil, nil
 	if sel.Group.Size > 0 {
 		t.groups = newGroupIndex(sel.Group)
+	}
+	if sel.Stale.Tag != "" {
+		t.vers = btree.NewG(32, func(a, b verKey) bool { return a.v < b.v || a.v == b.v && a.i < b.i })
+		t.verOf = map[uint64]float64{}
 	}
 	ends := map[int64][]uint64{}
 	for i, r := range p.byIndex {
@@ -189,15 +203,30 @@ func hasFields(r *backends.Row, fields []string) bool {
 
 // add puts a ready row in t's index.
 func (t *task) add(i uint64, r *backends.Row) {
-	if _, dup := t.ready.ReplaceOrInsert(i); !dup && t.groups != nil {
+	if _, dup := t.ready.ReplaceOrInsert(i); dup {
+		return
+	}
+	if t.groups != nil {
 		t.groups.add(i, r)
+	}
+	if t.vers != nil {
+		if v, ok := tagNumber(r.Tag[t.sel.Stale.Tag]); ok {
+			t.vers.ReplaceOrInsert(verKey{v, i})
+			t.verOf[i] = v
+		}
 	}
 }
 
 // remove takes a row out of t's index (ready or parked).
 func (t *task) remove(i uint64) {
-	if _, ok := t.ready.Delete(i); ok && t.groups != nil {
-		t.groups.remove(i)
+	if _, ok := t.ready.Delete(i); ok {
+		if t.groups != nil {
+			t.groups.remove(i)
+		}
+		if v, ok := t.verOf[i]; ok {
+			t.vers.Delete(verKey{v, i})
+			delete(t.verOf, i)
+		}
 	}
 	if t.parked != nil {
 		delete(t.parked, i)
@@ -252,9 +281,9 @@ func (p *Partition) committedRow(old, next *backends.Row) {
 		}
 		if old != nil {
 			if _, ok := t.ready.Get(i); ok {
-				if t.groups != nil {
-					t.groups.remove(i)
-					t.groups.add(i, next) // its tag may have moved it
+				if t.groups != nil || t.vers != nil {
+					t.remove(i)
+					t.add(i, next) // its tag may have moved it
 				}
 				continue
 			}
@@ -293,13 +322,13 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 			return c
 		}
 	}
-	if t.sel.Stale.Tag != "" {
-		p.unpark(t, a.Floor)
-	}
 	var c Claimed
 	units, drop := a.Units, a.Drop
-	if !a.Custom {
-		units, drop, c.Skipped = p.choose(t, a, now)
+	if t.sel.Stale.Tag != "" {
+		p.unpark(t, a.Floor)
+		var stale []uint64
+		stale, c.Skipped = p.sweepStale(t, a.Floor)
+		drop = append(slices.Clip(drop), stale...)
 	}
 	for _, i := range drop {
 		if e := t.entries[i]; p.byIndex[i] != nil && claimable(e, now) {
@@ -310,6 +339,9 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 			p.setEntry(t, i, ne)
 			c.Dropped++
 		}
+	}
+	if !a.Custom {
+		units = p.choose(t, a)
 	}
 	var take []uint64
 	var bounds []int          // where each unit taken ends in take
@@ -388,56 +420,48 @@ func (p *Partition) leasable(t *task, u []uint64, taken map[uint64]bool) bool {
 }
 
 // choose picks a claim's units by t's Select: the oldest ready rows, or
-// the oldest complete groups, passing over (or dropping) stale rows.
-func (p *Partition) choose(t *task, a *ClaimArgs, now int64) (units [][]uint64, drop []uint64, skipped int) {
-	stale := t.sel.Stale.Tag != ""
-	isStale := func(i uint64) (float64, bool) {
-		if !stale {
-			return 0, false
-		}
-		v, ok := tagNumber(p.byIndex[i].view.Tag[t.sel.Stale.Tag])
-		return v, ok && v < a.Floor
+// the oldest complete groups (stale rows were taken out before: see
+// sweepStale).
+func (p *Partition) choose(t *task, a *ClaimArgs) [][]uint64 {
+	if t.groups != nil {
+		return t.groups.units(a.Rows / t.sel.Group.Size)
 	}
-	// Stale rows found are taken out of the ready index (parked or
-	// dropped) after the walk, not during it.
-	var found []uint64
-	var versions []float64
-	if t.groups == nil {
-		flat := make([]uint64, 0, a.Rows)
-		t.ready.Ascend(func(i uint64) bool {
-			if v, s := isStale(i); s {
-				found, versions = append(found, i), append(versions, v)
-				return true
-			}
-			flat = append(flat, i)
-			return len(flat) < a.Rows
-		})
-		units = make([][]uint64, len(flat))
-		for k := range flat {
-			units[k] = flat[k : k+1 : k+1]
-		}
-	} else {
-		units = t.groups.units(a.Rows/t.sel.Group.Size, func(i uint64) bool {
-			v, s := isStale(i)
-			if s {
-				found, versions = append(found, i), append(versions, v)
-			}
-			return s
-		})
+	flat := make([]uint64, 0, a.Rows)
+	t.ready.Ascend(func(i uint64) bool {
+		flat = append(flat, i)
+		return len(flat) < a.Rows
+	})
+	units := make([][]uint64, len(flat))
+	for k := range flat {
+		units[k] = flat[k : k+1 : k+1]
 	}
-	for k, i := range found {
+	return units
+}
+
+// sweepStale takes every ready row stale under floor out of t's ready rows
+// (those a version index finds, oldest version first): parked, or with
+// Stale.Drop returned to be dropped. skipped is the stale rows passed
+// over: all parked ones, or those to drop.
+func (p *Partition) sweepStale(t *task, floor float64) (drop []uint64, skipped int) {
+	var stale []verKey
+	t.vers.Ascend(func(k verKey) bool {
+		if k.v >= floor {
+			return false
+		}
+		stale = append(stale, k)
+		return true
+	})
+	for _, k := range stale {
 		if t.sel.Stale.Drop {
-			drop = append(drop, i)
+			drop = append(drop, k.i)
 			continue
 		}
-		t.park(i, versions[k])
+		t.park(k.i, k.v)
 	}
-	if !t.sel.Stale.Drop {
-		skipped = len(t.parked)
-	} else {
-		skipped = len(found)
+	if t.sel.Stale.Drop {
+		return drop, len(drop)
 	}
-	return units, drop, skipped
+	return nil, len(t.parked)
 }
 
 // park takes stale row i (of version v) out of t's ready rows.
@@ -544,7 +568,7 @@ func (p *Partition) mark(t *task, now int64) backends.Mark {
 // stale lists those found, for a Stale.Drop task to drop. It changes
 // nothing a record's outcome depends on, so that a process may pick from
 // its copy of the state before it appends the claim.
-func (p *Partition) Candidates(now int64, taskName string, sel Select, floor float64, limit int) (rows []*backends.Row, ds []backends.Delivery, stale []uint64) {
+func (p *Partition) Candidates(now int64, taskName string, sel Select, floor float64, limit int) (rows []*backends.Row, ds []backends.Delivery) {
 	p.tick(now)
 	now = p.now
 	t := p.tasks[taskName]
@@ -557,7 +581,6 @@ func (p *Partition) Candidates(now int64, taskName string, sel Select, floor flo
 	}
 	take := func(i uint64, r *backends.Row) bool {
 		if isStale(r) {
-			stale = append(stale, i)
 			return true
 		}
 		rows = append(rows, r)
@@ -581,7 +604,7 @@ func (p *Partition) Candidates(now int64, taskName string, sel Select, floor flo
 				break
 			}
 		}
-		return rows, ds, stale
+		return rows, ds
 	}
 	p.advance(t, now)
 	// The ready rows, and the parked ones the claim's floor unparks.
@@ -606,7 +629,7 @@ func (p *Partition) Candidates(now int64, taskName string, sel Select, floor flo
 			break
 		}
 	}
-	return rows, ds, stale
+	return rows, ds
 }
 
 // Ready returns how many rows of the task are in its index (ready, fields
@@ -827,10 +850,10 @@ type timer struct {
 
 type timerHeap []timer
 
-func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Len() int           { return len(h) }
 func (h timerHeap) Less(i, j int) bool { return h[i].until < h[j].until }
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
 func (h *timerHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]

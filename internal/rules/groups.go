@@ -76,9 +76,8 @@ func (x *groupIndex) remove(i uint64) {
 
 // units returns up to n complete groups of Size ready rows, oldest first
 // by first row, each group's rows in index order: a group holding k
-// times Size ready rows gives k of them. Rows stale reports true for
-// (called once per row looked at) are passed over.
-func (x *groupIndex) units(n int, stale func(uint64) bool) [][]uint64 {
+// times Size ready rows gives k of them.
+func (x *groupIndex) units(n int) [][]uint64 {
 	if n <= 0 {
 		return nil
 	}
@@ -103,9 +102,6 @@ func (x *groupIndex) units(n int, stale func(uint64) bool) [][]uint64 {
 		}
 		var cur []uint64
 		for _, i := range gr.members {
-			if stale(i) {
-				continue
-			}
 			cur = append(cur, i)
 			if len(cur) == size {
 				pending = append(pending, cur)

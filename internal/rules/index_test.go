@@ -34,6 +34,17 @@ func checkIndex(t *testing.T, p *Partition, step string) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("%s: task %q ready index %v, scan %v", step, name, got, want)
 		}
+		if tk.vers != nil {
+			for _, i := range got {
+				v, ok := tagNumber(p.byIndex[i].view.Tag[tk.sel.Stale.Tag])
+				if w, filed := tk.verOf[i]; ok != filed || ok && (v != w || !tk.vers.Has(verKey{v, i})) {
+					t.Fatalf("%s: task %q ready row %d of version %v (%v) filed %v (%v)", step, name, i, v, ok, w, filed)
+				}
+			}
+			if tk.vers.Len() != len(tk.verOf) {
+				t.Fatalf("%s: task %q: %d versions indexed, %d filed", step, name, tk.vers.Len(), len(tk.verOf))
+			}
+		}
 		for i := range tk.parked {
 			if p.byIndex[i] == nil {
 				t.Fatalf("%s: task %q parks removed row %d", step, name, i)

@@ -121,7 +121,7 @@ func recordHistory(t *testing.T, seed uint64) {
 				a.Batch = &backends.Batch{Ranks: 2, Rank: rng.IntN(2)}
 			}
 			if rng.IntN(4) == 0 {
-				rows, _, _ := p.Candidates(p.Now(), a.Task, sel, a.Floor, 10)
+				rows, _ := p.Candidates(p.Now(), a.Task, sel, a.Floor, 10)
 				a.Custom = true
 				for _, r := range rows {
 					a.Units = append(a.Units, []uint64{r.Index})
