@@ -9,6 +9,7 @@ import (
 	"github.com/tqgo/tqgo/backends/backendtest/toylog"
 	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/internal/replica"
+	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tq/tqtest"
 )
 
@@ -112,4 +113,30 @@ func TestToySharedMeta(t *testing.T) {
 // rules to the log in a copy of its own, as processes do.
 func TestToySharedClient(t *testing.T) {
 	tqtest.Run(t, func(t *testing.T) tqtest.Engine { return tqtest.Over(newToyShared(t)) })
+}
+
+// toySharedModel is a model environment over a fresh toy server: each
+// client applies the rules to the log in a copy of its own.
+func toySharedModel(t *testing.T) tqtest.ModelEnv {
+	srv := toylog.NewServer(nil)
+	return tqtest.ModelEnv{Open: func(t *testing.T) *tq.Client {
+		e := srv.Engine()
+		c, err := tq.New(backends.Engine{Data: e.Data, Log: e.Log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(); _ = e.Close() })
+		return c
+	}}
+}
+
+// The toy shared engine is held to the one model of the contract, with
+// two clients in copies of their own, and with its clock moved (a
+// synctest bubble) so that leases and delays end.
+func TestToySharedModel(t *testing.T) {
+	tqtest.RunModel(t, toySharedModel)
+}
+
+func TestToySharedModelFakeClock(t *testing.T) {
+	tqtest.RunModelFakeClock(t, toySharedModel)
 }
