@@ -222,13 +222,15 @@ func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, er
 				e.Data = d
 			}
 		}
-		r := p.st.Apply(e)
+		if _, ok := p.ours[e.ID]; ok {
+			r := p.st.Apply(e)
+			p.results[e.ID] = &r
+		} else {
+			p.st.Replay(e)
+		}
 		p.pos = e.Pos()
 		p.logBytes += len(e.Data) + 32
 		changed = true
-		if _, ok := p.ours[e.ID]; ok {
-			p.results[e.ID] = &r
-		}
 	}
 	return true, nil
 }

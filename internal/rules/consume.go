@@ -251,8 +251,10 @@ func (p *Partition) advance(t *task, now int64) {
 	}
 }
 
-// setEntry records e for row i of t and keeps the index in step.
-func (p *Partition) setEntry(t *task, i uint64, e *entry) {
+// setEntry records e for row i of t, whose entry was old, and keeps the
+// index in step: a row claimable under neither entry was not in it and
+// stays out, with no lookup.
+func (p *Partition) setEntry(t *task, i uint64, old, e *entry) {
 	if e == nil {
 		delete(t.entries, i)
 	} else {
@@ -261,14 +263,21 @@ func (p *Partition) setEntry(t *task, i uint64, e *entry) {
 	if !t.indexed {
 		return
 	}
-	r := p.byIndex[i]
-	if r != nil && claimable(e, p.now) && hasFields(r.view, t.sel.Fields) {
+	was, is := claimable(old, p.now), claimable(e, p.now)
+	switch {
+	case !was && !is:
+	case !is:
+		t.remove(i)
+	default:
+		r := p.byIndex[i]
+		if r == nil || !hasFields(r.view, t.sel.Fields) {
+			t.remove(i)
+			return
+		}
 		if _, parked := t.parked[i]; !parked {
 			t.add(i, r.view)
 		}
-		return
 	}
-	t.remove(i)
 }
 
 // committedRow keeps every task's index in step with a row committed
@@ -336,7 +345,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 			if e != nil {
 				ne.deliveries = e.deliveries
 			}
-			p.setEntry(t, i, ne)
+			p.setEntry(t, i, e, ne)
 			c.Dropped++
 		}
 	}
@@ -371,6 +380,23 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	until := now + a.Lease.Microseconds()
 	c.Lease = a.Token
 	c.Until = time.UnixMicro(until)
+	if p.quiet && (a.Batch == nil || a.Batch.Ranks <= 1) {
+		// Another process's claim: what it leased matters, not the reply.
+		states := make([]entry, len(take))
+		for j, i := range take {
+			e := &states[j]
+			*e = entry{state: backends.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
+			old := t.entries[i]
+			if old != nil {
+				e.deliveries = old.deliveries
+			}
+			e.deliveries++
+			p.setEntry(t, i, old, e)
+		}
+		t.addTimer(until, take)
+		c.Mark.Seq = p.seq
+		return c
+	}
 	c.Rows = make([]*backends.Row, len(take))
 	c.Deliveries = make([]backends.Delivery, len(take))
 	flat := make([]int, len(take))
@@ -389,11 +415,12 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	for j, i := range take {
 		e := &states[j]
 		*e = entry{state: backends.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
-		if old := t.entries[i]; old != nil {
+		old := t.entries[i]
+		if old != nil {
 			e.deliveries = old.deliveries
 		}
 		e.deliveries++
-		p.setEntry(t, i, e)
+		p.setEntry(t, i, old, e)
 		c.Rows[j] = p.byIndex[i].view
 		c.Deliveries[j] = e.delivery(i, now)
 	}
@@ -691,7 +718,7 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 		switch req.Op {
 		case backends.Ack:
 			if e.state != backends.Acked {
-				p.setEntry(t, i, &entry{state: backends.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max})
+				p.setEntry(t, i, e, &entry{state: backends.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max})
 			}
 		case backends.Nack:
 			ne := &entry{state: backends.Ready, deliveries: e.deliveries, lease: e.lease, max: e.max}
@@ -701,22 +728,22 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 				ne.until = now + req.Delay.Microseconds()
 				timed = append(timed, i)
 			}
-			p.setEntry(t, i, ne)
+			p.setEntry(t, i, e, ne)
 			changed = true
 		case backends.Extend:
 			ne := *e
 			ne.until = until
-			p.setEntry(t, i, &ne)
+			p.setEntry(t, i, e, &ne)
 			timed = append(timed, i)
 		case backends.Retry:
-			p.setEntry(t, i, nil)
+			p.setEntry(t, i, e, nil)
 			changed = true
 		case backends.Drop:
 			ne := &entry{state: backends.Dropped}
 			if e != nil {
 				ne.deliveries = e.deliveries
 			}
-			p.setEntry(t, i, ne)
+			p.setEntry(t, i, e, ne)
 		}
 	}
 	if len(timed) > 0 {
@@ -781,8 +808,8 @@ func (p *Partition) Reset(now int64, taskName string, indexes []uint64) {
 		}
 	} else {
 		for _, i := range indexes {
-			if _, ok := t.entries[i]; ok {
-				p.setEntry(t, i, nil)
+			if e, ok := t.entries[i]; ok {
+				p.setEntry(t, i, e, nil)
 			}
 		}
 		t.batches = nil

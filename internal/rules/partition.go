@@ -50,6 +50,10 @@ type Partition struct {
 	// voids are record IDs a fence voided, with the log time of the
 	// fence: a record appended later with one of them applies nothing.
 	voids map[uint64]int64
+
+	// quiet is set while Replay applies a record whose result nobody
+	// reads: the rules skip building it (not part of the state).
+	quiet bool
 }
 
 // New returns an empty partition.

@@ -165,6 +165,14 @@ var ErrVoid = errors.New("rules: record voided by a fence")
 // copy of a request can stay on its way to the server.
 const voidFor = 10 * time.Minute
 
+// Replay applies one log entry as Apply does, for a process that does not
+// read its result (another process's record): it costs less.
+func (p *Partition) Replay(e *backends.Entry) {
+	p.quiet = true
+	p.Apply(e)
+	p.quiet = false
+}
+
 // Apply applies one log entry at its time, and returns what it gave.
 func (p *Partition) Apply(e *backends.Entry) Result {
 	p.tick(e.Time)

@@ -23,12 +23,13 @@ func TestRecordsAndSnapshots(t *testing.T) {
 }
 
 type logger struct {
-	t    *testing.T
-	rng  *rand.Rand
-	n    uint64
-	now  int64
-	next uint64
-	ps   []*Partition // the original and its restored copies
+	t     *testing.T
+	rng   *rand.Rand
+	n     uint64
+	now   int64
+	next  uint64
+	ps    []*Partition // the original and its restored copies
+	quiet *Partition   // a copy that replays every record (no results)
 }
 
 func (l *logger) apply(data []byte, indexes int) []Result {
@@ -40,6 +41,10 @@ func (l *logger) apply(data []byte, indexes int) []Result {
 	for _, p := range l.ps {
 		out = append(out, p.Apply(e))
 	}
+	l.quiet.Replay(e)
+	if a, b := snapOf(l.ps[0]), snapOf(l.quiet); !slices.Equal(a, b) {
+		l.t.Fatalf("record %d (%q): the quiet copy differs after it", l.n, data[0])
+	}
 	for i := 1; i < len(out); i++ {
 		if !reflect.DeepEqual(out[0], out[i]) {
 			l.t.Fatalf("record %d (%q): the original gave %+v, restored copy %d gave %+v", l.n, data[0], out[0], i, out[i])
@@ -50,7 +55,7 @@ func (l *logger) apply(data []byte, indexes int) []Result {
 
 func recordHistory(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 2))
-	l := &logger{t: t, rng: rng, now: 1_000_000, ps: []*Partition{New()}}
+	l := &logger{t: t, rng: rng, now: 1_000_000, ps: []*Partition{New()}, quiet: New()}
 	keys := make([]string, 16)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("g%d/k%d", i%4, i)
@@ -180,6 +185,10 @@ func recordHistory(t *testing.T, seed uint64) {
 			}
 		}
 	}
+	want, _ := l.ps[0].Snapshot()
+	if got, _ := l.quiet.Snapshot(); !slices.Equal(got, want) {
+		t.Fatalf("a copy that replayed every record without results holds another state")
+	}
 	for i, p := range l.ps {
 		if i > 0 && !reflect.DeepEqual(p.Consumption(0), l.ps[0].Consumption(0)) {
 			t.Fatalf("restored copy %d: consumption %v, original %v", i, p.Consumption(0), l.ps[0].Consumption(0))
@@ -232,3 +241,5 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+func snapOf(p *Partition) []byte { b, _ := p.Snapshot(); return b }

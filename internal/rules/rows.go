@@ -380,13 +380,12 @@ func (p *Partition) Delete(now int64, keys []string) []*backends.Row {
 func (p *Partition) DeletePartition(now int64) []*backends.Row {
 	p.tick(now)
 	out := make([]*backends.Row, 0, p.committed)
-	for _, r := range p.rows {
+	for _, r := range p.byIndexAll() {
 		if r.view != nil {
 			out = append(out, r.view)
 		}
 		p.retire(r)
 	}
-	slices.SortFunc(out, func(a, b *backends.Row) int { return compareIndex(a.Index, b.Index) })
 	p.garbage = backends.AppendRowRefs(p.growGarbage(out), out)
 	p.rows = map[string]*row{}
 	p.byIndex = map[uint64]*row{}
@@ -431,7 +430,7 @@ func (p *Partition) growGarbage(rows []*backends.Row) []backends.Ref {
 func (p *Partition) Abort(now, cutoff int64) {
 	p.tick(now)
 	if p.pending > 0 {
-		for _, r := range p.rows {
+		for _, r := range p.byIndexAll() {
 			for i := range r.gens {
 				g := &r.gens[i]
 				switch {
@@ -551,7 +550,7 @@ func (p *Partition) Abandon(now int64, refs []backends.Ref) int {
 	}
 	p.orphans = slices.DeleteFunc(p.orphans, func(o pendingRef) bool { return take(o.ref.ID()) })
 	if p.pending > 0 {
-		for _, r := range p.rows {
+		for _, r := range p.byIndexAll() {
 			for i := range r.gens {
 				g := &r.gens[i]
 				g.eachPending(func(gen uint64) {
@@ -577,6 +576,18 @@ func (p *Partition) Abandon(now int64, refs []backends.Ref) int {
 		}
 	}
 	return len(set)
+}
+
+// byIndexAll returns every row, prepared ones too, by index: for the
+// scans whose order shows in the garbage, so that every process applying
+// a record orders it alike.
+func (p *Partition) byIndexAll() []*row {
+	out := make([]*row, 0, len(p.rows))
+	for _, r := range p.rows {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *row) int { return compareIndex(a.index, b.index) })
+	return out
 }
 
 func sameCell(a, b backends.Ref) bool {
