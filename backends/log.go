@@ -44,13 +44,20 @@ type Log interface {
 	// Compact stores snapshot as the state of partition after the entry
 	// at, and drops the entries before at (keeping at's own, so that a
 	// reader at at still finds its position), if the log still holds at
-	// and its current snapshot is older; otherwise it does nothing. A nil
-	// snapshot deletes the log instead, if at is still its last entry: a
-	// later Append begins a new log from number 1. Neither is an error
-	// when it does nothing.
+	// and its current snapshot is older; otherwise it does nothing.
+	//
+	// A nil snapshot empties the log instead, if at is still its last
+	// entry: the log keeps at's entry and reads from anywhere else as a
+	// Restart with a nil Snapshot (the empty state) at Start at, and
+	// Partitions no longer lists it. Numbering goes on (a later Append
+	// is at.N+1, and lists it again), so that a reader blocked after at
+	// wakes on it. An engine may forget an emptied log after an hour or
+	// more: it then reads as no log, and a new one begins from 1.
+	//
+	// Neither is an error when it does nothing.
 	Compact(ctx context.Context, partition string, at Pos, snapshot []byte) error
-	// Partitions returns the names of the partitions that have a log,
-	// sorted. It may include a partition whose log was just deleted.
+	// Partitions returns the names of the partitions that have a log
+	// (not emptied), sorted. It may include one just emptied.
 	Partitions(ctx context.Context) ([]string, error)
 	// Close releases the log. Later calls return ErrClosed; a Read
 	// waiting returns ErrClosed at once.

@@ -119,7 +119,7 @@
 //     from. An Append that fails with an error not matching
 //     ErrOutcomeUnknown (a cancelled context's) appended nothing.
 //   - Indexes: the ranges [Base, Base+Indexes) of all entries, across
-//     partitions, clients, and a log deleted and begun anew, never
+//     partitions, clients, and a log emptied and appended to again, never
 //     overlap; a read gives an entry the Base its Append did.
 //   - Read returns the entries after from, with Data; at the end, an
 //     empty Tail (no Restart, no entries). A partition with no log gives
@@ -135,11 +135,12 @@
 //     stores the snapshot there (at the last entry too: numbering goes
 //     on); it does nothing, without error, at a position of another ID,
 //     past the end, before or at the current snapshot, or on a partition
-//     with no log (which it does not create). A nil snapshot deletes the
+//     with no log (which it does not create). A nil snapshot empties the
 //     log when at is its last entry (its snapshot's entry too, when that
-//     is the last), and does nothing otherwise; after a delete the
-//     partition reads as one with no log, a reader at an old position gets
-//     a Restart, and an Append begins at 1.
+//     is the last), and does nothing otherwise; after it a reader anywhere
+//     but at gets a Restart with a nil Snapshot at Start at, a reader at
+//     at goes on (and one waiting there wakes on the next Append), and an
+//     Append is numbered at.N+1.
 //   - Waiting: a Read with a wait at the end of a log, or at the zero Pos
 //     of a partition with no log, returns within 500 ms of another
 //     client's Append, with the entries; with nothing appended, an empty
@@ -152,9 +153,9 @@
 //     Partitions return an error matching ErrClosed and do nothing; the
 //     server's other clients go on.
 //   - Partitions lists, sorted, the partitions with a log (compacted ones
-//     too), and not those only read, compacted or given empty Appends; a
-//     deleted log drops out within 2 s ("may include a partition whose
-//     log was just deleted"), and comes back when begun anew.
+//     too), and not those only read, compacted or given empty Appends; an
+//     emptied log drops out within 2 s ("may include one just emptied"),
+//     and comes back when appended to.
 //   - Concurrency: goroutines appending to one partition through two
 //     clients, and another following it with waiting Reads, each see the
 //     same entry at each number, numbers dense, never a Restart, and in

@@ -63,7 +63,7 @@ var logTests = []struct {
 	{"CompactRead", testCompactRead},
 	{"CompactLast", testCompactLast},
 	{"CompactNoop", testCompactNoop},
-	{"Delete", testLogDelete},
+	{"Emptied", testLogEmptied},
 	{"WaitAppend", testWaitAppend},
 	{"WaitElapses", testWaitElapses},
 	{"WaitContext", testWaitContext},
@@ -441,13 +441,13 @@ func testLogIndexes(x *lt) {
 	if x.t.Failed() {
 		return
 	}
-	// Delete the first partition's log and begin it anew.
+	// Empty the first partition's log and append to it again.
 	end := x.end(clients[0], parts[0])
 	x.compact(clients[0], parts[0], end, nil)
 	rs := logRecs("anew", 2)
 	rs[0].Indexes, rs[1].Indexes = 5, 1
-	tail := x.append(clients[1], parts[0], backends.Pos{}, rs)
-	x.checkTail("Append to a deleted log", tail, backends.Pos{}, rs, 2)
+	tail := x.append(clients[1], parts[0], end, rs)
+	x.checkTail("Append to an emptied log", tail, end, rs, 2)
 	if err := keep(tail, parts[0], rs); err != nil {
 		x.t.Fatal(err)
 	}
@@ -614,10 +614,11 @@ func testCompactNoop(x *lt) {
 	}
 }
 
-// Delete: Compact with a nil snapshot at the last entry deletes the log (a
-// later Append begins anew at 1, and a reader of the old log gets a
-// Restart); at any other position it does nothing.
-func testLogDelete(x *lt) {
+// Emptied: Compact with a nil snapshot at the last entry empties the log:
+// a reader anywhere else restarts from the empty state at that entry, a
+// reader there goes on, numbering goes on, and a reader blocked there
+// wakes on the next Append; at any other position it does nothing.
+func testLogEmptied(x *lt) {
 	c1, c2 := x.client(), x.client()
 	p := x.part("p")
 	rs := logRecs("p", 3)
@@ -625,23 +626,33 @@ func testLogDelete(x *lt) {
 	x.compact(c2, p, posOf(rs, 1), nil)
 	x.compact(c2, p, backends.Pos{N: 3, ID: otherID(rs[2].ID)}, nil)
 	x.compact(c2, p, backends.Pos{N: 4, ID: newID()}, nil)
-	x.checkTail("Read after deletes at positions other than the last", x.read(c1, p, backends.Pos{}), backends.Pos{}, rs, 0)
+	x.checkTail("Read after empties at positions other than the last", x.read(c1, p, backends.Pos{}), backends.Pos{}, rs, 0)
 
-	x.compact(c2, p, posOf(rs, 2), nil)
-	x.checkEmpty("Read of a deleted log", x.read(c1, p, backends.Pos{}))
-	x.checkRestart("Read of a deleted log after its last entry", x.read(c1, p, posOf(rs, 2)), nil, backends.Pos{}, nil, 0)
+	end := posOf(rs, 2)
+	x.compact(c2, p, end, nil)
+	x.checkRestart("Read of an emptied log from the start", x.read(c1, p, backends.Pos{}), nil, end, nil, 0)
+	x.checkRestart("Read of an emptied log from before its end", x.read(c1, p, posOf(rs, 0)), nil, end, nil, 0)
+	x.checkTail("Read of an emptied log from its end", x.read(c1, p, end), end, nil, 0)
+	waiting := readAsync(x.ctx, c1, p, end, 5*time.Second)
+	x.waiting("a Read waiting at an emptied log's end", waiting)
 	anew := logRecs("anew", 2)
-	x.checkTail("Append to a deleted log", x.append(c2, p, backends.Pos{}, anew[:1]), backends.Pos{}, anew[:1], 1)
-	x.checkRestart("Read of the old log's end", x.read(c1, p, posOf(rs, 2)), nil, backends.Pos{}, anew[:1], 0)
-	x.checkRestart("Read of the old log's first entry", x.read(c1, p, posOf(rs, 0)), nil, backends.Pos{}, anew[:1], 0)
-	x.checkRestart("Append after the old log's first entry", x.append(c1, p, posOf(rs, 0), anew[1:]), nil, backends.Pos{}, anew, 1)
+	tail := x.append(c2, p, end, anew[:1])
+	x.checkTail("Append to an emptied log", tail, end, anew[:1], 1)
+	if tail.Entries[0].N != end.N+1 {
+		x.t.Fatalf("Append to an emptied log numbered %d, want %d: numbering goes on", tail.Entries[0].N, end.N+1)
+	}
+	got := x.returned("a Read waiting at an emptied log's end", waiting)
+	if got.err != nil || len(got.tail.Entries) != 1 || got.tail.Entries[0].ID != anew[0].ID {
+		x.t.Fatalf("a Read waiting at an emptied log's end returned %s, %v; want the new entry", describe(got.tail.Entries), got.err)
+	}
+	x.checkRestart("Append after the old log's first entry", x.append(c1, p, posOf(rs, 0), anew[1:]), nil, end, anew, 1)
 
-	// A log of only a snapshot is deleted at its snapshot's entry.
-	at := posOf(anew, 1)
-	x.compact(c1, p, at, []byte("state after 2"))
+	// A log of only a snapshot is emptied at its snapshot's entry.
+	at := x.end(c1, p)
+	x.compact(c1, p, at, []byte("state after 5"))
 	x.compact(c2, p, at, nil)
-	x.checkEmpty("Read of a compacted log deleted", x.read(c1, p, backends.Pos{}))
-	x.checkRestart("Read of a compacted log deleted, at its snapshot", x.read(c1, p, at), nil, backends.Pos{}, nil, 0)
+	x.checkRestart("Read of a compacted log emptied", x.read(c1, p, backends.Pos{}), nil, at, nil, 0)
+	x.checkTail("Read of a compacted log emptied, at its snapshot", x.read(c1, p, at), at, nil, 0)
 }
 
 // result is what a Read in a goroutine returned, and when.
@@ -817,9 +828,9 @@ func testLogClosed(x *lt) {
 }
 
 // Partitions: lists, sorted, the partitions that have a log (compacted
-// ones too); not those only read, compacted or given empty Appends; a
-// deleted log drops out (at once, or soon after: "may include a partition
-// whose log was just deleted"), and comes back when begun anew.
+// ones too); not those only read, compacted or given empty Appends; an
+// emptied log drops out (at once, or soon after: "may include one just
+// emptied"), and comes back when appended to.
 func testLogPartitions(x *lt) {
 	c1, c2 := x.client(), x.client()
 	var want []string
@@ -838,10 +849,11 @@ func testLogPartitions(x *lt) {
 			x.t.Fatalf("Partitions lists %q, want %q", got, want)
 		}
 	}
-	// A compacted log is listed; a deleted one drops out.
+	// A compacted log is listed; an emptied one drops out.
 	gone, kept := x.part("b"), x.part("a")
 	x.compact(c1, kept, x.end(c1, kept), []byte("snapshot"))
-	x.compact(c2, gone, x.end(c1, gone), nil)
+	goneAt := x.end(c1, gone)
+	x.compact(c2, gone, goneAt, nil)
 	left := slices.DeleteFunc(slices.Clone(want), func(p string) bool { return p == gone })
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		got := x.partitions(c1)
@@ -849,12 +861,12 @@ func testLogPartitions(x *lt) {
 			break
 		}
 		if !slices.Equal(got, want) || time.Now().After(deadline) {
-			x.t.Fatalf("Partitions lists %q after %q was deleted, want %q", got, gone, left)
+			x.t.Fatalf("Partitions lists %q after %q was emptied, want %q", got, gone, left)
 		}
 	}
-	x.append(c1, gone, backends.Pos{}, logRecs("anew", 1))
+	x.append(c1, gone, goneAt, logRecs("anew", 1))
 	if got := x.partitions(c2); !slices.Equal(got, want) {
-		x.t.Fatalf("Partitions lists %q after %q was begun anew, want %q", got, gone, want)
+		x.t.Fatalf("Partitions lists %q after %q was appended to again, want %q", got, gone, want)
 	}
 }
 

@@ -39,6 +39,7 @@ type plog struct {
 	snap    []byte
 	start   backends.Pos
 	entries []backends.Entry
+	emptied bool // by a Compact with no snapshot, and not appended to since
 }
 
 // NewServer returns an empty server whose entries are stamped with
@@ -133,6 +134,7 @@ func (c *client) Append(ctx context.Context, partition string, from backends.Pos
 			s.logs[partition] = l
 		}
 		now := s.clock().UnixMicro()
+		l.emptied = false
 		for _, r := range recs {
 			l.entries = append(l.entries, backends.Entry{N: l.last().N + 1, ID: r.ID, Time: now, Base: s.next, Data: bytes.Clone(r.Data)})
 			s.next += r.Indexes
@@ -194,8 +196,8 @@ func (c *client) Compact(ctx context.Context, partition string, at backends.Pos,
 	case l == nil:
 	case snapshot == nil:
 		if l.last().Pos() == at {
-			delete(s.logs, partition)
-			s.wake(partition) // a waiting reader's position is gone
+			l.entries = slices.Clone(l.entries[at.N-l.entries[0].N:])
+			l.snap, l.start, l.emptied = nil, at, true
 		}
 	case at.N > l.start.N && l.holds(at):
 		l.entries = slices.Clone(l.entries[at.N-l.entries[0].N:])
@@ -211,8 +213,10 @@ func (c *client) Partitions(ctx context.Context) ([]string, error) {
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	names := make([]string, 0, len(c.s.logs))
-	for p := range c.s.logs {
-		names = append(names, p)
+	for p, l := range c.s.logs {
+		if !l.emptied {
+			names = append(names, p)
+		}
 	}
 	slices.Sort(names)
 	return names, nil
