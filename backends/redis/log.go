@@ -437,10 +437,10 @@ func (l *Log) read(ctx context.Context, op, partition string, from backends.Pos)
 	return t, nil
 }
 
-// Compact implements backends.Log. On a Cluster a delete then
-// unregisters the partition (SREM), and registers it again if a log of
-// it exists by then (an Append that created it meanwhile may have
-// registered it before the SREM).
+// Compact implements backends.Log. On a Cluster emptying a log then
+// unregisters the partition (SREM), and registers it again if the log is
+// live by then (an Append that refilled it meanwhile may have registered
+// it before the SREM).
 func (l *Log) Compact(ctx context.Context, partition string, at backends.Pos, snapshot []byte) error {
 	s := l.s
 	ctx = s.traced(ctx)
@@ -471,11 +471,17 @@ func (l *Log) Compact(ctx context.Context, partition string, at backends.Pos, sn
 		if err := s.client.SRem(ctx, parts, partition).Err(); err != nil {
 			return s.wrap(ctx, "compact", err)
 		}
+		// An append since the script made the log live again (it clears
+		// the snapshot's e): register it again.
 		n, err := s.client.Exists(ctx, keys[0]).Result()
 		if err != nil {
 			return s.wrap(ctx, "compact", err)
 		}
-		if n > 0 {
+		emptied, err := s.client.HExists(ctx, keys[1], "e").Result()
+		if err != nil {
+			return s.wrap(ctx, "compact", err)
+		}
+		if n > 0 && !emptied {
 			if err := s.client.SAdd(ctx, parts, partition).Err(); err != nil {
 				return s.wrap(ctx, "compact", err)
 			}

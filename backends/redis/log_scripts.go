@@ -18,7 +18,11 @@ import goredis "github.com/redis/go-redis/v9"
 //	                   decimal), b (first global index, decimal; only
 //	                   when the record reserved some), d (the record)
 //	base:snap  hash    the snapshot: n (the N it follows, decimal), i
-//	                   (the record ID of entry n), d (its bytes)
+//	                   (the record ID of entry n), d (its bytes); z ("1")
+//	                   when the log was emptied at n (the state there is
+//	                   empty: a nil snapshot); e ("1") while it is still
+//	                   empty: both keys expire an hour after the emptying
+//	                   unless an append comes first
 //
 // and gbase:next, gbase:parts as for the rest of the engine.
 
@@ -64,9 +68,12 @@ else
   end
 end
 if restart == 1 then
-  local s = redis.call('HMGET', KEYS[2], 'n', 'i', 'd')
+  local s = redis.call('HMGET', KEYS[2], 'n', 'i', 'd', 'z')
   if s[1] then
     sn, sid, sd = tonumber(s[1]), s[2], s[3]
+    if s[4] then
+      sd = false
+    end
     e = redis.call('XRANGE', KEYS[1], string.format('%d', sn + 1) .. '-0', '+')
   elseif e == nil then
     e = redis.call('XRANGE', KEYS[1], '-', '+')
@@ -95,7 +102,9 @@ end
 // appended (0 for a resend), time, base, dup, created}, the first five
 // as logTailLua sets them; dup is 0, or, for a resend, the (1-based)
 // index in entries of the first record's entry; created is 1 when the
-// log did not exist. A missing marker is the error NODATA.
+// log did not exist or was emptied (an append to an emptied log makes
+// its keys persist and, inline, registers the partition again). A
+// missing marker is the error NODATA.
 var logAppendScript = goredis.NewScript(logAppendLua)
 
 const logAppendLua = `
@@ -168,6 +177,13 @@ end
 local created = 0
 if n == 0 then
   created = 1
+elseif redis.call('HDEL', KEYS[2], 'e') == 1 then
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+  if inline then
+    redis.call('SADD', KEYS[4], ARGV[4])
+  end
+  created = 1
 end
 return {restart, sn, sid, sd, e, n + 1, now, base, 0, created}
 `
@@ -194,10 +210,12 @@ local fn, fid = ARGV[1], ARGV[2]
 // snapshot stored follows an earlier entry (or there is none), it stores
 // the new one and trims the stream to at's entry and those after it
 // (XTRIM MINID). Without: if at's entry is the log's last, it deletes
-// the stream and the snapshot (and, inline, unregisters the partition);
-// a partition with no stream is unregistered too.
+// empties the log: trims the stream to that entry, records an empty
+// state there (the snapshot's e), sets both keys to expire in an hour
+// (an append first makes them persist again), and, inline, unregisters
+// the partition; a partition with no stream is unregistered too.
 //
-// Reply: 0 nothing done, 1 snapshot stored, 2 log deleted, 3 no log.
+// Reply: 0 nothing done, 1 snapshot stored, 2 log emptied, 3 no log.
 var logCompactScript = goredis.NewScript(logCompactLua)
 
 const logCompactLua = `
@@ -215,6 +233,7 @@ if ARGV[3] == '1' then
     return 0
   end
   redis.call('HSET', KEYS[2], 'n', ARGV[1], 'i', ARGV[2], 'd', ARGV[4])
+  redis.call('HDEL', KEYS[2], 'e', 'z')
   redis.call('XTRIM', KEYS[1], 'MINID', at)
   return 1
 end
@@ -230,7 +249,10 @@ if inline then
 end
 local r = 3
 if #last > 0 then
-  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('XTRIM', KEYS[1], 'MINID', at)
+  redis.call('HSET', KEYS[2], 'n', ARGV[1], 'i', ARGV[2], 'd', '', 'z', '1', 'e', '1')
+  redis.call('PEXPIRE', KEYS[1], 3600000)
+  redis.call('PEXPIRE', KEYS[2], 3600000)
   r = 2
 end
 if inline then

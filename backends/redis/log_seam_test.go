@@ -111,8 +111,10 @@ func readOK(t *testing.T, l backends.Log, p string, from backends.Pos) backends.
 	return tail
 }
 
-// TestLogBehaviours runs the table of Log behaviours on each server kind.
-func TestLogBehaviours(t *testing.T) {
+// logEnvs starts the server kinds a Log runs on: a standalone server
+// (with and without the engine's direct connections, and taking the
+// Cluster path) and, unless -short, a Cluster.
+func logEnvs(t *testing.T) []*logEnv {
 	srv := redistest.Start(t)
 	envs := []*logEnv{
 		{name: "standalone", url: srv.URL()},
@@ -123,6 +125,12 @@ func TestLogBehaviours(t *testing.T) {
 		c := redistest.StartCluster(t)
 		envs = append(envs, &logEnv{name: "cluster", url: c.URL(), cluster: true})
 	}
+	return envs
+}
+
+// TestLogBehaviours runs the table of Log behaviours on each server kind.
+func TestLogBehaviours(t *testing.T) {
+	envs := logEnvs(t)
 	n := 0
 	for _, e := range envs {
 		t.Run(e.name, func(t *testing.T) {
@@ -144,7 +152,7 @@ var logBehaviours = []struct {
 	{"AppendAfterOthers", testLogAppendAfterOthers},
 	{"TailCases", testLogTailCases},
 	{"Compaction", testLogCompaction},
-	{"Delete", testLogDelete},
+	{"Emptied", testLogEmptied},
 	{"Indexes", testLogIndexes},
 	{"Resend", testLogResend},
 	{"Partitions", testLogPartitions},
@@ -315,9 +323,11 @@ func testLogCompaction(t *testing.T, e *logEnv, prefix string) {
 	}
 }
 
-// Delete: a nil snapshot deletes the log if the position is its last
-// entry; a later Append begins again from 1.
-func testLogDelete(t *testing.T, e *logEnv, prefix string) {
+// Emptied: a nil snapshot empties the log if the position is its last
+// entry: the keys stay an hour (expiring), the partition leaves the
+// registry, readers elsewhere restart from the empty state there, and
+// numbering goes on; an append makes the keys persist and registers it.
+func testLogEmptied(t *testing.T, e *logEnv, prefix string) {
 	l, s := e.open(t, prefix)
 	ctx := t.Context()
 	recs := []backends.Record{rec("a", 0), rec("b", 0)}
@@ -329,7 +339,7 @@ func testLogDelete(t *testing.T, e *logEnv, prefix string) {
 		t.Fatal(err)
 	}
 	if got := readOK(t, l, "p", backends.Pos{}); len(got.Entries) != 2 {
-		t.Fatalf("a delete at a position that is not the last deleted the log: %+v", got)
+		t.Fatalf("an empty at a position that is not the last emptied the log: %+v", got)
 	}
 	if err := l.Compact(ctx, "p", backends.Pos{N: 1, ID: recs[0].ID}, []byte("s1")); err != nil {
 		t.Fatal(err)
@@ -338,26 +348,35 @@ func testLogDelete(t *testing.T, e *logEnv, prefix string) {
 	if err := l.Compact(ctx, "p", last, nil); err != nil {
 		t.Fatal(err)
 	}
-	n, err := s.Client().Exists(ctx, logKey(prefix, "p", "log"), logKey(prefix, "p", "snap")).Result()
-	if err != nil || n != 0 {
-		t.Fatalf("after the delete %d of the stream and snapshot remain (%v)", n, err)
+	keys := []string{logKey(prefix, "p", "log"), logKey(prefix, "p", "snap")}
+	for _, k := range keys {
+		if ttl, err := s.Client().PTTL(ctx, k).Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+			t.Fatalf("after emptying, %s expires in %v (%v), want within an hour", k, ttl, err)
+		}
 	}
 	if parts, err := l.Partitions(ctx); err != nil || slices.Contains(parts, "p") {
-		t.Fatalf("Partitions after the delete: %q, %v", parts, err)
+		t.Fatalf("Partitions after emptying: %q, %v", parts, err)
 	}
-	got := readOK(t, l, "p", last)
-	if !got.Restart || got.Snapshot != nil || len(got.Entries) != 0 {
-		t.Fatalf("from the deleted log's end: %+v, want a Restart to the empty state", got)
+	if got := readOK(t, l, "p", last); got.Restart || len(got.Entries) != 0 {
+		t.Fatalf("from the emptied log's end: %+v, want nothing new", got)
 	}
-	again := rec("new", 0)
-	tail := appendOK(t, l, "p", last, again)
-	if !tail.Restart || len(tail.Entries) != 1 || tail.Entries[0].N != 1 {
-		t.Fatalf("append from the deleted log's end: %+v, want a Restart and entry 1", tail)
+	got := readOK(t, l, "p", backends.Pos{})
+	if !got.Restart || got.Snapshot != nil || got.Start != last || len(got.Entries) != 0 {
+		t.Fatalf("from the start of the emptied log: %+v, want a Restart to the empty state at %v", got, last)
+	}
+	tail := appendOK(t, l, "p", last, rec("new", 0))
+	if tail.Restart || len(tail.Entries) != 1 || tail.Entries[0].N != 3 {
+		t.Fatalf("append from the emptied log's end: %+v, want entry 3", tail)
+	}
+	for _, k := range keys {
+		if ttl, err := s.Client().PTTL(ctx, k).Result(); err != nil || ttl != -1 {
+			t.Fatalf("after an append to the emptied log, %s expires in %v (%v), want never", k, ttl, err)
+		}
 	}
 	if parts, err := l.Partitions(ctx); err != nil || !slices.Contains(parts, "p") {
-		t.Fatalf("Partitions after the log began again: %q, %v", parts, err)
+		t.Fatalf("Partitions after the append: %q, %v", parts, err)
 	}
-	// Deleting a partition that has no log does nothing.
+	// Emptying a partition that has no log does nothing.
 	if err := l.Compact(ctx, "none", backends.Pos{}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -671,7 +690,7 @@ func testLogWaitFromNothing(t *testing.T, e *logEnv, prefix string) {
 // Restart.
 func testLogWaitRestart(t *testing.T, e *logEnv, prefix string) {
 	defer redis.SetLogRecheck(200 * time.Millisecond)()
-	l, _ := e.open(t, prefix)
+	l, s := e.open(t, prefix)
 	w, _ := e.open(t, prefix)
 	recs := []backends.Record{rec("a", 0), rec("b", 0), rec("c", 0)}
 	end := endOf(appendOK(t, l, "p", backends.Pos{}, recs...), backends.Pos{})
@@ -679,7 +698,8 @@ func testLogWaitRestart(t *testing.T, e *logEnv, prefix string) {
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		ctx := context.Background()
-		err := w.Compact(ctx, "p", end, nil)
+		// As an emptied log's keys expire: the next log begins at 1.
+		err := s.Client().Del(ctx, logKey(prefix, "p", "log"), logKey(prefix, "p", "snap")).Err()
 		if err == nil {
 			_, err = w.Append(ctx, "p", backends.Pos{}, []backends.Record{rec("new", 0)})
 		}
