@@ -160,6 +160,15 @@ type ClaimRequest struct {
 	// Custom claims choose with pick, among the oldest ready rows (a
 	// window the store may grow when the pick leases too few).
 	Custom bool
+	// Hold, if > 0, makes a claim that leases nothing stay registered
+	// (Claimed.Waiting) for up to Hold: a store whose writers learn of
+	// changes from a log fulfils it with the change that makes rows ready
+	// (the waiter then needs no second request); others may ignore it.
+	Hold time.Duration
+	// Replaces names a registered claim of the caller's (a Waiting token)
+	// that this claim replaces: cancelled if still waiting; if it was
+	// fulfilled, this claim returns that lease and leases nothing more.
+	Replaces string
 }
 
 // Select says which rows are ready for a task, and how its claims choose
@@ -245,6 +254,10 @@ type Claimed struct {
 	// Dropped is how many rows of Picked.Drop (or stale rows) the claim
 	// dropped; Skipped how many stale rows it passed over.
 	Dropped, Skipped int
+	// Waiting is the token of the claim registered by Hold ("" for
+	// none): it may be fulfilled later; Wait returns then, and the claim
+	// that Replaces it returns the lease.
+	Waiting string
 	// Mark is where the claim looked, for Wait: its Seq is the count of
 	// changes no later than when the claim read the rows it picked from,
 	// so any change the claim may not have seen (a commit while it
@@ -261,6 +274,9 @@ type Claimed struct {
 type Mark struct {
 	Seq  uint64
 	Wake time.Time
+	// Token is the registered claim (Claimed.Waiting) the waiter waits
+	// on, if any: its fulfilment ends a Wait too.
+	Token string
 }
 
 // SettleOp is what Settle does to each row.
@@ -283,6 +299,10 @@ const (
 	Retry
 	// Drop makes a ready or dead row dropped; req.Lease must be "".
 	Drop
+	// Unwait cancels the registered claim req.Lease (a Waiting token),
+	// and returns the rows it leased if it was fulfilled; req.Indexes
+	// are not used. A waiter that gives up sends it.
+	Unwait
 )
 
 // SettleRequest names rows of one task and what to do with them.
@@ -318,6 +338,8 @@ func (r *ClaimRequest) Check() error {
 		return invalidf("claim: min %d outside 1..%d", r.Min, r.Rows)
 	case r.MaxDeliveries < 0:
 		return invalidf("claim: max deliveries %d < 0", r.MaxDeliveries)
+	case r.Hold < 0:
+		return invalidf("claim: hold %v < 0", r.Hold)
 	case r.Batch != nil && (r.Batch.Ranks < 1 || r.Batch.Rank < 0 || r.Batch.Rank >= r.Batch.Ranks):
 		return invalidf("claim: rank %d of %d", r.Batch.Rank, r.Batch.Ranks)
 	case r.Select.Group.Size < 0 || r.Select.Group.Size > 0 && (r.Select.Group.Tag == "") == (r.Select.Group.Sep == ""):
@@ -333,7 +355,7 @@ func (r *SettleRequest) Check() error {
 	switch {
 	case r.Task == "":
 		return invalidf("settle: empty task name")
-	case r.Op < Ack || r.Op > Drop:
+	case r.Op < Ack || r.Op > Unwait:
 		return invalidf("settle: unknown op %d", r.Op)
 	case (r.Op == Retry || r.Op == Drop) != (r.Lease == ""):
 		if r.Lease == "" {

@@ -355,6 +355,12 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		req.Select.Stale = backends.Stale{Tag: s.tag, Drop: s.drop}
 		req.Floor = float64(t.version.Load() - s.k)
 	}
+	if wait {
+		// A shared engine keeps the claim registered while the Wait
+		// waits, and fulfils it with the change that makes rows ready:
+		// the lease needs no second request.
+		req.Hold = waitHold
+	}
 	for {
 		var skipped int64
 		picks := 0
@@ -388,10 +394,38 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 			}
 			return l, nil
 		}
-		if err := q.Wait(ctx, t.partition, got.Mark); err != nil {
+		if err := t.waitFor(ctx, q, got); err != nil {
 			return nil, closedErr(ctx, err)
 		}
+		req.Replaces = got.Waiting // the next claim takes its lease, or replaces it
 	}
+}
+
+// waitHold is how long a Wait's claim stays registered with a shared
+// engine; the Wait registers it again before it lapses.
+const waitHold = 30 * time.Second
+
+// waitFor waits for what an empty claim's mark says may change: until the
+// hold of its registered claim is nearly over at most. If ctx ends first,
+// the registered claim is cancelled (and its lease, had it just been
+// fulfilled, returned).
+func (t *Task) waitFor(ctx context.Context, q backends.MetaStore, got backends.Claimed) error {
+	wctx := ctx
+	if got.Waiting != "" {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, waitHold-time.Second)
+		defer cancel()
+	}
+	err := q.Wait(wctx, t.partition, got.Mark)
+	if err == nil || ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return nil // changed, or the hold is ending: claim (again)
+	}
+	if got.Waiting != "" {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = q.Settle(uctx, t.partition, backends.SettleRequest{Task: t.name, Op: backends.Unwait, Lease: got.Waiting})
+	}
+	return err
 }
 
 // untilClosed is ctx, ended by the client's Close as well: Close waits

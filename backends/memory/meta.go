@@ -331,6 +331,8 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 	}
 	p := m.lock(partition, true)
 	defer p.unlockKeep()
+	// No Hold: a Wait here wakes on the change in process and claims with
+	// no request, so claims never stand.
 	a := rules.ClaimArgs{Task: req.Task, Token: newLease(), Lease: req.Lease, Rows: req.Rows, Min: req.Min,
 		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom}
 	var c backends.Claimed

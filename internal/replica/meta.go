@@ -185,13 +185,37 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 		return backends.Claimed{}, err
 	}
 	a := rules.ClaimArgs{Task: req.Task, Lease: req.Lease, Rows: req.Rows, Min: req.Min,
-		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom}
+		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom,
+		Hold: req.Hold, Replaces: req.Replaces}
+	if req.Replaces != "" {
+		// The standing claim it replaces may be fulfilled already: its
+		// lease is the answer, with no request.
+		p := m.part(partition)
+		p.mu.Lock()
+		c, ok := p.fulfilled[req.Replaces]
+		if ok {
+			delete(p.fulfilled, req.Replaces)
+			delete(p.waits, req.Replaces)
+		}
+		skew, base := p.skew, p.base
+		p.mu.Unlock()
+		if ok {
+			return localClaimed(c, skew, base), nil
+		}
+	}
 	for window := 4*req.Rows + 64; ; window *= 4 {
 		full := false
 		var skew time.Duration
 		var base uint64
+		var replaced *rules.Claimed
+		pp := m.part(partition)
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
 			a.Token = newLease()
+			if a.Hold > 0 {
+				// Known before the record is sent: any record applied
+				// after it may fulfil it.
+				pp.waits[a.Token] = true
+			}
 			if a.Custom {
 				rows, ds := st.Candidates(st.Now(), req.Task, req.Select, req.Floor, window)
 				picked, err := pick(rows, ds)
@@ -205,25 +229,50 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 				full = len(rows) == window
 			}
 			return []record{{id: newID(), data: rules.ClaimRecord(&a)}}, nil
-		}, func(p *part) { skew, base = p.skew, p.base }))
+		}, func(p *part) {
+			skew, base = p.skew, p.base
+			if req.Replaces != "" {
+				// Fulfilled before this claim's record, which then leased
+				// nothing: that lease is the answer.
+				if c, ok := p.fulfilled[req.Replaces]; ok {
+					replaced = &c
+				}
+				delete(p.fulfilled, req.Replaces)
+				delete(p.waits, req.Replaces)
+			}
+		}))
+		if err != nil || r.Err != nil || r.Claimed.Waiting == "" {
+			pp.mu.Lock()
+			delete(pp.waits, a.Token)
+			pp.mu.Unlock()
+		}
 		if err != nil {
 			return backends.Claimed{}, err
 		}
 		if r.Err != nil {
 			return backends.Claimed{}, r.Err
 		}
+		if replaced != nil {
+			return localClaimed(*replaced, skew, base), nil
+		}
 		c := r.Claimed
 		if c.Lease == "" && full && window < 1<<24 {
 			continue
 		}
-		c.Until = local(c.Until, skew)
-		c.Deliveries = slices.Clone(c.Deliveries)
-		for i := range c.Deliveries {
-			c.Deliveries[i].Until = local(c.Deliveries[i].Until, skew)
-		}
-		c.Mark = backends.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew)}
-		return c, nil
+		return localClaimed(c, skew, base), nil
 	}
+}
+
+// localClaimed is c, a claim's result by the server's clock, in this
+// process's time, its mark in this copy's count.
+func localClaimed(c rules.Claimed, skew time.Duration, base uint64) backends.Claimed {
+	c.Until = local(c.Until, skew)
+	c.Deliveries = slices.Clone(c.Deliveries)
+	for i := range c.Deliveries {
+		c.Deliveries[i].Until = local(c.Deliveries[i].Until, skew)
+	}
+	c.Mark = backends.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
+	return c
 }
 
 // local turns a time of the server into one of this process.
@@ -257,7 +306,13 @@ func (m *Meta) Settle(ctx context.Context, partition string, req backends.Settle
 	var skew time.Duration
 	r, err := one(m.execAfter(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
 		return []record{{id: newID(), data: rules.SettleRecord(&req)}}, nil
-	}, func(p *part) { skew = p.skew }))
+	}, func(p *part) {
+		skew = p.skew
+		if req.Op == backends.Unwait {
+			delete(p.waits, req.Lease)
+			delete(p.fulfilled, req.Lease)
+		}
+	}))
 	if err != nil {
 		return backends.SettleResult{}, err
 	}
@@ -340,7 +395,8 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) e
 		timer = t.C
 	}
 	for {
-		if p.mark() != mark.Seq {
+		_, served := p.fulfilled[mark.Token]
+		if p.mark() != mark.Seq || mark.Token != "" && served {
 			p.mu.Unlock()
 			return nil
 		}

@@ -106,6 +106,11 @@ type part struct {
 	wake     chan struct{}
 	waiters  int
 	watching bool
+	// waits are the tokens of this process's standing claims, and
+	// fulfilled those a record fulfilled (times by the server's clock),
+	// until the claim replacing them takes the lease.
+	waits     map[string]bool
+	fulfilled map[string]rules.Claimed
 }
 
 // keepParts is how many partitions' copies a Meta keeps; beyond it, the
@@ -123,7 +128,7 @@ func (m *Meta) part(name string) *part {
 		if len(m.parts) >= keepParts {
 			m.evict()
 		}
-		p = &part{name: name, st: rules.New(), results: map[uint64]*rules.Result{}, ours: map[uint64][]byte{}}
+		p = &part{name: name, st: rules.New(), results: map[uint64]*rules.Result{}, ours: map[uint64][]byte{}, waits: map[string]bool{}}
 		m.parts[name] = p
 	}
 	p.used.Store(m.tick)
@@ -147,7 +152,7 @@ func (m *Meta) evict() {
 		if !p.mu.TryLock() {
 			continue
 		}
-		if p.waiters == 0 && !p.watching && !p.compacting && len(p.ours) == 0 {
+		if p.waiters == 0 && !p.watching && !p.compacting && len(p.ours) == 0 && len(p.waits) == 0 {
 			delete(m.parts, a.name)
 		}
 		p.mu.Unlock()
@@ -227,6 +232,14 @@ func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, er
 			p.results[e.ID] = &r
 		} else {
 			p.st.Replay(e)
+		}
+		for _, c := range p.st.TakeFulfilled() {
+			if p.waits[c.Waiting] {
+				if p.fulfilled == nil {
+					p.fulfilled = map[string]rules.Claimed{}
+				}
+				p.fulfilled[c.Waiting] = c
+			}
 		}
 		p.pos = e.Pos()
 		p.logBytes += len(e.Data) + 32

@@ -50,6 +50,12 @@ type ClaimArgs struct {
 	Custom bool
 	Units  [][]uint64
 	Drop   []uint64
+	// Hold registers a claim that leases nothing, for up to Hold, to be
+	// fulfilled by the first record after which it can lease (a standing
+	// claim: see serve). Replaces is a standing claim of the caller's
+	// this one replaces.
+	Hold     time.Duration
+	Replaces string
 }
 
 // Claimed is what a claim leased (see backends.Claimed); times are by
@@ -121,6 +127,24 @@ type task struct {
 	verOf  map[uint64]float64
 	parked map[uint64]float64 // stale rows passed over, by version
 	parkq  parkHeap           // parked rows, highest version first
+
+	// standing are the claims waiting to be fulfilled, oldest first;
+	// served the ones fulfilled, by token, while their lease runs (a
+	// claim replacing one finds it; an Unwait returns its rows).
+	standing []*standing
+	served   map[string]served
+}
+
+// standing is a registered claim: it lapses at until.
+type standing struct {
+	a     ClaimArgs
+	until int64
+}
+
+// served is a standing claim's lease: its rows and its end.
+type served struct {
+	until int64
+	rows  []uint64
 }
 
 type verKey struct {
@@ -326,6 +350,14 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	t := p.task(a.Task)
 	p.configure(t, a.Select)
 	p.advance(t, now)
+	if a.Replaces != "" {
+		t.unstand(a.Replaces)
+		if _, ok := t.served[a.Replaces]; ok {
+			// The claim it replaces was fulfilled: that lease is the
+			// answer, and this one leases nothing.
+			return Claimed{Mark: p.mark(t, now)}
+		}
+	}
 	if a.Batch != nil {
 		if c, ok := p.takeShare(t, a, now); ok {
 			return c
@@ -375,6 +407,12 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	}
 	if len(take) < a.Min {
 		c.Mark = p.mark(t, now)
+		if a.Hold > 0 {
+			st := &standing{a: *a, until: now + a.Hold.Microseconds()}
+			st.a.Hold, st.a.Replaces = 0, ""
+			t.standing = append(t.standing, st)
+			c.Waiting = a.Token
+		}
 		return c
 	}
 	until := now + a.Lease.Microseconds()
@@ -683,6 +721,10 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 	if t.indexed {
 		p.advance(t, now)
 	}
+	if req.Op == backends.Unwait {
+		p.unwait(t, req.Lease, now)
+		return res
+	}
 	changed := false
 	var until int64
 	var timed []uint64 // rows whose lease or delay now ends later
@@ -757,6 +799,106 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 		p.bump()
 	}
 	return res
+}
+
+// unwait cancels the standing claim token, and returns the rows it
+// leased if it was fulfilled (its waiter gave up).
+func (p *Partition) unwait(t *task, token string, now int64) {
+	t.unstand(token)
+	sv, ok := t.served[token]
+	if !ok {
+		return
+	}
+	delete(t.served, token)
+	for _, i := range sv.rows {
+		if e := t.entries[i]; e != nil && e.state == backends.Leased && e.lease == token {
+			ne := &entry{state: backends.Ready, deliveries: e.deliveries, lease: token, max: e.max}
+			if e.max > 0 && e.deliveries >= e.max {
+				ne.state = backends.Dead
+			}
+			p.setEntry(t, i, e, ne)
+		}
+	}
+	p.bump()
+}
+
+// unstand removes the standing claim token, if it is waiting.
+func (t *task) unstand(token string) {
+	t.standing = slices.DeleteFunc(t.standing, func(s *standing) bool { return s.a.Token == token })
+}
+
+// serve fulfils the standing claims that can lease now, oldest first in
+// each task, after a record (whatever it was: a commit, a settle, time
+// passing); each fulfilment is kept for TakeFulfilled. Lapsed ones go.
+func (p *Partition) serve() {
+	now := p.now
+	var names []string // in name order: a fulfilment may bump the count others' marks show
+	for name, t := range p.tasks {
+		if len(t.standing) > 0 || len(t.served) > 0 {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		t := p.tasks[name]
+		for tok, sv := range t.served {
+			if sv.until <= now {
+				delete(t.served, tok)
+			}
+		}
+		if len(t.standing) == 0 {
+			continue
+		}
+		t.standing = slices.DeleteFunc(t.standing, func(s *standing) bool { return s.until <= now })
+		if len(t.standing) == 0 || !t.indexed {
+			continue
+		}
+		p.advance(t, now)
+		for k := 0; k < len(t.standing); k++ {
+			s := t.standing[k]
+			if !p.mayLease(t, &s.a) {
+				continue
+			}
+			quiet := p.quiet
+			p.quiet = false // the waiter reads this claim's result
+			c := p.Claim(now, &s.a)
+			p.quiet = quiet
+			if c.Lease == "" {
+				continue
+			}
+			if t.served == nil {
+				t.served = map[string]served{}
+			}
+			rows := make([]uint64, len(c.Rows))
+			for j, r := range c.Rows {
+				rows[j] = r.Index
+			}
+			t.served[c.Lease] = served{until: c.Until.UnixMicro(), rows: rows}
+			c.Waiting = s.a.Token
+			p.fulfilled = append(p.fulfilled, c)
+			t.standing = slices.Delete(t.standing, k, k+1)
+			k--
+		}
+	}
+}
+
+// mayLease reports, cheaply, whether a claim of a might lease now.
+func (p *Partition) mayLease(t *task, a *ClaimArgs) bool {
+	if a.Batch != nil && slices.ContainsFunc(t.batches, func(b *openBatch) bool { return !b.taken[a.Batch.Rank] }) {
+		return true
+	}
+	if t.groups != nil {
+		return t.groups.complete.Len()*t.sel.Group.Size >= a.Min
+	}
+	return t.ready.Len()+len(t.parked) >= a.Min
+}
+
+// TakeFulfilled returns the standing claims the last records applied
+// fulfilled (Waiting set to each one's token), and forgets them.
+func (p *Partition) TakeFulfilled() []Claimed {
+	out := p.fulfilled
+	p.fulfilled = nil
+	return out
 }
 
 // Consumption returns, for each of tasks (every task with state when none

@@ -54,6 +54,8 @@ type Partition struct {
 	// quiet is set while Replay applies a record whose result nobody
 	// reads: the rules skip building it (not part of the state).
 	quiet bool
+	// fulfilled are the standing claims served since TakeFulfilled.
+	fulfilled []Claimed
 }
 
 // New returns an empty partition.

@@ -120,7 +120,9 @@ func ClaimRecord(a *ClaimArgs) []byte {
 	for _, u := range a.Units {
 		b = appendIndexes(b, u)
 	}
-	return appendIndexes(b, a.Drop)
+	b = appendIndexes(b, a.Drop)
+	b = msgp.AppendInt64(b, a.Hold.Microseconds())
+	return msgp.AppendString(b, a.Replaces)
 }
 
 // SettleRecord is a Settle.
@@ -188,6 +190,7 @@ func (p *Partition) Apply(e *backends.Entry) Result {
 	if err := p.apply(e, &r); err != nil {
 		r.Err = err
 	}
+	p.serve()
 	return r
 }
 
@@ -305,7 +308,7 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 // it: only a corrupt record fails here).
 func checkClaim(a *ClaimArgs) error {
 	req := backends.ClaimRequest{Task: a.Task, Lease: a.Lease, Rows: a.Rows, Min: a.Min, MaxDeliveries: a.MaxDeliveries,
-		Batch: a.Batch, Select: a.Select}
+		Batch: a.Batch, Select: a.Select, Hold: a.Hold}
 	if err := req.Check(); err != nil {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
@@ -407,9 +410,20 @@ func readClaim(b []byte) (*ClaimArgs, error) {
 			return nil, err
 		}
 	}
-	if a.Drop, _, err = readIndexes(b); err != nil {
+	if a.Drop, b, err = readIndexes(b); err != nil {
 		return nil, err
 	}
+	var hold int64
+	if hold, b, err = msgp.ReadInt64Bytes(b); err != nil {
+		return nil, err
+	}
+	if a.Replaces, _, err = msgp.ReadStringBytes(b); err != nil {
+		return nil, err
+	}
+	if hold < 0 || hold > math.MaxInt64/1000 {
+		return nil, fmt.Errorf("claim hold %d µs", hold)
+	}
+	a.Hold = time.Duration(hold) * time.Microsecond
 	const most = math.MaxInt32
 	if lease < 0 || rows > most || mn > most || maxd > most || size > most || size < 0 || rows < 0 || mn < 0 || maxd < 0 {
 		return nil, fmt.Errorf("claim numbers out of range")

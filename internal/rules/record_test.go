@@ -38,10 +38,20 @@ func (l *logger) apply(data []byte, indexes int) []Result {
 	e := &backends.Entry{N: l.n, ID: l.rng.Uint64() | 1, Time: l.now, Base: l.next, Data: data}
 	l.next += uint64(indexes)
 	var out []Result
+	var served [][]Claimed
 	for _, p := range l.ps {
 		out = append(out, p.Apply(e))
+		served = append(served, p.TakeFulfilled())
+	}
+	for i := 1; i < len(served); i++ {
+		if !reflect.DeepEqual(served[0], served[i]) {
+			l.t.Fatalf("record %d (%q): the original fulfilled %+v, restored copy %d %+v", l.n, data[0], served[0], i, served[i])
+		}
 	}
 	l.quiet.Replay(e)
+	if q := l.quiet.TakeFulfilled(); !reflect.DeepEqual(q, served[0]) {
+		l.t.Fatalf("record %d (%q): replayed, it fulfilled %+v; applied %+v", l.n, data[0], q, served[0])
+	}
 	if a, b := snapOf(l.ps[0]), snapOf(l.quiet); !slices.Equal(a, b) {
 		l.t.Fatalf("record %d (%q): the quiet copy differs after it", l.n, data[0])
 	}
@@ -73,7 +83,7 @@ func recordHistory(t *testing.T, seed uint64) {
 		}
 		return ks
 	}
-	var tokens []string
+	var tokens, waiting []string
 	for step := range 250 {
 		l.now += int64(rng.IntN(3)) * 300_000
 		p := l.ps[0]
@@ -132,9 +142,18 @@ func recordHistory(t *testing.T, seed uint64) {
 					a.Units = append(a.Units, []uint64{r.Index})
 				}
 			}
+			if rng.IntN(3) == 0 {
+				a.Hold = 2 * time.Second
+			}
+			if len(waiting) > 0 && rng.IntN(3) == 0 {
+				a.Replaces = waiting[rng.IntN(len(waiting))]
+			}
 			res := l.apply(ClaimRecord(a), 0)[0]
 			if res.Claimed.Lease != "" {
 				tokens = append(tokens, res.Claimed.Lease)
+			}
+			if res.Claimed.Waiting != "" {
+				waiting = append(waiting, res.Claimed.Waiting)
 			}
 		case 9:
 			if len(tokens) == 0 {
@@ -149,6 +168,9 @@ func recordHistory(t *testing.T, seed uint64) {
 			op := []backends.SettleOp{backends.Ack, backends.Nack, backends.Extend}[rng.IntN(3)]
 			l.apply(SettleRecord(&SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: op, Lease: tokens[rng.IntN(len(tokens))],
 				Indexes: idx, Delay: time.Second}), 0)
+			if len(waiting) > 0 && rng.IntN(3) == 0 {
+				l.apply(SettleRecord(&SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: backends.Unwait, Lease: waiting[rng.IntN(len(waiting))]}), 0)
+			}
 		case 10:
 			var idx []uint64
 			if rng.IntN(2) == 0 {

@@ -98,6 +98,18 @@ func (p *Partition) Snapshot() ([]byte, error) {
 				b = msgp.AppendBool(b, x)
 			}
 		}
+		b = msgp.AppendArrayHeader(b, uint32(len(t.standing)))
+		for _, st := range t.standing {
+			b = msgp.AppendBytes(b, ClaimRecord(&st.a))
+			b = msgp.AppendInt64(b, st.until)
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(t.served)))
+		for _, tok := range slices.Sorted(maps.Keys(t.served)) {
+			sv := t.served[tok]
+			b = msgp.AppendString(b, tok)
+			b = msgp.AppendInt64(b, sv.until)
+			b = appendIndexes(b, sv.rows)
+		}
 	}
 	b = msgp.AppendArrayHeader(b, uint32(len(p.voids)))
 	for _, id := range slices.Sorted(maps.Keys(p.voids)) {
@@ -481,6 +493,56 @@ func restore(b []byte) (*Partition, error) {
 				}
 			}
 			t.batches = append(t.batches, ob)
+		}
+		var ns uint32
+		if ns, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, err
+		}
+		if uint32(len(b)) < ns {
+			return nil, msgp.ErrShortBytes
+		}
+		for range ns {
+			var rec []byte
+			st := &standing{}
+			if rec, b, err = msgp.ReadBytesZC(b); err != nil {
+				return nil, err
+			}
+			if len(rec) == 0 || rec[0] != KindClaim {
+				return nil, fmt.Errorf("task %q: a standing claim that is not a claim", name)
+			}
+			a, err := readClaim(rec[1:])
+			if err != nil {
+				return nil, err
+			}
+			st.a = *a
+			if st.until, b, err = msgp.ReadInt64Bytes(b); err != nil {
+				return nil, err
+			}
+			t.standing = append(t.standing, st)
+		}
+		var nsv uint32
+		if nsv, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return nil, err
+		}
+		if uint32(len(b)) < nsv {
+			return nil, msgp.ErrShortBytes
+		}
+		for range nsv {
+			var tok string
+			var sv served
+			if tok, b, err = msgp.ReadStringBytes(b); err != nil {
+				return nil, err
+			}
+			if sv.until, b, err = msgp.ReadInt64Bytes(b); err != nil {
+				return nil, err
+			}
+			if sv.rows, b, err = readIndexes(b); err != nil {
+				return nil, err
+			}
+			if t.served == nil {
+				t.served = map[string]served{}
+			}
+			t.served[tok] = sv
 		}
 		if indexed {
 			p.configure(t, sel)

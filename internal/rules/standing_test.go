@@ -1,0 +1,108 @@
+package rules
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// entryAt applies a record at time now (µs) and returns its result and
+// the standing claims it fulfilled.
+type logged struct {
+	p *Partition
+	n uint64
+}
+
+func (l *logged) at(t *testing.T, now int64, data []byte) (Result, []Claimed) {
+	t.Helper()
+	l.n++
+	r := l.p.Apply(&backends.Entry{N: l.n, ID: l.n, Time: now, Base: 100 * l.n, Data: data})
+	return r, l.p.TakeFulfilled()
+}
+
+func (l *logged) put(t *testing.T, now int64, keys ...string) {
+	t.Helper()
+	r, _ := l.at(t, now, PrepareRecord(keys, []string{"f"}, len(keys)))
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	ups := make([]backends.RowUpdate, len(keys))
+	for i, k := range keys {
+		ups[i] = backends.RowUpdate{Key: k, Index: r.Reservations[i].Index, Fields: map[string]backends.FieldInfo{"f": {}}}
+	}
+	rec, _ := CommitRecord(ups)
+	if r, _ := l.at(t, now, rec); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+}
+
+func keysOf(c Claimed) []string {
+	var out []string
+	for _, r := range c.Rows {
+		out = append(out, r.Key)
+	}
+	return out
+}
+
+// A claim with a Hold that finds nothing stays, and the commit that makes
+// rows ready fulfils it, oldest first; the claim replacing a fulfilled one
+// leases nothing more; an Unwait of a fulfilled one returns its rows; a
+// standing claim lapses after its Hold.
+func TestStandingClaims(t *testing.T) {
+	l := &logged{p: New()}
+	sel := Select{Fields: []string{"f"}}
+	claim := func(now int64, token string, n int, hold time.Duration, replaces string) Claimed {
+		t.Helper()
+		r, _ := l.at(t, now, ClaimRecord(&ClaimArgs{Task: "t", Token: token, Lease: time.Minute, Rows: n, Min: n, Select: sel, Hold: hold, Replaces: replaces}))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r.Claimed
+	}
+	if c := claim(1, "a", 1, 10*time.Second, ""); c.Lease != "" || c.Waiting != "a" {
+		t.Fatalf("a held claim of an empty partition: %+v", c)
+	}
+	if c := claim(2, "b", 2, 10*time.Second, ""); c.Waiting != "b" {
+		t.Fatalf("a second held claim: %+v", c)
+	}
+	l.put(t, 3, "k1") // prepare, then the commit that fulfils a
+	r, served := l.at(t, 4, DeleteRecord(nil))
+	if r.Err != nil || len(served) != 0 {
+		t.Fatalf("a record after: %v, fulfilled %v", r.Err, served)
+	}
+	_, served = l.at(t, 5, nil)
+	if len(served) != 0 {
+		t.Fatalf("a corrupt record fulfilled %v", served)
+	}
+	// a was fulfilled by the commit of k1: find it through a claim that
+	// replaces it, which leases nothing.
+	if c := claim(6, "a2", 1, 0, "a"); c.Lease != "" {
+		t.Fatalf("the claim replacing a fulfilled one leased %v", keysOf(c))
+	}
+	// b needs two rows: one more commit fulfils it.
+	l.n++
+	pr := l.p.Apply(&backends.Entry{N: l.n, ID: l.n, Time: 7, Base: 1000, Data: PrepareRecord([]string{"k2", "k3"}, []string{"f"}, 2)})
+	rec, _ := CommitRecord([]backends.RowUpdate{
+		{Key: "k2", Index: pr.Reservations[0].Index, Fields: map[string]backends.FieldInfo{"f": {}}},
+		{Key: "k3", Index: pr.Reservations[1].Index, Fields: map[string]backends.FieldInfo{"f": {}}}})
+	_, served = l.at(t, 8, rec)
+	if len(served) != 1 || served[0].Waiting != "b" || len(served[0].Rows) != 2 {
+		t.Fatalf("the commit of two rows fulfilled %+v, want b with two rows", served)
+	}
+	// b's waiter gave up: its rows are ready again.
+	if r, _ := l.at(t, 9, SettleRecord(&SettleArgs{Task: "t", Op: backends.Unwait, Lease: "b"})); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if c := claim(10, "c", 2, 0, ""); len(c.Rows) != 2 {
+		t.Fatalf("after b's Unwait: %v, want its two rows", keysOf(c))
+	}
+	// A held claim lapses after its Hold: a later commit fulfils nothing.
+	if c := claim(11, "d", 1, time.Microsecond, ""); c.Waiting != "d" {
+		t.Fatalf("held claim d: %+v", c)
+	}
+	l.put(t, 20, "k4")
+	if c := claim(21, "e", 1, 0, ""); keysOf(c) == nil || keysOf(c)[0] != "k4" {
+		t.Fatalf("after d lapsed, k4 should be ready: %v", keysOf(c))
+	}
+}
