@@ -58,3 +58,57 @@ func BenchmarkApplyClaimAck(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRestore: what a process joining a partition pays for its
+// snapshot (see Meta's compaction: the log after it is at most its size):
+// encoding (the writer that compacts) and decoding, by rows held, with
+// a task that consumed half of them.
+func BenchmarkRestore(b *testing.B) {
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		p := New()
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("r%07d-p%03d-g%02d", i/64, i%64, i%8)
+		}
+		res, err := p.Prepare(1, keys, []string{"input_ids", "responses", "rewards"}, 0, n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fields := map[string]backends.FieldInfo{"input_ids": {DType: "int64", Shape: []int64{512}}, "responses": {DType: "int64", Shape: []int64{1024}}, "rewards": {DType: "float32", Shape: []int64{}}}
+		ups := make([]backends.RowUpdate, n)
+		for i := range ups {
+			ups[i] = backends.RowUpdate{Key: keys[i], Index: res[i].Index, Fields: fields,
+				Tag: map[string]any{"uid": keys[i][:13], "version": int64(i / 1000), "length": int64(1536)}}
+		}
+		if _, err := p.Commit(2, ups); err != nil {
+			b.Fatal(err)
+		}
+		c := p.Claim(3, &ClaimArgs{Task: "train", Token: "x", Lease: time.Hour, Rows: n / 2, Min: 1, Select: Select{Fields: []string{"rewards"}}})
+		idx := make([]uint64, len(c.Rows))
+		for i, r := range c.Rows {
+			idx[i] = r.Index
+		}
+		p.Settle(4, &SettleArgs{Task: "train", Op: backends.Ack, Lease: "x", Indexes: idx})
+		snap, err := p.Snapshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("encode/%d", n), func(b *testing.B) {
+			b.SetBytes(int64(len(snap)))
+			for b.Loop() {
+				if _, err := p.Snapshot(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("decode/%d", n), func(b *testing.B) {
+			b.SetBytes(int64(len(snap)))
+			b.ReportMetric(float64(len(snap))/float64(n), "B/row")
+			for b.Loop() {
+				if _, err := Restore(snap); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
