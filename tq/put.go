@@ -217,7 +217,9 @@ func (w *write) plan(batch Batch) error {
 		for _, v := range w.values[start:] {
 			info := cellInfo(v)
 			if info.Shape != nil {
-				if !slices.Equal(info.Shape, shape) {
+				// A 0-d tensor's shape is empty, not nil (nil is a
+				// general value's): the copy must keep that apart.
+				if shape == nil || !slices.Equal(info.Shape, shape) {
 					shape = slices.Clone(info.Shape)
 				}
 				info.Shape = shape

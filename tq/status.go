@@ -13,8 +13,10 @@ type Status struct {
 	Partition string
 	Rows      int            // committed rows
 	Fields    map[string]int // production: rows that have each field
-	// Tasks is the consumption of each task with state in the partition
-	// (one that claimed, or was reset, dropped into). Not knowing the
+	// Tasks is the consumption of each task with state in the partition:
+	// one that holds an entry for some row (it leased, acked, dropped or
+	// returned one; a task whose claims leased nothing, or that was reset
+	// to nothing, is not listed). Not knowing the
 	// fields a task waits for, it counts every row in no other state as
 	// Ready; Task.Status counts exactly.
 	Tasks map[string]TaskStatus

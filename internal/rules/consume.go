@@ -1001,7 +1001,14 @@ func groupID(g *Group, r *backends.Row) (string, bool) {
 		case bool:
 			return fmt.Sprintf("b%v", x), true
 		}
-		return "t" + fmt.Sprint(v), true // lists, maps: by their text
+		// Lists, maps, bytes: by their tag encoding (LOG.md section 4),
+		// which every process, and a reader in another language, forms
+		// alike.
+		b, err := appendTagValue([]byte{'t'}, v, 1)
+		if err != nil {
+			return "", false
+		}
+		return string(b), true
 	}
 	i := strings.LastIndex(r.Key, g.Sep)
 	if i < 0 {

@@ -18,7 +18,7 @@ import (
 // Records: the changes of a partition as a shared engine's log holds them
 // (backends.Log), one record per change, applied in the log's order by
 // Apply. A record is its kind (one ASCII letter) and a body of msgpack
-// values; LAYOUT.md specifies every kind byte for byte.
+// values; backends/LOG.md specifies every kind byte for byte.
 
 // Record kinds.
 const (
@@ -776,7 +776,7 @@ func readTableRef(b []byte, tables []map[string]backends.FieldInfo) (map[string]
 const TagDepthLimit = 64
 
 // AppendTag appends a row's tag, deterministically: equal tags give equal
-// bytes (LAYOUT.md, "Tag"). A nil tag is msgpack nil; any other is a map
+// bytes (backends/LOG.md, "Tags"). A nil tag is msgpack nil; any other is a map
 // of its entries in increasing byte order of their keys. int64 takes the
 // signed forms only, uint64 the unsigned forms only (never a fixint),
 // float64 always float64 (its sign, -0.0 included, kept), []byte bin;

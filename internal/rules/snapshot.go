@@ -14,7 +14,7 @@ import (
 // Snapshots: a partition's whole state as one byte string, which a
 // shared engine keeps in place of the log entries before it
 // (backends.Log.Compact). Restore of a snapshot gives a partition that
-// applies every later record as the one snapshotted would. LAYOUT.md
+// applies every later record as the one snapshotted would. backends/LOG.md
 // specifies the format.
 
 const kindSnapshot = 'S'
