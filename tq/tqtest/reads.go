@@ -24,6 +24,26 @@ func readCases() []testCase {
 		{"Reads/UntamperedCellsRead", readUntamperedCellsRead},
 		{"Puts/InvalidBoolRejected", putInvalidBoolRejected},
 		{"Puts/ValidBoolRoundTrip", putValidBoolRoundTrip},
+		{"Puts/ZeroDShape", putZeroDShape},
+	}
+}
+
+// A 0-d tensor's shape reads back empty, not nil (nil is a general
+// value's), through another client too, and a general value's nil.
+func putZeroDShape(t *testing.T, e Engine) {
+	c := e.Open(t)
+	keys := keysN(2)
+	mustPut(t, c, "p", keys, tq.Batch{"r": tq.Stacked([]float32{1, 2}), "v": tq.ValuesOf([]string{"a", "b"})})
+	for _, cl := range []*tq.Client{c, e.Open(t)} {
+		m := mustList(t, cl, "p")
+		for _, r := range m.Rows {
+			if fi := r.Fields["r"]; fi.Shape == nil || len(fi.Shape) != 0 || fi.DType != "float32" {
+				t.Fatalf("row %q: a 0-d float32 reads back as %+v, want dtype float32, shape [] (not nil)", r.Key, fi)
+			}
+			if fi := r.Fields["v"]; fi.Shape != nil || fi.DType != "" {
+				t.Fatalf("row %q: a general value reads back as %+v, want no dtype, shape nil", r.Key, fi)
+			}
+		}
 	}
 }
 
