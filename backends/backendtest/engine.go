@@ -4,19 +4,25 @@ import (
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/replica"
 )
 
 // RunEngine checks a whole engine: that it passes backends.Engine.Check,
 // then RunStore over its Data, RunMeta and RunQueue over its Meta (when it
-// has one) and
-// RunColocated when its Meta is a backends.Colocated, each subtest on a
-// fresh engine from newEngine. It calls newEngine once more, under t, to
-// learn which suites apply.
+// has one; for an engine with a Log, the rules applied to that log, as a
+// client applies them) and RunColocated when that Meta is a
+// backends.Colocated, each subtest on a fresh engine from newEngine. It
+// calls newEngine once more, under t, to learn which suites apply. An
+// engine's Log is held to RunLog apart: RunLog needs clients of one
+// server, which newEngine need not give.
 func RunEngine(t *testing.T, newEngine func(t *testing.T) backends.Engine) {
 	t.Helper()
 	probe := newEngine(t)
 	if err := probe.Check(); err != nil {
 		t.Fatalf("the engine fails Engine.Check: %v", err)
+	}
+	if probe.Log != nil {
+		probe, newEngine = withRules(t, probe), func(t *testing.T) backends.Engine { return withRules(t, newEngine(t)) }
 	}
 	t.Run("Store", func(t *testing.T) {
 		RunStore(t, func(t *testing.T) backends.Store { return newEngine(t).Data })
@@ -33,4 +39,13 @@ func RunEngine(t *testing.T, newEngine func(t *testing.T) backends.Engine) {
 	if _, ok := probe.Meta.(backends.Colocated); ok {
 		t.Run("Colocated", func(t *testing.T) { RunColocated(t, newEngine) })
 	}
+}
+
+// withRules is e with the rules over its Log as its Meta, closed when t
+// ends (the Log stays e's to close).
+func withRules(t *testing.T, e backends.Engine) backends.Engine {
+	m := replica.NewStore(e.Log, e.Data)
+	t.Cleanup(func() { _ = m.Close() })
+	e.Meta, e.Log = m, nil
+	return e
 }

@@ -153,7 +153,7 @@ func BenchmarkBatchPut(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer func() { s.Close(); s.Meta().Close() }()
+			defer func() { s.Close(); s.Log().Close() }()
 			ekeys := rawKeys("e", sz.n)
 			b.SetBytes(bytes)
 			b.ReportAllocs()
@@ -272,7 +272,7 @@ func BenchmarkBatchGet(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer func() { s.Close(); s.Meta().Close() }()
+			defer func() { s.Close(); s.Log().Close() }()
 			ekeys := rawKeys("e", sz.n)
 			if err := putVals(ctx, s, ekeys, vals); err != nil {
 				b.Fatal(err)

@@ -25,7 +25,7 @@ func clientEngine(url string, n *atomic.Int64) func(t *testing.T) tqtest.Engine 
 		return tqtest.Engine{
 			Open: func(t *testing.T) *tq.Client { return openTQ(t, u) },
 			Data: s,
-			Meta: s.Meta(),
+			Meta: metaOf(s),
 			Skip: skipKnown(),
 		}
 	}

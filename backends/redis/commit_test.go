@@ -47,7 +47,7 @@ func TestOneScriptPerWrite(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	s := open(t, srv.URL()+"?prefix=hints")
-	m := s.Meta()
+	m := metaOf(s)
 	keys := keyRange("k", 300)
 	h := &scriptCounter{}
 	s.Client().AddHook(h)
@@ -75,7 +75,7 @@ func TestOneScriptPerWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := open(t, srv.URL()+"?prefix=hints").Meta()
+	other := metaOf(open(t, srv.URL()+"?prefix=hints"))
 	res, err := other.Prepare(ctx, "p", keys, []string{"c"})
 	if err != nil {
 		t.Fatal(err)
@@ -104,8 +104,8 @@ func TestOneScriptPerWrite(t *testing.T) {
 func TestCommitAfterOtherProcess(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	m1 := open(t, srv.URL()+"?prefix=two").Meta()
-	m2 := open(t, srv.URL()+"?prefix=two").Meta()
+	m1 := metaOf(open(t, srv.URL()+"?prefix=two"))
+	m2 := metaOf(open(t, srv.URL()+"?prefix=two"))
 	keys := keyRange("k", 200)
 
 	res, err := m1.Prepare(ctx, "p", keys, []string{"f"})
@@ -165,7 +165,7 @@ func TestWriteRaces(t *testing.T) {
 func testWriteRace(t *testing.T, url string, direct bool) {
 	ctx := t.Context()
 	prefix := fmt.Sprintf("?prefix=race%v&direct=%v", direct, direct)
-	other := open(t, url+prefix).Meta()
+	other := metaOf(open(t, url+prefix))
 	var armed atomic.Bool
 	var fired atomic.Int64
 	var n atomic.Int64
@@ -184,7 +184,7 @@ func testWriteRace(t *testing.T, url string, direct bool) {
 		}
 		fired.Add(1)
 	}))
-	m := s.Meta()
+	m := metaOf(s)
 	keys := keyRange("k", 200)
 	step := func(f string) []backends.Reservation {
 		t.Helper()

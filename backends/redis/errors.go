@@ -35,9 +35,6 @@ var (
 	// writing under the same prefix?), or a reply on the engine's own
 	// connections does not follow the protocol.
 	ErrCorrupt = resp.ErrCorrupt
-	// ErrContention: a metadata write gave up after other writers of the
-	// partition came first in each of its many attempts.
-	ErrContention = errors.New("redis: metadata write contention")
 	// ErrNotReplicated: a metadata write applied on the master, but fewer
 	// replicas than WithReplicas asks for acknowledged it in time. The
 	// error also matches backends.ErrOutcomeUnknown: a failover may still
@@ -51,7 +48,7 @@ var (
 var ErrCellsMissing = errors.New("redis: the commit's cells are not on the server")
 
 // errAckLost is why a write counts as not replicated when it applied on
-// a send whose WAIT reply was lost (see Meta.unacknowledged).
+// a send whose WAIT reply was lost (see Log.appended).
 var errAckLost = errors.New("redis: the write applied on a send whose WAIT reply was lost")
 
 // unknownOutcome marks a metadata write that may or may not have been

@@ -1,5 +1,11 @@
 package redis
 
+import (
+	"context"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
 // WithClusterSafe makes a standalone store take the Cluster code path
 // (index ranges reserved apart from the partition script), so the
 // conformance suites check that path without a Cluster.
@@ -12,21 +18,12 @@ func WithClusterSafe() Option {
 
 // WithRoundHook runs f after each round that Read ("get") or Write
 // ("set") completes on its own connections, which go-redis hooks do not
-// see, and between a metadata transaction's watched reads and its MULTI
-// ("watched").
+// see.
 func WithRoundHook(f func(op string)) Option {
 	return func(o *options) error {
 		o.roundHook = f
 		return nil
 	}
-}
-
-// SetCompactAt sets the log length from which writers compact a
-// partition's log, and returns a function restoring it.
-func SetCompactAt(n int64) (restore func()) {
-	old := compactAt
-	compactAt = n
-	return func() { compactAt = old }
 }
 
 // OwnConnections reports whether s uses the engine's own connections, and
@@ -39,16 +36,28 @@ func OwnConnections(s *Store) (on bool, size int) {
 	return true, p.Size()
 }
 
-// ViewLength returns how many records of partition's log m's view holds
-// (0 without a view).
-func ViewLength(m *Meta, partition string) int64 {
-	m.mu.Lock()
-	v := m.views[partition]
-	m.mu.Unlock()
-	if v == nil {
-		return 0
+// ScriptName names the log script whose SHA1 is sha ("append", "read",
+// "compact"), or returns "", so that a test's proxy can tell which script
+// an EVALSHA runs.
+func ScriptName(sha string) string {
+	switch sha {
+	case logAppendScript.Hash():
+		return "append"
+	case logReadScript.Hash():
+		return "read"
+	case logCompactScript.Hash():
+		return "compact"
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.n
+	return ""
+}
+
+// LoadScripts loads every script of the engine into c's script cache, as
+// a server restarted on its files has none.
+func LoadScripts(ctx context.Context, c goredis.Scripter) error {
+	for _, s := range []*goredis.Script{logAppendScript, logReadScript, logCompactScript} {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

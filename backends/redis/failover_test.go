@@ -330,7 +330,7 @@ func TestFailoverBetweenCellsAndCommit(t *testing.T) {
 	ctx := t.Context()
 	url := f.clients.url(rewindPrefix, "")
 	s := open(t, url)
-	c, err := tq.New(apart(&failoverDuringPut{Store: s, f: f, t: t}, s.Meta()))
+	c, err := tq.New(apart(&failoverDuringPut{Store: s, f: f, t: t}, s.Log()))
 	if err != nil {
 		t.Fatal(err)
 	}

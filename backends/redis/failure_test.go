@@ -178,7 +178,7 @@ func TestKilledBeforeCommit(t *testing.T) {
 	ctx := t.Context()
 	data := open(t, dataSrv.URL()+"?prefix=two")
 	meta := open(t, metaSrv.URL()+"?prefix=two")
-	c, err := tq.New(apart(&killAfterPut{Store: data, srv: metaSrv}, meta.Meta()))
+	c, err := tq.New(apart(&killAfterPut{Store: data, srv: metaSrv}, meta.Log()))
 	if err != nil {
 		t.Fatal(err)
 	}

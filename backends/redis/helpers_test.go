@@ -2,13 +2,15 @@ package redis_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/redis"
+	"github.com/tqgo/tqgo/internal/replica"
 )
 
-// open opens a store on url for t, closed (both sides) when t ends.
+// open opens a store on url for t, closed (with its Log) when t ends.
 func open(t *testing.T, url string, opts ...redis.Option) *redis.Store {
 	t.Helper()
 	s, err := redis.OpenURL(t.Context(), url, opts...)
@@ -16,23 +18,43 @@ func open(t *testing.T, url string, opts ...redis.Option) *redis.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if m, ok := metas.LoadAndDelete(s); ok {
+			m.(backends.MetaStore).Close()
+		}
 		s.Close()
-		s.Meta().Close()
+		s.Log().Close()
 	})
 	return s
 }
 
-// engine is s with its Meta, as the opener returns them.
-func engine(s *redis.Store) backends.Engine { return backends.Engine{Data: s, Meta: s.Meta()} }
+// metas holds the rules over each store's Log that metaOf made.
+var metas sync.Map // *redis.Store -> backends.MetaStore
 
-// apart is an engine whose Meta hides backends.Colocated, so that tq
-// writes every cell with Data.Write and reads them with Data.Read (the
-// path of a wrapped Data, which WriteCommit and ReadRows would bypass).
-func apart(data backends.Store, meta backends.MetaStore) backends.Engine {
-	return backends.Engine{Data: data, Meta: metaOnly{meta}}
+// metaOf returns the rules over s's Log, as a tq client applies them: the
+// same for every call on s, closed with s when open made s (otherwise by
+// closing s's Log, which ends its reads).
+func metaOf(s *redis.Store) backends.MetaStore {
+	if m, ok := metas.Load(s); ok {
+		return m.(backends.MetaStore)
+	}
+	m, _ := metas.LoadOrStore(s, replica.NewStore(s.Log(), s))
+	return m.(backends.MetaStore)
 }
 
-type metaOnly struct{ backends.MetaStore }
+// colo is m's backends.Colocated side (a standalone server's).
+func colo(m backends.MetaStore) backends.Colocated { return m.(backends.Colocated) }
+
+// engine is s with its Log, as the opener returns them.
+func engine(s *redis.Store) backends.Engine { return backends.Engine{Data: s, Log: s.Log()} }
+
+// apart is an engine whose Log hides backends.LogCells, so that tq
+// writes every cell with Data.Write and reads them with Data.Read (the
+// path of a wrapped Data, which AppendCells and ReadCells would bypass).
+func apart(data backends.Store, log backends.Log) backends.Engine {
+	return backends.Engine{Data: data, Log: logOnly{log}}
+}
+
+type logOnly struct{ backends.Log }
 
 // cellsOf returns cells of vals under keys.
 func cellsOf(keys []string, vals [][]byte) []backends.Cell {

@@ -90,9 +90,9 @@ var _ backends.LogCells = (*CellLog)(nil)
 // Log returns the partition logs kept in the same Redis, under the same
 // prefix: a *CellLog on a standalone server, a *Log otherwise (a Cluster,
 // a Ring, WithClusterSafe). Every call returns the same Log. It shares the
-// client: a client that came from OpenURL is closed once the Store, its
-// Meta and its Log (if taken) are all closed. A Log taken after both of
-// those were closed is closed.
+// client: a client that came from OpenURL is closed once the Store and
+// its Log (if taken) are both closed. A Log taken after the Store was
+// closed is closed.
 func (s *Store) Log() backends.Log {
 	s.logOnce.Do(func() {
 		l := &Log{s: s, done: make(chan struct{})}
@@ -187,9 +187,10 @@ func posArgs(p backends.Pos) (n, id string) {
 }
 
 // appendCall returns the keys and arguments of logAppendScript: base is
-// the first index reserved (not inline), marker "" or the key the script
-// requires and deletes.
-func (l *Log) appendCall(partition string, from backends.Pos, recs []backends.Record, base uint64, marker string) ([]string, []any) {
+// the first index reserved (not inline), receipts the storage keys of
+// cells the script requires (see receipts), marker "" or the key the
+// script requires and deletes.
+func (l *Log) appendCall(partition string, from backends.Pos, recs []backends.Record, base uint64, receipts []string, marker string) ([]string, []any) {
 	s := l.s
 	keys := l.logKeys(partition)
 	inline := "0"
@@ -198,6 +199,7 @@ func (l *Log) appendCall(partition string, from backends.Pos, recs []backends.Re
 		keys = append(keys, next, parts)
 		inline = "1"
 	}
+	keys = append(keys, s.dataKeys(receipts)...)
 	marked := "0"
 	if marker != "" {
 		keys = append(keys, marker)
@@ -249,7 +251,11 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 			return backends.Tail{}, s.wrap(ctx, "append", err)
 		}
 	}
-	keys, args := l.appendCall(partition, from, recs, base, "")
+	var checked []string
+	if !s.cluster {
+		checked = s.receipts.all()
+	}
+	keys, args := l.appendCall(partition, from, recs, base, checked, "")
 	var reply []any
 	var acks func() error
 	var err error
@@ -259,8 +265,9 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 		reply, err = logAppendScript.Run(ctx, s.client, keys, args...).Slice()
 	}
 	if err != nil {
-		return backends.Tail{}, l.appendError(ctx, err)
+		return backends.Tail{}, l.appendError(ctx, err, checked)
 	}
+	s.receipts.forget(checked)
 	return l.appended(ctx, partition, from, recs, reply, acks, registered)
 }
 
@@ -381,8 +388,13 @@ func (l *Log) setKnown(partition string, known bool) {
 }
 
 // appendError classes the failure of an append's request: one that may
-// have reached the server matches backends.ErrOutcomeUnknown.
-func (l *Log) appendError(ctx context.Context, err error) error {
+// have reached the server matches backends.ErrOutcomeUnknown; one that
+// found a receipt missing (checked, dropped now) matches ErrCellsMissing.
+func (l *Log) appendError(ctx context.Context, err error, checked []string) error {
+	if isCellsMissing(err) {
+		l.s.receipts.forget(checked)
+		return l.s.wrap(ctx, "append", fmt.Errorf("%w: %w", ErrCellsMissing, err))
+	}
 	var short *notReplicated
 	if errors.As(err, &short) || mayHaveRun(err) {
 		return &unknownOutcome{l.s.wrap(ctx, "append", err)}

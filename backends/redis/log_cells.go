@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 
@@ -52,8 +53,9 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 		cells = cells[last:]
 	}
 	pre := s.dataPrefix()
-	marker := pre + "!put:" + newEpoch()
-	keys, args := l.appendCall(partition, from, recs, 0, marker)
+	marker := pre + "!put:" + newMarker()
+	checked := s.receipts.all()
+	keys, args := l.appendCall(partition, from, recs, 0, checked, marker)
 	replicas := s.opts.replicas
 	waitArgs := []string{"WAIT", strconv.Itoa(replicas), strconv.FormatInt(waitMillis(s.opts.replicaTimeout), 10)}
 	var script, waited any
@@ -99,9 +101,12 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 		return err
 	})
 	if err != nil {
-		return backends.Tail{}, l.appendError(ctx, err)
+		return backends.Tail{}, l.appendError(ctx, err, checked)
 	}
 	if se, ok := script.(serverError); ok {
+		if isCellsMissing(se) {
+			return backends.Tail{}, l.appendError(ctx, se, checked)
+		}
 		if strings.HasPrefix(string(se), "NOSCRIPT") {
 			// The cells and the marker are written (EXEC ran the MSET);
 			// the script is not loaded yet: append without the marker
@@ -112,6 +117,7 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 		}
 		return backends.Tail{}, s.wrap(ctx, "append", se)
 	}
+	s.receipts.forget(checked)
 	reply, ok := script.([]any)
 	if !ok {
 		return backends.Tail{}, &unknownOutcome{s.wrap(ctx, "append", fmt.Errorf("%w: append replied %v", ErrCorrupt, script))}
@@ -393,4 +399,27 @@ func describeEval(sha string, keys []string, args []any) []any {
 		}
 	}
 	return out
+}
+
+// markerTTL is how long, in milliseconds, a marker key outlives an
+// AppendCells whose script never ran to delete it.
+const markerTTL = "600000"
+
+// newMarker returns a fresh random name for an AppendCells marker key.
+func newMarker() string {
+	return strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64(), 36)
+}
+
+func argString(a any) string {
+	switch x := a.(type) {
+	case string:
+		return x
+	case int:
+		return strconv.Itoa(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	}
+	return fmt.Sprint(a)
 }

@@ -135,7 +135,7 @@ func TestLogRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	defer s.Meta().Close()
+	defer s.Log().Close()
 	l := s.Log()
 	defer l.Close()
 	for _, cells := range []bool{false, true} {
@@ -279,7 +279,7 @@ func TestLogOutcomesCluster(t *testing.T) {
 		}
 		l.Close()
 		s.Close()
-		s.Meta().Close()
+		s.Log().Close()
 		rc.Close()
 	}
 }

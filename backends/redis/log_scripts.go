@@ -84,7 +84,9 @@ end
 // logAppendScript appends records to a partition's log and replies with
 // the log after the caller's position.
 //
-// KEYS: log, snap; inline: next, parts; marked: a marker, last.
+// KEYS: log, snap; inline: next, parts; then receipts (data keys that
+// must exist, see receipts.go; after a resend's check); marked: a marker,
+// last.
 // ARGV: 1 from N, 2 from record ID, 3 time offset (microseconds, added to
 // TIME), 4 partition, 5 inline ("1": the counter and registry are KEYS 3
 // and 4), 6 base (not inline: the first of the indexes the caller
@@ -104,7 +106,7 @@ end
 // index in entries of the first record's entry; created is 1 when the
 // log did not exist or was emptied (an append to an emptied log makes
 // its keys persist and, inline, registers the partition again). A
-// missing marker is the error NODATA.
+// missing marker is the error NODATA, a missing receipt NOCELLS.
 var logAppendScript = goredis.NewScript(logAppendLua)
 
 const logAppendLua = `
@@ -128,6 +130,23 @@ end
       redis.call('DEL', KEYS[#KEYS])
     end
     return {restart, sn, sid, sd, e, 0, 0, 0, j, 0}
+  end
+end
+local nreq = #KEYS - 2
+if inline then
+  nreq = nreq - 2
+end
+if marked then
+  nreq = nreq - 1
+end
+local req0 = #KEYS - nreq
+if marked then
+  req0 = req0 - 1
+end
+for j = 1, nreq, 1000 do
+  local hi = math.min(j + 999, nreq)
+  if redis.call('EXISTS', unpack(KEYS, req0 + j, req0 + hi)) ~= hi - j + 1 then
+    return redis.error_reply('NOCELLS tq: cells written before this append are not on the server')
   end
 end
 local k = tonumber(ARGV[8])

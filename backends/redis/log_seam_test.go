@@ -50,7 +50,7 @@ func openLog(t testing.TB, url string, opts ...redis.Option) (backends.Log, *red
 	t.Cleanup(func() {
 		l.Close()
 		s.Close()
-		s.Meta().Close()
+		s.Log().Close()
 	})
 	return l, s
 }
@@ -1136,7 +1136,7 @@ func TestLogLifetime(t *testing.T) {
 		t.Fatal("Store.Log returned two Logs")
 	}
 	s.Close()
-	s.Meta().Close()
+	s.Log().Close()
 	appendOK(t, l, "p", backends.Pos{}, rec("a", 0))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -1153,7 +1153,7 @@ func TestLogLifetime(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2.Close()
-	s2.Meta().Close()
+	s2.Log().Close()
 	late := s2.Log()
 	if _, err := late.Append(ctx, "p", backends.Pos{}, []backends.Record{rec("b", 0)}); !errors.Is(err, backends.ErrClosed) {
 		t.Fatalf("Append on a Log taken after its Store closed: %v", err)

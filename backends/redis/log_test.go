@@ -8,19 +8,20 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/internal/replica"
 )
 
 // TestLogCompaction: many small writes make a long log, which a writer
 // replaces with a snapshot; a Meta whose view predates the snapshot, and
 // one that never saw the partition, read and write it correctly after.
 func TestLogCompaction(t *testing.T) {
-	defer redis.SetCompactAt(16)()
+	defer replica.SetDefaultCompactAfter(1)()
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	url := srv.URL() + "?prefix=compact"
 	writer := open(t, url)
-	m := writer.Meta()
-	early := open(t, url).Meta()
+	m := metaOf(writer)
+	early := metaOf(open(t, url))
 	if _, err := early.List(ctx, "p"); err != nil { // a view of the empty partition
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestLogCompaction(t *testing.T) {
 	if logLen >= 16 {
 		t.Fatalf("log of %d records after %d writes, want fewer than 16 (compacted)", logLen, 2*n+1)
 	}
-	fresh := open(t, url).Meta()
+	fresh := metaOf(open(t, url))
 	for _, r := range []struct {
 		name string
 		m    backends.MetaStore
@@ -84,7 +85,7 @@ func TestCorruptLog(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	s := open(t, srv.URL()+"?prefix=bad")
-	m := s.Meta()
+	m := metaOf(s)
 	res, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func TestCorruptLog(t *testing.T) {
 		if err := s.Client().RPush(ctx, "bad:{bad:p}:l", rec).Err(); err != nil {
 			t.Fatal(err)
 		}
-		other := open(t, srv.URL()+"?prefix=bad").Meta()
+		other := metaOf(open(t, srv.URL()+"?prefix=bad"))
 		for _, mm := range []backends.MetaStore{m, other} {
 			if _, err := mm.Lookup(ctx, "p", []string{"a"}); !errors.Is(err, redis.ErrCorrupt) {
 				t.Fatalf("Lookup with record %q in the log: %v, want ErrCorrupt", rec, err)

@@ -24,7 +24,7 @@ func lostClient(t *testing.T, srv interface {
 	s := open(t, srv.URL()+"?prefix="+prefix)
 	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: prefix + ":{" + prefix + ":p}"}
 	t.Cleanup(func() { r.cl.Close() })
-	c, err := tq.New(apart(wrap(s, r), s.Meta()))
+	c, err := tq.New(apart(wrap(s, r), s.Log()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func (r *rewinder) back(ctx context.Context) error {
 func TestCommitOfLostReservation(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	m := open(t, srv.URL()+"?prefix=lost").Meta()
+	m := metaOf(open(t, srv.URL()+"?prefix=lost"))
 	commitOne(t, m, "p", "a")
 	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: "lost:{lost:p}"}
 	defer r.cl.Close()

@@ -20,8 +20,8 @@ func TestPutMarkerExpiresWhenAppendFails(t *testing.T) {
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	ctx := t.Context()
-	c, _ := commitTQ(t, srv.URL()+"?prefix=mk", func(write int) {
-		if write == 2 {
+	c := commitTQ(t, srv.URL()+"?prefix=mk", func(script int) {
+		if script == 1 {
 			if err := admin.Do(ctx, "ACL", "SETUSER", "default", "-del").Err(); err != nil {
 				t.Error(err)
 			}

@@ -33,7 +33,7 @@ func openEngine(ctx context.Context, u *url.URL) (backends.Engine, error) {
 	if err != nil {
 		return backends.Engine{}, err
 	}
-	return backends.Engine{Data: s, Meta: s.Meta()}, nil
+	return backends.Engine{Data: s, Log: s.Log()}, nil
 }
 
 // Query parameters this package reads; the rest go to go-redis.
@@ -99,7 +99,7 @@ func replicasParam(q url.Values) (Option, error) {
 }
 
 // OpenURL connects to the Redis that rawURL names, checks that it answers
-// PING, and returns a Store (and, through Store.Meta, its metadata store)
+// PING, and returns a Store (and, through Store.Log, its partition logs)
 // that owns the client. See the package doc for the URL forms and
 // parameters. opts apply after the URL's parameters.
 func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {

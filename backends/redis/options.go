@@ -147,9 +147,9 @@ func WithReadRoundBytes(n int) Option {
 // process's CPU, so this is a queue depth, sized apart from tq's packing
 // workers. Through go-redis each round in flight holds a connection of the
 // client's pool. On the engine's own connections a call holds one: reads
-// (Read, and ReadRows of Meta) keep this many rounds requested on it, and
-// writes (Write, and the rounds of WriteCommit before its last) send all
-// their rounds as one pipeline.
+// (Read, and ReadCells of the Log) keep this many rounds requested on it,
+// and writes (Write, and the rounds of AppendCells before its last) send
+// all their rounds as one pipeline.
 func WithIODepth(n int) Option {
 	return func(o *options) error {
 		if n < 1 {
@@ -242,10 +242,10 @@ func WithDirectPoolSize(n int) Option {
 // when it is one command and ProcessPipelineHook when it is several. The
 // hooks see each command's name, its keys and arguments, and its error;
 // an MSET's values appear as their lengths in bytes (ints), and no
-// command's reply value is set. They are also added to the client a Meta
-// opens for its Waits: there each partition waited on sends a pipeline
-// (GET, XREAD BLOCK of a second, EVALSHA) about once a second, which a
-// hook must let run past a second.
+// command's reply value is set. They are also added to the client the Log
+// opens for its waiting Reads: there each partition waited on sends a
+// pipeline (XREAD BLOCK of at most a second, EVALSHA) about once a second
+// while idle, which a hook must let run past a second.
 func WithHooks(hooks ...goredis.Hook) Option {
 	return func(o *options) error {
 		for _, h := range hooks {

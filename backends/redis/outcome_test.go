@@ -16,6 +16,7 @@ import (
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redisserver"
 	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -296,7 +297,7 @@ func runOutcomes(t *testing.T, env *outcomeEnv, groups []outcomeGroup) {
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
 			if g.compactAt > 0 {
-				defer redis.SetCompactAt(g.compactAt)()
+				defer replica.SetDefaultCompactAfter(1)()
 			}
 			for _, op := range outcomeOps {
 				want, ok := g.want[op]

@@ -70,7 +70,7 @@ func TestOutcomesCluster(t *testing.T) {
 			}
 			t.Cleanup(func() {
 				s.Close()
-				s.Meta().Close()
+				s.Log().Close()
 			})
 			tc, err := tq.New(engine(s))
 			if err != nil {

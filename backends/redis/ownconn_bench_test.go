@@ -33,9 +33,9 @@ func BenchmarkOwnConnVsGoRedis(b *testing.B) {
 	}
 	b.Cleanup(func() {
 		own.Close()
-		own.Meta().Close()
+		own.Log().Close()
 		via.Close()
-		via.Meta().Close()
+		via.Log().Close()
 	})
 	if on, _ := redis.OwnConnections(own); !on {
 		b.Fatal("no own connections")

@@ -87,7 +87,7 @@ func TestDirectPoolSizeOption(t *testing.T) {
 	}
 	if s, err := redis.OpenURL(t.Context(), srv.URL()+"?pool_size=2&direct_pool_size=2"); err == nil {
 		s.Close()
-		s.Meta().Close()
+		s.Log().Close()
 		t.Error("direct_pool_size=pool_size accepted")
 	}
 	s1 := open(t, srv.URL()+"?pool_size=1")

@@ -118,7 +118,7 @@ func TestPutNoScriptFallbackRetried(t *testing.T) {
 	url := p.url("r3noscript")
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
-	c, _ := commitTQ(t, url, func(write int) {
+	c := commitTQ(t, url, func(write int) {
 		if write == 2 {
 			if err := admin.ScriptFlush(t.Context()).Err(); err != nil {
 				t.Error(err)
@@ -149,7 +149,7 @@ func TestPutNoMarkerLeft(t *testing.T) {
 	other := openTQ(t, url)
 	_, otherBatch := smallBatch(1, 9)
 	var last, actAt, mode atomic.Int64
-	c, _ := commitTQ(t, url, func(write int) {
+	c := commitTQ(t, url, func(write int) {
 		last.Store(int64(write))
 		if int64(write) != actAt.Load() {
 			return
@@ -209,10 +209,10 @@ func TestConfirmedReadManyRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStacked(t, c, "p", keys, data) // loads readScript (a fresh server has none)
-	m := s.Meta()
+	m := metaOf(s)
 	var calls atomic.Int32
 	var dst []backends.ReadCell
-	_, err = m.ReadRows(ctx, "p", keys, func(rows []*backends.Row) ([]backends.ReadCell, error) {
+	_, err = colo(m).ReadRows(ctx, "p", keys, func(rows []*backends.Row) ([]backends.ReadCell, error) {
 		calls.Add(1)
 		dst = make([]backends.ReadCell, len(rows))
 		for i, r := range rows {

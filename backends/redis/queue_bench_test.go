@@ -17,7 +17,7 @@ import (
 func BenchmarkClaimAck(b *testing.B) {
 	url, _ := benchServer(b)
 	s := openBench(b, url+"?prefix=qbench")
-	m := s.Meta()
+	m := metaOf(s)
 	ctx := b.Context()
 	const rows = 4096
 	commitRows(b, m, "p", keysOf("r", rows)...)
@@ -52,7 +52,7 @@ func openBench(b *testing.B, url string) *redis.Store {
 	}
 	b.Cleanup(func() {
 		s.Close()
-		s.Meta().Close()
+		s.Log().Close()
 	})
 	return s
 }
@@ -67,7 +67,7 @@ func BenchmarkWake(b *testing.B) {
 	url, raw := benchServer(b)
 	const gap = time.Millisecond
 	b.Run("engine", func(b *testing.B) {
-		m := openBench(b, url+"?prefix=qwake").Meta()
+		m := metaOf(openBench(b, url+"?prefix=qwake"))
 		ctx := b.Context()
 		none := func([]*backends.Row, []backends.Delivery) (backends.Picked, error) { return backends.Picked{}, nil }
 		var ds []time.Duration

@@ -24,7 +24,7 @@ func TestQueueRoundTrips(t *testing.T) {
 	ctx := t.Context()
 	p := startFlightProxy(t, srv.Addr())
 	s := open(t, p.url("qrt"))
-	m := s.Meta()
+	m := metaOf(s)
 	keys := keysOf("k", 8)
 	idx := commitRows(t, m, "p", keys...)
 	// Warm up: connections dialled, scripts loaded.
@@ -42,7 +42,7 @@ func TestQueueRoundTrips(t *testing.T) {
 		}
 		return cells, nil
 	}
-	if _, err := m.ReadRows(ctx, "p", keys, plan); err != nil {
+	if _, err := colo(m).ReadRows(ctx, "p", keys, plan); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Consumption(ctx, "p", "t"); err != nil {
@@ -76,7 +76,7 @@ func TestQueueRoundTrips(t *testing.T) {
 		for i, r := range c.Rows {
 			ck[i] = r.Key
 		}
-		_, err := m.ReadRows(ctx, "p", ck, plan)
+		_, err := colo(m).ReadRows(ctx, "p", ck, plan)
 		return err
 	})
 	count("ack", 1, func(ctx context.Context) error {
@@ -100,7 +100,7 @@ func TestQueueRoundTrips(t *testing.T) {
 	woke := make(chan error, 1)
 	go func() { woke <- m.Wait(ctx, "p", held.Mark) }()
 	time.Sleep(50 * time.Millisecond)
-	fresh := commitRows(t, open(t, srv.URL()+"?prefix=qrt").Meta(), "p", "y")
+	fresh := commitRows(t, metaOf(open(t, srv.URL()+"?prefix=qrt")), "p", "y")
 	if err := <-woke; err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestQueueRoundTrips(t *testing.T) {
 	}
 	// A commit by another client: the claim's script brings the view its
 	// record, and the rows come the next time.
-	commitRows(t, open(t, srv.URL()+"?prefix=qrt").Meta(), "p", "z")
+	commitRows(t, metaOf(open(t, srv.URL()+"?prefix=qrt")), "p", "z")
 	count("claim with a commit the view lacks", 1, func(ctx context.Context) error {
 		var err error
 		c, err = m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 1}, all)
@@ -132,7 +132,7 @@ func TestQueueRoundTrips(t *testing.T) {
 func TestIdleWaitRequests(t *testing.T) {
 	srv := redistest.Start(t)
 	p := startFlightProxy(t, srv.Addr())
-	m := open(t, p.url("qidle")).Meta()
+	m := metaOf(open(t, p.url("qidle")))
 	commitRows(t, m, "p", "a")
 	c, err := m.Claim(t.Context(), "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
 	if err != nil {
@@ -166,10 +166,10 @@ func TestQueueFaults(t *testing.T) {
 	p := startRequestProxy(t, srv.Addr())
 	ctx := t.Context()
 	n := 0
-	setup := func(t *testing.T, query string) (*redis.Meta, []uint64) {
+	setup := func(t *testing.T, query string) (backends.MetaStore, []uint64) {
 		n++
 		prefix := "qf" + string(rune('a'+n))
-		m := open(t, p.url("prefix="+prefix+query)).Meta()
+		m := metaOf(open(t, p.url("prefix="+prefix+query)))
 		idx := commitRows(t, m, "p", keysOf("k", 4)...)
 		warm, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "warm", Lease: time.Minute, Rows: 1, Min: 1}, all)
 		if err != nil {
@@ -180,7 +180,7 @@ func TestQueueFaults(t *testing.T) {
 		}
 		return m, idx
 	}
-	leasedTo := func(t *testing.T, m *redis.Meta) map[string][]uint64 {
+	leasedTo := func(t *testing.T, m backends.MetaStore) map[string][]uint64 {
 		out := map[string][]uint64{}
 		for i, d := range states(t, m, "p", "t") {
 			if d.State == backends.Leased {
@@ -323,7 +323,7 @@ func TestQueueFaults(t *testing.T) {
 func TestQueueReplicas(t *testing.T) {
 	f := startFailover(t)
 	ctx := t.Context()
-	one := open(t, f.master.URL()+"?prefix=qrep&replicas=1&replica_timeout=5s").Meta()
+	one := metaOf(open(t, f.master.URL()+"?prefix=qrep&replicas=1&replica_timeout=5s"))
 	idx := commitRows(t, one, "p", "a", "b")
 	c, err := one.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
 	if err != nil || len(c.Rows) != 1 {
@@ -332,7 +332,7 @@ func TestQueueReplicas(t *testing.T) {
 	if res, err := one.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil || len(res.Lost) != 0 {
 		t.Fatalf("replicated ack %+v %v", res, err)
 	}
-	two := open(t, f.master.URL()+"?prefix=qrep&replicas=2&replica_timeout=50ms").Meta()
+	two := metaOf(open(t, f.master.URL()+"?prefix=qrep&replicas=2&replica_timeout=50ms"))
 	_, err = two.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
 	if !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
 		t.Fatalf("claim with too few replicas: %v", err)
@@ -358,8 +358,8 @@ func TestQueueReplicas(t *testing.T) {
 func TestWaitConnections(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	m := open(t, srv.URL()+"?prefix=qone").Meta()
-	other := open(t, srv.URL()+"?prefix=qone").Meta()
+	m := metaOf(open(t, srv.URL()+"?prefix=qone"))
+	other := metaOf(open(t, srv.URL()+"?prefix=qone"))
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	blocked := func() int {
@@ -466,7 +466,7 @@ func TestWaitConnections(t *testing.T) {
 func TestWaitCounterRestart(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	m := open(t, srv.URL()+"?prefix=qrs").Meta()
+	m := metaOf(open(t, srv.URL()+"?prefix=qrs"))
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	seq, stream := "qrs:{qrs:p}:q:seq", "qrs:{qrs:p}:q:w"
@@ -519,7 +519,7 @@ func TestWaitCounterRestart(t *testing.T) {
 func TestWaitMarks(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	m := open(t, srv.URL()+"?prefix=qwm").Meta()
+	m := metaOf(open(t, srv.URL()+"?prefix=qwm"))
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	c, stayed, cancel := blockedWait(t, m, "p")
@@ -551,39 +551,10 @@ func TestWaitMarks(t *testing.T) {
 	}
 }
 
-// TestWaitFollowsLog: a waiting Meta's watcher replays into its view the
-// records other clients append without a bump (a Prepare), at its next
-// round, so that its reads of the log stay small rather than bringing the
-// same records again every round.
-func TestWaitFollowsLog(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := t.Context()
-	m := open(t, srv.URL()+"?prefix=qfl").Meta()
-	other := open(t, srv.URL()+"?prefix=qfl").Meta()
-	_, done, cancel := blockedWait(t, m, "p")
-	defer cancel()
-	before := redis.ViewLength(m, "p")
-	if _, err := other.Prepare(ctx, "p", []string{"b", "c"}, []string{"x"}); err != nil {
-		t.Fatal(err)
-	}
-	want := redis.ViewLength(other, "p")
-	if want <= before {
-		t.Fatalf("the other client's view holds %d records, this one %d", want, before)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for redis.ViewLength(m, "p") != want && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if got := redis.ViewLength(m, "p"); got != want {
-		t.Errorf("the waiting client's view holds %d records after another's prepare, want %d", got, want)
-	}
-	stillBlocked(t, done, cancel, "after another client's prepare")
-}
-
 // blockedWait commits a row of p through m, claims it for task t, and
 // starts a Wait with the claim's mark, which nothing has changed since: it
 // returns the claim, the Wait's result and what cancels the Wait.
-func blockedWait(t *testing.T, m *redis.Meta, p string) (backends.Claimed, <-chan error, context.CancelFunc) {
+func blockedWait(t *testing.T, m backends.MetaStore, p string) (backends.Claimed, <-chan error, context.CancelFunc) {
 	t.Helper()
 	commitRows(t, m, p, "a")
 	c, err := m.Claim(t.Context(), p, backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)

@@ -100,7 +100,7 @@ func TestQueueProcesses(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	url := srv.URL() + "?prefix=qproc"
-	m := open(t, url).Meta()
+	m := metaOf(open(t, url))
 	var procs [3]<-chan string
 	for i := range procs {
 		_, procs[i] = startConsumer(t, url, "claim")
@@ -161,7 +161,7 @@ func TestQueueKilledConsumer(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	url := srv.URL() + "?prefix=qkill"
-	m := open(t, url).Meta()
+	m := metaOf(open(t, url))
 	idx := commitRows(t, m, "p", keysOf("r", 40)...)
 	cmd, lines := startConsumer(t, url, "hold")
 	ackTok, acked := parseLeased(t, nextLine(t, lines, "acked "))
@@ -233,7 +233,7 @@ func TestQueueConsumerHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := s.Meta()
+	m := metaOf(s)
 	defer m.Close()
 	defer s.Close()
 	line := func(kind, tok string, rows []uint64) {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
-	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/tq"
 )
@@ -64,7 +63,7 @@ func claimIdx(c backends.Claimed) []uint64 {
 	return out
 }
 
-func states(t *testing.T, m *redis.Meta, p, task string) map[uint64]backends.Delivery {
+func states(t *testing.T, m backends.MetaStore, p, task string) map[uint64]backends.Delivery {
 	t.Helper()
 	c, err := m.Consumption(context.Background(), p, task)
 	if err != nil {
@@ -78,14 +77,14 @@ func states(t *testing.T, m *redis.Meta, p, task string) map[uint64]backends.Del
 }
 
 // queueTargets runs f against a standalone server and a Cluster.
-func queueTargets(t *testing.T, f func(t *testing.T, newMeta func(t *testing.T) *redis.Meta)) {
+func queueTargets(t *testing.T, f func(t *testing.T, newMeta func(t *testing.T) backends.MetaStore)) {
 	t.Run("Standalone", func(t *testing.T) {
 		srv := redistest.Start(t)
-		f(t, func(t *testing.T) *redis.Meta { return open(t, srv.URL()+"?prefix="+testPrefix(t)).Meta() })
+		f(t, func(t *testing.T) backends.MetaStore { return metaOf(open(t, srv.URL()+"?prefix="+testPrefix(t))) })
 	})
 	t.Run("Cluster", func(t *testing.T) {
 		c := redistest.StartCluster(t)
-		f(t, func(t *testing.T) *redis.Meta { return open(t, c.URL()+"?prefix="+testPrefix(t)).Meta() })
+		f(t, func(t *testing.T) backends.MetaStore { return metaOf(open(t, c.URL()+"?prefix="+testPrefix(t))) })
 	})
 }
 
@@ -97,7 +96,7 @@ func testPrefix(t *testing.T) string {
 }
 
 func TestQueueContract(t *testing.T) {
-	queueTargets(t, func(t *testing.T, newMeta func(t *testing.T) *redis.Meta) {
+	queueTargets(t, func(t *testing.T, newMeta func(t *testing.T) backends.MetaStore) {
 		t.Run("ClaimAckOrder", func(t *testing.T) { testClaimAck(t, newMeta(t), newMeta(t)) })
 		t.Run("MinUnitsDrop", func(t *testing.T) { testMinUnitsDrop(t, newMeta(t)) })
 		t.Run("NackDelayDead", func(t *testing.T) { testNackDead(t, newMeta(t)) })
@@ -112,7 +111,7 @@ func TestQueueContract(t *testing.T) {
 	})
 }
 
-func testClaimAck(t *testing.T, m, other *redis.Meta) {
+func testClaimAck(t *testing.T, m, other backends.MetaStore) {
 	ctx := t.Context()
 	idx := commitRows(t, m, "p", "a", "b", "c", "d")
 	req := backends.ClaimRequest{Task: "train", Lease: time.Minute, Rows: 2, Min: 1}
@@ -201,7 +200,7 @@ func testClaimAck(t *testing.T, m, other *redis.Meta) {
 	}
 }
 
-func testMinUnitsDrop(t *testing.T, m *redis.Meta) {
+func testMinUnitsDrop(t *testing.T, m backends.MetaStore) {
 	ctx := t.Context()
 	idx := commitRows(t, m, "p", "a", "b", "c", "d", "e")
 	// Units of two: a, b together; c, d together; e alone. Rows: 3 fits
@@ -249,7 +248,7 @@ func testMinUnitsDrop(t *testing.T, m *redis.Meta) {
 	}
 }
 
-func testNackDead(t *testing.T, m *redis.Meta) {
+func testNackDead(t *testing.T, m backends.MetaStore) {
 	ctx := t.Context()
 	idx := commitRows(t, m, "p", "a")
 	req := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1, MaxDeliveries: 2}
@@ -300,7 +299,7 @@ func testNackDead(t *testing.T, m *redis.Meta) {
 	}
 }
 
-func testExpiry(t *testing.T, m, other *redis.Meta) {
+func testExpiry(t *testing.T, m, other backends.MetaStore) {
 	ctx := t.Context()
 	idx := commitRows(t, m, "p", "a", "b")
 	lease := 300 * time.Millisecond
@@ -341,7 +340,7 @@ func testExpiry(t *testing.T, m, other *redis.Meta) {
 	}
 }
 
-func testQueueDeletes(t *testing.T, m, other *redis.Meta) {
+func testQueueDeletes(t *testing.T, m, other backends.MetaStore) {
 	ctx := t.Context()
 	idx := commitRows(t, m, "p", "a", "b", "c")
 	c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 3, Min: 1}, all)
@@ -393,7 +392,7 @@ func testQueueDeletes(t *testing.T, m, other *redis.Meta) {
 	}
 }
 
-func testReset(t *testing.T, m, other *redis.Meta) {
+func testReset(t *testing.T, m, other backends.MetaStore) {
 	ctx := t.Context()
 	idx := commitRows(t, m, "p", "a", "b", "c")
 	req := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 3, Min: 1}
@@ -427,7 +426,7 @@ func testReset(t *testing.T, m, other *redis.Meta) {
 	}
 }
 
-func testQueueInvalid(t *testing.T, m *redis.Meta) {
+func testQueueInvalid(t *testing.T, m backends.MetaStore) {
 	ctx := t.Context()
 	for _, req := range []backends.ClaimRequest{
 		{Task: "", Lease: time.Second, Rows: 1, Min: 1},
@@ -454,7 +453,7 @@ func testQueueInvalid(t *testing.T, m *redis.Meta) {
 	}
 }
 
-func testBatch(t *testing.T, m, other *redis.Meta) {
+func testBatch(t *testing.T, m, other backends.MetaStore) {
 	ctx := t.Context()
 	idx := commitRows(t, m, "p", "a", "b", "c", "d", "e", "f")
 	req := func(rank int) backends.ClaimRequest {
@@ -501,7 +500,7 @@ func testBatch(t *testing.T, m, other *redis.Meta) {
 	}
 }
 
-func testWait(t *testing.T, m, other *redis.Meta) {
+func testWait(t *testing.T, m, other backends.MetaStore) {
 	ctx := t.Context()
 	commitRows(t, m, "p", "a")
 	c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
@@ -590,9 +589,9 @@ func testWait(t *testing.T, m, other *redis.Meta) {
 
 // testConsumers: goroutines of several Metas claim one task at once;
 // every row is leased exactly once before any ack.
-func testConsumers(t *testing.T, newMeta func(t *testing.T) *redis.Meta) {
+func testConsumers(t *testing.T, newMeta func(t *testing.T) backends.MetaStore) {
 	ctx := t.Context()
-	metas := []*redis.Meta{newMeta(t), newMeta(t)}
+	metas := []backends.MetaStore{newMeta(t), newMeta(t)}
 	const n = 120
 	keys := make([]string, n)
 	for i := range keys {
@@ -643,7 +642,7 @@ func testConsumers(t *testing.T, newMeta func(t *testing.T) *redis.Meta) {
 // testLateLowIndex: a row committed after rows of higher indexes were
 // consumed is still offered (the claim's skip of the consumed prefix is
 // per view of the rows).
-func testLateLowIndex(t *testing.T, m, other *redis.Meta) {
+func testLateLowIndex(t *testing.T, m, other backends.MetaStore) {
 	ctx := t.Context()
 	resA, err := m.Prepare(ctx, "p", []string{"a"}, []string{"x"})
 	if err != nil {

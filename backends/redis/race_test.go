@@ -9,8 +9,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/internal/replica"
 )
 
 // afterScript runs f once, right after the server ran a metadata script
@@ -55,7 +57,7 @@ func clearArgs(args []any) bool {
 	return len(rec) > 0 && rec[0] == 'X'
 }
 
-func commitOne(t *testing.T, m *redis.Meta, p string, keys ...string) {
+func commitOne(t *testing.T, m backends.MetaStore, p string, keys ...string) {
 	t.Helper()
 	ctx := t.Context()
 	res, err := m.Prepare(ctx, p, keys, []string{"f"})
@@ -76,7 +78,7 @@ func TestReadRacingOwnWrite(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	s := open(t, srv.URL()+"?prefix=rvread")
-	m := s.Meta()
+	m := metaOf(s)
 	commitOne(t, m, "p", "a")
 	n := 0
 	h := &afterScript{match: readScriptArgs, f: func() {
@@ -120,7 +122,7 @@ func TestDeletePartitionRacingRead(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	s := open(t, srv.URL()+"?prefix=rvdrop")
-	m := s.Meta()
+	m := metaOf(s)
 	commitOne(t, m, "p", "a")
 	h := &afterScript{match: clearArgs, f: func() {
 		if _, err := m.Lookup(ctx, "p", []string{"a"}); err != nil {
@@ -153,7 +155,7 @@ func TestDeleteDuplicateKeys(t *testing.T) {
 		opts []redis.Option
 	}{{"inline", nil}, {"clusterpath", []redis.Option{redis.WithClusterSafe()}}} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := open(t, srv.URL()+"?prefix=rvdup"+tc.name, tc.opts...).Meta()
+			m := metaOf(open(t, srv.URL()+"?prefix=rvdup"+tc.name, tc.opts...))
 			commitOne(t, m, "p", "a", "b")
 			rows, err := m.Delete(ctx, "p", []string{"a", "a"})
 			if err != nil {
@@ -182,12 +184,12 @@ func TestReadRacingCompaction(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	s := open(t, srv.URL()+"?prefix=rvcompact")
-	m := s.Meta()
+	m := metaOf(s)
 	commitOne(t, m, "p", "a")                                                    // log: 2 records
 	if _, err := m.Prepare(ctx, "p", []string{"b"}, []string{"f"}); err != nil { // 3
 		t.Fatal(err)
 	}
-	defer redis.SetCompactAt(4)()
+	defer replica.SetDefaultCompactAfter(1)()
 	h := &afterScript{match: readScriptArgs, f: func() {
 		// The 4th record: the writer compacts the log right after.
 		if _, err := m.Prepare(ctx, "p", []string{"c"}, []string{"f"}); err != nil {

@@ -16,7 +16,7 @@ type (
 )
 
 // rawPool returns the Store's pool of plain connections, or nil when
-// reads and writes must go through go-redis. Its Meta uses the same pool.
+// reads and writes must go through go-redis. Its Log uses the same pool.
 func (s *Store) rawPool() *rawConns {
 	s.rawOnce.Do(func() {
 		c, ok := s.client.(*goredis.Client)

@@ -1,119 +1,84 @@
 package redis
 
 import (
-	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/tqgo/tqgo/backends"
 )
 
 // receipts are, for a standalone server, the cell each of the Store's
-// data writes wrote last: the writes run their rounds in order on one
-// connection (or each round is a receipt of its own), and the server
-// replicates in the order it executes, so a server that holds a write's
-// receipt holds the whole write. A commit of rows whose cells this Store
-// wrote applies only where their receipts are (appendScript checks them):
-// after a failover to a replica that missed the cells, the commit is
-// refused with ErrCellsMissing instead of committing rows without cells.
-//
-// A commit drops the receipts it checked, and Delete those of the keys it
-// deletes (a failed put's rollback). Receipts no commit takes (cells of
-// a Store whose rows another Meta commits) are bounded: past maxReceipts,
-// the oldest half is forgotten, which only leaves those cells unchecked.
+// data writes wrote last, since the Log's last append: the writes run
+// their rounds in order on one connection (or each round is a receipt of
+// its own), and the server replicates in the order it executes, so a
+// server that holds a write's receipt holds the whole write. The Log's
+// next append requires every receipt (the append script checks that each
+// exists before it writes anything): after a failover to a replica that
+// missed the cells, that append (a put's commit, in tq's order: cells,
+// then the records that commit them) is refused with ErrCellsMissing
+// instead of committing rows without cells. An append that ran drops the
+// receipts it checked, whether it found them or not, so one failover
+// fails one append; Delete drops those of the keys it deletes (a failed
+// put's rollback). Past maxReceipts (cells no append follows), the
+// oldest half is forgotten, which only leaves those cells unchecked.
 type receipts struct {
 	mu    sync.Mutex
-	by    map[uint64]map[string]struct{} // row index -> storage keys
-	order []string                       // storage keys, oldest first
+	set   map[string]struct{} // storage keys
+	order []string            // storage keys, oldest first (some may be forgotten)
 }
 
-const maxReceipts = 1 << 14
+const maxReceipts = 1 << 12
 
 // add records the storage key of a write's last cell.
 func (r *receipts) add(key string) {
-	index, ok := keyIndex(key)
-	if !ok {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.by == nil {
-		r.by = map[uint64]map[string]struct{}{}
+	if r.set == nil {
+		r.set = map[string]struct{}{}
 	}
-	if len(r.order) >= maxReceipts {
-		old := r.order[:len(r.order)/2]
+	if len(r.set) >= maxReceipts {
+		for _, k := range r.order[:len(r.order)/2] {
+			delete(r.set, k)
+		}
 		r.order = append(r.order[:0:0], r.order[len(r.order)/2:]...)
-		r.forgetLocked(old)
 	}
-	set := r.by[index]
-	if set == nil {
-		set = map[string]struct{}{}
-		r.by[index] = set
+	if _, ok := r.set[key]; !ok {
+		r.set[key] = struct{}{}
+		r.order = append(r.order, key)
 	}
-	set[key] = struct{}{}
-	r.order = append(r.order, key)
 }
 
 // forget drops the receipts among keys (storage keys).
 func (r *receipts) forget(keys []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.forgetLocked(keys)
-}
-
-func (r *receipts) forgetLocked(keys []string) {
-	if len(r.by) == 0 {
+	if len(r.set) == 0 {
 		return
 	}
 	for _, k := range keys {
-		index, ok := keyIndex(k)
-		if !ok {
-			continue
-		}
-		if set := r.by[index]; set != nil {
-			delete(set, k)
-			if len(set) == 0 {
-				delete(r.by, index)
-			}
-		}
+		delete(r.set, k)
+	}
+	if len(r.set) == 0 {
+		r.order = r.order[:0]
 	}
 }
 
-// of returns the receipts among the cells of updates (storage keys).
-func (r *receipts) of(updates []backends.RowUpdate) []string {
+// all returns the receipts held now, oldest first.
+func (r *receipts) all() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.by) == 0 {
+	if len(r.set) == 0 {
 		return nil
 	}
-	var out []string
-	for i := range updates {
-		u := &updates[i]
-		set := r.by[u.Index]
-		if set == nil {
-			continue
-		}
-		for f, fi := range u.Fields {
-			if k := backends.StorageKey(u.Index, f, fi.Gen); hasKey(set, k) {
-				out = append(out, k)
-			}
+	out := make([]string, 0, len(r.set))
+	for _, k := range r.order {
+		if _, ok := r.set[k]; ok {
+			out = append(out, k)
 		}
 	}
 	return out
 }
 
-func hasKey(set map[string]struct{}, k string) bool {
-	_, ok := set[k]
-	return ok
-}
-
-// keyIndex is the row index a storage key (see backends.StorageKey)
-// starts with.
-func keyIndex(key string) (uint64, bool) {
-	at := strings.IndexByte(key, '@')
-	if at <= 0 {
-		return 0, false
-	}
-	index, err := strconv.ParseUint(key[:at], 10, 64)
-	return index, err == nil
+// isCellsMissing reports whether err is the append script's refusal for
+// a missing receipt.
+func isCellsMissing(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOCELLS")
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -75,7 +76,7 @@ func TestReclaimAfterKilledWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	meta := s.Meta()
+	meta := metaOf(s)
 	t.Cleanup(func() { s.Close(); meta.Close() })
 	partitions := []string{killMain, killSide}
 
@@ -221,7 +222,7 @@ func TestKilledWriterHelper(t *testing.T) {
 		// Snapshots replace the log every few writes: kills land in
 		// compactions too, and the survivors read snapshots that carry
 		// reservations, garbage and orphans.
-		redis.SetCompactAt(16)
+		replica.SetDefaultCompactAfter(1)
 	}
 	ctx := t.Context()
 	c := openTQ(t, url, tq.WithKeysLimit(8))
@@ -346,7 +347,7 @@ func (c census) leaked() map[string]bool {
 // takeCensus scans the data keys of prefix and lists partitions' rows.
 // Every persistent data key must be a cell ("<index>@<field>[#gen]"), and
 // every cell a listed row references must exist.
-func takeCensus(t *testing.T, raw *goredis.Client, meta *redis.Meta, prefix string, partitions []string) census {
+func takeCensus(t *testing.T, raw *goredis.Client, meta backends.MetaStore, prefix string, partitions []string) census {
 	t.Helper()
 	ctx := t.Context()
 	dataPrefix := prefix + ":d:"
@@ -415,7 +416,7 @@ func isCellKey(k string) bool {
 // checkKilledRows reads back every listed row of p and checks that it
 // holds, for each field, the cells of the put its tag names (see
 // killedBatch), and no field without one.
-func checkKilledRows(t *testing.T, c *tq.Client, meta *redis.Meta, p string) {
+func checkKilledRows(t *testing.T, c *tq.Client, meta backends.MetaStore, p string) {
 	t.Helper()
 	ctx := t.Context()
 	rows, err := meta.List(ctx, p)

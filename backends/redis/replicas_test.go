@@ -109,7 +109,7 @@ func TestReplicatedWriteResent(t *testing.T) {
 	f := startFailover(t)
 	p := &waitReplyDropper{}
 	p.tcpProxy = startTCPProxy(t, f.master.Addr(), p.serve)
-	m := open(t, p.url("resent")+"&replicas=1&replica_timeout=5s").Meta()
+	m := metaOf(open(t, p.url("resent")+"&replicas=1&replica_timeout=5s"))
 	ctx := t.Context()
 	// Unarmed first: the scripts get loaded and the replica acknowledges.
 	res, err := m.Prepare(ctx, "p", []string{"a", "b"}, []string{"f"})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/internal/replica"
 )
 
 // TestReplicaTimeoutUnderAMillisecond: WAIT takes milliseconds, and 0
@@ -21,7 +22,8 @@ func TestReplicaTimeoutUnderAMillisecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	m := s.Meta()
+	defer s.Log().Close()
+	m := replica.New(s.Log(), s)
 	defer m.Close()
 	// With replicas, a Prepare waits too: reserve through a store without
 	// them, and bring m's view up to date with a read (which waits for
@@ -46,8 +48,8 @@ func prepareUnreplicated(t *testing.T, addr, partition, key string) []backends.R
 		t.Fatal(err)
 	}
 	defer s.Close()
-	defer s.Meta().Close()
-	res, err := s.Meta().Prepare(t.Context(), partition, []string{key}, []string{"f"})
+	defer s.Log().Close()
+	res, err := replica.New(s.Log(), s).Prepare(t.Context(), partition, []string{key}, []string{"f"})
 	if err != nil {
 		t.Fatal(err)
 	}

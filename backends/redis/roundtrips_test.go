@@ -31,7 +31,7 @@ func TestRoundTrips(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			url := srv.URL() + "?prefix=rt" + tc.name + tc.query
 			s := open(t, url)
-			m := s.Meta()
+			m := metaOf(s)
 			ctx := t.Context()
 			counted := func(what string, want int64, f func(ctx context.Context) error) {
 				t.Helper()
@@ -70,13 +70,13 @@ func TestRoundTrips(t *testing.T) {
 			counted("Prepare", tc.prepares, prepare)
 			written := cells()
 			counted("WriteCommit of one round", tc.writeCommit, func(ctx context.Context) error {
-				_, err := m.WriteCommit(ctx, "p", written, fieldUpdate(keys, res, "f"))
+				_, err := colo(m).WriteCommit(ctx, "p", written, fieldUpdate(keys, res, "f"))
 				return err
 			})
 			read := func(m backends.Colocated) func(ctx context.Context) error {
 				return func(ctx context.Context) error {
 					var dst []backends.ReadCell
-					rows, err := m.ReadRows(ctx, "p", keys, func(rows []*backends.Row) ([]backends.ReadCell, error) {
+					rows, err := colo(m).ReadRows(ctx, "p", keys, func(rows []*backends.Row) ([]backends.ReadCell, error) {
 						dst = make([]backends.ReadCell, len(rows))
 						for i, r := range rows {
 							if r == nil {
@@ -97,8 +97,8 @@ func TestRoundTrips(t *testing.T) {
 					return nil
 				}
 			}
-			counted("ReadRows of rows the view holds", tc.readRows, read(m))
-			counted("ReadRows by a Meta with no view (cold)", 2, read(open(t, url).Meta()))
+			counted("ReadRows of rows the view holds", tc.readRows, read(colo(m)))
+			counted("ReadRows by a Meta with no view (cold)", 2, read(colo(metaOf(open(t, url)))))
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/internal/replica"
 )
 
 // lostAppendReplyHook lets the first script call whose record argument starts
@@ -66,7 +67,7 @@ func (h *lostAppendReplyHook) recordKind(cmd goredis.Cmder) byte {
 // write's record; the commit did apply, so Commit must not report a
 // definite failure (tq would delete the cells of a committed row).
 func TestCommitReplyLostThenLogCompacted(t *testing.T) {
-	defer redis.SetCompactAt(2)()
+	defer replica.SetDefaultCompactAfter(1)()
 	srv := redistest.Start(t)
 	ctx := t.Context()
 
@@ -75,13 +76,13 @@ func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	defer other.Meta().Close()
+	defer other.Log().Close()
 
 	hook := &lostAppendReplyHook{kind: 'C'}
 	hook.after = func() {
 		// Another client's Prepare lengthens the log to compactAt; its
 		// writer then compacts it.
-		if _, err := other.Meta().Prepare(ctx, "p", []string{"other"}, []string{"f"}); err != nil {
+		if _, err := metaOf(other).Prepare(ctx, "p", []string{"other"}, []string{"f"}); err != nil {
 			t.Errorf("other client's prepare: %v", err)
 		}
 	}
@@ -93,7 +94,7 @@ func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	m := s.Meta()
+	m := metaOf(s)
 	defer m.Close()
 
 	res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
@@ -106,7 +107,7 @@ func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 	if hook.armed.Load() {
 		t.Fatal("the commit's reply was never lost: the test did not run")
 	}
-	rows, lerr := other.Meta().Lookup(ctx, "p", []string{"k"})
+	rows, lerr := metaOf(other).Lookup(ctx, "p", []string{"k"})
 	if lerr != nil {
 		t.Fatal(lerr)
 	}
@@ -158,7 +159,7 @@ func TestReplicatedCommitReplyLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	m := s.Meta()
+	m := metaOf(s)
 	defer m.Close()
 	// With replicas, a Prepare waits too: reserve through a store without
 	// them, and bring m's view up to date with a read (which waits for
@@ -168,8 +169,8 @@ func TestReplicatedCommitReplyLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	defer plain.Meta().Close()
-	res, err := plain.Meta().Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	defer plain.Log().Close()
+	res, err := metaOf(plain).Prepare(ctx, "p", []string{"k"}, []string{"f"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestCommitReplyLostThenLogTruncated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	m := s.Meta()
+	m := metaOf(s)
 	defer m.Close()
 
 	if _, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"}); err != nil {

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -20,7 +20,7 @@ import (
 // settle runs at once (unknown outcome); through go-redis, its resend of
 // the append finds the log replaced and the commit computes again.
 func TestSettleAfterCompaction(t *testing.T) {
-	defer redis.SetCompactAt(6)()
+	defer replica.SetDefaultCompactAfter(1)()
 	srv := redistest.Start(t)
 	p := startRequestProxy(t, srv.Addr())
 	ctx := t.Context()

@@ -135,7 +135,7 @@ func TestMetaAfterStoreClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := s.Meta()
+	m := metaOf(s)
 	res, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"}) // the connections exist now
 	if err != nil {
 		t.Fatal(err)
@@ -144,10 +144,10 @@ func TestMetaAfterStoreClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	cells := []backends.Cell{{Key: backends.StorageKey(res[0].Index, "f", res[0].Gens["f"]), Body: []byte("v")}}
-	if _, err := m.WriteCommit(ctx, "p", cells, fieldUpdate([]string{"a"}, res, "f")); err != nil {
+	if _, err := colo(m).WriteCommit(ctx, "p", cells, fieldUpdate([]string{"a"}, res, "f")); err != nil {
 		t.Fatalf("WriteCommit after Store.Close, Meta open: %v", err)
 	}
-	rows, err := m.ReadRows(ctx, "p", []string{"a"}, func(rows []*backends.Row) ([]backends.ReadCell, error) {
+	rows, err := colo(m).ReadRows(ctx, "p", []string{"a"}, func(rows []*backends.Row) ([]backends.ReadCell, error) {
 		return []backends.ReadCell{{Key: cells[0].Key, Body: make([]byte, 1)}}, nil
 	})
 	if err != nil || len(rows) != 1 || rows[0] == nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/tqgo/tqgo/internal/fanout"
 )
 
-// Store is the Redis engine's backends.Store; Meta returns the metadata
-// store that shares its client and its own connections. It is safe for
+// Store is the Redis engine's backends.Store; Log returns the partition
+// logs that share its client and its own connections. It is safe for
 // concurrent use. Values Read sets in ReadCell.Value are the Store's own
 // (fresh memory, or go-redis's reply) and must not be modified.
 type Store struct {
@@ -25,11 +25,10 @@ type Store struct {
 	opts    options
 	addr    string // for errors
 	cluster bool   // keys of one multi-key command must share a slot
-	meta    *Meta
 
 	closed atomic.Bool
-	// owned: the client came from Open; it is closed when both the data
-	// and the metadata side are closed (tq closes both).
+	// owned: the client came from Open; it is closed when the Store and
+	// its Log (if taken) are both closed (tq closes both).
 	owned    bool
 	openRefs atomic.Int32
 
@@ -38,7 +37,7 @@ type Store struct {
 	meanSize atomic.Int64
 
 	rawOnce sync.Once
-	raw     *rawConns // the engine's own connections, the Store's and Meta's; nil: go-redis only
+	raw     *rawConns // the engine's own connections, the Store's and the Log's; nil: go-redis only
 
 	receipts receipts // the last cells of data writes, standalone (see receipts.go)
 
@@ -49,9 +48,9 @@ type Store struct {
 var _ backends.Store = (*Store)(nil)
 
 // New returns a Store over a client the caller owns: Close (of the Store
-// and of its Meta) leaves the client open. The client may be a *Client
+// and of its Log) leaves the client open. The client may be a *Client
 // (standalone, or Sentinel failover), a *ClusterClient or a *Ring; with
-// anything but a *Client, metadata scripts never touch two hash slots.
+// anything but a *Client, no script or transaction touches two hash slots.
 func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil redis client", backends.ErrInvalid)
@@ -65,7 +64,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 
 func newStore(client goredis.UniversalClient, o options, owned bool) *Store {
 	s := &Store{client: client, opts: o, owned: owned}
-	s.openRefs.Store(2)
+	s.openRefs.Store(1)
 	s.addr = o.addr
 	switch c := client.(type) {
 	case *goredis.Client:
@@ -87,7 +86,6 @@ func newStore(client goredis.UniversalClient, o options, owned bool) *Store {
 	for _, h := range o.hooks {
 		client.AddHook(h)
 	}
-	s.meta = newMeta(s)
 	client.AddHook(roundTripHook{s})
 	return s
 }
@@ -104,10 +102,6 @@ func (s *Store) nodeFor(ctx context.Context, key string) (*goredis.Client, error
 	return nil, fmt.Errorf("%w: WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", backends.ErrInvalid, s.client)
 }
 
-// Meta returns the metadata store kept in the same Redis, under the same
-// prefix. Closing it does not close the Store, nor the reverse.
-func (s *Store) Meta() *Meta { return s.meta }
-
 // Client returns the underlying client.
 func (s *Store) Client() goredis.UniversalClient { return s.client }
 
@@ -115,7 +109,8 @@ func (s *Store) Client() goredis.UniversalClient { return s.client }
 func (s *Store) Prefix() string { return s.opts.prefix }
 
 // Close closes the data side. Later calls return backends.ErrClosed. The
-// client is closed only when it came from Open and the Meta is closed too.
+// client is closed only when it came from Open and the Log, if taken, is
+// closed too.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil

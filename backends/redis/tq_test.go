@@ -357,7 +357,7 @@ func TestNewCallerClient(t *testing.T) {
 	if err := c.BatchPut(ctx, "p", keys, rollout(keys, 1), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := errors.Join(c.Close(), s.Close(), s.Meta().Close()); err != nil {
+	if err := errors.Join(c.Close(), s.Close(), s.Log().Close()); err != nil {
 		t.Fatal(err)
 	}
 	if err := cl.Ping(ctx).Err(); err != nil {

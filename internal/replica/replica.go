@@ -58,6 +58,19 @@ type Option func(*Meta)
 // OwnsLog makes Close close the log too.
 func OwnsLog() Option { return func(m *Meta) { m.owns = true } }
 
+// defaultCompactBytes is CompactAfter's value for a Meta made without it.
+var defaultCompactBytes atomic.Int64
+
+func init() { defaultCompactBytes.Store(256 << 10) }
+
+// SetDefaultCompactAfter sets CompactAfter's value for every Meta made
+// after without that option (tq's clients, say), and returns a function
+// restoring the former value: for tests that make logs compact often.
+func SetDefaultCompactAfter(n int) (restore func()) {
+	old := defaultCompactBytes.Swap(int64(n))
+	return func() { defaultCompactBytes.Store(old) }
+}
+
 // CompactAfter sets the log bytes after which a partition's log is
 // compacted (default 256 KiB, and never below the last snapshot's size,
 // so that compaction costs a constant share of what is appended).
@@ -65,7 +78,7 @@ func CompactAfter(n int) Option { return func(m *Meta) { m.compactBytes = n } }
 
 // New returns the metadata over log, with data the engine's cells.
 func New(log backends.Log, data backends.Store, opts ...Option) *Meta {
-	m := &Meta{log: log, data: data, done: make(chan struct{}), parts: map[string]*part{}, compactBytes: 256 << 10}
+	m := &Meta{log: log, data: data, done: make(chan struct{}), parts: map[string]*part{}, compactBytes: int(defaultCompactBytes.Load())}
 	m.life, m.end = context.WithCancel(context.Background())
 	m.cells, _ = log.(backends.LogCells)
 	for _, o := range opts {
