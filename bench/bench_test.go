@@ -150,8 +150,8 @@ func TestRunQuick(t *testing.T) {
 func checkQueueTables(t *testing.T, cfg Config, rep *Report, md string, withRedis bool) {
 	t.Helper()
 	step := fmt.Sprintf("claim+ack of %d rows", cfg.Samples)
-	const inHand, bare = "wake-up to row in hand: Task.Wait returns the lease", "bare wake-up: the engine's Wait returns"
-	rows := []string{"memory " + step + " / List", "memory " + inHand + " / channel hand-off", "memory " + bare + " / channel hand-off"}
+	const inHand = "wake-up to row in hand: Task.Wait returns the lease"
+	rows := []string{"memory " + step + " / List", "memory " + inHand + " / channel hand-off"}
 	for _, k := range cfg.Consumers {
 		rows = append(rows, fmt.Sprintf("memory contention: %d consumers, per claim / channel pop", k))
 	}
@@ -162,7 +162,7 @@ func checkQueueTables(t *testing.T, cfg Config, rep *Report, md string, withRedi
 	if withRedis {
 		x := fmt.Sprintf("XREADGROUP COUNT %d + XACK", cfg.Samples)
 		rows = append(rows, "redis "+step+" / "+x, "redis "+step+" / List",
-			"redis "+inHand+" / XADD to XREADGROUP BLOCK", "redis "+inHand+" / LPUSH to BLPOP", "redis "+bare+" / LPUSH to BLPOP")
+			"redis "+inHand+" / XADD to XREADGROUP BLOCK", "redis "+inHand+" / LPUSH to BLPOP")
 		serverRows = append(serverRows, "redis "+step)
 		for _, k := range cfg.Consumers {
 			m := fmt.Sprintf("redis contention: %d consumers, per claim / ", k)

@@ -19,7 +19,7 @@ import (
 // The queue suite: what consuming through tq costs, each measure beside
 // its limit in the same rotation, on the same server. tq is driven through
 // its public API only (Open, Task, Claim, Wait, Ack, BatchPut,
-// ClearPartition), but for the bare wake-up (queuebare.go).
+// ClearPartition).
 //
 //   - claim+ack: a Claim of a step's rows and the Ack of them, beside
 //     XREADGROUP COUNT n + XACK of as many entries of a Redis stream (the
@@ -77,9 +77,9 @@ func queueSteps(cfg Config, targets []*target, m *meter) int {
 	n := 0
 	for _, t := range queueTargets(targets) {
 		if t.isRedis() {
-			n += 7 + 3*len(cfg.Consumers) + 2*len(cfg.QueueSizes)
+			n += 6 + 3*len(cfg.Consumers) + 2*len(cfg.QueueSizes)
 		} else {
-			n += 5 + 2*len(cfg.Consumers) + len(cfg.QueueSizes)
+			n += 4 + 2*len(cfg.Consumers) + len(cfg.QueueSizes)
 		}
 	}
 	return m.planSteps(n)
@@ -221,8 +221,7 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 			"Task.Wait(ctx, 1) for %[2]v before the put, returning its lease; a sample is the mean of %[3]d hand-offs, and a "+
 			"hand-off counts 0 when the consumer returned first. Limits: an XADD returning to a client blocked in XREADGROUP "+
 			"BLOCK returning the entry; an LPUSH returning to one blocked in BLPOP (same server); a channel hand-off in process. "+
-			"bare wake-up (the one measure below the public API): the engine's own Wait, blocked on the partition, returning "+
-			"on that put. contention: C consumers (goroutines, each a tq.Client of its own, the first the producer's, and a Task "+
+			"contention: C consumers (goroutines, each a tq.Client of its own, the first the producer's, and a Task "+
 			"of one task name) claim %[4]d rows at a time and ack them until a partition of max(4×%[1]d, 4×C×%[4]d) rows is "+
 			"consumed; the time per claim is the wall time over the claims that returned rows, a sample one such run. Limits: "+
 			"C goroutines, each a consumer of one group on a connection of its own, doing XREADGROUP COUNT %[4]d + XACK until "+
@@ -355,12 +354,7 @@ func queueArms(ctx context.Context, cfg Config, rig *queueRig) (arms []*arm, row
 
 	// Wake-up.
 	wake := &arm{name: name + " wake-up", calls: wakeCalls, timed: func() (time.Duration, error) { return wakeOnce(ctx, c, consumer) }}
-	bare, closeBare, err := bareWakeArm(ctx, rig.t)
-	if err != nil {
-		return nil, nil, nil, cleanup, err
-	}
-	cleanup = closeBare
-	arms = append(arms, wake, bare)
+	arms = append(arms, wake)
 	const inHand = "wake-up to row in hand: Task.Wait returns the lease"
 	if redisOn {
 		if err := raw.Del(ctx, streamWake).Err(); err != nil {
@@ -374,14 +368,11 @@ func queueArms(ctx context.Context, cfg Config, rig *queueRig) (arms []*arm, row
 		arms = append(arms, xwake, blpop)
 		rows = append(rows,
 			queueRow{inHand, "XADD to XREADGROUP BLOCK", wake, xwake},
-			queueRow{inHand, "LPUSH to BLPOP", wake, blpop},
-			queueRow{"bare wake-up: the engine's Wait returns", "LPUSH to BLPOP", bare, blpop})
+			queueRow{inHand, "LPUSH to BLPOP", wake, blpop})
 	} else {
 		handoff := &arm{name: name + " channel", calls: wakeCalls, timed: chanOnce}
 		arms = append(arms, handoff)
-		rows = append(rows,
-			queueRow{inHand, "channel hand-off", wake, handoff},
-			queueRow{"bare wake-up: the engine's Wait returns", "channel hand-off", bare, handoff})
+		rows = append(rows, queueRow{inHand, "channel hand-off", wake, handoff})
 	}
 
 	// Contention.

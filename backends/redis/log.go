@@ -57,8 +57,11 @@ import (
 // blocks in XREAD BLOCK on the stream, from its position, on a connection
 // of a client of its own (see waitClient), with the read script pipelined
 // after the XREAD, so that the entries that woke it come in the same round
-// trip, read atomically and checked against the position. A round blocks
-// at most logRecheck, so that a log deleted and begun anew under a
+// trip, read atomically and checked against the position. A Read with a
+// wait from the very end that this Log's last waiting Read of the
+// partition returned (a watcher waiting again) skips the first read: its
+// first round's XREAD returns at once with whatever came since. A round
+// blocks at most logRecheck, so that a log deleted and begun anew under a
 // waiting reader (whose numbers do not pass the reader's until it grows
 // as long) is noticed within it. Close ends waiting Reads at once, with
 // backends.ErrClosed; a context that ends ends its Read at once too (its
@@ -74,8 +77,9 @@ type Log struct {
 	mu       sync.Mutex // guards the fields below, and wg.Add against Close
 	waits    goredis.UniversalClient
 	ownWaits bool
-	known    map[string]bool // Cluster: partitions this Log registered
-	wg       sync.WaitGroup  // wait rounds in flight
+	known    map[string]bool         // Cluster: partitions this Log registered
+	ends     map[string]backends.Pos // see takeEnd
+	wg       sync.WaitGroup          // wait rounds in flight
 }
 
 var _ backends.Log = (*Log)(nil)
@@ -416,11 +420,44 @@ func (l *Log) Read(ctx context.Context, partition string, from backends.Pos, wai
 	if err := l.check(ctx); err != nil {
 		return backends.Tail{}, err
 	}
+	if wait > 0 && l.takeEnd(partition, from) {
+		// A wait that returned this very position as the log's end: the
+		// XREAD of the wait's first round returns at once if anything
+		// came since, with the read.
+		return l.wait(ctx, partition, from, wait)
+	}
 	t, err := l.read(ctx, "read", partition, from)
 	if err != nil || wait <= 0 || t.Restart || len(t.Entries) > 0 {
 		return t, err
 	}
 	return l.wait(ctx, partition, from, wait)
+}
+
+// keepEnds bounds the ends a Log remembers (see takeEnd).
+const keepEnds = 1024
+
+// setEnd remembers end, the end of the log of partition as a waiting Read
+// just returned it.
+func (l *Log) setEnd(partition string, end backends.Pos) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ends == nil || len(l.ends) >= keepEnds {
+		l.ends = map[string]backends.Pos{}
+	}
+	l.ends[partition] = end
+}
+
+// takeEnd reports whether from is the end a waiting Read of partition
+// last returned, and forgets it: a reader waiting again from there needs
+// no read before its first wait round, which reads what came since.
+func (l *Log) takeEnd(partition string, from backends.Pos) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	end, ok := l.ends[partition]
+	if ok {
+		delete(l.ends, partition)
+	}
+	return ok && end == from
 }
 
 // read runs the read script.
