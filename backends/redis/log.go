@@ -39,10 +39,15 @@ import (
 // that created the log registers it again after (a delete racing with it
 // may have unregistered it between the two).
 //
+// On a standalone server with the engine's own connections (and without
+// WithReplicas) an Append's script goes on those connections, as
+// AppendCells does, not through go-redis.
+//
 // An Append sent twice appends once: the script appends nothing when the
 // first record's ID is already among the entries after the caller's
 // position, and replies as the first send would have (go-redis resends a
-// command whose reply it lost). It looks no further: records compacted
+// command whose reply it lost; the engine's own connections resend a
+// request that failed on a connection that sat idle, before any reply). It looks no further: records compacted
 // into a snapshot between the two sends would be appended again. A
 // request whose reply was lost (a reset
 // connection, a timeout) returns an error matching
@@ -257,15 +262,62 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 	var reply []any
 	var acks func() error
 	var err error
-	if s.opts.replicas > 0 {
+	switch raw := s.rawPool(); {
+	case s.opts.replicas > 0:
 		reply, acks, err = s.evalWait(ctx, logAppendScript, keys, args...)
-	} else {
+	case raw != nil:
+		reply, err = l.appendRaw(ctx, raw, keys, args)
+	default:
 		reply, err = logAppendScript.Run(ctx, s.client, keys, args...).Slice()
 	}
 	if err != nil {
 		return backends.Tail{}, l.appendError(ctx, err)
 	}
 	return l.appended(ctx, partition, from, recs, reply, acks, registered)
+}
+
+// appendRaw runs the append script on the engine's own connections (a
+// standalone server): the same EVALSHA, without go-redis's costs. Like
+// AppendCells, it is resent only when it failed on a connection that sat
+// idle before any reply came (the script then finds its records); any
+// other lost reply is an error matching backends.ErrOutcomeUnknown. A
+// script not loaded yet is run through go-redis, which loads it.
+func (l *Log) appendRaw(ctx context.Context, raw *rawConns, keys []string, args []any) ([]any, error) {
+	var reply any
+	var refused error
+	describe := func() []goredis.Cmder {
+		return []goredis.Cmder{goredis.NewCmd(ctx, describeEval(logAppendScript.Hash(), keys, args)...)}
+	}
+	err := raw.Do(ctx, describe, func(c *rawConn) error {
+		if err := c.Send(appendEval(c.Request(), logAppendScript.Hash(), keys, args)); err != nil {
+			return err
+		}
+		v, err := c.Value()
+		var se serverError
+		if errors.As(err, &se) {
+			refused, err = se, nil // the stream stays in step
+		}
+		if err != nil {
+			return err
+		}
+		reply = v
+		backends.CountRoundTrips(ctx, 1)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if refused != nil {
+		if goredis.HasErrorPrefix(refused, "NOSCRIPT") {
+			return logAppendScript.Run(ctx, l.s.client, keys, args...).Slice()
+		}
+		return nil, refused
+	}
+	list, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply) // classed unknown by appendError
+	}
+	return list, nil
 }
 
 // appended decodes the reply of an append that ran (acks, if not nil,
