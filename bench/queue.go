@@ -77,9 +77,9 @@ func queueSteps(cfg Config, targets []*target, m *meter) int {
 	n := 0
 	for _, t := range queueTargets(targets) {
 		if t.isRedis() {
-			n += 7 + 3*len(cfg.Consumers) + 2*len(cfg.QueueSizes)
+			n += 6 + 3*len(cfg.Consumers) + 2*len(cfg.QueueSizes)
 		} else {
-			n += 5 + 2*len(cfg.Consumers) + len(cfg.QueueSizes)
+			n += 4 + 2*len(cfg.Consumers) + len(cfg.QueueSizes)
 		}
 	}
 	return m.planSteps(n)
@@ -372,8 +372,7 @@ func queueArms(ctx context.Context, cfg Config, rig *queueRig) (arms []*arm, row
 	} else {
 		handoff := &arm{name: name + " channel", calls: wakeCalls, timed: chanOnce}
 		arms = append(arms, handoff)
-		rows = append(rows,
-			queueRow{inHand, "channel hand-off", wake, handoff})
+		rows = append(rows, queueRow{inHand, "channel hand-off", wake, handoff})
 	}
 
 	// Contention.

@@ -39,10 +39,15 @@ import (
 // that created the log registers it again after (a delete racing with it
 // may have unregistered it between the two).
 //
+// On a standalone server with the engine's own connections (and without
+// WithReplicas) an Append's script goes on those connections, as
+// AppendCells does, not through go-redis.
+//
 // An Append sent twice appends once: the script appends nothing when the
 // first record's ID is already among the entries after the caller's
 // position, and replies as the first send would have (go-redis resends a
-// command whose reply it lost). It looks no further: records compacted
+// command whose reply it lost; the engine's own connections resend a
+// request that failed on a connection that sat idle, before any reply). It looks no further: records compacted
 // into a snapshot between the two sends would be appended again. A
 // request whose reply was lost (a reset
 // connection, a timeout) returns an error matching
@@ -57,8 +62,11 @@ import (
 // blocks in XREAD BLOCK on the stream, from its position, on a connection
 // of a client of its own (see waitClient), with the read script pipelined
 // after the XREAD, so that the entries that woke it come in the same round
-// trip, read atomically and checked against the position. A round blocks
-// at most logRecheck, so that a log deleted and begun anew under a
+// trip, read atomically and checked against the position. A Read with a
+// wait from the very end that this Log's last waiting Read of the
+// partition returned (a watcher waiting again) skips the first read: its
+// first round's XREAD returns at once with whatever came since. A round
+// blocks at most logRecheck, so that a log deleted and begun anew under a
 // waiting reader (whose numbers do not pass the reader's until it grows
 // as long) is noticed within it. Close ends waiting Reads at once, with
 // backends.ErrClosed; a context that ends ends its Read at once too (its
@@ -74,8 +82,9 @@ type Log struct {
 	mu       sync.Mutex // guards the fields below, and wg.Add against Close
 	waits    goredis.UniversalClient
 	ownWaits bool
-	known    map[string]bool // Cluster: partitions this Log registered
-	wg       sync.WaitGroup  // wait rounds in flight
+	known    map[string]bool         // Cluster: partitions this Log registered
+	ends     map[string]backends.Pos // see takeEnd
+	wg       sync.WaitGroup          // wait rounds in flight
 }
 
 var _ backends.Log = (*Log)(nil)
@@ -259,9 +268,12 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 	var reply []any
 	var acks func() error
 	var err error
-	if s.opts.replicas > 0 {
+	switch raw := s.rawPool(); {
+	case s.opts.replicas > 0:
 		reply, acks, err = s.evalWait(ctx, logAppendScript, keys, args...)
-	} else {
+	case raw != nil:
+		reply, err = l.appendRaw(ctx, raw, keys, args)
+	default:
 		reply, err = logAppendScript.Run(ctx, s.client, keys, args...).Slice()
 	}
 	if err != nil {
@@ -269,6 +281,50 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 	}
 	s.receipts.forget(checked)
 	return l.appended(ctx, partition, from, recs, reply, acks, registered)
+}
+
+// appendRaw runs the append script on the engine's own connections (a
+// standalone server): the same EVALSHA, without go-redis's costs. Like
+// AppendCells, it is resent only when it failed on a connection that sat
+// idle before any reply came (the script then finds its records); any
+// other lost reply is an error matching backends.ErrOutcomeUnknown. A
+// script not loaded yet is run through go-redis, which loads it.
+func (l *Log) appendRaw(ctx context.Context, raw *rawConns, keys []string, args []any) ([]any, error) {
+	var reply any
+	var refused error
+	describe := func() []goredis.Cmder {
+		return []goredis.Cmder{goredis.NewCmd(ctx, describeEval(logAppendScript.Hash(), keys, args)...)}
+	}
+	err := raw.Do(ctx, describe, func(c *rawConn) error {
+		if err := c.Send(appendEval(c.Request(), logAppendScript.Hash(), keys, args)); err != nil {
+			return err
+		}
+		v, err := c.Value()
+		var se serverError
+		if errors.As(err, &se) {
+			refused, err = se, nil // the stream stays in step
+		}
+		if err != nil {
+			return err
+		}
+		reply = v
+		backends.CountRoundTrips(ctx, 1)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if refused != nil {
+		if goredis.HasErrorPrefix(refused, "NOSCRIPT") {
+			return logAppendScript.Run(ctx, l.s.client, keys, args...).Slice()
+		}
+		return nil, refused
+	}
+	list, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply) // classed unknown by appendError
+	}
+	return list, nil
 }
 
 // appended decodes the reply of an append that ran (acks, if not nil,
@@ -428,11 +484,44 @@ func (l *Log) Read(ctx context.Context, partition string, from backends.Pos, wai
 	if err := l.check(ctx); err != nil {
 		return backends.Tail{}, err
 	}
+	if wait > 0 && l.takeEnd(partition, from) {
+		// A wait that returned this very position as the log's end: the
+		// XREAD of the wait's first round returns at once if anything
+		// came since, with the read.
+		return l.wait(ctx, partition, from, wait)
+	}
 	t, err := l.read(ctx, "read", partition, from)
 	if err != nil || wait <= 0 || t.Restart || len(t.Entries) > 0 {
 		return t, err
 	}
 	return l.wait(ctx, partition, from, wait)
+}
+
+// keepEnds bounds the ends a Log remembers (see takeEnd).
+const keepEnds = 1024
+
+// setEnd remembers end, the end of the log of partition as a waiting Read
+// just returned it.
+func (l *Log) setEnd(partition string, end backends.Pos) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ends == nil || len(l.ends) >= keepEnds {
+		l.ends = map[string]backends.Pos{}
+	}
+	l.ends[partition] = end
+}
+
+// takeEnd reports whether from is the end a waiting Read of partition
+// last returned, and forgets it: a reader waiting again from there needs
+// no read before its first wait round, which reads what came since.
+func (l *Log) takeEnd(partition string, from backends.Pos) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	end, ok := l.ends[partition]
+	if ok {
+		delete(l.ends, partition)
+	}
+	return ok && end == from
 }
 
 // read runs the read script.

@@ -54,12 +54,18 @@ func TestLogOutcomes(t *testing.T) {
 		applied bool
 		resent  bool // the request went out twice
 	}{
-		{name: "reply lost", query: "max_retries=-1", kind: faultLoseReply, want: "unknown", applied: true},
-		{name: "request dropped", query: "max_retries=-1", kind: faultDrop, want: "unknown", applied: false},
+		// Through go-redis (direct=false).
+		{name: "reply lost", query: "direct=false&max_retries=-1", kind: faultLoseReply, want: "unknown", applied: true},
+		{name: "request dropped", query: "direct=false&max_retries=-1", kind: faultDrop, want: "unknown", applied: false},
 		// go-redis resends a request whose reply it lost: the append
 		// script finds its records and appends nothing.
-		{name: "reply lost resent", kind: faultLoseReply, want: "ok", applied: true, resent: true},
-		{name: "request dropped resent", kind: faultDrop, want: "ok", applied: true, resent: true},
+		{name: "reply lost resent", query: "direct=false", kind: faultLoseReply, want: "ok", applied: true, resent: true},
+		{name: "request dropped resent", query: "direct=false", kind: faultDrop, want: "ok", applied: true, resent: true},
+		// On the engine's own connections, as AppendCells below.
+		{name: "own reply lost", kind: faultLoseReply, want: "unknown", applied: true},
+		{name: "own request dropped", kind: faultDrop, want: "unknown", applied: false},
+		{name: "own reply lost reused", reuse: true, kind: faultLoseReply, want: "ok", applied: true, resent: true},
+		{name: "own request dropped reused", reuse: true, kind: faultDrop, want: "ok", applied: true, resent: true},
 		{name: "cells reply lost", cells: true, kind: faultLoseReply, want: "unknown", applied: true},
 		{name: "cells request dropped", cells: true, kind: faultDrop, want: "unknown", applied: false},
 		// The engine's own connections resend a request that failed on

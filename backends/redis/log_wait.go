@@ -109,6 +109,9 @@ func (l *Log) waitRound(ctx context.Context, partition string, from backends.Pos
 		if err != nil {
 			return backends.Tail{}, l.s.wrap(ctx, "read", err)
 		}
+		if len(t.Entries) > 0 || t.Restart {
+			l.setEnd(partition, t.End(from))
+		}
 		return t, nil
 	case <-ctx.Done():
 		return backends.Tail{}, ctx.Err()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -444,7 +445,14 @@ func (m *Meta) watch(p *part) {
 				break
 			}
 			from := p.pos
+			woke := p.woke
+			p.woke = false
 			p.mu.Unlock()
+			if woke {
+				// Let the Waits just woken run before this goroutine
+				// sends its next read.
+				runtime.Gosched()
+			}
 			t, err := m.log.Read(m.life, p.name, from, watchRound)
 			p.mu.Lock()
 			if err == nil {

@@ -117,6 +117,7 @@ type part struct {
 	// wake is closed when the state changes; waiters counts the Waits
 	// that need the watcher.
 	wake     chan struct{}
+	woke     bool // wake was closed since the watcher last looked
 	waiters  int
 	watching bool
 	// waits are the tokens of this process's standing claims, and
@@ -269,6 +270,7 @@ func (p *part) changed() {
 	if p.wake != nil {
 		close(p.wake)
 		p.wake = nil
+		p.woke = true
 	}
 }
 
