@@ -33,7 +33,7 @@ func openEngine(ctx context.Context, u *url.URL) (backends.Engine, error) {
 	if err != nil {
 		return backends.Engine{}, err
 	}
-	return backends.Engine{Data: s, Meta: s.Meta()}, nil
+	return backends.Engine{Data: s, Log: s.Log()}, nil
 }
 
 // Query parameters this package reads; the rest go to go-redis.
