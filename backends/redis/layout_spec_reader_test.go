@@ -280,7 +280,7 @@ func (d *sd) tagVal(depth int) any {
 }
 
 // encTagVal is a tag value's encoding (LOG.md section 4), for group ids.
-func encTagVal(b []byte, v any) []byte {
+func srEncTag(b []byte, v any) []byte {
 	switch x := v.(type) {
 	case nil:
 		return msgp.AppendNil(b)
@@ -311,14 +311,14 @@ func encTagVal(b []byte, v any) []byte {
 	case []any:
 		b = msgp.AppendArrayHeader(b, uint32(len(x)))
 		for _, e := range x {
-			b = encTagVal(b, e)
+			b = srEncTag(b, e)
 		}
 		return b
 	case map[string]any:
 		b = msgp.AppendMapHeader(b, uint32(len(x)))
 		for _, k := range slices.Sorted(maps.Keys(x)) {
 			b = msgp.AppendString(b, k)
-			b = encTagVal(b, x[k])
+			b = srEncTag(b, x[k])
 		}
 		return b
 	}
@@ -473,7 +473,7 @@ func (p *srState) task(name string) *srTask {
 }
 
 // seen is an entry read at time now: lazy expiry.
-func seen(e srEntry, now int64) srEntry {
+func srSeen(e srEntry, now int64) srEntry {
 	switch {
 	case e.state == srLeased && now >= e.until:
 		e.token, e.until, e.state = "", 0, srReady
@@ -490,7 +490,7 @@ func entryClaimable(e *srEntry, now int64) bool {
 	if e == nil {
 		return true
 	}
-	s := seen(*e, now)
+	s := srSeen(*e, now)
 	return s.state == srReady && s.until == 0
 }
 
@@ -524,7 +524,7 @@ func (p *srState) readySet(t *srTask) []uint64 {
 	return out
 }
 
-func tagNum(v any) (float64, bool) {
+func srTagNum(v any) (float64, bool) {
 	switch x := v.(type) {
 	case int64:
 		return float64(x), true
@@ -554,7 +554,7 @@ func (p *srState) groupOf(t *srTask, r *srRow) (string, bool) {
 		case bool:
 			return "b" + strconv.FormatBool(x), true
 		}
-		return "t" + string(encTagVal(nil, v)), true
+		return "t" + string(srEncTag(nil, v)), true
 	}
 	k := strings.LastIndex(r.key, t.sel.gsep)
 	if k < 0 {
@@ -577,11 +577,11 @@ func (p *srState) groupUnits(t *srTask) [][]uint64 {
 			units = append(units, m[k:k+int(t.sel.gsize)])
 		}
 	}
-	slices.SortFunc(units, func(a, b []uint64) int { return compareU(a[0], b[0]) })
+	slices.SortFunc(units, func(a, b []uint64) int { return srCompare(a[0], b[0]) })
 	return units
 }
 
-func compareU(a, b uint64) int {
+func srCompare(a, b uint64) int {
 	switch {
 	case a < b:
 		return -1
@@ -639,13 +639,13 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 			}
 			delete(t.parked, i)
 			if r := p.byIndex[i]; r != nil {
-				if nv, ok := tagNum(r.tag[t.sel.stag]); ok && nv < a.floor {
+				if nv, ok := srTagNum(r.tag[t.sel.stag]); ok && nv < a.floor {
 					t.parked[i] = nv
 				}
 			}
 		}
 		for _, i := range p.readySet(t) {
-			v, ok := tagNum(p.byIndex[i].tag[t.sel.stag])
+			v, ok := srTagNum(p.byIndex[i].tag[t.sel.stag])
 			if !ok || v >= a.floor {
 				continue
 			}
@@ -844,13 +844,13 @@ func (p *srState) settle(task string, op uint64, token string, idx []uint64, del
 				e.until = now + delay
 			}
 		case 4:
-			if e != nil && seen(*e, now).state == srDead {
+			if e != nil && srSeen(*e, now).state == srDead {
 				delete(t.entries, i)
 				changed = true
 			}
 		case 5:
 			if p.byIndex[i] != nil {
-				if e == nil || seen(*e, now).state == srReady || seen(*e, now).state == srDead {
+				if e == nil || srSeen(*e, now).state == srReady || srSeen(*e, now).state == srDead {
 					ne := &srEntry{state: srDropped}
 					if e != nil {
 						ne.deliveries = e.deliveries
@@ -1004,7 +1004,7 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 				if g == nil {
 					return
 				}
-				if !g.has(fi.gen) && p.farIndex(r.index, f, fi.gen) < 0 && !(r.committed && r.fields[f].gen == fi.gen && hasKey(r.fields, f)) {
+				if !g.has(fi.gen) && p.farIndex(r.index, f, fi.gen) < 0 && !(r.committed && r.fields[f].gen == fi.gen && srHasKey(r.fields, f)) {
 					return
 				}
 			}
@@ -1170,7 +1170,7 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 	}
 }
 
-func hasKey(m map[string]srField, k string) bool { _, ok := m[k]; return ok }
+func srHasKey(m map[string]srField, k string) bool { _, ok := m[k]; return ok }
 
 func readSRClaim(d *sd) *srClaim {
 	start := d.b
@@ -1450,7 +1450,7 @@ func (p *srState) counts(task string, at int64) (srCounts, bool) {
 	for i := range p.byIndex {
 		st := srReady
 		if e := t.entries[i]; e != nil {
-			st = seen(*e, at).state
+			st = srSeen(*e, at).state
 		}
 		switch st {
 		case srReady:

@@ -291,7 +291,7 @@ func checkSpecReader(t *testing.T, c *tq.Client, rc *goredis.Client, prefix stri
 	for _, r := range st.byIndex {
 		mine = append(mine, r)
 	}
-	slices.SortFunc(mine, func(a, b *srRow) int { return compareU(a.index, b.index) })
+	slices.SortFunc(mine, func(a, b *srRow) int { return srCompare(a.index, b.index) })
 	if len(mine) != len(meta.Rows) {
 		t.Fatalf("the reader lists %d rows, tq %d", len(mine), len(meta.Rows))
 	}
@@ -394,7 +394,7 @@ func checkSpecReader(t *testing.T, c *tq.Client, rc *goredis.Client, prefix stri
 	specMust(t, err)
 	var myDead []string
 	for i, e := range st.tasks["short"].entries {
-		if seen(*e, st.now).state == srDead {
+		if srSeen(*e, st.now).state == srDead {
 			myDead = append(myDead, st.byIndex[i].key)
 		}
 	}
