@@ -7,7 +7,7 @@ import (
 	"unsafe"
 )
 
-// Key naming shared by every part of the engine (LAYOUT.md section 1).
+// Key naming shared by every part of the engine (LAYOUT.md sections 1, 2).
 
 // partEscaper keeps a partition name from closing the key's hash tag.
 var partEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")

@@ -21,8 +21,8 @@ import (
 // opaque records that the server numbers (N, dense from 1) and stamps
 // with its clock, a snapshot that replaces the entries before it, and the
 // prefix's global index counter and partition registry, which the rest of
-// the engine shares. LAYOUT.md section 9 gives every key, field and
-// script, enough for a program in another language to read and append.
+// the engine shares. LAYOUT.md gives every key, field and script, enough
+// for a program in another language to read and append.
 // Store.Log returns it; on a standalone server it is a *CellLog, which
 // also implements backends.LogCells.
 //

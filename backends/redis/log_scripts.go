@@ -2,8 +2,8 @@ package redis
 
 import goredis "github.com/redis/go-redis/v9"
 
-// The scripts of the log (Log; LAYOUT.md section 9, "The log (new
-// layout)", restates them as a specification). They know nothing of
+// The scripts of the log (Log; LAYOUT.md section 9, "Scripts", restates
+// them as a specification, sections 2 to 8 the keys they keep). They know nothing of
 // tq's rules: they number, stamp and keep opaque records, and answer what
 // follows a reader's position. Each touches the keys of one partition
 // (one hash tag, one Cluster slot), and on a standalone server ("inline")

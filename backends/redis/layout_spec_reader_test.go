@@ -1,0 +1,1469 @@
+package redis_test
+
+// A reader of a partition written from LAYOUT.md and backends/LOG.md
+// alone: it reads the server's keys with plain go-redis commands, decodes
+// records and snapshots with msgp's primitive readers (none of the
+// engine's or the rules' decoders: it imports neither internal/rules nor
+// internal/replica), and replays them by the documents' rules into rows
+// and every task's consumption. layout_spec_test.go checks what it finds
+// against what tq reports.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/tinylib/msgp/msgp"
+)
+
+// ---- decoding (LOG.md sections 2 to 4, 6) ----
+
+// sd reads msgpack values in order, keeping the first error.
+type sd struct {
+	b   []byte
+	err error
+}
+
+func (d *sd) fail(err error) {
+	if d.err == nil && err != nil {
+		d.err = err
+	}
+}
+
+func (d *sd) u() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, b, err := msgp.ReadUint64Bytes(d.b)
+	d.fail(err)
+	if err == nil {
+		d.b = b
+	}
+	return v
+}
+
+func (d *sd) i() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, b, err := msgp.ReadInt64Bytes(d.b)
+	d.fail(err)
+	if err == nil {
+		d.b = b
+	}
+	return v
+}
+
+func (d *sd) s() string {
+	if d.err != nil {
+		return ""
+	}
+	v, b, err := msgp.ReadStringBytes(d.b)
+	d.fail(err)
+	if err == nil {
+		d.b = b
+	}
+	return v
+}
+
+func (d *sd) bl() bool {
+	if d.err != nil {
+		return false
+	}
+	v, b, err := msgp.ReadBoolBytes(d.b)
+	d.fail(err)
+	if err == nil {
+		d.b = b
+	}
+	return v
+}
+
+func (d *sd) f() float64 {
+	if d.err != nil {
+		return 0
+	}
+	v, b, err := msgp.ReadFloat64Bytes(d.b)
+	d.fail(err)
+	if err == nil {
+		d.b = b
+	}
+	return v
+}
+
+func (d *sd) bin() []byte {
+	if d.err != nil {
+		return nil
+	}
+	v, b, err := msgp.ReadBytesBytes(d.b, nil)
+	d.fail(err)
+	if err == nil {
+		d.b = b
+	}
+	return v
+}
+
+// arr reads an array header.
+func (d *sd) arr() int {
+	if d.err != nil {
+		return 0
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(d.b)
+	d.fail(err)
+	if err == nil {
+		d.b = b
+		if uint32(len(b)) < n {
+			d.fail(fmt.Errorf("array of %d in %d bytes", n, len(b)))
+			return 0
+		}
+	}
+	return int(n)
+}
+
+func (d *sd) mp() int {
+	if d.err != nil {
+		return 0
+	}
+	n, b, err := msgp.ReadMapHeaderBytes(d.b)
+	d.fail(err)
+	if err == nil {
+		d.b = b
+	}
+	return int(n)
+}
+
+// null consumes a nil if one is next.
+func (d *sd) null() bool {
+	if d.err == nil && msgp.IsNil(d.b) {
+		d.b = d.b[1:]
+		return true
+	}
+	return false
+}
+
+func (d *sd) strs() []string {
+	out := make([]string, d.arr())
+	for k := range out {
+		out[k] = d.s()
+	}
+	return out
+}
+
+func (d *sd) idx() []uint64 {
+	out := make([]uint64, d.arr())
+	for k := range out {
+		out[k] = d.u()
+	}
+	return out
+}
+
+// srField is a field table entry.
+type srField struct {
+	dtype string
+	shape []int64 // nil: a general value; empty: a 0-d tensor
+	gen   uint64
+	btag  string
+}
+
+func (d *sd) table() map[string]srField {
+	n := d.mp()
+	out := make(map[string]srField, n)
+	for range n {
+		name := d.s()
+		if d.arr() != 4 {
+			d.fail(fmt.Errorf("field %q: not 4 parts", name))
+		}
+		var f srField
+		f.dtype = d.s()
+		if !d.null() {
+			f.shape = make([]int64, d.arr())
+			for k := range f.shape {
+				f.shape[k] = d.i()
+			}
+		}
+		f.gen = d.u()
+		f.btag = d.s()
+		out[name] = f
+	}
+	return out
+}
+
+func (d *sd) tables() []map[string]srField {
+	out := make([]map[string]srField, d.arr())
+	for k := range out {
+		out[k] = d.table()
+	}
+	return out
+}
+
+func (d *sd) tableRef(tables []map[string]srField) (map[string]srField, bool) {
+	t := d.u()
+	if t > uint64(len(tables)) {
+		d.fail(fmt.Errorf("table %d of %d", t, len(tables)))
+		return nil, false
+	}
+	if t == 0 {
+		return nil, false
+	}
+	return tables[t-1], true
+}
+
+// tag reads a tag: nil, or a map of values of the types tq wrote
+// (LOG.md section 4): signed and unsigned kept apart.
+func (d *sd) tag() map[string]any {
+	if d.null() {
+		return nil
+	}
+	n := d.mp()
+	out := make(map[string]any, n)
+	for range n {
+		k := d.s()
+		out[k] = d.tagVal(1)
+	}
+	return out
+}
+
+func (d *sd) tagVal(depth int) any {
+	if d.err != nil {
+		return nil
+	}
+	switch msgp.NextType(d.b) {
+	case msgp.NilType:
+		d.null()
+		return nil
+	case msgp.BoolType:
+		return d.bl()
+	case msgp.IntType:
+		return d.i()
+	case msgp.UintType:
+		return d.u()
+	case msgp.Float64Type, msgp.Float32Type:
+		return d.f()
+	case msgp.StrType:
+		return d.s()
+	case msgp.BinType:
+		v := d.bin()
+		if v == nil {
+			v = []byte{}
+		}
+		return v
+	case msgp.ArrayType:
+		if depth >= 64 {
+			d.fail(fmt.Errorf("tag nested too deep"))
+			return nil
+		}
+		out := make([]any, d.arr())
+		for k := range out {
+			out[k] = d.tagVal(depth + 1)
+		}
+		return out
+	case msgp.MapType:
+		if depth >= 64 {
+			d.fail(fmt.Errorf("tag nested too deep"))
+			return nil
+		}
+		n := d.mp()
+		out := make(map[string]any, n)
+		for range n {
+			k := d.s()
+			out[k] = d.tagVal(depth + 1)
+		}
+		return out
+	}
+	d.fail(fmt.Errorf("msgpack type %v in a tag", msgp.NextType(d.b)))
+	return nil
+}
+
+// encTagVal is a tag value's encoding (LOG.md section 4), for group ids.
+func srEncTag(b []byte, v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return msgp.AppendNil(b)
+	case bool:
+		return msgp.AppendBool(b, x)
+	case int64:
+		return msgp.AppendInt64(b, x)
+	case uint64:
+		switch {
+		case x <= math.MaxUint8:
+			return append(b, 0xcc, byte(x))
+		case x <= math.MaxUint16:
+			return append(b, 0xcd, byte(x>>8), byte(x))
+		case x <= math.MaxUint32:
+			return append(b, 0xce, byte(x>>24), byte(x>>16), byte(x>>8), byte(x))
+		}
+		b = append(b, 0xcf)
+		for s := 56; s >= 0; s -= 8 {
+			b = append(b, byte(x>>s))
+		}
+		return b
+	case float64:
+		return msgp.AppendFloat64(b, x)
+	case string:
+		return msgp.AppendString(b, x)
+	case []byte:
+		return msgp.AppendBytes(b, x)
+	case []any:
+		b = msgp.AppendArrayHeader(b, uint32(len(x)))
+		for _, e := range x {
+			b = srEncTag(b, e)
+		}
+		return b
+	case map[string]any:
+		b = msgp.AppendMapHeader(b, uint32(len(x)))
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			b = msgp.AppendString(b, k)
+			b = srEncTag(b, x[k])
+		}
+		return b
+	}
+	panic(fmt.Sprintf("tag value %T", v))
+}
+
+// ---- the state (LOG.md section 5) ----
+
+const (
+	srReady = iota
+	srLeased
+	srAcked
+	srDead
+	srDropped
+)
+
+type srGen struct {
+	field      string
+	next, pend uint64
+	at, old    int64
+}
+
+func (g *srGen) has(gen uint64) bool {
+	return gen < g.next && g.next-1-gen < 64 && g.pend>>(g.next-1-gen)&1 != 0
+}
+
+func (g *srGen) oldest() uint64 { return g.next - 1 - uint64(63-bits.LeadingZeros64(g.pend)) }
+
+func (g *srGen) drop(gen uint64) bool {
+	if !g.has(gen) {
+		return false
+	}
+	if gen == g.oldest() {
+		g.old = g.at
+	}
+	g.pend &^= 1 << (g.next - 1 - gen)
+	return true
+}
+
+type srRow struct {
+	key       string
+	index     uint64
+	committed bool
+	fields    map[string]srField
+	tag       map[string]any
+	gens      []*srGen
+}
+
+func (r *srRow) gen(field string) *srGen {
+	for _, g := range r.gens {
+		if g.field == field {
+			return g
+		}
+	}
+	return nil
+}
+
+type srRef struct {
+	index uint64
+	field string
+	gen   uint64
+	at    int64
+}
+
+type srEntry struct {
+	state      int
+	deliveries int64
+	token      string
+	until      int64
+	max        int64
+}
+
+type srSel struct {
+	fields     []string
+	gtag, gsep string
+	gsize      int64
+	stag       string
+	sdrop      bool
+}
+
+func (s srSel) equal(o srSel) bool {
+	return slices.Equal(s.fields, o.fields) && s.gtag == o.gtag && s.gsep == o.gsep && s.gsize == o.gsize &&
+		s.stag == o.stag && s.sdrop == o.sdrop
+}
+
+type srClaim struct {
+	task, token            string
+	lease, rows, min, maxd int64
+	batch                  bool
+	ranks, rank            int64
+	sel                    srSel
+	floor                  float64
+	custom                 bool
+	units                  [][]uint64
+	drop                   []uint64
+	hold                   int64
+	replaces               string
+	raw                    []byte
+}
+
+type srBatch struct {
+	token string
+	rows  []uint64
+	units [][]int64
+	taken []bool
+}
+
+type srServed struct {
+	until int64
+	rows  []uint64
+}
+
+type srStanding struct {
+	a     srClaim
+	until int64
+}
+
+type srTask struct {
+	entries  map[uint64]*srEntry
+	indexed  bool
+	sel      srSel
+	parked   map[uint64]float64
+	batches  []*srBatch
+	standing []*srStanding
+	served   map[string]srServed
+}
+
+type srState struct {
+	now     int64
+	seq     uint64
+	rows    map[string]*srRow
+	byIndex map[uint64]*srRow // committed rows
+	far     []srRef
+	orphans []srRef
+	garbage int
+	tasks   map[string]*srTask
+	voids   map[uint64]int64
+	applied int // entries applied
+}
+
+func newSR() *srState {
+	return &srState{rows: map[string]*srRow{}, byIndex: map[uint64]*srRow{}, tasks: map[string]*srTask{}, voids: map[uint64]int64{}}
+}
+
+func (p *srState) task(name string) *srTask {
+	t := p.tasks[name]
+	if t == nil {
+		t = &srTask{entries: map[uint64]*srEntry{}, parked: map[uint64]float64{}, served: map[string]srServed{}}
+		p.tasks[name] = t
+	}
+	return t
+}
+
+// seen is an entry read at time now: lazy expiry.
+func srSeen(e srEntry, now int64) srEntry {
+	switch {
+	case e.state == srLeased && now >= e.until:
+		e.token, e.until, e.state = "", 0, srReady
+		if e.max > 0 && e.deliveries >= e.max {
+			e.state = srDead
+		}
+	case e.state == srReady && e.until != 0 && now >= e.until:
+		e.until = 0
+	}
+	return e
+}
+
+func entryClaimable(e *srEntry, now int64) bool {
+	if e == nil {
+		return true
+	}
+	s := srSeen(*e, now)
+	return s.state == srReady && s.until == 0
+}
+
+func (r *srRow) hasFields(fields []string) bool {
+	for _, f := range fields {
+		if _, ok := r.fields[f]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// claimable: the task's ready set.
+func (p *srState) claimable(t *srTask, i uint64) bool {
+	r := p.byIndex[i]
+	if r == nil || !entryClaimable(t.entries[i], p.now) || !r.hasFields(t.sel.fields) {
+		return false
+	}
+	_, parked := t.parked[i]
+	return !parked
+}
+
+func (p *srState) readySet(t *srTask) []uint64 {
+	var out []uint64
+	for i := range p.byIndex {
+		if p.claimable(t, i) {
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func srTagNum(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case float64:
+		return x, !math.IsNaN(x)
+	}
+	return 0, false
+}
+
+func (p *srState) groupOf(t *srTask, r *srRow) (string, bool) {
+	if t.sel.gtag != "" {
+		v, ok := r.tag[t.sel.gtag]
+		if !ok || v == nil {
+			return "", false
+		}
+		switch x := v.(type) {
+		case string:
+			return "s" + x, true
+		case int64:
+			return "i" + strconv.FormatInt(x, 10), true
+		case uint64:
+			return "u" + strconv.FormatUint(x, 10), true
+		case float64:
+			return "f" + strconv.FormatUint(math.Float64bits(x), 16), true
+		case bool:
+			return "b" + strconv.FormatBool(x), true
+		}
+		return "t" + string(srEncTag(nil, v)), true
+	}
+	k := strings.LastIndex(r.key, t.sel.gsep)
+	if k < 0 {
+		return "", false
+	}
+	return "k" + r.key[:k], true
+}
+
+// groupUnits are the units of every complete group, by first row.
+func (p *srState) groupUnits(t *srTask) [][]uint64 {
+	members := map[string][]uint64{}
+	for _, i := range p.readySet(t) {
+		if id, ok := p.groupOf(t, p.byIndex[i]); ok {
+			members[id] = append(members[id], i)
+		}
+	}
+	var units [][]uint64
+	for _, m := range members {
+		for k := 0; k+int(t.sel.gsize) <= len(m); k += int(t.sel.gsize) {
+			units = append(units, m[k:k+int(t.sel.gsize)])
+		}
+	}
+	slices.SortFunc(units, func(a, b []uint64) int { return srCompare(a[0], b[0]) })
+	return units
+}
+
+func srCompare(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// claim applies a Q; it reports whether it leased (and what, and until).
+func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, rows []uint64) {
+	now := p.now
+	t := p.task(a.task)
+	if !t.indexed || !t.sel.equal(a.sel) {
+		t.indexed, t.sel, t.parked = true, a.sel, map[uint64]float64{}
+	}
+	if a.replaces != "" {
+		t.standing = slices.DeleteFunc(t.standing, func(s *srStanding) bool { return s.a.token == a.replaces })
+		if _, ok := t.served[a.replaces]; ok {
+			return false, "", 0, nil
+		}
+	}
+	if a.batch {
+		held := func(b *srBatch, i uint64) *srEntry {
+			if e := t.entries[i]; e != nil && e.state == srLeased && e.token == b.token {
+				return e
+			}
+			return nil
+		}
+		t.batches = slices.DeleteFunc(t.batches, func(b *srBatch) bool {
+			return !slices.ContainsFunc(b.rows, func(i uint64) bool { e := held(b, i); return e != nil && now < e.until })
+		})
+		for bi, b := range t.batches {
+			if b.taken[a.rank] {
+				continue
+			}
+			b.taken[a.rank] = true
+			if !slices.Contains(b.taken, false) {
+				t.batches = slices.Delete(t.batches, bi, bi+1)
+			}
+			for _, i := range b.rows {
+				if e := held(b, i); e != nil {
+					e.until = now + a.lease
+				}
+			}
+			return true, b.token, now + a.lease, b.rows
+		}
+	}
+	var drops []uint64
+	drops = append(drops, a.drop...)
+	if t.sel.stag != "" {
+		for i, v := range t.parked {
+			if v < a.floor {
+				continue
+			}
+			delete(t.parked, i)
+			if r := p.byIndex[i]; r != nil {
+				if nv, ok := srTagNum(r.tag[t.sel.stag]); ok && nv < a.floor {
+					t.parked[i] = nv
+				}
+			}
+		}
+		for _, i := range p.readySet(t) {
+			v, ok := srTagNum(p.byIndex[i].tag[t.sel.stag])
+			if !ok || v >= a.floor {
+				continue
+			}
+			if t.sel.sdrop {
+				drops = append(drops, i)
+			} else {
+				t.parked[i] = v
+			}
+		}
+	}
+	for _, i := range drops {
+		if e := t.entries[i]; p.byIndex[i] != nil && entryClaimable(e, now) {
+			ne := &srEntry{state: srDropped}
+			if e != nil {
+				ne.deliveries = e.deliveries
+			}
+			t.entries[i] = ne
+		}
+	}
+	var units [][]uint64
+	switch {
+	case a.custom:
+		units = a.units
+	case t.sel.gsize > 0:
+		units = p.groupUnits(t)
+		units = units[:min(len(units), int(a.rows/t.sel.gsize))]
+	default:
+		for _, i := range p.readySet(t) {
+			if int64(len(units)) == a.rows {
+				break
+			}
+			units = append(units, []uint64{i})
+		}
+	}
+	var take []uint64
+	var bounds []int
+	taken := map[uint64]bool{}
+	for _, u := range units {
+		if int64(len(take)+len(u)) > a.rows {
+			continue
+		}
+		if a.custom {
+			ok := true
+			for k, i := range u {
+				if !p.claimable(t, i) || taken[i] || slices.Contains(u[:k], i) {
+					ok = false
+				}
+			}
+			if !ok {
+				continue
+			}
+		}
+		for _, i := range u {
+			taken[i] = true
+		}
+		take = append(take, u...)
+		bounds = append(bounds, len(take))
+		if int64(len(take)) == a.rows {
+			break
+		}
+	}
+	if int64(len(take)) < a.min {
+		if a.hold > 0 {
+			st := &srStanding{a: *a, until: now + a.hold}
+			st.a.hold, st.a.replaces = 0, ""
+			t.standing = append(t.standing, st)
+		}
+		return false, "", 0, nil
+	}
+	until = now + a.lease
+	for _, i := range take {
+		ne := &srEntry{state: srLeased, token: a.token, until: until, max: a.maxd}
+		if old := t.entries[i]; old != nil {
+			ne.deliveries = old.deliveries
+		}
+		ne.deliveries++
+		t.entries[i] = ne
+	}
+	if a.batch && a.ranks > 1 {
+		b := &srBatch{token: a.token, rows: take, taken: make([]bool, a.ranks)}
+		start := 0
+		for _, end := range bounds {
+			var u []int64
+			for k := start; k < end; k++ {
+				u = append(u, int64(k))
+			}
+			b.units = append(b.units, u)
+			start = end
+		}
+		b.taken[a.rank] = true
+		t.batches = append(t.batches, b)
+		p.seq++
+	}
+	return true, a.token, until, take
+}
+
+func (p *srState) mayLease(t *srTask, a *srClaim) bool {
+	if a.batch && slices.ContainsFunc(t.batches, func(b *srBatch) bool { return !b.taken[a.rank] }) {
+		return true
+	}
+	if t.sel.gsize > 0 {
+		return int64(len(p.groupUnitsAll(t)))*t.sel.gsize >= a.min
+	}
+	return int64(len(p.readySet(t))+len(t.parked)) >= a.min
+}
+
+// groupUnitsAll counts the groups with a complete group's worth of rows
+// (one per group, whatever its multiple).
+func (p *srState) groupUnitsAll(t *srTask) []string {
+	count := map[string]int64{}
+	for _, i := range p.readySet(t) {
+		if id, ok := p.groupOf(t, p.byIndex[i]); ok {
+			count[id]++
+		}
+	}
+	var out []string
+	for id, n := range count {
+		if n >= t.sel.gsize {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// serve fulfils standing claims (LOG.md section 5, "Standing claims").
+func (p *srState) serve() {
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		t := p.tasks[name]
+		if len(t.standing) == 0 && len(t.served) == 0 {
+			continue
+		}
+		maps.DeleteFunc(t.served, func(_ string, s srServed) bool { return s.until <= p.now })
+		t.standing = slices.DeleteFunc(t.standing, func(s *srStanding) bool { return s.until <= p.now })
+		if len(t.standing) == 0 || !t.indexed {
+			continue
+		}
+		for k := 0; k < len(t.standing); k++ {
+			s := t.standing[k]
+			if !p.mayLease(t, &s.a) {
+				continue
+			}
+			leased, tok, until, rows := p.claim(&s.a)
+			if !leased {
+				continue
+			}
+			t.served[tok] = srServed{until: until, rows: rows}
+			t.standing = slices.Delete(t.standing, k, k+1)
+			k--
+		}
+	}
+}
+
+func (p *srState) settle(task string, op uint64, token string, idx []uint64, delay int64) {
+	now := p.now
+	t := p.task(task)
+	if op == 6 {
+		t.standing = slices.DeleteFunc(t.standing, func(s *srStanding) bool { return s.a.token == token })
+		sv, ok := t.served[token]
+		if !ok {
+			return
+		}
+		delete(t.served, token)
+		for _, i := range sv.rows {
+			if e := t.entries[i]; e != nil && e.state == srLeased && e.token == token {
+				ne := &srEntry{state: srReady, deliveries: e.deliveries, token: token, max: e.max}
+				if e.max > 0 && e.deliveries >= e.max {
+					ne.state = srDead
+				}
+				t.entries[i] = ne
+			}
+		}
+		p.seq++
+		return
+	}
+	changed := false
+	for _, i := range idx {
+		e := t.entries[i]
+		switch op {
+		case 1:
+			if e != nil && (e.state == srLeased || e.state == srAcked) && e.token == token {
+				t.entries[i] = &srEntry{state: srAcked, deliveries: e.deliveries, token: e.token, max: e.max}
+			}
+		case 2:
+			if e != nil && e.token == token && e.state == srLeased {
+				ne := &srEntry{state: srReady, deliveries: e.deliveries, token: token, max: e.max}
+				if e.max > 0 && e.deliveries >= e.max {
+					ne.state = srDead
+				} else if delay > 0 {
+					ne.until = now + delay
+				}
+				t.entries[i] = ne
+				changed = true
+			}
+		case 3:
+			if e != nil && e.state == srLeased && e.token == token {
+				e.until = now + delay
+			}
+		case 4:
+			if e != nil && srSeen(*e, now).state == srDead {
+				delete(t.entries, i)
+				changed = true
+			}
+		case 5:
+			if p.byIndex[i] != nil {
+				if e == nil || srSeen(*e, now).state == srReady || srSeen(*e, now).state == srDead {
+					ne := &srEntry{state: srDropped}
+					if e != nil {
+						ne.deliveries = e.deliveries
+					}
+					t.entries[i] = ne
+				}
+			}
+		}
+	}
+	if changed {
+		p.seq++
+	}
+}
+
+// retire moves a removed row's pending reservations to the orphans.
+func (p *srState) retire(r *srRow) {
+	for _, g := range r.gens {
+		for m := g.pend; m != 0; m &= m - 1 {
+			gen := g.next - 1 - uint64(bits.TrailingZeros64(m))
+			at := g.at
+			if gen == g.oldest() {
+				at = g.old
+			}
+			p.orphans = append(p.orphans, srRef{r.index, g.field, gen, at})
+		}
+	}
+	p.far = slices.DeleteFunc(p.far, func(o srRef) bool {
+		if o.index == r.index {
+			p.orphans = append(p.orphans, o)
+			return true
+		}
+		return false
+	})
+}
+
+// remove removes keys' rows and reports whether a committed one went.
+func (p *srState) remove(keys []string) bool {
+	removed := false
+	for _, k := range keys {
+		r := p.rows[k]
+		if r == nil {
+			continue
+		}
+		if r.committed {
+			removed = true
+			p.garbage += len(r.fields)
+			delete(p.byIndex, r.index)
+			for _, t := range p.tasks {
+				delete(t.entries, r.index)
+				delete(t.parked, r.index)
+			}
+		}
+		p.retire(r)
+		delete(p.rows, k)
+	}
+	return removed
+}
+
+func (p *srState) farIndex(index uint64, field string, gen uint64) int {
+	return slices.IndexFunc(p.far, func(o srRef) bool { return o.index == index && o.field == field && o.gen == gen })
+}
+
+// applyEntry applies one log entry (LOG.md section 1).
+func (p *srState) applyEntry(id uint64, t int64, base uint64, data []byte) {
+	p.applied++
+	if t > p.now {
+		p.now = t
+	}
+	maps.DeleteFunc(p.voids, func(_ uint64, at int64) bool { return p.now-at > 600_000_000 })
+	if _, void := p.voids[id]; void {
+		return
+	}
+	p.applyRecord(base, data)
+	p.serve()
+}
+
+func (p *srState) applyRecord(base uint64, data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	d := &sd{b: data[1:]}
+	now := p.now
+	switch data[0] {
+	case 'P':
+		n := d.u()
+		fields := d.strs()
+		keys := d.strs()
+		if d.err != nil {
+			return
+		}
+		fresh := 0
+		for _, k := range keys {
+			if p.rows[k] == nil {
+				fresh++
+			}
+		}
+		if uint64(fresh) > n {
+			return
+		}
+		for _, k := range keys {
+			r := p.rows[k]
+			if r == nil {
+				r = &srRow{key: k, index: base}
+				base++
+				p.rows[k] = r
+			}
+			for _, f := range fields {
+				g := r.gen(f)
+				if g == nil {
+					g = &srGen{field: f}
+					r.gens = append(r.gens, g)
+				}
+				switch {
+				case g.pend == 0:
+					g.old = now
+				case g.pend>>63 != 0:
+					p.far = append(p.far, srRef{r.index, f, g.next - 64, g.old})
+					g.old = g.at
+				}
+				g.next++
+				g.pend = g.pend<<1 | 1
+				g.at = now
+			}
+		}
+	case 'C':
+		tables := d.tables()
+		n := d.arr()
+		type up struct {
+			key    string
+			index  uint64
+			fields map[string]srField
+			tag    map[string]any
+		}
+		ups := make([]up, n)
+		for k := range ups {
+			ups[k].key = d.s()
+			ups[k].index = d.u()
+			ups[k].fields, _ = d.tableRef(tables)
+			ups[k].tag = d.tag()
+		}
+		if d.err != nil || n == 0 {
+			return
+		}
+		for _, u := range ups {
+			r := p.rows[u.key]
+			if r == nil || r.index != u.index {
+				return
+			}
+			for f, fi := range u.fields {
+				g := r.gen(f)
+				if g == nil {
+					return
+				}
+				if !g.has(fi.gen) && p.farIndex(r.index, f, fi.gen) < 0 && !(r.committed && r.fields[f].gen == fi.gen && srHasKey(r.fields, f)) {
+					return
+				}
+			}
+		}
+		for _, u := range ups {
+			r := p.rows[u.key]
+			was := r.committed
+			r.fields = maps.Clone(r.fields) // tables are shared: copy on write
+			for _, f := range slices.Sorted(maps.Keys(u.fields)) {
+				fi := u.fields[f]
+				if g := r.gen(f); !g.drop(fi.gen) {
+					if j := p.farIndex(r.index, f, fi.gen); j >= 0 {
+						p.far = slices.Delete(p.far, j, j+1)
+					}
+				}
+				old, had := r.fields[f]
+				switch {
+				case had && old.gen > fi.gen:
+					p.garbage++
+					continue
+				case had && old.gen != fi.gen:
+					p.garbage++
+				}
+				if r.fields == nil {
+					r.fields = map[string]srField{}
+				}
+				r.fields[f] = fi
+			}
+			if u.tag != nil {
+				if len(r.tag) == 0 {
+					r.tag = u.tag
+				} else {
+					merged := maps.Clone(r.tag)
+					maps.Copy(merged, u.tag)
+					r.tag = merged
+				}
+			}
+			r.committed = true
+			if r.fields == nil {
+				r.fields = map[string]srField{}
+			}
+			p.byIndex[r.index] = r
+			if was {
+				for _, t := range p.tasks {
+					delete(t.parked, r.index)
+				}
+			}
+		}
+		p.seq++
+	case 'D':
+		keys := d.strs()
+		if d.err == nil && p.remove(keys) {
+			p.seq++
+		}
+	case 'X':
+		var keys []string
+		for _, r := range p.rows {
+			keys = append(keys, r.key)
+		}
+		p.remove(keys)
+		p.tasks = map[string]*srTask{}
+		p.seq++
+	case 'A':
+		age := d.i()
+		if d.err != nil {
+			return
+		}
+		cutoff := now - age
+		for _, r := range p.rows {
+			for _, g := range r.gens {
+				switch {
+				case g.pend == 0:
+				case g.at <= cutoff:
+					p.garbage += bits.OnesCount64(g.pend)
+					g.pend = 0
+				case g.old <= cutoff:
+					g.drop(g.oldest())
+					p.garbage++
+				}
+			}
+		}
+		p.far = slices.DeleteFunc(p.far, func(o srRef) bool { return o.at <= cutoff })
+		p.orphans = slices.DeleteFunc(p.orphans, func(o srRef) bool { return o.at <= cutoff })
+	case 'W', 'B':
+		n := d.arr()
+		parts := 3
+		if data[0] == 'B' {
+			parts = 4
+		}
+		refs := make([]srRef, n)
+		for k := range refs {
+			if d.arr() != parts {
+				d.fail(fmt.Errorf("ref of wrong size"))
+			}
+			refs[k] = srRef{index: d.u(), field: d.s(), gen: d.u()}
+			if parts == 4 {
+				d.s()
+			}
+		}
+		if d.err != nil {
+			return
+		}
+		for _, ref := range refs {
+			p.orphans = slices.DeleteFunc(p.orphans, func(o srRef) bool {
+				return o.index == ref.index && o.field == ref.field && o.gen == ref.gen
+			})
+			if j := p.farIndex(ref.index, ref.field, ref.gen); j >= 0 {
+				p.far = slices.Delete(p.far, j, j+1)
+			}
+			for _, r := range p.rows {
+				if r.index == ref.index {
+					if g := r.gen(ref.field); g != nil {
+						g.drop(ref.gen)
+					}
+				}
+			}
+		}
+	case 'F':
+		ids := d.idx()
+		if d.err != nil {
+			return
+		}
+		for _, id := range ids {
+			p.voids[id] = now
+		}
+	case 'Q':
+		a := readSRClaim(d)
+		if d.err != nil || !a.valid() {
+			return
+		}
+		p.claim(a)
+	case 'K':
+		task, op, token, idx, delay := d.s(), d.u(), d.s(), d.idx(), d.i()
+		if d.err != nil || task == "" || op < 1 || op > 6 || (op == 4 || op == 5) != (token == "") ||
+			op == 3 && delay <= 0 || delay < 0 {
+			return
+		}
+		p.settle(task, op, token, idx, delay)
+	case 'R':
+		task := d.s()
+		all := d.null()
+		var idx []uint64
+		if !all {
+			idx = d.idx()
+		}
+		if d.err != nil || task == "" || !all && len(idx) == 0 {
+			return
+		}
+		t := p.tasks[task]
+		if t == nil {
+			return
+		}
+		if all {
+			t.entries = map[uint64]*srEntry{}
+			t.parked = map[uint64]float64{}
+		} else {
+			for _, i := range idx {
+				delete(t.entries, i)
+			}
+		}
+		t.batches = nil
+		p.seq++
+	}
+}
+
+func srHasKey(m map[string]srField, k string) bool { _, ok := m[k]; return ok }
+
+func readSRClaim(d *sd) *srClaim {
+	start := d.b
+	a := &srClaim{}
+	a.task, a.token, a.lease, a.rows, a.min, a.maxd = d.s(), d.s(), d.i(), d.i(), d.i(), d.i()
+	if !d.null() {
+		if d.arr() != 2 {
+			d.fail(fmt.Errorf("batch not of 2"))
+		}
+		a.batch, a.ranks, a.rank = true, d.i(), d.i()
+	}
+	a.sel.fields = d.strs()
+	a.sel.gtag, a.sel.gsep, a.sel.gsize, a.sel.stag, a.sel.sdrop = d.s(), d.s(), d.i(), d.s(), d.bl()
+	a.floor, a.custom = d.f(), d.bl()
+	a.units = make([][]uint64, d.arr())
+	for k := range a.units {
+		a.units[k] = d.idx()
+	}
+	a.drop = d.idx()
+	a.hold, a.replaces = d.i(), d.s()
+	a.raw = start[:len(start)-len(d.b)]
+	return a
+}
+
+func (a *srClaim) valid() bool {
+	const most = math.MaxInt32
+	switch {
+	case a.task == "" || a.token == "", a.lease <= 0, a.rows < 1, a.min < 1 || a.min > a.rows, a.maxd < 0, a.hold < 0,
+		a.batch && (a.ranks < 1 || a.rank < 0 || a.rank >= a.ranks),
+		a.sel.gsize < 0, a.sel.gsize > 0 && (a.sel.gtag == "") == (a.sel.gsep == ""), a.sel.gsize > a.rows,
+		a.rows > most || a.min > most || a.maxd > most || a.sel.gsize > most:
+		return false
+	}
+	return true
+}
+
+// restoreSR decodes a snapshot (LOG.md section 6).
+func restoreSR(b []byte) (*srState, error) {
+	if len(b) == 0 || b[0] != 'S' {
+		return nil, fmt.Errorf("not a snapshot")
+	}
+	d := &sd{b: b[1:]}
+	p := newSR()
+	tables := d.tables()
+	p.now, p.seq = d.i(), d.u()
+	view := func(r *srRow) {
+		if d.null() {
+			return
+		}
+		if d.arr() != 2 {
+			d.fail(fmt.Errorf("view not of 2"))
+		}
+		var ok bool
+		r.fields, ok = d.tableRef(tables)
+		if !ok {
+			d.fail(fmt.Errorf("committed row without a table"))
+		}
+		r.tag = d.tag()
+		r.committed = true
+	}
+	nr := d.arr()
+	for range nr {
+		r := &srRow{key: d.s(), index: d.u()}
+		view(r)
+		ng := d.arr()
+		for range ng {
+			if d.arr() != 5 {
+				d.fail(fmt.Errorf("gens not of 5"))
+			}
+			r.gens = append(r.gens, &srGen{field: d.s(), next: d.u(), pend: d.u(), at: d.i(), old: d.i()})
+		}
+		p.rows[r.key] = r
+		if r.committed {
+			p.byIndex[r.index] = r
+		}
+	}
+	pending := func() []srRef {
+		out := make([]srRef, d.arr())
+		for k := range out {
+			if d.arr() != 4 {
+				d.fail(fmt.Errorf("reservation not of 4"))
+			}
+			out[k] = srRef{d.u(), d.s(), d.u(), d.i()}
+		}
+		return out
+	}
+	p.far = pending()
+	ng := d.arr()
+	for range ng {
+		if d.arr() != 4 {
+			d.fail(fmt.Errorf("garbage not of 4"))
+		}
+		d.u()
+		d.s()
+		d.u()
+		d.s()
+	}
+	p.garbage = ng
+	p.orphans = pending()
+	nt := d.arr()
+	for range nt {
+		t := p.task(d.s())
+		t.indexed = d.bl()
+		t.sel.fields = d.strs()
+		if len(t.sel.fields) == 0 {
+			t.sel.fields = nil
+		}
+		t.sel.gtag, t.sel.gsep, t.sel.gsize, t.sel.stag, t.sel.sdrop = d.s(), d.s(), d.i(), d.s(), d.bl()
+		ne := d.arr()
+		for range ne {
+			if d.arr() != 6 {
+				d.fail(fmt.Errorf("entry not of 6"))
+			}
+			i := d.u()
+			t.entries[i] = &srEntry{state: int(d.u()), deliveries: d.i(), token: d.s(), until: d.i(), max: d.i()}
+		}
+		np := d.arr()
+		for range np {
+			i := d.u()
+			t.parked[i] = d.f()
+		}
+		nb := d.arr()
+		for range nb {
+			ob := &srBatch{token: d.s()}
+			nrow := d.arr()
+			for range nrow {
+				d.s()
+				ob.rows = append(ob.rows, d.u())
+				var r srRow
+				view(&r)
+			}
+			ob.units = make([][]int64, d.arr())
+			for k := range ob.units {
+				ob.units[k] = make([]int64, d.arr())
+				for j := range ob.units[k] {
+					ob.units[k][j] = d.i()
+				}
+			}
+			ob.taken = make([]bool, d.arr())
+			for k := range ob.taken {
+				ob.taken[k] = d.bl()
+			}
+			t.batches = append(t.batches, ob)
+		}
+		ns := d.arr()
+		for range ns {
+			rec := d.bin()
+			if len(rec) == 0 || rec[0] != 'Q' {
+				d.fail(fmt.Errorf("standing claim not a claim"))
+				continue
+			}
+			cd := &sd{b: rec[1:]}
+			a := readSRClaim(cd)
+			d.fail(cd.err)
+			t.standing = append(t.standing, &srStanding{a: *a, until: d.i()})
+		}
+		nsv := d.arr()
+		for range nsv {
+			tok := d.s()
+			t.served[tok] = srServed{until: d.i(), rows: d.idx()}
+		}
+	}
+	nv := d.arr()
+	for range nv {
+		id := d.u()
+		p.voids[id] = d.i()
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail(fmt.Errorf("%d bytes after the snapshot", len(d.b)))
+	}
+	return p, d.err
+}
+
+// ---- reading the server (LAYOUT.md sections 1 to 6) ----
+
+// srBase is LAYOUT.md's base of partition part under prefix.
+func srBase(prefix, part string) string {
+	esc := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(part)
+	return prefix + ":{" + prefix + ":" + esc + "}"
+}
+
+// srLog is what a partition's keys held, read atomically.
+type srLog struct {
+	entries []goredis.XMessage
+	snap    map[string]string
+}
+
+func readSRLog(ctx context.Context, c *goredis.Client, prefix, part string) (*srLog, error) {
+	base := srBase(prefix, part)
+	var xr *goredis.XMessageSliceCmd
+	var hg *goredis.MapStringStringCmd
+	_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		xr = p.XRange(ctx, base+":log", "-", "+")
+		hg = p.HGetAll(ctx, base+":snap")
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &srLog{entries: xr.Val(), snap: hg.Val()}, nil
+}
+
+// replaySR replays a partition read from the start (LAYOUT.md section 6).
+func replaySR(l *srLog) (*srState, error) {
+	p := newSR()
+	after := uint64(0)
+	first := ""
+	if len(l.entries) > 0 {
+		first = l.entries[0].ID
+	}
+	if first != "1-0" && (len(l.entries) > 0 || len(l.snap) > 0) {
+		n, ok := l.snap["n"]
+		if !ok {
+			return nil, fmt.Errorf("a log from %q without a snapshot", first)
+		}
+		var err error
+		if after, err = strconv.ParseUint(n, 10, 64); err != nil {
+			return nil, err
+		}
+		if _, emptied := l.snap["z"]; !emptied {
+			if p, err = restoreSR([]byte(l.snap["d"])); err != nil {
+				return nil, fmt.Errorf("snapshot: %w", err)
+			}
+		}
+	}
+	want := after + 1
+	for _, e := range l.entries {
+		num, ok := strings.CutSuffix(e.ID, "-0")
+		n, err := strconv.ParseUint(num, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("entry ID %q", e.ID)
+		}
+		if n <= after {
+			continue
+		}
+		if n != want {
+			return nil, fmt.Errorf("entry %d where %d follows", n, want)
+		}
+		want++
+		id, err := strconv.ParseUint(e.Values["i"].(string), 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		t, err := strconv.ParseInt(e.Values["t"].(string), 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		var base uint64
+		if b, ok := e.Values["b"]; ok {
+			if base, err = strconv.ParseUint(b.(string), 10, 64); err != nil {
+				return nil, err
+			}
+		}
+		p.applyEntry(id, t, base, []byte(e.Values["d"].(string)))
+	}
+	return p, nil
+}
+
+// srStorageKey is LAYOUT.md section 3's.
+func srStorageKey(index uint64, field string, gen uint64) string {
+	if gen == 0 {
+		return fmt.Sprintf("%d@%s", index, field)
+	}
+	return fmt.Sprintf("%d@%s#%d", index, field, gen)
+}
+
+// srCounts are a task's rows by state, as tq.Status counts them: every
+// committed row with no state is ready.
+type srCounts struct{ ready, leased, acked, dead, dropped int }
+
+func (p *srState) counts(task string, at int64) (srCounts, bool) {
+	t := p.tasks[task]
+	if t == nil || len(t.entries) == 0 {
+		return srCounts{}, false
+	}
+	var c srCounts
+	for i := range p.byIndex {
+		st := srReady
+		if e := t.entries[i]; e != nil {
+			st = srSeen(*e, at).state
+		}
+		switch st {
+		case srReady:
+			c.ready++
+		case srLeased:
+			c.leased++
+		case srAcked:
+			c.acked++
+		case srDead:
+			c.dead++
+		case srDropped:
+			c.dropped++
+		}
+	}
+	return c, true
+}

@@ -1,0 +1,623 @@
+package redis_test
+
+// LAYOUT.md held to the code: a tq workload against a real server, then
+// the independent reader of layout_spec_reader_test.go reads the server's
+// keys by the document and must find what tq finds; and every key on the
+// server, every field of the log's entries and snapshots, every constant
+// of the key names and every script and command the engine runs must be
+// named in the document.
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/redis"
+	"github.com/tqgo/tqgo/codec"
+	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/internal/replica"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// cmdRecorder is a hook that records the commands the engine sends.
+type cmdRecorder struct {
+	mu    sync.Mutex
+	names map[string]bool
+	shas  map[string]bool
+}
+
+func (r *cmdRecorder) add(cmd goredis.Cmder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.names == nil {
+		r.names, r.shas = map[string]bool{}, map[string]bool{}
+	}
+	name := strings.ToUpper(cmd.Name())
+	r.names[name] = true
+	if args := cmd.Args(); name == "EVALSHA" && len(args) > 1 {
+		r.shas[fmt.Sprint(args[1])] = true
+	}
+}
+
+func (r *cmdRecorder) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (r *cmdRecorder) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		r.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *cmdRecorder) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		for _, c := range cmds {
+			r.add(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+const specPart = "spec/a:1"
+
+// TestSpecReaderMatchesTq: the reader, reading the server by LAYOUT.md
+// and replaying by LOG.md, finds the rows, cells, shapes, tags and
+// per-task counts tq reports, on the log as the opener's engine leaves it
+// and on a log compacted after every write (a snapshot and its tail).
+func TestSpecReaderMatchesTq(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rc.Close() })
+	for _, tc := range []struct {
+		name    string
+		prefix  string
+		compact bool
+	}{
+		{"opener", "specA", false},
+		{"snapshots", "specB", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c *tq.Client
+			rec := &cmdRecorder{}
+			if !tc.compact {
+				var err error
+				if c, err = tq.Open(t.Context(), srv.URL()+"?prefix="+tc.prefix); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+			} else {
+				s, err := redis.OpenURL(t.Context(), srv.URL()+"?prefix="+tc.prefix, redis.WithHooks(rec))
+				if err != nil {
+					t.Fatal(err)
+				}
+				meta := replica.NewStore(s.Log(), s, replica.CompactAfter(1))
+				if c, err = tq.New(backends.Engine{Data: s, Meta: meta}); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					c.Close()
+					meta.Close()
+					s.Log().Close()
+					s.Close()
+				})
+			}
+			stop := specWorkload(t, c, rc, tc.prefix)
+			defer stop()
+			checkSpecReader(t, c, rc, tc.prefix)
+			checkSpecKeys(t, rc, tc.prefix)
+			if tc.compact {
+				checkSpecCommands(t, rec)
+				st := readSpec(t, rc, tc.prefix, specPart)
+				if st.applied >= 40 {
+					t.Errorf("the compacted log replayed %d entries: no snapshot was read", st.applied)
+				}
+			}
+		})
+	}
+}
+
+func readSpec(t *testing.T, rc *goredis.Client, prefix, part string) *srState {
+	t.Helper()
+	l, err := readSRLog(t.Context(), rc, prefix, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := replaySR(l)
+	if err != nil {
+		t.Fatalf("replaying %s: %v", part, err)
+	}
+	return st
+}
+
+// waitStanding waits until the log holds a standing claim of task.
+func waitStanding(t *testing.T, rc *goredis.Client, prefix, task string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if tk := readSpec(t, rc, prefix, specPart).tasks[task]; tk != nil && len(tk.standing) > 0 {
+			return
+		}
+	}
+	t.Fatalf("no standing claim of %q in the log", task)
+}
+
+func specMust(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func claimN(t *testing.T, task *tq.Task, n int) *tq.Lease {
+	t.Helper()
+	l, err := task.Claim(t.Context(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// specWorkload writes and consumes specPart and empties spec/gone; it
+// returns the cancel of a Wait left standing.
+func specWorkload(t *testing.T, c *tq.Client, rc *goredis.Client, prefix string) (stop func()) {
+	ctx := t.Context()
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
+	xs := make([]float32, 18)
+	for i := range xs {
+		xs[i] = float32(i)
+	}
+	steps := []int64{10, 11, 12, 13, 14, 15}
+	tags := []tq.Tag{
+		{"g": "p0", "v": int64(1)},
+		{"g": "p0", "v": int64(7)},
+		{"g": "p1", "v": int64(7), "n": uint8(3)},
+		{"g": "p1", "v": int64(2), "path": []any{"a", int64(-3)}},
+		{"g": "p1", "raw": []byte{1, 2}, "m": map[string]any{"x": 0.5, "deep": []any{[]any{true}}}},
+		nil,
+	}
+	specMust(t, c.BatchPut(ctx, specPart, keys, tq.Batch{
+		"x":    tq.Stacked(xs, 6, 3),
+		"step": tq.Stacked(steps, 6), // a 0-d tensor per row
+		"uid":  tq.ValuesOf([]string{"u0", "u1", "u2", "u3", "u4", "u5"}),
+	}, tags))
+	specMust(t, c.Put(ctx, specPart, "solo", map[string]any{"s0": codec.Scalar(float32(1.5)), "uid": "solo"}, tq.Tag{"g": "p2"}))
+
+	train, err := c.Task(specPart, "train", []string{"x", "uid"}, tq.LeaseFor(time.Hour), tq.MaxDeliveries(3))
+	specMust(t, err)
+	l := claimN(t, train, 2) // k0 k1
+	specMust(t, l.Ack(ctx))
+	l = claimN(t, train, 2) // k2 k3
+	specMust(t, l.Nack(ctx, 0, "k2"))
+	specMust(t, l.Nack(ctx, time.Hour, "k3"))
+	l = claimN(t, train, 2) // k2 again, k4
+	specMust(t, l.Extend(ctx, 2*time.Hour, "k4"))
+	specMust(t, c.ResetConsumption(ctx, specPart, "train", "k0"))
+
+	short, err := c.Task(specPart, "short", []string{"uid"}, tq.LeaseFor(300*time.Millisecond), tq.MaxDeliveries(1))
+	specMust(t, err)
+	claimN(t, short, 3) // k0 k1 k2, left to expire: dead at their max
+	time.Sleep(400 * time.Millisecond)
+	specMust(t, short.Retry(ctx, "k0"))
+	specMust(t, short.Drop(ctx, "k1"))
+
+	grp, err := c.Task(specPart, "grp", []string{"uid"}, tq.WithGroups(tq.GroupTag("g"), 2))
+	specMust(t, err)
+	claimN(t, grp, 2) // group p0: k0 k1
+	claimN(t, grp, 4) // p1: k2 k3 (k4 waits for a partner; p2 is incomplete)
+
+	fresh, err := c.Task(specPart, "fresh", []string{"uid"}, tq.Staleness("v", 0, true))
+	specMust(t, err)
+	fresh.SetVersion(5)
+	claimN(t, fresh, 1) // drops k0 (v 1) and k3 (v 2), leases k1
+	parked, err := c.Task(specPart, "parked", []string{"uid"}, tq.Staleness("v", 0, false))
+	specMust(t, err)
+	parked.SetVersion(5)
+	claimN(t, parked, 1) // parks k0 and k3, leases k1
+	// A commit of a parked row takes it out of the parked rows.
+	specMust(t, c.BatchPut(ctx, specPart, []string{"k0"}, tq.Batch{"uid": tq.ValuesOf([]string{"u0b"})}, []tq.Tag{{"v": int64(9)}}))
+
+	r0, err := c.Task(specPart, "dp", []string{"uid"}, tq.Ranks(2, 0, ""))
+	specMust(t, err)
+	r1, err := c.Task(specPart, "dp", []string{"uid"}, tq.Ranks(2, 1, ""))
+	specMust(t, err)
+	claimN(t, r0, 2)
+	claimN(t, r1, 2)
+
+	// A Wait whose claim stands until a commit makes a row ready: the
+	// record that commits fulfils it.
+	waiter, err := c.Task(specPart, "waiter", []string{"late"})
+	specMust(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Wait(ctx, 1)
+		if err == nil && !slices.Equal(l.Keys(), []string{"k2"}) {
+			err = fmt.Errorf("the Wait leased %v", l.Keys())
+		}
+		got <- err
+	}()
+	waitStanding(t, rc, prefix, "waiter")
+	specMust(t, c.BatchPut(ctx, specPart, []string{"k2"}, tq.Batch{"late": tq.ValuesOf([]string{"l2"})}, nil))
+	specMust(t, <-got)
+
+	// A Wait that gives up: its claim is cancelled (unwait).
+	gaveup, err := c.Task(specPart, "gaveup", []string{"never"})
+	specMust(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = gaveup.Wait(wctx, 1)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a Wait for nothing: %v", err)
+	}
+
+	specMust(t, c.Clear(ctx, specPart, []string{"k5"}))
+	_, err = c.Reclaim(ctx, specPart, 0)
+	specMust(t, err)
+
+	// A partition cleared whole: its log is emptied.
+	specMust(t, c.Put(ctx, "spec/gone", "k", map[string]any{"uid": "u"}, nil))
+	specMust(t, c.ClearPartition(ctx, "spec/gone"))
+
+	// A Wait left standing while the server is read.
+	standing, err := c.Task(specPart, "standing", []string{"never"})
+	specMust(t, err)
+	sctx, scancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = standing.Wait(sctx, 1)
+	}()
+	waitStanding(t, rc, prefix, "standing")
+	return func() { scancel(); <-done }
+}
+
+// checkSpecReader compares the reader's reconstruction with tq's.
+func checkSpecReader(t *testing.T, c *tq.Client, rc *goredis.Client, prefix string) {
+	ctx := t.Context()
+	st := readSpec(t, rc, prefix, specPart)
+	meta, err := c.List(ctx, specPart)
+	specMust(t, err)
+	var mine []*srRow
+	for _, r := range st.byIndex {
+		mine = append(mine, r)
+	}
+	slices.SortFunc(mine, func(a, b *srRow) int { return srCompare(a.index, b.index) })
+	if len(mine) != len(meta.Rows) {
+		t.Fatalf("the reader lists %d rows, tq %d", len(mine), len(meta.Rows))
+	}
+	for i, ri := range meta.Rows {
+		r := mine[i]
+		if r.key != ri.Key || r.index != ri.Index {
+			t.Errorf("row %d: reader %q@%d, tq %q@%d", i, r.key, r.index, ri.Key, ri.Index)
+		}
+		if !reflect.DeepEqual(r.tag, map[string]any(ri.Tag)) && !(len(r.tag) == 0 && len(ri.Tag) == 0) {
+			t.Errorf("row %q: reader's tag %#v, tq's %#v", r.key, r.tag, ri.Tag)
+		}
+		if len(r.fields) != len(ri.Fields) {
+			t.Errorf("row %q: reader's fields %v, tq's %v", r.key, r.fields, ri.Fields)
+		}
+		for f, fi := range ri.Fields {
+			mf, ok := r.fields[f]
+			var shape []int
+			if mf.shape != nil {
+				shape = []int{}
+				for _, d := range mf.shape {
+					shape = append(shape, int(d))
+				}
+			}
+			if !ok || mf.dtype != fi.DType || !reflect.DeepEqual(shape, fi.Shape) {
+				t.Errorf("row %q field %q: reader %q %#v, tq %q %#v", r.key, f, mf.dtype, shape, fi.DType, fi.Shape)
+			}
+			n, err := rc.Exists(ctx, prefix+":d:"+srStorageKey(r.index, f, mf.gen)).Result()
+			if err != nil || n != 1 {
+				t.Errorf("row %q field %q: no cell %s (%v)", r.key, f, srStorageKey(r.index, f, mf.gen), err)
+			}
+		}
+	}
+	// The shapes LAYOUT.md states: a 0-d tensor's is empty, a general
+	// value's nil.
+	for _, r := range mine {
+		if f, ok := r.fields["step"]; ok && (f.shape == nil || len(f.shape) != 0 || f.dtype != "int64") {
+			t.Errorf("row %q: a 0-d tensor's shape reads %#v (%q)", r.key, f.shape, f.dtype)
+		}
+		if f, ok := r.fields["s0"]; ok && (f.shape == nil || len(f.shape) != 0) {
+			t.Errorf("row %q: a 0-d tensor's shape reads %#v", r.key, f.shape)
+		}
+		if f := r.fields["uid"]; f.shape != nil || f.dtype != "" {
+			t.Errorf("row %q: a general value's shape reads %#v (%q)", r.key, f.shape, f.dtype)
+		}
+	}
+
+	status, err := c.Status(ctx, specPart)
+	specMust(t, err)
+	if status.Rows != len(mine) {
+		t.Errorf("Status: %d rows, the reader %d", status.Rows, len(mine))
+	}
+	fields := map[string]int{}
+	for _, r := range mine {
+		for f := range r.fields {
+			fields[f]++
+		}
+	}
+	if !reflect.DeepEqual(fields, status.Fields) {
+		t.Errorf("fields: reader %v, Status %v", fields, status.Fields)
+	}
+	var withState []string
+	for name := range st.tasks {
+		cnt, ok := st.counts(name, st.now)
+		if !ok {
+			continue
+		}
+		withState = append(withState, name)
+		ts := status.Tasks[name]
+		want := srCounts{ts.Ready + ts.Waiting, ts.Leased, ts.Acked, ts.Dead, ts.Dropped}
+		if cnt != want {
+			t.Errorf("task %q: reader %+v, Status %+v", name, cnt, ts)
+		}
+	}
+	slices.Sort(withState)
+	var listed []string
+	for name := range status.Tasks {
+		listed = append(listed, name)
+	}
+	slices.Sort(listed)
+	if !slices.Equal(withState, listed) {
+		t.Errorf("tasks with consumption: reader %v, Status %v", withState, listed)
+	}
+	for _, name := range []string{"gaveup", "standing"} {
+		if st.tasks[name] == nil {
+			t.Errorf("task %q, registered by its claim, is not in the reader's state", name)
+		}
+	}
+	if tk := st.tasks["standing"]; tk == nil || len(tk.standing) != 1 || tk.standing[0].a.hold != 0 {
+		t.Errorf("the standing Wait's claim is not standing in the reader's state")
+	}
+	if tk := st.tasks["gaveup"]; tk == nil || len(tk.standing) != 0 {
+		t.Errorf("the cancelled Wait's claim still stands in the reader's state")
+	}
+	if tk := st.tasks["waiter"]; tk == nil || len(tk.served) != 1 {
+		t.Errorf("the fulfilled Wait's claim is not served in the reader's state")
+	}
+	short, err := c.Task(specPart, "short", []string{"uid"})
+	specMust(t, err)
+	dead, err := short.Dead(ctx)
+	specMust(t, err)
+	var myDead []string
+	for i, e := range st.tasks["short"].entries {
+		if srSeen(*e, st.now).state == srDead {
+			myDead = append(myDead, st.byIndex[i].key)
+		}
+	}
+	var tqDead []string
+	for _, d := range dead {
+		tqDead = append(tqDead, d.Key)
+	}
+	slices.Sort(myDead)
+	slices.Sort(tqDead)
+	if !slices.Equal(myDead, tqDead) || len(tqDead) != 1 {
+		t.Errorf("dead rows of short: reader %v, tq %v", myDead, tqDead)
+	}
+
+	// Partitions: the registry's members with committed rows.
+	members, err := rc.SMembers(ctx, prefix+":{"+prefix+"}:parts").Result()
+	specMust(t, err)
+	var withRows []string
+	for _, p := range members {
+		if len(readSpec(t, rc, prefix, p).byIndex) > 0 {
+			withRows = append(withRows, p)
+		}
+	}
+	slices.Sort(withRows)
+	parts, err := c.Partitions(ctx)
+	specMust(t, err)
+	if !slices.Equal(withRows, parts) {
+		t.Errorf("partitions: reader %v, tq %v", withRows, parts)
+	}
+
+	// An emptied log: trimmed to its last entry, z and e, an hour to live,
+	// out of the registry.
+	gone := srBase(prefix, "spec/gone")
+	xs, err := rc.XRange(ctx, gone+":log", "-", "+").Result()
+	specMust(t, err)
+	snap, err := rc.HGetAll(ctx, gone+":snap").Result()
+	specMust(t, err)
+	if len(xs) != 1 || snap["z"] != "1" || snap["e"] != "1" || snap["n"] != strings.TrimSuffix(xs[0].ID, "-0") {
+		t.Errorf("an emptied log: entries %v, snapshot %v", xs, snap)
+	}
+	for _, k := range []string{gone + ":log", gone + ":snap"} {
+		if ttl, err := rc.PTTL(ctx, k).Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+			t.Errorf("%s: PTTL %v (%v)", k, ttl, err)
+		}
+	}
+	if slices.Contains(members, "spec/gone") {
+		t.Errorf("an emptied partition is in the registry: %v", members)
+	}
+	if g := readSpec(t, rc, prefix, "spec/gone"); len(g.rows) != 0 || len(g.tasks) != 0 {
+		t.Errorf("an emptied log replays to %d rows", len(g.rows))
+	}
+}
+
+// layoutDoc is LAYOUT.md, and its prose: the text outside the scripts'
+// blocks.
+func layoutDoc(t *testing.T) (doc, prose string) {
+	t.Helper()
+	raw, err := os.ReadFile("LAYOUT.md")
+	specMust(t, err)
+	doc = string(raw)
+	prose = regexp.MustCompile("(?s)<!-- log-script:[a-z]+ -->\n```\n.*?```").ReplaceAllString(doc, "")
+	return doc, prose
+}
+
+var (
+	storageKeyRE = regexp.MustCompile(`^[0-9]+@[A-Za-z0-9_.:/-]+(#[1-9][0-9]*)?$`)
+	markerRE     = regexp.MustCompile(`^[0-9a-z]+$`)
+)
+
+// checkSpecKeys: every key under the prefix is one LAYOUT.md section 2
+// names, of its type, and every field of a log entry or snapshot is one
+// sections 4 and 5 name.
+func checkSpecKeys(t *testing.T, rc *goredis.Client, prefix string) {
+	ctx := t.Context()
+	doc, _ := layoutDoc(t)
+	for _, want := range []string{"`<prefix>:d:<storage key>`", "`<prefix>:d:!put:<random>`", "`base:log`", "`base:snap`",
+		"`gbase:next`", "`gbase:parts`", "`<prefix>:{<prefix>:<P'>}`", "`<prefix>:{<prefix>}`"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("LAYOUT.md does not name %s", want)
+		}
+	}
+	partRE := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix+":{"+prefix+":") + `(.*)\}:(log|snap)$`)
+	var all []string
+	iter := rc.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		all = append(all, iter.Val())
+	}
+	specMust(t, iter.Err())
+	kinds := map[string]int{}
+	for _, k := range all {
+		typ, err := rc.Type(ctx, k).Result()
+		specMust(t, err)
+		var kind, want string
+		switch rest, isData := strings.CutPrefix(k, prefix+":d:"); {
+		case isData && strings.HasPrefix(rest, "!put:"):
+			kind, want = "marker", "string"
+			if !markerRE.MatchString(strings.TrimPrefix(rest, "!put:")) {
+				t.Errorf("marker key %q", k)
+			}
+		case isData:
+			kind, want = "cell", "string"
+			if !storageKeyRE.MatchString(rest) {
+				t.Errorf("data key %q: not a storage key", k)
+			}
+		case k == prefix+":{"+prefix+"}:next":
+			kind, want = "next", "string"
+			if v, err := rc.Get(ctx, k).Result(); err != nil || !regexp.MustCompile(`^(0|[1-9][0-9]*)$`).MatchString(v) {
+				t.Errorf("%s = %q (%v): not decimal", k, v, err)
+			}
+		case k == prefix+":{"+prefix+"}:parts":
+			kind, want = "parts", "set"
+		case partRE.MatchString(k):
+			m := partRE.FindStringSubmatch(k)
+			kind = m[2]
+			want = map[string]string{"log": "stream", "snap": "hash"}[kind]
+			if kind == "log" {
+				checkEntryFields(t, rc, k, doc)
+			} else {
+				fields, err := rc.HKeys(ctx, k).Result()
+				specMust(t, err)
+				for _, f := range fields {
+					if !slices.Contains([]string{"n", "i", "d", "z", "e"}, f) || !strings.Contains(doc, "| `"+f+"` |") {
+						t.Errorf("%s: field %q is not LAYOUT.md's", k, f)
+					}
+				}
+			}
+		default:
+			t.Errorf("key %q is none LAYOUT.md names", k)
+			continue
+		}
+		kinds[kind]++
+		if typ != want {
+			t.Errorf("%s is a %s, LAYOUT.md says %s", k, typ, want)
+		}
+	}
+	for _, k := range []string{"cell", "next", "parts", "log", "snap"} {
+		if kinds[k] == 0 {
+			t.Errorf("the workload left no %s key: the check saw %v", k, kinds)
+		}
+	}
+}
+
+// checkEntryFields: a stream's entries hold i, t, [b,] d, in this order.
+func checkEntryFields(t *testing.T, rc *goredis.Client, key, doc string) {
+	raw, err := rc.Do(t.Context(), "XRANGE", key, "-", "+").Slice()
+	specMust(t, err)
+	for _, x := range raw {
+		e := x.([]any)
+		fv := e[1].([]any)
+		var names []string
+		for j := 0; j < len(fv); j += 2 {
+			names = append(names, fv[j].(string))
+		}
+		if got := strings.Join(names, ","); got != "i,t,d" && got != "i,t,b,d" {
+			t.Errorf("%s entry %v: fields %s, LAYOUT.md says i, t, [b,] d", key, e[0], got)
+		}
+		for _, n := range names {
+			if !strings.Contains(doc, "| `"+n+"` |") {
+				t.Errorf("LAYOUT.md has no row for the entry field %q", n)
+			}
+		}
+	}
+}
+
+// checkSpecCommands: every script the engine ran is one of LAYOUT.md's,
+// and every command it sent is named in LAYOUT.md's prose.
+func checkSpecCommands(t *testing.T, rec *cmdRecorder) {
+	_, prose := layoutDoc(t)
+	known := map[string]string{}
+	for name, src := range redis.LogScripts() {
+		sum := sha1.Sum([]byte(src))
+		known[hex.EncodeToString(sum[:])] = name
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.shas) == 0 {
+		t.Error("the hook saw no EVALSHA")
+	}
+	for sha := range rec.shas {
+		if _, ok := known[sha]; !ok {
+			t.Errorf("the engine ran a script %s that LAYOUT.md does not hold", sha)
+		}
+	}
+	connection := []string{"HELLO", "CLIENT", "PING", "AUTH", "SELECT", "READONLY"}
+	for name := range rec.names {
+		if slices.Contains(connection, name) {
+			continue
+		}
+		if !strings.Contains(prose, "`"+name) {
+			t.Errorf("the engine sent %s, which LAYOUT.md's prose does not name", name)
+		}
+	}
+}
+
+// TestSpecNamesDocumented: the key names the code builds (keys.go, log.go,
+// log_cells.go, store.go), the fields its scripts write and read, and the
+// commands they run are in LAYOUT.md; the scripts' sources are its blocks.
+func TestSpecNamesDocumented(t *testing.T) {
+	doc, prose := layoutDoc(t)
+	lit := regexp.MustCompile(`"((?::|!)[a-z{}!:]*)"`)
+	for _, file := range []string{"keys.go", "log.go", "log_cells.go", "store.go"} {
+		src, err := os.ReadFile(file)
+		specMust(t, err)
+		for _, m := range lit.FindAllStringSubmatch(string(src), -1) {
+			if s := m[1]; len(s) > 1 && !strings.Contains(doc, s) {
+				t.Errorf("%s builds keys with %q, which LAYOUT.md does not name", file, s)
+			}
+		}
+	}
+	field := regexp.MustCompile(`'([a-z])'`)
+	call := regexp.MustCompile(`redis\.call\('([A-Z]+)'`)
+	for name, src := range redis.LogScripts() {
+		if !strings.Contains(doc, "<!-- "+name+" -->") {
+			t.Errorf("LAYOUT.md has no block %s", name)
+		}
+		for _, m := range field.FindAllStringSubmatch(src, -1) {
+			if !strings.Contains(doc, "| `"+m[1]+"` |") {
+				t.Errorf("script %s uses the field %q, which LAYOUT.md's tables do not name", name, m[1])
+			}
+		}
+		for _, m := range call.FindAllStringSubmatch(src, -1) {
+			if !strings.Contains(prose, "`"+m[1]) {
+				t.Errorf("script %s runs %s, which LAYOUT.md's prose does not name", name, m[1])
+			}
+		}
+	}
+}
