@@ -33,6 +33,12 @@ var (
 	// (its cells) and may look the rows up later. Every other error of a
 	// MetaStore write means nothing of it was applied.
 	ErrOutcomeUnknown = errors.New("backends: outcome unknown")
+	// ErrNotDurable is matched, besides ErrOutcomeUnknown, by a Log
+	// append's error when the records were appended but are not as
+	// durable as the engine was asked to make them (too few replicas
+	// acknowledged them in time): asking the log again cannot tell more,
+	// so the rules return the error as it is instead of settling it.
+	ErrNotDurable = errors.New("backends: appended, not durable")
 )
 
 // countError: an engine returned a result of the wrong length.

@@ -22,7 +22,8 @@ func RunEngine(t *testing.T, newEngine func(t *testing.T) backends.Engine) {
 		t.Fatalf("the engine fails Engine.Check: %v", err)
 	}
 	if probe.Log != nil {
-		probe, newEngine = withRules(t, probe), func(t *testing.T) backends.Engine { return withRules(t, newEngine(t)) }
+		bare := newEngine
+		probe, newEngine = withRules(t, probe), func(t *testing.T) backends.Engine { return withRules(t, bare(t)) }
 	}
 	t.Run("Store", func(t *testing.T) {
 		RunStore(t, func(t *testing.T) backends.Store { return newEngine(t).Data })

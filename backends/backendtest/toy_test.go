@@ -1,7 +1,9 @@
 package backendtest_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
@@ -139,4 +141,80 @@ func TestToySharedModel(t *testing.T) {
 
 func TestToySharedModelFakeClock(t *testing.T) {
 	tqtest.RunModelFakeClock(t, toySharedModel)
+}
+
+// A Wait stands on a partition whose log its own client's write empties
+// (no rows are left): a row put after must be leased once, to the Wait or
+// to another client's Claim, not to both. An emptied log restarts every
+// reader from the empty state, so the state must not be emptied while a
+// claim stands.
+func TestToySharedWaitOverEmptiedLog(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	ctx := t.Context()
+	open := func() *tq.Client {
+		e := srv.Engine()
+		c, err := tq.New(backends.Engine{Data: e.Data, Log: e.Log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(); _ = e.Close() })
+		return c
+	}
+	a, b := open(), open()
+	if err := b.Put(ctx, "p", "k0", map[string]any{"f": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ClearPartition(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	ta, err := a.Task("p", "t", []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		keys []string
+		err  error
+	}
+	got := make(chan result, 1)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	go func() {
+		l, err := ta.Wait(wctx, 1)
+		var keys []string
+		if l != nil {
+			keys = l.Keys()
+		}
+		got <- result{keys, err}
+	}()
+	// Let the Wait's claim reach the log and stand (a's write of it
+	// empties the log: the partition holds no row).
+	time.Sleep(200 * time.Millisecond)
+	if err := b.Put(ctx, "p", "k1", map[string]any{"f": 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := b.Task("p", "t", []string{"f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := tb.Claim(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kb []string
+	if lb != nil {
+		kb = lb.Keys()
+	}
+	var ra result
+	if len(kb) == 0 {
+		ra = <-got
+	} else {
+		cancel()
+		ra = <-got
+	}
+	if len(ra.keys) > 0 && len(kb) > 0 {
+		t.Fatalf("one row leased twice: the Wait leased %v, the Claim %v", ra.keys, kb)
+	}
+	if len(ra.keys)+len(kb) != 1 {
+		t.Fatalf("the Wait leased %v (%v), the Claim %v: want k1 leased once", ra.keys, ra.err, kb)
+	}
 }

@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,7 +25,6 @@ func clientEngine(url string, n *atomic.Int64) func(t *testing.T) tqtest.Engine 
 			Open: func(t *testing.T) *tq.Client { return openTQ(t, u) },
 			Data: s,
 			Meta: metaOf(s),
-			Skip: skipKnown(),
 		}
 	}
 }
@@ -42,30 +40,4 @@ func TestClientConformanceCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	var n atomic.Int64
 	tqtest.Run(t, clientEngine(c.URL(), &n))
-}
-
-// modelGate names the variable that runs the model's histories and the
-// consumption scenarios the Redis engine is known to fail.
-const modelGate = "TQ_MODEL_REDIS"
-
-// knownBugs are the rules of the client suite the Redis engine breaks
-// today, skipped unless TQ_MODEL_REDIS=1 (failing tests cannot land in
-// CI; the skip says why).
-var knownBugs = []string{
-	"Consume/ResetThenWait",
-	"Consume/RanksClearedRow",
-	"Consume/SequentialAfterCommit",
-	"Consume/ConsumptionAfterNack",
-}
-
-// skipKnown is the client suite's Skip for the Redis engine.
-func skipKnown() map[string]string {
-	if os.Getenv(modelGate) == "1" {
-		return nil
-	}
-	out := map[string]string{}
-	for _, name := range knownBugs {
-		out[name] = "a known divergence of the Redis engine from the contract; run it with " + modelGate + "=1"
-	}
-	return out
 }

@@ -80,7 +80,9 @@ func (e *notReplicated) Error() string {
 	return fmt.Sprintf("%v: %d of %d replicas within %v", ErrNotReplicated, e.got, e.want, e.timeout)
 }
 func (e *notReplicated) Unwrap() error        { return e.err }
-func (e *notReplicated) Is(target error) bool { return target == ErrNotReplicated }
+func (e *notReplicated) Is(target error) bool {
+	return target == ErrNotReplicated || target == backends.ErrNotDurable
+}
 
 // Error is a failed call to the server: the operation, the address of the
 // server (or the cluster's seed addresses) and the cause.

@@ -96,6 +96,9 @@ type part struct {
 	mu   sync.Mutex    // guards everything below
 	st   *rules.Partition
 	pos  backends.Pos // the last entry applied
+	// restarts counts the copy's restarts from a snapshot (or from an
+	// emptied log).
+	restarts uint64
 	// base is added to the rules' change count in marks: the count
 	// restarts with the log, base keeps marks rising across restarts (a
 	// restart to a state with rows wakes every Wait; one to an empty
@@ -216,6 +219,7 @@ func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, er
 			old++
 		}
 		p.st, p.pos, p.base, changed = st, t.Start, old-st.Seq(), true
+		p.restarts++
 		p.logBytes, p.snapBytes = 0, len(t.Snapshot)
 	case p.pos != from:
 		// Another call moved the copy: skip what it applied, if this
@@ -348,7 +352,7 @@ func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell
 		p.mu.Unlock()
 	}()
 	for {
-		from := p.pos
+		from, restarts := p.pos, p.restarts
 		p.mu.Unlock()
 		sent := time.Now()
 		var t backends.Tail
@@ -360,8 +364,8 @@ func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell
 		}
 		p.mu.Lock()
 		if err != nil {
-			if errors.Is(err, backends.ErrOutcomeUnknown) {
-				return m.settle(ctx, p, recs, err)
+			if errors.Is(err, backends.ErrOutcomeUnknown) && !errors.Is(err, backends.ErrNotDurable) {
+				return m.settle(ctx, p, recs, restarts, err)
 			}
 			return nil, err
 		}
@@ -379,7 +383,7 @@ func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell
 		if !ok {
 			// The tail did not join the copy: read on from the copy.
 			if err := m.catchUp(ctx, p); err != nil {
-				return m.settle(ctx, p, recs, err)
+				return m.settle(ctx, p, recs, restarts, err)
 			}
 			if res, done := results(p, recs); done {
 				return res, nil
@@ -403,12 +407,19 @@ func results(p *part, recs []record) ([]*rules.Result, bool) {
 	return out, true
 }
 
+// settleFor bounds how long settle tries to get a fence through.
+var settleFor = 10 * time.Second
+
 // settle finds out whether recs, whose append's reply was lost, applied:
 // it appends a fence that voids them, and reads up to it. They applied if
 // they come before the fence (their results), else never will (an error
-// that is not ErrOutcomeUnknown). Only if no fence gets through before
-// ctx ends is the outcome unknown. The caller holds p.mu.
-func (m *Meta) settle(ctx context.Context, p *part, recs []record, cause error) ([]*rules.Result, error) {
+// that is not ErrOutcomeUnknown). The outcome stays unknown when no fence
+// gets through before ctx ends or within settleFor, or when the copy
+// restarted from a snapshot since the append was sent (restarts, the
+// count then): the records may be in the snapshot, where their results
+// are not. The caller holds p.mu.
+func (m *Meta) settle(ctx context.Context, p *part, recs []record, restarts uint64, cause error) ([]*rules.Result, error) {
+	giveUp := time.Now().Add(settleFor)
 	ids := make([]uint64, len(recs))
 	for i, r := range recs {
 		ids[i] = r.id
@@ -431,7 +442,15 @@ func (m *Meta) settle(ctx context.Context, p *part, recs []record, cause error) 
 			if res, done := results(p, recs); done {
 				return res, nil
 			}
+			if p.restarts != restarts {
+				return nil, fmt.Errorf("%w: partition %q: the log was compacted before the write's entries were read: %w", backends.ErrOutcomeUnknown, p.name, cause)
+			}
 			return nil, fmt.Errorf("partition %q: not applied (its reply was lost, and a fence voided it): %w", p.name, errNotApplied(cause))
+		}
+		if errors.Is(err, backends.ErrNotDurable) {
+			// The fence is in the log, not durably: what it voided may
+			// come back with a failover.
+			return nil, fmt.Errorf("%w: partition %q: %w", backends.ErrOutcomeUnknown, p.name, cause)
 		}
 		p.mu.Unlock()
 		select {
@@ -440,7 +459,7 @@ func (m *Meta) settle(ctx context.Context, p *part, recs []record, cause error) 
 		case <-time.After(delay):
 		}
 		p.mu.Lock()
-		if ctx.Err() != nil || m.closed.Load() {
+		if ctx.Err() != nil || m.closed.Load() || time.Now().After(giveUp) {
 			return nil, fmt.Errorf("%w: partition %q: %w", backends.ErrOutcomeUnknown, p.name, cause)
 		}
 	}

@@ -873,7 +873,15 @@ func (p *Partition) serve() {
 			for j, r := range c.Rows {
 				rows[j] = r.Index
 			}
-			t.served[c.Lease] = served{until: c.Until.UnixMicro(), rows: rows}
+			// Filed under the waiter's token, which its replacing claim
+			// or its Unwait names. A rank's share of a batch is not
+			// returned by an Unwait (the other ranks hold the same rows
+			// under the same lease): its rows lapse with the lease.
+			sv := served{until: c.Until.UnixMicro()}
+			if s.a.Batch == nil {
+				sv.rows = rows
+			}
+			t.served[s.a.Token] = sv
 			c.Waiting = s.a.Token
 			p.fulfilled = append(p.fulfilled, c)
 			t.standing = slices.Delete(t.standing, k, k+1)

@@ -82,7 +82,18 @@ func (p *Partition) Seq() uint64 { return p.seq }
 func (p *Partition) bump() { p.seq++ }
 
 // Empty reports whether the partition holds nothing worth keeping: no
-// row (committed or prepared), no garbage, no orphan.
+// row (committed or prepared), no garbage, no orphan, no void, and no
+// task with a standing or served claim. A log whose state is Empty may be
+// emptied, and every reader then starts from the empty state: what it
+// would drop must be nothing another reader still acts on.
 func (p *Partition) Empty() bool {
-	return len(p.rows) == 0 && len(p.garbage) == 0 && len(p.orphans) == 0
+	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || len(p.voids) > 0 {
+		return false
+	}
+	for _, t := range p.tasks {
+		if len(t.standing) > 0 || len(t.served) > 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -20,9 +20,6 @@ type Engine struct {
 	// to tamper with a stored cell, or to look at a row's generations.
 	Data backends.Store
 	Meta backends.MetaStore
-	// Skip names rules of the suite this engine is known to break, each
-	// with why: Run skips them, saying so (a known bug not fixed yet).
-	Skip map[string]string
 }
 
 // Run runs the suite, one subtest per rule, each on a fresh Engine from
@@ -31,11 +28,7 @@ func Run(t *testing.T, newEngine func(t *testing.T) Engine) {
 	t.Helper()
 	for _, c := range cases() {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEngine(t)
-			if why, ok := e.Skip[c.name]; ok {
-				t.Skip(why)
-			}
-			c.run(t, e)
+			c.run(t, newEngine(t))
 		})
 	}
 }
