@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/internal/rules"
 )
 
 // Candidate is a row a claim may lease: committed with every field its
@@ -101,6 +101,8 @@ type GroupBy struct {
 
 // GroupTag groups rows by the value of a tag key (GRPO: the prompt's id);
 // a row without the key is in no group and never leased by a Groups task.
+// Values of different kinds are different groups (1, 1.0 and "1"; -0.0
+// and 0.0); lists, maps and bytes are grouped by their encoding.
 func GroupTag(key string) GroupBy { return GroupBy{tag: key} }
 
 // GroupKeyPrefix groups rows by their key up to the last sep ("p7/3" and
@@ -117,25 +119,9 @@ func (g GroupBy) String() string {
 	return fmt.Sprintf("key prefix before %q", g.sep)
 }
 
-// id returns the row's group id, or false when it is in no group.
-func (g GroupBy) id(r *backends.Row) (any, bool) {
-	if g.tag != "" {
-		v, ok := r.Tag[g.tag]
-		if !ok || v == nil {
-			return nil, false
-		}
-		switch v.(type) {
-		case string, int64, uint64, float64, bool:
-			return v, true
-		}
-		return fmt.Sprint(v), true // lists, maps: by their text
-	}
-	i := strings.LastIndex(r.Key, g.sep)
-	if i < 0 {
-		return nil, false
-	}
-	return r.Key[:i], true
-}
+// id returns the row's group id, or false when it is in no group: the
+// same ids the engines' rules form for a task's Groups.
+func (g GroupBy) id(r *backends.Row) (string, bool) { return rules.GroupID(g.tag, g.sep, r) }
 
 // Groups is the sampler of complete groups of size rows sharing a group
 // id, in the order of each group's first row: a group is a unit, leased
@@ -150,7 +136,7 @@ type groups struct {
 }
 
 func (g groups) Sample(ready []Candidate, n int) ([][]int, []int) {
-	open := map[any][]int{} // the rows of each id not yet in a complete group
+	open := map[string][]int{} // the rows of each id not yet in a complete group
 	var complete [][]int
 	for i, c := range ready {
 		id, ok := g.by.id(c.row)

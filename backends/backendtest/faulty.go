@@ -259,13 +259,16 @@ func (f *Faulty) do(ctx context.Context, op Op, n int, call func() error) error 
 // and failed as f says (a nil f is a fresh Faulty nobody configures). It
 // loses no capability: the Data is a backends.Stager exactly when eng's
 // is, the Meta a backends.Colocated exactly when eng's is (nil when eng's
-// is nil), and Local is kept. Staged handles pass through unchanged. One
-// Faulty may wrap several engines; it then counts their calls together.
+// is nil), and Local is kept. Staged handles pass through unchanged. An
+// engine's Log passes through unwrapped (its calls are neither counted nor
+// failed), a backends.LogCells still: cells it writes and reads with its
+// records bypass the wrapped Data. One Faulty may wrap several engines; it
+// then counts their calls together.
 func Wrap(eng backends.Engine, f *Faulty) backends.Engine {
 	if f == nil {
 		f = new(Faulty)
 	}
-	out := backends.Engine{Local: eng.Local}
+	out := backends.Engine{Local: eng.Local, Log: eng.Log}
 	if eng.Data != nil {
 		d := &store{f: f, inner: eng.Data}
 		out.Data = d

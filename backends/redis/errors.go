@@ -79,7 +79,7 @@ func (e *notReplicated) Error() string {
 	}
 	return fmt.Sprintf("%v: %d of %d replicas within %v", ErrNotReplicated, e.got, e.want, e.timeout)
 }
-func (e *notReplicated) Unwrap() error        { return e.err }
+func (e *notReplicated) Unwrap() error { return e.err }
 func (e *notReplicated) Is(target error) bool {
 	return target == ErrNotReplicated || target == backends.ErrNotDurable
 }

@@ -171,9 +171,7 @@ func TestFailoverKeepsReplicatedWrites(t *testing.T) {
 // master acknowledged after the cut may be lost (that is what the option
 // is for), but nothing else may go wrong.
 //
-// Four clients putting into one partition without pause can starve one
-// of them (ErrContention), failover or not; such a put is one that
-// failed here, held to whole or absent like the others.
+// A put that fails is held to whole or absent like the others.
 func TestFailoverUnderLoad(t *testing.T) {
 	for _, tc := range []struct {
 		name, query string

@@ -88,8 +88,8 @@ func TestPutAndGetRoundTrips(t *testing.T) {
 				eng := engine(s)
 				if wrapped {
 					eng = backendtest.Wrap(eng, &backendtest.Faulty{})
-					if _, ok := eng.Meta.(backends.Colocated); !ok {
-						t.Fatal("the wrapped engine's Meta is not a Colocated")
+					if _, ok := eng.Log.(backends.LogCells); !ok {
+						t.Fatal("the wrapped engine's Log is not a LogCells")
 					}
 				}
 				c, err := tq.New(eng, tq.WithTracer(tr))

@@ -268,16 +268,18 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 	var reply []any
 	var acks func() error
 	var err error
+	goRedis := true
 	switch raw := s.rawPool(); {
 	case s.opts.replicas > 0:
 		reply, acks, err = s.evalWait(ctx, logAppendScript, keys, args...)
 	case raw != nil:
 		reply, err = l.appendRaw(ctx, raw, keys, args)
+		goRedis = false
 	default:
 		reply, err = logAppendScript.Run(ctx, s.client, keys, args...).Slice()
 	}
 	if err != nil {
-		return backends.Tail{}, l.appendError(ctx, err, checked)
+		return backends.Tail{}, l.appendError(ctx, err, checked, goRedis)
 	}
 	s.receipts.forget(checked)
 	return l.appended(ctx, partition, from, recs, reply, acks, registered)
@@ -446,13 +448,16 @@ func (l *Log) setKnown(partition string, known bool) {
 // appendError classes the failure of an append's request: one that may
 // have reached the server matches backends.ErrOutcomeUnknown; one that
 // found a receipt missing (checked, dropped now) matches ErrCellsMissing.
-func (l *Log) appendError(ctx context.Context, err error, checked []string) error {
+// goRedis says the request went through go-redis, which resends a
+// request whose connection failed (unless its MaxRetries is -1): a dial
+// refused then may follow a send that ran.
+func (l *Log) appendError(ctx context.Context, err error, checked []string, goRedis bool) error {
 	if isCellsMissing(err) {
 		l.s.receipts.forget(checked)
 		return l.s.wrap(ctx, "append", fmt.Errorf("%w: %w", ErrCellsMissing, err))
 	}
 	var short *notReplicated
-	if errors.As(err, &short) || mayHaveRun(err) {
+	if errors.As(err, &short) || mayHaveRun(err) || goRedis && l.s.retries && isDialError(err) {
 		return &unknownOutcome{l.s.wrap(ctx, "append", err)}
 	}
 	return l.s.wrap(ctx, "append", err)
@@ -462,6 +467,12 @@ func (l *Log) appendError(ctx context.Context, err error, checked []string) erro
 // on the server: every failure but a reply of the server's own (an error
 // reply: the script failed, before writing anything, or never ran), a
 // dial that failed, and a client or pool that gave no connection.
+// isDialError reports whether err is a failure to connect.
+func isDialError(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
 func mayHaveRun(err error) bool {
 	if err == nil {
 		return false

@@ -101,11 +101,11 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 		return err
 	})
 	if err != nil {
-		return backends.Tail{}, l.appendError(ctx, err, checked)
+		return backends.Tail{}, l.appendError(ctx, err, checked, false)
 	}
 	if se, ok := script.(serverError); ok {
 		if isCellsMissing(se) {
-			return backends.Tail{}, l.appendError(ctx, se, checked)
+			return backends.Tail{}, l.appendError(ctx, se, checked, false)
 		}
 		if strings.HasPrefix(string(se), "NOSCRIPT") {
 			// The cells and the marker are written (EXEC ran the MSET);

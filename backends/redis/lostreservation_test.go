@@ -62,8 +62,11 @@ type rewinder struct {
 func (r *rewinder) save(t *testing.T) {
 	t.Helper()
 	r.saved = map[string]string{}
-	for _, k := range []string{"l", "e", "h", "n"} {
+	for _, k := range []string{"log", "snap"} {
 		v, err := r.cl.Dump(t.Context(), r.base+":"+k).Result()
+		if errors.Is(err, goredis.Nil) {
+			v, err = "", nil // absent: back deletes it
+		}
 		if err != nil {
 			t.Fatalf("DUMP %s: %v", k, err)
 		}
@@ -73,7 +76,13 @@ func (r *rewinder) save(t *testing.T) {
 
 func (r *rewinder) back(ctx context.Context) error {
 	for k, v := range r.saved {
-		if err := r.cl.RestoreReplace(ctx, r.base+":"+k, 0, v).Err(); err != nil {
+		var err error
+		if v == "" {
+			err = r.cl.Del(ctx, r.base+":"+k).Err()
+		} else {
+			err = r.cl.RestoreReplace(ctx, r.base+":"+k, 0, v).Err()
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redisserver"
 	"github.com/tqgo/tqgo/internal/redistest"
-	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -71,18 +70,6 @@ type outcomeGroup struct {
 	// empty: the partition has no rows (and no log) before the put,
 	// which replaces nothing.
 	empty bool
-	// cold: the faulted client has no view of the partition, so its
-	// first append is computed against no log, finds the log, catches
-	// up and computes again.
-	cold bool
-	// reuse: the faulted client has written before (elsewhere), so its
-	// engine connection is reused, and a request that fails on it
-	// without a reply is sent again on a new one.
-	reuse bool
-	// compactAt, when set, is the log length from which writers compact
-	// the log: the put's commit makes it that long, and the put then
-	// compacts it.
-	compactAt int64
 	// killFirst: kill a server only at the first of requests of one
 	// label in a row (a restarted Cluster node takes two seconds to
 	// serve again).
@@ -104,29 +91,13 @@ var outcomeGroups = []outcomeGroup{
 		},
 	},
 	{
-		name:  "fused reused connection",
-		reuse: true,
-		want: map[outcomeOp][]string{
-			opPut: {"EVALSHA append", "MULTI", "UNLINK", "EVALSHA append"},
-		},
-	},
-	{
 		// Two write rounds: the first written as Store.Write writes it,
 		// the last with the commit in one MULTI/EXEC.
 		name:  "rounds",
 		query: "write_round_bytes=1200", // two cells (512 B and their codec prefix) a round
-		want: map[outcomeOp][]string{
-			opPut: {"EVALSHA append", "MSET", "MULTI", "UNLINK", "EVALSHA append"},
-		},
-	},
-	{
-		// The values column's packed cells go with the tensor cells.
-		name:  "mixed",
 		mixed: true,
 		want: map[outcomeOp][]string{
-			opPut:            {"EVALSHA append", "MULTI", "UNLINK", "EVALSHA append"},
-			opClear:          clearRequests,
-			opClearPartition: clearRequests,
+			opPut: {"EVALSHA append", "MSET", "MULTI", "UNLINK", "EVALSHA append"},
 		},
 	},
 	{
@@ -137,44 +108,13 @@ var outcomeGroups = []outcomeGroup{
 		},
 	},
 	{
-		name:  "empty partition goredis",
-		query: "direct=false",
-		empty: true,
-		want: map[outcomeOp][]string{
-			opPut: {"EVALSHA append", "MSET", "EVALSHA append"},
-		},
-	},
-	{
-		name: "cold view",
-		cold: true,
-		want: map[outcomeOp][]string{
-			opPut:            {"EVALSHA append", "EVALSHA append", "MULTI", "UNLINK", "EVALSHA append"},
-			opClear:          {"EVALSHA append", "EVALSHA append", "UNLINK", "EVALSHA append"},
-			opClearPartition: {"EVALSHA append", "EVALSHA append", "UNLINK", "EVALSHA append"},
-		},
-	},
-	{
-		name:      "compacting",
-		compactAt: 4, // the base rows' Prepare and commit, the put's
-		want: map[outcomeOp][]string{
-			opPut: {"EVALSHA append", "MULTI", "EVALSHA append", "UNLINK", "EVALSHA append"},
-		},
-	},
-	{
+		// Everything through go-redis, which resends a command whose
+		// reply it lost.
 		name:  "goredis",
 		query: "direct=false",
 		want: map[outcomeOp][]string{
-			opPut: {"EVALSHA append", "MSET", "EVALSHA append", "UNLINK", "EVALSHA append"},
-		},
-	},
-	{
-		name:  "goredis mixed",
-		query: "direct=false",
-		mixed: true,
-		want: map[outcomeOp][]string{
-			opPut:            {"EVALSHA append", "MSET", "EVALSHA append", "UNLINK", "EVALSHA append"},
-			opClear:          clearRequests,
-			opClearPartition: clearRequests,
+			opPut:   {"EVALSHA append", "MSET", "EVALSHA append", "UNLINK", "EVALSHA append"},
+			opClear: clearRequests,
 		},
 	},
 }
@@ -296,9 +236,6 @@ func runOutcomes(t *testing.T, env *outcomeEnv, groups []outcomeGroup) {
 	n := 0
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
-			if g.compactAt > 0 {
-				defer replica.SetDefaultCompactAfter(1)()
-			}
 			for _, op := range outcomeOps {
 				want, ok := g.want[op]
 				if !ok {
@@ -382,15 +319,8 @@ func (oc *outcomeCase) run(t *testing.T, faults ...caseFault) []string {
 	}
 
 	faulted := env.client(t, query, true)
-	if oc.g.reuse {
-		if err := faulted.BatchPut(ctx, "elsewhere", []string{"w"}, batchOf([]string{"w"}, oldSeed, oc.g.mixed), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !oc.g.cold {
-		if _, err := faulted.List(ctx, part); err != nil { // its view is current
-			t.Fatal(err)
-		}
+	if _, err := faulted.List(ctx, part); err != nil { // its copy is current
+		t.Fatal(err)
 	}
 	var restart restartMode
 	planned := make([]plannedFault, len(faults))
@@ -616,30 +546,28 @@ func clearOutcome(seeds map[string]byte, rows []string) outcome {
 
 // TestOutcomesOfSettle faults the settle itself: the fused put's
 // MULTI/EXEC is dropped before it reaches the server (so the commit did
-// not apply) or runs and loses its reply (so it did), the engine settles
-// the commit with fenceScript, and that request meets each fault in
-// turn. A fence sent twice finds its own fence and the write still
-// unapplied; a settle that cannot reach the server leaves the outcome
-// unknown.
+// not apply) or runs and loses its reply (so it did), and so is its one
+// resend on a new connection (the first went on an idle one); the rules
+// then settle the commit with a fence (an append), and that request meets
+// each fault in turn. A fence sent twice finds itself; a settle that
+// cannot reach the server leaves the outcome unknown.
 func TestOutcomesOfSettle(t *testing.T) {
 	srv := redistest.Start(t, durable)
 	p := startRequestProxy(t, srv.Addr())
 	env := standaloneEnv(srv, p)
 	g := outcomeGroup{name: "fused"}
-	const multi, fence = 2, 3 // the put's requests: Prepare, MULTI, fence
+	const multi, resend, fence = 2, 3, 4 // the put's requests: Prepare, MULTI, MULTI again, fence
 	n := 0
 	for _, first := range []faultKind{faultDrop, faultLoseReply} {
 		for _, f := range outcomeFaults {
 			n++
 			oc := &outcomeCase{env: env, g: g, op: opPut, prefix: fmt.Sprintf("st%d", n)}
 			t.Run(fmt.Sprintf("%v/%v", first, f), func(t *testing.T) {
-				got := oc.run(t, caseFault{multi, outcomeFault{kind: first}}, caseFault{fence, f})
-				if len(got) < fence || got[multi-1] != "MULTI" || got[fence-1] != "EVALSHA fence" {
-					t.Fatalf("requests %q: want MULTI, then the settle's fence", got)
+				got := oc.run(t, caseFault{multi, outcomeFault{kind: first}}, caseFault{resend, outcomeFault{kind: first}}, caseFault{fence, f})
+				if len(got) < fence || got[multi-1] != "MULTI" || got[resend-1] != "MULTI" || got[fence-1] != "EVALSHA append" {
+					t.Fatalf("requests %q: want MULTI twice, then the settle's fence", got)
 				}
 			})
 		}
 	}
 }
-
-func (f caseFault) String() string { return fmt.Sprintf("%v at %d", f.outcomeFault, f.nth) }

@@ -8,6 +8,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -37,6 +38,7 @@ func (h *afterScripts) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook
 		return err
 	}
 }
+
 func (h *afterScripts) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		err := next(ctx, cmds)
@@ -50,12 +52,16 @@ func (h *afterScripts) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 }
 
 // commitTQ is a tq client on a Store of its own that calls f after each
-// script it runs through go-redis (a put's reservation is the first; the
-// append sent with the cells goes on the engine's own connection).
+// script it sends (redis.WithHooks: on its own connections too, a
+// transaction's script included), counting from 1. The server's script
+// cache is filled first, so that a put's reservation is one script and its
+// cells with their commit the next.
 func commitTQ(t *testing.T, url string, f func(script int)) *tq.Client {
 	t.Helper()
-	s := open(t, url)
-	s.Client().AddHook(&afterScripts{f: f})
+	s := open(t, url, redis.WithHooks(&afterScripts{f: f}))
+	if err := redis.LoadScripts(t.Context(), s.Client()); err != nil {
+		t.Fatal(err)
+	}
 	c, err := tq.New(engine(s))
 	if err != nil {
 		t.Fatal(err)

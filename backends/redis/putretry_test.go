@@ -119,7 +119,7 @@ func TestPutNoScriptFallbackRetried(t *testing.T) {
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	c := commitTQ(t, url, func(write int) {
-		if write == 2 {
+		if write == 1 {
 			if err := admin.ScriptFlush(t.Context()).Err(); err != nil {
 				t.Error(err)
 			}
@@ -169,7 +169,7 @@ func TestPutNoMarkerLeft(t *testing.T) {
 	for i := range 3 {
 		data, batch := smallBatch(len(keys), byte(10+i))
 		mode.Store(int64(i))
-		actAt.Store(last.Load() + 2) // the put's transaction, after its Prepare
+		actAt.Store(last.Load() + 1) // after the put's Prepare, before its transaction
 		if err := c.BatchPut(ctx, "p", keys, batch, nil); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
@@ -210,6 +210,9 @@ func TestConfirmedReadManyRounds(t *testing.T) {
 	}
 	wantStacked(t, c, "p", keys, data) // loads readScript (a fresh server has none)
 	m := metaOf(s)
+	if _, err := m.Lookup(ctx, "p", keys); err != nil { // m's copy of p, current
+		t.Fatal(err)
+	}
 	var calls atomic.Int32
 	var dst []backends.ReadCell
 	_, err = colo(m).ReadRows(ctx, "p", keys, func(rows []*backends.Row) ([]backends.ReadCell, error) {

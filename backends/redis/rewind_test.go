@@ -36,8 +36,8 @@ const (
 )
 
 // logEnd returns how many entries the partition's log stream holds and
-// the ID of its last: entries of the same count are other entries when
-// their last IDs differ.
+// the record ID of its last: logs of the same length hold other records
+// when their last record IDs differ.
 func logEnd(t *testing.T, c goredis.Cmdable) (int64, string) {
 	t.Helper()
 	ctx := t.Context()
@@ -48,7 +48,7 @@ func logEnd(t *testing.T, c goredis.Cmdable) (int64, string) {
 	if len(last) == 0 {
 		return n, ""
 	}
-	return n, last[0].ID
+	return n, fmt.Sprint(last[0].Values["i"])
 }
 
 // must fails t on err.
@@ -122,7 +122,7 @@ func put(t *testing.T, c *tq.Client, who string, keys []string, seed int) {
 //     such keys.
 //  5. b, whose view is the marked state, adds m000-m009 in two puts and
 //     clears k018, then Reclaims until the log is as long as a's and e's
-//     views again, with other records: only the entries' IDs tell them
+//     views again, with other records: only the records' IDs tell them
 //     apart.
 //  6. e's next call, a List, shows what b's shows; g's, a read of
 //     n005-n009, finds no such keys (the log gave m005-m009 the indexes

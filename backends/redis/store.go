@@ -25,6 +25,7 @@ type Store struct {
 	opts    options
 	addr    string // for errors
 	cluster bool   // keys of one multi-key command must share a slot
+	retries bool   // go-redis resends a command whose connection failed
 
 	closed atomic.Bool
 	// owned: the client came from Open; it is closed when the Store and
@@ -66,13 +67,16 @@ func newStore(client goredis.UniversalClient, o options, owned bool) *Store {
 	s := &Store{client: client, opts: o, owned: owned}
 	s.openRefs.Store(1)
 	s.addr = o.addr
+	s.retries = true
 	switch c := client.(type) {
 	case *goredis.Client:
+		s.retries = c.Options().MaxRetries >= 0
 		s.cluster = o.clusterSafe
 		if s.addr == "" {
 			s.addr = c.Options().Addr
 		}
 	case *goredis.ClusterClient:
+		s.retries = c.Options().MaxRetries >= 0
 		s.cluster = true
 		if s.addr == "" {
 			s.addr = strings.Join(c.Options().Addrs, ",")

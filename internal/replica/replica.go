@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -466,8 +467,26 @@ func (m *Meta) settle(ctx context.Context, p *part, recs []record, restarts uint
 }
 
 // errNotApplied strips ErrOutcomeUnknown from an error whose outcome is
-// now known: nothing applied.
-func errNotApplied(err error) error { return errors.New(err.Error()) }
+// now known (nothing applied), keeping every other error it matches.
+func errNotApplied(err error) error { return notApplied{err} }
+
+type notApplied struct{ err error }
+
+// Error is the cause's text without what said its outcome was unknown.
+func (e notApplied) Error() string {
+	s := e.err.Error()
+	for _, u := range []string{backends.ErrOutcomeUnknown.Error() + ": ", "outcome unknown: "} {
+		s = strings.ReplaceAll(s, u, "")
+	}
+	return s
+}
+func (e notApplied) Is(target error) bool {
+	return target != backends.ErrOutcomeUnknown && errors.Is(e.err, target)
+}
+func (e notApplied) As(target any) bool { return errors.As(e.err, target) }
+
+// compactFor bounds a compaction, and so how long Close waits for one.
+var compactFor = 5 * time.Second
 
 // maybeCompact snapshots the partition in the background once the log
 // has grown past the last snapshot's size (and compactBytes), or deletes
@@ -489,7 +508,9 @@ func (m *Meta) maybeCompact(p *part) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		ctx, cancel := context.WithTimeout(m.life, time.Minute)
+		// Close waits for it, so that the last write of a client that
+		// closes right after still leaves the log compacted (or emptied).
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.life), compactFor)
 		defer cancel()
 		err := m.log.Compact(ctx, p.name, at, snap)
 		p.mu.Lock()

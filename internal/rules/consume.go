@@ -991,9 +991,16 @@ func tagNumber(v any) (float64, bool) {
 
 // groupID returns the row's group id (a string naming the value and its
 // kind), or false when it is in no group.
-func groupID(g *Group, r *backends.Row) (string, bool) {
-	if g.Tag != "" {
-		v, ok := r.Tag[g.Tag]
+func groupID(g *Group, r *backends.Row) (string, bool) { return GroupID(g.Tag, g.Sep, r) }
+
+// GroupID returns the id of the group r is in when rows are grouped by
+// the value of their tag tag (when tag is not empty) or by the key's part
+// before its last sep, or false when it is in no group. Values of
+// different kinds are different ids (1 and 1.0 and "1" too, and -0.0 and
+// 0.0); lists, maps and bytes are grouped by their tag encoding.
+func GroupID(tag, sep string, r *backends.Row) (string, bool) {
+	if tag != "" {
+		v, ok := r.Tag[tag]
 		if !ok || v == nil {
 			return "", false
 		}
@@ -1018,7 +1025,7 @@ func groupID(g *Group, r *backends.Row) (string, bool) {
 		}
 		return string(b), true
 	}
-	i := strings.LastIndex(r.Key, g.Sep)
+	i := strings.LastIndex(r.Key, sep)
 	if i < 0 {
 		return "", false
 	}

@@ -83,15 +83,16 @@ func (p *Partition) bump() { p.seq++ }
 
 // Empty reports whether the partition holds nothing worth keeping: no
 // row (committed or prepared), no garbage, no orphan, no void, and no
-// task with a standing or served claim. A log whose state is Empty may be
-// emptied, and every reader then starts from the empty state: what it
-// would drop must be nothing another reader still acts on.
+// task with a standing claim. A log whose state is Empty may be emptied,
+// and every reader then starts from the empty state: what it drops must
+// be nothing another reader still acts on. Served claims may go: their
+// rows are gone, so a claim that replaces one finds nothing to lease.
 func (p *Partition) Empty() bool {
 	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || len(p.voids) > 0 {
 		return false
 	}
 	for _, t := range p.tasks {
-		if len(t.standing) > 0 || len(t.served) > 0 {
+		if len(t.standing) > 0 {
 			return false
 		}
 	}

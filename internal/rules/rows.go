@@ -230,7 +230,9 @@ func (p *Partition) Prepare(now int64, keys, fields []string, base uint64, index
 // Commit applies updates atomically: it fails with an error wrapping
 // backends.ErrConflict, changing nothing, when a row was removed or
 // re-indexed since its Prepare, or a field's generation is neither a
-// pending reservation of the row nor its committed one. The rows it
+// pending reservation of the row nor its committed one; with
+// backends.ErrReservationLost (which matches ErrConflict) when, besides,
+// the partition knows none of the update's cells (see knows). The rows it
 // stores share maps with the updates and with each other (see
 // backends.Merger): the caller must not modify the updates' maps.
 func (p *Partition) Commit(now int64, updates []backends.RowUpdate) (backends.CommitResult, error) {
@@ -245,14 +247,21 @@ func (p *Partition) Commit(now int64, updates []backends.RowUpdate) (backends.Co
 		u := &updates[i]
 		r := p.rows[u.Key]
 		if r == nil || r.index != u.Index {
+			if !p.knows(u) {
+				return res, fmt.Errorf("%w: key %q", backends.ErrReservationLost, u.Key)
+			}
 			return res, fmt.Errorf("%w: key %q", backends.ErrConflict, u.Key)
 		}
 		cs := cells.Of(u.Fields)
 		for j := range cs {
 			var ok bool
 			if cs[j].Hint, ok = r.live(p, cs[j].Field, cs[j].Gen, cs[j].Hint); !ok {
+				err := backends.ErrConflict
+				if !p.knows(u) {
+					err = backends.ErrReservationLost
+				}
 				return res, fmt.Errorf("%w: key %q field %q: generation %d is not reserved (aborted?)",
-					backends.ErrConflict, u.Key, cs[j].Field, cs[j].Gen)
+					err, u.Key, cs[j].Field, cs[j].Gen)
 			}
 		}
 		rows[i] = r
@@ -295,6 +304,30 @@ func (p *Partition) Commit(now int64, updates []backends.RowUpdate) (backends.Co
 	p.garbage = append(p.garbage, res.Stale...)
 	p.bump()
 	return res, nil
+}
+
+// knows reports whether some cell of u is one the partition knows
+// unreferenced: a removed row's reservation (an orphan) or garbage not
+// swept yet (an aborted reservation, a removed row's cell). A commit
+// refused for a row that is not as its Prepare left it, none of whose
+// cells the partition knows, names a reservation the log lost (a failover
+// to a replica that never had the Prepare): its indexes may be another
+// row's now. It scans the partition's garbage: it runs only on a refusal.
+func (p *Partition) knows(u *backends.RowUpdate) bool {
+	for f, fi := range u.Fields {
+		id := backends.CellID{Index: u.Index, Field: f, Gen: fi.Gen}
+		for _, o := range p.orphans {
+			if o.id() == id {
+				return true
+			}
+		}
+		for _, g := range p.garbage {
+			if g.ID() == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Lookup returns the committed row of each key (nil: unknown or not yet

@@ -467,22 +467,6 @@ func TestPolicyUpdateFollowsAdvantage(t *testing.T) {
 	}
 }
 
-// requireQueue skips t when the engine at url keeps no consumption state
-// (its MetaStore is no backends.Queue): the loop needs one.
-func requireQueue(t *testing.T, url string) {
-	t.Helper()
-	eng, err := backends.Open(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ok := eng.Meta.(backends.Queue)
-	eng.Meta.Close()
-	eng.Data.Close()
-	if !ok {
-		t.Skipf("the engine at %s keeps no consumption state (its MetaStore is no backends.Queue): the loop's workers cannot claim there yet", url)
-	}
-}
-
 // The example runs on Redis through -url, as the README shows, learns there
 // as on the embedded engine, and leaves no key of its prefix behind but the
 // global index counter (indexes stay unique for the life of the prefix).
@@ -490,7 +474,6 @@ func TestRunOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := smallConfig()
 	cfg.URL = srv.URL() + "?prefix=grpo"
-	requireQueue(t, cfg.URL)
 	res, err := Run(t.Context(), cfg, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)

@@ -88,6 +88,9 @@ func (p *Pool) Stats() (open, idle int) {
 // server (a restart, an idle timeout). If f fails on one with a network
 // error before any reply byte came, and ctx is not done, f runs once more
 // on a new connection. So f must send only requests that may run twice.
+// When that second run fails too, however (a refused dial, an error
+// reply), Do returns an error wrapping the first failure: the first send
+// may have run, which the second's failure does not tell.
 //
 // Stale servers: a ServerError that is Stale (READONLY, LOADING,
 // MASTERDOWN) closes the idle connections too, which lead to the same
@@ -141,9 +144,15 @@ func (p *Pool) do(ctx context.Context, f func(c *Conn) error) error {
 		return ctx.Err()
 	}
 	defer func() { <-p.slots }()
+	var first error // the first attempt's failure, when it is resent
 	for attempt := 0; ; attempt++ {
 		c, reused, err := p.get(ctx, attempt > 0)
 		if err != nil {
+			if first != nil {
+				// The first send may have run: its failure, not the
+				// resend's (a refused dial, say), tells the caller.
+				return fmt.Errorf("%w (resent, and the resend failed: %v)", first, err)
+			}
 			return err
 		}
 		c.deadline(ctx)
@@ -160,7 +169,13 @@ func (p *Pool) do(ctx context.Context, f func(c *Conn) error) error {
 			p.DropIdle()
 		}
 		if reused && attempt == 0 && !c.gotReply && ctx.Err() == nil && retryable(err) {
+			first = err
 			continue
+		}
+		if first != nil {
+			// The first send may have run: the resend's failure (a
+			// refusal, say) does not tell the caller whether it did.
+			return fmt.Errorf("%w (resent, and the resend failed: %v)", first, err)
 		}
 		return err
 	}
