@@ -157,6 +157,13 @@ func (r *row) live(p *Partition, field string, gen uint64, hint int) (int, bool)
 	return i, false
 }
 
+// handedOut reports whether the row's generation gen of field was ever
+// reserved: it is below the field's next generation.
+func (r *row) handedOut(field string, gen uint64) bool {
+	i := r.find(field, 0)
+	return i >= 0 && gen < r.gens[i].next
+}
+
 func (p *Partition) farIndex(index uint64, field string, gen uint64) int {
 	if len(p.far) == 0 {
 		return -1
@@ -232,7 +239,8 @@ func (p *Partition) Prepare(now int64, keys, fields []string, base uint64, index
 // re-indexed since its Prepare, or a field's generation is neither a
 // pending reservation of the row nor its committed one; with
 // backends.ErrReservationLost (which matches ErrConflict) when, besides,
-// the partition knows none of the update's cells (see knows). The rows it
+// the partition never handed that generation out, or, for a row it no
+// longer holds, knows none of the update's cells (see knows). The rows it
 // stores share maps with the updates and with each other (see
 // backends.Merger): the caller must not modify the updates' maps.
 func (p *Partition) Commit(now int64, updates []backends.RowUpdate) (backends.CommitResult, error) {
@@ -257,7 +265,7 @@ func (p *Partition) Commit(now int64, updates []backends.RowUpdate) (backends.Co
 			var ok bool
 			if cs[j].Hint, ok = r.live(p, cs[j].Field, cs[j].Gen, cs[j].Hint); !ok {
 				err := backends.ErrConflict
-				if !p.knows(u) {
+				if !r.handedOut(cs[j].Field, cs[j].Gen) {
 					err = backends.ErrReservationLost
 				}
 				return res, fmt.Errorf("%w: key %q field %q: generation %d is not reserved (aborted?)",
