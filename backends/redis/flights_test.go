@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/tq"
 )
@@ -88,7 +88,7 @@ func TestPutAndGetRoundTrips(t *testing.T) {
 				eng := engine(s)
 				if wrapped {
 					eng = backendtest.Wrap(eng, &backendtest.Faulty{})
-					if _, ok := eng.Meta.(backends.Colocated); !ok {
+					if _, ok := eng.Meta.(metadata.Colocated); !ok {
 						t.Fatal("the wrapped engine's Meta is not a Colocated")
 					}
 				}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/internal/replica"
@@ -26,7 +26,7 @@ func TestLogCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 40
-	var tagged []backends.Reservation
+	var tagged []metadata.Reservation
 	for i := range n {
 		k := fmt.Sprintf("k%02d", i)
 		res, err := m.Prepare(ctx, "p", []string{k}, []string{"f"})
@@ -55,7 +55,7 @@ func TestLogCompaction(t *testing.T) {
 	fresh := metaOf(open(t, url))
 	for _, r := range []struct {
 		name string
-		m    backends.MetaStore
+		m    metadata.MetaStore
 	}{{"writer", m}, {"early view", early}, {"fresh", fresh}} {
 		rows, err := r.m.List(ctx, "p")
 		if err != nil {
@@ -101,7 +101,7 @@ func TestCorruptLog(t *testing.T) {
 			t.Fatal(err)
 		}
 		other := metaOf(open(t, srv.URL()+"?prefix=bad"))
-		for _, mm := range []backends.MetaStore{m, other} {
+		for _, mm := range []metadata.MetaStore{m, other} {
 			if _, err := mm.Lookup(ctx, "p", []string{"a"}); !errors.Is(err, redis.ErrCorrupt) {
 				t.Fatalf("Lookup with record %q in the log: %v, want ErrCorrupt", rec, err)
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 	_ "github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/tq"
@@ -468,18 +469,23 @@ func TestPolicyUpdateFollowsAdvantage(t *testing.T) {
 }
 
 // requireQueue skips t when the engine at url keeps no consumption state
-// (its MetaStore is no backends.Queue): the loop needs one.
+// (its MetaStore is no metadata.Queue): the loop needs one.
 func requireQueue(t *testing.T, url string) {
 	t.Helper()
 	eng, err := backends.Open(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, ok := eng.Meta.(backends.Queue)
-	eng.Meta.Close()
+	_, ok := eng.Meta.(metadata.Queue)
+	if eng.Meta != nil {
+		eng.Meta.Close()
+	}
+	if eng.Log != nil {
+		eng.Log.Close()
+	}
 	eng.Data.Close()
 	if !ok {
-		t.Skipf("the engine at %s keeps no consumption state (its MetaStore is no backends.Queue): the loop's workers cannot claim there yet", url)
+		t.Skipf("the engine at %s keeps no consumption state (its MetaStore is no metadata.Queue): the loop's workers cannot claim there yet", url)
 	}
 }
 
