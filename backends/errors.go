@@ -12,26 +12,29 @@ var (
 	ErrUnknownScheme = errors.New("backends: unknown scheme")
 	// ErrInvalid reports a malformed argument (mismatched lengths, bad URL).
 	ErrInvalid = errors.New("backends: invalid argument")
-	// ErrConflict is returned by MetaStore.Commit when a row it was asked to
-	// commit was cleared (or re-created with another index) after Prepare.
+	// ErrConflict is returned by a metadata.MetaStore's Commit when a row
+	// it was asked to commit was cleared (or re-created with another
+	// index) after Prepare.
 	ErrConflict = errors.New("backends: row changed since prepare")
-	// ErrReservationLost is returned by MetaStore.Commit, matching
-	// ErrConflict too, when the store does not know the reservation the
-	// commit names at all: no pending reservation, no removed row's, no
-	// aborted one. The metadata that held it is gone (a failover to a
-	// replica that never had the Prepare), so its index or generation may
-	// since have been handed out again, and the caller must not delete the
-	// put's cells by their storage keys: they may be another row's now.
+	// ErrReservationLost is returned by a metadata.MetaStore's Commit
+	// (and Abandon), matching ErrConflict too, when the store does not
+	// know the reservation named at all: no pending reservation, no
+	// removed row's, no aborted one. The metadata that held it is gone (a
+	// failover to a replica that never had the Prepare), so its index or
+	// generation may since have been handed out again, and the caller must
+	// not delete the put's cells by their storage keys: they may be
+	// another row's now.
 	ErrReservationLost = fmt.Errorf("%w: the reservation is unknown to the store (lost in a failover?)", ErrConflict)
-	// ErrOutcomeUnknown is returned by a MetaStore write (Commit, Delete,
+	// ErrOutcomeUnknown is returned by a write (a Log's Append or
+	// AppendCells; a metadata.MetaStore's Commit, Delete or
 	// DeletePartition) that may or may not have been applied, and that
-	// the store could not settle: the request went out, no reply came
-	// back, and asking the store afterwards failed too or could not
-	// tell (the store's record of its writes was replaced meanwhile), or,
-	// with a replication requirement, the write applied but too few
-	// replicas acknowledged it. The caller must keep what the write may reference
-	// (its cells) and may look the rows up later. Every other error of a
-	// MetaStore write means nothing of it was applied.
+	// the engine could not settle: the request went out, no reply came
+	// back, and asking afterwards failed too or could not tell (the
+	// engine's record of its writes was replaced meanwhile), or, with a
+	// replication requirement, the write applied but too few replicas
+	// acknowledged it. The caller must keep what the write may reference
+	// (its cells) and may look the rows up later. Every other error of
+	// such a write means nothing of it was applied.
 	ErrOutcomeUnknown = errors.New("backends: outcome unknown")
 	// ErrNotDurable is matched, besides ErrOutcomeUnknown, by a Log
 	// append's error when the records were appended but are not as

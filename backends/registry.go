@@ -10,25 +10,34 @@ import (
 )
 
 // Engine is what an Opener returns: its Store, and its metadata: a Log
-// (a shared engine's), or a MetaStore.
+// (a shared engine's), or a metadata store of its own (Meta).
 //
 // Metadata must be as shared as the data: an engine whose data other
 // processes can reach (a server, a shared file system) gives the Log they
-// all append to (or a MetaStore they all use), or two processes would hand
-// out the same global indexes and overwrite each other's cells. tq applies
-// the rules to a Log in each process. Only an engine whose data lives in
-// this process alone sets Local, and may then give neither: tq gives it an
-// in-process MetaStore. tq.Open and tq.New refuse an engine with neither
-// that is not Local (ErrInvalid).
+// all append to (or a metadata store they all use), or two processes would
+// hand out the same global indexes and overwrite each other's cells. tq
+// applies the rules to a Log in each process. Only an engine whose data
+// lives in this process alone sets Local, and may then give neither: tq
+// gives it an in-process metadata store. tq.Open and tq.New refuse an
+// engine with neither that is not Local, and one whose Meta is not a
+// metadata.MetaStore (ErrInvalid).
 type Engine struct {
 	Data  Store
 	Log   Log
-	Meta  MetaStore
+	Meta  Meta
 	Local bool // the data is this process's alone
 }
 
+// Meta is an engine's own metadata store: a metadata.MetaStore. It is
+// declared here by the one method this package calls, as package metadata
+// imports this one; metadata.Of checks it is a MetaStore.
+type Meta interface {
+	Close() error
+}
+
 // Check reports whether e is an engine tq can use: a Store, and a Log or
-// a MetaStore unless the engine is Local. Its error wraps ErrInvalid.
+// a Meta unless the engine is Local. Its error wraps ErrInvalid. That Meta
+// is a metadata.MetaStore is metadata.Of's check, which makes this one too.
 func (e Engine) Check() error {
 	switch {
 	case e.Data == nil:

@@ -28,7 +28,7 @@ type Store interface {
 	// Delete removes the cells' keys (Key and the Tag Write reported);
 	// missing keys are ignored. A cell given with Tag "" is removed
 	// whatever tag it was written with: the metadata never learned the
-	// tag of a reservation it aborted (see MetaStore.Garbage).
+	// tag of a reservation it aborted (see metadata.MetaStore.Garbage).
 	Delete(ctx context.Context, cells []Cell) error
 	// Close releases the store's resources. Later calls return ErrClosed.
 	Close() error

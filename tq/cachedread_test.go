@@ -9,12 +9,13 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/codec"
 	"github.com/tqgo/tqgo/tq"
 )
 
 // cachingMeta is a memory MetaStore over a memory Store as a
-// backends.Colocated: ReadRows plans with its copy of the rows (stale, when
+// metadata.Colocated: ReadRows plans with its copy of the rows (stale, when
 // set, else the store's own) and confirms it against the store in the
 // same call, planning again from a lookup when it was stale, as an engine
 // with a client-side copy does. It counts its calls.
@@ -22,25 +23,25 @@ type cachingMeta struct {
 	*memory.MetaStore
 	data                            *memory.Store
 	lookups, readRows, writeCommits atomic.Int32
-	stale                           map[string]*backends.Row
+	stale                           map[string]*metadata.Row
 }
 
-var _ backends.Colocated = (*cachingMeta)(nil)
+var _ metadata.Colocated = (*cachingMeta)(nil)
 
-func (m *cachingMeta) Lookup(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+func (m *cachingMeta) Lookup(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
 	m.lookups.Add(1)
 	return m.MetaStore.Lookup(ctx, partition, keys)
 }
 
-func (m *cachingMeta) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (backends.CommitResult, error) {
+func (m *cachingMeta) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	m.writeCommits.Add(1)
 	if err := m.data.Write(ctx, cells); err != nil {
-		return backends.CommitResult{}, err
+		return metadata.CommitResult{}, err
 	}
 	return m.MetaStore.Commit(ctx, partition, updates)
 }
 
-func (m *cachingMeta) ReadRows(ctx context.Context, partition string, keys []string, plan func([]*backends.Row) ([]backends.ReadCell, error)) ([]*backends.Row, error) {
+func (m *cachingMeta) ReadRows(ctx context.Context, partition string, keys []string, plan func([]*metadata.Row) ([]backends.ReadCell, error)) ([]*metadata.Row, error) {
 	m.readRows.Add(1)
 	cur, err := m.MetaStore.Lookup(ctx, partition, keys)
 	if err != nil {
@@ -48,7 +49,7 @@ func (m *cachingMeta) ReadRows(ctx context.Context, partition string, keys []str
 	}
 	rows := cur
 	if m.stale != nil {
-		rows = make([]*backends.Row, len(keys))
+		rows = make([]*metadata.Row, len(keys))
 		for i, k := range keys {
 			rows[i] = m.stale[k]
 		}
@@ -162,7 +163,7 @@ func TestCachedReadFallsBack(t *testing.T) {
 	}
 	mustPut(t, c, "p", keys, tq.Batch{"v": tq.ValuesOf(keysN("new", n))}, nil)
 
-	meta.stale = map[string]*backends.Row{}
+	meta.stale = map[string]*metadata.Row{}
 	for i, k := range keys {
 		meta.stale[k] = old[i]
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/codec"
 )
 
@@ -18,13 +18,13 @@ import (
 
 // cellSpec is what a row's metadata says one cell of a field holds.
 type cellSpec struct {
-	fi     backends.FieldInfo
+	fi     metadata.FieldInfo
 	tensor bool        // a tensor, not a general value
 	known  bool        // dtype is fi.DType (false: a dtype this build lacks; no cell matches)
 	dtype  codec.DType // when tensor
 }
 
-func specOf(fi backends.FieldInfo) cellSpec {
+func specOf(fi metadata.FieldInfo) cellSpec {
 	s := cellSpec{fi: fi, tensor: fi.DType != ""}
 	if s.tensor {
 		dt, err := codec.ParseDType(fi.DType)
@@ -49,7 +49,7 @@ func (s *cellSpec) matchesValue(v any) bool {
 
 // mismatch is the error of field f of row r: a cell described by got
 // where the metadata says s.
-func (s *cellSpec) mismatch(partition string, r *backends.Row, f, got string) error {
+func (s *cellSpec) mismatch(partition string, r *metadata.Row, f, got string) error {
 	want := "a value"
 	if s.tensor {
 		want = describeTensorInfo(s.fi.DType, s.fi.Shape)
@@ -76,13 +76,13 @@ func describeValue(v any) string {
 // metadata is read once per map; a stacked column's cells share one dtype
 // and shape, so it is compared once per map too. No allocation unless a
 // cell differs.
-func checkColumn(partition string, rows []*backends.Row, f string, col Column) error {
+func checkColumn(partition string, rows []*metadata.Row, f string, col Column) error {
 	var (
-		prev map[string]backends.FieldInfo
+		prev map[string]metadata.FieldInfo
 		spec cellSpec
 	)
 	for i, r := range rows {
-		changed := i == 0 || !backends.SameMap(r.Fields, prev)
+		changed := i == 0 || !metadata.SameMap(r.Fields, prev)
 		if changed {
 			prev = r.Fields
 			spec = specOf(prev[f])

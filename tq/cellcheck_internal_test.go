@@ -4,19 +4,19 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/codec"
 )
 
 // cellCheckRows are n rows of field "f" as a jagged put leaves them: each
 // row its own Fields map (their shapes differ), so the check reads the
 // metadata of every row.
-func cellCheckRows(n int) ([]*backends.Row, Column) {
-	rows := make([]*backends.Row, n)
+func cellCheckRows(n int) ([]*metadata.Row, Column) {
+	rows := make([]*metadata.Row, n)
 	ts := make([]codec.Tensor, n)
 	for i := range rows {
 		shape := []int64{int64(i%5 + 1)}
-		rows[i] = &backends.Row{Key: "k", Index: uint64(i), Fields: map[string]backends.FieldInfo{"f": {DType: "int64", Shape: shape}}}
+		rows[i] = &metadata.Row{Key: "k", Index: uint64(i), Fields: map[string]metadata.FieldInfo{"f": {DType: "int64", Shape: shape}}}
 		ts[i] = codec.Tensor{DType: codec.Int64, Shape: []int64{int64(i%5 + 1)}, Data: make([]byte, 8*(i%5+1))}
 	}
 	return rows, Column{kind: KindJagged, tensors: ts}

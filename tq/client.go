@@ -10,6 +10,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/codec"
 	"github.com/tqgo/tqgo/internal/replica"
 )
@@ -20,7 +21,7 @@ import (
 // for), and metadata is locked per partition by the store.
 type Client struct {
 	data      backends.Store
-	meta      backends.MetaStore
+	meta      metadata.MetaStore
 	owns      bool // Close closes data and meta (they came from Open)
 	ownMeta   bool // Close closes meta: the client made it
 	packer    *codec.Packer
@@ -38,7 +39,7 @@ type Client struct {
 
 	// What the engine can do beyond the required interfaces, found once.
 	stager    backends.Stager    // data encodes straight into the engine's memory
-	colocated backends.Colocated // cells go with their commit, reads confirm rows
+	colocated metadata.Colocated // cells go with their commit, reads confirm rows
 }
 
 // Open opens the queue at url: "memory://" (or "") for the embedded engine,
@@ -59,29 +60,49 @@ func Open(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, &openError{url: redactURL(url), err: err}
 	}
-	return newClient(eng, o, true), nil
+	meta, err := metadata.Of(eng)
+	if err != nil {
+		closeEngine(eng)
+		return nil, &openError{url: redactURL(url), err: err}
+	}
+	return newClient(eng, meta, o, true), nil
 }
 
 // New makes a client over an engine the caller built (a caller-owned Redis
-// client, a wrapped engine in a test). A nil eng.Meta is accepted only from
-// a Local engine, which gets an in-process metadata store; otherwise New
+// client, a wrapped engine in a test). eng.Meta, if set, must be a
+// metadata.MetaStore; a nil eng.Meta with no Log is accepted only from a
+// Local engine, which gets an in-process metadata store. Otherwise New
 // fails with ErrInvalid. Close does not close the engine.
 func New(eng backends.Engine, opts ...Option) (*Client, error) {
-	if err := eng.Check(); err != nil {
+	meta, err := metadata.Of(eng)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	o := defaultOptions()
 	if err := o.apply(opts); err != nil {
 		return nil, err
 	}
-	return newClient(eng, o, false), nil
+	return newClient(eng, meta, o, false), nil
 }
 
-// newClient makes the client; owns says Close closes the engine.
-func newClient(eng backends.Engine, o options, owns bool) *Client {
-	c := &Client{data: eng.Data, meta: eng.Meta, opts: o, packer: codec.NewPacker(o.pack), owns: owns}
+// closeEngine closes what an engine Open opened, for an engine tq refuses.
+func closeEngine(eng backends.Engine) {
+	if eng.Meta != nil {
+		_ = eng.Meta.Close()
+	}
+	if eng.Log != nil {
+		_ = eng.Log.Close()
+	}
+	_ = eng.Data.Close()
+}
+
+// newClient makes the client over eng and its MetaStore meta (nil: the
+// rules over eng.Log, or an in-process store); owns says Close closes the
+// engine.
+func newClient(eng backends.Engine, meta metadata.MetaStore, o options, owns bool) *Client {
+	c := &Client{data: eng.Data, meta: meta, opts: o, packer: codec.NewPacker(o.pack), owns: owns}
 	switch {
-	case eng.Meta != nil:
+	case meta != nil:
 	case eng.Log != nil:
 		// The rules over the engine's log, in this client: closed with
 		// it, and closing the log only if the client owns the engine.
@@ -97,7 +118,7 @@ func newClient(eng backends.Engine, o options, owns bool) *Client {
 	}
 	c.closing, c.endClosing = context.WithCancel(context.Background())
 	c.stager, _ = eng.Data.(backends.Stager)
-	c.colocated, _ = c.meta.(backends.Colocated)
+	c.colocated, _ = c.meta.(metadata.Colocated)
 	return c
 }
 

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -15,18 +15,18 @@ import (
 // row and writes it again (a new row, a new index, the same field
 // generation 0).
 type lostCommitMeta struct {
-	backends.MetaStore
+	metadata.MetaStore
 	hook func()
 	done bool
 }
 
-func (m *lostCommitMeta) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
+func (m *lostCommitMeta) Commit(ctx context.Context, partition string, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	if m.done {
 		return m.MetaStore.Commit(ctx, partition, updates)
 	}
 	m.done = true
 	m.hook()
-	return backends.CommitResult{}, context.DeadlineExceeded // nothing applied
+	return metadata.CommitResult{}, context.DeadlineExceeded // nothing applied
 }
 
 // A put whose commit timed out without being applied must not be taken for

@@ -385,3 +385,34 @@ func TestEngineWithoutMeta(t *testing.T) {
 		}
 	}
 }
+
+// notMeta is a Meta that is no metadata.MetaStore; it records its Close.
+type notMeta struct{ closed *bool }
+
+func (m notMeta) Close() error { *m.closed = true; return nil }
+
+// An engine whose Meta is no metadata.MetaStore is refused by New and by
+// Open, as ErrInvalid and backends.ErrInvalid, and Open closes it.
+func TestEngineMetaNotMetaStore(t *testing.T) {
+	var closed bool
+	c, err := tq.New(backends.Engine{Data: memory.New(), Meta: notMeta{&closed}})
+	if !errors.Is(err, tq.ErrInvalid) || !errors.Is(err, backends.ErrInvalid) || c != nil {
+		t.Fatalf("New of an engine whose Meta is no MetaStore: %v, want ErrInvalid and backends.ErrInvalid", err)
+	}
+	if closed {
+		t.Fatal("New closed the caller's engine")
+	}
+	backends.Register("tqtestnotmeta", func(context.Context, *url.URL) (backends.Engine, error) {
+		return backends.Engine{Data: memory.New(), Meta: notMeta{&closed}}, nil
+	})
+	c, err = tq.Open(context.Background(), "tqtestnotmeta://x")
+	if !errors.Is(err, tq.ErrInvalid) || !errors.Is(err, backends.ErrInvalid) || c != nil {
+		t.Fatalf("Open of an engine whose Meta is no MetaStore: %v, want ErrInvalid and backends.ErrInvalid", err)
+	}
+	if !strings.Contains(err.Error(), "MetaStore") {
+		t.Errorf("Open's error does not say what is wrong: %v", err)
+	}
+	if !closed {
+		t.Error("Open did not close the engine it refused")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/codec"
 )
 
@@ -59,7 +60,7 @@ func (c *Client) getFresh(ctx context.Context, tr *callTrace, partition string, 
 		return nil, err
 	}
 	var (
-		prev    []*backends.Row
+		prev    []*metadata.Row
 		prevErr error
 	)
 	for {
@@ -72,7 +73,7 @@ func (c *Client) getFresh(ctx context.Context, tr *callTrace, partition string, 
 }
 
 // readOnce is one attempt of getFresh; it returns the rows it read too.
-func (c *Client) readOnce(ctx context.Context, tr *callTrace, partition string, keys, asked []string, into reuse) (Batch, []*backends.Row, error) {
+func (c *Client) readOnce(ctx context.Context, tr *callTrace, partition string, keys, asked []string, into reuse) (Batch, []*metadata.Row, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -95,7 +96,7 @@ func (c *Client) readOnce(ctx context.Context, tr *callTrace, partition string, 
 // readRows looks the rows of keys up, has plan choose their cells'
 // destinations, and reads the cells: in one call of a Colocated engine,
 // else a Lookup and reads of KeysLimit cells, IODepth in flight.
-func (c *Client) readRows(ctx context.Context, partition string, keys []string, plan func([]*backends.Row) ([]backends.ReadCell, error)) ([]*backends.Row, error) {
+func (c *Client) readRows(ctx context.Context, partition string, keys []string, plan func([]*metadata.Row) ([]backends.ReadCell, error)) ([]*metadata.Row, error) {
 	if c.colocated != nil {
 		return c.colocated.ReadRows(ctx, partition, keys, plan)
 	}
@@ -114,19 +115,19 @@ func (c *Client) readRows(ctx context.Context, partition string, keys []string, 
 
 // sameCell reports whether b names the cell whose absence err reports as a
 // named it: same row index, same generation.
-func sameCell(a, b []*backends.Row, err error) bool {
+func sameCell(a, b []*metadata.Row, err error) bool {
 	var ke *KeyError
 	if !errors.As(err, &ke) {
 		return true
 	}
-	find := func(rows []*backends.Row) (backends.FieldInfo, uint64, bool) {
+	find := func(rows []*metadata.Row) (metadata.FieldInfo, uint64, bool) {
 		for _, r := range rows {
 			if r.Key == ke.Key {
 				fi, ok := r.Fields[ke.Field]
 				return fi, r.Index, ok
 			}
 		}
-		return backends.FieldInfo{}, 0, false
+		return metadata.FieldInfo{}, 0, false
 	}
 	fa, ia, oka := find(a)
 	fb, ib, okb := find(b)
@@ -149,7 +150,7 @@ func sameCell(a, b []*backends.Row, err error) bool {
 // looked up without a request; on Redis, a client holding a current copy
 // of the partition's metadata (it read or wrote the partition before)
 // reads in one round trip, the copy confirmed current in the request that
-// reads the cells (backends.Colocated.ReadRows, on the engine's own
+// reads the cells (metadata.Colocated.ReadRows, on the engine's own
 // connections to a standalone server), and otherwise looks the rows up
 // first.
 func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...string) (_ Batch, err error) {
@@ -192,15 +193,15 @@ func checkReadFields(fields []string) ([]string, error) {
 // addCellKeys adds the storage keys of the cells of fields of rows to
 // arena, field-major, and their engine tags to tags; a field some row
 // lacks is ErrNotReady.
-func addCellKeys(arena *keyArena, tags *[]string, partition string, rows []*backends.Row, fields []string) error {
+func addCellKeys(arena *keyArena, tags *[]string, partition string, rows []*metadata.Row, fields []string) error {
 	for _, f := range fields {
 		var (
-			prev map[string]backends.FieldInfo
-			fi   backends.FieldInfo
+			prev map[string]metadata.FieldInfo
+			fi   metadata.FieldInfo
 			ok   bool
 		)
 		for i, r := range rows {
-			if i == 0 || !backends.SameMap(r.Fields, prev) {
+			if i == 0 || !metadata.SameMap(r.Fields, prev) {
 				prev = r.Fields
 				fi, ok = prev[f]
 			}
@@ -217,7 +218,7 @@ func addCellKeys(arena *keyArena, tags *[]string, partition string, rows []*back
 // decodeCells decodes the cells of fields of rows that bufs holds, as
 // cellKeys names them (nil: missing, errVanished), into columns, and checks
 // each against its row's metadata (checkColumn).
-func decodeCells(partition string, rows []*backends.Row, fields []string, bufs [][]byte, into reuse) (Batch, error) {
+func decodeCells(partition string, rows []*metadata.Row, fields []string, bufs [][]byte, into reuse) (Batch, error) {
 	n := len(rows)
 	for i, b := range bufs {
 		if b == nil {
@@ -261,11 +262,11 @@ func decodeColumn(bufs [][]byte, dst []byte) (Column, error) {
 	return columnOf(values), nil
 }
 
-func unionFields(rows []*backends.Row) []string {
+func unionFields(rows []*metadata.Row) []string {
 	set := map[string]struct{}{}
-	var prev map[string]backends.FieldInfo
+	var prev map[string]metadata.FieldInfo
 	for _, r := range rows {
-		if backends.SameMap(r.Fields, prev) {
+		if metadata.SameMap(r.Fields, prev) {
 			continue // rows of one put share their Fields map
 		}
 		prev = r.Fields

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/codec"
 	"github.com/tqgo/tqgo/tq"
 )
@@ -205,7 +206,7 @@ func (s *spy) live(t testing.TB) []string {
 // metaSpy wraps a MetaStore, counts the calls that change state, and can
 // fail Prepare or Commit or run a function before Commit.
 type metaSpy struct {
-	backends.MetaStore
+	metadata.MetaStore
 	prepareErr   error  // set before use
 	commitErr    error  // set before use
 	appliedErr   error  // set before use: Commit applies, then reports this
@@ -216,7 +217,7 @@ type metaSpy struct {
 
 func newMetaSpy() *metaSpy { return &metaSpy{MetaStore: memory.NewMetaStore()} }
 
-func (m *metaSpy) Prepare(ctx context.Context, partition string, keys, fields []string) ([]backends.Reservation, error) {
+func (m *metaSpy) Prepare(ctx context.Context, partition string, keys, fields []string) ([]metadata.Reservation, error) {
 	m.prepares.Add(1)
 	if m.prepareErr != nil {
 		return nil, m.prepareErr
@@ -224,13 +225,13 @@ func (m *metaSpy) Prepare(ctx context.Context, partition string, keys, fields []
 	return m.MetaStore.Prepare(ctx, partition, keys, fields)
 }
 
-func (m *metaSpy) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
+func (m *metaSpy) Commit(ctx context.Context, partition string, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	m.commits.Add(1)
 	if m.beforeCommit != nil {
 		m.beforeCommit()
 	}
 	if m.commitErr != nil {
-		return backends.CommitResult{}, m.commitErr
+		return metadata.CommitResult{}, m.commitErr
 	}
 	res, err := m.MetaStore.Commit(ctx, partition, updates)
 	if err == nil && m.appliedErr != nil {
@@ -241,7 +242,7 @@ func (m *metaSpy) Commit(ctx context.Context, partition string, updates []backen
 
 // newClient is tq.New over data and meta (a Local engine when meta is nil)
 // with the client closed at cleanup.
-func newClient(t testing.TB, data backends.Store, meta backends.MetaStore, opts ...tq.Option) *tq.Client {
+func newClient(t testing.TB, data backends.Store, meta metadata.MetaStore, opts ...tq.Option) *tq.Client {
 	t.Helper()
 	c, err := tq.New(backends.Engine{Data: data, Meta: meta, Local: meta == nil}, opts...)
 	if err != nil {

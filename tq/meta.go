@@ -4,7 +4,7 @@ import (
 	"context"
 	"maps"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // FieldInfo is what the metadata knows of one cell without reading it.
@@ -40,7 +40,7 @@ func (m *BatchMeta) Keys() []string {
 
 // rowInfo copies what the caller may change (tag, shapes) out of the
 // store's record, which other readers share.
-func rowInfo(r *backends.Row) RowInfo {
+func rowInfo(r *metadata.Row) RowInfo {
 	ri := RowInfo{Key: r.Key, Index: r.Index, Fields: make(map[string]FieldInfo, len(r.Fields)), Tag: Tag(maps.Clone(r.Tag))}
 	for f, fi := range r.Fields {
 		ri.Fields[f] = FieldInfo{DType: fi.DType, Shape: fieldShape(fi.Shape)}
@@ -96,7 +96,7 @@ func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (_
 }
 
 // batchMeta is the caller's copy of rows of partition.
-func batchMeta(partition string, rows []*backends.Row) *BatchMeta {
+func batchMeta(partition string, rows []*metadata.Row) *BatchMeta {
 	m := &BatchMeta{Partition: partition, Rows: make([]RowInfo, len(rows))}
 	for i, r := range rows {
 		m.Rows[i] = rowInfo(r)
@@ -107,7 +107,7 @@ func batchMeta(partition string, rows []*backends.Row) *BatchMeta {
 // lookupRows returns the store's committed row of each key; an unknown key
 // gives ErrNotFound. BatchGet reads the rows as they are, without copying
 // them into a BatchMeta.
-func (c *Client) lookupRows(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+func (c *Client) lookupRows(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (c *Client) lookupRows(ctx context.Context, partition string, keys []string
 }
 
 // lookupValid is lookupRows of a partition and keys already checked.
-func (c *Client) lookupValid(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+func (c *Client) lookupValid(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func (c *Client) ClearPartition(ctx context.Context, partition string) (err erro
 // run even when ctx ends (bounded, as rollbacks are); a failure leaves
 // data behind, which is logged and which Reclaim deletes where the store
 // tracks garbage (it is told which deletes succeeded).
-func (c *Client) deleteRows(ctx context.Context, tr *callTrace, partition string, rows []*backends.Row) error {
+func (c *Client) deleteRows(ctx context.Context, tr *callTrace, partition string, rows []*metadata.Row) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	cells := 0
@@ -214,7 +214,7 @@ func (c *Client) deleteRows(ctx context.Context, tr *callTrace, partition string
 		cells += len(r.Fields)
 	}
 	// In the order a MetaStore recorded them, so Swept finds them as one run.
-	refs := backends.AppendRowRefs(make([]backends.Ref, 0, cells), rows)
+	refs := metadata.AppendRowRefs(make([]metadata.Ref, 0, cells), rows)
 	deleted, err := c.deleteRefs(ctx, refs)
 	tr.add(len(rows), len(deleted), 0)
 	c.swept(ctx, partition, deleted, "cleared rows")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/codec"
 )
 
@@ -127,8 +128,8 @@ type write struct {
 	nTensor int
 	values  []any // every cell's value
 	cells   []backends.Cell
-	infos   []backends.FieldInfo // per cell
-	res     []backends.Reservation
+	infos   []metadata.FieldInfo // per cell
+	res     []metadata.Reservation
 	staged  bool // cells from nTensor on are the engine's (backends.Stager)
 	wrote   bool // data may have reached the engine
 }
@@ -138,9 +139,9 @@ func (w *write) tagsOnly(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	updates := make([]backends.RowUpdate, len(w.keys))
+	updates := make([]metadata.RowUpdate, len(w.keys))
 	for i, k := range w.keys {
-		updates[i] = backends.RowUpdate{Key: k, Index: res[i].Index, Tag: w.tags[i]}
+		updates[i] = metadata.RowUpdate{Key: k, Index: res[i].Index, Tag: w.tags[i]}
 	}
 	_, err = w.c.meta.Commit(ctx, w.partition, updates)
 	return err
@@ -209,7 +210,7 @@ func (w *write) plan(batch Batch) error {
 	n, nf := len(w.keys), len(w.fields)
 	w.nTensor = nTensorFields * n
 	w.values = make([]any, 0, n*nf)
-	w.infos = make([]backends.FieldInfo, 0, n*nf)
+	w.infos = make([]metadata.FieldInfo, 0, n*nf)
 	for _, f := range w.fields {
 		var shape []int64 // the metadata's own copy: the caller may reuse theirs
 		start := len(w.values)
@@ -280,7 +281,7 @@ func (w *write) store(ctx context.Context) error {
 		w.infos[i].BackendTag = cells[i].Tag
 	}
 	var (
-		res backends.CommitResult
+		res metadata.CommitResult
 		err error
 	)
 	if w.c.colocated != nil {
@@ -305,7 +306,7 @@ func (c *Client) writeCells(ctx context.Context, cells []backends.Cell) error {
 // commitFailed decides what a failed Commit means. A reservation the
 // store lost (backends.ErrReservationLost) is not rolled back by storage
 // key: those keys may name another row's cells now. The store settles a
-// lost reply itself (see backends.MetaStore.Commit): an error that does
+// lost reply itself (see metadata.MetaStore.Commit): an error that does
 // not match ErrOutcomeUnknown applied nothing, so this write's cells are
 // deleted. One that does may have applied: the cells stay (unreferenced
 // garbage at worst, for Reclaim; never a listed row whose data is gone)
@@ -336,16 +337,16 @@ func maxLen(ss []string) int {
 }
 
 // cellInfo is the metadata of one cell's value.
-func cellInfo(v any) backends.FieldInfo {
+func cellInfo(v any) metadata.FieldInfo {
 	switch t := v.(type) {
 	case codec.Tensor:
-		return backends.FieldInfo{DType: t.DType.String(), Shape: t.Shape}
+		return metadata.FieldInfo{DType: t.DType.String(), Shape: t.Shape}
 	case *codec.Tensor:
 		if t != nil {
-			return backends.FieldInfo{DType: t.DType.String(), Shape: t.Shape}
+			return metadata.FieldInfo{DType: t.DType.String(), Shape: t.Shape}
 		}
 	}
-	return backends.FieldInfo{}
+	return metadata.FieldInfo{}
 }
 
 // nameCell turns the codec's object index into the key and field.
@@ -374,7 +375,7 @@ func (w *write) reserve(ctx context.Context) error {
 			gen  uint64
 		)
 		for i := range n {
-			if i == 0 || !backends.SameMap(res[i].Gens, gens) {
+			if i == 0 || !metadata.SameMap(res[i].Gens, gens) {
 				gens = res[i].Gens // often one map for many rows
 				gen = gens[f]
 			}
@@ -438,25 +439,25 @@ func splitCells(values []any, cells []backends.Cell) error {
 
 // committed deletes the cells a commit left unreferenced: old generations
 // this write replaced, and this write's own cells where a newer write won.
-func (w *write) committed(res backends.CommitResult) {
+func (w *write) committed(res metadata.CommitResult) {
 	if dead := append(res.Superseded, res.Stale...); len(dead) > 0 {
 		w.c.cleanup(w.partition, dead, "replaced cells")
 	}
 }
 
 // updates are the rows this write commits.
-func (w *write) updates() []backends.RowUpdate {
+func (w *write) updates() []metadata.RowUpdate {
 	n := len(w.keys)
-	updates := make([]backends.RowUpdate, n)
+	updates := make([]metadata.RowUpdate, n)
 	for i, k := range w.keys {
-		u := backends.RowUpdate{Key: k, Index: w.res[i].Index}
+		u := metadata.RowUpdate{Key: k, Index: w.res[i].Index}
 		if i > 0 && w.sameCells(i-1, i) {
 			// Rows of a batch mostly have equal cells (dtype, shape,
 			// generation, backend tag): they share one map, which the
-			// store keeps read-only (see backends.RowUpdate).
+			// store keeps read-only (see metadata.RowUpdate).
 			u.Fields = updates[i-1].Fields
 		} else {
-			u.Fields = make(map[string]backends.FieldInfo, len(w.fields))
+			u.Fields = make(map[string]metadata.FieldInfo, len(w.fields))
 			for fi, f := range w.fields {
 				u.Fields[f] = w.infos[fi*n+i]
 			}
@@ -500,12 +501,12 @@ func (w *write) unstage() {
 func (w *write) rollback(cause error) {
 	w.c.opts.logger.Debug("tq: rolling back put", "partition", w.partition, "keys", len(w.keys), "cause", cause)
 	w.unstage()
-	refs := make([]backends.Ref, 0, len(w.cells))
+	refs := make([]metadata.Ref, 0, len(w.cells))
 	n := len(w.keys)
 	for fi, f := range w.fields {
 		for i := range n {
 			info := w.infos[fi*n+i]
-			refs = append(refs, backends.Ref{Index: w.res[i].Index, Field: f, Gen: info.Gen, Tag: info.BackendTag})
+			refs = append(refs, metadata.Ref{Index: w.res[i].Index, Field: f, Gen: info.Gen, Tag: info.BackendTag})
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
@@ -533,7 +534,7 @@ func (w *write) rollback(cause error) {
 // is logged, not returned: the metadata no longer points at these cells,
 // so a leftover is garbage, never a visible partial row, and Reclaim finds
 // it where the store tracks garbage.
-func (c *Client) cleanup(partition string, refs []backends.Ref, why string) {
+func (c *Client) cleanup(partition string, refs []metadata.Ref, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	deleted, err := c.deleteRefs(ctx, refs)
@@ -547,7 +548,7 @@ func (c *Client) cleanup(partition string, refs []backends.Ref, why string) {
 // returns the cells deleted and the first error: the chunks that failed,
 // or never started after one did, keep their cells. With no error it
 // returns refs itself.
-func (c *Client) deleteRefs(ctx context.Context, refs []backends.Ref) ([]backends.Ref, error) {
+func (c *Client) deleteRefs(ctx context.Context, refs []metadata.Ref) ([]metadata.Ref, error) {
 	fieldLen := 0
 	for _, r := range refs {
 		fieldLen = max(fieldLen, len(r.Field))
@@ -570,7 +571,7 @@ func (c *Client) deleteRefs(ctx context.Context, refs []backends.Ref) ([]backend
 	if err == nil {
 		return refs, nil
 	}
-	var deleted []backends.Ref
+	var deleted []metadata.Ref
 	for i, ok := range done {
 		if ok {
 			deleted = append(deleted, refs[i*limit:min((i+1)*limit, len(refs))]...)

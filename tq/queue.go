@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // Consumption, TransferQueue's controller done as a queue. A Task is one
@@ -53,7 +53,7 @@ type Task struct {
 	lease     time.Duration
 	maxDel    int
 	sampler   Sampler
-	ranks     *backends.Batch
+	ranks     *metadata.Batch
 	lengthTag string
 	stale     *staleness
 	version   atomic.Int64
@@ -134,7 +134,7 @@ func Ranks(ranks, rank int, lengthTag string) TaskOption {
 		if ranks < 1 || rank < 0 || rank >= ranks {
 			return fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, ranks)
 		}
-		t.ranks = &backends.Batch{Ranks: ranks, Rank: rank}
+		t.ranks = &metadata.Batch{Ranks: ranks, Rank: rank}
 		t.lengthTag = lengthTag
 		return nil
 	}
@@ -342,17 +342,17 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		ctx, stop = c.untilClosed(ctx)
 		defer stop()
 	}
-	req := backends.ClaimRequest{Task: t.name, Lease: t.lease, Rows: n, Min: o.min, MaxDeliveries: t.maxDel, Batch: t.ranks,
-		Select: backends.Select{Fields: t.fields}}
+	req := metadata.ClaimRequest{Task: t.name, Lease: t.lease, Rows: n, Min: o.min, MaxDeliveries: t.maxDel, Batch: t.ranks,
+		Select: metadata.Select{Fields: t.fields}}
 	switch s := t.sampler.(type) {
 	case sequential:
 	case groups:
-		req.Select.Group = backends.Group{Tag: s.by.tag, Sep: s.by.sep, Size: s.size}
+		req.Select.Group = metadata.Group{Tag: s.by.tag, Sep: s.by.sep, Size: s.size}
 	default:
 		req.Custom = true
 	}
 	if s := t.stale; s != nil {
-		req.Select.Stale = backends.Stale{Tag: s.tag, Drop: s.drop}
+		req.Select.Stale = metadata.Stale{Tag: s.tag, Drop: s.drop}
 		req.Floor = float64(t.version.Load() - s.k)
 	}
 	if wait {
@@ -364,7 +364,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	for {
 		var skipped int64
 		picks := 0
-		got, err := q.Claim(ctx, t.partition, req, func(rows []*backends.Row, ds []backends.Delivery) (backends.Picked, error) {
+		got, err := q.Claim(ctx, t.partition, req, func(rows []*metadata.Row, ds []metadata.Delivery) (metadata.Picked, error) {
 			picks++
 			return t.pick(rows, ds, askFor(n, picks, len(rows)), &skipped)
 		})
@@ -387,8 +387,8 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 				if l.Data, err = c.getFresh(ctx, tr, t.partition, l.Meta.Keys(), fields, nil); err != nil {
 					// Give the rows back rather than sit on them until the
 					// lease ends; if that fails too, the lease ends anyway.
-					_, _ = q.Settle(context.WithoutCancel(ctx), t.partition, backends.SettleRequest{
-						Task: t.name, Op: backends.Nack, Lease: l.token, Indexes: l.indexes(nil)})
+					_, _ = q.Settle(context.WithoutCancel(ctx), t.partition, metadata.SettleRequest{
+						Task: t.name, Op: metadata.Nack, Lease: l.token, Indexes: l.indexes(nil)})
 					return nil, err
 				}
 			}
@@ -409,7 +409,7 @@ const waitHold = 30 * time.Second
 // hold of its registered claim is nearly over at most. If ctx ends first,
 // the registered claim is cancelled (and its lease, had it just been
 // fulfilled, returned).
-func (t *Task) waitFor(ctx context.Context, q backends.MetaStore, got backends.Claimed) error {
+func (t *Task) waitFor(ctx context.Context, q metadata.MetaStore, got metadata.Claimed) error {
 	wctx := ctx
 	if got.Waiting != "" {
 		var cancel context.CancelFunc
@@ -423,7 +423,7 @@ func (t *Task) waitFor(ctx context.Context, q backends.MetaStore, got backends.C
 	if got.Waiting != "" {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, _ = q.Settle(uctx, t.partition, backends.SettleRequest{Task: t.name, Op: backends.Unwait, Lease: got.Waiting})
+		_, _ = q.Settle(uctx, t.partition, metadata.SettleRequest{Task: t.name, Op: metadata.Unwait, Lease: got.Waiting})
 	}
 	return err
 }
@@ -465,10 +465,10 @@ func askFor(n, pick, ready int) int {
 	return max(n, min(ask, ready))
 }
 
-// pick is the task's backends.Pick for a claim that asks the sampler for
+// pick is the task's metadata.Pick for a claim that asks the sampler for
 // n rows (see askFor): the rows with every field of the task, less stale
 // ones, as the sampler chooses among them.
-func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery, n int, skippedOut *int64) (backends.Picked, error) {
+func (t *Task) pick(rows []*metadata.Row, ds []metadata.Delivery, n int, skippedOut *int64) (metadata.Picked, error) {
 	var (
 		ready = make([]Candidate, 0, len(rows))
 		pos   = make([]int, 0, len(rows)) // position in rows of each candidate
@@ -494,7 +494,7 @@ func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery, n int, skipped
 	}
 	*skippedOut = skipped // the last pick of a claim counts
 	units, sdrop := t.sampler.Sample(ready, n)
-	out := backends.Picked{Units: make([][]int, len(units)), Drop: drop}
+	out := metadata.Picked{Units: make([][]int, len(units)), Drop: drop}
 	total := 0
 	for _, u := range units {
 		total += len(u)
@@ -504,7 +504,7 @@ func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery, n int, skipped
 		start := len(flat)
 		for _, p := range u {
 			if p < 0 || p >= len(pos) {
-				return backends.Picked{}, fmt.Errorf("%w: sampler returned position %d of %d", ErrInvalid, p, len(pos))
+				return metadata.Picked{}, fmt.Errorf("%w: sampler returned position %d of %d", ErrInvalid, p, len(pos))
 			}
 			flat = append(flat, pos[p])
 		}
@@ -512,14 +512,14 @@ func (t *Task) pick(rows []*backends.Row, ds []backends.Delivery, n int, skipped
 	}
 	for _, p := range sdrop {
 		if p < 0 || p >= len(pos) {
-			return backends.Picked{}, fmt.Errorf("%w: sampler dropped position %d of %d", ErrInvalid, p, len(pos))
+			return metadata.Picked{}, fmt.Errorf("%w: sampler dropped position %d of %d", ErrInvalid, p, len(pos))
 		}
 		out.Drop = append(out.Drop, pos[p])
 	}
 	return out, nil
 }
 
-func hasFields(r *backends.Row, fields []string) bool {
+func hasFields(r *metadata.Row, fields []string) bool {
 	for _, f := range fields {
 		if _, ok := r.Fields[f]; !ok {
 			return false
@@ -530,7 +530,7 @@ func hasFields(r *backends.Row, fields []string) bool {
 
 // leaseOf turns what the engine leased into the caller's Lease: for a rank,
 // its share of the batch.
-func (t *Task) leaseOf(got backends.Claimed) *Lease {
+func (t *Task) leaseOf(got metadata.Claimed) *Lease {
 	l := &Lease{task: t, token: got.Lease, until: got.Until}
 	rows, dels := got.Rows, got.Deliveries
 	if t.ranks != nil && t.ranks.Ranks > 1 && len(rows) > 0 {
@@ -539,7 +539,7 @@ func (t *Task) leaseOf(got backends.Claimed) *Lease {
 		share := splitRanks(rows, got.Units, t.ranks.Ranks, t.lengthTag)[t.ranks.Rank]
 		rows, dels = nil, nil
 		for _, p := range share {
-			if d := got.Deliveries[p]; d.State == backends.Leased && d.Lease == got.Lease {
+			if d := got.Deliveries[p]; d.State == metadata.Leased && d.Lease == got.Lease {
 				rows, dels = append(rows, got.Rows[p]), append(dels, d)
 			}
 		}
@@ -595,7 +595,7 @@ func (l *Lease) indexes(keys []string) []uint64 {
 // holds give a *LeaseLostError (ErrLeaseLost), the others acknowledged.
 // Acking a row twice is not an error.
 func (l *Lease) Ack(ctx context.Context, keys ...string) error {
-	return l.settle(ctx, "Ack", backends.Ack, 0, keys)
+	return l.settle(ctx, "Ack", metadata.Ack, 0, keys)
 }
 
 // Nack gives keys (every row when none are named) back: ready for the
@@ -605,7 +605,7 @@ func (l *Lease) Nack(ctx context.Context, delay time.Duration, keys ...string) e
 	if delay < 0 {
 		return fmt.Errorf("%w: nack delay %v", ErrInvalid, delay)
 	}
-	return l.settle(ctx, "Nack", backends.Nack, delay, keys)
+	return l.settle(ctx, "Nack", metadata.Nack, delay, keys)
 }
 
 // Extend renews the lease of keys (every row when none are named) to now
@@ -614,10 +614,10 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration, keys ...string) err
 	if d <= 0 {
 		return fmt.Errorf("%w: extend by %v", ErrInvalid, d)
 	}
-	return l.settle(ctx, "Extend", backends.Extend, d, keys)
+	return l.settle(ctx, "Extend", metadata.Extend, d, keys)
 }
 
-func (l *Lease) settle(ctx context.Context, op string, sop backends.SettleOp, d time.Duration, keys []string) (err error) {
+func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d time.Duration, keys []string) (err error) {
 	t := l.task
 	ctx, tr := t.c.trace(ctx, op, t.partition, len(keys))
 	defer func() { tr.done(err) }()
@@ -637,12 +637,12 @@ func (l *Lease) settle(ctx context.Context, op string, sop backends.SettleOp, d 
 	}
 	defer release()
 	q := t.c.meta
-	res, err := q.Settle(ctx, t.partition, backends.SettleRequest{Task: t.name, Op: sop, Lease: l.token, Indexes: idx, Delay: d})
+	res, err := q.Settle(ctx, t.partition, metadata.SettleRequest{Task: t.name, Op: sop, Lease: l.token, Indexes: idx, Delay: d})
 	if err != nil {
 		return err
 	}
 	tr.add(len(idx)-len(res.Lost), 0, 0)
-	if sop == backends.Extend && !res.Until.IsZero() {
+	if sop == metadata.Extend && !res.Until.IsZero() {
 		l.mu.Lock()
 		l.until = res.Until
 		l.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/codec"
 	"github.com/tqgo/tqgo/internal/uninit"
 )
@@ -33,7 +34,7 @@ type readPlan struct {
 	asked     []string // the fields asked for, sorted; nil: every field of the rows
 	into      reuse    // memory the columns may take (BatchGetInto)
 
-	rows    []*backends.Row // what plan was last called with
+	rows    []*metadata.Row // what plan was last called with
 	plans   []stackPlan
 	others  []string            // fields read whole
 	skeys   []string            // the plans' cells, then the whole ones
@@ -44,11 +45,11 @@ type readPlan struct {
 	scratch *splitScratch       // cells and their heads, back to the pool by release
 }
 
-// plan is the callback of the read (backends.Colocated.ReadRows): it
+// plan is the callback of the read (metadata.Colocated.ReadRows): it
 // checks rows (an unknown key is ErrNotFound, a field some row lacks
 // ErrNotReady, both as *KeyError) and returns the cells to read into.
 // It may be called again with newer rows; each call starts afresh.
-func (r *readPlan) plan(rows []*backends.Row) ([]backends.ReadCell, error) {
+func (r *readPlan) plan(rows []*metadata.Row) ([]backends.ReadCell, error) {
 	r.release()
 	for _, row := range rows {
 		if row == nil {
@@ -88,7 +89,7 @@ func (r *readPlan) plan(rows []*backends.Row) ([]backends.ReadCell, error) {
 }
 
 // lookupFailed names the first key of keys whose row is nil.
-func lookupFailed(partition string, keys []string, rows []*backends.Row) error {
+func lookupFailed(partition string, keys []string, rows []*metadata.Row) error {
 	for i, row := range rows {
 		if row == nil {
 			return &KeyError{Partition: partition, Key: keys[i], Err: ErrNotFound}
@@ -129,15 +130,15 @@ func (s *readPlan) release() {
 // wholeSizes is the expected length of each cell of fields of rows, as
 // addCellKeys names them: a tensor's packed length when its
 // metadata gives dtype and shape, else 0.
-func wholeSizes(rows []*backends.Row, fields []string) []int {
+func wholeSizes(rows []*metadata.Row, fields []string) []int {
 	out := make([]int, 0, len(rows)*len(fields))
 	for _, f := range fields {
 		var (
-			prev map[string]backends.FieldInfo
+			prev map[string]metadata.FieldInfo
 			size int
 		)
 		for i, r := range rows {
-			if i == 0 || !backends.SameMap(r.Fields, prev) {
+			if i == 0 || !metadata.SameMap(r.Fields, prev) {
 				prev = r.Fields
 				size = 0
 				if fi := prev[f]; fi.DType != "" {
@@ -241,7 +242,7 @@ func (s *readPlan) allocate() []backends.ReadCell {
 // for rows (those plan was last called with), and returns the columns. A
 // cell missing is errVanished, one that is not what the metadata names is
 // corrupt; both name the cell.
-func (s *readPlan) finish(rows []*backends.Row) (Batch, error) {
+func (s *readPlan) finish(rows []*metadata.Row) (Batch, error) {
 	n := len(rows)
 	out := make(Batch, len(s.plans)+len(s.others))
 	for i := range s.plans {
@@ -273,7 +274,7 @@ type stackPlan struct {
 }
 
 // planStack reports whether field f of rows is known to stack, and how.
-func planStack(rows []*backends.Row, f string) (stackPlan, bool) {
+func planStack(rows []*metadata.Row, f string) (stackPlan, bool) {
 	if len(rows) == 0 {
 		return stackPlan{}, false
 	}
@@ -283,7 +284,7 @@ func planStack(rows []*backends.Row, f string) (stackPlan, bool) {
 	}
 	prev := rows[0].Fields
 	for _, r := range rows[1:] {
-		if backends.SameMap(r.Fields, prev) {
+		if metadata.SameMap(r.Fields, prev) {
 			continue // rows of one put share their map
 		}
 		prev = r.Fields
@@ -305,7 +306,7 @@ func planStack(rows []*backends.Row, f string) (stackPlan, bool) {
 
 // check verifies what the engine read for the plan's cells, and copies into
 // the column a cell that was not read into it.
-func (p *stackPlan) check(partition string, rows []*backends.Row, dst []backends.ReadCell) error {
+func (p *stackPlan) check(partition string, rows []*metadata.Row, dst []backends.ReadCell) error {
 	for i := range dst {
 		d := &dst[i]
 		if !d.Found {

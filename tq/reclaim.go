@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // ReclaimReport is what one Reclaim did.
@@ -25,7 +25,7 @@ type ReclaimReport struct {
 // a commit replaced whose client died before deleting them, and cells of
 // a Clear or ClearPartition whose deletes failed or whose client died
 // after removing the rows. The metadata store knows every cell it handed
-// out (see backends.MetaStore), so nothing of the data store is scanned.
+// out (see metadata.MetaStore), so nothing of the data store is scanned.
 //
 // Reclaim never deletes a cell that a committed row references, nor one
 // of a put reserved less than olderThan ago. A put reserved earlier is
@@ -73,7 +73,7 @@ func (c *Client) Reclaim(ctx context.Context, partition string, olderThan time.D
 // it forgets them; a failure is logged and
 // returned, and only leaves them listed for a later Reclaim to delete
 // again.
-func (c *Client) swept(ctx context.Context, partition string, refs []backends.Ref, why string) error {
+func (c *Client) swept(ctx context.Context, partition string, refs []metadata.Ref, why string) error {
 	if len(refs) == 0 {
 		return nil
 	}

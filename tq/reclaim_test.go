@@ -11,6 +11,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -146,8 +147,8 @@ func TestReclaimAbandonedPut(t *testing.T) {
 		t.Errorf("Reclaim(50ms) of a put reserved 100ms ago: %+v, want its 4 cells deleted", rep)
 	}
 	e.wantOnlyListed(t, "p")
-	_, err = e.meta.Commit(ctx, "p", []backends.RowUpdate{{Key: "dead", Index: res[1].Index,
-		Fields: map[string]backends.FieldInfo{"x": {Gen: res[1].Gens["x"]}}}})
+	_, err = e.meta.Commit(ctx, "p", []metadata.RowUpdate{{Key: "dead", Index: res[1].Index,
+		Fields: map[string]metadata.FieldInfo{"x": {Gen: res[1].Gens["x"]}}}})
 	if !errors.Is(err, tq.ErrConflict) {
 		t.Errorf("Commit of the reclaimed put: %v, want ErrConflict", err)
 	}

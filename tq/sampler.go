@@ -7,7 +7,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/rules"
 )
 
@@ -15,7 +15,7 @@ import (
 // task names, not consumed by the task, and not leased to another of its
 // consumers. It reads the store's record of the row, without a copy.
 type Candidate struct {
-	row        *backends.Row
+	row        *metadata.Row
 	deliveries int
 }
 
@@ -121,7 +121,7 @@ func (g GroupBy) String() string {
 
 // id returns the row's group id, or false when it is in no group: the
 // same ids the engines' rules form for a task's Groups.
-func (g GroupBy) id(r *backends.Row) (string, bool) { return rules.GroupID(g.tag, g.sep, r) }
+func (g GroupBy) id(r *metadata.Row) (string, bool) { return rules.GroupID(g.tag, g.sep, r) }
 
 // Groups is the sampler of complete groups of size rows sharing a group
 // id, in the order of each group's first row: a group is a unit, leased
@@ -163,7 +163,7 @@ func offered(need int) int { return 2*need + 16 }
 
 // weight is a unit's load for the rank split: the sum of its rows' length
 // tag, or its row count when there is no length tag.
-func unitWeight(rows []*backends.Row, unit []int, lengthTag string) float64 {
+func unitWeight(rows []*metadata.Row, unit []int, lengthTag string) float64 {
 	if lengthTag == "" {
 		return float64(len(unit))
 	}
@@ -182,7 +182,7 @@ func unitWeight(rows []*backends.Row, unit []int, lengthTag string) float64 {
 // order. Units are never split. The split depends only on the rows'
 // indexes and weights, never on their order or the process: every rank
 // computes the same one.
-func splitRanks(rows []*backends.Row, units [][]int, ranks int, lengthTag string) [][]int {
+func splitRanks(rows []*metadata.Row, units [][]int, ranks int, lengthTag string) [][]int {
 	type item struct {
 		first uint64 // the unit's lowest row index: the tie-breaker
 		w     float64

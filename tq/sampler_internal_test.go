@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // TestSplitRanks: shares are disjoint and cover the units, keep each unit
@@ -17,7 +17,7 @@ func TestSplitRanks(t *testing.T) {
 	for trial := range 200 {
 		ranks := 1 + trial%4
 		nUnits := rng.IntN(40)
-		var rows []*backends.Row
+		var rows []*metadata.Row
 		var units [][]int
 		maxW := 0.0
 		for u := range nUnits {
@@ -28,7 +28,7 @@ func TestSplitRanks(t *testing.T) {
 				n := int64(1 + rng.IntN(500))
 				w += float64(n)
 				unit = append(unit, len(rows))
-				rows = append(rows, &backends.Row{Key: "k", Index: uint64(1000 + len(rows)), Tag: map[string]any{"len": n, "u": int64(u)}})
+				rows = append(rows, &metadata.Row{Key: "k", Index: uint64(1000 + len(rows)), Tag: map[string]any{"len": n, "u": int64(u)}})
 			}
 			maxW = max(maxW, w)
 			units = append(units, unit)
@@ -80,7 +80,7 @@ func TestSplitRanks(t *testing.T) {
 	}
 }
 
-func tagFloat(r *backends.Row, key string) float64 {
+func tagFloat(r *metadata.Row, key string) float64 {
 	v, _ := tagNumber(r.Tag[key])
 	return v
 }

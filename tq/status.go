@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // Status is a partition's production and consumption.
@@ -70,8 +70,8 @@ func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err e
 
 // countStates counts rows by their state in ds; a row with no state is
 // Ready, or Waiting when it lacks one of fields.
-func countStates(rows []*backends.Row, ds []backends.Delivery, fields []string) TaskStatus {
-	state := make(map[uint64]backends.State, len(ds))
+func countStates(rows []*metadata.Row, ds []metadata.Delivery, fields []string) TaskStatus {
+	state := make(map[uint64]metadata.State, len(ds))
 	for _, d := range ds {
 		state[d.Index] = d.State
 	}
@@ -79,22 +79,22 @@ func countStates(rows []*backends.Row, ds []backends.Delivery, fields []string) 
 	for _, r := range rows {
 		s, ok := state[r.Index]
 		if !ok {
-			s = backends.Ready
+			s = metadata.Ready
 		}
 		switch s {
-		case backends.Ready:
+		case metadata.Ready:
 			if hasFields(r, fields) {
 				ts.Ready++
 			} else {
 				ts.Waiting++
 			}
-		case backends.Leased:
+		case metadata.Leased:
 			ts.Leased++
-		case backends.Acked:
+		case metadata.Acked:
 			ts.Acked++
-		case backends.Dead:
+		case metadata.Dead:
 			ts.Dead++
-		case backends.Dropped:
+		case metadata.Dropped:
 			ts.Dropped++
 		}
 	}
@@ -112,7 +112,7 @@ func (t *Task) Status(ctx context.Context) (_ TaskStatus, err error) {
 }
 
 // consumption returns the partition's rows and the task's deliveries.
-func (t *Task) consumption(ctx context.Context, op string) (_ []*backends.Row, _ []backends.Delivery, err error) {
+func (t *Task) consumption(ctx context.Context, op string) (_ []*metadata.Row, _ []metadata.Delivery, err error) {
 	c := t.c
 	ctx, tr := c.trace(ctx, op, t.partition, 0)
 	defer func() { tr.done(err) }()
@@ -152,7 +152,7 @@ func (t *Task) Dead(ctx context.Context) ([]DeadRow, error) {
 	}
 	var out []DeadRow
 	for _, d := range ds {
-		if k, ok := keyOf[d.Index]; ok && d.State == backends.Dead {
+		if k, ok := keyOf[d.Index]; ok && d.State == metadata.Dead {
 			out = append(out, DeadRow{Key: k, Index: d.Index, Deliveries: d.Deliveries})
 		}
 	}
@@ -163,16 +163,16 @@ func (t *Task) Dead(ctx context.Context) ([]DeadRow, error) {
 // An unknown key fails with ErrNotFound, changing nothing; a row that is
 // not dead gives a *LeaseLostError naming it, the others retried.
 func (t *Task) Retry(ctx context.Context, keys ...string) error {
-	return t.mark(ctx, "Retry", backends.Retry, keys)
+	return t.mark(ctx, "Retry", metadata.Retry, keys)
 }
 
 // Drop makes rows of keys that are ready or dead dropped: consumed by the
 // task without delivery. Errors as Retry's.
 func (t *Task) Drop(ctx context.Context, keys ...string) error {
-	return t.mark(ctx, "Drop", backends.Drop, keys)
+	return t.mark(ctx, "Drop", metadata.Drop, keys)
 }
 
-func (t *Task) mark(ctx context.Context, op string, sop backends.SettleOp, keys []string) (err error) {
+func (t *Task) mark(ctx context.Context, op string, sop metadata.SettleOp, keys []string) (err error) {
 	c := t.c
 	ctx, tr := c.trace(ctx, op, t.partition, len(keys))
 	defer func() { tr.done(err) }()
@@ -192,7 +192,7 @@ func (t *Task) mark(ctx context.Context, op string, sop backends.SettleOp, keys 
 		idx[i] = r.Index
 		infos[i] = RowInfo{Key: r.Key, Index: r.Index}
 	}
-	res, err := q.Settle(ctx, t.partition, backends.SettleRequest{Task: t.name, Op: sop, Indexes: idx})
+	res, err := q.Settle(ctx, t.partition, metadata.SettleRequest{Task: t.name, Op: sop, Indexes: idx})
 	if err != nil {
 		return err
 	}

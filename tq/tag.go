@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // maxTagDepth is how deeply lists and maps may nest in a tag value: the
@@ -27,7 +27,7 @@ func normalizeTags(partition string, keys []string, tags []Tag) ([]Tag, error) {
 	}
 	out := make([]Tag, len(tags))
 	for i, t := range tags {
-		if i > 0 && (backends.SameMap(t, tags[i-1]) || sameScalars(t, tags[i-1])) {
+		if i > 0 && (metadata.SameMap(t, tags[i-1]) || sameScalars(t, tags[i-1])) {
 			out[i] = out[i-1] // the copies are never modified: sharing is safe
 			continue
 		}

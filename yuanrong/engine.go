@@ -14,7 +14,7 @@ import (
 // TagKV is the strategy tag of the general KV path: every key this package
 // writes is packed by the codec into datasystem buffers. TransferQueue
 // calls the tag "custom backend meta"; tq keeps it per cell
-// (backends.FieldInfo.BackendTag) and hands it back on get and clear, so
+// (metadata.FieldInfo.BackendTag) and hands it back on get and clear, so
 // that further strategies (TransferQueue's NPU tensor path, say) can be
 // routed by it later. The empty tag (a key whose metadata kept no tag) is
 // read by the same path.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tq/tqtest"
 	"github.com/tqgo/tqgo/yuanrong"
@@ -63,7 +64,7 @@ func (r *recordingBackend) tags() (get, del []string) {
 // newTQ opens a tq client over data and meta; a nil meta makes the engine
 // Local (tq keeps the metadata in process), as every datasystem of these
 // tests is in process.
-func newTQ(t *testing.T, data backends.Store, meta backends.MetaStore, opts ...tq.Option) *tq.Client {
+func newTQ(t *testing.T, data backends.Store, meta metadata.MetaStore, opts ...tq.Option) *tq.Client {
 	t.Helper()
 	c, err := tq.New(backends.Engine{Data: data, Meta: meta, Local: meta == nil}, opts...)
 	if err != nil {
@@ -185,8 +186,8 @@ func TestTQUnknownStrategy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = meta.Commit(ctx, "p", []backends.RowUpdate{{Key: "k", Index: res[0].Index,
-		Fields: map[string]backends.FieldInfo{"f": {Gen: res[0].Gens["f"], BackendTag: "npu"}}}})
+	_, err = meta.Commit(ctx, "p", []metadata.RowUpdate{{Key: "k", Index: res[0].Index,
+		Fields: map[string]metadata.FieldInfo{"f": {Gen: res[0].Gens["f"], BackendTag: "npu"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

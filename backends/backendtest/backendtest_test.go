@@ -10,6 +10,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // tiered is a test Store that picks a store per value the way a real
@@ -139,16 +140,16 @@ type colo struct {
 	data *memory.Store
 }
 
-var _ backends.Colocated = colo{}
+var _ metadata.Colocated = colo{}
 
-func (c colo) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (backends.CommitResult, error) {
+func (c colo) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	if err := c.data.Write(ctx, cells); err != nil {
-		return backends.CommitResult{}, err
+		return metadata.CommitResult{}, err
 	}
 	return c.Commit(ctx, partition, updates)
 }
 
-func (c colo) ReadRows(ctx context.Context, partition string, keys []string, plan func([]*backends.Row) ([]backends.ReadCell, error)) ([]*backends.Row, error) {
+func (c colo) ReadRows(ctx context.Context, partition string, keys []string, plan func([]*metadata.Row) ([]backends.ReadCell, error)) ([]*metadata.Row, error) {
 	rows, err := c.Lookup(ctx, partition, keys)
 	if err != nil {
 		return nil, err

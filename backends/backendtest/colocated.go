@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // RunColocated checks that the engines newEngine returns, whose Meta must
-// be a backends.Colocated, keep its contract (see the package doc), one
+// be a metadata.Colocated, keep its contract (see the package doc), one
 // subtest per rule, each on a fresh engine from newEngine. The OtherClient
 // subtest calls newEngine twice and expects the two engines to reach the
 // same data and metadata (one server), as two processes would.
@@ -20,9 +21,9 @@ func RunColocated(t *testing.T, newEngine func(t *testing.T) backends.Engine) {
 	for _, tc := range colocatedTests {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := newEngine(t)
-			c, ok := eng.Meta.(backends.Colocated)
+			c, ok := eng.Meta.(metadata.Colocated)
 			if !ok {
-				t.Fatalf("the engine's Meta (%T) is not a backends.Colocated", eng.Meta)
+				t.Fatalf("the engine's Meta (%T) is not a metadata.Colocated", eng.Meta)
 			}
 			tc.fn(&ct{mt: &mt{t: t, ctx: t.Context(), m: c, prefix: prefix(nonce, t)}, c: c, eng: eng, newEngine: newEngine})
 		})
@@ -47,17 +48,17 @@ var colocatedTests = []struct {
 // ct is one Colocated subtest: a metadata subtest over the engine's Meta.
 type ct struct {
 	*mt
-	c         backends.Colocated
+	c         metadata.Colocated
 	eng       backends.Engine
 	newEngine func(t *testing.T) backends.Engine
 }
 
 // colFields is the Fields of a commit of each field with its reserved
 // generation; a Colocated's cells have no tags, so BackendTag is "".
-func colFields(r backends.Reservation, names ...string) map[string]backends.FieldInfo {
-	out := make(map[string]backends.FieldInfo, len(names))
+func colFields(r metadata.Reservation, names ...string) map[string]metadata.FieldInfo {
+	out := make(map[string]metadata.FieldInfo, len(names))
 	for _, f := range names {
-		out[f] = backends.FieldInfo{DType: "uint8", Shape: []int64{1}, Gen: r.Gens[f]}
+		out[f] = metadata.FieldInfo{DType: "uint8", Shape: []int64{1}, Gen: r.Gens[f]}
 	}
 	return out
 }
@@ -69,7 +70,7 @@ func colValue(p, key, f string, gen uint64) []byte {
 
 // writeCommit prepares keys' fields on c, writes their cells and commits
 // them with WriteCommit, and returns the reservations and the result.
-func (x *ct) writeCommit(c backends.Colocated, p string, keys, fields []string) ([]backends.Reservation, backends.CommitResult) {
+func (x *ct) writeCommit(c metadata.Colocated, p string, keys, fields []string) ([]metadata.Reservation, metadata.CommitResult) {
 	x.t.Helper()
 	res := x.prepareOn(c, p, keys, fields)
 	cells, ups := colUpdate(p, keys, fields, res)
@@ -88,7 +89,7 @@ func (x *ct) writeCommit(c backends.Colocated, p string, keys, fields []string) 
 	return res, cr
 }
 
-func (x *ct) prepareOn(m backends.MetaStore, p string, keys, fields []string) []backends.Reservation {
+func (x *ct) prepareOn(m metadata.MetaStore, p string, keys, fields []string) []metadata.Reservation {
 	x.t.Helper()
 	res, err := m.Prepare(x.ctx, p, keys, fields)
 	if err != nil || len(res) != len(keys) {
@@ -99,16 +100,16 @@ func (x *ct) prepareOn(m backends.MetaStore, p string, keys, fields []string) []
 
 // colUpdate returns the cells and updates of a commit of keys' fields
 // under res.
-func colUpdate(p string, keys, fields []string, res []backends.Reservation) ([]backends.Cell, []backends.RowUpdate) {
+func colUpdate(p string, keys, fields []string, res []metadata.Reservation) ([]backends.Cell, []metadata.RowUpdate) {
 	var cells []backends.Cell
-	ups := make([]backends.RowUpdate, len(keys))
+	ups := make([]metadata.RowUpdate, len(keys))
 	for i, k := range keys {
 		for _, f := range fields {
 			gen := res[i].Gens[f]
 			v := colValue(p, k, f, gen)
 			cells = append(cells, backends.Cell{Key: backends.StorageKey(res[i].Index, f, gen), Head: v[:3], Body: v[3:]})
 		}
-		ups[i] = backends.RowUpdate{Key: k, Index: res[i].Index, Fields: colFields(res[i], fields...)}
+		ups[i] = metadata.RowUpdate{Key: k, Index: res[i].Index, Fields: colFields(res[i], fields...)}
 	}
 	return cells, ups
 }
@@ -119,11 +120,11 @@ func colUpdate(p string, keys, fields []string, res []backends.Reservation) ([]b
 type planner struct {
 	p     string
 	calls int
-	rows  []*backends.Row
+	rows  []*metadata.Row
 	cells []backends.ReadCell
 }
 
-func (pl *planner) plan(rows []*backends.Row) ([]backends.ReadCell, error) {
+func (pl *planner) plan(rows []*metadata.Row) ([]backends.ReadCell, error) {
 	pl.calls++
 	pl.rows, pl.cells = rows, nil
 	for _, r := range rows {
@@ -143,7 +144,7 @@ func (pl *planner) plan(rows []*backends.Row) ([]backends.ReadCell, error) {
 // promises of any call: one row per key, the rows plan last saw returned,
 // each cell plan asked for read into its destinations with the value of
 // the row's generation.
-func (x *ct) readRows(c backends.Colocated, p string, keys ...string) []*backends.Row {
+func (x *ct) readRows(c metadata.Colocated, p string, keys ...string) []*metadata.Row {
 	x.t.Helper()
 	pl := &planner{p: p}
 	rows, err := c.ReadRows(x.ctx, p, keys, pl.plan)
@@ -198,9 +199,9 @@ func testWriteCommit(x *ct) {
 	if len(cr.Stale)+len(cr.Superseded) != 0 {
 		x.t.Errorf("first WriteCommit: result %+v, want none", cr)
 	}
-	want := make([]*backends.Row, len(keys))
+	want := make([]*metadata.Row, len(keys))
 	for i, k := range keys {
-		want[i] = &backends.Row{Key: k, Index: res[i].Index, Fields: colFields(res[i], flds...)}
+		want[i] = &metadata.Row{Key: k, Index: res[i].Index, Fields: colFields(res[i], flds...)}
 	}
 	x.wantRows("Lookup after WriteCommit", x.lookup(p, keys...), want, true)
 	// The cells are in the engine's Store too.
@@ -230,13 +231,13 @@ func testWriteCommitResult(x *ct) {
 	older := x.prepareOn(x.c, p, []string{"a"}, []string{"f"})
 	_, cr := x.writeCommit(x.c, p, []string{"a"}, []string{"f"})
 	idx := first[0].Index
-	x.wantRefs("Superseded of a rewrite", cr.Superseded, []backends.Ref{{Index: idx, Field: "f", Gen: first[0].Gens["f"]}})
+	x.wantRefs("Superseded of a rewrite", cr.Superseded, []metadata.Ref{{Index: idx, Field: "f", Gen: first[0].Gens["f"]}})
 	cells, ups := colUpdate(p, []string{"a"}, []string{"f"}, older)
 	cr, err := x.c.WriteCommit(x.ctx, p, cells, ups)
 	if err != nil {
 		x.t.Fatalf("WriteCommit of an older generation: %v", err)
 	}
-	x.wantRefs("Stale of an older generation", cr.Stale, []backends.Ref{{Index: idx, Field: "f", Gen: older[0].Gens["f"]}})
+	x.wantRefs("Stale of an older generation", cr.Stale, []metadata.Ref{{Index: idx, Field: "f", Gen: older[0].Gens["f"]}})
 	if len(cr.Superseded) != 0 {
 		x.t.Errorf("WriteCommit of an older generation: Superseded %+v, want none", cr.Superseded)
 	}
@@ -300,7 +301,7 @@ func testReadRows(x *ct) {
 	res, _ := x.writeCommit(x.c, p, []string{"a", "b"}, []string{"f", "g"})
 	x.prepareOn(x.c, p, []string{"pending"}, []string{"f"})
 	rows := x.readRows(x.c, p, "a", "unknown", "b", "pending", "a")
-	want := []*backends.Row{
+	want := []*metadata.Row{
 		{Key: "a", Index: res[0].Index, Fields: colFields(res[0], "f", "g")}, nil,
 		{Key: "b", Index: res[1].Index, Fields: colFields(res[1], "f", "g")}, nil,
 		{Key: "a", Index: res[0].Index, Fields: colFields(res[0], "f", "g")},
@@ -316,7 +317,7 @@ func testReadRowsPlanError(x *ct) {
 	p := x.part("p")
 	x.writeCommit(x.c, p, []string{"a"}, []string{"f"})
 	sentinel := errors.New("plan says no")
-	_, err := x.c.ReadRows(x.ctx, p, []string{"a"}, func([]*backends.Row) ([]backends.ReadCell, error) { return nil, sentinel })
+	_, err := x.c.ReadRows(x.ctx, p, []string{"a"}, func([]*metadata.Row) ([]backends.ReadCell, error) { return nil, sentinel })
 	if err != sentinel {
 		x.t.Errorf("ReadRows with a failing plan: %v, want plan's error as it is", err)
 	}
@@ -348,9 +349,9 @@ func testReadRowsChanged(x *ct) {
 // rewrote or deleted the rows sees the new rows and their cells.
 func testReadRowsOtherClient(x *ct) {
 	p := x.part("p")
-	other, ok := x.newEngine(x.t).Meta.(backends.Colocated)
+	other, ok := x.newEngine(x.t).Meta.(metadata.Colocated)
 	if !ok {
-		x.t.Fatal("the second engine's Meta is not a backends.Colocated")
+		x.t.Fatal("the second engine's Meta is not a metadata.Colocated")
 	}
 	x.writeCommit(x.c, p, []string{"a", "b"}, []string{"f"})
 	x.readRows(x.c, p, "a", "b")

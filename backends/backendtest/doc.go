@@ -1,8 +1,8 @@
 // Package backendtest checks that a storage engine keeps the contracts of
-// package backends, in the manner of testing/fstest.TestFS: an engine's own
-// test calls [RunEngine] with a constructor of its [backends.Engine] (or
-// [RunStore], [RunMeta] and [RunColocated] on their own), and every
-// subtest that fails names the contract broken. It also holds [Wrap] and
+// packages backends and metadata, in the manner of testing/fstest.TestFS:
+// an engine's own test calls [RunEngine] with a constructor of its
+// [backends.Engine] (or [RunStore], [RunMeta] and [RunColocated] on their
+// own), and every subtest that fails names the contract broken. It also holds [Wrap] and
 // [Faulty], which count, delay and fail the calls of any engine while
 // passing every capability through, so tests of higher layers need no
 // server to see an engine fail; and package toykv, a toy KV engine. A
@@ -52,7 +52,7 @@
 //
 // # The metadata contract RunMeta checks
 //
-// Beyond what the [backends.MetaStore] doc says: indexes are distinct,
+// Beyond what the [metadata.MetaStore] doc says: indexes are distinct,
 // increase in key order within one Prepare and from one Prepare to the next
 // (across partitions too), and a key re-created after Delete or
 // DeletePartition gets a new, larger index; a fresh row's first generation of
@@ -84,7 +84,7 @@
 //
 // # The colocated contract RunColocated checks
 //
-// For an engine whose Meta is a [backends.Colocated]: WriteCommit writes
+// For an engine whose Meta is a [metadata.Colocated]: WriteCommit writes
 // the cells (the engine's Store reads them), staged ones too when the
 // Store is a Stager, sets every cell's Tag to "", and commits the updates
 // (Lookup shows the rows with the fields), returning what Commit would

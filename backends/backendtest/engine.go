@@ -1,9 +1,11 @@
 package backendtest
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/replica"
 )
 
@@ -11,15 +13,15 @@ import (
 // then RunStore over its Data, RunMeta and RunQueue over its Meta (when it
 // has one; for an engine with a Log, the rules applied to that log, as a
 // client applies them) and RunColocated when that Meta is a
-// backends.Colocated, each subtest on a fresh engine from newEngine. It
+// metadata.Colocated, each subtest on a fresh engine from newEngine. It
 // calls newEngine once more, under t, to learn which suites apply. An
 // engine's Log is held to RunLog apart: RunLog needs clients of one
 // server, which newEngine need not give.
 func RunEngine(t *testing.T, newEngine func(t *testing.T) backends.Engine) {
 	t.Helper()
 	probe := newEngine(t)
-	if err := probe.Check(); err != nil {
-		t.Fatalf("the engine fails Engine.Check: %v", err)
+	if _, err := metadata.Of(probe); err != nil {
+		t.Fatalf("the engine fails Engine.Check (or its Meta is no MetaStore): %v", err)
 	}
 	if probe.Log != nil {
 		bare := newEngine
@@ -32,14 +34,28 @@ func RunEngine(t *testing.T, newEngine func(t *testing.T) backends.Engine) {
 		return
 	}
 	t.Run("Meta", func(t *testing.T) {
-		RunMeta(t, func(t *testing.T) backends.MetaStore { return newEngine(t).Meta })
+		RunMeta(t, func(t *testing.T) metadata.MetaStore { return metaOf(t, newEngine(t)) })
 	})
 	t.Run("Queue", func(t *testing.T) {
-		RunQueue(t, func(t *testing.T) backends.MetaStore { return newEngine(t).Meta })
+		RunQueue(t, func(t *testing.T) metadata.MetaStore { return metaOf(t, newEngine(t)) })
 	})
-	if _, ok := probe.Meta.(backends.Colocated); ok {
+	if _, ok := probe.Meta.(metadata.Colocated); ok {
 		t.Run("Colocated", func(t *testing.T) { RunColocated(t, newEngine) })
 	}
+}
+
+// metaOf is e's Meta as a MetaStore (see metadata.Of); it fails t if it
+// is none.
+func metaOf(t *testing.T, e backends.Engine) metadata.MetaStore {
+	t.Helper()
+	m, err := metadata.Of(e)
+	if err == nil && m == nil {
+		err = errors.New("the engine has no Meta")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // withRules is e with the rules over its Log as its Meta, closed when t

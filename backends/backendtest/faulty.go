@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // Op names an engine method that [Faulty] counts, delays and can fail.
@@ -258,9 +259,9 @@ func (f *Faulty) do(ctx context.Context, op Op, n int, call func() error) error 
 // Wrap returns eng with every call of its Data and Meta counted, delayed
 // and failed as f says (a nil f is a fresh Faulty nobody configures). It
 // loses no capability: the Data is a backends.Stager exactly when eng's
-// is, the Meta a backends.Colocated exactly when eng's is (nil when eng's
-// is nil), and Local is kept. Staged handles pass through unchanged. An
-// engine's Log passes through unwrapped (its calls are neither counted nor
+// is, the Meta a metadata.Colocated exactly when eng's is (nil when eng's
+// is nil; one that is no metadata.MetaStore passes through unwrapped), and
+// Local is kept. Staged handles pass through unchanged. An engine's Log passes through unwrapped (its calls are neither counted nor
 // failed), a backends.LogCells still: cells it writes and reads with its
 // records bypass the wrapped Data. One Faulty may wrap several engines; it
 // then counts their calls together.
@@ -279,12 +280,14 @@ func Wrap(eng backends.Engine, f *Faulty) backends.Engine {
 			}{d, stager{f, st}}
 		}
 	}
-	if eng.Meta != nil {
-		m := &meta{f: f, inner: eng.Meta}
+	if inner, ok := eng.Meta.(metadata.MetaStore); ok {
+		m := &meta{f: f, inner: inner}
 		out.Meta = m
-		if c, ok := eng.Meta.(backends.Colocated); ok {
+		if c, ok := inner.(metadata.Colocated); ok {
 			out.Meta = colocated{m, c}
 		}
+	} else {
+		out.Meta = eng.Meta // nil, or no MetaStore: for tq to refuse
 	}
 	return out
 }
@@ -292,8 +295,8 @@ func Wrap(eng backends.Engine, f *Faulty) backends.Engine {
 var (
 	_ backends.Store     = (*store)(nil)
 	_ backends.Stager    = stager{}
-	_ backends.MetaStore = (*meta)(nil)
-	_ backends.Colocated = colocated{}
+	_ metadata.MetaStore = (*meta)(nil)
+	_ metadata.Colocated = colocated{}
 )
 
 type store struct {
@@ -344,10 +347,10 @@ func (s stager) Unstage(cells []backends.Cell) {
 
 type meta struct {
 	f     *Faulty
-	inner backends.MetaStore
+	inner metadata.MetaStore
 }
 
-func (m *meta) Prepare(ctx context.Context, partition string, keys, fields []string) (out []backends.Reservation, err error) {
+func (m *meta) Prepare(ctx context.Context, partition string, keys, fields []string) (out []metadata.Reservation, err error) {
 	err = m.f.do(ctx, OpPrepare, len(keys), func() (err error) {
 		out, err = m.inner.Prepare(ctx, partition, keys, fields)
 		return err
@@ -358,19 +361,19 @@ func (m *meta) Prepare(ctx context.Context, partition string, keys, fields []str
 	return out, nil
 }
 
-func (m *meta) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (res backends.CommitResult, err error) {
+func (m *meta) Commit(ctx context.Context, partition string, updates []metadata.RowUpdate) (res metadata.CommitResult, err error) {
 	err = m.f.do(ctx, OpCommit, len(updates), func() (err error) {
 		res, err = m.inner.Commit(ctx, partition, updates)
 		return err
 	})
 	if err != nil {
-		return backends.CommitResult{}, err
+		return metadata.CommitResult{}, err
 	}
 	return res, nil
 }
 
 // rows runs a call of op that returns rows.
-func (m *meta) rows(ctx context.Context, op Op, n int, call func() ([]*backends.Row, error)) (out []*backends.Row, err error) {
+func (m *meta) rows(ctx context.Context, op Op, n int, call func() ([]*metadata.Row, error)) (out []*metadata.Row, err error) {
 	err = m.f.do(ctx, op, n, func() (err error) {
 		out, err = call()
 		return err
@@ -381,12 +384,12 @@ func (m *meta) rows(ctx context.Context, op Op, n int, call func() ([]*backends.
 	return out, nil
 }
 
-func (m *meta) Lookup(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
-	return m.rows(ctx, OpLookup, len(keys), func() ([]*backends.Row, error) { return m.inner.Lookup(ctx, partition, keys) })
+func (m *meta) Lookup(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
+	return m.rows(ctx, OpLookup, len(keys), func() ([]*metadata.Row, error) { return m.inner.Lookup(ctx, partition, keys) })
 }
 
-func (m *meta) List(ctx context.Context, partition string) ([]*backends.Row, error) {
-	return m.rows(ctx, OpList, 0, func() ([]*backends.Row, error) { return m.inner.List(ctx, partition) })
+func (m *meta) List(ctx context.Context, partition string) ([]*metadata.Row, error) {
+	return m.rows(ctx, OpList, 0, func() ([]*metadata.Row, error) { return m.inner.List(ctx, partition) })
 }
 
 func (m *meta) Partitions(ctx context.Context) (out []string, err error) {
@@ -400,15 +403,15 @@ func (m *meta) Partitions(ctx context.Context) (out []string, err error) {
 	return out, nil
 }
 
-func (m *meta) Delete(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
-	return m.rows(ctx, OpDeleteRows, len(keys), func() ([]*backends.Row, error) { return m.inner.Delete(ctx, partition, keys) })
+func (m *meta) Delete(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
+	return m.rows(ctx, OpDeleteRows, len(keys), func() ([]*metadata.Row, error) { return m.inner.Delete(ctx, partition, keys) })
 }
 
-func (m *meta) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
-	return m.rows(ctx, OpDeletePartition, 0, func() ([]*backends.Row, error) { return m.inner.DeletePartition(ctx, partition) })
+func (m *meta) DeletePartition(ctx context.Context, partition string) ([]*metadata.Row, error) {
+	return m.rows(ctx, OpDeletePartition, 0, func() ([]*metadata.Row, error) { return m.inner.DeletePartition(ctx, partition) })
 }
 
-func (m *meta) Garbage(ctx context.Context, partition string, olderThan time.Duration) (out []backends.Ref, err error) {
+func (m *meta) Garbage(ctx context.Context, partition string, olderThan time.Duration) (out []metadata.Ref, err error) {
 	err = m.f.do(ctx, OpGarbage, 0, func() (err error) {
 		out, err = m.inner.Garbage(ctx, partition, olderThan)
 		return err
@@ -419,39 +422,39 @@ func (m *meta) Garbage(ctx context.Context, partition string, olderThan time.Dur
 	return out, nil
 }
 
-func (m *meta) Swept(ctx context.Context, partition string, refs []backends.Ref) error {
+func (m *meta) Swept(ctx context.Context, partition string, refs []metadata.Ref) error {
 	return m.f.do(ctx, OpSwept, len(refs), func() error { return m.inner.Swept(ctx, partition, refs) })
 }
 
-func (m *meta) Abandon(ctx context.Context, partition string, refs []backends.Ref) error {
+func (m *meta) Abandon(ctx context.Context, partition string, refs []metadata.Ref) error {
 	return m.f.do(ctx, OpAbandon, len(refs), func() error { return m.inner.Abandon(ctx, partition, refs) })
 }
 
 func (m *meta) Close() error { return m.inner.Close() }
 
-func (m *meta) Claim(ctx context.Context, partition string, req backends.ClaimRequest, pick backends.Pick) (c backends.Claimed, err error) {
+func (m *meta) Claim(ctx context.Context, partition string, req metadata.ClaimRequest, pick metadata.Pick) (c metadata.Claimed, err error) {
 	err = m.f.do(ctx, OpClaim, req.Rows, func() (err error) {
 		c, err = m.inner.Claim(ctx, partition, req, pick)
 		return err
 	})
 	if err != nil {
-		return backends.Claimed{}, err
+		return metadata.Claimed{}, err
 	}
 	return c, nil
 }
 
-func (m *meta) Settle(ctx context.Context, partition string, req backends.SettleRequest) (res backends.SettleResult, err error) {
+func (m *meta) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (res metadata.SettleResult, err error) {
 	err = m.f.do(ctx, OpSettle, len(req.Indexes), func() (err error) {
 		res, err = m.inner.Settle(ctx, partition, req)
 		return err
 	})
 	if err != nil {
-		return backends.SettleResult{}, err
+		return metadata.SettleResult{}, err
 	}
 	return res, nil
 }
 
-func (m *meta) Consumption(ctx context.Context, partition string, tasks ...string) (out map[string][]backends.Delivery, err error) {
+func (m *meta) Consumption(ctx context.Context, partition string, tasks ...string) (out map[string][]metadata.Delivery, err error) {
 	err = m.f.do(ctx, OpConsumption, 0, func() (err error) {
 		out, err = m.inner.Consumption(ctx, partition, tasks...)
 		return err
@@ -466,27 +469,27 @@ func (m *meta) Reset(ctx context.Context, partition, task string, indexes []uint
 	return m.f.do(ctx, OpReset, len(indexes), func() error { return m.inner.Reset(ctx, partition, task, indexes) })
 }
 
-func (m *meta) Wait(ctx context.Context, partition string, mark backends.Mark) error {
+func (m *meta) Wait(ctx context.Context, partition string, mark metadata.Mark) error {
 	return m.f.do(ctx, OpWait, 0, func() error { return m.inner.Wait(ctx, partition, mark) })
 }
 
 type colocated struct {
 	*meta
-	inner backends.Colocated
+	inner metadata.Colocated
 }
 
-func (c colocated) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (res backends.CommitResult, err error) {
+func (c colocated) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []metadata.RowUpdate) (res metadata.CommitResult, err error) {
 	err = c.f.do(ctx, OpWriteCommit, len(cells), func() (err error) {
 		res, err = c.inner.WriteCommit(ctx, partition, cells, updates)
 		return err
 	})
 	if err != nil {
-		return backends.CommitResult{}, err
+		return metadata.CommitResult{}, err
 	}
 	return res, nil
 }
 
-func (c colocated) ReadRows(ctx context.Context, partition string, keys []string, plan func(rows []*backends.Row) ([]backends.ReadCell, error)) (out []*backends.Row, err error) {
+func (c colocated) ReadRows(ctx context.Context, partition string, keys []string, plan func(rows []*metadata.Row) ([]backends.ReadCell, error)) (out []*metadata.Row, err error) {
 	err = c.f.do(ctx, OpReadRows, len(keys), func() (err error) {
 		out, err = c.inner.ReadRows(ctx, partition, keys, plan)
 		return err

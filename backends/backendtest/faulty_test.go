@@ -13,6 +13,7 @@ import (
 	"github.com/tqgo/tqgo/backends/backendtest"
 	"github.com/tqgo/tqgo/backends/backendtest/toykv"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 func cellsN(prefix string, n int) []backends.Cell {
@@ -74,7 +75,7 @@ func TestWrapCapabilities(t *testing.T) {
 				if (w.Meta == nil) != (meta == "nil") {
 					t.Fatalf("Wrap: Meta %v, want nil: %v", w.Meta, meta == "nil")
 				}
-				c, isColo := w.Meta.(backends.Colocated)
+				c, isColo := w.Meta.(metadata.Colocated)
 				if isColo != (meta == "colocated") {
 					t.Fatalf("Wrap: Meta is a Colocated: %v, want %v", isColo, meta == "colocated")
 				}
@@ -99,27 +100,27 @@ func TestWrapCapabilities(t *testing.T) {
 				if w.Meta == nil {
 					return
 				}
-				res, err := w.Meta.Prepare(ctx, "p", []string{"a"}, []string{"f"})
+				res, err := w.Meta.(metadata.MetaStore).Prepare(ctx, "p", []string{"a"}, []string{"f"})
 				if err != nil {
 					t.Fatal(err)
 				}
-				up := []backends.RowUpdate{{Key: "a", Index: res[0].Index, Fields: map[string]backends.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}}
+				up := []metadata.RowUpdate{{Key: "a", Index: res[0].Index, Fields: map[string]metadata.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}}
 				if isColo {
 					if _, err := c.WriteCommit(ctx, "p", cellsN("c", 1), up); err != nil {
 						t.Fatal(err)
 					}
-					var saw []*backends.Row
-					rows, err := c.ReadRows(ctx, "p", []string{"a"}, func(r []*backends.Row) ([]backends.ReadCell, error) { saw = r; return nil, nil })
+					var saw []*metadata.Row
+					rows, err := c.ReadRows(ctx, "p", []string{"a"}, func(r []*metadata.Row) ([]backends.ReadCell, error) { saw = r; return nil, nil })
 					if err != nil || len(rows) != 1 || rows[0] == nil || saw[0] != rows[0] {
 						t.Fatalf("wrapped ReadRows: %v, %v: want the committed row plan saw", rows, err)
 					}
 					if f.Calls(backendtest.OpWriteCommit) != 1 || f.Calls(backendtest.OpReadRows) != 1 {
 						t.Errorf("WriteCommit, ReadRows counted %d, %d times, want 1, 1", f.Calls(backendtest.OpWriteCommit), f.Calls(backendtest.OpReadRows))
 					}
-				} else if _, err := w.Meta.Commit(ctx, "p", up); err != nil {
+				} else if _, err := w.Meta.(metadata.MetaStore).Commit(ctx, "p", up); err != nil {
 					t.Fatal(err)
 				}
-				if rows, err := eng.Meta.Lookup(ctx, "p", []string{"a"}); err != nil || rows[0] == nil {
+				if rows, err := eng.Meta.(metadata.MetaStore).Lookup(ctx, "p", []string{"a"}); err != nil || rows[0] == nil {
 					t.Errorf("the wrapped commit did not reach the inner MetaStore: %v, %v", rows, err)
 				}
 				if f.Calls(backendtest.OpPrepare) != 1 {
@@ -151,18 +152,18 @@ func TestFaultyFailNth(t *testing.T) {
 	if got := present(t, inner.Data, slices.Concat(a, b, c)); !slices.Equal(got, []bool{true, true, false, false, true, true}) {
 		t.Errorf("present after the second Write failed: %v, want it to have reached nothing", got)
 	}
-	res, err := w.Meta.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	res, err := w.Meta.(metadata.MetaStore).Prepare(ctx, "p", []string{"k"}, []string{"f"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := []backends.RowUpdate{{Key: "k", Index: res[0].Index, Fields: map[string]backends.FieldInfo{"f": {}}}}
-	if _, err := w.Meta.Commit(ctx, "p", up); !errors.Is(err, backendtest.ErrInjected) {
+	up := []metadata.RowUpdate{{Key: "k", Index: res[0].Index, Fields: map[string]metadata.FieldInfo{"f": {}}}}
+	if _, err := w.Meta.(metadata.MetaStore).Commit(ctx, "p", up); !errors.Is(err, backendtest.ErrInjected) {
 		t.Fatalf("Commit: %v, want ErrInjected", err)
 	}
-	if rows, _ := inner.Meta.Lookup(ctx, "p", []string{"k"}); rows[0] != nil {
+	if rows, _ := inner.Meta.(metadata.MetaStore).Lookup(ctx, "p", []string{"k"}); rows[0] != nil {
 		t.Error("a failed Commit reached the inner MetaStore")
 	}
-	if _, err := w.Meta.Commit(ctx, "p", up); err != nil {
+	if _, err := w.Meta.(metadata.MetaStore).Commit(ctx, "p", up); err != nil {
 		t.Fatalf("Commit after the fault: %v", err)
 	}
 }
@@ -174,15 +175,15 @@ func TestFaultyFailAfter(t *testing.T) {
 	f := new(backendtest.Faulty)
 	w := backendtest.Wrap(inner, f)
 	f.FailAfter(backendtest.OpCommit, 1, backends.ErrOutcomeUnknown)
-	res, err := w.Meta.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	res, err := w.Meta.(metadata.MetaStore).Prepare(ctx, "p", []string{"k"}, []string{"f"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := []backends.RowUpdate{{Key: "k", Index: res[0].Index, Fields: map[string]backends.FieldInfo{"f": {}}}}
-	if _, err := w.Meta.Commit(ctx, "p", up); !errors.Is(err, backends.ErrOutcomeUnknown) {
+	up := []metadata.RowUpdate{{Key: "k", Index: res[0].Index, Fields: map[string]metadata.FieldInfo{"f": {}}}}
+	if _, err := w.Meta.(metadata.MetaStore).Commit(ctx, "p", up); !errors.Is(err, backends.ErrOutcomeUnknown) {
 		t.Fatalf("Commit: %v, want ErrOutcomeUnknown", err)
 	}
-	if rows, _ := inner.Meta.Lookup(ctx, "p", []string{"k"}); rows[0] == nil {
+	if rows, _ := inner.Meta.(metadata.MetaStore).Lookup(ctx, "p", []string{"k"}); rows[0] == nil {
 		t.Error("FailAfter: the Commit did not reach the inner MetaStore")
 	}
 }

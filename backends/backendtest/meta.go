@@ -13,12 +13,13 @@ import (
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // RunMeta checks that the stores newMeta returns keep the metadata
-// contract (see the package doc and backends.MetaStore), one subtest per
+// contract (see the package doc and metadata.MetaStore), one subtest per
 // rule, each on a fresh store from newMeta.
-func RunMeta(t *testing.T, newMeta func(t *testing.T) backends.MetaStore) {
+func RunMeta(t *testing.T, newMeta func(t *testing.T) metadata.MetaStore) {
 	t.Helper()
 	nonce := newNonce()
 	for _, tc := range metaTests {
@@ -74,14 +75,14 @@ var metaTests = []struct {
 type mt struct {
 	t      *testing.T
 	ctx    context.Context
-	m      backends.MetaStore
+	m      metadata.MetaStore
 	prefix string
 }
 
 // part returns the partition called name in this subtest.
 func (x *mt) part(name string) string { return x.prefix + name }
 
-func (x *mt) prepare(p string, keys, fields []string) []backends.Reservation {
+func (x *mt) prepare(p string, keys, fields []string) []metadata.Reservation {
 	x.t.Helper()
 	res, err := x.m.Prepare(x.ctx, p, keys, fields)
 	if err != nil {
@@ -103,7 +104,7 @@ func (x *mt) prepare(p string, keys, fields []string) []backends.Reservation {
 	return res
 }
 
-func (x *mt) commit(p string, ups ...backends.RowUpdate) backends.CommitResult {
+func (x *mt) commit(p string, ups ...metadata.RowUpdate) metadata.CommitResult {
 	x.t.Helper()
 	res, err := x.m.Commit(x.ctx, p, ups)
 	if err != nil {
@@ -112,7 +113,7 @@ func (x *mt) commit(p string, ups ...backends.RowUpdate) backends.CommitResult {
 	return res
 }
 
-func (x *mt) lookup(p string, keys ...string) []*backends.Row {
+func (x *mt) lookup(p string, keys ...string) []*metadata.Row {
 	x.t.Helper()
 	rows, err := x.m.Lookup(x.ctx, p, keys)
 	if err != nil {
@@ -124,7 +125,7 @@ func (x *mt) lookup(p string, keys ...string) []*backends.Row {
 	return rows
 }
 
-func (x *mt) list(p string) []*backends.Row {
+func (x *mt) list(p string) []*metadata.Row {
 	x.t.Helper()
 	rows, err := x.m.List(x.ctx, p)
 	if err != nil {
@@ -153,7 +154,7 @@ func (x *mt) partitions() []string {
 	return ours
 }
 
-func (x *mt) delete(p string, keys ...string) []*backends.Row {
+func (x *mt) delete(p string, keys ...string) []*metadata.Row {
 	x.t.Helper()
 	rows, err := x.m.Delete(x.ctx, p, keys)
 	if err != nil {
@@ -162,7 +163,7 @@ func (x *mt) delete(p string, keys ...string) []*backends.Row {
 	return rows
 }
 
-func (x *mt) deletePartition(p string) []*backends.Row {
+func (x *mt) deletePartition(p string) []*metadata.Row {
 	x.t.Helper()
 	rows, err := x.m.DeletePartition(x.ctx, p)
 	if err != nil {
@@ -172,10 +173,10 @@ func (x *mt) deletePartition(p string) []*backends.Row {
 }
 
 // wantRows checks rows, in any order when sorted is false, against want.
-func (x *mt) wantRows(what string, got, want []*backends.Row, ordered bool) {
+func (x *mt) wantRows(what string, got, want []*metadata.Row, ordered bool) {
 	x.t.Helper()
 	if !ordered {
-		byIndex := func(a, b *backends.Row) int {
+		byIndex := func(a, b *metadata.Row) int {
 			if a == nil || b == nil {
 				return 0
 			}
@@ -196,7 +197,7 @@ func (x *mt) wantRows(what string, got, want []*backends.Row, ordered bool) {
 	}
 }
 
-func rowKeys(rows []*backends.Row) string {
+func rowKeys(rows []*metadata.Row) string {
 	keys := make([]string, len(rows))
 	for i, r := range rows {
 		if r == nil {
@@ -210,7 +211,7 @@ func rowKeys(rows []*backends.Row) string {
 
 // rowDiff describes how got differs from want, or returns "". A nil and an
 // empty Shape, Fields or Tag are equal; tag values must match in type.
-func rowDiff(got, want *backends.Row) string {
+func rowDiff(got, want *metadata.Row) string {
 	switch {
 	case got == nil && want == nil:
 		return ""
@@ -258,9 +259,9 @@ func rowDiff(got, want *backends.Row) string {
 }
 
 // wantRefs checks refs, in any order, against want.
-func (x *mt) wantRefs(what string, got, want []backends.Ref) {
+func (x *mt) wantRefs(what string, got, want []metadata.Ref) {
 	x.t.Helper()
-	order := func(a, b backends.Ref) int {
+	order := func(a, b metadata.Ref) int {
 		return cmp.Or(cmp.Compare(a.Index, b.Index), cmp.Compare(a.Field, b.Field), cmp.Compare(a.Gen, b.Gen))
 	}
 	got, want = slices.Clone(got), slices.Clone(want)
@@ -272,14 +273,14 @@ func (x *mt) wantRefs(what string, got, want []backends.Ref) {
 }
 
 // cell is a FieldInfo of generation gen.
-func cell(dtype string, gen uint64, tag string) backends.FieldInfo {
-	return backends.FieldInfo{DType: dtype, Shape: []int64{2, 3}, Gen: gen, BackendTag: tag}
+func cell(dtype string, gen uint64, tag string) metadata.FieldInfo {
+	return metadata.FieldInfo{DType: dtype, Shape: []int64{2, 3}, Gen: gen, BackendTag: tag}
 }
 
 // fields is the Fields of a commit of each field with its reserved
 // generation.
-func fields(r backends.Reservation, names ...string) map[string]backends.FieldInfo {
-	out := make(map[string]backends.FieldInfo, len(names))
+func fields(r metadata.Reservation, names ...string) map[string]metadata.FieldInfo {
+	out := make(map[string]metadata.FieldInfo, len(names))
 	for _, f := range names {
 		out[f] = cell("float32", r.Gens[f], "tag-"+f)
 	}
@@ -299,7 +300,7 @@ func testPrepareIndexes(x *mt) {
 	if r2[1].Index <= r1[2].Index {
 		x.t.Errorf("new key of a later Prepare: index %d, want more than %d", r2[1].Index, r1[2].Index)
 	}
-	x.commit(p, backends.RowUpdate{Key: "b", Index: r2[0].Index, Fields: fields(r2[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "b", Index: r2[0].Index, Fields: fields(r2[0], "f")})
 	if r3 := x.prepare(p, []string{"b"}, nil); r3[0].Index != r1[1].Index {
 		x.t.Errorf("Prepare of a committed key: index %d, want its index %d", r3[0].Index, r1[1].Index)
 	}
@@ -318,7 +319,7 @@ func testNewIndexAfterDelete(x *mt) {
 	p := x.part("p")
 	keys := []string{"a", "b"}
 	var last uint64 // the largest index handed out so far, once prev != nil
-	check := func(what string, res, prev []backends.Reservation) {
+	check := func(what string, res, prev []metadata.Reservation) {
 		x.t.Helper()
 		if res[0].Index >= res[1].Index {
 			x.t.Errorf("%s: indexes %d, %d; want increasing", what, res[0].Index, res[1].Index)
@@ -332,12 +333,12 @@ func testNewIndexAfterDelete(x *mt) {
 	}
 	r := x.prepare(p, keys, []string{"f"})
 	check("first Prepare", r, nil)
-	x.commit(p, backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
 	x.delete(p, keys...) // a committed, b only prepared
 
 	r2 := x.prepare(p, keys, []string{"f"})
 	check("Prepare after Delete", r2, r)
-	x.commit(p, backends.RowUpdate{Key: "a", Index: r2[0].Index, Fields: fields(r2[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "a", Index: r2[0].Index, Fields: fields(r2[0], "f")})
 	x.deletePartition(p)
 
 	r3 := x.prepare(p, keys, []string{"f"})
@@ -346,7 +347,7 @@ func testNewIndexAfterDelete(x *mt) {
 
 func testGenerations(x *mt) {
 	p := x.part("p")
-	wantGens := func(what string, r backends.Reservation, want map[string]uint64) {
+	wantGens := func(what string, r metadata.Reservation, want map[string]uint64) {
 		x.t.Helper()
 		if !reflectEqualGens(r.Gens, want) {
 			x.t.Errorf("%s: generations %v, want %v", what, r.Gens, want)
@@ -357,7 +358,7 @@ func testGenerations(x *mt) {
 	wantGens("first Prepare, k2", r[1], map[string]uint64{"f": 0, "g": 0})
 	r = x.prepare(p, []string{"k1"}, []string{"f"})
 	wantGens("second Prepare of f", r[0], map[string]uint64{"f": 1})
-	x.commit(p, backends.RowUpdate{Key: "k1", Index: r[0].Index, Fields: fields(r[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "k1", Index: r[0].Index, Fields: fields(r[0], "f")})
 	r = x.prepare(p, []string{"k1", "k2"}, []string{"g", "h", "f"})
 	wantGens("after a commit, k1", r[0], map[string]uint64{"f": 2, "g": 1, "h": 0})
 	wantGens("after a commit, k2", r[1], map[string]uint64{"f": 1, "g": 1, "h": 0})
@@ -400,15 +401,15 @@ func testMetaEmpty(x *mt) {
 func testUncommitted(x *mt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a", "b"}, []string{"f"})
-	x.wantRows("Lookup of prepared rows", x.lookup(p, "a", "b"), []*backends.Row{nil, nil}, true)
+	x.wantRows("Lookup of prepared rows", x.lookup(p, "a", "b"), []*metadata.Row{nil, nil}, true)
 	x.wantRows("List of prepared rows", x.list(p), nil, true)
 	if ps := x.partitions(); len(ps) != 0 {
 		x.t.Errorf("Partitions with only prepared rows: %q, want none", ps)
 	}
-	x.commit(p, backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
-	a := &backends.Row{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")}
-	x.wantRows("Lookup after committing one row", x.lookup(p, "a", "b"), []*backends.Row{a, nil}, true)
-	x.wantRows("List after committing one row", x.list(p), []*backends.Row{a}, true)
+	x.commit(p, metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
+	a := &metadata.Row{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")}
+	x.wantRows("Lookup after committing one row", x.lookup(p, "a", "b"), []*metadata.Row{a, nil}, true)
+	x.wantRows("List after committing one row", x.list(p), []*metadata.Row{a}, true)
 	if ps := x.partitions(); !slices.Equal(ps, []string{p}) {
 		x.t.Errorf("Partitions after a commit: %q, want [%q]", ps, p)
 	}
@@ -418,51 +419,51 @@ func testCommitVisible(x *mt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a", "b", "c", "d"}, []string{"x", "y"})
 	res := x.commit(p,
-		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "x", "y"), Tag: map[string]any{"score": 0.5}},
+		metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "x", "y"), Tag: map[string]any{"score": 0.5}},
 	)
 	if len(res.Superseded)+len(res.Stale) != 0 {
 		x.t.Errorf("first Commit = %+v, want empty", res)
 	}
 	x.commit(p,
-		backends.RowUpdate{Key: "c", Index: r[2].Index, Fields: fields(r[2], "x")},
-		backends.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "y"), Tag: map[string]any{"step": int64(3)}},
+		metadata.RowUpdate{Key: "c", Index: r[2].Index, Fields: fields(r[2], "x")},
+		metadata.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "y"), Tag: map[string]any{"step": int64(3)}},
 	)
-	a := &backends.Row{Key: "a", Index: r[0].Index, Fields: fields(r[0], "x", "y"), Tag: map[string]any{"score": 0.5}}
-	b := &backends.Row{Key: "b", Index: r[1].Index, Fields: fields(r[1], "y"), Tag: map[string]any{"step": int64(3)}}
-	c := &backends.Row{Key: "c", Index: r[2].Index, Fields: fields(r[2], "x")}
-	x.wantRows("Lookup", x.lookup(p, "c", "a", "nope", "d", "b"), []*backends.Row{c, a, nil, nil, b}, true)
-	x.wantRows("List (by index)", x.list(p), []*backends.Row{a, b, c}, true)
+	a := &metadata.Row{Key: "a", Index: r[0].Index, Fields: fields(r[0], "x", "y"), Tag: map[string]any{"score": 0.5}}
+	b := &metadata.Row{Key: "b", Index: r[1].Index, Fields: fields(r[1], "y"), Tag: map[string]any{"step": int64(3)}}
+	c := &metadata.Row{Key: "c", Index: r[2].Index, Fields: fields(r[2], "x")}
+	x.wantRows("Lookup", x.lookup(p, "c", "a", "nope", "d", "b"), []*metadata.Row{c, a, nil, nil, b}, true)
+	x.wantRows("List (by index)", x.list(p), []*metadata.Row{a, b, c}, true)
 }
 
 func testFieldsMerge(x *mt) {
 	p := x.part("p")
 	r1 := x.prepare(p, []string{"k"}, []string{"x"})
-	x.commit(p, backends.RowUpdate{Key: "k", Index: r1[0].Index, Fields: fields(r1[0], "x")})
+	x.commit(p, metadata.RowUpdate{Key: "k", Index: r1[0].Index, Fields: fields(r1[0], "x")})
 	r2 := x.prepare(p, []string{"k"}, []string{"y"})
-	x.commit(p, backends.RowUpdate{Key: "k", Index: r2[0].Index, Fields: fields(r2[0], "y")})
-	want := &backends.Row{Key: "k", Index: r1[0].Index, Fields: map[string]backends.FieldInfo{
+	x.commit(p, metadata.RowUpdate{Key: "k", Index: r2[0].Index, Fields: fields(r2[0], "y")})
+	want := &metadata.Row{Key: "k", Index: r1[0].Index, Fields: map[string]metadata.FieldInfo{
 		"x": cell("float32", 0, "tag-x"),
 		"y": cell("float32", 0, "tag-y"),
 	}}
-	x.wantRows("Lookup after committing two fields apart", x.lookup(p, "k"), []*backends.Row{want}, true)
+	x.wantRows("Lookup after committing two fields apart", x.lookup(p, "k"), []*metadata.Row{want}, true)
 
 	r3 := x.prepare(p, []string{"k"}, []string{"x"})
-	newX := backends.FieldInfo{DType: "int64", Shape: []int64{5}, Gen: r3[0].Gens["x"], BackendTag: "other"}
-	x.commit(p, backends.RowUpdate{Key: "k", Index: r3[0].Index, Fields: map[string]backends.FieldInfo{"x": newX}})
-	want.Fields = map[string]backends.FieldInfo{"x": newX, "y": cell("float32", 0, "tag-y")}
-	x.wantRows("Lookup after rewriting one field", x.lookup(p, "k"), []*backends.Row{want}, true)
+	newX := metadata.FieldInfo{DType: "int64", Shape: []int64{5}, Gen: r3[0].Gens["x"], BackendTag: "other"}
+	x.commit(p, metadata.RowUpdate{Key: "k", Index: r3[0].Index, Fields: map[string]metadata.FieldInfo{"x": newX}})
+	want.Fields = map[string]metadata.FieldInfo{"x": newX, "y": cell("float32", 0, "tag-y")}
+	x.wantRows("Lookup after rewriting one field", x.lookup(p, "k"), []*metadata.Row{want}, true)
 }
 
 func testTagMerge(x *mt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"k"}, nil)
-	up := func(tag map[string]any) backends.RowUpdate {
-		return backends.RowUpdate{Key: "k", Index: r[0].Index, Tag: tag}
+	up := func(tag map[string]any) metadata.RowUpdate {
+		return metadata.RowUpdate{Key: "k", Index: r[0].Index, Tag: tag}
 	}
-	want := &backends.Row{Key: "k", Index: r[0].Index}
+	want := &metadata.Row{Key: "k", Index: r[0].Index}
 	check := func(what string) {
 		x.t.Helper()
-		x.wantRows(what, x.lookup(p, "k"), []*backends.Row{want}, true)
+		x.wantRows(what, x.lookup(p, "k"), []*metadata.Row{want}, true)
 	}
 	x.commit(p, up(map[string]any{"a": "1", "b": int64(2)}))
 	want.Tag = map[string]any{"a": "1", "b": int64(2)}
@@ -475,7 +476,7 @@ func testTagMerge(x *mt) {
 	x.commit(p, up(map[string]any{}))
 	check("Lookup after a commit with an empty tag")
 	rf := x.prepare(p, []string{"k"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "k", Index: r[0].Index, Fields: fields(rf[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "k", Index: r[0].Index, Fields: fields(rf[0], "f")})
 	want.Fields = fields(rf[0], "f")
 	check("Lookup after a fields-only commit")
 }
@@ -483,15 +484,15 @@ func testTagMerge(x *mt) {
 func testSuperseded(x *mt) {
 	p := x.part("p")
 	r0 := x.prepare(p, []string{"k"}, []string{"f"})
-	res := x.commit(p, backends.RowUpdate{Key: "k", Index: r0[0].Index, Fields: map[string]backends.FieldInfo{"f": cell("float32", 0, "t0")}})
+	res := x.commit(p, metadata.RowUpdate{Key: "k", Index: r0[0].Index, Fields: map[string]metadata.FieldInfo{"f": cell("float32", 0, "t0")}})
 	x.wantRefs("Superseded of the first commit", res.Superseded, nil)
 	r1 := x.prepare(p, []string{"k"}, []string{"f"})
-	res = x.commit(p, backends.RowUpdate{Key: "k", Index: r1[0].Index, Fields: map[string]backends.FieldInfo{"f": cell("float16", 1, "t1")}})
+	res = x.commit(p, metadata.RowUpdate{Key: "k", Index: r1[0].Index, Fields: map[string]metadata.FieldInfo{"f": cell("float16", 1, "t1")}})
 	idx := r0[0].Index
-	x.wantRefs("Superseded of a newer generation", res.Superseded, []backends.Ref{{Index: idx, Field: "f", Gen: 0, Tag: "t0"}})
+	x.wantRefs("Superseded of a newer generation", res.Superseded, []metadata.Ref{{Index: idx, Field: "f", Gen: 0, Tag: "t0"}})
 	x.wantRefs("Stale of a newer generation", res.Stale, nil)
-	want := &backends.Row{Key: "k", Index: idx, Fields: map[string]backends.FieldInfo{"f": cell("float16", 1, "t1")}}
-	x.wantRows("Lookup after a newer generation", x.lookup(p, "k"), []*backends.Row{want}, true)
+	want := &metadata.Row{Key: "k", Index: idx, Fields: map[string]metadata.FieldInfo{"f": cell("float16", 1, "t1")}}
+	x.wantRows("Lookup after a newer generation", x.lookup(p, "k"), []*metadata.Row{want}, true)
 }
 
 func testStale(x *mt) {
@@ -499,25 +500,25 @@ func testStale(x *mt) {
 	r0 := x.prepare(p, []string{"k"}, []string{"f", "g"})
 	x.prepare(p, []string{"k"}, []string{"f"}) // reserves generation 1
 	idx := r0[0].Index
-	res := x.commit(p, backends.RowUpdate{Key: "k", Index: idx, Fields: map[string]backends.FieldInfo{"f": cell("new", 1, "t1")}})
+	res := x.commit(p, metadata.RowUpdate{Key: "k", Index: idx, Fields: map[string]metadata.FieldInfo{"f": cell("new", 1, "t1")}})
 	x.wantRefs("Superseded of generation 1 over nothing", res.Superseded, nil)
 	x.wantRefs("Stale of generation 1 over nothing", res.Stale, nil)
 	// The older write of f lost; its g still lands.
-	res = x.commit(p, backends.RowUpdate{Key: "k", Index: idx, Fields: map[string]backends.FieldInfo{
+	res = x.commit(p, metadata.RowUpdate{Key: "k", Index: idx, Fields: map[string]metadata.FieldInfo{
 		"f": cell("old", 0, "t0"),
 		"g": cell("float32", 0, "tg"),
 	}})
-	x.wantRefs("Stale of an older generation", res.Stale, []backends.Ref{{Index: idx, Field: "f", Gen: 0, Tag: "t0"}})
+	x.wantRefs("Stale of an older generation", res.Stale, []metadata.Ref{{Index: idx, Field: "f", Gen: 0, Tag: "t0"}})
 	x.wantRefs("Superseded of an older generation", res.Superseded, nil)
-	want := &backends.Row{Key: "k", Index: idx, Fields: map[string]backends.FieldInfo{
+	want := &metadata.Row{Key: "k", Index: idx, Fields: map[string]metadata.FieldInfo{
 		"f": cell("new", 1, "t1"),
 		"g": cell("float32", 0, "tg"),
 	}}
-	x.wantRows("Lookup after a stale commit", x.lookup(p, "k"), []*backends.Row{want}, true)
+	x.wantRows("Lookup after a stale commit", x.lookup(p, "k"), []*metadata.Row{want}, true)
 }
 
 // wantConflict checks that Commit of ups fails with ErrConflict.
-func (x *mt) wantConflict(what, p string, ups ...backends.RowUpdate) {
+func (x *mt) wantConflict(what, p string, ups ...metadata.RowUpdate) {
 	x.t.Helper()
 	_, err := x.m.Commit(x.ctx, p, ups)
 	if !errors.Is(err, backends.ErrConflict) {
@@ -529,10 +530,10 @@ func testConflictAfterDelete(x *mt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a", "b", "c"}, []string{"f"})
 	x.commit(p,
-		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")},
-		backends.RowUpdate{Key: "c", Index: r[2].Index, Fields: fields(r[2], "f")},
+		metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")},
+		metadata.RowUpdate{Key: "c", Index: r[2].Index, Fields: fields(r[2], "f")},
 	)
-	a := &backends.Row{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")}
+	a := &metadata.Row{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")}
 	// b was only prepared, c committed; both deleted before their commit.
 	rc := x.prepare(p, []string{"c"}, []string{"f"})
 	if rows := x.delete(p, "b", "c"); len(rows) != 1 || rows[0].Key != "c" {
@@ -540,31 +541,31 @@ func testConflictAfterDelete(x *mt) {
 	}
 	ra := x.prepare(p, []string{"a"}, []string{"g"})
 	x.wantConflict("Commit of a row deleted before commit, with a valid row", p,
-		backends.RowUpdate{Key: "a", Index: ra[0].Index, Fields: fields(ra[0], "g"), Tag: map[string]any{"x": "y"}},
-		backends.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")},
+		metadata.RowUpdate{Key: "a", Index: ra[0].Index, Fields: fields(ra[0], "g"), Tag: map[string]any{"x": "y"}},
+		metadata.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")},
 	)
 	x.wantConflict("Commit of a committed row deleted before its rewrite's commit", p,
-		backends.RowUpdate{Key: "c", Index: rc[0].Index, Fields: fields(rc[0], "f")},
+		metadata.RowUpdate{Key: "c", Index: rc[0].Index, Fields: fields(rc[0], "f")},
 	)
-	x.wantRows("Lookup after conflicting commits", x.lookup(p, "a", "b", "c"), []*backends.Row{a, nil, nil}, true)
-	x.wantRows("List after conflicting commits", x.list(p), []*backends.Row{a}, true)
+	x.wantRows("Lookup after conflicting commits", x.lookup(p, "a", "b", "c"), []*metadata.Row{a, nil, nil}, true)
+	x.wantRows("List after conflicting commits", x.list(p), []*metadata.Row{a}, true)
 }
 
 func testConflictAfterDeletePartition(x *mt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a", "b"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
 	ra := x.prepare(p, []string{"a"}, []string{"f"})
 	x.deletePartition(p)
 	rc := x.prepare(p, []string{"c"}, []string{"f"}) // a row created after the clear
 	x.wantConflict("Commit after DeletePartition, with a valid row", p,
-		backends.RowUpdate{Key: "c", Index: rc[0].Index, Fields: fields(rc[0], "f")},
-		backends.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")},
+		metadata.RowUpdate{Key: "c", Index: rc[0].Index, Fields: fields(rc[0], "f")},
+		metadata.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")},
 	)
 	x.wantConflict("Commit of a committed row's rewrite after DeletePartition", p,
-		backends.RowUpdate{Key: "a", Index: ra[0].Index, Fields: fields(ra[0], "f")},
+		metadata.RowUpdate{Key: "a", Index: ra[0].Index, Fields: fields(ra[0], "f")},
 	)
-	x.wantRows("Lookup after conflicting commits", x.lookup(p, "a", "b", "c"), []*backends.Row{nil, nil, nil}, true)
+	x.wantRows("Lookup after conflicting commits", x.lookup(p, "a", "b", "c"), []*metadata.Row{nil, nil, nil}, true)
 	x.wantRows("List after conflicting commits", x.list(p), nil, true)
 	if ps := x.partitions(); len(ps) != 0 {
 		x.t.Errorf("Partitions after conflicting commits: %q, want none", ps)
@@ -577,29 +578,29 @@ func testConflictReindexed(x *mt) {
 	x.delete(p, "k")
 	r2 := x.prepare(p, []string{"k"}, []string{"f"})
 	x.wantConflict("Commit with the index of a deleted row", p,
-		backends.RowUpdate{Key: "k", Index: r1[0].Index, Fields: fields(r1[0], "f")})
-	x.commit(p, backends.RowUpdate{Key: "k", Index: r2[0].Index, Fields: fields(r2[0], "f")})
-	want := &backends.Row{Key: "k", Index: r2[0].Index, Fields: fields(r2[0], "f")}
-	x.wantRows("Lookup after commit with the new index", x.lookup(p, "k"), []*backends.Row{want}, true)
+		metadata.RowUpdate{Key: "k", Index: r1[0].Index, Fields: fields(r1[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "k", Index: r2[0].Index, Fields: fields(r2[0], "f")})
+	want := &metadata.Row{Key: "k", Index: r2[0].Index, Fields: fields(r2[0], "f")}
+	x.wantRows("Lookup after commit with the new index", x.lookup(p, "k"), []*metadata.Row{want}, true)
 
 	x.wantConflict("Commit of a key never prepared", p,
-		backends.RowUpdate{Key: "ghost", Index: r2[0].Index, Fields: fields(r2[0], "f")})
+		metadata.RowUpdate{Key: "ghost", Index: r2[0].Index, Fields: fields(r2[0], "f")})
 	rq := x.prepare(q, []string{"other"}, []string{"f"})
 	x.wantConflict("Commit of a key prepared in another partition", p,
-		backends.RowUpdate{Key: "other", Index: rq[0].Index, Fields: fields(rq[0], "f")})
-	x.wantRows("Lookup after conflicting commits", x.lookup(p, "k", "ghost", "other"), []*backends.Row{want, nil, nil}, true)
+		metadata.RowUpdate{Key: "other", Index: rq[0].Index, Fields: fields(rq[0], "f")})
+	x.wantRows("Lookup after conflicting commits", x.lookup(p, "k", "ghost", "other"), []*metadata.Row{want, nil, nil}, true)
 }
 
 func testMetaUnknown(x *mt) {
 	none := x.part("none")
-	x.wantRows("Lookup in an unknown partition", x.lookup(none, "a", "b"), []*backends.Row{nil, nil}, true)
+	x.wantRows("Lookup in an unknown partition", x.lookup(none, "a", "b"), []*metadata.Row{nil, nil}, true)
 	x.wantRows("List of an unknown partition", x.list(none), nil, true)
 	x.wantRows("Delete in an unknown partition", x.delete(none, "a"), nil, false)
 	x.wantRows("DeletePartition of an unknown partition", x.deletePartition(none), nil, false)
 	p := x.part("p")
 	r := x.prepare(p, []string{"a"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
-	x.wantRows("Lookup of an unknown key", x.lookup(p, "zz"), []*backends.Row{nil}, true)
+	x.commit(p, metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
+	x.wantRows("Lookup of an unknown key", x.lookup(p, "zz"), []*metadata.Row{nil}, true)
 	x.wantRows("Delete of an unknown key", x.delete(p, "zz"), nil, false)
 }
 
@@ -607,14 +608,14 @@ func testMetaDelete(x *mt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a", "b", "c"}, []string{"f"})
 	x.commit(p,
-		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f"), Tag: map[string]any{"n": int64(1)}},
-		backends.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")},
+		metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f"), Tag: map[string]any{"n": int64(1)}},
+		metadata.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")},
 	)
-	a := &backends.Row{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f"), Tag: map[string]any{"n": int64(1)}}
-	b := &backends.Row{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")}
-	x.wantRows("Delete of a committed, a prepared and an unknown key", x.delete(p, "a", "c", "zz"), []*backends.Row{a}, false)
-	x.wantRows("Lookup after Delete", x.lookup(p, "a", "b", "c"), []*backends.Row{nil, b, nil}, true)
-	x.wantRows("List after Delete", x.list(p), []*backends.Row{b}, true)
+	a := &metadata.Row{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f"), Tag: map[string]any{"n": int64(1)}}
+	b := &metadata.Row{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")}
+	x.wantRows("Delete of a committed, a prepared and an unknown key", x.delete(p, "a", "c", "zz"), []*metadata.Row{a}, false)
+	x.wantRows("Lookup after Delete", x.lookup(p, "a", "b", "c"), []*metadata.Row{nil, b, nil}, true)
+	x.wantRows("List after Delete", x.list(p), []*metadata.Row{b}, true)
 	x.wantRows("Delete of a deleted key", x.delete(p, "a"), nil, false)
 }
 
@@ -622,19 +623,19 @@ func testDeletePartition(x *mt) {
 	p, q := x.part("p"), x.part("q")
 	r := x.prepare(p, []string{"a", "b", "c"}, []string{"f"})
 	x.commit(p,
-		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")},
-		backends.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")},
+		metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")},
+		metadata.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")},
 	)
 	rq := x.prepare(q, []string{"a"}, []string{"f"})
-	x.commit(q, backends.RowUpdate{Key: "a", Index: rq[0].Index, Fields: fields(rq[0], "f")})
-	a := &backends.Row{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")}
-	b := &backends.Row{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")}
-	qa := &backends.Row{Key: "a", Index: rq[0].Index, Fields: fields(rq[0], "f")}
+	x.commit(q, metadata.RowUpdate{Key: "a", Index: rq[0].Index, Fields: fields(rq[0], "f")})
+	a := &metadata.Row{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")}
+	b := &metadata.Row{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")}
+	qa := &metadata.Row{Key: "a", Index: rq[0].Index, Fields: fields(rq[0], "f")}
 
-	x.wantRows("DeletePartition", x.deletePartition(p), []*backends.Row{a, b}, false)
+	x.wantRows("DeletePartition", x.deletePartition(p), []*metadata.Row{a, b}, false)
 	x.wantRows("List after DeletePartition", x.list(p), nil, true)
-	x.wantRows("Lookup after DeletePartition", x.lookup(p, "a", "b", "c"), []*backends.Row{nil, nil, nil}, true)
-	x.wantRows("List of another partition", x.list(q), []*backends.Row{qa}, true)
+	x.wantRows("Lookup after DeletePartition", x.lookup(p, "a", "b", "c"), []*metadata.Row{nil, nil, nil}, true)
+	x.wantRows("List of another partition", x.list(q), []*metadata.Row{qa}, true)
 	if ps := x.partitions(); !slices.Equal(ps, []string{q}) {
 		x.t.Errorf("Partitions after DeletePartition: %q, want [%q]", ps, q)
 	}
@@ -642,9 +643,9 @@ func testDeletePartition(x *mt) {
 
 	// The partition can be used again.
 	r2 := x.prepare(p, []string{"a"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "a", Index: r2[0].Index, Fields: fields(r2[0], "f")})
-	a2 := &backends.Row{Key: "a", Index: r2[0].Index, Fields: fields(r2[0], "f")}
-	x.wantRows("List of a partition used again", x.list(p), []*backends.Row{a2}, true)
+	x.commit(p, metadata.RowUpdate{Key: "a", Index: r2[0].Index, Fields: fields(r2[0], "f")})
+	a2 := &metadata.Row{Key: "a", Index: r2[0].Index, Fields: fields(r2[0], "f")}
+	x.wantRows("List of a partition used again", x.list(p), []*metadata.Row{a2}, true)
 	if ps := x.partitions(); !slices.Equal(ps, []string{p, q}) {
 		x.t.Errorf("Partitions after using a partition again: %q, want [%q %q]", ps, p, q)
 	}
@@ -654,7 +655,7 @@ func testPartitions(x *mt) {
 	for _, name := range []string{"c", "a", "b", "B", "a-1"} {
 		p := x.part(name)
 		r := x.prepare(p, []string{"k"}, []string{"f"})
-		x.commit(p, backends.RowUpdate{Key: "k", Index: r[0].Index, Fields: fields(r[0], "f")})
+		x.commit(p, metadata.RowUpdate{Key: "k", Index: r[0].Index, Fields: fields(r[0], "f")})
 	}
 	x.prepare(x.part("d"), []string{"k"}, []string{"f"}) // prepared only
 	want := []string{x.part("B"), x.part("a"), x.part("a-1"), x.part("b"), x.part("c")}
@@ -692,25 +693,25 @@ func testRoundTrip(x *mt) {
 	x.prepare(p, []string{"k"}, []string{"tensor"}) // so the next generation is 1
 	r := x.prepare(p, []string{"k", "other"}, []string{"tensor", "scalar", "object", "big"})
 	gen := r[0].Gens
-	fi := map[string]backends.FieldInfo{
+	fi := map[string]metadata.FieldInfo{
 		"tensor": {DType: "bfloat16", Shape: []int64{2, 3, 4}, Gen: gen["tensor"], BackendTag: "large"},
 		"scalar": {DType: "int64", Shape: []int64{}, Gen: gen["scalar"]},
 		"object": {Gen: gen["object"], BackendTag: "small/é:#"},
 		"big":    {DType: "float8_e4m3fn", Shape: []int64{1 << 40, 1, 0}, Gen: gen["big"]},
 	}
 	x.commit(p,
-		backends.RowUpdate{Key: "k", Index: r[0].Index, Fields: fi, Tag: roundTripTag},
-		backends.RowUpdate{Key: "other", Index: r[1].Index, Tag: map[string]any{"only": "tag"}},
+		metadata.RowUpdate{Key: "k", Index: r[0].Index, Fields: fi, Tag: roundTripTag},
+		metadata.RowUpdate{Key: "other", Index: r[1].Index, Tag: map[string]any{"only": "tag"}},
 	)
-	want := &backends.Row{Key: "k", Index: r[0].Index, Fields: fi, Tag: roundTripTag}
-	other := &backends.Row{Key: "other", Index: r[1].Index, Tag: map[string]any{"only": "tag"}}
+	want := &metadata.Row{Key: "k", Index: r[0].Index, Fields: fi, Tag: roundTripTag}
+	other := &metadata.Row{Key: "other", Index: r[1].Index, Tag: map[string]any{"only": "tag"}}
 	if gen["tensor"] != 1 {
 		x.t.Errorf("second Prepare of a field reserved generation %d, want 1", gen["tensor"])
 	}
-	x.wantRows("Lookup", x.lookup(p, "k", "other"), []*backends.Row{want, other}, true)
-	x.wantRows("List", x.list(p), []*backends.Row{want, other}, true)
-	x.wantRows("Delete", x.delete(p, "k"), []*backends.Row{want}, false)
-	x.wantRows("DeletePartition", x.deletePartition(p), []*backends.Row{other}, false)
+	x.wantRows("Lookup", x.lookup(p, "k", "other"), []*metadata.Row{want, other}, true)
+	x.wantRows("List", x.list(p), []*metadata.Row{want, other}, true)
+	x.wantRows("Delete", x.delete(p, "k"), []*metadata.Row{want}, false)
+	x.wantRows("DeletePartition", x.deletePartition(p), []*metadata.Row{other}, false)
 }
 
 // testConcurrentSameKeys has workers prepare and commit one field of the
@@ -732,7 +733,7 @@ func testConcurrentSameKeys(x *mt) {
 	type seen struct {
 		index  [workers]uint64
 		gen    [workers]uint64
-		unused []backends.Ref // Superseded and Stale, from every worker
+		unused []metadata.Ref // Superseded and Stale, from every worker
 	}
 	var mu sync.Mutex // guards got
 	got := make(map[string]*seen, nKeys)
@@ -752,9 +753,9 @@ func testConcurrentSameKeys(x *mt) {
 			if len(res) != len(ks) {
 				return fmt.Errorf("Prepare of %d keys returned %d reservations", len(ks), len(res))
 			}
-			ups := make([]backends.RowUpdate, len(ks))
+			ups := make([]metadata.RowUpdate, len(ks))
 			for i, k := range ks {
-				ups[i] = backends.RowUpdate{Key: k, Index: res[i].Index, Fields: map[string]backends.FieldInfo{
+				ups[i] = metadata.RowUpdate{Key: k, Index: res[i].Index, Fields: map[string]metadata.FieldInfo{
 					"f": {DType: "float32", Gen: res[i].Gens["f"], BackendTag: fmt.Sprint(w)},
 				}}
 			}
@@ -861,13 +862,13 @@ func testConcurrentPartitions(x *mt) {
 			if err != nil {
 				return err
 			}
-			ups := make([]backends.RowUpdate, len(keys))
+			ups := make([]metadata.RowUpdate, len(keys))
 			for i, k := range keys {
 				if n := len(indexes[w]); n > 0 && res[i].Index <= indexes[w][n-1] {
 					return fmt.Errorf("partition %d: key %q got index %d after %d", w, k, res[i].Index, indexes[w][n-1])
 				}
 				indexes[w] = append(indexes[w], res[i].Index)
-				ups[i] = backends.RowUpdate{Key: k, Index: res[i].Index, Fields: map[string]backends.FieldInfo{"f": {Gen: res[i].Gens["f"]}}}
+				ups[i] = metadata.RowUpdate{Key: k, Index: res[i].Index, Fields: map[string]metadata.FieldInfo{"f": {Gen: res[i].Gens["f"]}}}
 			}
 			if _, err := x.m.Commit(ctx, p, ups); err != nil {
 				return err
@@ -924,7 +925,7 @@ func testMetaClosed(x *mt) {
 	}
 	_, err := x.m.Prepare(x.ctx, p, []string{"k"}, []string{"f"})
 	want("Prepare", err)
-	_, err = x.m.Commit(x.ctx, p, []backends.RowUpdate{{Key: "k", Index: r[0].Index, Fields: fields(r[0], "f")}})
+	_, err = x.m.Commit(x.ctx, p, []metadata.RowUpdate{{Key: "k", Index: r[0].Index, Fields: fields(r[0], "f")}})
 	want("Commit", err)
 	_, err = x.m.Lookup(x.ctx, p, []string{"k"})
 	want("Lookup", err)

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // RunQueue checks that the stores newMeta returns keep the consumption
-// contract (backends.Queue), one subtest per rule, each on a fresh store.
+// contract (metadata.Queue), one subtest per rule, each on a fresh store.
 // Leases in it last a few hundred milliseconds, so that expiry is seen
 // soon; the checks that wait for one allow seconds for it.
-func RunQueue(t *testing.T, newMeta func(t *testing.T) backends.MetaStore) {
+func RunQueue(t *testing.T, newMeta func(t *testing.T) metadata.MetaStore) {
 	t.Helper()
 	nonce := newNonce()
 	for _, tc := range queueTests {
@@ -56,7 +57,7 @@ var queueTests = []struct {
 // qt is one queue subtest.
 type qt struct {
 	*mt
-	q backends.Queue
+	q metadata.Queue
 }
 
 const testLease = 400 * time.Millisecond
@@ -70,36 +71,36 @@ func (x *qt) rows(p, tag string, n int, fields ...string) []string {
 		keys[i] = fmt.Sprintf("%s%03d", tag, i)
 	}
 	res := x.prepare(p, keys, fields)
-	ups := make([]backends.RowUpdate, n)
+	ups := make([]metadata.RowUpdate, n)
 	for i, r := range res {
-		ups[i] = backends.RowUpdate{Key: keys[i], Index: r.Index, Fields: fieldsNoTag(r, fields...), Tag: map[string]any{"i": int64(i)}}
+		ups[i] = metadata.RowUpdate{Key: keys[i], Index: r.Index, Fields: fieldsNoTag(r, fields...), Tag: map[string]any{"i": int64(i)}}
 	}
 	x.commit(p, ups...)
 	return keys
 }
 
-func fieldsNoTag(r backends.Reservation, names ...string) map[string]backends.FieldInfo {
-	out := make(map[string]backends.FieldInfo, len(names))
+func fieldsNoTag(r metadata.Reservation, names ...string) map[string]metadata.FieldInfo {
+	out := make(map[string]metadata.FieldInfo, len(names))
 	for _, f := range names {
-		out[f] = backends.FieldInfo{DType: "float32", Shape: []int64{2}, Gen: r.Gens[f]}
+		out[f] = metadata.FieldInfo{DType: "float32", Shape: []int64{2}, Gen: r.Gens[f]}
 	}
 	return out
 }
 
 // each is the pick of every row, one unit each, in index order.
-func each(rows []*backends.Row, _ []backends.Delivery) (backends.Picked, error) {
-	var p backends.Picked
+func each(rows []*metadata.Row, _ []metadata.Delivery) (metadata.Picked, error) {
+	var p metadata.Picked
 	for i := range rows {
 		p.Units = append(p.Units, []int{i})
 	}
 	return p, nil
 }
 
-func req(task string, n int) backends.ClaimRequest {
-	return backends.ClaimRequest{Task: task, Lease: testLease, Rows: n, Min: 1, Custom: true}
+func req(task string, n int) metadata.ClaimRequest {
+	return metadata.ClaimRequest{Task: task, Lease: testLease, Rows: n, Min: 1, Custom: true}
 }
 
-func (x *qt) claim(p string, r backends.ClaimRequest, pick backends.Pick) backends.Claimed {
+func (x *qt) claim(p string, r metadata.ClaimRequest, pick metadata.Pick) metadata.Claimed {
 	x.t.Helper()
 	c, err := x.q.Claim(x.ctx, p, r, pick)
 	if err != nil {
@@ -122,14 +123,14 @@ func (x *qt) claim(p string, r backends.ClaimRequest, pick backends.Pick) backen
 		if r.Batch != nil && d.Index == c.Rows[i].Index {
 			continue // a share: rows another rank settled are there too
 		}
-		if d.Index != c.Rows[i].Index || d.State != backends.Leased || d.Lease != c.Lease || d.Deliveries < 1 {
+		if d.Index != c.Rows[i].Index || d.State != metadata.Leased || d.Lease != c.Lease || d.Deliveries < 1 {
 			x.t.Fatalf("Claim: delivery %d is %+v for row %d, lease %q", i, d, c.Rows[i].Index, c.Lease)
 		}
 	}
 	return c
 }
 
-func (x *qt) settle(p string, r backends.SettleRequest) backends.SettleResult {
+func (x *qt) settle(p string, r metadata.SettleRequest) metadata.SettleResult {
 	x.t.Helper()
 	res, err := x.q.Settle(x.ctx, p, r)
 	if err != nil {
@@ -138,7 +139,7 @@ func (x *qt) settle(p string, r backends.SettleRequest) backends.SettleResult {
 	return res
 }
 
-func indexes(rows []*backends.Row) []uint64 {
+func indexes(rows []*metadata.Row) []uint64 {
 	out := make([]uint64, len(rows))
 	for i, r := range rows {
 		out[i] = r.Index
@@ -146,18 +147,18 @@ func indexes(rows []*backends.Row) []uint64 {
 	return out
 }
 
-func (x *qt) ack(p, task string, c backends.Claimed, rows ...*backends.Row) {
+func (x *qt) ack(p, task string, c metadata.Claimed, rows ...*metadata.Row) {
 	x.t.Helper()
 	if rows == nil {
 		rows = c.Rows
 	}
-	if res := x.settle(p, backends.SettleRequest{Task: task, Op: backends.Ack, Lease: c.Lease, Indexes: indexes(rows)}); len(res.Lost) > 0 {
+	if res := x.settle(p, metadata.SettleRequest{Task: task, Op: metadata.Ack, Lease: c.Lease, Indexes: indexes(rows)}); len(res.Lost) > 0 {
 		x.t.Fatalf("Ack: lost %v", res.Lost)
 	}
 }
 
 // states returns the task's states by index.
-func (x *qt) states(p, task string) map[uint64]backends.Delivery {
+func (x *qt) states(p, task string) map[uint64]metadata.Delivery {
 	x.t.Helper()
 	all, err := x.q.Consumption(x.ctx, p, task)
 	if err != nil {
@@ -167,7 +168,7 @@ func (x *qt) states(p, task string) map[uint64]backends.Delivery {
 	if !ok {
 		x.t.Fatalf("Consumption(%q, %q): task missing from %v", p, task, all)
 	}
-	out := map[uint64]backends.Delivery{}
+	out := map[uint64]metadata.Delivery{}
 	for i, d := range ds {
 		if i > 0 && ds[i-1].Index >= d.Index {
 			x.t.Fatalf("Consumption: not in index order: %v", ds)
@@ -177,7 +178,7 @@ func (x *qt) states(p, task string) map[uint64]backends.Delivery {
 	return out
 }
 
-func (x *qt) wantKeys(what string, rows []*backends.Row, keys ...string) {
+func (x *qt) wantKeys(what string, rows []*metadata.Row, keys ...string) {
 	x.t.Helper()
 	got := make([]string, len(rows))
 	for i, r := range rows {
@@ -191,7 +192,7 @@ func (x *qt) wantKeys(what string, rows []*backends.Row, keys ...string) {
 // eventually polls claim until it leases something or the deadline
 // passes; a lease's expiry is judged by the store's clock, which may be
 // another machine's.
-func (x *qt) eventually(p string, r backends.ClaimRequest, pick backends.Pick) backends.Claimed {
+func (x *qt) eventually(p string, r metadata.ClaimRequest, pick metadata.Pick) metadata.Claimed {
 	x.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -231,7 +232,7 @@ func testClaimSequential(x *qt) {
 		x.t.Fatalf("consumption lists %d rows, want 10", len(st))
 	}
 	for _, d := range st {
-		if d.State != backends.Leased || d.Deliveries != 1 {
+		if d.State != metadata.Leased || d.Deliveries != 1 {
 			x.t.Fatalf("row %d: %+v, want leased once", d.Index, d)
 		}
 	}
@@ -261,16 +262,16 @@ func testAckNack(x *qt) {
 	x.ack(p, "t", c, c.Rows[:2]...)
 	// An ack sent twice is applied, not lost.
 	x.ack(p, "t", c, c.Rows[0])
-	other := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: "not-the-lease", Indexes: indexes(c.Rows[2:])})
+	other := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: "not-the-lease", Indexes: indexes(c.Rows[2:])})
 	if !slices.Equal(other.Lost, indexes(c.Rows[2:])) {
 		x.t.Fatalf("ack with another token: lost %v, want %v", other.Lost, indexes(c.Rows[2:]))
 	}
-	nack := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: indexes(c.Rows[1:3])})
+	nack := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: c.Lease, Indexes: indexes(c.Rows[1:3])})
 	if !slices.Equal(nack.Lost, []uint64{c.Rows[1].Index}) {
 		x.t.Fatalf("nack of an acked and a leased row: lost %v, want [%d]", nack.Lost, c.Rows[1].Index)
 	}
 	// A nack sent twice is applied, not lost.
-	if res := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: indexes(c.Rows[2:3])}); len(res.Lost) != 0 {
+	if res := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: c.Lease, Indexes: indexes(c.Rows[2:3])}); len(res.Lost) != 0 {
 		x.t.Fatalf("a nack sent twice: lost %v", res.Lost)
 	}
 	again := x.claim(p, req("t", 4), each)
@@ -279,7 +280,7 @@ func testAckNack(x *qt) {
 		x.t.Fatalf("redelivery counted %d, want 2", again.Deliveries[0].Deliveries)
 	}
 	st := x.states(p, "t")
-	for i, want := range []backends.State{backends.Acked, backends.Acked, backends.Leased, backends.Leased} {
+	for i, want := range []metadata.State{metadata.Acked, metadata.Acked, metadata.Leased, metadata.Leased} {
 		if got := st[c.Rows[i].Index].State; got != want {
 			x.t.Fatalf("row %s is %v, want %v", keys[i], got, want)
 		}
@@ -301,7 +302,7 @@ func testExpiry(x *qt) {
 	if again.Deliveries[0].Deliveries != 2 {
 		x.t.Fatalf("redelivery counted %d, want 2", again.Deliveries[0].Deliveries)
 	}
-	late := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: indexes(c.Rows[1:])})
+	late := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: c.Lease, Indexes: indexes(c.Rows[1:])})
 	if len(late.Lost) != 1 {
 		x.t.Fatalf("ack of a row delivered again: lost %v, want it", late.Lost)
 	}
@@ -314,15 +315,15 @@ func testDead(x *qt) {
 	r := req("t", 2)
 	r.MaxDeliveries = 2
 	c := x.claim(p, r, each)
-	x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: indexes(c.Rows)})
+	x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: c.Lease, Indexes: indexes(c.Rows)})
 	c = x.claim(p, r, each)
 	x.wantKeys("second delivery", c.Rows, keys...)
-	x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: indexes(c.Rows[:1])})
+	x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: c.Lease, Indexes: indexes(c.Rows[:1])})
 	time.Sleep(testLease + 100*time.Millisecond) // the other expires
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st := x.states(p, "t")
-		if st[c.Rows[0].Index].State == backends.Dead && st[c.Rows[1].Index].State == backends.Dead {
+		if st[c.Rows[0].Index].State == metadata.Dead && st[c.Rows[1].Index].State == metadata.Dead {
 			if st[c.Rows[0].Index].Deliveries != 2 {
 				x.t.Fatalf("dead row delivered %d times, want 2", st[c.Rows[0].Index].Deliveries)
 			}
@@ -336,10 +337,10 @@ func testDead(x *qt) {
 	if got := x.claim(p, r, each); len(got.Rows) != 0 {
 		x.t.Fatalf("dead rows delivered: %q", got.Rows[0].Key)
 	}
-	if res := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Retry, Indexes: indexes(c.Rows[:1])}); len(res.Lost) != 0 {
+	if res := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Retry, Indexes: indexes(c.Rows[:1])}); len(res.Lost) != 0 {
 		x.t.Fatalf("retry of a dead row lost %v", res.Lost)
 	}
-	if res := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Drop, Indexes: indexes(c.Rows[1:])}); len(res.Lost) != 0 {
+	if res := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Drop, Indexes: indexes(c.Rows[1:])}); len(res.Lost) != 0 {
 		x.t.Fatalf("drop of a dead row lost %v", res.Lost)
 	}
 	retried := x.claim(p, r, each)
@@ -347,11 +348,11 @@ func testDead(x *qt) {
 	if retried.Deliveries[0].Deliveries != 1 {
 		x.t.Fatalf("retried row counted %d deliveries, want 1", retried.Deliveries[0].Deliveries)
 	}
-	if st := x.states(p, "t"); st[c.Rows[1].Index].State != backends.Dropped {
+	if st := x.states(p, "t"); st[c.Rows[1].Index].State != metadata.Dropped {
 		x.t.Fatalf("dropped row is %v", st[c.Rows[1].Index].State)
 	}
 	// Retry and drop need a dead (or, for drop, ready) row.
-	if res := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Retry, Indexes: indexes(retried.Rows)}); len(res.Lost) != 1 {
+	if res := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Retry, Indexes: indexes(retried.Rows)}); len(res.Lost) != 1 {
 		x.t.Fatalf("retry of a leased row: lost %v, want it", res.Lost)
 	}
 }
@@ -360,11 +361,11 @@ func testExtend(x *qt) {
 	p := x.part("p")
 	x.rows(p, "k", 2, "a")
 	c := x.claim(p, req("t", 2), each)
-	res := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Extend, Lease: c.Lease, Indexes: indexes(c.Rows[:1]), Delay: 10 * time.Second})
+	res := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Extend, Lease: c.Lease, Indexes: indexes(c.Rows[:1]), Delay: 10 * time.Second})
 	if len(res.Lost) != 0 || !res.Until.After(c.Until) {
 		x.t.Fatalf("extend: %+v (lease was until %v)", res, c.Until)
 	}
-	if res := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Extend, Lease: "other", Indexes: indexes(c.Rows), Delay: time.Second}); len(res.Lost) != 2 {
+	if res := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Extend, Lease: "other", Indexes: indexes(c.Rows), Delay: time.Second}); len(res.Lost) != 2 {
 		x.t.Fatalf("extend with another token: lost %v, want both", res.Lost)
 	}
 	time.Sleep(testLease + 100*time.Millisecond)
@@ -377,7 +378,7 @@ func testNackDelay(x *qt) {
 	p := x.part("p")
 	keys := x.rows(p, "k", 1, "a")
 	c := x.claim(p, req("t", 1), each)
-	x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: indexes(c.Rows), Delay: testLease})
+	x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: c.Lease, Indexes: indexes(c.Rows), Delay: testLease})
 	now := time.Now()
 	none := x.claim(p, req("t", 1), each)
 	if len(none.Rows) != 0 {
@@ -386,7 +387,7 @@ func testNackDelay(x *qt) {
 	if none.Mark.Wake.IsZero() || none.Mark.Wake.After(now.Add(testLease+5*time.Second)) {
 		x.t.Fatalf("mark of a claim with a row delayed %v wakes at %v (now %v)", testLease, none.Mark.Wake, now)
 	}
-	if st := x.states(p, "t"); st[c.Rows[0].Index].State != backends.Ready || st[c.Rows[0].Index].Until.IsZero() {
+	if st := x.states(p, "t"); st[c.Rows[0].Index].State != metadata.Ready || st[c.Rows[0].Index].Until.IsZero() {
 		x.t.Fatalf("a delayed row is %+v, want ready with an Until", st[c.Rows[0].Index])
 	}
 	got := x.eventually(p, req("t", 1), each)
@@ -394,8 +395,8 @@ func testNackDelay(x *qt) {
 }
 
 // pairs picks rows two by two, the last one alone.
-func pairs(rows []*backends.Row, _ []backends.Delivery) (backends.Picked, error) {
-	var p backends.Picked
+func pairs(rows []*metadata.Row, _ []metadata.Delivery) (metadata.Picked, error) {
+	var p metadata.Picked
 	for i := 0; i < len(rows); i += 2 {
 		if i+1 < len(rows) {
 			p.Units = append(p.Units, []int{i, i + 1})
@@ -410,9 +411,9 @@ func testUnits(x *qt) {
 	p := x.part("p")
 	keys := x.rows(p, "k", 7, "a")
 	// Row 2 is leased by another consumer: the unit {2, 3} is skipped.
-	only2 := func(rows []*backends.Row, _ []backends.Delivery) (backends.Picked, error) {
-		i := slices.IndexFunc(rows, func(r *backends.Row) bool { return r.Key == keys[2] })
-		return backends.Picked{Units: [][]int{{i}}}, nil
+	only2 := func(rows []*metadata.Row, _ []metadata.Delivery) (metadata.Picked, error) {
+		i := slices.IndexFunc(rows, func(r *metadata.Row) bool { return r.Key == keys[2] })
+		return metadata.Picked{Units: [][]int{{i}}}, nil
 	}
 	x.claim(p, req("t", 1), only2)
 	c := x.claim(p, req("t", 5), pairs)
@@ -427,8 +428,8 @@ func testUnits(x *qt) {
 func testPickDrop(x *qt) {
 	p := x.part("p")
 	keys := x.rows(p, "k", 4, "a")
-	dropOdd := func(rows []*backends.Row, _ []backends.Delivery) (backends.Picked, error) {
-		var pk backends.Picked
+	dropOdd := func(rows []*metadata.Row, _ []metadata.Delivery) (metadata.Picked, error) {
+		var pk metadata.Picked
 		for i, r := range rows {
 			if r.Tag["i"].(int64)%2 == 1 {
 				pk.Drop = append(pk.Drop, i)
@@ -447,26 +448,26 @@ func testPickDrop(x *qt) {
 		x.t.Fatalf("dropped rows delivered: %d", len(got.Rows))
 	}
 	st := x.states(p, "t")
-	if st[c.Rows[0].Index].State != backends.Leased || len(st) != 4 {
+	if st[c.Rows[0].Index].State != metadata.Leased || len(st) != 4 {
 		x.t.Fatalf("states %v", st)
 	}
 	for _, k := range []string{keys[1], keys[3]} {
 		idx := x.lookup(p, k)[0].Index
-		if st[idx].State != backends.Dropped {
+		if st[idx].State != metadata.Dropped {
 			x.t.Fatalf("row %s is %v, want dropped", k, st[idx].State)
 		}
 	}
 	// A pick naming a row twice, or outside the rows, fails.
-	bad := func(rows []*backends.Row, _ []backends.Delivery) (backends.Picked, error) {
-		return backends.Picked{Units: [][]int{{0}, {0}}}, nil
+	bad := func(rows []*metadata.Row, _ []metadata.Delivery) (metadata.Picked, error) {
+		return metadata.Picked{Units: [][]int{{0}, {0}}}, nil
 	}
 	x.rows(p, "more", 1, "a")
 	if _, err := x.q.Claim(x.ctx, p, req("t", 4), bad); !errors.Is(err, backends.ErrInvalid) {
 		x.t.Fatalf("pick naming a row twice: %v, want ErrInvalid", err)
 	}
 	errPick := errors.New("pick failed")
-	if _, err := x.q.Claim(x.ctx, p, req("t", 4), func([]*backends.Row, []backends.Delivery) (backends.Picked, error) {
-		return backends.Picked{}, errPick
+	if _, err := x.q.Claim(x.ctx, p, req("t", 4), func([]*metadata.Row, []metadata.Delivery) (metadata.Picked, error) {
+		return metadata.Picked{}, errPick
 	}); !errors.Is(err, errPick) {
 		x.t.Fatalf("a failing pick: %v, want its error", err)
 	}
@@ -514,7 +515,7 @@ func testReset(x *qt) {
 	if st := x.states(p, "t"); len(st) != 0 {
 		x.t.Fatalf("states after a reset of the task: %v", st)
 	}
-	if res := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: got.Lease, Indexes: indexes(got.Rows)}); len(res.Lost) != 1 {
+	if res := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: got.Lease, Indexes: indexes(got.Rows)}); len(res.Lost) != 1 {
 		x.t.Fatalf("ack of a lease a reset ended: lost %v, want it", res.Lost)
 	}
 	all := x.claim(p, req("t", 3), each)
@@ -533,7 +534,7 @@ func testQueueDelete(x *qt) {
 	if _, ok := st[c.Rows[0].Index]; ok || len(st) != 2 {
 		x.t.Fatalf("states after a delete: %v", st)
 	}
-	if res := x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: indexes(c.Rows)}); !slices.Equal(res.Lost, indexes(c.Rows[:1])) {
+	if res := x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: c.Lease, Indexes: indexes(c.Rows)}); !slices.Equal(res.Lost, indexes(c.Rows[:1])) {
 		x.t.Fatalf("ack of a deleted row: lost %v, want [%d]", res.Lost, c.Rows[0].Index)
 	}
 	x.deletePartition(p)
@@ -549,11 +550,11 @@ func testQueueInvalid(x *qt) {
 	p := x.part("p")
 	x.rows(p, "k", 2, "a")
 	called := false
-	spy := func(rows []*backends.Row, d []backends.Delivery) (backends.Picked, error) {
+	spy := func(rows []*metadata.Row, d []metadata.Delivery) (metadata.Picked, error) {
 		called = true
 		return each(rows, d)
 	}
-	bad := []backends.ClaimRequest{
+	bad := []metadata.ClaimRequest{
 		{Task: "", Lease: time.Second, Rows: 1, Min: 1},
 		{Task: "t", Lease: 0, Rows: 1, Min: 1},
 		{Task: "t", Lease: -time.Second, Rows: 1, Min: 1},
@@ -561,7 +562,7 @@ func testQueueInvalid(x *qt) {
 		{Task: "t", Lease: time.Second, Rows: 2, Min: 3},
 		{Task: "t", Lease: time.Second, Rows: 2, Min: 0},
 		{Task: "t", Lease: time.Second, Rows: 2, Min: 1, MaxDeliveries: -1},
-		{Task: "t", Lease: time.Second, Rows: 2, Min: 1, Batch: &backends.Batch{Ranks: 2, Rank: 2}},
+		{Task: "t", Lease: time.Second, Rows: 2, Min: 1, Batch: &metadata.Batch{Ranks: 2, Rank: 2}},
 	}
 	for _, r := range bad {
 		if _, err := x.q.Claim(x.ctx, p, r, spy); !errors.Is(err, backends.ErrInvalid) {
@@ -572,13 +573,13 @@ func testQueueInvalid(x *qt) {
 		x.t.Fatal("an invalid claim called pick")
 	}
 	c := x.claim(p, req("t", 2), each)
-	badSettle := []backends.SettleRequest{
-		{Task: "", Op: backends.Ack, Lease: c.Lease, Indexes: indexes(c.Rows)},
+	badSettle := []metadata.SettleRequest{
+		{Task: "", Op: metadata.Ack, Lease: c.Lease, Indexes: indexes(c.Rows)},
 		{Task: "t", Op: 0, Lease: c.Lease, Indexes: indexes(c.Rows)},
-		{Task: "t", Op: backends.Ack, Indexes: indexes(c.Rows)},
-		{Task: "t", Op: backends.Retry, Lease: c.Lease, Indexes: indexes(c.Rows)},
-		{Task: "t", Op: backends.Extend, Lease: c.Lease, Indexes: indexes(c.Rows)},
-		{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: indexes(c.Rows), Delay: -time.Second},
+		{Task: "t", Op: metadata.Ack, Indexes: indexes(c.Rows)},
+		{Task: "t", Op: metadata.Retry, Lease: c.Lease, Indexes: indexes(c.Rows)},
+		{Task: "t", Op: metadata.Extend, Lease: c.Lease, Indexes: indexes(c.Rows)},
+		{Task: "t", Op: metadata.Nack, Lease: c.Lease, Indexes: indexes(c.Rows), Delay: -time.Second},
 	}
 	for _, r := range badSettle {
 		if _, err := x.q.Settle(x.ctx, p, r); !errors.Is(err, backends.ErrInvalid) {
@@ -586,7 +587,7 @@ func testQueueInvalid(x *qt) {
 		}
 	}
 	for _, d := range x.states(p, "t") {
-		if d.State != backends.Leased || d.Lease != c.Lease || d.Deliveries != 1 {
+		if d.State != metadata.Leased || d.Lease != c.Lease || d.Deliveries != 1 {
 			x.t.Fatalf("an invalid call changed a row: %+v", d)
 		}
 	}
@@ -600,7 +601,7 @@ func testClaimConcurrent(x *qt) {
 	got := map[uint64]int{}
 	runWorkers(x.t, workers, func(w int) error {
 		for {
-			c, err := x.q.Claim(x.ctx, p, backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 7, Min: 1, Custom: true}, each)
+			c, err := x.q.Claim(x.ctx, p, metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 7, Min: 1, Custom: true}, each)
 			if err != nil {
 				return err
 			}
@@ -668,17 +669,17 @@ func testWait(x *qt) {
 		x.t.Fatal("a waiter did not wake on a commit")
 	}
 	// A mark whose Wake passed returns at once.
-	if err := x.q.Wait(x.ctx, p, backends.Mark{Seq: empty.Mark.Seq, Wake: time.Now().Add(-time.Second)}); err != nil {
+	if err := x.q.Wait(x.ctx, p, metadata.Mark{Seq: empty.Mark.Seq, Wake: time.Now().Add(-time.Second)}); err != nil {
 		x.t.Fatalf("Wait past its wake: %v", err)
 	}
 }
 
 type claimed struct {
-	c   backends.Claimed
+	c   metadata.Claimed
 	err error
 }
 
-func (x *qt) claimQuiet(p string, r backends.ClaimRequest) claimed {
+func (x *qt) claimQuiet(p string, r metadata.ClaimRequest) claimed {
 	c, err := x.q.Claim(x.ctx, p, r, each)
 	return claimed{c, err}
 }
@@ -686,9 +687,9 @@ func (x *qt) claimQuiet(p string, r backends.ClaimRequest) claimed {
 func testBatch(x *qt) {
 	p := x.part("p")
 	keys := x.rows(p, "k", 8, "a")
-	rank := func(r int) backends.ClaimRequest {
+	rank := func(r int) metadata.ClaimRequest {
 		q := req("t", 4)
-		q.Batch = &backends.Batch{Ranks: 2, Rank: r}
+		q.Batch = &metadata.Batch{Ranks: 2, Rank: r}
 		return q
 	}
 	a0 := x.claim(p, rank(0), each)
@@ -707,9 +708,9 @@ func testBatch(x *qt) {
 		x.t.Fatalf("rank 1's units %v, rank 0's %v", a1.Units, a0.Units)
 	}
 	for i, d := range a1.Deliveries {
-		want := backends.Leased
+		want := metadata.Leased
 		if i < 2 {
-			want = backends.Acked
+			want = metadata.Acked
 		}
 		if d.State != want || d.Lease != a0.Lease {
 			x.t.Fatalf("rank 1's share: row %d is %v of %q, want %v of the batch's lease", i, d.State, d.Lease, want)
@@ -732,7 +733,7 @@ func testBatch(x *qt) {
 	if len(c0.Rows) != 2 {
 		x.t.Fatalf("rank 0's third batch has %d rows, want 2", len(c0.Rows))
 	}
-	x.settle(p, backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c0.Lease, Indexes: indexes(c0.Rows)})
+	x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: c0.Lease, Indexes: indexes(c0.Rows)})
 	c1 := x.claim(p, rank(1), each)
 	if c1.Lease == c0.Lease {
 		x.t.Fatalf("rank 1 took a share of a batch whose rows were all returned")
@@ -748,7 +749,7 @@ func testBatchOrder(x *qt) {
 	var leases [2][]string
 	runWorkers(x.t, 2, func(r int) error {
 		for range batches {
-			q := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: size, Min: size, Batch: &backends.Batch{Ranks: 2, Rank: r}, Custom: true}
+			q := metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: size, Min: size, Batch: &metadata.Batch{Ranks: 2, Rank: r}, Custom: true}
 			c, err := x.q.Claim(x.ctx, p, q, each)
 			if err != nil {
 				return err

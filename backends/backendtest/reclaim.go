@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // reclaimTests run within RunMeta: Garbage, Swept and Abandon.
@@ -34,13 +35,13 @@ var reclaimTests = []struct {
 // rt is one reclaim subtest: a metadata subtest, r its store.
 type rt struct {
 	*mt
-	r backends.MetaStore
+	r metadata.MetaStore
 }
 
 // hour is an olderThan no reservation of a test reaches.
 const hour = time.Hour
 
-func (x *rt) garbage(p string, olderThan time.Duration) []backends.Ref {
+func (x *rt) garbage(p string, olderThan time.Duration) []metadata.Ref {
 	x.t.Helper()
 	refs, err := x.r.Garbage(x.ctx, p, olderThan)
 	if err != nil {
@@ -49,7 +50,7 @@ func (x *rt) garbage(p string, olderThan time.Duration) []backends.Ref {
 	return refs
 }
 
-func (x *rt) swept(p string, refs []backends.Ref) {
+func (x *rt) swept(p string, refs []metadata.Ref) {
 	x.t.Helper()
 	if err := x.r.Swept(x.ctx, p, refs); err != nil {
 		x.t.Fatalf("Swept(%q, %d refs): %v", p, len(refs), err)
@@ -57,7 +58,7 @@ func (x *rt) swept(p string, refs []backends.Ref) {
 }
 
 // wantGarbage checks Garbage(p, olderThan) against want, in any order.
-func (x *rt) wantGarbage(what, p string, olderThan time.Duration, want ...backends.Ref) []backends.Ref {
+func (x *rt) wantGarbage(what, p string, olderThan time.Duration, want ...metadata.Ref) []metadata.Ref {
 	x.t.Helper()
 	got := x.garbage(p, olderThan)
 	x.wantRefs(what, got, want)
@@ -66,8 +67,8 @@ func (x *rt) wantGarbage(what, p string, olderThan time.Duration, want ...backen
 
 // ref names the cell of field f at generation gen of row index, written
 // with the tag fields gives it ("" for a reservation never committed).
-func ref(index uint64, f string, gen uint64, committed bool) backends.Ref {
-	r := backends.Ref{Index: index, Field: f, Gen: gen}
+func ref(index uint64, f string, gen uint64, committed bool) metadata.Ref {
+	r := metadata.Ref{Index: index, Field: f, Gen: gen}
 	if committed {
 		r.Tag = "tag-" + f
 	}
@@ -77,17 +78,17 @@ func ref(index uint64, f string, gen uint64, committed bool) backends.Ref {
 func testGarbageSuperseded(x *rt) {
 	p := x.part("p")
 	r0 := x.prepare(p, []string{"k"}, []string{"f", "g"})
-	x.commit(p, backends.RowUpdate{Key: "k", Index: r0[0].Index, Fields: fields(r0[0], "f", "g")})
+	x.commit(p, metadata.RowUpdate{Key: "k", Index: r0[0].Index, Fields: fields(r0[0], "f", "g")})
 	x.wantGarbage("Garbage after a first commit", p, 0)
 	r1 := x.prepare(p, []string{"k"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "k", Index: r1[0].Index, Fields: fields(r1[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "k", Index: r1[0].Index, Fields: fields(r1[0], "f")})
 	idx := r0[0].Index
 	old := ref(idx, "f", 0, true)
 	x.wantGarbage("Garbage after a rewrite", p, hour, old)
 	got := x.wantGarbage("Garbage again, before Swept", p, 0, old)
 	x.swept(p, got)
 	x.wantGarbage("Garbage after Swept", p, 0)
-	x.wantRows("Lookup after Swept", x.lookup(p, "k"), []*backends.Row{{Key: "k", Index: idx, Fields: map[string]backends.FieldInfo{
+	x.wantRows("Lookup after Swept", x.lookup(p, "k"), []*metadata.Row{{Key: "k", Index: idx, Fields: map[string]metadata.FieldInfo{
 		"f": cell("float32", 1, "tag-f"), "g": cell("float32", 0, "tag-g"),
 	}}}, true)
 }
@@ -97,10 +98,10 @@ func testGarbageStale(x *rt) {
 	r0 := x.prepare(p, []string{"k"}, []string{"f"})
 	r1 := x.prepare(p, []string{"k"}, []string{"f"})
 	idx := r0[0].Index
-	x.commit(p, backends.RowUpdate{Key: "k", Index: idx, Fields: fields(r1[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "k", Index: idx, Fields: fields(r1[0], "f")})
 	x.wantGarbage("Garbage with the older write pending", p, hour)
-	res := x.commit(p, backends.RowUpdate{Key: "k", Index: idx, Fields: fields(r0[0], "f")})
-	x.wantRefs("Stale", res.Stale, []backends.Ref{ref(idx, "f", 0, true)})
+	res := x.commit(p, metadata.RowUpdate{Key: "k", Index: idx, Fields: fields(r0[0], "f")})
+	x.wantRefs("Stale", res.Stale, []metadata.Ref{ref(idx, "f", 0, true)})
 	x.swept(p, x.wantGarbage("Garbage after a stale commit", p, hour, ref(idx, "f", 0, true)))
 	x.wantGarbage("Garbage after Swept", p, 0)
 }
@@ -110,8 +111,8 @@ func testGarbageYoung(x *rt) {
 	r := x.prepare(p, []string{"a", "b"}, []string{"f"})
 	x.wantGarbage("Garbage(1h) of young reservations", p, hour)
 	x.commit(p,
-		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")},
-		backends.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")})
+		metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")},
+		metadata.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")})
 	x.wantGarbage("Garbage after they committed", p, 0)
 	if rows := x.list(p); len(rows) != 2 {
 		x.t.Errorf("List after committing two young reservations: %s", rowKeys(rows))
@@ -121,19 +122,19 @@ func testGarbageYoung(x *rt) {
 func testGarbageOld(x *rt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a", "b"}, []string{"f", "g"})
-	want := []backends.Ref{
+	want := []metadata.Ref{
 		ref(r[0].Index, "f", 0, false), ref(r[0].Index, "g", 0, false),
 		ref(r[1].Index, "f", 0, false), ref(r[1].Index, "g", 0, false),
 	}
 	x.wantGarbage("Garbage(0) aborts every reservation", p, 0, want...)
 	x.wantGarbage("Garbage(1h) after: still garbage", p, hour, want...)
 	x.wantConflict("Commit of an aborted reservation", p,
-		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f", "g")})
+		metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f", "g")})
 	x.wantConflict("Commit of one aborted field", p,
-		backends.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "g")})
+		metadata.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "g")})
 	x.wantConflict("Commit of a tag with an aborted field", p,
-		backends.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f"), Tag: map[string]any{"t": "x"}})
-	x.wantRows("Lookup after the conflicts", x.lookup(p, "a", "b"), []*backends.Row{nil, nil}, true)
+		metadata.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f"), Tag: map[string]any{"t": "x"}})
+	x.wantRows("Lookup after the conflicts", x.lookup(p, "a", "b"), []*metadata.Row{nil, nil}, true)
 	x.wantGarbage("Garbage after the conflicts", p, hour, want...)
 }
 
@@ -146,23 +147,23 @@ func testGarbageAges(x *rt) {
 	time.Sleep(age + 50*time.Millisecond)
 	young := x.prepare(p, []string{"young"}, []string{"f"})
 	x.wantGarbage("Garbage(age) of one reservation older and one younger than age", p, age, ref(old[0].Index, "f", 0, false))
-	x.commit(p, backends.RowUpdate{Key: "young", Index: young[0].Index, Fields: fields(young[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "young", Index: young[0].Index, Fields: fields(young[0], "f")})
 	x.wantConflict("Commit of the aborted older reservation", p,
-		backends.RowUpdate{Key: "old", Index: old[0].Index, Fields: fields(old[0], "f")})
+		metadata.RowUpdate{Key: "old", Index: old[0].Index, Fields: fields(old[0], "f")})
 }
 
 func testGarbageRewrite(x *rt) {
 	p := x.part("p")
 	r0 := x.prepare(p, []string{"k"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "k", Index: r0[0].Index, Fields: fields(r0[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "k", Index: r0[0].Index, Fields: fields(r0[0], "f")})
 	r1 := x.prepare(p, []string{"k"}, []string{"f"})
 	x.wantGarbage("Garbage(0) with a rewrite pending", p, 0, ref(r0[0].Index, "f", 1, false))
 	x.wantConflict("Commit of the aborted rewrite", p,
-		backends.RowUpdate{Key: "k", Index: r1[0].Index, Fields: fields(r1[0], "f")})
-	x.wantRows("Lookup after the aborted rewrite", x.lookup(p, "k"), []*backends.Row{{Key: "k", Index: r0[0].Index, Fields: fields(r0[0], "f")}}, true)
+		metadata.RowUpdate{Key: "k", Index: r1[0].Index, Fields: fields(r1[0], "f")})
+	x.wantRows("Lookup after the aborted rewrite", x.lookup(p, "k"), []*metadata.Row{{Key: "k", Index: r0[0].Index, Fields: fields(r0[0], "f")}}, true)
 	// A later rewrite commits and supersedes the first generation.
 	r2 := x.prepare(p, []string{"k"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "k", Index: r2[0].Index, Fields: fields(r2[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "k", Index: r2[0].Index, Fields: fields(r2[0], "f")})
 	x.wantGarbage("Garbage after a later rewrite", p, hour, ref(r0[0].Index, "f", 1, false), ref(r0[0].Index, "f", 0, true))
 }
 
@@ -170,40 +171,40 @@ func testGarbageDelete(x *rt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a", "b"}, []string{"x", "y"})
 	x.commit(p,
-		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "x", "y")},
-		backends.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "x", "y")})
+		metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "x", "y")},
+		metadata.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "x", "y")})
 	ra := x.prepare(p, []string{"a"}, []string{"x"})
-	x.commit(p, backends.RowUpdate{Key: "a", Index: ra[0].Index, Fields: fields(ra[0], "x")})
+	x.commit(p, metadata.RowUpdate{Key: "a", Index: ra[0].Index, Fields: fields(ra[0], "x")})
 	x.swept(p, x.garbage(p, hour)) // a's x#0, deleted as a put does
 	rc := x.prepare(p, []string{"a", "c"}, []string{"x"})
 
 	a, c := r[0].Index, rc[1].Index
 	x.delete(p, "a", "c")
-	committed := []backends.Ref{ref(a, "x", 1, true), ref(a, "y", 0, true)}
+	committed := []metadata.Ref{ref(a, "x", 1, true), ref(a, "y", 0, true)}
 	got := x.wantGarbage("Garbage(1h) after Delete: the removed row's committed cells", p, hour, committed...)
 	x.wantConflict("Commit of a removed row's reservation", p,
-		backends.RowUpdate{Key: "a", Index: a, Fields: fields(rc[0], "x")})
+		metadata.RowUpdate{Key: "a", Index: a, Fields: fields(rc[0], "x")})
 	x.swept(p, got)
 	x.wantGarbage("Garbage(1h) after Swept: the removed rows' young reservations are kept", p, hour)
 	x.swept(p, x.wantGarbage("Garbage(0) after Delete: their reservations", p, 0,
 		ref(a, "x", 2, false), ref(c, "x", 0, false)))
 	x.wantGarbage("Garbage after Swept", p, 0)
-	x.wantRows("List after all", x.list(p), []*backends.Row{{Key: "b", Index: r[1].Index, Fields: fields(r[1], "x", "y")}}, true)
+	x.wantRows("List after all", x.list(p), []*metadata.Row{{Key: "b", Index: r[1].Index, Fields: fields(r[1], "x", "y")}}, true)
 }
 
 func testGarbageDeletePartition(x *rt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a", "b"}, []string{"f"})
 	x.commit(p,
-		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")},
-		backends.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")})
+		metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")},
+		metadata.RowUpdate{Key: "b", Index: r[1].Index, Fields: fields(r[1], "f")})
 	rb := x.prepare(p, []string{"b", "c"}, []string{"f"})
 	x.deletePartition(p)
 	if ps := x.partitions(); len(ps) != 0 {
 		x.t.Errorf("Partitions after DeletePartition: %q, want none", ps)
 	}
 	x.wantConflict("Commit of a reservation of a cleared partition", p,
-		backends.RowUpdate{Key: "b", Index: rb[0].Index, Fields: fields(rb[0], "f")})
+		metadata.RowUpdate{Key: "b", Index: rb[0].Index, Fields: fields(rb[0], "f")})
 	x.wantGarbage("Garbage(1h) after DeletePartition", p, hour, ref(r[0].Index, "f", 0, true), ref(r[1].Index, "f", 0, true))
 	all := x.wantGarbage("Garbage(0) after DeletePartition", p, 0,
 		ref(r[0].Index, "f", 0, true), ref(r[1].Index, "f", 0, true),
@@ -218,16 +219,16 @@ func testGarbageDeletePartition(x *rt) {
 	if r2[0].Index <= rb[1].Index {
 		x.t.Errorf("index %d after DeletePartition, want above %d", r2[0].Index, rb[1].Index)
 	}
-	x.commit(p, backends.RowUpdate{Key: "a", Index: r2[0].Index, Fields: fields(r2[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "a", Index: r2[0].Index, Fields: fields(r2[0], "f")})
 	x.wantGarbage("Garbage of the partition used again", p, 0)
 }
 
 func testSweptReservation(x *rt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a", "b"}, []string{"f"})
-	x.swept(p, []backends.Ref{ref(r[0].Index, "f", 0, false)}) // a rolled-back put's cells
+	x.swept(p, []metadata.Ref{ref(r[0].Index, "f", 0, false)}) // a rolled-back put's cells
 	x.wantConflict("Commit of a reservation reported swept", p,
-		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
+		metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
 	x.wantGarbage("Garbage(0) after Swept of one reservation", p, 0, ref(r[1].Index, "f", 0, false))
 }
 
@@ -238,14 +239,14 @@ func testSweptReservation(x *rt) {
 func testAbandon(x *rt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a", "b", "c"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "c", Index: r[2].Index, Fields: fields(r[2], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "c", Index: r[2].Index, Fields: fields(r[2], "f")})
 	rc := x.prepare(p, []string{"c"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "c", Index: rc[0].Index, Fields: fields(rc[0], "f")}) // c's f#0 is garbage
+	x.commit(p, metadata.RowUpdate{Key: "c", Index: rc[0].Index, Fields: fields(rc[0], "f")}) // c's f#0 is garbage
 	x.delete(p, "b")                                                                          // b's f#0 is an orphan
-	x.swept(p, []backends.Ref{ref(r[2].Index, "f", 0, true)})
+	x.swept(p, []metadata.Ref{ref(r[2].Index, "f", 0, true)})
 	rc2 := x.prepare(p, []string{"c"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "c", Index: rc2[0].Index, Fields: fields(rc2[0], "f")}) // c's f#1 is garbage
-	own := []backends.Ref{
+	x.commit(p, metadata.RowUpdate{Key: "c", Index: rc2[0].Index, Fields: fields(rc2[0], "f")}) // c's f#1 is garbage
+	own := []metadata.Ref{
 		{Index: r[0].Index, Field: "f", Gen: 0, Tag: "t-a"}, // pending
 		{Index: r[1].Index, Field: "f", Gen: 0, Tag: "t-b"}, // an orphan
 		ref(r[2].Index, "f", 1, true),                       // garbage already
@@ -254,7 +255,7 @@ func testAbandon(x *rt) {
 		x.t.Fatalf("Abandon of known reservations: %v", err)
 	}
 	x.wantConflict("Commit of an abandoned reservation", p,
-		backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
+		metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
 	x.wantGarbage("Garbage(1h) after Abandon", p, hour, own...)
 	if err := x.r.Abandon(x.ctx, p, nil); err != nil {
 		x.t.Errorf("Abandon of nothing: %v", err)
@@ -264,12 +265,12 @@ func testAbandon(x *rt) {
 func testSweptUnknown(x *rt) {
 	p := x.part("p")
 	r := x.prepare(p, []string{"a"}, []string{"f"})
-	x.commit(p, backends.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
+	x.commit(p, metadata.RowUpdate{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")})
 	committed := ref(r[0].Index, "f", 0, true)
-	x.swept(p, []backends.Ref{committed, ref(r[0].Index, "f", 7, false), ref(12345, "zz", 3, false)})
-	x.swept(x.part("unknown"), []backends.Ref{committed})
+	x.swept(p, []metadata.Ref{committed, ref(r[0].Index, "f", 7, false), ref(12345, "zz", 3, false)})
+	x.swept(x.part("unknown"), []metadata.Ref{committed})
 	x.swept(p, nil)
-	x.wantRows("Lookup after Swept of a committed cell", x.lookup(p, "a"), []*backends.Row{{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")}}, true)
+	x.wantRows("Lookup after Swept of a committed cell", x.lookup(p, "a"), []*metadata.Row{{Key: "a", Index: r[0].Index, Fields: fields(r[0], "f")}}, true)
 	x.wantGarbage("Garbage after Swept of cells that are no garbage", p, 0)
 	x.wantGarbage("Garbage of an unknown partition", x.part("unknown"), 0)
 }
@@ -292,7 +293,7 @@ func testGarbageClosed(x *rt) {
 	if _, err := x.r.Garbage(x.ctx, p, 0); !errors.Is(err, backends.ErrClosed) {
 		x.t.Errorf("Garbage after Close: %v, want an error wrapping %v", err, backends.ErrClosed)
 	}
-	if err := x.r.Swept(x.ctx, p, []backends.Ref{{Field: "f"}}); !errors.Is(err, backends.ErrClosed) {
+	if err := x.r.Swept(x.ctx, p, []metadata.Ref{{Field: "f"}}); !errors.Is(err, backends.ErrClosed) {
 		x.t.Errorf("Swept after Close: %v, want an error wrapping %v", err, backends.ErrClosed)
 	}
 }
@@ -327,7 +328,7 @@ const (
 )
 
 type modelCell struct {
-	backends.Ref // Tag as Garbage must report it
+	metadata.Ref // Tag as Garbage must report it
 	state        cellState
 }
 
@@ -350,7 +351,7 @@ type garbageModel struct {
 	// cells by identity, reservations not yet committed or dropped
 	cells map[cellID]*modelCell
 	res   []reservation
-	last  []backends.Ref // the last Garbage's result
+	last  []metadata.Ref // the last Garbage's result
 	log   string         // the last step, for failure messages
 }
 
@@ -435,7 +436,7 @@ func (m *garbageModel) prepare() {
 			if m.cells[id] != nil {
 				m.x.t.Errorf("Prepare handed out %v twice", id)
 			}
-			m.cells[id] = &modelCell{Ref: backends.Ref{Index: r.index, Field: f, Gen: g}}
+			m.cells[id] = &modelCell{Ref: metadata.Ref{Index: r.index, Field: f, Gen: g}}
 		}
 		m.res = append(m.res, reservation{key: k, index: out[i].Index, gens: out[i].Gens})
 	}
@@ -455,7 +456,7 @@ func (m *garbageModel) commit() {
 	}
 	slices.Sort(names)
 	names = m.pick(names)
-	up := backends.RowUpdate{Key: rs.key, Index: rs.index, Fields: map[string]backends.FieldInfo{}}
+	up := metadata.RowUpdate{Key: rs.key, Index: rs.index, Fields: map[string]metadata.FieldInfo{}}
 	conflict := m.rows[rs.key] == nil || m.rows[rs.key].index != rs.index
 	for _, f := range names {
 		g := rs.gens[f]
@@ -515,7 +516,7 @@ func (m *garbageModel) remove(key string) {
 // sweep reports a random part of the last Garbage swept, and sometimes a
 // pending reservation (as a rollback does).
 func (m *garbageModel) sweep() {
-	var refs []backends.Ref
+	var refs []metadata.Ref
 	for _, r := range m.last {
 		if m.rng.IntN(3) > 0 {
 			refs = append(refs, r)
@@ -524,7 +525,7 @@ func (m *garbageModel) sweep() {
 	if len(m.res) > 0 && m.rng.IntN(2) == 0 {
 		rs := m.res[m.rng.IntN(len(m.res))]
 		for f, g := range rs.gens {
-			refs = append(refs, backends.Ref{Index: rs.index, Field: f, Gen: g})
+			refs = append(refs, metadata.Ref{Index: rs.index, Field: f, Gen: g})
 		}
 	}
 	m.log = fmt.Sprintf("Swept %+v", refs)
@@ -541,19 +542,19 @@ func (m *garbageModel) sweep() {
 // check compares Garbage(olderThan) and List with the model.
 func (m *garbageModel) check(olderThan time.Duration) {
 	m.x.t.Helper()
-	var want []backends.Ref
+	var want []metadata.Ref
 	for _, c := range m.cells {
 		if c.state == cellGarbage {
 			want = append(want, c.Ref)
 		}
 	}
 	m.last = m.x.wantGarbage(m.log+": Garbage", m.p, olderThan, want...)
-	var rows []*backends.Row
+	var rows []*metadata.Row
 	for k, r := range m.rows {
 		if r.fields == nil {
 			continue // never committed
 		}
-		row := &backends.Row{Key: k, Index: r.index, Fields: map[string]backends.FieldInfo{}}
+		row := &metadata.Row{Key: k, Index: r.index, Fields: map[string]metadata.FieldInfo{}}
 		for f, g := range r.fields {
 			row.Fields[f] = cell("float32", g, "tag-"+f)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/tqgo/tqgo/backends/backendtest/toykv"
 	"github.com/tqgo/tqgo/backends/backendtest/toylog"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tq/tqtest"
@@ -101,7 +102,7 @@ func newToyShared(t *testing.T) backends.Engine {
 // The toy shared engine passes the metadata and consumption suites, with
 // the rules applied to its log.
 func TestToySharedMeta(t *testing.T) {
-	newMeta := func(t *testing.T) backends.MetaStore {
+	newMeta := func(t *testing.T) metadata.MetaStore {
 		e := newToyShared(t)
 		m := replica.NewStore(e.Log, e.Data)
 		t.Cleanup(func() { _ = m.Close() })

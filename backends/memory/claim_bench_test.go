@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // BenchmarkClaimScale: a Claim of 8 rows and their Ack, on partitions
@@ -26,15 +26,15 @@ func BenchmarkClaimScale(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ups := make([]backends.RowUpdate, size)
-			fields := map[string]backends.FieldInfo{"f": {}}
+			ups := make([]metadata.RowUpdate, size)
+			fields := map[string]metadata.FieldInfo{"f": {}}
 			for i := range ups {
-				ups[i] = backends.RowUpdate{Key: keys[i], Index: res[i].Index, Fields: fields}
+				ups[i] = metadata.RowUpdate{Key: keys[i], Index: res[i].Index, Fields: fields}
 			}
 			if _, err := m.Commit(ctx, "p", ups); err != nil {
 				b.Fatal(err)
 			}
-			req := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 8, Min: 1, Select: backends.Select{Fields: []string{"f"}}}
+			req := metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 8, Min: 1, Select: metadata.Select{Fields: []string{"f"}}}
 			idx := make([]uint64, 8)
 			claim := func() {
 				c, err := m.Claim(ctx, "p", req, nil)
@@ -45,7 +45,7 @@ func BenchmarkClaimScale(b *testing.B) {
 					idx[i] = r.Index
 				}
 				// Nack rather than Ack, so the partition keeps its ready rows.
-				if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: idx}); err != nil {
+				if _, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: c.Lease, Indexes: idx}); err != nil {
 					b.Fatal(err)
 				}
 			}

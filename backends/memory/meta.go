@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/rules"
 )
 
@@ -33,7 +34,7 @@ type MetaStore struct {
 	done chan struct{} // closed by Close: waiters return
 }
 
-var _ backends.MetaStore = (*MetaStore)(nil)
+var _ metadata.MetaStore = (*MetaStore)(nil)
 
 type partition struct {
 	mu sync.Mutex // guards everything below
@@ -146,8 +147,8 @@ func (m *MetaStore) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Prepare implements backends.MetaStore.
-func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields []string) ([]backends.Reservation, error) {
+// Prepare implements metadata.MetaStore.
+func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields []string) ([]metadata.Reservation, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -158,17 +159,17 @@ func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields 
 	return p.st.Prepare(m.now(), keys, fields, base, n)
 }
 
-// Commit implements backends.MetaStore.
-func (m *MetaStore) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
+// Commit implements metadata.MetaStore.
+func (m *MetaStore) Commit(ctx context.Context, partition string, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	if err := m.check(ctx); err != nil {
-		return backends.CommitResult{}, err
+		return metadata.CommitResult{}, err
 	}
 	if len(updates) == 0 {
-		return backends.CommitResult{}, nil
+		return metadata.CommitResult{}, nil
 	}
 	p := m.lock(partition, false)
 	if p == nil {
-		return backends.CommitResult{}, fmt.Errorf("%w: partition %q was cleared", backends.ErrConflict, partition)
+		return metadata.CommitResult{}, fmt.Errorf("%w: partition %q was cleared", backends.ErrConflict, partition)
 	}
 	defer m.unlock(partition, p)
 	res, err := p.st.Commit(m.now(), updates)
@@ -178,33 +179,33 @@ func (m *MetaStore) Commit(ctx context.Context, partition string, updates []back
 	return res, nil
 }
 
-// Lookup implements backends.MetaStore.
-func (m *MetaStore) Lookup(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+// Lookup implements metadata.MetaStore.
+func (m *MetaStore) Lookup(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
 	p := m.lock(partition, false)
 	if p == nil {
-		return make([]*backends.Row, len(keys)), nil
+		return make([]*metadata.Row, len(keys)), nil
 	}
 	defer p.mu.Unlock()
 	return p.st.Lookup(keys), nil
 }
 
-// List implements backends.MetaStore.
-func (m *MetaStore) List(ctx context.Context, partition string) ([]*backends.Row, error) {
+// List implements metadata.MetaStore.
+func (m *MetaStore) List(ctx context.Context, partition string) ([]*metadata.Row, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
 	p := m.lock(partition, false)
 	if p == nil {
-		return []*backends.Row{}, nil
+		return []*metadata.Row{}, nil
 	}
 	defer p.mu.Unlock()
 	return slices.Clone(p.st.List()), nil
 }
 
-// Partitions implements backends.MetaStore.
+// Partitions implements metadata.MetaStore.
 func (m *MetaStore) Partitions(ctx context.Context) ([]string, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
@@ -228,8 +229,8 @@ func (m *MetaStore) Partitions(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Delete implements backends.MetaStore.
-func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+// Delete implements metadata.MetaStore.
+func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -241,8 +242,8 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 	return p.st.Delete(m.now(), keys), nil
 }
 
-// DeletePartition implements backends.MetaStore.
-func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
+// DeletePartition implements metadata.MetaStore.
+func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*metadata.Row, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -254,8 +255,8 @@ func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*b
 	return p.st.DeletePartition(m.now()), nil
 }
 
-// Garbage implements backends.MetaStore.
-func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan time.Duration) ([]backends.Ref, error) {
+// Garbage implements metadata.MetaStore.
+func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan time.Duration) ([]metadata.Ref, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -272,8 +273,8 @@ func (m *MetaStore) Garbage(ctx context.Context, partition string, olderThan tim
 	return slices.Clone(p.st.Garbage()), nil
 }
 
-// Swept implements backends.MetaStore.
-func (m *MetaStore) Swept(ctx context.Context, partition string, refs []backends.Ref) error {
+// Swept implements metadata.MetaStore.
+func (m *MetaStore) Swept(ctx context.Context, partition string, refs []metadata.Ref) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
@@ -289,11 +290,11 @@ func (m *MetaStore) Swept(ctx context.Context, partition string, refs []backends
 	return nil
 }
 
-// Abandon implements backends.MetaStore. It never reports a reservation
+// Abandon implements metadata.MetaStore. It never reports a reservation
 // lost: a cell it does not know was aborted and swept already (this store
 // loses no metadata, and never hands its key out again), so the caller
 // may delete it.
-func (m *MetaStore) Abandon(ctx context.Context, partition string, refs []backends.Ref) error {
+func (m *MetaStore) Abandon(ctx context.Context, partition string, refs []metadata.Ref) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
@@ -307,7 +308,7 @@ func (m *MetaStore) Abandon(ctx context.Context, partition string, refs []backen
 	return nil
 }
 
-// Close implements backends.MetaStore.
+// Close implements metadata.MetaStore.
 func (m *MetaStore) Close() error {
 	if !m.closed.Swap(true) {
 		close(m.done)
@@ -319,15 +320,15 @@ func newLease() string {
 	return strconv.FormatUint(rand.Uint64()|1<<63, 16)
 }
 
-// Claim implements backends.Queue. A Custom claim's pick runs under the
+// Claim implements metadata.Queue. A Custom claim's pick runs under the
 // partition's lock, over a window of the oldest ready rows that grows
 // fourfold while the pick leases too few and more rows are ready.
-func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.ClaimRequest, pick backends.Pick) (backends.Claimed, error) {
+func (m *MetaStore) Claim(ctx context.Context, partition string, req metadata.ClaimRequest, pick metadata.Pick) (metadata.Claimed, error) {
 	if err := req.Check(); err != nil {
-		return backends.Claimed{}, err
+		return metadata.Claimed{}, err
 	}
 	if err := m.check(ctx); err != nil {
-		return backends.Claimed{}, err
+		return metadata.Claimed{}, err
 	}
 	p := m.lock(partition, true)
 	defer p.unlockKeep()
@@ -335,19 +336,19 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 	// no request, so claims never stand.
 	a := rules.ClaimArgs{Task: req.Task, Token: newLease(), Lease: req.Lease, Rows: req.Rows, Min: req.Min,
 		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom}
-	var c backends.Claimed
+	var c metadata.Claimed
 	for window := 4*req.Rows + 64; ; window *= 4 {
 		now := m.now()
-		var rows []*backends.Row
+		var rows []*metadata.Row
 		if a.Custom {
-			var ds []backends.Delivery
+			var ds []metadata.Delivery
 			rows, ds = p.st.Candidates(now, req.Task, req.Select, req.Floor, window)
 			picked, err := pick(rows, ds)
 			if err != nil {
-				return backends.Claimed{}, err
+				return metadata.Claimed{}, err
 			}
-			if err := backends.CheckPicked(picked, len(rows)); err != nil {
-				return backends.Claimed{}, err
+			if err := metadata.CheckPicked(picked, len(rows)); err != nil {
+				return metadata.Claimed{}, err
 			}
 			a.Units, a.Drop = indexUnits(rows, picked)
 		}
@@ -360,7 +361,7 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req backends.Cl
 }
 
 // indexUnits turns a pick's positions into row indexes.
-func indexUnits(rows []*backends.Row, picked backends.Picked) (units [][]uint64, drop []uint64) {
+func indexUnits(rows []*metadata.Row, picked metadata.Picked) (units [][]uint64, drop []uint64) {
 	units = make([][]uint64, len(picked.Units))
 	for k, u := range picked.Units {
 		units[k] = make([]uint64, len(u))
@@ -374,24 +375,24 @@ func indexUnits(rows []*backends.Row, picked backends.Picked) (units [][]uint64,
 	return units, drop
 }
 
-// Settle implements backends.Queue.
-func (m *MetaStore) Settle(ctx context.Context, partition string, req backends.SettleRequest) (backends.SettleResult, error) {
+// Settle implements metadata.Queue.
+func (m *MetaStore) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (metadata.SettleResult, error) {
 	if err := req.Check(); err != nil {
-		return backends.SettleResult{}, err
+		return metadata.SettleResult{}, err
 	}
 	if err := m.check(ctx); err != nil {
-		return backends.SettleResult{}, err
+		return metadata.SettleResult{}, err
 	}
 	p := m.lock(partition, false)
 	if p == nil {
-		return backends.SettleResult{Lost: slices.Clone(req.Indexes)}, nil
+		return metadata.SettleResult{Lost: slices.Clone(req.Indexes)}, nil
 	}
 	defer p.unlockKeep()
 	return p.st.Settle(m.now(), &req), nil
 }
 
-// Consumption implements backends.Queue.
-func (m *MetaStore) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]backends.Delivery, error) {
+// Consumption implements metadata.Queue.
+func (m *MetaStore) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]metadata.Delivery, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -402,9 +403,9 @@ func (m *MetaStore) Consumption(ctx context.Context, partition string, tasks ...
 	}
 	p := m.lock(partition, false)
 	if p == nil {
-		out := map[string][]backends.Delivery{}
+		out := map[string][]metadata.Delivery{}
 		for _, name := range tasks {
-			out[name] = []backends.Delivery{}
+			out[name] = []metadata.Delivery{}
 		}
 		return out, nil
 	}
@@ -412,7 +413,7 @@ func (m *MetaStore) Consumption(ctx context.Context, partition string, tasks ...
 	return p.st.Consumption(m.now(), tasks...), nil
 }
 
-// Reset implements backends.Queue.
+// Reset implements metadata.Queue.
 func (m *MetaStore) Reset(ctx context.Context, partition, task string, indexes []uint64) error {
 	if task == "" {
 		return invalidf("reset: empty task name")
@@ -429,9 +430,9 @@ func (m *MetaStore) Reset(ctx context.Context, partition, task string, indexes [
 	return nil
 }
 
-// Wait implements backends.Queue: it wakes on the partition's next change
+// Wait implements metadata.Queue: it wakes on the partition's next change
 // that may make rows ready, or at mark.Wake.
-func (m *MetaStore) Wait(ctx context.Context, partition string, mark backends.Mark) error {
+func (m *MetaStore) Wait(ctx context.Context, partition string, mark metadata.Mark) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}

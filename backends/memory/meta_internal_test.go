@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // A job that makes a partition per step and clears it must not grow the
@@ -20,7 +20,7 @@ func TestClearedPartitionsForgotten(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Commit(ctx, p, []backends.RowUpdate{{Key: "a", Index: res[0].Index, Fields: map[string]backends.FieldInfo{"f": {Gen: 0}}}}); err != nil {
+		if _, err := m.Commit(ctx, p, []metadata.RowUpdate{{Key: "a", Index: res[0].Index, Fields: map[string]metadata.FieldInfo{"f": {Gen: 0}}}}); err != nil {
 			t.Fatal(err)
 		}
 		rows, err := m.DeletePartition(ctx, p) // b's reservation is an orphan

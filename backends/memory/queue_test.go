@@ -6,25 +6,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
-func pickEach(rows []*backends.Row, _ []backends.Delivery) (backends.Picked, error) {
-	var p backends.Picked
+func pickEach(rows []*metadata.Row, _ []metadata.Delivery) (metadata.Picked, error) {
+	var p metadata.Picked
 	for i := range rows {
 		p.Units = append(p.Units, []int{i})
 	}
 	return p, nil
 }
 
-func commitRow(t *testing.T, m *memory.MetaStore, part string, r backends.Reservation, key string) {
+func commitRow(t *testing.T, m *memory.MetaStore, part string, r metadata.Reservation, key string) {
 	t.Helper()
-	f := map[string]backends.FieldInfo{}
+	f := map[string]metadata.FieldInfo{}
 	for name, g := range r.Gens {
-		f[name] = backends.FieldInfo{Gen: g}
+		f[name] = metadata.FieldInfo{Gen: g}
 	}
-	if _, err := m.Commit(context.Background(), part, []backends.RowUpdate{{Key: key, Index: r.Index, Fields: f}}); err != nil {
+	if _, err := m.Commit(context.Background(), part, []metadata.RowUpdate{{Key: key, Index: r.Index, Fields: f}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -39,12 +39,12 @@ func TestQueueFloorOutOfOrderCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	commitRow(t, m, "p", res[1], "b") // b (index 1) commits first
-	req := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 10, Min: 1}
+	req := metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 10, Min: 1}
 	c, err := m.Claim(ctx, "p", req, pickEach)
 	if err != nil || len(c.Rows) != 1 {
 		t.Fatal(c, err)
 	}
-	if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: []uint64{c.Rows[0].Index}}); err != nil {
+	if _, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: c.Lease, Indexes: []uint64{c.Rows[0].Index}}); err != nil {
 		t.Fatal(err)
 	}
 	if c, _ := m.Claim(ctx, "p", req, pickEach); len(c.Rows) != 0 { // moves the floor past b
@@ -68,7 +68,7 @@ func TestQueueWaitAfterExpiredDead(t *testing.T) {
 	m := memory.NewMetaStore()
 	res, _ := m.Prepare(ctx, "p", []string{"a"}, []string{"f"})
 	commitRow(t, m, "p", res[0], "a")
-	req := backends.ClaimRequest{Task: "t", Lease: 10 * time.Millisecond, Rows: 1, Min: 1, MaxDeliveries: 1}
+	req := metadata.ClaimRequest{Task: "t", Lease: 10 * time.Millisecond, Rows: 1, Min: 1, MaxDeliveries: 1}
 	if c, _ := m.Claim(ctx, "p", req, pickEach); len(c.Rows) != 1 {
 		t.Fatal("no lease")
 	}
@@ -109,7 +109,7 @@ func TestQueueDropRacingDelete(t *testing.T) {
 				return
 			default:
 			}
-			_, _ = m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Drop, Indexes: []uint64{cur.Load()}})
+			_, _ = m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Drop, Indexes: []uint64{cur.Load()}})
 		}
 	}()
 	deleted := map[uint64]bool{}

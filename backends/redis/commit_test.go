@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 )
@@ -41,10 +42,10 @@ func (h *scriptCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) go
 	return next
 }
 
-func fieldUpdate(keys []string, res []backends.Reservation, f string) []backends.RowUpdate {
-	ups := make([]backends.RowUpdate, len(keys))
+func fieldUpdate(keys []string, res []metadata.Reservation, f string) []metadata.RowUpdate {
+	ups := make([]metadata.RowUpdate, len(keys))
 	for i, k := range keys {
-		ups[i] = backends.RowUpdate{Key: k, Index: res[i].Index, Fields: map[string]backends.FieldInfo{f: {DType: "uint8", Shape: []int64{4}, Gen: res[i].Gens[f]}}}
+		ups[i] = metadata.RowUpdate{Key: k, Index: res[i].Index, Fields: map[string]metadata.FieldInfo{f: {DType: "uint8", Shape: []int64{4}, Gen: res[i].Gens[f]}}}
 	}
 	return ups
 }
@@ -198,7 +199,7 @@ func testWriteRace(t *testing.T, url string, direct bool) {
 	s := open(t, url+prefix, redis.WithHooks(h))
 	m := metaOf(s)
 	keys := keyRange("k", 200)
-	step := func(f string) []backends.Reservation {
+	step := func(f string) []metadata.Reservation {
 		t.Helper()
 		armed.Store(true)
 		res, err := m.Prepare(ctx, "p", keys, []string{f})

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/replica"
 )
@@ -19,7 +20,7 @@ func open(t *testing.T, url string, opts ...redis.Option) *redis.Store {
 	}
 	t.Cleanup(func() {
 		if m, ok := metas.LoadAndDelete(s); ok {
-			m.(backends.MetaStore).Close()
+			m.(metadata.MetaStore).Close()
 		}
 		s.Close()
 		s.Log().Close()
@@ -28,21 +29,21 @@ func open(t *testing.T, url string, opts ...redis.Option) *redis.Store {
 }
 
 // metas holds the rules over each store's Log that metaOf made.
-var metas sync.Map // *redis.Store -> backends.MetaStore
+var metas sync.Map // *redis.Store -> metadata.MetaStore
 
 // metaOf returns the rules over s's Log, as a tq client applies them: the
 // same for every call on s, closed with s when open made s (otherwise by
 // closing s's Log, which ends its reads).
-func metaOf(s *redis.Store) backends.MetaStore {
+func metaOf(s *redis.Store) metadata.MetaStore {
 	if m, ok := metas.Load(s); ok {
-		return m.(backends.MetaStore)
+		return m.(metadata.MetaStore)
 	}
 	m, _ := metas.LoadOrStore(s, replica.NewStore(s.Log(), s))
-	return m.(backends.MetaStore)
+	return m.(metadata.MetaStore)
 }
 
-// colo is m's backends.Colocated side (a standalone server's).
-func colo(m backends.MetaStore) backends.Colocated { return m.(backends.Colocated) }
+// colo is m's metadata.Colocated side (a standalone server's).
+func colo(m metadata.MetaStore) metadata.Colocated { return m.(metadata.Colocated) }
 
 // engine is s with its Log, as the opener returns them.
 func engine(s *redis.Store) backends.Engine { return backends.Engine{Data: s, Log: s.Log()} }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/internal/replica"
 )
@@ -24,7 +25,7 @@ func TestLogCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 40
-	var tagged []backends.Reservation
+	var tagged []metadata.Reservation
 	for i := range n {
 		k := fmt.Sprintf("k%02d", i)
 		res, err := m.Prepare(ctx, "p", []string{k}, []string{"f"})
@@ -53,7 +54,7 @@ func TestLogCompaction(t *testing.T) {
 	fresh := metaOf(open(t, url))
 	for _, r := range []struct {
 		name string
-		m    backends.MetaStore
+		m    metadata.MetaStore
 	}{{"writer", m}, {"early view", early}, {"fresh", fresh}} {
 		rows, err := r.m.List(ctx, "p")
 		if err != nil {
@@ -108,7 +109,7 @@ func TestCorruptLog(t *testing.T) {
 			t.Fatal(err)
 		}
 		other := metaOf(open(t, srv.URL()+"?prefix=bad"))
-		for _, mm := range []backends.MetaStore{m, other} {
+		for _, mm := range []metadata.MetaStore{m, other} {
 			rows, err := mm.Lookup(ctx, "p", []string{"a"})
 			if err != nil || len(rows) != 1 || rows[0] == nil || rows[0].Index != want[0].Index || rows[0].Fields["f"].Gen != want[0].Fields["f"].Gen {
 				t.Fatalf("Lookup with record %q in the log: %v, %v; want %+v", rec, rows, err, want[0])

@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/tq"
@@ -215,7 +216,7 @@ func TestConfirmedReadManyRounds(t *testing.T) {
 	}
 	var calls atomic.Int32
 	var dst []backends.ReadCell
-	_, err = colo(m).ReadRows(ctx, "p", keys, func(rows []*backends.Row) ([]backends.ReadCell, error) {
+	_, err = colo(m).ReadRows(ctx, "p", keys, func(rows []*metadata.Row) ([]backends.ReadCell, error) {
 		calls.Add(1)
 		dst = make([]backends.ReadCell, len(rows))
 		for i, r := range rows {

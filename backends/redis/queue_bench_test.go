@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 )
 
@@ -21,7 +21,7 @@ func BenchmarkClaimAck(b *testing.B) {
 	ctx := b.Context()
 	const rows = 4096
 	commitRows(b, m, "p", keysOf("r", rows)...)
-	req := backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 16, Min: 1}
+	req := metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 16, Min: 1}
 	pick := firstN(16)
 	b.ResetTimer()
 	for b.Loop() {
@@ -37,7 +37,7 @@ func BenchmarkClaimAck(b *testing.B) {
 			b.StartTimer()
 			continue
 		}
-		if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil {
+		if _, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -69,11 +69,11 @@ func BenchmarkWake(b *testing.B) {
 	b.Run("engine", func(b *testing.B) {
 		m := metaOf(openBench(b, url+"?prefix=qwake"))
 		ctx := b.Context()
-		none := func([]*backends.Row, []backends.Delivery) (backends.Picked, error) { return backends.Picked{}, nil }
+		none := func([]*metadata.Row, []metadata.Delivery) (metadata.Picked, error) { return metadata.Picked{}, nil }
 		var ds []time.Duration
 		n := 0
 		for b.Loop() {
-			c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, none)
+			c, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, none)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 )
@@ -28,14 +29,14 @@ func TestQueueRoundTrips(t *testing.T) {
 	keys := keysOf("k", 8)
 	idx := commitRows(t, m, "p", keys...)
 	// Warm up: connections dialled, scripts loaded.
-	warm, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "warm", Lease: time.Minute, Rows: 1, Min: 1}, all)
+	warm, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "warm", Lease: time.Minute, Rows: 1, Min: 1}, all)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "warm", Op: backends.Ack, Lease: warm.Lease, Indexes: idx[:1]}); err != nil {
+	if _, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "warm", Op: metadata.Ack, Lease: warm.Lease, Indexes: idx[:1]}); err != nil {
 		t.Fatal(err)
 	}
-	plan := func(rows []*backends.Row) ([]backends.ReadCell, error) {
+	plan := func(rows []*metadata.Row) ([]backends.ReadCell, error) {
 		cells := make([]backends.ReadCell, len(rows))
 		for i, r := range rows {
 			cells[i].Key = backends.StorageKey(r.Index, "x", r.Fields["x"].Gen)
@@ -62,10 +63,10 @@ func TestQueueRoundTrips(t *testing.T) {
 			t.Errorf("%s: the engine reported %d round trips, want %d", what, got, want)
 		}
 	}
-	var c backends.Claimed
+	var c metadata.Claimed
 	count("claim", 1, func(ctx context.Context) error {
 		var err error
-		c, err = m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 4, Min: 1}, all)
+		c, err = m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 4, Min: 1}, all)
 		if err == nil && len(c.Rows) != 4 {
 			t.Errorf("claimed %d rows, want 4", len(c.Rows))
 		}
@@ -80,7 +81,7 @@ func TestQueueRoundTrips(t *testing.T) {
 		return err
 	})
 	count("ack", 1, func(ctx context.Context) error {
-		res, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: claimIdx(c)})
+		res, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: c.Lease, Indexes: claimIdx(c)})
 		if err == nil && len(res.Lost) != 0 {
 			t.Errorf("ack lost %v", res.Lost)
 		}
@@ -93,7 +94,7 @@ func TestQueueRoundTrips(t *testing.T) {
 	// A Wait woken by another client's commit brings the view the
 	// commit's record as it wakes: the claim that follows leases the new
 	// row in one round trip.
-	held, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "w", Lease: time.Minute, Rows: 64, Min: 1}, all)
+	held, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "w", Lease: time.Minute, Rows: 64, Min: 1}, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestQueueRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rt backends.RoundTrips
-	got, err := m.Claim(rt.Attach(ctx), "p", backends.ClaimRequest{Task: "w", Lease: time.Minute, Rows: 64, Min: 1}, all)
+	got, err := m.Claim(rt.Attach(ctx), "p", metadata.ClaimRequest{Task: "w", Lease: time.Minute, Rows: 64, Min: 1}, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestQueueRoundTrips(t *testing.T) {
 	commitRows(t, metaOf(open(t, srv.URL()+"?prefix=qrt")), "p", "z")
 	count("claim with a commit the view lacks", 1, func(ctx context.Context) error {
 		var err error
-		c, err = m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 1}, all)
+		c, err = m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 1}, all)
 		if err == nil && !slices.Equal(claimIdx(c), idx[4:6]) {
 			t.Errorf("claimed %v, want %v", claimIdx(c), idx[4:6])
 		}
@@ -134,7 +135,7 @@ func TestIdleWaitRequests(t *testing.T) {
 	p := startFlightProxy(t, srv.Addr())
 	m := metaOf(open(t, p.url("qidle")))
 	commitRows(t, m, "p", "a")
-	c, err := m.Claim(t.Context(), "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	c, err := m.Claim(t.Context(), "p", metadata.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,24 +167,24 @@ func TestQueueFaults(t *testing.T) {
 	p := startRequestProxy(t, srv.Addr())
 	ctx := t.Context()
 	n := 0
-	setup := func(t *testing.T, query string) (backends.MetaStore, []uint64) {
+	setup := func(t *testing.T, query string) (metadata.MetaStore, []uint64) {
 		n++
 		prefix := "qf" + string(rune('a'+n))
 		m := metaOf(open(t, p.url("prefix="+prefix+query)))
 		idx := commitRows(t, m, "p", keysOf("k", 4)...)
-		warm, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "warm", Lease: time.Minute, Rows: 1, Min: 1}, all)
+		warm, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "warm", Lease: time.Minute, Rows: 1, Min: 1}, all)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "warm", Op: backends.Ack, Lease: warm.Lease, Indexes: claimIdx(warm)}); err != nil {
+		if _, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "warm", Op: metadata.Ack, Lease: warm.Lease, Indexes: claimIdx(warm)}); err != nil {
 			t.Fatal(err)
 		}
 		return m, idx
 	}
-	leasedTo := func(t *testing.T, m backends.MetaStore) map[string][]uint64 {
+	leasedTo := func(t *testing.T, m metadata.MetaStore) map[string][]uint64 {
 		out := map[string][]uint64{}
 		for i, d := range states(t, m, "p", "t") {
-			if d.State == backends.Leased {
+			if d.State == metadata.Leased {
 				out[d.Lease] = append(out[d.Lease], i)
 			}
 		}
@@ -192,7 +193,7 @@ func TestQueueFaults(t *testing.T) {
 		}
 		return out
 	}
-	req := backends.ClaimRequest{Task: "t", Lease: 400 * time.Millisecond, Rows: 2, Min: 1}
+	req := metadata.ClaimRequest{Task: "t", Lease: 400 * time.Millisecond, Rows: 2, Min: 1}
 	t.Run("ClaimReplyLostResent", func(t *testing.T) {
 		// go-redis sends the script again: it finds its rows leased to
 		// its token and replies with them.
@@ -212,8 +213,8 @@ func TestQueueFaults(t *testing.T) {
 		// and go-redis sends the claim again: the receipt gives it the
 		// same batch, not the next one.
 		m, idx := setup(t, "")
-		rank := func(r int) backends.ClaimRequest {
-			return backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 2, Batch: &backends.Batch{Ranks: 2, Rank: r}}
+		rank := func(r int) metadata.ClaimRequest {
+			return metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 2, Batch: &metadata.Batch{Ranks: 2, Rank: r}}
 		}
 		b1, err := m.Claim(ctx, "p", rank(0), all)
 		if err != nil || !slices.Equal(claimIdx(b1), idx[:2]) {
@@ -248,7 +249,7 @@ func TestQueueFaults(t *testing.T) {
 		if err != nil || !slices.Equal(claimIdx(c), idx[2:]) {
 			t.Fatalf("next claim %v %v", claimIdx(c), err)
 		}
-		var again backends.Claimed
+		var again metadata.Claimed
 		for deadline := time.Now().Add(20 * time.Second); len(again.Rows) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			if again, err = m.Claim(ctx, "p", req, all); err != nil {
 				t.Fatal(err)
@@ -275,21 +276,21 @@ func TestQueueFaults(t *testing.T) {
 		}
 	})
 	for _, kind := range []faultKind{faultDrop, faultLoseReply} {
-		for _, op := range []backends.SettleOp{backends.Ack, backends.Nack} {
+		for _, op := range []metadata.SettleOp{metadata.Ack, metadata.Nack} {
 			t.Run("Settle-"+kind.String()+"-"+[]string{"", "ack", "nack"}[op], func(t *testing.T) {
 				// The engine sends it again and learns what it did.
 				m, _ := setup(t, "&max_retries=-1")
-				c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 1}, all)
+				c, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 2, Min: 1}, all)
 				if err != nil {
 					t.Fatal(err)
 				}
 				fired := p.arm(nil, plannedFault{nth: 1, kind: kind})
-				res, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: op, Lease: c.Lease, Indexes: claimIdx(c)})
+				res, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: op, Lease: c.Lease, Indexes: claimIdx(c)})
 				<-fired[0]
 				if err != nil || len(res.Lost) != 0 {
 					t.Fatalf("settle %+v %v", res, err)
 				}
-				want := map[backends.SettleOp]backends.State{backends.Ack: backends.Acked, backends.Nack: backends.Ready}[op]
+				want := map[metadata.SettleOp]metadata.State{metadata.Ack: metadata.Acked, metadata.Nack: metadata.Ready}[op]
 				for _, i := range claimIdx(c) {
 					if d := states(t, m, "p", "t")[i]; d.State != want || d.Deliveries != 1 {
 						t.Fatalf("row %d after the settle %+v", i, d)
@@ -300,15 +301,15 @@ func TestQueueFaults(t *testing.T) {
 	}
 	t.Run("RetryReplyLost", func(t *testing.T) {
 		m, _ := setup(t, "&max_retries=-1")
-		c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1, MaxDeliveries: 1}, all)
+		c, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1, MaxDeliveries: 1}, all)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil {
+		if _, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil {
 			t.Fatal(err)
 		}
 		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
-		_, err = m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Retry, Indexes: claimIdx(c)})
+		_, err = m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Retry, Indexes: claimIdx(c)})
 		<-fired[0]
 		if !errors.Is(err, backends.ErrOutcomeUnknown) {
 			t.Fatalf("retry whose reply was lost: %v", err)
@@ -325,23 +326,23 @@ func TestQueueReplicas(t *testing.T) {
 	ctx := t.Context()
 	one := metaOf(open(t, f.master.URL()+"?prefix=qrep&replicas=1&replica_timeout=5s"))
 	idx := commitRows(t, one, "p", "a", "b")
-	c, err := one.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
+	c, err := one.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
 	if err != nil || len(c.Rows) != 1 {
 		t.Fatalf("replicated claim %+v %v", c, err)
 	}
-	if res, err := one.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil || len(res.Lost) != 0 {
+	if res, err := one.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: c.Lease, Indexes: claimIdx(c)}); err != nil || len(res.Lost) != 0 {
 		t.Fatalf("replicated ack %+v %v", res, err)
 	}
 	two := metaOf(open(t, f.master.URL()+"?prefix=qrep&replicas=2&replica_timeout=50ms"))
-	_, err = two.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
+	_, err = two.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 1, Min: 1}, all)
 	if !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
 		t.Fatalf("claim with too few replicas: %v", err)
 	}
 	st := states(t, one, "p", "t")
-	if st[idx[1]].State != backends.Leased {
+	if st[idx[1]].State != metadata.Leased {
 		t.Fatalf("the claim did not apply on the master: %+v", st)
 	}
-	_, err = two.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Nack, Lease: st[idx[1]].Lease, Indexes: idx[1:]})
+	_, err = two.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: st[idx[1]].Lease, Indexes: idx[1:]})
 	if !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backends.ErrOutcomeUnknown) {
 		t.Fatalf("settle with too few replicas: %v", err)
 	}
@@ -386,10 +387,10 @@ func TestWaitConnections(t *testing.T) {
 		}
 	}
 	parts := []string{"p0", "p1", "p2"}
-	marks := map[string]backends.Mark{}
+	marks := map[string]metadata.Mark{}
 	for _, p := range parts {
 		commitRows(t, m, p, "a")
-		c, err := m.Claim(ctx, p, backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+		c, err := m.Claim(ctx, p, metadata.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,7 +409,7 @@ func TestWaitConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := m.Claim(ctx, "p0", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	c, err := m.Claim(ctx, "p0", metadata.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +438,7 @@ func TestWaitConnections(t *testing.T) {
 		}
 	}
 	await(0, "after the waits returned")
-	c, err = m.Claim(ctx, "p0", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	c, err = m.Claim(ctx, "p0", metadata.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +473,7 @@ func TestWaitCounterRestart(t *testing.T) {
 	seq, stream := "qrs:{qrs:p}:q:seq", "qrs:{qrs:p}:q:w"
 	commitRows(t, m, "p", keysOf("a", 3)...)
 	commitRows(t, m, "p", "b")
-	c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 8, Min: 8}, all)
+	c, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 8, Min: 8}, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +493,7 @@ func TestWaitCounterRestart(t *testing.T) {
 		t.Errorf("a wait with a mark above a restarted counter returned after %v", d)
 	}
 
-	c, err = m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 8, Min: 8}, all)
+	c, err = m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 8, Min: 8}, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +501,7 @@ func TestWaitCounterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	woke := make(chan error, 1)
-	go func() { woke <- m.Wait(ctx, "p", backends.Mark{}) }()
+	go func() { woke <- m.Wait(ctx, "p", metadata.Mark{}) }()
 	commitRows(t, m, "p", "d")
 	if err := <-woke; err != nil {
 		t.Fatal(err)
@@ -524,7 +525,7 @@ func TestWaitMarks(t *testing.T) {
 	defer admin.Close()
 	c, stayed, cancel := blockedWait(t, m, "p")
 	defer cancel()
-	bogus := backends.Mark{Seq: c.Mark.Seq + 100}
+	bogus := metadata.Mark{Seq: c.Mark.Seq + 100}
 	for range 3 {
 		bctx, bcancel := context.WithTimeout(ctx, 3*time.Second)
 		err := m.Wait(bctx, "p", bogus)
@@ -554,10 +555,10 @@ func TestWaitMarks(t *testing.T) {
 // blockedWait commits a row of p through m, claims it for task t, and
 // starts a Wait with the claim's mark, which nothing has changed since: it
 // returns the claim, the Wait's result and what cancels the Wait.
-func blockedWait(t *testing.T, m backends.MetaStore, p string) (backends.Claimed, <-chan error, context.CancelFunc) {
+func blockedWait(t *testing.T, m metadata.MetaStore, p string) (metadata.Claimed, <-chan error, context.CancelFunc) {
 	t.Helper()
 	commitRows(t, m, p, "a")
-	c, err := m.Claim(t.Context(), p, backends.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
+	c, err := m.Claim(t.Context(), p, metadata.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 1, Min: 1}, all)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 )
@@ -139,7 +139,7 @@ func TestQueueProcesses(t *testing.T) {
 	if len(by) < 3 {
 		t.Logf("rows leased by %d claims", len(by))
 	}
-	rest, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: len(idx), Min: 1}, all)
+	rest, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: len(idx), Min: 1}, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestQueueProcesses(t *testing.T) {
 		t.Fatalf("%d rows leased, want %d", len(owner), len(idx))
 	}
 	for i, d := range states(t, m, "p", "t") {
-		if d.State != backends.Leased || d.Lease != owner[i] || d.Deliveries != 1 {
+		if d.State != metadata.Leased || d.Lease != owner[i] || d.Deliveries != 1 {
 			t.Fatalf("row %d is %+v, the consumers say leased once to %s", i, d, owner[i])
 		}
 	}
@@ -183,7 +183,7 @@ func TestQueueKilledConsumer(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d rows acked", len(acks), len(idx))
 		}
-		c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: 10 * time.Second, Rows: 7, Min: 1}, all)
+		c, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: 10 * time.Second, Rows: 7, Min: 1}, all)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +196,7 @@ func TestQueueKilledConsumer(t *testing.T) {
 		for _, d := range c.Deliveries {
 			redelivered[d.Index] = d.Deliveries
 		}
-		res, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: claimIdx(c)})
+		res, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: c.Lease, Indexes: claimIdx(c)})
 		if err != nil || len(res.Lost) != 0 {
 			t.Fatalf("ack %+v %v", res, err)
 		}
@@ -215,7 +215,7 @@ func TestQueueKilledConsumer(t *testing.T) {
 		}
 	}
 	for i, d := range states(t, m, "p", "t") {
-		if d.State != backends.Acked {
+		if d.State != metadata.Acked {
 			t.Fatalf("row %d ends %+v", i, d)
 		}
 	}
@@ -248,7 +248,7 @@ func TestQueueConsumerHelper(t *testing.T) {
 	}
 	switch os.Getenv(consumerModeEnv) {
 	case "claim":
-		c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 3, Min: 1}, all)
+		c, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 3, Min: 1}, all)
 		if err != nil || len(c.Rows) != 0 {
 			t.Fatalf("first claim %+v %v", c, err)
 		}
@@ -257,7 +257,7 @@ func TestQueueConsumerHelper(t *testing.T) {
 			t.Fatal(err)
 		}
 		for {
-			c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 3, Min: 1}, all)
+			c, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Minute, Rows: 3, Min: 1}, all)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -268,12 +268,12 @@ func TestQueueConsumerHelper(t *testing.T) {
 		}
 		fmt.Println("done")
 	case "hold":
-		c, err := m.Claim(ctx, "p", backends.ClaimRequest{Task: "t", Lease: 500 * time.Millisecond, Rows: 10, Min: 10}, all)
+		c, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: 500 * time.Millisecond, Rows: 10, Min: 10}, all)
 		if err != nil || len(c.Rows) != 10 {
 			t.Fatalf("claim %+v %v", c, err)
 		}
 		rows := claimIdx(c)
-		if _, err := m.Settle(ctx, "p", backends.SettleRequest{Task: "t", Op: backends.Ack, Lease: c.Lease, Indexes: rows[:4]}); err != nil {
+		if _, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: c.Lease, Indexes: rows[:4]}); err != nil {
 			t.Fatal(err)
 		}
 		line("acked", c.Lease, rows[:4])

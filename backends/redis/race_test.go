@@ -9,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/internal/replica"
@@ -57,7 +57,7 @@ func clearArgs(args []any) bool {
 	return len(rec) > 0 && rec[0] == 'X'
 }
 
-func commitOne(t *testing.T, m backends.MetaStore, p string, keys ...string) {
+func commitOne(t *testing.T, m metadata.MetaStore, p string, keys ...string) {
 	t.Helper()
 	ctx := t.Context()
 	res, err := m.Prepare(ctx, p, keys, []string{"f"})

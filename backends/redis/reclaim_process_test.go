@@ -21,6 +21,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/internal/replica"
@@ -347,7 +348,7 @@ func (c census) leaked() map[string]bool {
 // takeCensus scans the data keys of prefix and lists partitions' rows.
 // Every persistent data key must be a cell ("<index>@<field>[#gen]"), and
 // every cell a listed row references must exist.
-func takeCensus(t *testing.T, raw *goredis.Client, meta backends.MetaStore, prefix string, partitions []string) census {
+func takeCensus(t *testing.T, raw *goredis.Client, meta metadata.MetaStore, prefix string, partitions []string) census {
 	t.Helper()
 	ctx := t.Context()
 	dataPrefix := prefix + ":d:"
@@ -416,7 +417,7 @@ func isCellKey(k string) bool {
 // checkKilledRows reads back every listed row of p and checks that it
 // holds, for each field, the cells of the put its tag names (see
 // killedBatch), and no field without one.
-func checkKilledRows(t *testing.T, c *tq.Client, meta backends.MetaStore, p string) {
+func checkKilledRows(t *testing.T, c *tq.Client, meta metadata.MetaStore, p string) {
 	t.Helper()
 	ctx := t.Context()
 	rows, err := meta.List(ctx, p)

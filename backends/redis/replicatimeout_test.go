@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/internal/replica"
 )
@@ -32,7 +33,7 @@ func TestReplicaTimeoutUnderAMillisecond(t *testing.T) {
 	if _, err := m.Lookup(ctx, "p", []string{"k"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.Commit(ctx, "p", []backends.RowUpdate{{Key: "k", Index: res[0].Index, Fields: map[string]backends.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}})
+	_, err = m.Commit(ctx, "p", []metadata.RowUpdate{{Key: "k", Index: res[0].Index, Fields: map[string]metadata.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}})
 	var short *notReplicated
 	if !errors.As(err, &short) || short.err != nil || short.got != 0 || !errors.Is(err, backends.ErrOutcomeUnknown) {
 		t.Fatalf("Commit with no replica and a 500us replica timeout: %v, want the WAIT's count of 0 replicas", err)
@@ -41,7 +42,7 @@ func TestReplicaTimeoutUnderAMillisecond(t *testing.T) {
 
 // prepareUnreplicated reserves key's field f in partition through a store
 // of its own on addr, without WithReplicas.
-func prepareUnreplicated(t *testing.T, addr, partition, key string) []backends.Reservation {
+func prepareUnreplicated(t *testing.T, addr, partition, key string) []metadata.Reservation {
 	t.Helper()
 	s, err := OpenURL(t.Context(), "redis://"+addr)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/redistest"
 )
 
@@ -44,7 +45,7 @@ func TestRoundTrips(t *testing.T) {
 				}
 			}
 			keys := []string{"a", "b", "c"}
-			var res []backends.Reservation
+			var res []metadata.Reservation
 			prepare := func(ctx context.Context) (err error) {
 				res, err = m.Prepare(ctx, "p", keys, []string{"f"})
 				return err
@@ -73,10 +74,10 @@ func TestRoundTrips(t *testing.T) {
 				_, err := colo(m).WriteCommit(ctx, "p", written, fieldUpdate(keys, res, "f"))
 				return err
 			})
-			read := func(m backends.Colocated) func(ctx context.Context) error {
+			read := func(m metadata.Colocated) func(ctx context.Context) error {
 				return func(ctx context.Context) error {
 					var dst []backends.ReadCell
-					rows, err := colo(m).ReadRows(ctx, "p", keys, func(rows []*backends.Row) ([]backends.ReadCell, error) {
+					rows, err := colo(m).ReadRows(ctx, "p", keys, func(rows []*metadata.Row) ([]backends.ReadCell, error) {
 						dst = make([]backends.ReadCell, len(rows))
 						for i, r := range rows {
 							if r == nil {

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/internal/replica"
@@ -102,8 +103,8 @@ func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	hook.armed.Store(true)
-	_, err = m.Commit(ctx, "p", []backends.RowUpdate{{Key: "k", Index: res[0].Index,
-		Fields: map[string]backends.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}})
+	_, err = m.Commit(ctx, "p", []metadata.RowUpdate{{Key: "k", Index: res[0].Index,
+		Fields: map[string]metadata.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}})
 	if hook.armed.Load() {
 		t.Fatal("the commit's reply was never lost: the test did not run")
 	}
@@ -177,7 +178,7 @@ func TestReplicatedCommitReplyLost(t *testing.T) {
 	if _, err := m.Lookup(ctx, "p", []string{"k"}); err != nil {
 		t.Fatal(err)
 	}
-	up := []backends.RowUpdate{{Key: "k", Index: res[0].Index, Fields: map[string]backends.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}}
+	up := []metadata.RowUpdate{{Key: "k", Index: res[0].Index, Fields: map[string]metadata.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}}
 	hook.armed.Store(true)
 	_, err = m.Commit(ctx, "p", up)
 	if hook.armed.Load() {
@@ -243,8 +244,8 @@ func TestCommitReplyLostThenLogTruncated(t *testing.T) {
 		t.Fatal(err)
 	}
 	hook.armed.Store(true)
-	_, err = m.Commit(ctx, "p", []backends.RowUpdate{{Key: "k", Index: res[0].Index,
-		Fields: map[string]backends.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}})
+	_, err = m.Commit(ctx, "p", []metadata.RowUpdate{{Key: "k", Index: res[0].Index,
+		Fields: map[string]metadata.FieldInfo{"f": {Gen: res[0].Gens["f"]}}}})
 	if hook.armed.Load() {
 		t.Fatal("the commit's reply was never lost: the test did not run")
 	}

@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redisserver"
 	"github.com/tqgo/tqgo/internal/redistest"
@@ -147,7 +148,7 @@ func TestMetaAfterStoreClose(t *testing.T) {
 	if _, err := colo(m).WriteCommit(ctx, "p", cells, fieldUpdate([]string{"a"}, res, "f")); err != nil {
 		t.Fatalf("WriteCommit after Store.Close, Meta open: %v", err)
 	}
-	rows, err := colo(m).ReadRows(ctx, "p", []string{"a"}, func(rows []*backends.Row) ([]backends.ReadCell, error) {
+	rows, err := colo(m).ReadRows(ctx, "p", []string{"a"}, func(rows []*metadata.Row) ([]backends.ReadCell, error) {
 		return []backends.ReadCell{{Key: cells[0].Key, Body: make([]byte, 1)}}, nil
 	})
 	if err != nil || len(rows) != 1 || rows[0] == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/rules"
 )
 
@@ -23,10 +24,10 @@ func one(res []*rules.Result, err error) (*rules.Result, error) {
 	return res[0], nil
 }
 
-// Prepare implements backends.MetaStore. Its errors never match
+// Prepare implements metadata.MetaStore. Its errors never match
 // ErrOutcomeUnknown: a Prepare whose outcome is unknown reserved at most
 // rows that stay invisible.
-func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []string) ([]backends.Reservation, error) {
+func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []string) ([]metadata.Reservation, error) {
 	for {
 		r, err := one(m.exec(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
 			n := st.NewKeys(keys)
@@ -47,47 +48,47 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 	}
 }
 
-// Commit implements backends.MetaStore.
-func (m *Meta) Commit(ctx context.Context, partition string, updates []backends.RowUpdate) (backends.CommitResult, error) {
+// Commit implements metadata.MetaStore.
+func (m *Meta) Commit(ctx context.Context, partition string, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	return m.commit(ctx, partition, nil, updates)
 }
 
-func (m *Meta) commit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (backends.CommitResult, error) {
+func (m *Meta) commit(ctx context.Context, partition string, cells []backends.Cell, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	if len(updates) == 0 && cells == nil {
-		return backends.CommitResult{}, m.check(ctx)
+		return metadata.CommitResult{}, m.check(ctx)
 	}
 	rec, err := rules.CommitRecord(updates)
 	if err != nil {
-		return backends.CommitResult{}, err
+		return metadata.CommitResult{}, err
 	}
 	r, err := one(m.exec(ctx, partition, cells, func(*rules.Partition) ([]record, error) {
 		return []record{{id: newID(), data: rec}}, nil
 	}))
 	if err != nil {
-		return backends.CommitResult{}, err
+		return metadata.CommitResult{}, err
 	}
 	if r.Err != nil {
-		return backends.CommitResult{}, fmt.Errorf("%w (partition %q)", r.Err, partition)
+		return metadata.CommitResult{}, fmt.Errorf("%w (partition %q)", r.Err, partition)
 	}
 	return r.Commit, nil
 }
 
-// Lookup implements backends.MetaStore.
-func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) (out []*backends.Row, err error) {
+// Lookup implements metadata.MetaStore.
+func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) (out []*metadata.Row, err error) {
 	err = m.view(ctx, partition, func(st *rules.Partition) { out = st.Lookup(keys) })
 	return out, err
 }
 
-// List implements backends.MetaStore.
-func (m *Meta) List(ctx context.Context, partition string) (out []*backends.Row, err error) {
+// List implements metadata.MetaStore.
+func (m *Meta) List(ctx context.Context, partition string) (out []*metadata.Row, err error) {
 	err = m.view(ctx, partition, func(st *rules.Partition) { out = slices.Clone(st.List()) })
 	if out == nil && err == nil {
-		out = []*backends.Row{}
+		out = []*metadata.Row{}
 	}
 	return out, err
 }
 
-// Partitions implements backends.MetaStore: the partitions whose logs
+// Partitions implements metadata.MetaStore: the partitions whose logs
 // hold committed rows.
 func (m *Meta) Partitions(ctx context.Context) ([]string, error) {
 	if err := m.check(ctx); err != nil {
@@ -110,17 +111,17 @@ func (m *Meta) Partitions(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Delete implements backends.MetaStore.
-func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*backends.Row, error) {
+// Delete implements metadata.MetaStore.
+func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
 	return m.remove(ctx, partition, rules.DeleteRecord(keys))
 }
 
-// DeletePartition implements backends.MetaStore.
-func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*backends.Row, error) {
+// DeletePartition implements metadata.MetaStore.
+func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*metadata.Row, error) {
 	return m.remove(ctx, partition, rules.DeletePartitionRecord())
 }
 
-func (m *Meta) remove(ctx context.Context, partition string, rec []byte) ([]*backends.Row, error) {
+func (m *Meta) remove(ctx context.Context, partition string, rec []byte) ([]*metadata.Row, error) {
 	r, err := one(m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
 		return []record{{id: newID(), data: rec}}, nil
 	}))
@@ -130,8 +131,8 @@ func (m *Meta) remove(ctx context.Context, partition string, rec []byte) ([]*bac
 	return r.Rows, r.Err
 }
 
-// Garbage implements backends.MetaStore.
-func (m *Meta) Garbage(ctx context.Context, partition string, olderThan time.Duration) ([]backends.Ref, error) {
+// Garbage implements metadata.MetaStore.
+func (m *Meta) Garbage(ctx context.Context, partition string, olderThan time.Duration) ([]metadata.Ref, error) {
 	if olderThan < 0 {
 		return nil, fmt.Errorf("%w: negative olderThan %v", backends.ErrInvalid, olderThan)
 	}
@@ -139,15 +140,15 @@ func (m *Meta) Garbage(ctx context.Context, partition string, olderThan time.Dur
 	if err := m.view(ctx, partition, func(st *rules.Partition) { empty = st.Empty() }); err != nil || empty {
 		return nil, err // nothing to abort: no record (which would make a log)
 	}
-	var out []backends.Ref
+	var out []metadata.Ref
 	_, err := m.execAfter(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
 		return []record{{id: newID(), data: rules.AbortRecord(olderThan)}}, nil
 	}, func(p *part) { out = slices.Clone(p.st.Garbage()) })
 	return out, err
 }
 
-// Swept implements backends.MetaStore.
-func (m *Meta) Swept(ctx context.Context, partition string, refs []backends.Ref) error {
+// Swept implements metadata.MetaStore.
+func (m *Meta) Swept(ctx context.Context, partition string, refs []metadata.Ref) error {
 	if len(refs) == 0 {
 		return m.check(ctx)
 	}
@@ -157,10 +158,10 @@ func (m *Meta) Swept(ctx context.Context, partition string, refs []backends.Ref)
 	return err
 }
 
-// Abandon implements backends.MetaStore. A ref the log does not know is
+// Abandon implements metadata.MetaStore. A ref the log does not know is
 // reported with ErrReservationLost: its reservation may have been lost
 // with entries a failover dropped, and its index handed out again.
-func (m *Meta) Abandon(ctx context.Context, partition string, refs []backends.Ref) error {
+func (m *Meta) Abandon(ctx context.Context, partition string, refs []metadata.Ref) error {
 	if len(refs) == 0 {
 		return m.check(ctx)
 	}
@@ -176,14 +177,14 @@ func (m *Meta) Abandon(ctx context.Context, partition string, refs []backends.Re
 	return r.Err
 }
 
-// Claim implements backends.Queue. A Custom claim's pick runs on this
+// Claim implements metadata.Queue. A Custom claim's pick runs on this
 // process's copy of the state, caught up by the previous call, over a
 // window of the oldest ready rows; the claim leases the picked units that
 // are still ready where its record lands, and picks again, with a window
 // four times larger, when it leased too few while more rows were ready.
-func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRequest, pick backends.Pick) (backends.Claimed, error) {
+func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRequest, pick metadata.Pick) (metadata.Claimed, error) {
 	if err := req.Check(); err != nil {
-		return backends.Claimed{}, err
+		return metadata.Claimed{}, err
 	}
 	a := rules.ClaimArgs{Task: req.Task, Lease: req.Lease, Rows: req.Rows, Min: req.Min,
 		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom,
@@ -223,7 +224,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 				if err != nil {
 					return nil, err
 				}
-				if err := backends.CheckPicked(picked, len(rows)); err != nil {
+				if err := metadata.CheckPicked(picked, len(rows)); err != nil {
 					return nil, err
 				}
 				a.Units, a.Drop = indexUnits(rows, picked)
@@ -248,10 +249,10 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 			pp.mu.Unlock()
 		}
 		if err != nil {
-			return backends.Claimed{}, err
+			return metadata.Claimed{}, err
 		}
 		if r.Err != nil {
-			return backends.Claimed{}, r.Err
+			return metadata.Claimed{}, r.Err
 		}
 		if replaced != nil {
 			return localClaimed(*replaced, skew, base), nil
@@ -266,13 +267,13 @@ func (m *Meta) Claim(ctx context.Context, partition string, req backends.ClaimRe
 
 // localClaimed is c, a claim's result by the server's clock, in this
 // process's time, its mark in this copy's count.
-func localClaimed(c rules.Claimed, skew time.Duration, base uint64) backends.Claimed {
+func localClaimed(c rules.Claimed, skew time.Duration, base uint64) metadata.Claimed {
 	c.Until = local(c.Until, skew)
 	c.Deliveries = slices.Clone(c.Deliveries)
 	for i := range c.Deliveries {
 		c.Deliveries[i].Until = local(c.Deliveries[i].Until, skew)
 	}
-	c.Mark = backends.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
+	c.Mark = metadata.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
 	return c
 }
 
@@ -285,7 +286,7 @@ func local(t time.Time, skew time.Duration) time.Time {
 }
 
 // indexUnits turns a pick's positions into row indexes.
-func indexUnits(rows []*backends.Row, picked backends.Picked) (units [][]uint64, drop []uint64) {
+func indexUnits(rows []*metadata.Row, picked metadata.Picked) (units [][]uint64, drop []uint64) {
 	units = make([][]uint64, len(picked.Units))
 	for k, u := range picked.Units {
 		units[k] = make([]uint64, len(u))
@@ -299,35 +300,35 @@ func indexUnits(rows []*backends.Row, picked backends.Picked) (units [][]uint64,
 	return units, drop
 }
 
-// Settle implements backends.Queue.
-func (m *Meta) Settle(ctx context.Context, partition string, req backends.SettleRequest) (backends.SettleResult, error) {
+// Settle implements metadata.Queue.
+func (m *Meta) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (metadata.SettleResult, error) {
 	if err := req.Check(); err != nil {
-		return backends.SettleResult{}, err
+		return metadata.SettleResult{}, err
 	}
 	var skew time.Duration
 	r, err := one(m.execAfter(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
 		return []record{{id: newID(), data: rules.SettleRecord(&req)}}, nil
 	}, func(p *part) {
 		skew = p.skew
-		if req.Op == backends.Unwait {
+		if req.Op == metadata.Unwait {
 			delete(p.waits, req.Lease)
 			delete(p.fulfilled, req.Lease)
 		}
 	}))
 	if err != nil {
-		return backends.SettleResult{}, err
+		return metadata.SettleResult{}, err
 	}
 	if r.Err != nil {
-		return backends.SettleResult{}, r.Err
+		return metadata.SettleResult{}, r.Err
 	}
 	res := r.Settled
 	res.Until = local(res.Until, skew)
 	return res, nil
 }
 
-// Consumption implements backends.Queue. Leases are reported as of now by
+// Consumption implements metadata.Queue. Leases are reported as of now by
 // the server's clock (this process's, less the skew last seen).
-func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]backends.Delivery, error) {
+func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]metadata.Delivery, error) {
 	for _, name := range tasks {
 		if name == "" {
 			return nil, fmt.Errorf("%w: consumption: empty task name", backends.ErrInvalid)
@@ -351,7 +352,7 @@ func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...strin
 	return out, nil
 }
 
-// Reset implements backends.Queue.
+// Reset implements metadata.Queue.
 func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {
 	if task == "" {
 		return fmt.Errorf("%w: reset: empty task name", backends.ErrInvalid)
@@ -368,10 +369,10 @@ func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint
 	return r.Err
 }
 
-// Wait implements backends.Queue. One watcher per partition blocks on
+// Wait implements metadata.Queue. One watcher per partition blocks on
 // the log for every Wait of this process, and applies what it reads; it
 // ends a second after the last Wait.
-func (m *Meta) Wait(ctx context.Context, partition string, mark backends.Mark) error {
+func (m *Meta) Wait(ctx context.Context, partition string, mark metadata.Mark) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
@@ -476,14 +477,14 @@ func (m *Meta) watch(p *part) {
 	}()
 }
 
-// colocated is a Meta over a backends.LogCells: a backends.Colocated.
+// colocated is a Meta over a backends.LogCells: a metadata.Colocated.
 type colocated struct{ *Meta }
 
-var _ backends.Colocated = colocated{}
+var _ metadata.Colocated = colocated{}
 
-// NewStore returns the metadata over log as New does, a backends.Colocated
+// NewStore returns the metadata over log as New does, a metadata.Colocated
 // when log is a backends.LogCells.
-func NewStore(log backends.Log, data backends.Store, opts ...Option) backends.MetaStore {
+func NewStore(log backends.Log, data backends.Store, opts ...Option) metadata.MetaStore {
 	m := New(log, data, opts...)
 	if m.cells != nil {
 		return colocated{m}
@@ -491,9 +492,9 @@ func NewStore(log backends.Log, data backends.Store, opts ...Option) backends.Me
 	return m
 }
 
-// WriteCommit implements backends.Colocated: the cells and the commit's
+// WriteCommit implements metadata.Colocated: the cells and the commit's
 // record in one request.
-func (c colocated) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []backends.RowUpdate) (backends.CommitResult, error) {
+func (c colocated) WriteCommit(ctx context.Context, partition string, cells []backends.Cell, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	if cells == nil {
 		cells = []backends.Cell{}
 	}
@@ -504,10 +505,10 @@ func (c colocated) WriteCommit(ctx context.Context, partition string, cells []ba
 	return res, err
 }
 
-// ReadRows implements backends.Colocated: plan runs with this process's
+// ReadRows implements metadata.Colocated: plan runs with this process's
 // copy of the rows, and the cells are read with the log after it; if the
 // log moved any of the rows, plan runs again with them as they are.
-func (c colocated) ReadRows(ctx context.Context, partition string, keys []string, plan func(rows []*backends.Row) ([]backends.ReadCell, error)) ([]*backends.Row, error) {
+func (c colocated) ReadRows(ctx context.Context, partition string, keys []string, plan func(rows []*metadata.Row) ([]backends.ReadCell, error)) ([]*metadata.Row, error) {
 	m := c.Meta
 	if err := m.check(ctx); err != nil {
 		return nil, err

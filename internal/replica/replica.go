@@ -23,11 +23,12 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/rules"
 )
 
-// Meta is a backends.MetaStore (and, over a backends.LogCells, a
-// backends.Colocated) over a shared engine's Log and Store. It is safe for
+// Meta is a metadata.MetaStore (and, over a backends.LogCells, a
+// metadata.Colocated) over a shared engine's Log and Store. It is safe for
 // concurrent use. A partition's copy of the state is kept while it is
 // used, and caught up from the log by every call that must see the
 // latest (every read and write: a write returns once applied, and a
@@ -88,7 +89,7 @@ func New(log backends.Log, data backends.Store, opts ...Option) *Meta {
 	return m
 }
 
-var _ backends.MetaStore = (*Meta)(nil)
+var _ metadata.MetaStore = (*Meta)(nil)
 
 // part is this process's copy of one partition.
 type part struct {
@@ -526,7 +527,7 @@ func (m *Meta) maybeCompact(p *part) {
 	}()
 }
 
-// Close implements backends.MetaStore: waiting calls return ErrClosed, the
+// Close implements metadata.MetaStore: waiting calls return ErrClosed, the
 // watchers stop, and, if the Meta owns it, the log is closed.
 func (m *Meta) Close() error {
 	if m.closed.Swap(true) {

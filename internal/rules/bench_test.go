@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // BenchmarkApplyClaimAck: what a process pays to apply another's claim of
@@ -23,10 +24,10 @@ func BenchmarkApplyClaimAck(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ups := make([]backends.RowUpdate, len(keys))
-			fields := map[string]backends.FieldInfo{"f": {}}
+			ups := make([]metadata.RowUpdate, len(keys))
+			fields := map[string]metadata.FieldInfo{"f": {}}
 			for i := range ups {
-				ups[i] = backends.RowUpdate{Key: keys[i], Index: res[i].Index, Fields: fields}
+				ups[i] = metadata.RowUpdate{Key: keys[i], Index: res[i].Index, Fields: fields}
 			}
 			if _, err := p.Commit(2, ups); err != nil {
 				b.Fatal(err)
@@ -44,7 +45,7 @@ func BenchmarkApplyClaimAck(b *testing.B) {
 				for i, row := range r.Claimed.Rows {
 					idx[i] = row.Index
 				}
-				e = backends.Entry{N: seq, ID: seq<<1 | 1, Time: now, Data: SettleRecord(&SettleArgs{Task: "t", Op: backends.Nack, Lease: a.Token, Indexes: idx[:len(r.Claimed.Rows)]})}
+				e = backends.Entry{N: seq, ID: seq<<1 | 1, Time: now, Data: SettleRecord(&SettleArgs{Task: "t", Op: metadata.Nack, Lease: a.Token, Indexes: idx[:len(r.Claimed.Rows)]})}
 				if r := p.Apply(&e); r.Err != nil {
 					b.Fatal(r.Err)
 				}
@@ -74,10 +75,10 @@ func BenchmarkRestore(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fields := map[string]backends.FieldInfo{"input_ids": {DType: "int64", Shape: []int64{512}}, "responses": {DType: "int64", Shape: []int64{1024}}, "rewards": {DType: "float32", Shape: []int64{}}}
-		ups := make([]backends.RowUpdate, n)
+		fields := map[string]metadata.FieldInfo{"input_ids": {DType: "int64", Shape: []int64{512}}, "responses": {DType: "int64", Shape: []int64{1024}}, "rewards": {DType: "float32", Shape: []int64{}}}
+		ups := make([]metadata.RowUpdate, n)
 		for i := range ups {
-			ups[i] = backends.RowUpdate{Key: keys[i], Index: res[i].Index, Fields: fields,
+			ups[i] = metadata.RowUpdate{Key: keys[i], Index: res[i].Index, Fields: fields,
 				Tag: map[string]any{"uid": keys[i][:13], "version": int64(i / 1000), "length": int64(1536)}}
 		}
 		if _, err := p.Commit(2, ups); err != nil {
@@ -88,7 +89,7 @@ func BenchmarkRestore(b *testing.B) {
 		for i, r := range c.Rows {
 			idx[i] = r.Index
 		}
-		p.Settle(4, &SettleArgs{Task: "train", Op: backends.Ack, Lease: "x", Indexes: idx})
+		p.Settle(4, &SettleArgs{Task: "train", Op: metadata.Ack, Lease: "x", Indexes: idx})
 		snap, err := p.Snapshot()
 		if err != nil {
 			b.Fatal(err)

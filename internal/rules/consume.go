@@ -10,11 +10,11 @@ import (
 
 	"github.com/google/btree"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // Consumption: for each task, which rows it was delivered, which are
-// leased to whom until when, which are acknowledged (backends.Queue's
+// leased to whom until when, which are acknowledged (metadata.Queue's
 // rules). Each task keeps the rows it may be given now in an ordered
 // index, updated as rows become ready (a commit that completes the
 // task's fields, a Nack, a lease or delay ending, a Reset) and as they
@@ -23,16 +23,16 @@ import (
 
 // Select, Group and Stale are backends'.
 type (
-	Select = backends.Select
-	Group  = backends.Group
-	Stale  = backends.Stale
+	Select = metadata.Select
+	Group  = metadata.Group
+	Stale  = metadata.Stale
 )
 
 func selectEqual(s, o *Select) bool {
 	return slices.Equal(s.Fields, o.Fields) && s.Group == o.Group && s.Stale == o.Stale
 }
 
-// ClaimArgs is a claim, as backends.ClaimRequest with how it chooses.
+// ClaimArgs is a claim, as metadata.ClaimRequest with how it chooses.
 type ClaimArgs struct {
 	Task  string
 	Token string // the lease token, chosen by the caller: random, never reused
@@ -40,7 +40,7 @@ type ClaimArgs struct {
 	// Rows is the most rows to lease and Min the fewest worth leasing.
 	Rows, Min     int
 	MaxDeliveries int
-	Batch         *backends.Batch
+	Batch         *metadata.Batch
 	Select        Select
 	// Floor is the staleness bound (with Select.Stale).
 	Floor float64
@@ -58,14 +58,14 @@ type ClaimArgs struct {
 	Replaces string
 }
 
-// Claimed is what a claim leased (see backends.Claimed); times are by
+// Claimed is what a claim leased (see metadata.Claimed); times are by
 // the partition's clock.
-type Claimed = backends.Claimed
+type Claimed = metadata.Claimed
 
 // entry is a row's state for one task; a row without one is ready and was
 // never delivered.
 type entry struct {
-	state      backends.State
+	state      metadata.State
 	deliveries int
 	lease      string
 	until      int64 // Leased: the lease's end; Ready: the end of a Nack's delay (0: none)
@@ -77,13 +77,13 @@ type entry struct {
 // over.
 func (e entry) seen(now int64) entry {
 	switch {
-	case e.state == backends.Leased && now >= e.until:
+	case e.state == metadata.Leased && now >= e.until:
 		e.lease, e.until = "", 0
-		e.state = backends.Ready
+		e.state = metadata.Ready
 		if e.max > 0 && e.deliveries >= e.max {
-			e.state = backends.Dead
+			e.state = metadata.Dead
 		}
-	case e.state == backends.Ready && e.until != 0 && now >= e.until:
+	case e.state == metadata.Ready && e.until != 0 && now >= e.until:
 		e.until = 0
 	}
 	return e
@@ -96,12 +96,12 @@ func claimable(e *entry, now int64) bool {
 		return true
 	}
 	s := e.seen(now)
-	return s.state == backends.Ready && s.until == 0
+	return s.state == metadata.Ready && s.until == 0
 }
 
-func (e *entry) delivery(index uint64, now int64) backends.Delivery {
+func (e *entry) delivery(index uint64, now int64) metadata.Delivery {
 	s := e.seen(now)
-	d := backends.Delivery{Index: index, State: s.state, Deliveries: s.deliveries, Lease: s.lease, Max: s.max}
+	d := metadata.Delivery{Index: index, State: s.state, Deliveries: s.deliveries, Lease: s.lease, Max: s.max}
 	if s.until != 0 {
 		d.Until = time.UnixMicro(s.until)
 	}
@@ -155,7 +155,7 @@ type verKey struct {
 // openBatch is a data-parallel batch some ranks have not taken yet.
 type openBatch struct {
 	lease string
-	rows  []*backends.Row
+	rows  []*metadata.Row
 	units [][]int
 	taken []bool
 }
@@ -195,7 +195,7 @@ func (p *Partition) configure(t *task, sel Select) {
 	ends := map[int64][]uint64{}
 	for i, r := range p.byIndex {
 		e := t.entries[i]
-		if e != nil && e.until > p.now && (e.state == backends.Leased || e.state == backends.Ready) {
+		if e != nil && e.until > p.now && (e.state == metadata.Leased || e.state == metadata.Ready) {
 			ends[e.until] = append(ends[e.until], i)
 		}
 		if claimable(e, p.now) && hasFields(r.view, sel.Fields) {
@@ -216,7 +216,7 @@ func (t *task) addTimer(until int64, rows []uint64) {
 	}
 }
 
-func hasFields(r *backends.Row, fields []string) bool {
+func hasFields(r *metadata.Row, fields []string) bool {
 	for _, f := range fields {
 		if _, ok := r.Fields[f]; !ok {
 			return false
@@ -226,7 +226,7 @@ func hasFields(r *backends.Row, fields []string) bool {
 }
 
 // add puts a ready row in t's index.
-func (t *task) add(i uint64, r *backends.Row) {
+func (t *task) add(i uint64, r *metadata.Row) {
 	if _, dup := t.ready.ReplaceOrInsert(i); dup {
 		return
 	}
@@ -306,7 +306,7 @@ func (p *Partition) setEntry(t *task, i uint64, old, e *entry) {
 
 // committedRow keeps every task's index in step with a row committed
 // anew (old nil) or updated.
-func (p *Partition) committedRow(old, next *backends.Row) {
+func (p *Partition) committedRow(old, next *metadata.Row) {
 	i := next.Index
 	for _, t := range p.tasks {
 		if !t.indexed {
@@ -331,7 +331,7 @@ func (p *Partition) committedRow(old, next *backends.Row) {
 }
 
 // deleted takes removed rows out of every task.
-func (p *Partition) deleted(rows []*backends.Row) {
+func (p *Partition) deleted(rows []*metadata.Row) {
 	for _, t := range p.tasks {
 		for _, r := range rows {
 			delete(t.entries, r.Index)
@@ -342,7 +342,7 @@ func (p *Partition) deleted(rows []*backends.Row) {
 	}
 }
 
-// Claim leases rows to a.Token for a.Task, by backends.Queue.Claim's
+// Claim leases rows to a.Token for a.Task, by metadata.Queue.Claim's
 // rules; a.Custom claims lease a.Units as the caller picked them.
 func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	p.tick(now)
@@ -373,7 +373,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	}
 	for _, i := range drop {
 		if e := t.entries[i]; p.byIndex[i] != nil && claimable(e, now) {
-			ne := &entry{state: backends.Dropped}
+			ne := &entry{state: metadata.Dropped}
 			if e != nil {
 				ne.deliveries = e.deliveries
 			}
@@ -423,7 +423,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 		states := make([]entry, len(take))
 		for j, i := range take {
 			e := &states[j]
-			*e = entry{state: backends.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
+			*e = entry{state: metadata.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
 			old := t.entries[i]
 			if old != nil {
 				e.deliveries = old.deliveries
@@ -435,8 +435,8 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 		c.Mark.Seq = p.seq
 		return c
 	}
-	c.Rows = make([]*backends.Row, len(take))
-	c.Deliveries = make([]backends.Delivery, len(take))
+	c.Rows = make([]*metadata.Row, len(take))
+	c.Deliveries = make([]metadata.Delivery, len(take))
 	flat := make([]int, len(take))
 	for j := range flat {
 		flat[j] = j
@@ -452,7 +452,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	states := make([]entry, len(take)) // one allocation
 	for j, i := range take {
 		e := &states[j]
-		*e = entry{state: backends.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
+		*e = entry{state: metadata.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
 		old := t.entries[i]
 		if old != nil {
 			e.deliveries = old.deliveries
@@ -565,14 +565,14 @@ func (p *Partition) unpark(t *task, floor float64) {
 // takeShare gives rank a.Batch.Rank its share of the task's oldest open
 // batch it has not taken, forgetting batches none of whose leases runs.
 func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) {
-	held := func(b *openBatch, r *backends.Row) *entry {
-		if e := t.entries[r.Index]; e != nil && e.state == backends.Leased && e.lease == b.lease {
+	held := func(b *openBatch, r *metadata.Row) *entry {
+		if e := t.entries[r.Index]; e != nil && e.state == metadata.Leased && e.lease == b.lease {
 			return e
 		}
 		return nil
 	}
 	t.batches = slices.DeleteFunc(t.batches, func(b *openBatch) bool {
-		return !slices.ContainsFunc(b.rows, func(r *backends.Row) bool {
+		return !slices.ContainsFunc(b.rows, func(r *metadata.Row) bool {
 			e := held(b, r)
 			return e != nil && now < e.until
 		})
@@ -587,7 +587,7 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 		}
 		until := now + a.Lease.Microseconds()
 		c := Claimed{Lease: b.lease, Until: time.UnixMicro(until), Rows: b.rows, Units: b.units,
-			Deliveries: make([]backends.Delivery, len(b.rows))}
+			Deliveries: make([]metadata.Delivery, len(b.rows))}
 		var renewed []uint64
 		for i, r := range b.rows {
 			switch e := held(b, r); {
@@ -598,7 +598,7 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 			case t.entries[r.Index] != nil:
 				c.Deliveries[i] = t.entries[r.Index].delivery(r.Index, now)
 			default:
-				c.Deliveries[i] = backends.Delivery{Index: r.Index}
+				c.Deliveries[i] = metadata.Delivery{Index: r.Index}
 			}
 		}
 		t.addTimer(until, renewed)
@@ -610,13 +610,13 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 
 // mark is where a claim that leased nothing looked: the change count,
 // and the end of the earliest lease or delay still to end.
-func (p *Partition) mark(t *task, now int64) backends.Mark {
-	mk := backends.Mark{Seq: p.seq}
+func (p *Partition) mark(t *task, now int64) metadata.Mark {
+	mk := metadata.Mark{Seq: p.seq}
 	for len(t.timers) > 0 {
 		tm := &t.timers[0]
 		tm.rows = slices.DeleteFunc(tm.rows, func(i uint64) bool {
 			e := t.entries[i]
-			return e == nil || e.until != tm.until || e.state != backends.Leased && e.state != backends.Ready
+			return e == nil || e.until != tm.until || e.state != metadata.Leased && e.state != metadata.Ready
 		})
 		if len(tm.rows) > 0 && tm.until > now {
 			mk.Wake = time.UnixMicro(tm.until)
@@ -633,23 +633,23 @@ func (p *Partition) mark(t *task, now int64) backends.Mark {
 // stale lists those found, for a Stale.Drop task to drop. It changes
 // nothing a record's outcome depends on, so that a process may pick from
 // its copy of the state before it appends the claim.
-func (p *Partition) Candidates(now int64, taskName string, sel Select, floor float64, limit int) (rows []*backends.Row, ds []backends.Delivery) {
+func (p *Partition) Candidates(now int64, taskName string, sel Select, floor float64, limit int) (rows []*metadata.Row, ds []metadata.Delivery) {
 	p.tick(now)
 	now = p.now
 	t := p.tasks[taskName]
-	isStale := func(r *backends.Row) bool {
+	isStale := func(r *metadata.Row) bool {
 		if sel.Stale.Tag == "" {
 			return false
 		}
 		v, ok := tagNumber(r.Tag[sel.Stale.Tag])
 		return ok && v < floor
 	}
-	take := func(i uint64, r *backends.Row) bool {
+	take := func(i uint64, r *metadata.Row) bool {
 		if isStale(r) {
 			return true
 		}
 		rows = append(rows, r)
-		d := backends.Delivery{Index: i}
+		d := metadata.Delivery{Index: i}
 		if t != nil {
 			if e := t.entries[i]; e != nil {
 				d = e.delivery(i, now)
@@ -708,27 +708,27 @@ func (p *Partition) Ready(taskName string) int {
 	return t.ready.Len()
 }
 
-// SettleArgs is backends.SettleRequest.
-type SettleArgs = backends.SettleRequest
+// SettleArgs is metadata.SettleRequest.
+type SettleArgs = metadata.SettleRequest
 
 // Settle applies req.Op to each row of req.Indexes in the state the op
-// needs and reports the others Lost (see backends.Queue.Settle).
-func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
+// needs and reports the others Lost (see metadata.Queue.Settle).
+func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 	p.tick(now)
 	now = p.now
-	var res backends.SettleResult
+	var res metadata.SettleResult
 	t := p.task(req.Task)
 	if t.indexed {
 		p.advance(t, now)
 	}
-	if req.Op == backends.Unwait {
+	if req.Op == metadata.Unwait {
 		p.unwait(t, req.Lease, now)
 		return res
 	}
 	changed := false
 	var until int64
 	var timed []uint64 // rows whose lease or delay now ends later
-	if req.Op == backends.Extend {
+	if req.Op == metadata.Extend {
 		until = now + req.Delay.Microseconds()
 		res.Until = time.UnixMicro(until)
 	}
@@ -736,52 +736,52 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 		e := t.entries[i]
 		ok := false
 		switch req.Op {
-		case backends.Ack:
+		case metadata.Ack:
 			// An ack resent (its reply lost) finds its own: applied.
-			ok = e != nil && (e.state == backends.Leased || e.state == backends.Acked) && e.lease == req.Lease
-		case backends.Nack:
+			ok = e != nil && (e.state == metadata.Leased || e.state == metadata.Acked) && e.lease == req.Lease
+		case metadata.Nack:
 			// A nack resent finds its own (ready or dead, not delivered
 			// again since): applied.
-			ok = e != nil && e.lease == req.Lease && e.state != backends.Acked && e.state != backends.Dropped
-			if ok && e.state != backends.Leased {
+			ok = e != nil && e.lease == req.Lease && e.state != metadata.Acked && e.state != metadata.Dropped
+			if ok && e.state != metadata.Leased {
 				continue
 			}
-		case backends.Extend:
-			ok = e != nil && e.state == backends.Leased && e.lease == req.Lease
-		case backends.Retry:
-			ok = e != nil && e.seen(now).state == backends.Dead
-		case backends.Drop:
-			ok = p.byIndex[i] != nil && (e == nil || e.seen(now).state == backends.Ready || e.seen(now).state == backends.Dead)
+		case metadata.Extend:
+			ok = e != nil && e.state == metadata.Leased && e.lease == req.Lease
+		case metadata.Retry:
+			ok = e != nil && e.seen(now).state == metadata.Dead
+		case metadata.Drop:
+			ok = p.byIndex[i] != nil && (e == nil || e.seen(now).state == metadata.Ready || e.seen(now).state == metadata.Dead)
 		}
 		if !ok {
 			res.Lost = append(res.Lost, i)
 			continue
 		}
 		switch req.Op {
-		case backends.Ack:
-			if e.state != backends.Acked {
-				p.setEntry(t, i, e, &entry{state: backends.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max})
+		case metadata.Ack:
+			if e.state != metadata.Acked {
+				p.setEntry(t, i, e, &entry{state: metadata.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max})
 			}
-		case backends.Nack:
-			ne := &entry{state: backends.Ready, deliveries: e.deliveries, lease: e.lease, max: e.max}
+		case metadata.Nack:
+			ne := &entry{state: metadata.Ready, deliveries: e.deliveries, lease: e.lease, max: e.max}
 			if e.max > 0 && e.deliveries >= e.max {
-				ne.state = backends.Dead
+				ne.state = metadata.Dead
 			} else if req.Delay > 0 {
 				ne.until = now + req.Delay.Microseconds()
 				timed = append(timed, i)
 			}
 			p.setEntry(t, i, e, ne)
 			changed = true
-		case backends.Extend:
+		case metadata.Extend:
 			ne := *e
 			ne.until = until
 			p.setEntry(t, i, e, &ne)
 			timed = append(timed, i)
-		case backends.Retry:
+		case metadata.Retry:
 			p.setEntry(t, i, e, nil)
 			changed = true
-		case backends.Drop:
-			ne := &entry{state: backends.Dropped}
+		case metadata.Drop:
+			ne := &entry{state: metadata.Dropped}
 			if e != nil {
 				ne.deliveries = e.deliveries
 			}
@@ -790,7 +790,7 @@ func (p *Partition) Settle(now int64, req *SettleArgs) backends.SettleResult {
 	}
 	if len(timed) > 0 {
 		end := until
-		if req.Op == backends.Nack {
+		if req.Op == metadata.Nack {
 			end = now + req.Delay.Microseconds()
 		}
 		t.addTimer(end, timed)
@@ -811,10 +811,10 @@ func (p *Partition) unwait(t *task, token string, now int64) {
 	}
 	delete(t.served, token)
 	for _, i := range sv.rows {
-		if e := t.entries[i]; e != nil && e.state == backends.Leased && e.lease == token {
-			ne := &entry{state: backends.Ready, deliveries: e.deliveries, lease: token, max: e.max}
+		if e := t.entries[i]; e != nil && e.state == metadata.Leased && e.lease == token {
+			ne := &entry{state: metadata.Ready, deliveries: e.deliveries, lease: token, max: e.max}
 			if e.max > 0 && e.deliveries >= e.max {
-				ne.state = backends.Dead
+				ne.state = metadata.Dead
 			}
 			p.setEntry(t, i, e, ne)
 		}
@@ -911,13 +911,13 @@ func (p *Partition) TakeFulfilled() []Claimed {
 
 // Consumption returns, for each of tasks (every task with state when none
 // is named), the Delivery of every row that has state, in index order, as
-// backends.Queue.Consumption does, as of now (or the partition's clock, if
+// metadata.Queue.Consumption does, as of now (or the partition's clock, if
 // later); times are by the partition's clock. It changes nothing.
-func (p *Partition) Consumption(now int64, tasks ...string) map[string][]backends.Delivery {
+func (p *Partition) Consumption(now int64, tasks ...string) map[string][]metadata.Delivery {
 	now = max(now, p.now) // as of now, changing nothing
-	out := map[string][]backends.Delivery{}
+	out := map[string][]metadata.Delivery{}
 	for _, name := range tasks {
-		out[name] = []backends.Delivery{}
+		out[name] = []metadata.Delivery{}
 	}
 	for name, t := range p.tasks {
 		if _, want := out[name]; !want && len(tasks) > 0 {
@@ -926,11 +926,11 @@ func (p *Partition) Consumption(now int64, tasks ...string) map[string][]backend
 		if len(t.entries) == 0 {
 			continue
 		}
-		ds := make([]backends.Delivery, 0, len(t.entries))
+		ds := make([]metadata.Delivery, 0, len(t.entries))
 		for i, e := range t.entries {
 			ds = append(ds, e.delivery(i, now))
 		}
-		slices.SortFunc(ds, func(a, b backends.Delivery) int { return compareIndex(a.Index, b.Index) })
+		slices.SortFunc(ds, func(a, b metadata.Delivery) int { return compareIndex(a.Index, b.Index) })
 		out[name] = ds
 	}
 	return out
@@ -991,14 +991,14 @@ func tagNumber(v any) (float64, bool) {
 
 // groupID returns the row's group id (a string naming the value and its
 // kind), or false when it is in no group.
-func groupID(g *Group, r *backends.Row) (string, bool) { return GroupID(g.Tag, g.Sep, r) }
+func groupID(g *Group, r *metadata.Row) (string, bool) { return GroupID(g.Tag, g.Sep, r) }
 
 // GroupID returns the id of the group r is in when rows are grouped by
 // the value of their tag tag (when tag is not empty) or by the key's part
 // before its last sep, or false when it is in no group. Values of
 // different kinds are different ids (1 and 1.0 and "1" too, and -0.0 and
 // 0.0); lists, maps and bytes are grouped by their tag encoding.
-func GroupID(tag, sep string, r *backends.Row) (string, bool) {
+func GroupID(tag, sep string, r *metadata.Row) (string, bool) {
 	if tag != "" {
 		v, ok := r.Tag[tag]
 		if !ok || v == nil {

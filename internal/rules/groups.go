@@ -5,7 +5,7 @@ import (
 
 	"github.com/google/btree"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // groupIndex keeps a group task's ready rows by group, and the groups
@@ -31,7 +31,7 @@ func newGroupIndex(g Group) *groupIndex {
 func (x *groupIndex) full(gr *group) bool { return len(gr.members) >= x.g.Size }
 
 // add files ready row i (whose row is r) under its group.
-func (x *groupIndex) add(i uint64, r *backends.Row) {
+func (x *groupIndex) add(i uint64, r *metadata.Row) {
 	id, ok := groupID(&x.g, r)
 	if !ok {
 		return

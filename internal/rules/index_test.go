@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // checkIndex compares every indexed task's ready index and group index
@@ -121,13 +121,13 @@ func indexHistory(t *testing.T, seed uint64) {
 			ks := pickKeys()
 			fields := [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]
 			res := prepare(t, p, &next, now, ks, fields)
-			ups := make([]backends.RowUpdate, len(ks))
+			ups := make([]metadata.RowUpdate, len(ks))
 			for i, k := range ks {
-				f := map[string]backends.FieldInfo{}
+				f := map[string]metadata.FieldInfo{}
 				for name, g := range res[i].Gens {
-					f[name] = backends.FieldInfo{Gen: g}
+					f[name] = metadata.FieldInfo{Gen: g}
 				}
-				ups[i] = backends.RowUpdate{Key: k, Index: res[i].Index, Fields: f}
+				ups[i] = metadata.RowUpdate{Key: k, Index: res[i].Index, Fields: f}
 				if rng.IntN(2) == 0 {
 					ups[i].Tag = map[string]any{"uid": int64(rng.IntN(4)), "v": int64(rng.IntN(6))}
 				}
@@ -164,7 +164,7 @@ func indexHistory(t *testing.T, seed uint64) {
 				}
 			}
 			slices.Sort(idx)
-			op := []backends.SettleOp{backends.Ack, backends.Nack, backends.Extend}[rng.IntN(3)]
+			op := []metadata.SettleOp{metadata.Ack, metadata.Nack, metadata.Extend}[rng.IntN(3)]
 			p.Settle(now, &SettleArgs{Task: name, Op: op, Lease: token, Indexes: idx, Delay: time.Duration(rng.IntN(2)) * time.Second})
 			what = fmt.Sprintf("settle %s %v %v", name, op, idx)
 		case 8: // retry or drop
@@ -175,7 +175,7 @@ func indexHistory(t *testing.T, seed uint64) {
 					idx = append(idx, i)
 				}
 			}
-			op := []backends.SettleOp{backends.Retry, backends.Drop}[rng.IntN(2)]
+			op := []metadata.SettleOp{metadata.Retry, metadata.Drop}[rng.IntN(2)]
 			p.Settle(now, &SettleArgs{Task: name, Op: op, Indexes: idx})
 			what = fmt.Sprintf("%v %s %v", op, name, idx)
 		case 9: // reset

@@ -3,7 +3,7 @@ package rules
 import (
 	"errors"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // ErrIndexes: a Prepare found more new keys than the global indexes
@@ -27,13 +27,13 @@ type Partition struct {
 	committed int
 	// sorted is the committed rows by index, built by List and kept
 	// until a change it cannot follow (nil).
-	sorted []*backends.Row
+	sorted []*metadata.Row
 	// pending counts the reservations of rows, so aborts and sweeps skip
 	// the scan of rows when there are none.
 	pending int
 	// garbage is every cell known unreferenced and not yet swept, in the
 	// order they became so (a commit's Superseded and Stale are one run).
-	garbage []backends.Ref
+	garbage []metadata.Ref
 	// orphans are the reservations of removed rows: aborted, but their
 	// put may still be writing them, so they become garbage only once
 	// old enough (Abort).
@@ -76,7 +76,7 @@ func (p *Partition) Tick(now int64) { p.tick(now) }
 // Now returns the partition's clock: the latest time given.
 func (p *Partition) Now() int64 { return p.now }
 
-// Seq returns the partition's change count (see backends.Mark).
+// Seq returns the partition's change count (see metadata.Mark).
 func (p *Partition) Seq() uint64 { return p.seq }
 
 func (p *Partition) bump() { p.seq++ }

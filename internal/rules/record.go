@@ -13,6 +13,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // Records: the changes of a partition as a shared engine's log holds them
@@ -49,7 +50,7 @@ func PrepareRecord(keys, fields []string, indexes int) []byte {
 }
 
 // CommitRecord is a Commit of updates.
-func CommitRecord(updates []backends.RowUpdate) ([]byte, error) {
+func CommitRecord(updates []metadata.RowUpdate) ([]byte, error) {
 	var tw tableWriter
 	rows := msgp.AppendArrayHeader(nil, uint32(len(updates)))
 	for i := range updates {
@@ -78,10 +79,10 @@ func AbortRecord(olderThan time.Duration) []byte {
 }
 
 // SweptRecord is a Swept of refs.
-func SweptRecord(refs []backends.Ref) []byte { return appendRefs([]byte{KindSwept}, refs, false) }
+func SweptRecord(refs []metadata.Ref) []byte { return appendRefs([]byte{KindSwept}, refs, false) }
 
 // AbandonRecord is an Abandon of refs.
-func AbandonRecord(refs []backends.Ref) []byte { return appendRefs([]byte{KindAbandon}, refs, true) }
+func AbandonRecord(refs []metadata.Ref) []byte { return appendRefs([]byte{KindAbandon}, refs, true) }
 
 // FenceRecord voids the records ids: one appended later applies nothing.
 func FenceRecord(ids []uint64) []byte {
@@ -147,11 +148,11 @@ func ResetRecord(task string, indexes []uint64) []byte {
 // Result is what applying a record gave, for the process that wrote it.
 type Result struct {
 	Kind         byte
-	Reservations []backends.Reservation // Prepare
-	Commit       backends.CommitResult  // Commit
-	Rows         []*backends.Row        // Delete, DeletePartition
+	Reservations []metadata.Reservation // Prepare
+	Commit       metadata.CommitResult  // Commit
+	Rows         []*metadata.Row        // Delete, DeletePartition
 	Claimed      Claimed                // Claim
-	Settled      backends.SettleResult  // Settle
+	Settled      metadata.SettleResult  // Settle
 	Unknown      int                    // Abandon: refs it did not know
 	// Err is the record's refusal (a Commit's ErrConflict, a Prepare's
 	// ErrIndexes), ErrCorrupt, or ErrVoid for a record a fence voided;
@@ -307,7 +308,7 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 // checkClaim reports a claim the rules cannot apply (its writer checked
 // it: only a corrupt record fails here).
 func checkClaim(a *ClaimArgs) error {
-	req := backends.ClaimRequest{Task: a.Task, Lease: a.Lease, Rows: a.Rows, Min: a.Min, MaxDeliveries: a.MaxDeliveries,
+	req := metadata.ClaimRequest{Task: a.Task, Lease: a.Lease, Rows: a.Rows, Min: a.Min, MaxDeliveries: a.MaxDeliveries,
 		Batch: a.Batch, Select: a.Select, Hold: a.Hold}
 	if err := req.Check(); err != nil {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
@@ -371,7 +372,7 @@ func readClaim(b []byte) (*ClaimArgs, error) {
 		if ranks > math.MaxInt32 || rank > math.MaxInt32 {
 			return nil, fmt.Errorf("rank %d of %d", rank, ranks)
 		}
-		a.Batch = &backends.Batch{Ranks: int(ranks), Rank: int(rank)}
+		a.Batch = &metadata.Batch{Ranks: int(ranks), Rank: int(rank)}
 	}
 	if a.Select.Fields, b, err = readStrings(b); err != nil {
 		return nil, err
@@ -444,7 +445,7 @@ func readSettle(b []byte) (*SettleArgs, error) {
 	if op, b, err = msgp.ReadUint8Bytes(b); err != nil {
 		return nil, err
 	}
-	req.Op = backends.SettleOp(op)
+	req.Op = metadata.SettleOp(op)
 	if req.Lease, b, err = msgp.ReadStringBytes(b); err != nil {
 		return nil, err
 	}
@@ -489,7 +490,7 @@ func readIndexes(b []byte) ([]uint64, []byte, error) {
 	return out, b, nil
 }
 
-func appendRefs(b []byte, refs []backends.Ref, tags bool) []byte {
+func appendRefs(b []byte, refs []metadata.Ref, tags bool) []byte {
 	b = msgp.AppendArrayHeader(b, uint32(len(refs)))
 	for _, r := range refs {
 		n := uint32(3)
@@ -507,7 +508,7 @@ func appendRefs(b []byte, refs []backends.Ref, tags bool) []byte {
 	return b
 }
 
-func readRefs(b []byte, tags bool) ([]backends.Ref, []byte, error) {
+func readRefs(b []byte, tags bool) ([]metadata.Ref, []byte, error) {
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
 		return nil, nil, err
@@ -519,7 +520,7 @@ func readRefs(b []byte, tags bool) ([]backends.Ref, []byte, error) {
 	if tags {
 		want = 4
 	}
-	out := make([]backends.Ref, n)
+	out := make([]metadata.Ref, n)
 	for i := range out {
 		var parts uint32
 		if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
@@ -575,7 +576,7 @@ func readStrings(b []byte) ([]string, []byte, error) {
 	return out, b, nil
 }
 
-func readCommit(b []byte) ([]backends.RowUpdate, error) {
+func readCommit(b []byte) ([]metadata.RowUpdate, error) {
 	tables, b, err := readTables(b)
 	if err != nil {
 		return nil, err
@@ -587,7 +588,7 @@ func readCommit(b []byte) ([]backends.RowUpdate, error) {
 	if uint32(len(b)) < n {
 		return nil, msgp.ErrShortBytes
 	}
-	out := make([]backends.RowUpdate, n)
+	out := make([]metadata.RowUpdate, n)
 	for i := range out {
 		u := &out[i]
 		if u.Key, b, err = msgp.ReadStringBytes(b); err != nil {
@@ -607,7 +608,7 @@ func readCommit(b []byte) ([]backends.RowUpdate, error) {
 }
 
 // appendFields appends a field table, fields in name order.
-func appendFields(b []byte, fields map[string]backends.FieldInfo) []byte {
+func appendFields(b []byte, fields map[string]metadata.FieldInfo) []byte {
 	b = msgp.AppendMapHeader(b, uint32(len(fields)))
 	for _, f := range slices.Sorted(maps.Keys(fields)) {
 		fi := fields[f]
@@ -628,7 +629,7 @@ func appendFields(b []byte, fields map[string]backends.FieldInfo) []byte {
 	return b
 }
 
-func decodeFields(b []byte) (map[string]backends.FieldInfo, []byte, error) {
+func decodeFields(b []byte) (map[string]metadata.FieldInfo, []byte, error) {
 	nf, b, err := msgp.ReadMapHeaderBytes(b)
 	if err != nil {
 		return nil, nil, err
@@ -636,10 +637,10 @@ func decodeFields(b []byte) (map[string]backends.FieldInfo, []byte, error) {
 	if uint32(len(b)) < nf {
 		return nil, nil, msgp.ErrShortBytes
 	}
-	out := make(map[string]backends.FieldInfo, nf)
+	out := make(map[string]metadata.FieldInfo, nf)
 	for range nf {
 		var f string
-		var fi backends.FieldInfo
+		var fi metadata.FieldInfo
 		if f, b, err = msgp.ReadStringBytes(b); err != nil {
 			return nil, nil, err
 		}
@@ -686,21 +687,21 @@ func decodeFields(b []byte) (map[string]backends.FieldInfo, []byte, error) {
 // whether or not their maps are one, so a state encodes to the same bytes
 // in every process.
 type tableWriter struct {
-	maps    []map[string]backends.FieldInfo
+	maps    []map[string]metadata.FieldInfo
 	last    int // 1-based number of the last map seen, 0 none
 	tables  []byte
 	byBytes map[string]int
 }
 
-func (t *tableWriter) ref(fields map[string]backends.FieldInfo) uint64 {
+func (t *tableWriter) ref(fields map[string]metadata.FieldInfo) uint64 {
 	if fields == nil {
 		return 0
 	}
-	if t.last > 0 && backends.SameMap(t.maps[t.last-1], fields) {
+	if t.last > 0 && metadata.SameMap(t.maps[t.last-1], fields) {
 		return uint64(t.last)
 	}
 	for i, m := range t.maps {
-		if backends.SameMap(m, fields) {
+		if metadata.SameMap(m, fields) {
 			t.last = i + 1
 			return uint64(t.last)
 		}
@@ -732,7 +733,7 @@ func (t *tableWriter) record(kind byte, rows []byte) []byte {
 
 // readTables reads a record's field tables; a table equal to the one
 // before shares its map.
-func readTables(b []byte) ([]map[string]backends.FieldInfo, []byte, error) {
+func readTables(b []byte) ([]map[string]metadata.FieldInfo, []byte, error) {
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
 		return nil, nil, err
@@ -740,7 +741,7 @@ func readTables(b []byte) ([]map[string]backends.FieldInfo, []byte, error) {
 	if uint32(len(b)) < n {
 		return nil, nil, msgp.ErrShortBytes
 	}
-	out := make([]map[string]backends.FieldInfo, n)
+	out := make([]map[string]metadata.FieldInfo, n)
 	var prev []byte
 	for i := range out {
 		start := b
@@ -756,7 +757,7 @@ func readTables(b []byte) ([]map[string]backends.FieldInfo, []byte, error) {
 	return out, b, nil
 }
 
-func readTableRef(b []byte, tables []map[string]backends.FieldInfo) (map[string]backends.FieldInfo, []byte, error) {
+func readTableRef(b []byte, tables []map[string]metadata.FieldInfo) (map[string]metadata.FieldInfo, []byte, error) {
 	t, b, err := msgp.ReadUint64Bytes(b)
 	if err != nil {
 		return nil, nil, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // A log of random records applied to a partition, and to partitions
@@ -99,13 +100,13 @@ func recordHistory(t *testing.T, seed uint64) {
 			if rng.IntN(5) == 0 {
 				continue // a put that never commits
 			}
-			ups := make([]backends.RowUpdate, len(ks))
+			ups := make([]metadata.RowUpdate, len(ks))
 			for i, k := range ks {
-				f := map[string]backends.FieldInfo{}
+				f := map[string]metadata.FieldInfo{}
 				for name, g := range res.Reservations[i].Gens {
-					f[name] = backends.FieldInfo{DType: "float32", Shape: []int64{int64(i % 3)}, Gen: g}
+					f[name] = metadata.FieldInfo{DType: "float32", Shape: []int64{int64(i % 3)}, Gen: g}
 				}
-				ups[i] = backends.RowUpdate{Key: k, Index: res.Reservations[i].Index, Fields: f}
+				ups[i] = metadata.RowUpdate{Key: k, Index: res.Reservations[i].Index, Fields: f}
 				if rng.IntN(2) == 0 {
 					ups[i].Tag = map[string]any{"uid": int64(rng.IntN(3)), "v": int64(rng.IntN(5)), "x": tags[rng.IntN(len(tags))]}
 				}
@@ -133,7 +134,7 @@ func recordHistory(t *testing.T, seed uint64) {
 			a := &ClaimArgs{Task: fmt.Sprint("t", rng.IntN(3)), Token: fmt.Sprint("tok", step), Lease: time.Second,
 				Rows: 1 + rng.IntN(4), Min: 1, MaxDeliveries: rng.IntN(3), Select: sel, Floor: float64(rng.IntN(4))}
 			if rng.IntN(4) == 0 {
-				a.Batch = &backends.Batch{Ranks: 2, Rank: rng.IntN(2)}
+				a.Batch = &metadata.Batch{Ranks: 2, Rank: rng.IntN(2)}
 			}
 			if rng.IntN(4) == 0 {
 				rows, _ := p.Candidates(p.Now(), a.Task, sel, a.Floor, 10)
@@ -165,11 +166,11 @@ func recordHistory(t *testing.T, seed uint64) {
 					idx = append(idx, r.Index)
 				}
 			}
-			op := []backends.SettleOp{backends.Ack, backends.Nack, backends.Extend}[rng.IntN(3)]
+			op := []metadata.SettleOp{metadata.Ack, metadata.Nack, metadata.Extend}[rng.IntN(3)]
 			l.apply(SettleRecord(&SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: op, Lease: tokens[rng.IntN(len(tokens))],
 				Indexes: idx, Delay: time.Second}), 0)
 			if len(waiting) > 0 && rng.IntN(3) == 0 {
-				l.apply(SettleRecord(&SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: backends.Unwait, Lease: waiting[rng.IntN(len(waiting))]}), 0)
+				l.apply(SettleRecord(&SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: metadata.Unwait, Lease: waiting[rng.IntN(len(waiting))]}), 0)
 			}
 		case 10:
 			var idx []uint64
@@ -238,12 +239,12 @@ func TestFenceVoids(t *testing.T) {
 
 // Corrupt records and snapshots are errors, never panics.
 func FuzzApply(f *testing.F) {
-	a := &ClaimArgs{Task: "t", Token: "x", Lease: time.Second, Rows: 2, Min: 1, Batch: &backends.Batch{Ranks: 2},
+	a := &ClaimArgs{Task: "t", Token: "x", Lease: time.Second, Rows: 2, Min: 1, Batch: &metadata.Batch{Ranks: 2},
 		Select: Select{Fields: []string{"a"}, Group: Group{Tag: "g", Size: 2}}, Custom: true, Units: [][]uint64{{1, 2}}}
-	rec, _ := CommitRecord([]backends.RowUpdate{{Key: "k", Index: 1, Fields: map[string]backends.FieldInfo{"a": {}}, Tag: map[string]any{"g": int64(1)}}})
+	rec, _ := CommitRecord([]metadata.RowUpdate{{Key: "k", Index: 1, Fields: map[string]metadata.FieldInfo{"a": {}}, Tag: map[string]any{"g": int64(1)}}})
 	for _, b := range [][]byte{PrepareRecord([]string{"k"}, []string{"a"}, 1), rec, ClaimRecord(a), DeleteRecord([]string{"k"}),
-		SettleRecord(&SettleArgs{Task: "t", Op: backends.Ack, Lease: "x", Indexes: []uint64{1}}), ResetRecord("t", nil),
-		AbortRecord(time.Second), SweptRecord([]backends.Ref{{Index: 1, Field: "a"}}), FenceRecord([]uint64{3})} {
+		SettleRecord(&SettleArgs{Task: "t", Op: metadata.Ack, Lease: "x", Indexes: []uint64{1}}), ResetRecord("t", nil),
+		AbortRecord(time.Second), SweptRecord([]metadata.Ref{{Index: 1, Field: "a"}}), FenceRecord([]uint64{3})} {
 		f.Add(b)
 	}
 	p := New()

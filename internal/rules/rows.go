@@ -6,10 +6,11 @@ import (
 	"slices"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // The rows of a partition: keys to indexes, reservations, commits, field
-// tables, tags and garbage, by backends.MetaStore's rules.
+// tables, tags and garbage, by metadata.MetaStore's rules.
 
 // blockRows is how many records (rows, committed Rows) Prepare and Commit
 // allocate at once. A block is freed when none of its records is in use,
@@ -20,7 +21,7 @@ const blockRows = 64
 
 type row struct {
 	index uint64
-	view  *backends.Row // the committed row, immutable; nil until committed
+	view  *metadata.Row // the committed row, immutable; nil until committed
 	// gens is the next generation to reserve, per field. A slice, not a
 	// map: rows have few fields, mostly reserved in the same order.
 	gens []fieldGen
@@ -49,11 +50,11 @@ const window = 64
 // pendingRef is a reservation kept apart from its fieldGen: a removed
 // row's (an orphan), or one pushed out of the window.
 type pendingRef struct {
-	ref backends.Ref
+	ref metadata.Ref
 	at  int64
 }
 
-func (o pendingRef) id() backends.CellID { return o.ref.ID() }
+func (o pendingRef) id() metadata.CellID { return o.ref.ID() }
 
 func (g *fieldGen) has(gen uint64) bool {
 	return gen < g.next && g.next-1-gen < window && g.pend>>(g.next-1-gen)&1 != 0
@@ -113,7 +114,7 @@ func (r *row) reserve(p *Partition, field string, hint int, at int64) uint64 {
 	case g.pend == 0:
 		g.old = at
 	case g.pend>>(window-1) != 0: // the oldest leaves the window
-		p.far = append(p.far, pendingRef{ref: backends.Ref{Index: r.index, Field: field, Gen: g.next - window}, at: g.old})
+		p.far = append(p.far, pendingRef{ref: metadata.Ref{Index: r.index, Field: field, Gen: g.next - window}, at: g.old})
 		g.old = g.at
 	}
 	gen := g.next
@@ -190,12 +191,12 @@ func (p *Partition) NewKeys(keys []string) int {
 // j counting the new keys before it. It fails with ErrIndexes, changing
 // nothing, when more than indexes keys are new. Reservations with the
 // same generations share one Gens map.
-func (p *Partition) Prepare(now int64, keys, fields []string, base uint64, indexes int) ([]backends.Reservation, error) {
+func (p *Partition) Prepare(now int64, keys, fields []string, base uint64, indexes int) ([]metadata.Reservation, error) {
 	p.tick(now)
 	if n := p.NewKeys(keys); n > indexes {
 		return nil, fmt.Errorf("%w: %d new keys, %d indexes", ErrIndexes, n, indexes)
 	}
-	out := make([]backends.Reservation, len(keys))
+	out := make([]metadata.Reservation, len(keys))
 	nf := len(fields)
 	var (
 		fresh     []row      // new rows, allocated on first need
@@ -229,7 +230,7 @@ func (p *Partition) Prepare(now int64, keys, fields []string, base uint64, index
 			}
 			cur, prev = prev, cur
 		}
-		out[i] = backends.Reservation{Index: r.index, Gens: prevMap}
+		out[i] = metadata.Reservation{Index: r.index, Gens: prevMap}
 	}
 	return out, nil
 }
@@ -242,15 +243,15 @@ func (p *Partition) Prepare(now int64, keys, fields []string, base uint64, index
 // the partition never handed that generation out, or, for a row it no
 // longer holds, knows none of the update's cells (see knows). The rows it
 // stores share maps with the updates and with each other (see
-// backends.Merger): the caller must not modify the updates' maps.
-func (p *Partition) Commit(now int64, updates []backends.RowUpdate) (backends.CommitResult, error) {
+// metadata.Merger): the caller must not modify the updates' maps.
+func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	p.tick(now)
-	var res backends.CommitResult
+	var res metadata.CommitResult
 	if len(updates) == 0 {
 		return res, nil
 	}
 	rows := make([]*row, len(updates)) // checked, then updated
-	var cells backends.UpdateCells
+	var cells metadata.UpdateCells
 	for i := range updates {
 		u := &updates[i]
 		r := p.rows[u.Key]
@@ -275,8 +276,8 @@ func (p *Partition) Commit(now int64, updates []backends.RowUpdate) (backends.Co
 		rows[i] = r
 	}
 	var (
-		merge backends.Merger
-		block []backends.Row
+		merge metadata.Merger
+		block []metadata.Row
 	)
 	for i, r := range rows {
 		u := &updates[i]
@@ -288,7 +289,7 @@ func (p *Partition) Commit(now int64, updates []backends.RowUpdate) (backends.Co
 			}
 		}
 		if len(block) == 0 {
-			block = make([]backends.Row, min(len(rows)-i, blockRows))
+			block = make([]metadata.Row, min(len(rows)-i, blockRows))
 		}
 		next := &block[0]
 		block = block[1:]
@@ -321,9 +322,9 @@ func (p *Partition) Commit(now int64, updates []backends.RowUpdate) (backends.Co
 // cells the partition knows, names a reservation the log lost (a failover
 // to a replica that never had the Prepare): its indexes may be another
 // row's now. It scans the partition's garbage: it runs only on a refusal.
-func (p *Partition) knows(u *backends.RowUpdate) bool {
+func (p *Partition) knows(u *metadata.RowUpdate) bool {
 	for f, fi := range u.Fields {
-		id := backends.CellID{Index: u.Index, Field: f, Gen: fi.Gen}
+		id := metadata.CellID{Index: u.Index, Field: f, Gen: fi.Gen}
 		for _, o := range p.orphans {
 			if o.id() == id {
 				return true
@@ -340,8 +341,8 @@ func (p *Partition) knows(u *backends.RowUpdate) bool {
 
 // Lookup returns the committed row of each key (nil: unknown or not yet
 // committed).
-func (p *Partition) Lookup(keys []string) []*backends.Row {
-	out := make([]*backends.Row, len(keys))
+func (p *Partition) Lookup(keys []string) []*metadata.Row {
+	out := make([]*metadata.Row, len(keys))
 	for i, k := range keys {
 		if r := p.rows[k]; r != nil {
 			out[i] = r.view
@@ -351,7 +352,7 @@ func (p *Partition) Lookup(keys []string) []*backends.Row {
 }
 
 // Row returns the committed row of index, or nil.
-func (p *Partition) Row(index uint64) *backends.Row {
+func (p *Partition) Row(index uint64) *metadata.Row {
 	if r := p.byIndex[index]; r != nil {
 		return r.view
 	}
@@ -360,15 +361,15 @@ func (p *Partition) Row(index uint64) *backends.Row {
 
 // List returns the committed rows by index, shared: the caller must not
 // modify the slice. It is kept until the next change of the rows.
-func (p *Partition) List() []*backends.Row {
+func (p *Partition) List() []*metadata.Row {
 	if p.sorted != nil {
 		return p.sorted
 	}
-	out := make([]*backends.Row, 0, p.committed)
+	out := make([]*metadata.Row, 0, p.committed)
 	for _, r := range p.byIndex {
 		out = append(out, r.view)
 	}
-	slices.SortFunc(out, func(a, b *backends.Row) int { return compareIndex(a.Index, b.Index) })
+	slices.SortFunc(out, func(a, b *metadata.Row) int { return compareIndex(a.Index, b.Index) })
 	p.sorted = out
 	return out
 }
@@ -390,9 +391,9 @@ func compareIndex(a, b uint64) int {
 // rows it removed. Their cells become garbage (committed ones at once,
 // reservations once old enough: orphans), and they leave every task's
 // consumption.
-func (p *Partition) Delete(now int64, keys []string) []*backends.Row {
+func (p *Partition) Delete(now int64, keys []string) []*metadata.Row {
 	p.tick(now)
-	var out []*backends.Row
+	var out []*metadata.Row
 	for _, k := range keys {
 		r := p.rows[k]
 		if r == nil {
@@ -408,7 +409,7 @@ func (p *Partition) Delete(now int64, keys []string) []*backends.Row {
 		delete(p.rows, k)
 		*r = row{} // its block may live on: hold nothing
 	}
-	p.garbage = backends.AppendRowRefs(p.growGarbage(out), out)
+	p.garbage = metadata.AppendRowRefs(p.growGarbage(out), out)
 	p.deleted(out)
 	if len(out) > 0 {
 		p.bump()
@@ -418,16 +419,16 @@ func (p *Partition) Delete(now int64, keys []string) []*backends.Row {
 
 // DeletePartition removes every row and returns the committed ones, as
 // Delete does; every task's consumption is forgotten.
-func (p *Partition) DeletePartition(now int64) []*backends.Row {
+func (p *Partition) DeletePartition(now int64) []*metadata.Row {
 	p.tick(now)
-	out := make([]*backends.Row, 0, p.committed)
+	out := make([]*metadata.Row, 0, p.committed)
 	for _, r := range p.byIndexAll() {
 		if r.view != nil {
 			out = append(out, r.view)
 		}
 		p.retire(r)
 	}
-	p.garbage = backends.AppendRowRefs(p.growGarbage(out), out)
+	p.garbage = metadata.AppendRowRefs(p.growGarbage(out), out)
 	p.rows = map[string]*row{}
 	p.byIndex = map[uint64]*row{}
 	p.committed = 0
@@ -442,7 +443,7 @@ func (p *Partition) retire(r *row) {
 	for i := range r.gens {
 		g := &r.gens[i]
 		g.eachPending(func(gen uint64) {
-			p.orphans = append(p.orphans, pendingRef{ref: backends.Ref{Index: r.index, Field: g.field, Gen: gen}, at: g.when(gen)})
+			p.orphans = append(p.orphans, pendingRef{ref: metadata.Ref{Index: r.index, Field: g.field, Gen: gen}, at: g.when(gen)})
 		})
 		p.pending -= bits.OnesCount64(g.pend)
 	}
@@ -456,7 +457,7 @@ func (p *Partition) retire(r *row) {
 	})
 }
 
-func (p *Partition) growGarbage(rows []*backends.Row) []backends.Ref {
+func (p *Partition) growGarbage(rows []*metadata.Row) []metadata.Ref {
 	n := 0
 	for _, r := range rows {
 		n += len(r.Fields)
@@ -478,14 +479,14 @@ func (p *Partition) Abort(now, cutoff int64) {
 				case g.pend == 0:
 				case g.at <= cutoff: // all of them
 					g.eachPending(func(gen uint64) {
-						p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: gen})
+						p.garbage = append(p.garbage, metadata.Ref{Index: r.index, Field: g.field, Gen: gen})
 					})
 					p.pending -= bits.OnesCount64(g.pend)
 					g.pend = 0
 				case g.old <= cutoff: // the oldest
 					gen := g.oldest()
 					g.drop(gen)
-					p.garbage = append(p.garbage, backends.Ref{Index: r.index, Field: g.field, Gen: gen})
+					p.garbage = append(p.garbage, metadata.Ref{Index: r.index, Field: g.field, Gen: gen})
 					p.pending--
 				}
 			}
@@ -510,14 +511,14 @@ func (p *Partition) Abort(now, cutoff int64) {
 
 // Garbage returns the garbage cells not yet reported swept, shared: the
 // caller must not modify the slice.
-func (p *Partition) Garbage() []backends.Ref { return p.garbage }
+func (p *Partition) Garbage() []metadata.Ref { return p.garbage }
 
 // Swept forgets the cells refs name (deleted by the caller): garbage,
 // orphans, and pending reservations (aborted: a put that rolled back
 // reports its own cells this way). Refs that are one run of the garbage,
 // as a commit's Superseded and Stale are, or the cells of the rows a
-// Delete returned in backends.AppendRowRefs order, cost their length.
-func (p *Partition) Swept(now int64, refs []backends.Ref) {
+// Delete returned in metadata.AppendRowRefs order, cost their length.
+func (p *Partition) Swept(now int64, refs []metadata.Ref) {
 	p.tick(now)
 	if len(refs) == 0 {
 		return
@@ -527,7 +528,7 @@ func (p *Partition) Swept(now int64, refs []backends.Ref) {
 	}
 }
 
-func (p *Partition) sweepRun(refs []backends.Ref) bool {
+func (p *Partition) sweepRun(refs []metadata.Ref) bool {
 	n := len(refs)
 	for i := len(p.garbage) - n; i >= 0; i-- {
 		if !sameCell(p.garbage[i], refs[0]) {
@@ -544,11 +545,11 @@ func (p *Partition) sweepRun(refs []backends.Ref) bool {
 	return false
 }
 
-func (p *Partition) sweepSet(refs []backends.Ref) {
-	set := backends.NewCellSet(refs)
+func (p *Partition) sweepSet(refs []metadata.Ref) {
+	set := metadata.NewCellSet(refs)
 	var inGarbage, inOrphans int
-	p.garbage, inGarbage = backends.DeleteCells(set, p.garbage, backends.Ref.ID)
-	p.orphans, inOrphans = backends.DeleteCells(set, p.orphans, pendingRef.id)
+	p.garbage, inGarbage = metadata.DeleteCells(set, p.garbage, metadata.Ref.ID)
+	p.orphans, inOrphans = metadata.DeleteCells(set, p.orphans, pendingRef.id)
 	found := inGarbage + inOrphans
 	if found >= len(set) || p.pending == 0 {
 		return // a cell is in one place only: nothing left to find
@@ -557,7 +558,7 @@ func (p *Partition) sweepSet(refs []backends.Ref) {
 		for i := range r.gens {
 			g := &r.gens[i]
 			g.eachPending(func(gen uint64) {
-				if set.Has(backends.CellID{Index: r.index, Gen: gen, Field: g.field}) {
+				if set.Has(metadata.CellID{Index: r.index, Gen: gen, Field: g.field}) {
 					g.drop(gen)
 					p.pending--
 				}
@@ -565,7 +566,7 @@ func (p *Partition) sweepSet(refs []backends.Ref) {
 		}
 	}
 	var inFar int
-	p.far, inFar = backends.DeleteCells(set, p.far, pendingRef.id)
+	p.far, inFar = metadata.DeleteCells(set, p.far, pendingRef.id)
 	p.pending -= inFar
 }
 
@@ -573,14 +574,14 @@ func (p *Partition) sweepSet(refs []backends.Ref) {
 // pending ones of rows, and orphans. It returns how many refs name
 // nothing it knows as pending (a reservation aborted and swept already,
 // or lost with a log a failover rewound).
-func (p *Partition) Abandon(now int64, refs []backends.Ref) int {
+func (p *Partition) Abandon(now int64, refs []metadata.Ref) int {
 	p.tick(now)
-	set := make(map[backends.CellID]backends.Ref, len(refs))
+	set := make(map[metadata.CellID]metadata.Ref, len(refs))
 	for _, r := range refs {
 		set[r.ID()] = r
 	}
 	found := 0
-	take := func(id backends.CellID) bool {
+	take := func(id metadata.CellID) bool {
 		r, ok := set[id]
 		if ok {
 			p.garbage = append(p.garbage, r)
@@ -595,7 +596,7 @@ func (p *Partition) Abandon(now int64, refs []backends.Ref) int {
 			for i := range r.gens {
 				g := &r.gens[i]
 				g.eachPending(func(gen uint64) {
-					if take(backends.CellID{Index: r.index, Gen: gen, Field: g.field}) {
+					if take(metadata.CellID{Index: r.index, Gen: gen, Field: g.field}) {
 						g.drop(gen)
 						p.pending--
 					}
@@ -631,7 +632,7 @@ func (p *Partition) byIndexAll() []*row {
 	return out
 }
 
-func sameCell(a, b backends.Ref) bool {
+func sameCell(a, b metadata.Ref) bool {
 	return a.Index == b.Index && a.Gen == b.Gen && a.Field == b.Field
 }
 

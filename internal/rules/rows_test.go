@@ -5,12 +5,12 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // prepare prepares keys and fields at time now, drawing new indexes from
 // *next.
-func prepare(t *testing.T, p *Partition, next *uint64, now int64, keys, fields []string) []backends.Reservation {
+func prepare(t *testing.T, p *Partition, next *uint64, now int64, keys, fields []string) []metadata.Reservation {
 	t.Helper()
 	n := p.NewKeys(keys)
 	res, err := p.Prepare(now, keys, fields, *next, n)
@@ -21,12 +21,12 @@ func prepare(t *testing.T, p *Partition, next *uint64, now int64, keys, fields [
 	return res
 }
 
-func commitOne(p *Partition, now int64, key string, r backends.Reservation) error {
-	f := map[string]backends.FieldInfo{}
+func commitOne(p *Partition, now int64, key string, r metadata.Reservation) error {
+	f := map[string]metadata.FieldInfo{}
 	for name, g := range r.Gens {
-		f[name] = backends.FieldInfo{Gen: g}
+		f[name] = metadata.FieldInfo{Gen: g}
 	}
-	_, err := p.Commit(now, []backends.RowUpdate{{Key: key, Index: r.Index, Fields: f}})
+	_, err := p.Commit(now, []metadata.RowUpdate{{Key: key, Index: r.Index, Fields: f}})
 	return err
 }
 
@@ -58,7 +58,7 @@ func TestReservationsBeyondWindow(t *testing.T) {
 	p := New()
 	var next uint64
 	const n = window + 6
-	var res []backends.Reservation
+	var res []metadata.Reservation
 	for i := range n {
 		res = append(res, prepare(t, p, &next, int64(i), []string{"k"}, []string{"f"})...)
 	}
@@ -76,7 +76,7 @@ func TestReservationsBeyondWindow(t *testing.T) {
 		t.Fatalf("Commit of the newest: %v", err)
 	}
 	// 0 superseded; 1..n-2 pending, of which 1..5 apart.
-	p.Swept(101, []backends.Ref{{Index: res[1].Index, Field: "f", Gen: 1}})
+	p.Swept(101, []metadata.Ref{{Index: res[1].Index, Field: "f", Gen: 1}})
 	if err := commit(1); err == nil {
 		t.Error("Commit of a reservation reported swept, out of the window, succeeded")
 	}
@@ -100,31 +100,31 @@ func TestReservationsBeyondWindow(t *testing.T) {
 }
 
 // Delete and DeletePartition record the removed rows' cells in the order
-// backends.AppendRowRefs gives them, so that Swept of them is one run.
+// metadata.AppendRowRefs gives them, so that Swept of them is one run.
 func TestRemovedCellsInRowRefsOrder(t *testing.T) {
 	p := New()
 	var next uint64
 	keys := []string{"a", "b", "c", "d"}
 	res := prepare(t, p, &next, 1, keys, []string{"z", "y", "x"})
-	ups := make([]backends.RowUpdate, len(keys))
+	ups := make([]metadata.RowUpdate, len(keys))
 	for i, k := range keys {
-		ups[i] = backends.RowUpdate{Key: k, Index: res[i].Index, Fields: map[string]backends.FieldInfo{
+		ups[i] = metadata.RowUpdate{Key: k, Index: res[i].Index, Fields: map[string]metadata.FieldInfo{
 			"z": {Gen: res[i].Gens["z"]}, "y": {Gen: res[i].Gens["y"]}, "x": {Gen: res[i].Gens["x"]}}}
 	}
 	if _, err := p.Commit(2, ups); err != nil {
 		t.Fatal(err)
 	}
 	rows := p.Delete(3, []string{"c", "a"})
-	if want := backends.AppendRowRefs(nil, rows); !slices.Equal(p.garbage, want) {
+	if want := metadata.AppendRowRefs(nil, rows); !slices.Equal(p.garbage, want) {
 		t.Errorf("Delete recorded %v, want %v", p.garbage, want)
 	}
 	p.Swept(4, rows[0].Refs())
 	p.garbage = nil
 	rows = p.DeletePartition(5)
-	if want := backends.AppendRowRefs(nil, rows); !slices.Equal(p.garbage, want) {
+	if want := metadata.AppendRowRefs(nil, rows); !slices.Equal(p.garbage, want) {
 		t.Errorf("DeletePartition recorded %v, want %v", p.garbage, want)
 	}
-	if !p.sweepRun(backends.AppendRowRefs(nil, rows)) || len(p.garbage) != 0 {
+	if !p.sweepRun(metadata.AppendRowRefs(nil, rows)) || len(p.garbage) != 0 {
 		t.Errorf("the removed rows' cells are not one run of the garbage")
 	}
 }
@@ -134,7 +134,7 @@ func TestRemovedCellsInRowRefsOrder(t *testing.T) {
 func TestAbandonedReservationUnderRewrites(t *testing.T) {
 	p := New()
 	var next uint64
-	put := func(now int64) backends.Reservation {
+	put := func(now int64) metadata.Reservation {
 		return prepare(t, p, &next, now, []string{"k"}, []string{"f"})[0]
 	}
 	abandoned := put(1000)
@@ -143,7 +143,7 @@ func TestAbandonedReservationUnderRewrites(t *testing.T) {
 	}
 	inFlight := put(2000)
 	p.Abort(2000, 1500)
-	want := []backends.Ref{{Index: abandoned.Index, Field: "f", Gen: abandoned.Gens["f"]}}
+	want := []metadata.Ref{{Index: abandoned.Index, Field: "f", Gen: abandoned.Gens["f"]}}
 	if !slices.Equal(p.Garbage(), want) {
 		t.Errorf("Abort(cutoff 1500) left garbage %v, want the reservation made at 1000 %v", p.Garbage(), want)
 	}
@@ -160,7 +160,7 @@ func TestAbandonedReservationUnderRewrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Abort(4000, 3500)
-	if slices.ContainsFunc(p.Garbage(), func(r backends.Ref) bool { return r.Gen == second.Gens["f"] }) {
+	if slices.ContainsFunc(p.Garbage(), func(r metadata.Ref) bool { return r.Gen == second.Gens["f"] }) {
 		t.Errorf("Abort(cutoff 3500) = %v took the reservation made at 4000 (generation %d)", p.Garbage(), second.Gens["f"])
 	}
 	if err := commitOne(p, 4001, "k", second); err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // Snapshots: a partition's whole state as one byte string, which a
@@ -121,7 +121,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 
 // appendView appends a row's committed state: nil (not committed), or
 // its field table's number and its tag.
-func appendView(b []byte, tw *tableWriter, r *backends.Row) ([]byte, error) {
+func appendView(b []byte, tw *tableWriter, r *metadata.Row) ([]byte, error) {
 	if r == nil {
 		return msgp.AppendNil(b), nil
 	}
@@ -130,18 +130,18 @@ func appendView(b []byte, tw *tableWriter, r *backends.Row) ([]byte, error) {
 	return AppendTag(b, r.Tag)
 }
 
-var emptyFields = map[string]backends.FieldInfo{}
+var emptyFields = map[string]metadata.FieldInfo{}
 
 // nonNil is fields, or an empty table for none: a committed row's table
 // is never "no table".
-func nonNil(f map[string]backends.FieldInfo) map[string]backends.FieldInfo {
+func nonNil(f map[string]metadata.FieldInfo) map[string]metadata.FieldInfo {
 	if f == nil {
 		return emptyFields
 	}
 	return f
 }
 
-func readView(b []byte, tables []map[string]backends.FieldInfo, key string, index uint64) (*backends.Row, []byte, error) {
+func readView(b []byte, tables []map[string]metadata.FieldInfo, key string, index uint64) (*metadata.Row, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
@@ -152,7 +152,7 @@ func readView(b []byte, tables []map[string]backends.FieldInfo, key string, inde
 	if n != 2 {
 		return nil, nil, fmt.Errorf("row view of %d values", n)
 	}
-	r := &backends.Row{Key: key, Index: index}
+	r := &metadata.Row{Key: key, Index: index}
 	if r.Fields, b, err = readTableRef(b, tables); err != nil {
 		return nil, nil, err
 	}
@@ -393,10 +393,10 @@ func restore(b []byte) (*Partition, error) {
 			if mx, b, err = msgp.ReadInt64Bytes(b); err != nil {
 				return nil, err
 			}
-			if st < uint8(backends.Ready) || st > uint8(backends.Dropped) || dl < 0 || dl > math.MaxInt32 || mx < 0 || mx > math.MaxInt32 {
+			if st < uint8(metadata.Ready) || st > uint8(metadata.Dropped) || dl < 0 || dl > math.MaxInt32 || mx < 0 || mx > math.MaxInt32 {
 				return nil, fmt.Errorf("entry of row %d out of range", i)
 			}
-			e.state, e.deliveries, e.max = backends.State(st), int(dl), int(mx)
+			e.state, e.deliveries, e.max = metadata.State(st), int(dl), int(mx)
 			t.entries[i] = e
 		}
 		var np uint32
@@ -434,7 +434,7 @@ func restore(b []byte) (*Partition, error) {
 			if uint32(len(b)) < nr {
 				return nil, msgp.ErrShortBytes
 			}
-			ob.rows = make([]*backends.Row, nr)
+			ob.rows = make([]*metadata.Row, nr)
 			for k := range ob.rows {
 				var key string
 				var index uint64

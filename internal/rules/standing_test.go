@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // entryAt applies a record at time now (µs) and returns its result and
@@ -27,9 +28,9 @@ func (l *logged) put(t *testing.T, now int64, keys ...string) {
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	ups := make([]backends.RowUpdate, len(keys))
+	ups := make([]metadata.RowUpdate, len(keys))
 	for i, k := range keys {
-		ups[i] = backends.RowUpdate{Key: k, Index: r.Reservations[i].Index, Fields: map[string]backends.FieldInfo{"f": {}}}
+		ups[i] = metadata.RowUpdate{Key: k, Index: r.Reservations[i].Index, Fields: map[string]metadata.FieldInfo{"f": {}}}
 	}
 	rec, _ := CommitRecord(ups)
 	if r, _ := l.at(t, now, rec); r.Err != nil {
@@ -83,15 +84,15 @@ func TestStandingClaims(t *testing.T) {
 	// b needs two rows: one more commit fulfils it.
 	l.n++
 	pr := l.p.Apply(&backends.Entry{N: l.n, ID: l.n, Time: 7, Base: 1000, Data: PrepareRecord([]string{"k2", "k3"}, []string{"f"}, 2)})
-	rec, _ := CommitRecord([]backends.RowUpdate{
-		{Key: "k2", Index: pr.Reservations[0].Index, Fields: map[string]backends.FieldInfo{"f": {}}},
-		{Key: "k3", Index: pr.Reservations[1].Index, Fields: map[string]backends.FieldInfo{"f": {}}}})
+	rec, _ := CommitRecord([]metadata.RowUpdate{
+		{Key: "k2", Index: pr.Reservations[0].Index, Fields: map[string]metadata.FieldInfo{"f": {}}},
+		{Key: "k3", Index: pr.Reservations[1].Index, Fields: map[string]metadata.FieldInfo{"f": {}}}})
 	_, served = l.at(t, 8, rec)
 	if len(served) != 1 || served[0].Waiting != "b" || len(served[0].Rows) != 2 {
 		t.Fatalf("the commit of two rows fulfilled %+v, want b with two rows", served)
 	}
 	// b's waiter gave up: its rows are ready again.
-	if r, _ := l.at(t, 9, SettleRecord(&SettleArgs{Task: "t", Op: backends.Unwait, Lease: "b"})); r.Err != nil {
+	if r, _ := l.at(t, 9, SettleRecord(&SettleArgs{Task: "t", Op: metadata.Unwait, Lease: "b"})); r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	if c := claim(10, "c", 2, 0, ""); len(c.Rows) != 2 {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -745,13 +745,13 @@ func consumeConsumptionAfterNack(t *testing.T, e Engine) {
 	for _, r := range l.Meta.Rows {
 		index[r.Index] = r.Key
 	}
-	deliveries := func() map[string]backends.Delivery {
+	deliveries := func() map[string]metadata.Delivery {
 		t.Helper()
 		cons, err := e.Meta.Consumption(t.Context(), p, "w")
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]backends.Delivery{}
+		out := map[string]metadata.Delivery{}
 		for _, d := range cons["w"] {
 			out[index[d.Index]] = d
 		}
@@ -760,7 +760,7 @@ func consumeConsumptionAfterNack(t *testing.T, e Engine) {
 	held := deliveries()
 	token := held[keys[0]].Lease
 	for _, k := range keys {
-		if d := held[k]; d.State != backends.Leased || d.Lease == "" || d.Lease != token || d.Deliveries != 1 {
+		if d := held[k]; d.State != metadata.Leased || d.Lease == "" || d.Lease != token || d.Deliveries != 1 {
 			t.Fatalf("%s while leased: %+v, want leased once to one token", k, d)
 		}
 	}
@@ -772,14 +772,14 @@ func consumeConsumptionAfterNack(t *testing.T, e Engine) {
 		t.Fatal(err)
 	}
 	ds := deliveries()
-	if d := ds[keys[0]]; d.State != backends.Ready || d.Deliveries != 1 || d.Lease != token ||
+	if d := ds[keys[0]]; d.State != metadata.Ready || d.Deliveries != 1 || d.Lease != token ||
 		d.Until.Before(before.Add(59*time.Minute)) || d.Until.After(time.Now().Add(61*time.Minute)) {
 		t.Fatalf("%s after Nack(1h): %+v, want ready, delivered once, returned by %s, until in an hour", keys[0], d, token)
 	}
-	if d := ds[keys[1]]; d.State != backends.Ready || d.Deliveries != 1 || d.Lease != token || !d.Until.IsZero() {
+	if d := ds[keys[1]]; d.State != metadata.Ready || d.Deliveries != 1 || d.Lease != token || !d.Until.IsZero() {
 		t.Fatalf("%s after Nack(0): %+v, want ready, delivered once, returned by %s, no until", keys[1], d, token)
 	}
-	if d := ds[keys[2]]; d.State != backends.Leased || d.Lease != token {
+	if d := ds[keys[2]]; d.State != metadata.Leased || d.Lease != token {
 		t.Fatalf("%s, not nacked: %+v, want still leased to %s", keys[2], d, token)
 	}
 	if st := mustStatus(t, task); st.Ready != 2 || st.Leased != 1 {
@@ -796,7 +796,7 @@ func consumeConsumptionAfterNack(t *testing.T, e Engine) {
 		t.Fatal(err)
 	}
 	ds = deliveries()
-	if d := ds[keys[1]]; d.State != backends.Dead || d.Deliveries != 2 || d.Lease == "" || d.Lease != token2 {
+	if d := ds[keys[1]]; d.State != metadata.Dead || d.Deliveries != 2 || d.Lease == "" || d.Lease != token2 {
 		t.Fatalf("%s nacked at its MaxDeliveries: %+v, want dead, delivered twice, returned by %s", keys[1], d, token2)
 	}
 	st, err := c.Status(t.Context(), p)

@@ -7,7 +7,7 @@ import (
 
 // The reference model of RunModel: one partition and its consumption, as
 // README.md (Consuming), tq's doc comments (Task, Claim, Wait, Lease, Status,
-// ResetConsumption, the samplers) and backends.Queue's contract (row states,
+// ResetConsumption, the samplers) and metadata.Queue's contract (row states,
 // lazy expiry, Settle's ops, Batch for ranks) describe them. It is kept
 // plain on purpose: maps and slices, a clock that is a duration since the
 // history began, and rows identified by an id the model gives each row
@@ -69,7 +69,7 @@ type mbatch struct {
 	share [2][]int
 	taken [2]bool
 	// tags are the rows' tags when the batch was selected: a rank's share
-	// may give its rows' metadata as selected (backends.Batch: the batch
+	// may give its rows' metadata as selected (metadata.Batch: the batch
 	// "as it was selected") or as it is now (open choice).
 	tags map[int]map[string]any
 }

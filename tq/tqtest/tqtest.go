@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 )
@@ -19,7 +20,7 @@ type Engine struct {
 	// themselves (not a client's), for tests that reach under the client:
 	// to tamper with a stored cell, or to look at a row's generations.
 	Data backends.Store
-	Meta backends.MetaStore
+	Meta metadata.MetaStore
 }
 
 // Run runs the suite, one subtest per rule, each on a fresh Engine from
@@ -55,7 +56,7 @@ func cases() []testCase {
 // own, as processes do; so eng must have one or the other (a Local
 // engine's in-process store included).
 func Over(eng backends.Engine) Engine {
-	meta := eng.Meta
+	meta, _ := eng.Meta.(metadata.MetaStore) // tq.New refuses any other
 	if meta == nil && eng.Log != nil {
 		// A process of its own looking at the log: the rules applied to
 		// it, as every client applies them.

@@ -1,12 +1,13 @@
-package backends
+package metadata
 
 import (
 	"context"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 	"unsafe"
+
+	"github.com/tqgo/tqgo/backends"
 )
 
 // FieldInfo describes one committed (row, field) cell.
@@ -16,7 +17,7 @@ type FieldInfo struct {
 	DType string `json:"d,omitempty"`
 	// Shape is the tensor's shape (nil for a non-tensor value).
 	Shape []int64 `json:"s,omitempty"`
-	// Gen is the write generation whose bytes are current (see StorageKey).
+	// Gen is the write generation whose bytes are current (see backends.StorageKey).
 	Gen uint64 `json:"g,omitempty"`
 	// BackendTag is the tag the data backend reported for the cell, if any.
 	BackendTag string `json:"b,omitempty"`
@@ -67,27 +68,7 @@ type Ref struct {
 }
 
 // Key is the storage key of the cell.
-func (r Ref) Key() string { return StorageKey(r.Index, r.Field, r.Gen) }
-
-// StorageKey is "<global_index>@<field>" for a cell's first write (the layout
-// TransferQueue's KVStorageManager uses) and "<global_index>@<field>#<gen>"
-// for a rewrite, so an overwrite never touches the bytes readers may still be
-// reading, and a failed overwrite leaves the old value intact.
-func StorageKey(index uint64, field string, gen uint64) string {
-	return string(AppendStorageKey(make([]byte, 0, 24+len(field)), index, field, gen))
-}
-
-// AppendStorageKey appends StorageKey(index, field, gen) to b.
-func AppendStorageKey(b []byte, index uint64, field string, gen uint64) []byte {
-	b = strconv.AppendUint(b, index, 10)
-	b = append(b, '@')
-	b = append(b, field...)
-	if gen != 0 {
-		b = append(b, '#')
-		b = strconv.AppendUint(b, gen, 10)
-	}
-	return b
-}
+func (r Ref) Key() string { return backends.StorageKey(r.Index, r.Field, r.Gen) }
 
 // MetaStore is the metadata of every partition. Implementations must be
 // safe for concurrent use and apply each call atomically per partition.
@@ -98,7 +79,7 @@ func AppendStorageKey(b []byte, index uint64, field string, gen uint64) []byte {
 //     reused indexes for new keys) and reserves a fresh generation for each
 //     (key, field) written. A prepared row that was never committed is
 //     invisible: Lookup and List do not return it.
-//  2. The caller writes the cells' bytes under StorageKey(index, field, gen).
+//  2. The caller writes the cells' bytes under backends.StorageKey(index, field, gen).
 //  3. Commit makes the fields (and tag) visible. A field whose reserved
 //     generation is older than the committed one lost a race to a newer
 //     write: Commit reports it as Stale and the caller deletes its bytes.
@@ -117,12 +98,12 @@ func AppendStorageKey(b []byte, index uint64, field string, gen uint64) []byte {
 // commit's own Stale generation, a reservation Garbage aborted, and the
 // cells of rows Delete or DeletePartition removed. A removed row's
 // reservations are aborted at once (a Commit naming them fails with
-// ErrConflict, as the MetaStore contract says), but Garbage returns them
+// backends.ErrConflict, as the MetaStore contract says), but Garbage returns them
 // only once they are older than its olderThan, as it does any reservation:
 // their put may still be writing them.
 //
 // A MetaStore commits only under live
-// reservations: Commit fails with ErrConflict, applying nothing, when a
+// reservations: Commit fails with backends.ErrConflict, applying nothing, when a
 // field's generation is neither reserved for that row and still pending
 // nor the row's committed one (a generation Garbage aborted, say). So a
 // cell Garbage returned is never referenced afterwards.
@@ -140,15 +121,15 @@ type MetaStore interface {
 	// Prepare reserves indexes and generations for keys and fields. Empty
 	// keys or fields are allowed (a tag-only write reserves no generation).
 	Prepare(ctx context.Context, partition string, keys, fields []string) ([]Reservation, error)
-	// Commit applies updates atomically. It returns ErrConflict, applying
+	// Commit applies updates atomically. It returns backends.ErrConflict, applying
 	// nothing, if a row was cleared or re-indexed since Prepare (or a
 	// reservation was aborted: see Garbage). A store
 	// that lost the reply to a request settles the outcome before it
 	// returns (a store over a network asks again and makes sure a copy of
 	// the request still on its way cannot apply later); only when it
-	// cannot does it return an error matching ErrOutcomeUnknown. Any
+	// cannot does it return an error matching backends.ErrOutcomeUnknown. Any
 	// other error means nothing was applied. The same holds for Delete
-	// and DeletePartition. Prepare's errors never match ErrOutcomeUnknown:
+	// and DeletePartition. Prepare's errors never match backends.ErrOutcomeUnknown:
 	// a Prepare whose outcome is unknown reserved at most rows that stay
 	// invisible.
 	Commit(ctx context.Context, partition string, updates []RowUpdate) (CommitResult, error)
@@ -171,7 +152,7 @@ type MetaStore interface {
 	// Garbage returns the garbage cells of partition not yet reported
 	// swept, first aborting (atomically with the call) the pending
 	// reservations older than olderThan by the store's clock: a later
-	// Commit naming an aborted reservation fails with ErrConflict. A
+	// Commit naming an aborted reservation fails with backends.ErrConflict. A
 	// reservation younger than olderThan is live and never returned, nor
 	// is a cell a committed row references. A store may judge a
 	// reservation by the age of a newer pending reservation of the same
@@ -180,23 +161,23 @@ type MetaStore interface {
 	// deleted (deleting a missing key is no error). The Tag of an aborted
 	// reservation's cell is "": the store never learned its backend tag.
 	// An unknown partition has no garbage; a negative olderThan is an
-	// error wrapping ErrInvalid.
+	// error wrapping backends.ErrInvalid.
 	Garbage(ctx context.Context, partition string, olderThan time.Duration) ([]Ref, error)
 	// Swept records that the cells refs name are deleted, so Garbage no
 	// longer returns them and the store forgets them. A ref that names a
 	// pending reservation aborts it (its Commit then fails with
-	// ErrConflict): a put that rolled back reports its own cells this
+	// backends.ErrConflict): a put that rolled back reports its own cells this
 	// way. Refs the store does not know as garbage or pending are
 	// ignored; a partition left with no rows and no garbage is forgotten.
 	Swept(ctx context.Context, partition string, refs []Ref) error
 	// Abandon aborts the reservations refs name, of a put that failed
 	// before its commit applied and is about to delete its own cells:
-	// their Commit then fails with ErrConflict, and they become garbage
+	// their Commit then fails with backends.ErrConflict, and they become garbage
 	// (with the refs' Tags), returned by Garbage until swept. A ref that
 	// is already garbage, or a removed row's reservation (which becomes
 	// garbage too), is known as well. When some ref names nothing the
 	// store knows of the partition, Abandon still aborts the others and
-	// returns an error matching ErrReservationLost: that reservation was
+	// returns an error matching backends.ErrReservationLost: that reservation was
 	// lost with metadata a failover replaced, its index or generation may
 	// be another row's now, and the caller must not delete those cells by
 	// storage key. A store whose metadata cannot be lost (in-process)
@@ -204,7 +185,7 @@ type MetaStore interface {
 	// slower than olderThan), whose keys nobody else is given, and returns
 	// nil: the caller deletes them.
 	Abandon(ctx context.Context, partition string, refs []Ref) error
-	// Close releases the store. Later calls return ErrClosed.
+	// Close releases the store. Later calls return backends.ErrClosed.
 	Close() error
 }
 

@@ -1,9 +1,12 @@
-package backends
+package metadata
 
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/tqgo/tqgo/backends"
 )
 
 // Queue is the consumption state of a MetaStore's partitions: for each
@@ -11,7 +14,7 @@ import (
 // of them are leased to whom and until when, and which are acknowledged.
 // Every MetaStore is a Queue (MetaStore embeds it), so consumption lives
 // beside the rows it is about and follows the MetaStore's outcome rules:
-// an error matching ErrOutcomeUnknown may have applied; any other applied
+// an error matching backends.ErrOutcomeUnknown may have applied; any other applied
 // nothing. Implementations are safe for concurrent use, also, for a store
 // other processes reach, by many processes: no row is leased to two
 // consumers of a task at once.
@@ -58,7 +61,7 @@ type Queue interface {
 	// store: a store may hold a lock across it.
 	//
 	// With req.Batch set, the ranks of a data-parallel task share batches
-	// (see Batch). Claim fails with an error wrapping ErrInvalid, changing
+	// (see Batch). Claim fails with an error wrapping backends.ErrInvalid, changing
 	// nothing, when req is malformed (see ClaimRequest.Check), and returns
 	// pick's error as it is.
 	Claim(ctx context.Context, partition string, req ClaimRequest, pick Pick) (Claimed, error)
@@ -67,7 +70,7 @@ type Queue interface {
 	// req.Indexes in the state the op needs and reports the others in
 	// SettleResult.Lost, changing nothing of them; an index of no
 	// committed row of the partition is Lost too. A malformed req (see
-	// SettleRequest.Check) fails with ErrInvalid, changing nothing.
+	// SettleRequest.Check) fails with backends.ErrInvalid, changing nothing.
 	Settle(ctx context.Context, partition string, req SettleRequest) (SettleResult, error)
 	// Consumption returns, for each of tasks (every task with state in
 	// the partition when none is named), the Delivery of every row of the
@@ -82,7 +85,7 @@ type Queue interface {
 	// indexes forgets nothing): they are ready
 	// again with no deliveries, leases on them are lost, and open
 	// batches of the task (see Batch) are forgotten. An empty task name
-	// fails with ErrInvalid.
+	// fails with backends.ErrInvalid.
 	Reset(ctx context.Context, partition, task string, indexes []uint64) error
 	// Wait returns nil once the partition may have rows for a claim that
 	// it had not when mark was taken: after a commit, delete, settle or
@@ -111,7 +114,7 @@ var stateNames = [numStates]string{"ready", "leased", "acked", "dead", "dropped"
 
 func (s State) String() string {
 	if s >= numStates {
-		return "State(" + itoa(int(s)) + ")"
+		return "State(" + strconv.Itoa(int(s)) + ")"
 	}
 	return stateNames[s]
 }
@@ -325,7 +328,7 @@ type SettleResult struct {
 	Until time.Time
 }
 
-// Check reports a malformed claim with an error wrapping ErrInvalid.
+// Check reports a malformed claim with an error wrapping backends.ErrInvalid.
 func (r *ClaimRequest) Check() error {
 	switch {
 	case r.Task == "":
@@ -350,7 +353,7 @@ func (r *ClaimRequest) Check() error {
 	return nil
 }
 
-// Check reports a malformed settle with an error wrapping ErrInvalid.
+// Check reports a malformed settle with an error wrapping backends.ErrInvalid.
 func (r *SettleRequest) Check() error {
 	switch {
 	case r.Task == "":
@@ -371,7 +374,7 @@ func (r *SettleRequest) Check() error {
 }
 
 // CheckPicked reports a Pick result that names a position outside rows,
-// or one twice, with an error wrapping ErrInvalid.
+// or one twice, with an error wrapping backends.ErrInvalid.
 func CheckPicked(p Picked, rows int) error {
 	seen := make([]bool, rows)
 	mark := func(i int) error {
@@ -403,5 +406,5 @@ func CheckPicked(p Picked, rows int) error {
 }
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{backends.ErrInvalid}, args...)...)
 }
