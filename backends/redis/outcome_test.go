@@ -16,6 +16,7 @@ import (
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redisserver"
 	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -95,7 +96,6 @@ var outcomeGroups = []outcomeGroup{
 		// the last with the commit in one MULTI/EXEC.
 		name:  "rounds",
 		query: "write_round_bytes=1200", // two cells (512 B and their codec prefix) a round
-		mixed: true,
 		want: map[outcomeOp][]string{
 			opPut: {"EVALSHA append", "MSET", "MULTI", "UNLINK", "EVALSHA append"},
 		},
@@ -233,6 +233,7 @@ func standaloneEnv(srv *redisserver.Server, p *requestProxy) *outcomeEnv {
 // (which must send the group's requests) and then a case per request
 // and fault.
 func runOutcomes(t *testing.T, env *outcomeEnv, groups []outcomeGroup) {
+	defer replica.SetSettleFor(2 * time.Second)() // servers kept down stay down past it
 	n := 0
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -556,6 +557,7 @@ func TestOutcomesOfSettle(t *testing.T) {
 	p := startRequestProxy(t, srv.Addr())
 	env := standaloneEnv(srv, p)
 	g := outcomeGroup{name: "fused"}
+	defer replica.SetSettleFor(2 * time.Second)()
 	const multi, resend, fence = 2, 3, 4 // the put's requests: Prepare, MULTI, MULTI again, fence
 	n := 0
 	for _, first := range []faultKind{faultDrop, faultLoseReply} {

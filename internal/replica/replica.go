@@ -410,7 +410,18 @@ func results(p *part, recs []record) ([]*rules.Result, bool) {
 }
 
 // settleFor bounds how long settle tries to get a fence through.
-var settleFor = 10 * time.Second
+var settleFor atomic.Int64
+
+func init() { settleFor.Store(int64(10 * time.Second)) }
+
+// SetSettleFor sets how long a write whose reply was lost keeps trying to
+// settle its outcome (10 s by default) before it returns an error
+// matching backends.ErrOutcomeUnknown, and returns a function restoring
+// the former bound: for tests whose server stays down.
+func SetSettleFor(d time.Duration) (restore func()) {
+	old := settleFor.Swap(int64(d))
+	return func() { settleFor.Store(old) }
+}
 
 // settle finds out whether recs, whose append's reply was lost, applied:
 // it appends a fence that voids them, and reads up to it. They applied if
@@ -421,7 +432,7 @@ var settleFor = 10 * time.Second
 // count then): the records may be in the snapshot, where their results
 // are not. The caller holds p.mu.
 func (m *Meta) settle(ctx context.Context, p *part, recs []record, restarts uint64, cause error) ([]*rules.Result, error) {
-	giveUp := time.Now().Add(settleFor)
+	giveUp := time.Now().Add(time.Duration(settleFor.Load()))
 	ids := make([]uint64, len(recs))
 	for i, r := range recs {
 		ids[i] = r.id
