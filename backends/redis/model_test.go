@@ -56,21 +56,21 @@ func modelEnv(url string, n *atomic.Int64, moved bool) func(t *testing.T) tqtest
 // standalone server, with the server's clock and with a clock the
 // histories move, and on a Cluster.
 func TestModel(t *testing.T) {
-	modelHistories(t, 40)
+	modelHistories(t, 100)
 	srv := redistest.Start(t)
 	var n atomic.Int64
 	tqtest.RunModel(t, modelEnv(srv.URL(), &n, false))
 }
 
 func TestModelMovedClock(t *testing.T) {
-	modelHistories(t, 40)
+	modelHistories(t, 100)
 	srv := redistest.Start(t)
 	var n atomic.Int64
 	tqtest.RunModel(t, modelEnv(srv.URL(), &n, true))
 }
 
 func TestModelCluster(t *testing.T) {
-	modelHistories(t, 20)
+	modelHistories(t, 40)
 	c := redistest.StartCluster(t)
 	var n atomic.Int64
 	tqtest.RunModel(t, modelEnv(c.URL(), &n, true))
