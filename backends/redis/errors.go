@@ -44,7 +44,8 @@ var (
 
 // ErrCellsMissing: a commit was refused because the server lacks cells
 // this Store wrote for it: a failover moved the clients to a replica
-// that missed them (see receipts.go). Nothing of the commit applied.
+// that missed them (see CellLog.AppendCells). Nothing of the commit
+// applied.
 var ErrCellsMissing = errors.New("redis: the commit's cells are not on the server")
 
 // errAckLost is why a write counts as not replicated when it applied on
@@ -150,4 +151,10 @@ func isUnavailable(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, goredis.ErrClosed) ||
 		errors.Is(err, goredis.ErrPoolTimeout)
+}
+
+// isCellsMissing reports whether err is the append script's refusal for
+// a missing receipt (see CellLog.AppendCells).
+func isCellsMissing(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOCELLS")
 }

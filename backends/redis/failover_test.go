@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,27 +277,6 @@ func TestFailoverUnderLoad(t *testing.T) {
 	}
 }
 
-// failoverDuringPut is a data backend that cuts the replica off before
-// the first Write of cells and fails the clients over after it: the cells
-// reach the old master only, and the put's commit goes to the promoted
-// replica, which has the put's Prepare.
-type failoverDuringPut struct {
-	backends.Store
-	f             *failover
-	t             *testing.T
-	before, after sync.Once
-}
-
-func (d *failoverDuringPut) Write(ctx context.Context, cells []backends.Cell) error {
-	d.before.Do(func() {
-		d.f.waitSynced(d.t)
-		d.f.lag()
-	})
-	err := d.Store.Write(ctx, cells)
-	d.after.Do(func() { d.f.promote(d.t) })
-	return err
-}
-
 // cellsLostGap reports a gap the engine still has without WithReplicas
 // (with it, a Prepare waits for its replicas): after a failover to a
 // replica that lagged, the promoted replica's index counter is behind the
@@ -318,27 +298,45 @@ func cellsLostGap(t *testing.T, format string, args ...any) {
 	t.Skipf("known gap (TQ_KNOWN_GAPS=1 makes it fail): "+format, args...)
 }
 
-// TestFailoverBetweenCellsAndCommit: a put's cells are written to the
-// master after the replica lost its link, and the replica is promoted
-// before the put commits. The promoted replica has the put's Prepare but
-// not its cells, so the put cannot be whole there: it must fail, with
+// TestFailoverBetweenCellsAndCommit: a put of several write rounds writes
+// its first rounds to the master after the replica lost its link, and the
+// replica is promoted before the request that writes the last round with
+// the commit. The promoted replica has the put's Prepare but not its
+// first cells, so the put cannot be whole there: it must fail, with
 // redis.ErrCellsMissing, and no row of it be listed.
 func TestFailoverBetweenCellsAndCommit(t *testing.T) {
 	f := startFailover(t)
 	ctx := t.Context()
-	url := f.clients.url(rewindPrefix, "")
-	s := open(t, url)
-	c, err := tq.New(apart(&failoverDuringPut{Store: s, f: f, t: t}, s.Log()))
+	url := f.clients.url(rewindPrefix, "&write_round_bytes=1200") // two cells a round
+	var armed atomic.Bool
+	var lagged, promoted bool
+	h := &beforeHook{before: func(names []string) {
+		if !armed.Load() {
+			return
+		}
+		switch {
+		case names[0] == "mset" && !lagged: // the put's first round
+			f.waitSynced(t)
+			f.lag()
+			lagged = true
+		case names[0] == "multi" && lagged && !promoted: // the last round, with the commit
+			f.promote(t)
+			promoted = true
+		}
+	}}
+	c, err := tq.New(engine(open(t, url, redis.WithHooks(h))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	ks := keyRange("k", 4)
-	putErr := c.BatchPut(ctx, rewindPart, ks, rollout(ks, 1), nil)
-	if !f.promoted {
-		t.Fatal("test setup: the put wrote no cells through Write")
+	ks := keyRange("k", 8)
+	_, batch := smallBatch(len(ks), 1)
+	armed.Store(true)
+	putErr := c.BatchPut(ctx, rewindPart, ks, batch, nil)
+	if !promoted {
+		t.Fatal("test setup: the put sent no round before its commit")
 	}
-	fresh := openTQ(t, url)
+	fresh := openTQ(t, f.clients.url(rewindPrefix, ""))
 	listed := listedKeys(listing(t, fresh, "fresh"))
 	if len(listed) > 0 {
 		_, readErr := fresh.BatchGet(ctx, rewindPart, ks)
@@ -346,5 +344,28 @@ func TestFailoverBetweenCellsAndCommit(t *testing.T) {
 	}
 	if !errors.Is(putErr, redis.ErrCellsMissing) {
 		t.Fatalf("put whose cells the failover lost: %v, want an error matching redis.ErrCellsMissing", putErr)
+	}
+}
+
+// beforeHook is a go-redis hook (given with redis.WithHooks, it also sees the
+// requests on direct connections) that calls before with the names of a
+// request's commands before it goes out.
+type beforeHook struct{ before func(names []string) }
+
+func (h *beforeHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *beforeHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.before([]string{cmd.Name()})
+		return next(ctx, cmd)
+	}
+}
+func (h *beforeHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		names := make([]string, len(cmds))
+		for i, c := range cmds {
+			names[i] = c.Name()
+		}
+		h.before(names)
+		return next(ctx, cmds)
 	}
 }

@@ -197,8 +197,8 @@ func posArgs(p backends.Pos) (n, id string) {
 
 // appendCall returns the keys and arguments of logAppendScript: base is
 // the first index reserved (not inline), receipts the storage keys of
-// cells the script requires (see receipts), marker "" or the key the
-// script requires and deletes.
+// cells the script requires (see CellLog.AppendCells), marker "" or the
+// key the script requires and deletes.
 func (l *Log) appendCall(partition string, from backends.Pos, recs []backends.Record, base uint64, receipts []string, marker string) ([]string, []any) {
 	s := l.s
 	keys := l.logKeys(partition)
@@ -246,11 +246,12 @@ func (l *Log) Append(ctx context.Context, partition string, from backends.Pos, r
 	if err != nil {
 		return backends.Tail{}, err
 	}
-	return l.append(ctx, partition, from, recs, need)
+	return l.append(ctx, partition, from, recs, need, nil)
 }
 
-// append is Append of valid, non-empty recs on an open Log.
-func (l *Log) append(ctx context.Context, partition string, from backends.Pos, recs []backends.Record, need uint64) (backends.Tail, error) {
+// append is Append of valid, non-empty recs on an open Log, requiring the
+// cells of the storage keys receipts (see CellLog.AppendCells).
+func (l *Log) append(ctx context.Context, partition string, from backends.Pos, recs []backends.Record, need uint64, receipts []string) (backends.Tail, error) {
 	s := l.s
 	var base uint64
 	registered := false
@@ -260,11 +261,7 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 			return backends.Tail{}, s.wrap(ctx, "append", err)
 		}
 	}
-	var checked []string
-	if !s.cluster {
-		checked = s.receipts.all()
-	}
-	keys, args := l.appendCall(partition, from, recs, base, checked, "")
+	keys, args := l.appendCall(partition, from, recs, base, receipts, "")
 	var reply []any
 	var acks func() error
 	var err error
@@ -279,9 +276,8 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 		reply, err = logAppendScript.Run(ctx, s.client, keys, args...).Slice()
 	}
 	if err != nil {
-		return backends.Tail{}, l.appendError(ctx, err, checked, goRedis)
+		return backends.Tail{}, l.appendError(ctx, err, goRedis)
 	}
-	s.receipts.forget(checked)
 	return l.appended(ctx, partition, from, recs, reply, acks, registered)
 }
 
@@ -447,13 +443,12 @@ func (l *Log) setKnown(partition string, known bool) {
 
 // appendError classes the failure of an append's request: one that may
 // have reached the server matches backends.ErrOutcomeUnknown; one that
-// found a receipt missing (checked, dropped now) matches ErrCellsMissing.
+// found a receipt missing matches ErrCellsMissing.
 // goRedis says the request went through go-redis, which resends a
 // request whose connection failed (unless its MaxRetries is -1): a dial
 // refused then may follow a send that ran.
-func (l *Log) appendError(ctx context.Context, err error, checked []string, goRedis bool) error {
+func (l *Log) appendError(ctx context.Context, err error, goRedis bool) error {
 	if isCellsMissing(err) {
-		l.s.receipts.forget(checked)
 		return l.s.wrap(ctx, "append", fmt.Errorf("%w: %w", ErrCellsMissing, err))
 	}
 	var short *notReplicated

@@ -13,7 +13,13 @@ import (
 	"github.com/tqgo/tqgo/backends"
 )
 
-// AppendCells implements backends.LogCells. On the engine's own
+// AppendCells implements backends.LogCells. Cells written before the
+// request that appends the records (earlier write rounds, or all of them
+// without the engine's own connections) are that request's receipts: the
+// append script requires them (keys that must exist), so that after a
+// failover to a replica that missed them the records are refused with
+// ErrCellsMissing (nothing applied) instead of committing rows without
+// cells. On the engine's own
 // connections, the cells' last write round (an MSET, which also sets a
 // marker key) and the append script go in one MULTI/EXEC, after the
 // earlier rounds (if any) went as Store.Write sends them: cells that fit
@@ -40,22 +46,28 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 		if len(recs) == 0 {
 			return l.read(ctx, "append", partition, from)
 		}
-		return l.append(ctx, partition, from, recs, need)
+		// Rounds through go-redis run side by side: every cell is a
+		// receipt.
+		return l.append(ctx, partition, from, recs, need, backends.CellKeys(cells))
 	}
 	for i := range cells {
 		cells[i].Tag = ""
 	}
+	all := cells
+	var receipts []string
 	rounds := s.writeRounds(cells)
 	if last := rounds[len(rounds)-1].lo; last > 0 {
 		if err := s.putSplit(ctx, raw, cells[:last]); err != nil {
 			return backends.Tail{}, err
 		}
+		// The earlier rounds went in order on one connection: their last
+		// cell is their receipt.
+		receipts = []string{cells[last-1].Key}
 		cells = cells[last:]
 	}
 	pre := s.dataPrefix()
 	marker := pre + "!put:" + newMarker()
-	checked := s.receipts.all()
-	keys, args := l.appendCall(partition, from, recs, 0, checked, marker)
+	keys, args := l.appendCall(partition, from, recs, 0, receipts, marker)
 	replicas := s.opts.replicas
 	waitArgs := []string{"WAIT", strconv.Itoa(replicas), strconv.FormatInt(waitMillis(s.opts.replicaTimeout), 10)}
 	var script, waited any
@@ -101,23 +113,22 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 		return err
 	})
 	if err != nil {
-		return backends.Tail{}, l.appendError(ctx, err, checked, false)
+		return backends.Tail{}, l.appendError(ctx, err, false)
 	}
 	if se, ok := script.(serverError); ok {
 		if isCellsMissing(se) {
-			return backends.Tail{}, l.appendError(ctx, se, checked, false)
+			return backends.Tail{}, l.appendError(ctx, se, false)
 		}
 		if strings.HasPrefix(string(se), "NOSCRIPT") {
 			// The cells and the marker are written (EXEC ran the MSET);
 			// the script is not loaded yet: append without the marker
 			// (Run loads it), and drop the marker.
-			t, err := l.append(ctx, partition, from, recs, need)
+			t, err := l.append(ctx, partition, from, recs, need, backends.CellKeys(all))
 			_ = s.client.Del(ctx, marker).Err()
 			return t, err
 		}
 		return backends.Tail{}, s.wrap(ctx, "append", se)
 	}
-	s.receipts.forget(checked)
 	reply, ok := script.([]any)
 	if !ok {
 		return backends.Tail{}, &unknownOutcome{s.wrap(ctx, "append", fmt.Errorf("%w: append replied %v", ErrCorrupt, script))}

@@ -40,7 +40,6 @@ type Store struct {
 	rawOnce sync.Once
 	raw     *rawConns // the engine's own connections, the Store's and the Log's; nil: go-redis only
 
-	receipts receipts // the last cells of data writes, standalone (see receipts.go)
 
 	logOnce sync.Once
 	log     backends.Log // see Store.Log
@@ -333,11 +332,7 @@ func (s *Store) put(ctx context.Context, keys []string, values [][]byte) error {
 			for i := r.lo; i < r.hi; i++ {
 				pairs = append(pairs, dk[i], values[i])
 			}
-			err := s.client.MSet(ctx, pairs...).Err()
-			if err == nil {
-				s.receipts.add(keys[r.hi-1]) // rounds run side by side: each is a receipt
-			}
-			return err
+			return s.client.MSet(ctx, pairs...).Err()
 		}
 		return s.pipelined(ctx, r, func(p goredis.Pipeliner, i int) { p.Set(ctx, dk[i], values[i], 0) })
 	})
@@ -462,7 +457,6 @@ func (s *Store) del(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	s.receipts.forget(keys)
 	dk := s.dataKeys(keys)
 	err := s.runRounds(ctx, countRounds(len(dk), s.opts.roundKeys), func(ctx context.Context, r span) error {
 		if !s.cluster {
