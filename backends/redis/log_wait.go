@@ -37,6 +37,9 @@ func (l *Log) wait(ctx context.Context, partition string, from backends.Pos, wai
 			if err := ctx.Err(); err != nil {
 				return backends.Tail{}, err
 			}
+			// Its rounds read the log up to from: the next waiting Read
+			// from there need not read before it blocks.
+			l.setEnd(partition, from)
 			return backends.Tail{}, nil
 		}
 		t, err := l.waitRound(ctx, partition, from, min(left, logRecheck))

@@ -49,6 +49,7 @@ func TestQueueRoundTrips(t *testing.T) {
 	if _, err := m.Consumption(ctx, "p", "t"); err != nil {
 		t.Fatal(err)
 	}
+	watched := false // a watcher of p (after a Wait) sends rounds of its own
 	count := func(what string, want int64, call func(ctx context.Context) error) {
 		t.Helper()
 		var rt backends.RoundTrips
@@ -56,7 +57,7 @@ func TestQueueRoundTrips(t *testing.T) {
 		if err := call(rt.Attach(ctx)); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if got := p.flights.Load() - before; got != want {
+		if got := p.flights.Load() - before; got != want && !watched {
 			t.Errorf("%s: %d round trips through the proxy, want %d", what, got, want)
 		}
 		if got := rt.Load(); got != want {
@@ -99,6 +100,7 @@ func TestQueueRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	woke := make(chan error, 1)
+	watched = true
 	go func() { woke <- m.Wait(ctx, "p", held.Mark) }()
 	time.Sleep(50 * time.Millisecond)
 	fresh := commitRows(t, metaOf(open(t, srv.URL()+"?prefix=qrt")), "p", "y")
@@ -128,8 +130,8 @@ func TestQueueRoundTrips(t *testing.T) {
 
 // TestIdleWaitRequests: a Wait on a partition where nothing changes sends
 // at most about one request a second (its watcher's round: a pipeline of
-// the counter's GET, the XREAD that blocks and the log's read), once its
-// connection is set up (dial handshake).
+// the XREAD that blocks and the log's read), once its connection is set
+// up (dial handshake).
 func TestIdleWaitRequests(t *testing.T) {
 	srv := redistest.Start(t)
 	p := startFlightProxy(t, srv.Addr())
@@ -234,45 +236,34 @@ func TestQueueFaults(t *testing.T) {
 	t.Run("ClaimReplyLost", func(t *testing.T) {
 		m, idx := setup(t, "&max_retries=-1")
 		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
-		_, err := m.Claim(ctx, "p", req, all)
+		lost, err := m.Claim(ctx, "p", req, all)
 		<-fired[0]
-		if !errors.Is(err, backends.ErrOutcomeUnknown) {
-			t.Fatalf("claim whose reply was lost: %v", err)
+		// It applied, before the fence that settled it: the claim
+		// returns its lease, which the caller holds.
+		if err != nil || !slices.Equal(claimIdx(lost), idx[:2]) {
+			t.Fatalf("claim whose reply was lost: %v %v, want its lease of %v", claimIdx(lost), err, idx[:2])
 		}
-		// It applied: its rows are leased to a token nobody holds, and
-		// come back once the lease ends.
-		got := leasedTo(t, m)
-		if len(got) != 1 {
-			t.Fatalf("leases %v", got)
+		if got := leasedTo(t, m); len(got) != 1 || len(got[lost.Lease]) != 2 {
+			t.Fatalf("leases %v, want the lost reply's %s", got, lost.Lease)
 		}
 		c, err := m.Claim(ctx, "p", req, all)
 		if err != nil || !slices.Equal(claimIdx(c), idx[2:]) {
 			t.Fatalf("next claim %v %v", claimIdx(c), err)
 		}
-		var again metadata.Claimed
-		for deadline := time.Now().Add(20 * time.Second); len(again.Rows) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if again, err = m.Claim(ctx, "p", req, all); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if len(again.Rows) == 0 || again.Deliveries[0].Deliveries != 2 {
-			t.Fatalf("claim after the lost claim's lease ended %+v", again)
-		}
 	})
 	t.Run("ClaimDropped", func(t *testing.T) {
 		m, idx := setup(t, "&max_retries=-1")
 		fired := p.arm(nil, plannedFault{nth: 1, kind: faultDrop})
-		_, err := m.Claim(ctx, "p", req, all)
-		<-fired[0]
-		if !errors.Is(err, backends.ErrOutcomeUnknown) {
-			t.Fatalf("claim whose request was dropped: %v", err)
-		}
-		if got := leasedTo(t, m); len(got) != 0 {
-			t.Fatalf("leases %v after a claim that never ran", got)
-		}
 		c, err := m.Claim(ctx, "p", req, all)
+		<-fired[0]
+		// It never ran; sent again (its connection failed before any
+		// reply), or settled by a fence and claimed again, it leases the
+		// rows once.
 		if err != nil || !slices.Equal(claimIdx(c), idx[:2]) || c.Deliveries[0].Deliveries != 1 {
-			t.Fatalf("next claim %+v %v", c, err)
+			t.Fatalf("claim whose request was dropped: %+v %v", c, err)
+		}
+		if got := leasedTo(t, m); len(got) != 1 || len(got[c.Lease]) != 2 {
+			t.Fatalf("leases %v, want the claim's only", got)
 		}
 	})
 	for _, kind := range []faultKind{faultDrop, faultLoseReply} {
@@ -309,10 +300,14 @@ func TestQueueFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		fired := p.arm(nil, plannedFault{nth: 1, kind: faultLoseReply})
-		_, err = m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Retry, Indexes: claimIdx(c)})
+		res, err := m.Settle(ctx, "p", metadata.SettleRequest{Task: "t", Op: metadata.Retry, Indexes: claimIdx(c)})
 		<-fired[0]
-		if !errors.Is(err, backends.ErrOutcomeUnknown) {
-			t.Fatalf("retry whose reply was lost: %v", err)
+		// Settled: it applied, and the row is ready again.
+		if err != nil || len(res.Lost) != 0 {
+			t.Fatalf("retry whose reply was lost: %+v %v", res, err)
+		}
+		if d := states(t, m, "p", "t")[claimIdx(c)[0]]; d.State != metadata.Ready {
+			t.Fatalf("row after the retry %+v, want ready", d)
 		}
 	})
 }
@@ -456,100 +451,6 @@ func TestWaitConnections(t *testing.T) {
 		t.Errorf("Close took %v with a blocked read", d)
 	}
 	await(0, "after Close")
-}
-
-// TestWaitCounterRestart: a partition's change counter and wake stream
-// expire a minute after it is deleted, and a new partition of that name
-// counts from 1 again. A Wait holding a mark from before returns within
-// a read's block of the counter reading lower; and a commit finding a
-// wake stream ahead of its counter (the counter removed alone) replaces
-// the stream, and wakes a Wait.
-func TestWaitCounterRestart(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := t.Context()
-	m := metaOf(open(t, srv.URL()+"?prefix=qrs"))
-	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	defer admin.Close()
-	seq, stream := "qrs:{qrs:p}:q:seq", "qrs:{qrs:p}:q:w"
-	commitRows(t, m, "p", keysOf("a", 3)...)
-	commitRows(t, m, "p", "b")
-	c, err := m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 8, Min: 8}, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Mark.Seq < 2 {
-		t.Fatalf("mark %d after two commits", c.Mark.Seq)
-	}
-	// As the expiry a minute after the partition's deletion would.
-	if err := admin.Del(ctx, seq, stream).Err(); err != nil {
-		t.Fatal(err)
-	}
-	commitRows(t, m, "p", "c")
-	start := time.Now()
-	if err := m.Wait(ctx, "p", c.Mark); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("a wait with a mark above a restarted counter returned after %v", d)
-	}
-
-	c, err = m.Claim(ctx, "p", metadata.ClaimRequest{Task: "t", Lease: time.Hour, Rows: 8, Min: 8}, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.Del(ctx, seq).Err(); err != nil {
-		t.Fatal(err)
-	}
-	woke := make(chan error, 1)
-	go func() { woke <- m.Wait(ctx, "p", metadata.Mark{}) }()
-	commitRows(t, m, "p", "d")
-	if err := <-woke; err != nil {
-		t.Fatal(err)
-	}
-	if ids := admin.XRange(ctx, stream, "-", "+").Val(); len(ids) != 1 || ids[0].ID != "0-1" {
-		t.Errorf("the wake stream after a commit found it ahead: %v", ids)
-	}
-}
-
-// TestWaitMarks: only the server's values of the counter decide a Wait.
-// A Wait whose mark is above the counter (a failover lost the bumps its
-// claim saw) returns within two of the watcher's rounds, each time it is
-// called, and a Wait with a true mark beside them stays blocked;
-// a counter bumped without its wake stream (a writer that does not make
-// it) wakes a Wait within a watcher's round.
-func TestWaitMarks(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := t.Context()
-	m := metaOf(open(t, srv.URL()+"?prefix=qwm"))
-	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	defer admin.Close()
-	c, stayed, cancel := blockedWait(t, m, "p")
-	defer cancel()
-	bogus := metadata.Mark{Seq: c.Mark.Seq + 100}
-	for range 3 {
-		bctx, bcancel := context.WithTimeout(ctx, 3*time.Second)
-		err := m.Wait(bctx, "p", bogus)
-		bcancel()
-		if err != nil {
-			t.Fatalf("a wait with a mark the counter never held: %v, want it to return within two rounds", err)
-		}
-	}
-	stillBlocked(t, stayed, cancel, "beside waits with a wrong mark, while nothing changed")
-
-	woke := make(chan error, 1)
-	go func() { woke <- m.Wait(ctx, "p", c.Mark) }()
-	time.Sleep(100 * time.Millisecond)
-	if err := admin.Incr(ctx, "qwm:{qwm:p}:q:seq").Err(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-woke:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("a counter bumped without its stream did not wake a wait")
-	}
 }
 
 // blockedWait commits a row of p through m, claims it for task t, and

@@ -54,7 +54,7 @@ func TestReadDeadlinePerRound(t *testing.T) {
 
 // TestWriteDeadlinePerRound: the same for writes. Client to server is
 // throttled, so each 256 KiB round takes about 40 ms to write and the
-// whole put of 4 MiB about 650 ms, past read_timeout+write_timeout (300
+// whole put of 4 MiB about 650 ms, past read_timeout+write_timeout (500
 // ms): the put succeeds, and every value reads back.
 func TestWriteDeadlinePerRound(t *testing.T) {
 	srv := redistest.Start(t)
@@ -63,7 +63,7 @@ func TestWriteDeadlinePerRound(t *testing.T) {
 		go pump(client, server, nil)
 		pump(server, client, throttle)
 	})
-	s := open(t, p.url("dlw")+"&read_timeout=150ms&write_timeout=150ms&write_round_bytes=262144")
+	s := open(t, p.url("dlw")+"&read_timeout=250ms&write_timeout=250ms&write_round_bytes=262144")
 	const n, size = 64, 64 << 10
 	keys := make([]string, n)
 	heads := make([][]byte, n)

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"slices"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -36,7 +37,7 @@ func (roundTripHook) DialHook(next goredis.DialHook) goredis.DialHook { return n
 
 func (h roundTripHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if ctx.Value(tracedKey{}) == h.s {
+		if ctx.Value(tracedKey{}) == h.s && cmd.Name() != "hello" { // a new connection's set-up is not a request of the call's
 			backends.CountRoundTrips(ctx, 1)
 		}
 		return next(ctx, cmd)
@@ -45,7 +46,7 @@ func (h roundTripHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook
 
 func (h roundTripHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		if ctx.Value(tracedKey{}) == h.s {
+		if ctx.Value(tracedKey{}) == h.s && !slices.ContainsFunc(cmds, func(c goredis.Cmder) bool { return c.Name() == "client" }) {
 			backends.CountRoundTrips(ctx, 1)
 		}
 		return next(ctx, cmds)

@@ -40,7 +40,6 @@ type Store struct {
 	rawOnce sync.Once
 	raw     *rawConns // the engine's own connections, the Store's and the Log's; nil: go-redis only
 
-
 	logOnce sync.Once
 	log     backends.Log // see Store.Log
 }

@@ -463,7 +463,7 @@ func (m *Meta) settle(ctx context.Context, p *part, recs []record, restarts uint
 		if errors.Is(err, backends.ErrNotDurable) {
 			// The fence is in the log, not durably: what it voided may
 			// come back with a failover.
-			return nil, fmt.Errorf("%w: partition %q: %w", backends.ErrOutcomeUnknown, p.name, cause)
+			return nil, fmt.Errorf("%w: partition %q: %w (the fence: %w)", backends.ErrOutcomeUnknown, p.name, cause, err)
 		}
 		p.mu.Unlock()
 		select {
