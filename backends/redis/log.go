@@ -269,7 +269,7 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 	var acks func() error
 	var err error
 	goRedis := true
-	switch raw := s.rawPool(); {
+	switch raw := s.directPool(); {
 	case s.opts.replicas > 0:
 		reply, acks, err = s.evalWait(ctx, logAppendScript, keys, args...)
 	case raw != nil:
@@ -291,13 +291,13 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 // idle before any reply came (the script then finds its records); any
 // other lost reply is an error matching backends.ErrOutcomeUnknown. A
 // script not loaded yet is run through go-redis, which loads it.
-func (l *Log) appendRaw(ctx context.Context, raw *rawConns, keys []string, args []any) ([]any, error) {
+func (l *Log) appendRaw(ctx context.Context, raw *directConns, keys []string, args []any) ([]any, error) {
 	var reply any
 	var refused error
 	describe := func() []goredis.Cmder {
 		return []goredis.Cmder{goredis.NewCmd(ctx, describeEval(logAppendScript.Hash(), keys, args)...)}
 	}
-	err := raw.Do(ctx, describe, func(c *rawConn) error {
+	err := raw.Do(ctx, describe, func(c *directConn) error {
 		if err := c.Send(appendEval(c.Request(), logAppendScript.Hash(), keys, args)); err != nil {
 			return err
 		}

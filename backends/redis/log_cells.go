@@ -32,7 +32,7 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 	if err != nil {
 		return backends.Tail{}, err
 	}
-	raw := s.rawPool()
+	raw := s.directPool()
 	if raw == nil || len(cells) == 0 || len(recs) == 0 {
 		if err := s.write(ctx, cells); err != nil {
 			return backends.Tail{}, err
@@ -47,7 +47,7 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 	}
 	rounds := s.writeRounds(cells)
 	if last := rounds[len(rounds)-1].lo; last > 0 {
-		if err := s.putSplit(ctx, raw, cells[:last]); err != nil {
+		if err := s.writeDirect(ctx, raw, cells[:last]); err != nil {
 			return backends.Tail{}, err
 		}
 		cells = cells[last:]
@@ -73,7 +73,7 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 		}
 		return cmds
 	}
-	err = raw.Do(ctx, describe, func(c *rawConn) error {
+	err = raw.Do(ctx, describe, func(c *directConn) error {
 		req, segs := appendMSET(c.Request().Cmd("MULTI"), nil, pre, cells, marker)
 		// The script deletes the marker; when it does not run to the end
 		// (a script error, a reply lost), the marker expires.
@@ -157,7 +157,7 @@ func (l *CellLog) ReadCells(ctx context.Context, partition string, from backends
 	if len(cells) == 0 {
 		return l.read(ctx, "read", partition, from)
 	}
-	raw := s.rawPool()
+	raw := s.directPool()
 	for attempt := 0; ; attempt++ {
 		var reply any
 		var err error
@@ -193,7 +193,7 @@ func (l *CellLog) ReadCells(ctx context.Context, partition string, from backends
 // readCellsRaw is ReadCells on the engine's own connection: it returns the
 // read script's reply (an error value when the script failed in the
 // transaction) and fills the cells.
-func (l *CellLog) readCellsRaw(ctx context.Context, raw *rawConns, partition string, from backends.Pos, cells []backends.ReadCell) (any, error) {
+func (l *CellLog) readCellsRaw(ctx context.Context, raw *directConns, partition string, from backends.Pos, cells []backends.ReadCell) (any, error) {
 	s := l.s
 	pre := s.dataPrefix()
 	rounds := s.rounds(len(cells), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(cells[i].Head) + len(cells[i].Body) })
@@ -215,7 +215,7 @@ func (l *CellLog) readCellsRaw(ctx context.Context, raw *rawConns, partition str
 		return append(cmds, goredis.NewSliceCmd(ctx, "EXEC"))
 	}
 	var script any
-	err := raw.Do(ctx, describe, func(c *rawConn) error {
+	err := raw.Do(ctx, describe, func(c *directConn) error {
 		req := appendEval(c.Request().Cmd("MULTI"), logReadScript.Hash(), keys, args)
 		for _, r := range rounds {
 			req = appendMGET(req, pre, cells[r.lo:r.hi])
@@ -259,7 +259,7 @@ func (l *CellLog) readCellsRaw(ctx context.Context, raw *rawConns, partition str
 // refused while queued aborts the transaction: its error is returned; so
 // is the MSET's error at EXEC, after which the script found no marker and
 // appended nothing.
-func appendCellsReply(c *rawConn) (any, error) {
+func appendCellsReply(c *directConn) (any, error) {
 	if err := queuedReplies(c, 3); err != nil {
 		return nil, err
 	}
@@ -293,7 +293,7 @@ func firstErr(a, b error) error {
 // the header of EXEC's reply, which must hold queued replies. A command
 // the server refused while queuing aborts the transaction: its error is
 // returned.
-func queuedReplies(c *rawConn, queued int) error {
+func queuedReplies(c *directConn, queued int) error {
 	var refused error
 	for i := range 1 + queued {
 		want := "+QUEUED"

@@ -5,20 +5,15 @@ import (
 	"sync"
 )
 
-// receipts are, for a standalone server, the cell each of the Store's
-// data writes wrote last, since the Log's last append: the writes run
-// their rounds in order on one connection (or each round is a receipt of
-// its own), and the server replicates in the order it executes, so a
-// server that holds a write's receipt holds the whole write. The Log's
-// next append requires every receipt (the append script checks that each
-// exists before it writes anything): after a failover to a replica that
-// missed the cells, that append (a put's commit, in tq's order: cells,
-// then the records that commit them) is refused with ErrCellsMissing
-// instead of committing rows without cells. An append that ran drops the
-// receipts it checked, whether it found them or not, so one failover
-// fails one append; Delete drops those of the keys it deletes (a failed
-// put's rollback). Past maxReceipts (cells no append follows), the
-// oldest half is forgotten, which only leaves those cells unchecked.
+// receipts are, on a standalone server, the storage keys of the cell each
+// of the Store's data writes wrote last, since the Log's last append
+// (LAYOUT.md section 10, "Receipts"): the Log's next append requires them
+// all, and is refused with ErrCellsMissing after a failover to a replica
+// that missed the cells. An append that ran drops the receipts it
+// checked, found or not, so one failover fails one append; Delete drops
+// those of the keys it deletes (a failed put's rollback). Past
+// maxReceipts (cells no append follows), the oldest half is forgotten,
+// which only leaves those cells unchecked.
 type receipts struct {
 	mu    sync.Mutex
 	set   map[string]struct{} // storage keys
