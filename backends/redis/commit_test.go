@@ -16,7 +16,7 @@ import (
 )
 
 // scriptCounter counts the scripts a client runs (given with
-// redis.WithHooks, it sees those on the engine's own connections too), and
+// redis.WithHooks, it sees those on the direct connections too), and
 // runs before, when set, before each append script.
 type scriptCounter struct {
 	scripts atomic.Int64

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -32,21 +30,20 @@ var (
 	ErrTimeout = errors.New("redis: timeout")
 	// ErrCorrupt: metadata read from the server does not decode, or a
 	// script replied in a way this package does not expect (another program
-	// writing under the same prefix?), or a reply on the engine's own
-	// connections does not follow the protocol.
+	// writing under the same prefix?), or a reply on a direct connection
+	// does not follow the protocol.
 	ErrCorrupt = resp.ErrCorrupt
 	// ErrNotReplicated: a metadata write applied on the master, but fewer
 	// replicas than WithReplicas asks for acknowledged it in time. The
 	// error also matches backends.ErrOutcomeUnknown: a failover may still
 	// lose the write.
 	ErrNotReplicated = errors.New("redis: write not acknowledged by enough replicas")
+	// ErrCellsMissing: a commit was refused because the server lacks cells
+	// this Store wrote for it: a failover moved the clients to a replica
+	// that missed them (see CellLog.AppendCells). Nothing of the commit
+	// applied.
+	ErrCellsMissing = errors.New("redis: the commit's cells are not on the server")
 )
-
-// ErrCellsMissing: a commit was refused because the server lacks cells
-// this Store wrote for it: a failover moved the clients to a replica
-// that missed them (see CellLog.AppendCells). Nothing of the commit
-// applied.
-var ErrCellsMissing = errors.New("redis: the commit's cells are not on the server")
 
 // errAckLost is why a write counts as not replicated when it applied on
 // a send whose WAIT reply was lost (see Log.appended).
@@ -86,15 +83,15 @@ func (e *notReplicated) Is(target error) bool {
 }
 
 // Error is a failed call to the server: the operation, the address of the
-// server (or the cluster's seed addresses) and the cause.
+// server (or the cluster's seed addresses) and the cause. When the
+// caller's context had ended, it wraps the context's error and matches
+// none of ErrUnavailable, ErrAuth and ErrTimeout.
 type Error struct {
 	Op   string // "put", "get", "delete", "prepare", "commit", ...
 	Addr string // "host:port", or "h1:p1,h2:p2" for a cluster
 	Err  error
 
-	// callerDone: the caller's context had ended; the cause is the
-	// caller's, so the error matches none of this package's sentinels.
-	callerDone bool
+	callerDone bool // the caller's context had ended
 }
 
 func (e *Error) Error() string {
@@ -107,7 +104,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // client's timeout or the caller's deadline). Whether a metadata write
 // applied is not told by this but by backends.ErrOutcomeUnknown.
 func (e *Error) Timeout() bool {
-	return isTimeout(e.Err) || errors.Is(e.Err, context.DeadlineExceeded)
+	return resp.IsTimeout(e.Err) || errors.Is(e.Err, context.DeadlineExceeded)
 }
 
 // Is classifies the cause, so callers can tell a server that is down from
@@ -122,7 +119,7 @@ func (e *Error) Is(target error) bool {
 	case ErrAuth:
 		return isAuth(e.Err)
 	case ErrTimeout:
-		return isTimeout(e.Err)
+		return resp.IsTimeout(e.Err)
 	}
 	return false
 }
@@ -137,20 +134,12 @@ func isAuth(err error) bool {
 		strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "invalid password")
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
 func isUnavailable(err error) bool {
-	if isTimeout(err) || isAuth(err) {
+	if resp.IsTimeout(err) || isAuth(err) {
 		return false
 	}
-	var oe *net.OpError
-	return errors.As(err, &oe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, goredis.ErrClosed) ||
-		errors.Is(err, goredis.ErrPoolTimeout)
+	return resp.IsConnLost(err) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, goredis.ErrClosed) || errors.Is(err, goredis.ErrPoolTimeout)
 }
 
 // isCellsMissing reports whether err is the append script's refusal for

@@ -17,7 +17,7 @@ func WithClusterSafe() Option {
 }
 
 // WithRoundHook runs f after each round that Read ("get") or Write
-// ("set") completes on its own connections, which go-redis hooks do not
+// ("set") completes on its direct connections, which go-redis hooks do not
 // see.
 func WithRoundHook(f func(op string)) Option {
 	return func(o *options) error {
@@ -26,10 +26,10 @@ func WithRoundHook(f func(op string)) Option {
 	}
 }
 
-// OwnConnections reports whether s uses the engine's own connections, and
+// DirectConnections reports whether s uses the direct connections, and
 // how many it opens at most.
-func OwnConnections(s *Store) (on bool, size int) {
-	p := s.rawPool()
+func DirectConnections(s *Store) (on bool, size int) {
+	p := s.directPool()
 	if p == nil {
 		return false, 0
 	}

@@ -74,7 +74,7 @@ func TestKilledMidPut(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	kill := &killHook{srv: srv}
-	// Puts of tensors go through Write's own connections, which the
+	// Puts of tensors go through Write's direct connections, which the
 	// go-redis hook does not see; other values go through go-redis.
 	s := open(t, srv.URL()+"?prefix=kill", redis.WithRoundHook(func(op string) {
 		if op == "set" {

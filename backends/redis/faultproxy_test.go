@@ -17,7 +17,7 @@ import (
 )
 
 // faultProxy forwards TCP between the Store and a redis-server and, once
-// armed, interferes with one request of the engine's own connections.
+// armed, interferes with one request of the direct connections.
 type faultProxy struct {
 	*tcpProxy
 	mode atomic.Int32 // what to do to the next matching request

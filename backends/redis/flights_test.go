@@ -163,7 +163,7 @@ func allRows(n int) []int {
 }
 
 // TestClusterRoundTrips: on a Cluster the engine moves cells on go-redis
-// (no connections of its own), and a partition's log and the global index
+// (no direct connections), and a partition's log and the global index
 // counter may live on different nodes, so a put is four round trips (the
 // indexes from the counter; the reservation appended to the partition's
 // log; the cells' SETs, one pipeline per node, in parallel; the commit)

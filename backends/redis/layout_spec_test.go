@@ -588,13 +588,13 @@ func checkSpecCommands(t *testing.T, rec *cmdRecorder) {
 	}
 }
 
-// TestSpecNamesDocumented: the key names the code builds (keys.go, log.go,
+// TestSpecNamesDocumented: the key names the code builds (log.go,
 // log_cells.go, store.go), the fields its scripts write and read, and the
 // commands they run are in LAYOUT.md; the scripts' sources are its blocks.
 func TestSpecNamesDocumented(t *testing.T) {
 	doc, prose := layoutDoc(t)
 	lit := regexp.MustCompile(`"((?::|!)[a-z{}!:]*)"`)
-	for _, file := range []string{"keys.go", "log.go", "log_cells.go", "store.go"} {
+	for _, file := range []string{"log.go", "log_cells.go", "store.go"} {
 		src, err := os.ReadFile(file)
 		specMust(t, err)
 		for _, m := range lit.FindAllStringSubmatch(string(src), -1) {

@@ -39,14 +39,14 @@ import (
 // that created the log registers it again after (a delete racing with it
 // may have unregistered it between the two).
 //
-// On a standalone server with the engine's own connections (and without
+// On a standalone server with direct connections (and without
 // WithReplicas) an Append's script goes on those connections, as
 // AppendCells does, not through go-redis.
 //
 // An Append sent twice appends once: the script appends nothing when the
 // first record's ID is already among the entries after the caller's
 // position, and replies as the first send would have (go-redis resends a
-// command whose reply it lost; the engine's own connections resend a
+// command whose reply it lost; direct connections resend a
 // request that failed on a connection that sat idle, before any reply). It looks no further: records compacted
 // into a snapshot between the two sends would be appended again. A
 // request whose reply was lost (a reset
@@ -266,11 +266,11 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 	var acks func() error
 	var err error
 	goRedis := true
-	switch raw := s.rawPool(); {
+	switch dc := s.directPool(); {
 	case s.opts.replicas > 0:
 		reply, acks, err = s.evalWait(ctx, logAppendScript, keys, args...)
-	case raw != nil:
-		reply, err = l.appendRaw(ctx, raw, keys, args)
+	case dc != nil:
+		reply, err = l.appendDirect(ctx, dc, keys, args)
 		goRedis = false
 	default:
 		reply, err = logAppendScript.Run(ctx, s.client, keys, args...).Slice()
@@ -281,19 +281,19 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 	return l.appended(ctx, partition, from, recs, reply, acks, registered)
 }
 
-// appendRaw runs the append script on the engine's own connections (a
+// appendDirect runs the append script on direct connections (a
 // standalone server): the same EVALSHA, without go-redis's costs. Like
 // AppendCells, it is resent only when it failed on a connection that sat
 // idle before any reply came (the script then finds its records); any
 // other lost reply is an error matching backends.ErrOutcomeUnknown. A
 // script not loaded yet is run through go-redis, which loads it.
-func (l *Log) appendRaw(ctx context.Context, raw *rawConns, keys []string, args []any) ([]any, error) {
+func (l *Log) appendDirect(ctx context.Context, dc *directConns, keys []string, args []any) ([]any, error) {
 	var reply any
 	var refused error
 	describe := func() []goredis.Cmder {
 		return []goredis.Cmder{goredis.NewCmd(ctx, describeEval(logAppendScript.Hash(), keys, args)...)}
 	}
-	err := raw.Do(ctx, describe, func(c *rawConn) error {
+	err := dc.Do(ctx, describe, func(c *directConn) error {
 		if err := c.Send(appendEval(c.Request(), logAppendScript.Hash(), keys, args)); err != nil {
 			return err
 		}

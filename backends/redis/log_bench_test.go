@@ -165,7 +165,7 @@ func BenchmarkLog(b *testing.B) {
 			cell := []byte(strings.Repeat("c", 512))
 			b.Run("AppendCells", func(b *testing.B) {
 				cmd := "exec"
-				if on, _ := redis.OwnConnections(s); !on {
+				if on, _ := redis.DirectConnections(s); !on {
 					cmd = "evalsha" // Write, then Append
 				}
 				st.measure(b, cmd, func(i int) {

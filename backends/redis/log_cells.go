@@ -15,7 +15,7 @@ import (
 
 // AppendCells implements backends.LogCells. Cells written before the
 // request that appends the records (earlier write rounds, or all of them
-// without the engine's own connections) are that request's receipts: the
+// without direct connections) are that request's receipts: the
 // append script requires them (keys that must exist), so that after a
 // failover to a replica that missed them the records are refused with
 // ErrCellsMissing (nothing applied) instead of committing rows without
@@ -27,7 +27,7 @@ import (
 // the marker and deletes it, so that the records are appended only if the
 // MSET ran (a transaction runs every queued command even when one fails
 // at EXEC). With WithReplicas, WAIT follows EXEC in the same request.
-// Without the engine's own connections, it is Store.Write, then Append.
+// Without direct connections, it is Store.Write, then Append.
 func (l *CellLog) AppendCells(ctx context.Context, partition string, from backends.Pos, cells []backends.Cell, recs []backends.Record) (backends.Tail, error) {
 	s := l.s
 	ctx = s.traced(ctx)
@@ -38,8 +38,8 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 	if err != nil {
 		return backends.Tail{}, err
 	}
-	raw := s.rawPool()
-	if raw == nil || len(cells) == 0 || len(recs) == 0 {
+	dc := s.directPool()
+	if dc == nil || len(cells) == 0 || len(recs) == 0 {
 		if err := s.write(ctx, cells); err != nil {
 			return backends.Tail{}, err
 		}
@@ -57,7 +57,7 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 	var receipts []string
 	rounds := s.writeRounds(cells)
 	if last := rounds[len(rounds)-1].lo; last > 0 {
-		if err := s.putSplit(ctx, raw, cells[:last]); err != nil {
+		if err := s.writeDirect(ctx, dc, cells[:last]); err != nil {
 			return backends.Tail{}, err
 		}
 		// The earlier rounds went in order on one connection: their last
@@ -85,7 +85,7 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 		}
 		return cmds
 	}
-	err = raw.Do(ctx, describe, func(c *rawConn) error {
+	err = dc.Do(ctx, describe, func(c *directConn) error {
 		req, segs := appendMSET(c.Request().Cmd("MULTI"), nil, pre, cells, marker)
 		// The script deletes the marker; when it does not run to the end
 		// (a script error, a reply lost), the marker expires.
@@ -154,7 +154,7 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 
 // ReadCells implements backends.LogCells: the read script and the cells'
 // MGETs in one MULTI/EXEC, so that the cells are those of the instant the
-// log was read. On the engine's own connections the values are read
+// log was read. On direct connections the values are read
 // straight into the cells' destinations, as Store.Read reads them;
 // without them, through go-redis (a copy). The whole read is one
 // transaction, whose reply the server holds whole before sending it: a
@@ -168,12 +168,12 @@ func (l *CellLog) ReadCells(ctx context.Context, partition string, from backends
 	if len(cells) == 0 {
 		return l.read(ctx, "read", partition, from)
 	}
-	raw := s.rawPool()
+	dc := s.directPool()
 	for attempt := 0; ; attempt++ {
 		var reply any
 		var err error
-		if raw != nil {
-			reply, err = l.readCellsRaw(ctx, raw, partition, from, cells)
+		if dc != nil {
+			reply, err = l.readCellsDirect(ctx, dc, partition, from, cells)
 		} else {
 			reply, err = l.readCellsGoRedis(ctx, partition, from, cells)
 		}
@@ -201,10 +201,10 @@ func (l *CellLog) ReadCells(ctx context.Context, partition string, from backends
 	}
 }
 
-// readCellsRaw is ReadCells on the engine's own connection: it returns the
+// readCellsDirect is ReadCells on a direct connection: it returns the
 // read script's reply (an error value when the script failed in the
 // transaction) and fills the cells.
-func (l *CellLog) readCellsRaw(ctx context.Context, raw *rawConns, partition string, from backends.Pos, cells []backends.ReadCell) (any, error) {
+func (l *CellLog) readCellsDirect(ctx context.Context, dc *directConns, partition string, from backends.Pos, cells []backends.ReadCell) (any, error) {
 	s := l.s
 	pre := s.dataPrefix()
 	rounds := s.rounds(len(cells), s.opts.readRoundBytes, minReadRoundKeys, func(i int) int { return len(cells[i].Head) + len(cells[i].Body) })
@@ -226,7 +226,7 @@ func (l *CellLog) readCellsRaw(ctx context.Context, raw *rawConns, partition str
 		return append(cmds, goredis.NewSliceCmd(ctx, "EXEC"))
 	}
 	var script any
-	err := raw.Do(ctx, describe, func(c *rawConn) error {
+	err := dc.Do(ctx, describe, func(c *directConn) error {
 		req := appendEval(c.Request().Cmd("MULTI"), logReadScript.Hash(), keys, args)
 		for _, r := range rounds {
 			req = appendMGET(req, pre, cells[r.lo:r.hi])
@@ -270,7 +270,7 @@ func (l *CellLog) readCellsRaw(ctx context.Context, raw *rawConns, partition str
 // refused while queued aborts the transaction: its error is returned; so
 // is the MSET's error at EXEC, after which the script found no marker and
 // appended nothing.
-func appendCellsReply(c *rawConn) (any, error) {
+func appendCellsReply(c *directConn) (any, error) {
 	if err := queuedReplies(c, 3); err != nil {
 		return nil, err
 	}
@@ -304,7 +304,7 @@ func firstErr(a, b error) error {
 // the header of EXEC's reply, which must hold queued replies. A command
 // the server refused while queuing aborts the transaction: its error is
 // returned.
-func queuedReplies(c *rawConn, queued int) error {
+func queuedReplies(c *directConn, queued int) error {
 	var refused error
 	for i := range 1 + queued {
 		want := "+QUEUED"

@@ -34,7 +34,7 @@ func logHolds(t *testing.T, l backends.Log, p string, id uint64) int {
 }
 
 // TestLogOutcomes: faults on a standalone server, through go-redis and on
-// the engine's own connections.
+// the direct connections.
 func TestLogOutcomes(t *testing.T) {
 	srv := redistest.Start(t)
 	p := startRequestProxy(t, srv.Addr())
@@ -46,7 +46,7 @@ func TestLogOutcomes(t *testing.T) {
 		name  string
 		query string // the faulted client's parameters
 		kind  faultKind
-		cells bool // AppendCells (on the engine's own connection)
+		cells bool // AppendCells (on a direct connection)
 		reuse bool // the connection the fault hits was used before
 		// want: "unknown" (ErrOutcomeUnknown), "ok" (nil), with the
 		// record applied or not.
@@ -61,14 +61,14 @@ func TestLogOutcomes(t *testing.T) {
 		// script finds its records and appends nothing.
 		{name: "reply lost resent", query: "direct=false", kind: faultLoseReply, want: "ok", applied: true, resent: true},
 		{name: "request dropped resent", query: "direct=false", kind: faultDrop, want: "ok", applied: true, resent: true},
-		// On the engine's own connections, as AppendCells below.
-		{name: "own reply lost", kind: faultLoseReply, want: "unknown", applied: true},
-		{name: "own request dropped", kind: faultDrop, want: "unknown", applied: false},
-		{name: "own reply lost reused", reuse: true, kind: faultLoseReply, want: "ok", applied: true, resent: true},
-		{name: "own request dropped reused", reuse: true, kind: faultDrop, want: "ok", applied: true, resent: true},
+		// On the direct connections, as AppendCells below.
+		{name: "direct reply lost", kind: faultLoseReply, want: "unknown", applied: true},
+		{name: "direct request dropped", kind: faultDrop, want: "unknown", applied: false},
+		{name: "direct reply lost reused", reuse: true, kind: faultLoseReply, want: "ok", applied: true, resent: true},
+		{name: "direct request dropped reused", reuse: true, kind: faultDrop, want: "ok", applied: true, resent: true},
 		{name: "cells reply lost", cells: true, kind: faultLoseReply, want: "unknown", applied: true},
 		{name: "cells request dropped", cells: true, kind: faultDrop, want: "unknown", applied: false},
-		// The engine's own connections resend a request that failed on
+		// The direct connections resend a request that failed on
 		// a connection that sat idle, before any reply came.
 		{name: "cells reply lost reused", cells: true, reuse: true, kind: faultLoseReply, want: "ok", applied: true, resent: true},
 		{name: "cells request dropped reused", cells: true, reuse: true, kind: faultDrop, want: "ok", applied: true, resent: true},
@@ -222,7 +222,7 @@ func TestLogReplicas(t *testing.T) {
 			t.Fatalf("cells %v: the replica's stream holds %d entries (%v)", cells, n, err)
 		}
 		if cells {
-			continue // the own connection's resend is tested by TestLogOutcomes
+			continue // the direct connection's resend is tested by TestLogOutcomes
 		}
 		// The reply lost, go-redis resends: the script finds the records.
 		r = rec("c", 0)

@@ -85,7 +85,7 @@ end
 // the log after the caller's position.
 //
 // KEYS: log, snap; inline: next, parts; then receipts (data keys that
-// must exist, see receipts.go; after a resend's check); marked: a marker,
+// must exist, see CellLog.AppendCells; after a resend's check); marked: a marker,
 // last.
 // ARGV: 1 from N, 2 from record ID, 3 time offset (microseconds, added to
 // TIME), 4 partition, 5 inline ("1": the counter and registry are KEYS 3

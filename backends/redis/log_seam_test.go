@@ -910,7 +910,7 @@ func testLogCells(t *testing.T, e *logEnv, prefix string) {
 	}
 	t.Logf("round trips: AppendCells %d, ReadCells %d", appendRT, readRT)
 	wantAppend := int64(1)
-	if own, _ := redis.OwnConnections(s); !own {
+	if own, _ := redis.DirectConnections(s); !own {
 		wantAppend = 2 // Write, then Append
 	}
 	if appendRT != wantAppend || readRT != 1 {
@@ -1074,8 +1074,8 @@ func testLogScriptsFlushed(t *testing.T, e *logEnv, prefix string) {
 }
 
 // TestLogHooks: hooks given with WithHooks see the Log's traffic: its
-// scripts, the MULTI/EXEC of AppendCells and ReadCells on the engine's
-// own connections, and a waiting Read's XREAD.
+// scripts, the MULTI/EXEC of AppendCells and ReadCells on the direct
+// connections, and a waiting Read's XREAD.
 func TestLogHooks(t *testing.T) {
 	srv := redistest.Start(t)
 	h := &cmdHook{names: map[string]int{}}

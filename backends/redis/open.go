@@ -36,71 +36,45 @@ func openEngine(ctx context.Context, u *url.URL) (backends.Engine, error) {
 	return backends.Engine{Data: s, Log: s.Log()}, nil
 }
 
-// Query parameters this package reads; the rest go to go-redis.
-var ownParams = map[string]func(string) (Option, error){
-	"prefix": func(v string) (Option, error) { return WithPrefix(v), nil },
-	"io_depth": func(v string) (Option, error) {
-		n, err := strconv.Atoi(v)
-		return WithIODepth(n), err
-	},
-	"round_keys": func(v string) (Option, error) {
-		n, err := strconv.Atoi(v)
-		return WithRoundKeys(n), err
-	},
-	"write_round_bytes": func(v string) (Option, error) {
-		n, err := strconv.Atoi(v)
-		return WithWriteRoundBytes(n), err
-	},
-	"read_round_bytes": func(v string) (Option, error) {
-		n, err := strconv.Atoi(v)
-		return WithReadRoundBytes(n), err
-	},
+// urlParams are the query parameters this package reads; the rest go to
+// go-redis. replicas and replica_timeout set the fields WithReplicas sets,
+// which OpenURL then checks as WithReplicas does.
+var urlParams = map[string]func(string) (Option, error){
+	"prefix":            func(v string) (Option, error) { return WithPrefix(v), nil },
+	"io_depth":          intParam(WithIODepth),
+	"round_keys":        intParam(WithRoundKeys),
+	"write_round_bytes": intParam(WithWriteRoundBytes),
+	"read_round_bytes":  intParam(WithReadRoundBytes),
+	"direct_pool_size":  intParam(WithDirectPoolSize),
 	"direct": func(v string) (Option, error) {
 		on, err := strconv.ParseBool(v)
 		return WithDirectConnections(on), err
 	},
-	"direct_pool_size": func(v string) (Option, error) {
-		n, err := strconv.Atoi(v)
-		return WithDirectPoolSize(n), err
+	"replicas": intParam(func(n int) Option {
+		return func(o *options) error { o.replicas = n; return nil }
+	}),
+	"replica_timeout": func(v string) (Option, error) {
+		d, err := time.ParseDuration(v)
+		return func(o *options) error { o.replicaTimeout = d; return nil }, err
 	},
+}
+
+// intParam parses a parameter that is an integer for option.
+func intParam(option func(int) Option) func(string) (Option, error) {
+	return func(v string) (Option, error) {
+		n, err := strconv.Atoi(v)
+		return option(n), err
+	}
 }
 
 // DefaultReplicaTimeout is how long a metadata write waits for its
 // replicas when the URL gives replicas but no replica_timeout.
 const DefaultReplicaTimeout = time.Second
 
-// replicasParam reads replicas=N and replica_timeout=D (a Go duration,
-// default DefaultReplicaTimeout) from q, removing both; nil when neither
-// is given. As for the other parameters, the last value given counts,
-// and an empty one is invalid.
-func replicasParam(q url.Values) (Option, error) {
-	ns, hasN := q["replicas"]
-	ds, hasD := q["replica_timeout"]
-	q.Del("replicas")
-	q.Del("replica_timeout")
-	if !hasN && !hasD {
-		return nil, nil
-	}
-	count, timeout := 0, DefaultReplicaTimeout
-	var err error
-	if hasN {
-		n := ns[len(ns)-1]
-		if count, err = strconv.Atoi(n); err != nil {
-			return nil, fmt.Errorf("%w: redis URL parameter replicas=%q: %v", backends.ErrInvalid, n, err)
-		}
-	}
-	if hasD {
-		d := ds[len(ds)-1]
-		if timeout, err = time.ParseDuration(d); err != nil {
-			return nil, fmt.Errorf("%w: redis URL parameter replica_timeout=%q: %v", backends.ErrInvalid, d, err)
-		}
-	}
-	return WithReplicas(count, timeout), nil
-}
-
 // OpenURL connects to the Redis that rawURL names, checks that it answers
 // PING, and returns a Store (and, through Store.Log, its partition logs)
-// that owns the client. See the package doc for the URL forms and
+// that owns the client, which honours context deadlines
+// (ContextTimeoutEnabled). See the package doc for the URL forms and
 // parameters. opts apply after the URL's parameters.
 func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	u, err := url.Parse(rawURL)
@@ -109,8 +83,8 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 	}
 	o := defaultOptions()
 	q := u.Query()
-	var own []Option
-	for name, parse := range ownParams {
+	var fromURL []Option
+	for name, parse := range urlParams {
 		vals, ok := q[name]
 		if !ok {
 			continue
@@ -119,15 +93,11 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 		if err != nil {
 			return nil, fmt.Errorf("%w: redis URL parameter %s=%q: %v", backends.ErrInvalid, name, vals[len(vals)-1], err)
 		}
-		own = append(own, opt)
+		fromURL = append(fromURL, opt)
 		q.Del(name)
 	}
-	if opt, err := replicasParam(q); err != nil {
-		return nil, err
-	} else if opt != nil {
-		own = append(own, opt)
-	}
-	if err := o.apply(append(own, opts...)); err != nil {
+	checkReplicas := func(o *options) error { return WithReplicas(o.replicas, o.replicaTimeout)(o) }
+	if err := o.apply(append(append(fromURL, checkReplicas), opts...)); err != nil {
 		return nil, err
 	}
 
@@ -142,9 +112,6 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 		co, err := goredis.ParseURL(gu.String())
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", backends.ErrInvalid, err)
-		}
-		if o.addr == "" {
-			o.addr = co.Addr
 		}
 		co.ContextTimeoutEnabled = true // callers' deadlines bound network waits
 		if err := o.splitPool(co); err != nil {
@@ -168,9 +135,6 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", backends.ErrInvalid, err)
 		}
-		if o.addr == "" {
-			o.addr = strings.Join(co.Addrs, ",")
-		}
 		co.ContextTimeoutEnabled = true
 		client = goredis.NewClusterClient(co)
 	default:
@@ -184,26 +148,25 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 	return s, nil
 }
 
-// splitPool takes the engine's own connections out of co.PoolSize (see
+// splitPool takes the direct connections out of co.PoolSize (see
 // WithDirectPoolSize): the engine opens at most pool_size connections,
-// go-redis's and its own together. A pool_size of 1 leaves none to share:
-// the engine's own connections are off.
+// go-redis's and direct ones together.
 func (o *options) splitPool(co *goredis.Options) error {
 	total := co.PoolSize
 	if total <= 0 {
 		total = 10 * runtime.GOMAXPROCS(0) // go-redis's default
 	}
 	if o.noDirect {
-		o.directPool = 0
+		o.directPoolSize = 0
 		return nil
 	}
-	if o.directPool < 0 {
-		o.directPool = directShare(total)
+	if o.directPoolSize < 0 {
+		o.directPoolSize = directShare(total)
 	}
-	if o.directPool >= total {
-		return fmt.Errorf("%w: redis direct_pool_size %d leaves none of pool_size %d to go-redis", backends.ErrInvalid, o.directPool, total)
+	if o.directPoolSize >= total {
+		return fmt.Errorf("%w: redis direct_pool_size %d leaves none of pool_size %d to go-redis", backends.ErrInvalid, o.directPoolSize, total)
 	}
-	co.PoolSize = total - o.directPool
+	co.PoolSize = total - o.directPoolSize
 	if co.MaxActiveConns > co.PoolSize {
 		co.MaxActiveConns = co.PoolSize
 	}

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -10,9 +11,10 @@ import (
 )
 
 // Defaults. The round sizes were measured on a 2-core VM against a local
-// redis-server 7.0 (see bench_test.go and the package doc): a round much
-// larger than this makes the server fault in fresh pages for one huge
-// query or reply buffer, and much smaller ones pay a round trip each.
+// redis-server 7.0 (see bench_test.go): a round much larger than this
+// makes the server fault in fresh pages for one huge query or reply
+// buffer, which cost more than the copy, and much smaller ones pay a
+// round trip each.
 const (
 	// DefaultPrefix is the namespace of every key when none is given.
 	DefaultPrefix = "tq"
@@ -39,14 +41,14 @@ type options struct {
 	ioDepth         int
 	addr            string // for error messages; "" means ask the client
 	clusterSafe     bool   // force the cluster-safe (two-step) metadata path
-	noDirect        bool   // never use the engine's own connections
-	directPool      int    // own connections at most; -1: directShare of the client's pool
+	noDirect        bool   // never use direct connections
+	directPoolSize  int    // direct connections at most; -1: directShare of the client's pool
 	hooks           []goredis.Hook
 	replicas        int // WAIT for this many replicas after each metadata write (0: none)
 	replicaTimeout  time.Duration
 	timeOffset      func() time.Duration // added to the log's TIME (WithTimeOffset)
 	// roundHook, when set (tests), runs after each round Read or Write
-	// sends on its own connections ("get", "set"), and between a
+	// sends on direct connections ("get", "set"), and between a
 	// metadata write's computation and the script that appends it ("meta").
 	roundHook func(op string)
 }
@@ -58,7 +60,8 @@ func defaultOptions() options {
 		writeRoundBytes: DefaultWriteRoundBytes,
 		readRoundBytes:  DefaultReadRoundBytes,
 		ioDepth:         DefaultIODepth,
-		directPool:      -1,
+		directPoolSize:  -1,
+		replicaTimeout:  DefaultReplicaTimeout,
 	}
 }
 
@@ -90,74 +93,56 @@ func WithPrefix(prefix string) Option {
 }
 
 func validPrefix(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
-		default:
-			return false
+	const chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-."
+	return len(s) >= 1 && len(s) <= 64 && strings.Trim(s, chars) == ""
+}
+
+// positive is an Option that sets the field of o that field returns to n,
+// which must be at least 1.
+func positive(what string, n int, field func(o *options) *int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("%w: redis %s %d < 1", backends.ErrInvalid, what, n)
 		}
+		*field(o) = n
+		return nil
 	}
-	return true
 }
 
 // WithRoundKeys sets the most keys one pipelined round of Write, Read or
 // Delete carries (default DefaultRoundKeys, 1024).
 func WithRoundKeys(n int) Option {
-	return func(o *options) error {
-		if n < 1 {
-			return fmt.Errorf("%w: redis round keys %d < 1", backends.ErrInvalid, n)
-		}
-		o.roundKeys = n
-		return nil
-	}
+	return positive("round keys", n, func(o *options) *int { return &o.roundKeys })
 }
 
 // WithWriteRoundBytes sets the most value bytes one write round carries
-// (default DefaultWriteRoundBytes, 1 MiB); a value larger than this is written in a round of its
-// own.
+// (default DefaultWriteRoundBytes, 1 MiB); a larger value goes alone.
 func WithWriteRoundBytes(n int) Option {
-	return func(o *options) error {
-		if n < 1 {
-			return fmt.Errorf("%w: redis write round bytes %d < 1", backends.ErrInvalid, n)
-		}
-		o.writeRoundBytes = n
-		return nil
-	}
+	return positive("write round bytes", n, func(o *options) *int { return &o.writeRoundBytes })
 }
 
 // WithReadRoundBytes sets the reply size a read round aims at (default 1
-// MiB). Value sizes are not known before reading, so the key count of a
-// round is this divided by the mean size of recently read values.
+// MiB). On direct connections a round is sized by its cells'
+// destinations; through go-redis, which does not know value sizes in
+// advance, by a running mean of the sizes the Store read (its first read
+// learns from a round of 16 keys). A round still carries at least 4
+// values, up to 4 times this size, since a round trip per large value
+// costs more.
 func WithReadRoundBytes(n int) Option {
-	return func(o *options) error {
-		if n < 1 {
-			return fmt.Errorf("%w: redis read round bytes %d < 1", backends.ErrInvalid, n)
-		}
-		o.readRoundBytes = n
-		return nil
-	}
+	return positive("read round bytes", n, func(o *options) *int { return &o.readRoundBytes })
 }
 
 // WithIODepth sets how many rounds of one call are in flight at once
 // (default 2). Rounds wait on the network and the server, not on this
 // process's CPU, so this is a queue depth, sized apart from tq's packing
 // workers. Through go-redis each round in flight holds a connection of the
-// client's pool. On the engine's own connections a call holds one: reads
-// (Read, and ReadCells of the Log) keep this many rounds requested on it,
-// and writes (Write, and the rounds of AppendCells before its last) send
-// all their rounds as one pipeline.
+// client's pool. On direct connections a call holds one, and no goroutine
+// of its own: reads (Read, and ReadCells of the Log) keep this many rounds
+// requested on it, counting the one being read, and writes (Write, and
+// the rounds of AppendCells before its last) send all their rounds as one
+// pipeline.
 func WithIODepth(n int) Option {
-	return func(o *options) error {
-		if n < 1 {
-			return fmt.Errorf("%w: redis io depth %d < 1", backends.ErrInvalid, n)
-		}
-		o.ioDepth = n
-		return nil
-	}
+	return positive("io depth", n, func(o *options) *int { return &o.ioDepth })
 }
 
 // WithAddr sets the address that error messages name (default: the
@@ -169,12 +154,23 @@ func WithAddr(addr string) Option {
 	}
 }
 
-// WithDirectConnections says whether the engine may use connections of its
-// own (default true) for tensor cells and metadata transactions on a
-// standalone server, where go-redis would copy every value and spend more
-// on encoding than the server does on the commands (see the package doc).
-// Their commands go through the hooks WithHooks gives, as the client's do.
-// Off, go-redis's pool gets all of pool_size.
+// WithDirectConnections says whether the engine may use direct
+// connections (default true): on a standalone server, plain RESP2
+// connections beside go-redis's, dialled, authenticated and SELECTed as
+// the client's (through its Dialer, so TLS and Sentinel work), which send
+// MSETs with each value's head and body written from the caller's memory
+// (writev for large bodies), MGETs whose values are read straight into
+// the cells' destinations, the Log's scripts, and the MULTI/EXEC of
+// AppendCells and ReadCells. They beat go-redis, which copies every value
+// in and out, on tensor cells: by a wide margin for reads and a smaller
+// one for writes (BenchmarkDirectVsGoRedis). A request that
+// fails on a direct connection that sat idle, before any reply, is sent
+// once more on a new one (every request they send is safe to repeat).
+// Their commands go through the hooks WithHooks gives, as the client's
+// do. On a Cluster or a Ring, or for a client with an OnConnect hook or
+// streaming credentials, everything goes through go-redis, with a copy,
+// as it does when this is off; off, go-redis's pool gets all of
+// pool_size.
 func WithDirectConnections(on bool) Option {
 	return func(o *options) error {
 		o.noDirect = !on
@@ -189,19 +185,24 @@ func WithDirectConnections(on bool) Option {
 // n replicas acknowledged within timeout returns an error matching
 // ErrNotReplicated and, but for a Prepare (whose rows stay invisible),
 // backends.ErrOutcomeUnknown (the master applied it; a failover may still
-// lose it). The Prepare waits so that a failover never hands out again
-// the indexes it drew. Replication is one ordered stream, so a
-// commit acknowledged carries the cells written before it. Default 0: no
-// wait, and a failover to a replica that lags may lose acknowledged puts
-// (clients then detect that the log is not the one they replayed, and
-// read it again). A put with this option takes one more round trip: its
-// cells and commit no longer share a transaction. timeout must be
-// positive when n is (WAIT 0 would block forever); WAIT counts whole
-// milliseconds, and a timeout is rounded up to one. It should be below
-// the client's read timeout: a WAIT that outlasts it loses its reply. A
-// write that applied on a send whose WAIT reply was lost (go-redis resends
-// a pipeline whose reply it lost) is one the replicas may lack: it
-// returns the same error.
+// lose it). So does a write that applied on a send whose WAIT reply was
+// lost (go-redis resends a pipeline whose reply it lost). The Prepare
+// waits so that a failover never hands out again the indexes it drew.
+// Replication is one ordered stream, so a commit acknowledged carries the
+// cells written before it. A put takes one more round trip: its cells
+// and commit no longer share a transaction. timeout must be positive when
+// n is (WAIT 0 would block forever); WAIT counts whole milliseconds,
+// rounding a timeout up. It should be below the client's read timeout: a
+// WAIT that outlasts it loses its reply.
+//
+// Default 0: no wait, and a failover to a replica that lags loses the
+// appends it lacked (puts, and leases and acks too, whose rows are then
+// delivered again), though every client then agrees on what is left: a
+// client whose copy of a partition is ahead of the log finds its position
+// missing and replays the log from its snapshot, and no write is accepted
+// against the copy it dropped. The replica's index counter is behind too,
+// so a put in flight across the failover may hold storage keys that are
+// another row's now. Use replicas=1 where failovers happen.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) error {
 		if n < 0 || (n > 0 && timeout <= 0) {
@@ -212,31 +213,31 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	}
 }
 
-// WithDirectPoolSize sets how many connections the engine's own pool
-// opens at most (see WithDirectConnections and the package doc's
-// "Connections"). With Open, they are taken out of the URL's pool_size:
-// go-redis's pool gets the rest, and pool_size stays the bound on every
-// connection the engine opens; n must leave go-redis at least one. The
-// default is half of pool_size, rounded down (go-redis's default
-// pool_size is 10 per GOMAXPROCS); 0 turns the engine's own connections
-// off. With New the client's pool is the caller's and is not resized: the
-// engine's own connections, by default half the client's PoolSize, come
-// beside it, so a caller bounding the total gives the client PoolSize
-// minus n.
+// WithDirectPoolSize sets how many direct connections the engine opens at
+// most (see WithDirectConnections); the Store and its Log share them. A
+// call on them holds one while it runs, and waits for one when all are
+// held. With OpenURL, they are taken out of the URL's pool_size: go-redis's
+// pool gets the rest, and pool_size stays the bound on every connection
+// the engine opens; n must leave go-redis at least one. The default is
+// half of pool_size, rounded down (go-redis's default pool_size is 10 per
+// GOMAXPROCS; pool_size=1 leaves none); 0 turns direct connections off.
+// With New the client's pool is the caller's and is not resized: the
+// direct connections, by default half the client's PoolSize, come beside
+// it, so a caller bounding the total gives the client PoolSize minus n.
 func WithDirectPoolSize(n int) Option {
 	return func(o *options) error {
 		if n < 0 {
 			return fmt.Errorf("%w: redis direct pool size %d < 0", backends.ErrInvalid, n)
 		}
-		o.directPool = n
+		o.directPoolSize = n
 		return nil
 	}
 }
 
 // WithHooks adds go-redis hooks that see all of the engine's traffic:
 // they are added to the client (Client.AddHook, also for a client given to
-// New) and also see every dial and request of the engine's own
-// connections. There each request is described as goredis.Cmder values
+// New) and also see every dial and request of the direct connections.
+// There each request is described as goredis.Cmder values
 // (an MGET per read round, an MSET per write round, an EVALSHA, or a
 // MULTI/MSET/PEXPIRE/EVALSHA/EXEC transaction), run through ProcessHook
 // when it is one command and ProcessPipelineHook when it is several. The

@@ -81,7 +81,7 @@ var clearRequests = []string{"EVALSHA append", "UNLINK", "EVALSHA append"}
 
 var outcomeGroups = []outcomeGroup{
 	{
-		// One write round on the engine's own connections: cells and
+		// One write round on the direct connections: cells and
 		// commit in one MULTI/EXEC.
 		name: "fused",
 		want: map[outcomeOp][]string{

@@ -52,7 +52,7 @@ func (h *afterScripts) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 }
 
 // commitTQ is a tq client on a Store of its own that calls f after each
-// script it sends (redis.WithHooks: on its own connections too, a
+// script it sends (redis.WithHooks: on its direct connections too, a
 // transaction's script included), counting from 1. The server's script
 // cache is filled first, so that a put's reservation is one script and its
 // cells with their commit the next.

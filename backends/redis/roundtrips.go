@@ -9,12 +9,6 @@ import (
 	"github.com/tqgo/tqgo/backends"
 )
 
-// Round trips are reported with backends.CountRoundTrips: the engine's own
-// connections count each request whose reply they wait for (one per read
-// or write round, one per transaction), and go-redis traffic is counted by
-// roundTripHook, one per command or pipeline (a Cluster pipeline that
-// goes to several nodes at once counts one).
-
 // tracedKey marks a context as one of the Store's calls (its value is the
 // Store), so that the hook of this Store alone counts its commands: several
 // Stores may share one client, each with a hook of its own.

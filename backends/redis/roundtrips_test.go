@@ -13,7 +13,7 @@ import (
 )
 
 // TestRoundTrips: the engine reports, with backends.CountRoundTrips, each
-// request it waits on: on its own connections, a Write of one round, a
+// request it waits on: on its direct connections, a Write of one round, a
 // WriteCommit that fits one round and a ReadRows of rows its view holds
 // current take one each; a cold ReadRows (no view of the partition)
 // looks the rows up first, two; a Prepare is one script. Through go-redis

@@ -17,9 +17,17 @@ import (
 )
 
 // Store is the Redis engine's backends.Store; Log returns the partition
-// logs that share its client and its own connections. It is safe for
+// logs that share its client and its direct connections. It is safe for
 // concurrent use. Values Read sets in ReadCell.Value are the Store's own
-// (fresh memory, or go-redis's reply) and must not be modified.
+// (fresh memory, or go-redis's reply) and must not be modified. It is not
+// a backends.Stager: Redis has no memory a client can write into.
+//
+// Every request the Store and its Log wait a reply for is reported with
+// backends.CountRoundTrips on the call's context: on direct connections
+// each read or write round and each transaction, through go-redis each
+// command or pipeline, a Cluster pipeline to several nodes at once
+// counting one (by a hook the Store adds to its client, which counts the
+// Store's own calls only).
 type Store struct {
 	client  goredis.UniversalClient
 	opts    options
@@ -37,8 +45,8 @@ type Store struct {
 	// (0: nothing read yet); reads through go-redis size their rounds from it.
 	meanSize atomic.Int64
 
-	rawOnce sync.Once
-	raw     *rawConns // the engine's own connections, the Store's and the Log's; nil: go-redis only
+	directOnce sync.Once
+	direct     *directConns // shared with the Log; nil: go-redis only
 
 	logOnce sync.Once
 	log     backends.Log // see Store.Log
@@ -65,25 +73,18 @@ func newStore(client goredis.UniversalClient, o options, owned bool) *Store {
 	s := &Store{client: client, opts: o, owned: owned}
 	s.openRefs.Store(1)
 	s.addr = o.addr
-	s.retries = true
+	s.retries, s.cluster = true, true
+	addr := fmt.Sprintf("%T", client)
 	switch c := client.(type) {
 	case *goredis.Client:
+		s.cluster, addr = o.clusterSafe, c.Options().Addr
 		s.retries = c.Options().MaxRetries >= 0
-		s.cluster = o.clusterSafe
-		if s.addr == "" {
-			s.addr = c.Options().Addr
-		}
 	case *goredis.ClusterClient:
+		addr = strings.Join(c.Options().Addrs, ",")
 		s.retries = c.Options().MaxRetries >= 0
-		s.cluster = true
-		if s.addr == "" {
-			s.addr = strings.Join(c.Options().Addrs, ",")
-		}
-	default:
-		s.cluster = true
-		if s.addr == "" {
-			s.addr = fmt.Sprintf("%T", client)
-		}
+	}
+	if s.addr == "" {
+		s.addr = addr
 	}
 	for _, h := range o.hooks {
 		client.AddHook(h)
@@ -125,10 +126,10 @@ func (s *Store) release() error {
 	if s.openRefs.Add(-1) != 0 {
 		return nil
 	}
-	// Both sides are closed: the engine's own connections serve both.
-	s.rawOnce.Do(func() {}) // no pool after this
-	if s.raw != nil {
-		s.raw.Close()
+	// Both sides are closed: the direct connections serve both.
+	s.directOnce.Do(func() {}) // no pool after this
+	if s.direct != nil {
+		s.direct.Close()
 	}
 	if s.owned {
 		return s.client.Close()
@@ -170,6 +171,31 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	return &Error{Op: op, Addr: s.addr, Err: err, callerDone: cerr != nil}
 }
 
+// Key naming shared by every part of the engine: LAYOUT.md sections 1
+// and 2.
+
+// partEscaper keeps a partition name from closing the key's hash tag.
+var partEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// partBase is "base", what every key of partition's starts with:
+// <prefix>:{<prefix>:<partition escaped>}. The keys of a partition share
+// its hash tag, and so one Cluster slot.
+func (s *Store) partBase(partition string) string {
+	p := s.opts.prefix
+	return p + ":{" + p + ":" + partEscaper.Replace(partition) + "}"
+}
+
+// counterKeys are the global index counter and the partition registry,
+// in the slot of gbase, <prefix>:{<prefix>}.
+func (s *Store) counterKeys() (next, parts string) {
+	g := s.opts.prefix + ":{" + s.opts.prefix + "}"
+	return g + ":next", g + ":parts"
+}
+
+// unsafeBytes views s as bytes, for decoding without a copy; the decoders
+// only read, and copy what they keep.
+func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // dataPrefix is what every data key starts with.
 func (s *Store) dataPrefix() string { return s.opts.prefix + ":d:" }
 
@@ -203,12 +229,9 @@ func (s *Store) writeRounds(cells []backends.Cell) []span {
 
 // minReadRoundKeys is how many values a read round carries even past its
 // byte size, up to maxRoundGrowth times it: a round costs a round trip and
-// two wake-ups, which large values pay per value otherwise. Measured with
-// 64 x 1 MiB values: rounds of 4 read in 15.3-15.9 ms, rounds of 1 in
-// 19.1-20.0 ms (raw MGETs of 4 keys: 17.6-20.2 ms); 4 MiB rounds of 8 KiB
-// values (512 keys) read in 5.9-6.9 ms against 4.5-5.0 ms for 1 MiB.
-// Writes keep one large value per round: grouping four measured 0.5-3 ms
-// slower in two of three alternated runs.
+// two wake-ups (64 x 1 MiB read in 15.3-15.9 ms in rounds of 4, 19.1-20.0
+// ms in rounds of 1). Writes keep one large value per round: grouping
+// four measured slower.
 const (
 	minReadRoundKeys = 4
 	maxRoundGrowth   = 4
@@ -254,11 +277,11 @@ func (s *Store) runRounds(ctx context.Context, rounds []span, f func(ctx context
 }
 
 // Write implements backends.Store: on a standalone server one MSET per
-// round on the engine's own connections, written from the cells' Head and
-// Body (see putSplit); without them, one MSET per round through go-redis,
-// or, on a Cluster, whose keys live in many slots, pipelined SETs, of the
-// values backends.JoinCells makes. Every Tag is "": the engine keeps no
-// per-cell strategy. Write keeps no reference to Head or Body.
+// round on direct connections, written from the cells' Head and Body (see
+// writeDirect); without them, one MSET per round through go-redis, or, on
+// a Cluster, whose keys live in many slots, pipelined SETs, of the values
+// backends.JoinCells makes. Every Tag is "": the engine keeps no per-cell
+// strategy. Write keeps no reference to Head or Body.
 func (s *Store) Write(ctx context.Context, cells []backends.Cell) error {
 	ctx = s.traced(ctx)
 	if err := s.check(ctx); err != nil {
@@ -275,31 +298,22 @@ func (s *Store) write(ctx context.Context, cells []backends.Cell) error {
 	for i := range cells {
 		cells[i].Tag = ""
 	}
-	if raw := s.rawPool(); raw != nil {
-		return s.putSplit(ctx, raw, cells)
+	if direct := s.directPool(); direct != nil {
+		return s.writeDirect(ctx, direct, cells)
 	}
 	return s.put(ctx, backends.CellKeys(cells), backends.JoinCells(cells))
 }
 
-// Read implements backends.Store: on a standalone server MGETs on the
-// engine's own connections, each value read straight into its cell's
-// Head and Body (see readRounds); without them, through go-redis, with a
-// copy.
+// Read implements backends.Store: on a standalone server MGETs on direct
+// connections, each value read straight into its cell's Head and Body
+// (see readDirect); without them, through go-redis, with a copy.
 func (s *Store) Read(ctx context.Context, cells []backends.ReadCell) error {
 	ctx = s.traced(ctx)
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx); err != nil || len(cells) == 0 {
 		return err
 	}
-	return s.read(ctx, cells)
-}
-
-// read is Read on an open Store.
-func (s *Store) read(ctx context.Context, cells []backends.ReadCell) error {
-	if len(cells) == 0 {
-		return nil
-	}
-	if raw := s.rawPool(); raw != nil {
-		return s.wrap(ctx, "get", s.readRounds(ctx, raw, cells, nil))
+	if direct := s.directPool(); direct != nil {
+		return s.wrap(ctx, "get", s.readDirect(ctx, direct, cells))
 	}
 	vals, err := s.get(ctx, backends.ReadCellKeys(cells))
 	if err != nil {
@@ -338,105 +352,36 @@ func (s *Store) put(ctx context.Context, keys []string, values [][]byte) error {
 	return s.wrap(ctx, "put", err)
 }
 
-// get returns each key's value through go-redis, nil for a missing key
-// (MGET per round on a standalone server, pipelined GETs on a Cluster).
-// The values alias go-redis's replies. A round's key count
-// is the read round size divided by the mean size of values read so far:
-// one huge reply makes the server fault in fresh pages for its output
-// buffer (measured: 1024 x 8 KiB in one round ran at a third of the speed
-// of rounds near 1 MiB).
+// get returns each key's value through go-redis, nil for a missing key,
+// aliasing go-redis's replies. Its rounds are sized as if every value were
+// of the mean size of the values read so far.
 func (s *Store) get(ctx context.Context, keys []string) ([][]byte, error) {
 	out := make([][]byte, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
 	dk := s.dataKeys(keys)
 	var seen, seenBytes atomic.Int64 // values read in this call, for the mean
 	read := func(ctx context.Context, r span) error {
-		if !s.cluster {
-			// One MGET per round: one command for the server to parse
-			// and one reply object for the client, where pipelined GETs
-			// cost a command each (measured: 1.5 against 2.2 ms for 1024
-			// x 512 B).
-			vals, err := s.client.MGet(ctx, dk[r.lo:r.hi]...).Result()
-			if err != nil {
-				return err
-			}
-			if len(vals) != r.hi-r.lo {
-				return fmt.Errorf("%w: MGET of %d keys replied %d values", ErrCorrupt, r.hi-r.lo, len(vals))
-			}
-			var bytes int64
-			for j, v := range vals {
-				str, ok := v.(string)
-				if !ok {
-					continue // nil: missing
-				}
-				b := []byte{} // present but empty: not nil, which means missing
-				if len(str) > 0 {
-					b = unsafeBytes(str) // the reply is ours alone; readers must not write
-				}
-				out[r.lo+j] = b
-				bytes += int64(len(b))
-			}
-			seen.Add(int64(len(vals)))
-			seenBytes.Add(bytes)
-			return nil
-		}
-		cmds := make([]*goredis.StringCmd, r.hi-r.lo)
-		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for i := r.lo; i < r.hi; i++ {
-				cmds[i-r.lo] = p.Get(ctx, dk[i])
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, goredis.Nil) {
-			return err
-		}
+		vals, err := s.getRound(ctx, dk[r.lo:r.hi])
 		var bytes int64
-		for j, c := range cmds {
-			b, err := c.Bytes()
-			switch {
-			case errors.Is(err, goredis.Nil):
-				continue
-			case err != nil:
-				return err
-			case len(b) == 0:
-				b = []byte{} // present but empty: not nil, which means missing
-			}
-			out[r.lo+j] = b
-			bytes += int64(len(b))
+		for j, v := range vals {
+			out[r.lo+j] = v
+			bytes += int64(len(v))
 		}
-		seen.Add(int64(len(cmds)))
+		seen.Add(int64(len(vals)))
 		seenBytes.Add(bytes)
-		return nil
+		return err
 	}
-	mean := s.meanSize.Load()
-	next := 0
-	if mean == 0 {
+	m, next := s.meanSize.Load(), 0
+	if m == 0 {
 		// Nothing read yet: a small first round to learn the sizes.
-		first := span{0, min(len(keys), 16)}
-		if err := read(ctx, first); err != nil {
+		next = min(len(keys), 16)
+		if err := read(ctx, span{0, next}); err != nil {
 			return nil, s.wrap(ctx, "get", err)
 		}
-		next = first.hi
+		m = seenBytes.Load() / max(1, seen.Load())
 	}
-	var rounds []span
-	for next < len(keys) {
-		m := mean
-		if n := seen.Load(); n > 0 {
-			m = seenBytes.Load() / n
-		}
-		k := s.opts.roundKeys
-		if m > 0 {
-			fit := s.opts.readRoundBytes / int(m)
-			if fit < minReadRoundKeys {
-				fit = min(minReadRoundKeys, maxRoundGrowth*s.opts.readRoundBytes/int(m))
-			}
-			k = max(1, min(k, fit))
-		}
-		hi := min(next+k, len(keys))
-		rounds = append(rounds, span{next, hi})
-		next = hi
+	rounds := s.rounds(len(keys)-next, s.opts.readRoundBytes, minReadRoundKeys, func(int) int { return int(m) })
+	for i := range rounds {
+		rounds[i].lo, rounds[i].hi = rounds[i].lo+next, rounds[i].hi+next
 	}
 	if err := s.runRounds(ctx, rounds, read); err != nil {
 		return nil, s.wrap(ctx, "get", err)
@@ -449,6 +394,58 @@ func (s *Store) get(ctx context.Context, keys []string) ([][]byte, error) {
 		s.meanSize.Store(m)
 	}
 	return out, nil
+}
+
+// getRound reads the data keys dk through go-redis: one MGET on a
+// standalone server (one command for the server to parse and one reply
+// object for the client, where pipelined GETs cost a command each:
+// measured 1.5 against 2.2 ms for 1024 x 512 B), pipelined GETs on a
+// Cluster. A missing key's value is nil, an empty one's empty.
+func (s *Store) getRound(ctx context.Context, dk []string) ([][]byte, error) {
+	out := make([][]byte, len(dk))
+	if !s.cluster {
+		vals, err := s.client.MGet(ctx, dk...).Result()
+		if err == nil && len(vals) != len(dk) {
+			err = fmt.Errorf("%w: MGET of %d keys replied %d values", ErrCorrupt, len(dk), len(vals))
+		}
+		if err != nil {
+			return nil, err
+		}
+		for j, v := range vals {
+			if str, ok := v.(string); ok {
+				out[j] = present(unsafeBytes(str)) // the reply is ours alone; readers must not write
+			}
+		}
+		return out, nil
+	}
+	cmds := make([]*goredis.StringCmd, len(dk))
+	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, k := range dk {
+			cmds[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, err
+	}
+	for j, c := range cmds {
+		switch b, err := c.Bytes(); {
+		case errors.Is(err, goredis.Nil):
+		case err != nil:
+			return nil, err
+		default:
+			out[j] = present(b)
+		}
+	}
+	return out, nil
+}
+
+// present is b, or an empty slice for nil: a value found, maybe empty.
+func present(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
 
 // del removes keys (data keys without their prefix).

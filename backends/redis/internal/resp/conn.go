@@ -26,22 +26,21 @@ type Conn struct {
 	gotReply bool   // a reply line of the current request was read
 }
 
-// MaxRequestBuffer bounds the request buffer an idle connection keeps: a
-// connection whose request grew past it is closed when it goes back to
-// the pool rather than pinning the buffer.
-const MaxRequestBuffer = 8 << 20
-
-// readBuffer is the size of a connection's read buffer, which also bounds
-// one reply line.
-const readBuffer = 64 << 10
-
-// maxBulk bounds the length of a bulk reply read into memory of this
-// package's own: Redis's proto-max-bulk-len is 512 MB by default, and a
-// length past 2 GiB is a corrupt stream, not a reason to allocate it.
-const maxBulk = math.MaxInt32
-
-// maxReplyDepth bounds the nesting Value reads.
-const maxReplyDepth = 4
+const (
+	// MaxRequestBuffer bounds the request buffer an idle connection keeps:
+	// a connection whose request grew past it is closed when it goes back
+	// to the pool rather than pinning the buffer.
+	MaxRequestBuffer = 8 << 20
+	// readBuffer is the size of a connection's read buffer, which also
+	// bounds one reply line.
+	readBuffer = 64 << 10
+	// maxBulk bounds a bulk reply read into memory of this package's own:
+	// Redis's proto-max-bulk-len is 512 MB by default, and a length past 2
+	// GiB is a corrupt stream, not a reason to allocate it.
+	maxBulk = math.MaxInt32
+	// maxReplyDepth bounds the nesting Value reads.
+	maxReplyDepth = 4
+)
 
 // Request returns an empty request over the buffer of c's last request.
 func (c *Conn) Request() Request { return c.cmd[:0] }
@@ -124,6 +123,11 @@ func (c *Conn) Header(kind byte) (int, error) {
 	if l[0] != kind {
 		return 0, fmt.Errorf("%w: reply %q, want %q", ErrCorrupt, l, kind)
 	}
+	return length(l)
+}
+
+// length is the number a header line l holds, -1 (nil) or more.
+func length(l []byte) (int, error) {
 	n, err := strconv.Atoi(string(l[1:]))
 	if err != nil || n < -1 {
 		return 0, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
@@ -178,6 +182,12 @@ func (c *Conn) value(depth int) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	n := 0
+	if l[0] == '$' || l[0] == '*' {
+		if n, err = length(l); err != nil || n < 0 {
+			return nil, err // nil for a nil reply
+		}
+	}
 	switch l[0] {
 	case '+':
 		return string(l[1:]), nil
@@ -188,13 +198,6 @@ func (c *Conn) value(depth int) (any, error) {
 		}
 		return n, nil
 	case '$':
-		n, err := strconv.Atoi(string(l[1:]))
-		if err != nil || n < -1 {
-			return nil, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
-		}
-		if n < 0 {
-			return nil, nil
-		}
 		if n > maxBulk {
 			return nil, fmt.Errorf("%w: bulk reply of %d bytes", ErrCorrupt, n)
 		}
@@ -207,12 +210,8 @@ func (c *Conn) value(depth int) (any, error) {
 		}
 		return unsafe.String(unsafe.SliceData(b), n), nil
 	case '*':
-		n, err := strconv.Atoi(string(l[1:]))
-		if err != nil || n < -1 || depth >= maxReplyDepth {
+		if depth >= maxReplyDepth {
 			return nil, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
-		}
-		if n < 0 {
-			return nil, nil
 		}
 		out := make([]any, 0, min(n, 1024))
 		for range n {
@@ -229,43 +228,4 @@ func (c *Conn) value(depth int) (any, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
-}
-
-// ExecReply reads the replies of MULTI, queued commands and EXEC, and
-// returns EXEC's: one value per queued command, as Value reads them (a
-// command that failed at EXEC is a ServerError element). A command the
-// server refused while queuing (out of memory, a wrong argument count)
-// aborts the transaction: its ServerError is returned.
-func (c *Conn) ExecReply(queued int) ([]any, error) {
-	var refused error
-	for i := range 1 + queued {
-		want := "QUEUED"
-		if i == 0 {
-			want = "OK"
-		}
-		l, err := c.Line()
-		var se ServerError
-		switch {
-		case errors.As(err, &se):
-			if refused == nil {
-				refused = se
-			}
-		case err != nil:
-			return nil, err
-		case string(l[1:]) != want || l[0] != '+':
-			return nil, fmt.Errorf("%w: reply %q, want +%s", ErrCorrupt, l, want)
-		}
-	}
-	v, err := c.value(0)
-	if err != nil {
-		if refused != nil {
-			return nil, refused // EXECABORT: the refused command says why
-		}
-		return nil, err
-	}
-	replies, ok := v.([]any)
-	if !ok || len(replies) != queued {
-		return nil, fmt.Errorf("%w: EXEC of %d commands replied %v", ErrCorrupt, queued, v)
-	}
-	return replies, nil
 }

@@ -70,14 +70,6 @@ func NewPool(cfg Config) (*Pool, error) {
 // Size returns the most connections the pool opens.
 func (p *Pool) Size() int { return p.size }
 
-// Stats returns how many connections are open now, and how many of them
-// are idle.
-func (p *Pool) Stats() (open, idle int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.open, len(p.idle)
-}
-
 // Do runs f on a connection of the pool, waiting for one while Size calls
 // hold theirs (or until ctx is done). The connection's deadline is set
 // from ctx (see Conn.RenewDeadline), and a ctx cancelled while f runs
@@ -144,50 +136,54 @@ func (p *Pool) do(ctx context.Context, f func(c *Conn) error) error {
 		return ctx.Err()
 	}
 	defer func() { <-p.slots }()
-	var first error // the first attempt's failure, when it is resent
-	for attempt := 0; ; attempt++ {
-		c, reused, err := p.get(ctx, attempt > 0)
-		if err != nil {
-			if first != nil {
-				// The first send may have run: its failure, not the
-				// resend's (a refused dial, say), tells the caller.
-				return fmt.Errorf("%w (resent, and the resend failed: %v)", first, err)
-			}
-			return err
+	resend, err := p.try(ctx, f, false)
+	if resend {
+		if _, err2 := p.try(ctx, f, true); err2 != nil {
+			// The first send may have run: its failure, not the resend's
+			// (a refused dial, an error reply), tells the caller.
+			return fmt.Errorf("%w (resent, and the resend failed: %v)", err, err2)
 		}
-		c.deadline(ctx)
-		c.gotReply = false
-		stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Unix(1, 0)) })
-		err = f(c)
-		if stop() && err == nil {
-			p.put(c)
-			return nil
-		}
-		p.discard(c) // its deadline was moved, or its reply stream is unknown
-		var se ServerError
-		if errors.As(err, &se) && se.Stale() {
-			p.DropIdle()
-		}
-		if reused && attempt == 0 && !c.gotReply && ctx.Err() == nil && retryable(err) {
-			first = err
-			continue
-		}
-		if first != nil {
-			// The first send may have run: the resend's failure (a
-			// refusal, say) does not tell the caller whether it did.
-			return fmt.Errorf("%w (resent, and the resend failed: %v)", first, err)
-		}
-		return err
+		return nil
 	}
+	return err
+}
+
+// try runs f on a connection, a new one when fresh is set; resend reports
+// a failure on a reused connection that Do's retry rule resends.
+func (p *Pool) try(ctx context.Context, f func(c *Conn) error, fresh bool) (resend bool, _ error) {
+	c, reused, err := p.get(ctx, fresh)
+	if err != nil {
+		return false, err
+	}
+	c.deadline(ctx)
+	c.gotReply = false
+	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Unix(1, 0)) })
+	err = f(c)
+	if stop() && err == nil {
+		p.put(c)
+		return false, nil
+	}
+	p.discard(c) // its deadline was moved, or its reply stream is unknown
+	var se ServerError
+	if errors.As(err, &se) && se.Stale() {
+		p.DropIdle()
+	}
+	return reused && !c.gotReply && ctx.Err() == nil && retryable(err), err
 }
 
 // retryable: err is a network failure that may have come before the
 // request reached the server (not a timeout, which may have come after).
-func retryable(err error) bool {
+func retryable(err error) bool { return !IsTimeout(err) && IsConnLost(err) }
+
+// IsTimeout reports a network timeout.
+func IsTimeout(err error) bool {
 	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return false
-	}
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// IsConnLost reports a connection that failed or closed: a network
+// error, or the stream ended or reset.
+func IsConnLost(err error) bool {
 	var oe *net.OpError
 	return errors.As(err, &oe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)

@@ -7,17 +7,14 @@ import "strconv"
 type Request []byte
 
 // Array starts an array of n elements.
-func (r Request) Array(n int) Request {
-	r = append(r, '*')
-	r = strconv.AppendInt(r, int64(n), 10)
-	return append(r, '\r', '\n')
-}
+func (r Request) Array(n int) Request { return r.header('*', n) }
 
 // BulkHeader starts a bulk string of n bytes; the caller appends them and
 // CRLF.
-func (r Request) BulkHeader(n int) Request {
-	r = append(r, '$')
-	r = strconv.AppendInt(r, int64(n), 10)
+func (r Request) BulkHeader(n int) Request { return r.header('$', n) }
+
+func (r Request) header(kind byte, n int) Request {
+	r = strconv.AppendInt(append(r, kind), int64(n), 10)
 	return append(r, '\r', '\n')
 }
 

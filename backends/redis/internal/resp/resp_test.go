@@ -103,41 +103,37 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestExecReply(t *testing.T) {
+// TestExecValue: Value reads an EXEC reply with a command that failed
+// at EXEC as a ServerError element.
+func TestExecValue(t *testing.T) {
 	srv := redistest.Start(t)
 	p, c := newPool(t, srv.URL(), 1)
 	ctx := t.Context()
 	c.LPush(ctx, "list", "x")
-	var replies []any
+	var reply any
 	err := p.Do(ctx, nil, func(conn *resp.Conn) error {
 		req := conn.Request().Cmd("MULTI").Cmd("SET", "a", "1").Cmd("INCR", "list").Cmd("GET", "a").Cmd("EXEC")
 		if err := conn.Send(req); err != nil {
 			return err
 		}
+		for range 4 { // +OK, +QUEUED x 3
+			if _, err := conn.Line(); err != nil {
+				return err
+			}
+		}
 		var err error
-		replies, err = conn.ExecReply(3)
+		reply, err = conn.Value()
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if replies[0] != "OK" || replies[2] != "1" {
-		t.Fatalf("replies %v", replies)
+	replies, _ := reply.([]any)
+	if len(replies) != 3 || replies[0] != "OK" || replies[2] != "1" {
+		t.Fatalf("replies %v", reply)
 	}
 	if se, ok := replies[1].(resp.ServerError); !ok || string(se[:9]) != "WRONGTYPE" {
 		t.Fatalf("INCR of a list at EXEC: %#v, want a WRONGTYPE element", replies[1])
-	}
-	// A command refused while queued aborts the transaction: its error.
-	err = p.Do(ctx, nil, func(conn *resp.Conn) error {
-		if err := conn.Send(conn.Request().Cmd("MULTI").Cmd("SET", "a").Cmd("EXEC")); err != nil {
-			return err
-		}
-		_, err := conn.ExecReply(1)
-		return err
-	})
-	var se resp.ServerError
-	if !errors.As(err, &se) || string(se[:3]) != "ERR" {
-		t.Fatalf("SET of one argument in MULTI: %v, want its ERR", err)
 	}
 }
 

@@ -22,8 +22,8 @@ func TestPoolSizeBoundsAllConnections(t *testing.T) {
 	srv := redistest.Start(t)
 	const poolSize = 4
 	s := open(t, srv.URL()+"?pool_size=4")
-	if on, n := redis.OwnConnections(s); !on || n != poolSize/2 {
-		t.Fatalf("own connections %v, %d; want on, %d", on, n, poolSize/2)
+	if on, n := redis.DirectConnections(s); !on || n != poolSize/2 {
+		t.Fatalf("direct connections %v, %d; want on, %d", on, n, poolSize/2)
 	}
 	c, err := tq.New(engine(s))
 	if err != nil {
@@ -79,8 +79,8 @@ func TestPoolSizeBoundsAllConnections(t *testing.T) {
 func TestDirectPoolSizeOption(t *testing.T) {
 	srv := redistest.Start(t)
 	s := open(t, srv.URL()+"?pool_size=6&direct_pool_size=1")
-	if on, n := redis.OwnConnections(s); !on || n != 1 {
-		t.Errorf("own connections %v, %d; want on, 1", on, n)
+	if on, n := redis.DirectConnections(s); !on || n != 1 {
+		t.Errorf("direct connections %v, %d; want on, 1", on, n)
 	}
 	if got := s.Client().(*goredis.Client).Options().PoolSize; got != 5 {
 		t.Errorf("go-redis pool size %d, want 5", got)
@@ -91,8 +91,8 @@ func TestDirectPoolSizeOption(t *testing.T) {
 		t.Error("direct_pool_size=pool_size accepted")
 	}
 	s1 := open(t, srv.URL()+"?pool_size=1")
-	if on, _ := redis.OwnConnections(s1); on {
-		t.Error("pool_size=1 left room for own connections")
+	if on, _ := redis.DirectConnections(s1); on {
+		t.Error("pool_size=1 left room for direct connections")
 	}
 }
 
@@ -134,15 +134,15 @@ func (h *cmdHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.
 	}
 }
 
-// TestHooksSeeOwnConnections: hooks given with WithHooks see the traffic
-// of the engine's own connections (tensor cells' MGET and MSET, a put's
+// TestHooksSeeDirectConnections: hooks given with WithHooks see the traffic
+// of the direct connections (tensor cells' MGET and MSET, a put's
 // MULTI/EXEC with its EVALSHA) as well as go-redis's.
-func TestHooksSeeOwnConnections(t *testing.T) {
+func TestHooksSeeDirectConnections(t *testing.T) {
 	srv := redistest.Start(t)
 	h := &cmdHook{names: map[string]int{}}
 	s := open(t, srv.URL(), redis.WithHooks(h))
-	if on, _ := redis.OwnConnections(s); !on {
-		t.Fatal("no own connections")
+	if on, _ := redis.DirectConnections(s); !on {
+		t.Fatal("no direct connections")
 	}
 	c, err := tq.New(engine(s))
 	if err != nil {

@@ -19,10 +19,10 @@ import (
 	"github.com/tqgo/tqgo/internal/redistest"
 )
 
-// TestSplitReadAuthDB: Read's own connections authenticate and select
+// TestDirectAuthDB: Read's direct connections authenticate and select
 // the database as the client's do (a key in database 2 is found there
 // only), and a password the server refuses is ErrAuth naming the address.
-func TestSplitReadAuthDB(t *testing.T) {
+func TestDirectAuthDB(t *testing.T) {
 	srv := redistest.Start(t, redisserver.Options{Password: "sesame"})
 	ctx := t.Context()
 	url := strings.TrimSuffix(srv.URL(), "/0") + "/2?prefix=auth"
@@ -59,10 +59,10 @@ func TestSplitReadAuthDB(t *testing.T) {
 	}
 }
 
-// TestSplitConnectionsBounded: Read and Write from many goroutines
+// TestDirectConnectionsBounded: Read and Write from many goroutines
 // share their share of pool_size, which with go-redis's pool is at most
 // pool_size connections, and all succeed.
-func TestSplitConnectionsBounded(t *testing.T) {
+func TestDirectConnectionsBounded(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	s := open(t, srv.URL()+"?prefix=bound&pool_size=2")
@@ -120,13 +120,13 @@ func TestSplitConnectionsBounded(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	// The Store's own connection (1) and go-redis's pool (1), at most.
+	// The direct connection (1) and go-redis's pool (1), at most.
 	if got := most.Load(); got > 2 {
 		t.Errorf("up to %d connections while 16 goroutines read and wrote, want at most 2 with pool_size=2", got)
 	}
 }
 
-// TestMetaAfterStoreClose: the engine's own connections serve the data and
+// TestMetaAfterStoreClose: the direct connections serve the data and
 // the metadata side, so closing the Store leaves its Meta working until it
 // is closed too.
 func TestMetaAfterStoreClose(t *testing.T) {

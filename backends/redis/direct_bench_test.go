@@ -7,20 +7,20 @@ import (
 	"github.com/tqgo/tqgo/backends/redis"
 )
 
-// BenchmarkOwnConnVsGoRedis measures what the engine's own connections
+// BenchmarkDirectVsGoRedis measures what the direct connections
 // gain over go-redis, on 1024 values of 8 KiB against one private server:
 //
-//	go test -run '^$' -bench OwnConnVsGoRedis -count 5 ./backends/redis
+//	go test -run '^$' -bench DirectVsGoRedis -count 5 ./backends/redis
 //
-// get/own is Read on the engine's own connections, reading each value
+// get/direct is Read on the direct connections, reading each value
 // into the caller's memory; get/goredis is the same Read with direct
 // connections off (go-redis MGET rounds, then a copy into the caller's
 // memory); get/goredis-1mget is one plain go-redis MGET of all the keys
-// and the copy. put/own is Write on the own connections (bodies
+// and the copy. put/direct is Write on the direct connections (bodies
 // written from the caller's memory); put/goredis is Write with direct
 // connections off (go-redis MSET rounds); put/goredis-1mset is one plain
 // go-redis MSET. Puts overwrite the same keys.
-func BenchmarkOwnConnVsGoRedis(b *testing.B) {
+func BenchmarkDirectVsGoRedis(b *testing.B) {
 	const n, size = 1024, 8 << 10
 	url, raw := benchServer(b)
 	own, err := redis.OpenURL(b.Context(), url+"?prefix=own")
@@ -37,8 +37,8 @@ func BenchmarkOwnConnVsGoRedis(b *testing.B) {
 		via.Close()
 		via.Log().Close()
 	})
-	if on, _ := redis.OwnConnections(own); !on {
-		b.Fatal("no own connections")
+	if on, _ := redis.DirectConnections(own); !on {
+		b.Fatal("no direct connections")
 	}
 	keys := rawKeys("k", n)
 	bodies := rawValues(n, size)
@@ -71,7 +71,7 @@ func BenchmarkOwnConnVsGoRedis(b *testing.B) {
 			}
 		}
 	}
-	b.Run("get/own", func(b *testing.B) {
+	b.Run("get/direct", func(b *testing.B) {
 		b.SetBytes(n * size)
 		for b.Loop() {
 			if err := own.Read(ctx, dst); err != nil {
@@ -103,7 +103,7 @@ func BenchmarkOwnConnVsGoRedis(b *testing.B) {
 		}
 		check(b)
 	})
-	b.Run("put/own", func(b *testing.B) {
+	b.Run("put/direct", func(b *testing.B) {
 		b.SetBytes(n * size)
 		for b.Loop() {
 			if err := own.Write(ctx, cells); err != nil {
