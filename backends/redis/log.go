@@ -299,10 +299,13 @@ func (l *Log) appendDirect(ctx context.Context, dc *directConns, keys []string, 
 		}
 		v, err := c.Value()
 		var se serverError
-		if errors.As(err, &se) {
+		if errors.As(err, &se) && !se.Stale() {
 			refused, err = se, nil // the stream stays in step
 		}
 		if err != nil {
+			// A stale server's refusal (READONLY, LOADING, MASTERDOWN) goes
+			// to the pool, which drops its idle connections, and says the
+			// first send may have run if this was its resend.
 			return err
 		}
 		reply = v
@@ -452,7 +455,7 @@ func (l *Log) appendError(ctx context.Context, err error, goRedis bool) error {
 		return l.s.wrap(ctx, "append", fmt.Errorf("%w: %w", ErrCellsMissing, err))
 	}
 	var short *notReplicated
-	if errors.As(err, &short) || mayHaveRun(err) || goRedis && l.s.retries && isDialError(err) {
+	if errors.As(err, &short) || mayHaveRun(err) || goRedis && l.s.retries && mayHaveBeenResent(err) {
 		return &unknownOutcome{l.s.wrap(ctx, "append", err)}
 	}
 	return l.s.wrap(ctx, "append", err)
@@ -462,10 +465,24 @@ func (l *Log) appendError(ctx context.Context, err error, goRedis bool) error {
 // on the server: every failure but a reply of the server's own (an error
 // reply: the script failed, before writing anything, or never ran), a
 // dial that failed, and a client or pool that gave no connection.
-// isDialError reports whether err is a failure to connect.
-func isDialError(err error) bool {
-	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "dial"
+// mayHaveBeenResent reports whether err, a go-redis request's failure,
+// may be that of a resend whose first send ran: go-redis resends after a
+// failed connection, a timeout, a pool timeout, or a server that is not
+// serving yet (LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, ...),
+// and returns the last attempt's failure, a refused dial say. Only an
+// error reply it never resends (a script's refusal, NOSCRIPT, WRONGTYPE)
+// says nothing ran.
+func mayHaveBeenResent(err error) bool {
+	var re goredis.Error
+	if !errors.As(err, &re) {
+		return true
+	}
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "ERR max number of clients"} {
+		if strings.HasPrefix(re.Error(), p) {
+			return true
+		}
+	}
+	return false
 }
 
 func mayHaveRun(err error) bool {

@@ -80,8 +80,7 @@ func newStore(client goredis.UniversalClient, o options, owned bool) *Store {
 		s.cluster, addr = o.clusterSafe, c.Options().Addr
 		s.retries = c.Options().MaxRetries >= 0
 	case *goredis.ClusterClient:
-		addr = strings.Join(c.Options().Addrs, ",")
-		s.retries = c.Options().MaxRetries >= 0
+		addr = strings.Join(c.Options().Addrs, ",") // it follows redirects whatever MaxRetries says
 	}
 	if s.addr == "" {
 		s.addr = addr
