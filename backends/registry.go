@@ -36,7 +36,7 @@ type Meta interface {
 }
 
 // Check reports whether e is an engine tq can use: a Store, and a Log or
-// a Meta unless the engine is Local. Its error wraps ErrInvalid. That Meta
+// a Meta (not both) unless the engine is Local. Its error wraps ErrInvalid. That Meta
 // is a metadata.MetaStore is metadata.Of's check, which makes this one too.
 func (e Engine) Check() error {
 	switch {
@@ -44,6 +44,8 @@ func (e Engine) Check() error {
 		return fmt.Errorf("%w: engine without a Store", ErrInvalid)
 	case e.Meta == nil && e.Log == nil && !e.Local:
 		return fmt.Errorf("%w: engine without a Log or MetaStore whose data is not process-local: processes sharing its data would hand out the same global indexes", ErrInvalid)
+	case e.Meta != nil && e.Log != nil:
+		return fmt.Errorf("%w: engine with both a Log and a MetaStore: its metadata is one or the other", ErrInvalid)
 	}
 	return nil
 }

@@ -515,6 +515,9 @@ func (m *Meta) maybeCompact(p *part) {
 			return
 		}
 	}
+	if m.closed.Load() {
+		return // Close waits for compactions begun before it, no later one
+	}
 	at, covered := p.pos, p.logBytes
 	p.compacting = true
 	m.wg.Add(1)
