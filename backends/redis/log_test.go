@@ -3,6 +3,7 @@ package redis_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
@@ -44,12 +45,22 @@ func TestLogCompaction(t *testing.T) {
 	if _, err := m.Prepare(ctx, "p", []string{"pending"}, []string{"f"}); err != nil {
 		t.Fatal(err)
 	}
-	logLen, err := writer.Client().XLen(ctx, "compact:{compact:p}:log").Result()
-	if err != nil {
-		t.Fatal(err)
+	// Writers compact in the background, after their writes.
+	var logLen int64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if logLen, err = writer.Client().XLen(ctx, "compact:{compact:p}:log").Result(); err != nil {
+			t.Fatal(err)
+		}
+		if logLen < 2*n || time.Now().After(deadline) {
+			break
+		}
 	}
-	if logLen >= 16 {
-		t.Fatalf("log of %d records after %d writes, want fewer than 16 (compacted)", logLen, 2*n+1)
+	if logLen >= 2*n {
+		t.Fatalf("log of %d entries after %d writes, want fewer (compacted)", logLen, 2*n+1)
+	}
+	if sn, err := writer.Client().HGet(ctx, "compact:{compact:p}:snap", "n").Int64(); err != nil || sn == 0 {
+		t.Fatalf("snapshot at entry %d (%v), want one", sn, err)
 	}
 	fresh := metaOf(open(t, url))
 	for _, r := range []struct {
