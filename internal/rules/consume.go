@@ -111,6 +111,7 @@ func (e *entry) delivery(index uint64, now int64) metadata.Delivery {
 }
 
 type task struct {
+	name    string // its key in Partition.tasks
 	entries map[uint64]*entry
 	batches []*openBatch
 
@@ -163,7 +164,7 @@ type openBatch struct {
 func (p *Partition) task(name string) *task {
 	t := p.tasks[name]
 	if t == nil {
-		t = &task{entries: map[uint64]*entry{}}
+		t = &task{name: name, entries: map[uint64]*entry{}}
 		p.tasks[name] = t
 	}
 	return t
