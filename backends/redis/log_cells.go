@@ -149,7 +149,9 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 			return nil
 		}
 	}
-	return l.appended(ctx, partition, from, recs, reply, acks, false)
+	d := &decodedAppend{}
+	d.t, d.dup, d.created, d.err = appendReply(reply, from, recs)
+	return l.appended(ctx, partition, d, acks, false)
 }
 
 // ReadCells implements backends.LogCells: the read script and the cells'

@@ -113,3 +113,60 @@ func BenchmarkRestore(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReplayClaimAck: what a process pays to replay another's claim
+// of 8 rows and its ack (Replay: no result built), as every consumer of
+// a shared log does for every other consumer's claim.
+func BenchmarkReplayClaimAck(b *testing.B) {
+	const rows, n = 4096, 8
+	keys := make([]string, rows)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%07d", i)
+	}
+	var p *Partition
+	now := int64(3)
+	var seq uint64
+	fill := func() {
+		p = New()
+		res, err := p.Prepare(1, keys, []string{"f"}, 0, len(keys))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ups := make([]metadata.RowUpdate, len(keys))
+		fields := map[string]metadata.FieldInfo{"f": {}}
+		for i := range ups {
+			ups[i] = metadata.RowUpdate{Key: keys[i], Index: res[i].Index, Fields: fields}
+		}
+		if _, err := p.Commit(2, ups); err != nil {
+			b.Fatal(err)
+		}
+	}
+	a := &ClaimArgs{Task: "t", Lease: time.Minute, Rows: n, Min: 1, Select: Select{Fields: []string{"f"}}}
+	idx := make([]uint64, n)
+	fill()
+	b.ReportAllocs()
+	for b.Loop() {
+		now++
+		seq++
+		a.Token = fmt.Sprint(seq)
+		ready := p.Ready("t")
+		if ready == 0 {
+			b.StopTimer()
+			fill()
+			b.StartTimer()
+			ready = rows
+		}
+		// The rows the claim leases: the oldest ready ones.
+		first := uint64(rows - max(ready, 0))
+		if ready < 0 {
+			first = 0
+		}
+		for i := range idx {
+			idx[i] = first + uint64(i)
+		}
+		e := backends.Entry{N: seq, ID: seq, Time: now, Data: ClaimRecord(a)}
+		p.Replay(&e)
+		e = backends.Entry{N: seq, ID: seq<<1 | 1, Time: now, Data: SettleRecord(&SettleArgs{Task: "t", Op: metadata.Ack, Lease: a.Token, Indexes: idx})}
+		p.Replay(&e)
+	}
+}

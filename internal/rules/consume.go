@@ -111,6 +111,7 @@ func (e *entry) delivery(index uint64, now int64) metadata.Delivery {
 }
 
 type task struct {
+	name    string // its key in Partition.tasks
 	entries map[uint64]*entry
 	batches []*openBatch
 
@@ -163,7 +164,7 @@ type openBatch struct {
 func (p *Partition) task(name string) *task {
 	t := p.tasks[name]
 	if t == nil {
-		t = &task{entries: map[uint64]*entry{}}
+		t = &task{name: name, entries: map[uint64]*entry{}}
 		p.tasks[name] = t
 	}
 	return t
@@ -193,20 +194,30 @@ func (p *Partition) configure(t *task, sel Select) {
 		t.verOf = map[uint64]float64{}
 	}
 	ends := map[int64][]uint64{}
-	for i, r := range p.byIndex {
+	// By index: the B-tree takes rows in order at the least cost.
+	for _, r := range p.List() {
+		i := r.Index
 		e := t.entries[i]
 		if e != nil && e.until > p.now && (e.state == metadata.Leased || e.state == metadata.Ready) {
 			ends[e.until] = append(ends[e.until], i)
 		}
-		if claimable(e, p.now) && hasFields(r.view, sel.Fields) {
-			t.add(i, r.view)
+		if claimable(e, p.now) && hasFields(r, sel.Fields) {
+			t.add(i, r)
 		}
 	}
 	for until, rows := range ends {
 		t.timers = append(t.timers, timer{until: until, rows: rows})
 	}
 	heap.Init(&t.timers)
+	if len(t.entries) == 0 {
+		// Its ready rows will mostly be delivered: room for their
+		// entries now rather than growing the map claim after claim.
+		t.entries = make(map[uint64]*entry, min(t.ready.Len(), maxEntriesHint))
+	}
 }
+
+// maxEntriesHint bounds the entries a task's map is made room for ahead.
+const maxEntriesHint = 1 << 16
 
 // addTimer has rows looked at again at until, when their lease or delay
 // ends.
@@ -284,6 +295,12 @@ func (p *Partition) setEntry(t *task, i uint64, old, e *entry) {
 	} else {
 		t.entries[i] = e
 	}
+	p.reindex(t, i, old, e)
+}
+
+// reindex keeps t's index in step with row i's entry, which was old and
+// is e now (the map already holding e).
+func (p *Partition) reindex(t *task, i uint64, old, e *entry) {
 	if !t.indexed {
 		return
 	}
@@ -381,28 +398,39 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 			c.Dropped++
 		}
 	}
-	if !a.Custom {
-		units = p.choose(t, a)
-	}
+	// plain: a claim of the oldest ready rows, each a unit of its own,
+	// which are the first rows of the index.
+	plain := !a.Custom && t.groups == nil
 	var take []uint64
-	var bounds []int          // where each unit taken ends in take
-	var taken map[uint64]bool // a caller's units may repeat a row: a unit with a taken row is skipped
-	if a.Custom {
-		taken = map[uint64]bool{}
-	}
-	for _, u := range units {
-		if len(take)+len(u) > a.Rows || a.Custom && !p.leasable(t, u, taken) {
-			continue
+	var bounds []int // where each unit taken ends in take (nil: each row a unit)
+	if plain {
+		take = make([]uint64, 0, min(a.Rows, t.ready.Len()))
+		t.ready.Ascend(func(i uint64) bool {
+			take = append(take, i)
+			return len(take) < a.Rows
+		})
+	} else {
+		if !a.Custom {
+			units = p.choose(t, a)
 		}
-		for _, i := range u {
-			if taken != nil {
-				taken[i] = true
+		var taken map[uint64]bool // a caller's units may repeat a row: a unit with a taken row is skipped
+		if a.Custom {
+			taken = map[uint64]bool{}
+		}
+		for _, u := range units {
+			if len(take)+len(u) > a.Rows || a.Custom && !p.leasable(t, u, taken) {
+				continue
 			}
-		}
-		take = append(take, u...)
-		bounds = append(bounds, len(take))
-		if len(take) == a.Rows {
-			break
+			for _, i := range u {
+				if taken != nil {
+					taken[i] = true
+				}
+			}
+			take = append(take, u...)
+			bounds = append(bounds, len(take))
+			if len(take) == a.Rows {
+				break
+			}
 		}
 	}
 	if len(take) < a.Min {
@@ -420,17 +448,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	c.Until = time.UnixMicro(until)
 	if p.quiet && (a.Batch == nil || a.Batch.Ranks <= 1) {
 		// Another process's claim: what it leased matters, not the reply.
-		states := make([]entry, len(take))
-		for j, i := range take {
-			e := &states[j]
-			*e = entry{state: metadata.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
-			old := t.entries[i]
-			if old != nil {
-				e.deliveries = old.deliveries
-			}
-			e.deliveries++
-			p.setEntry(t, i, old, e)
-		}
+		p.lease(t, take, plain, a, until)
 		t.addTimer(until, take)
 		c.Mark.Seq = p.seq
 		return c
@@ -441,26 +459,25 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	for j := range flat {
 		flat[j] = j
 	}
-	c.Units = make([][]int, len(bounds))
-	for k, end := range bounds {
-		start := 0
-		if k > 0 {
-			start = bounds[k-1]
+	if bounds == nil {
+		c.Units = make([][]int, len(take))
+		for k := range take {
+			c.Units[k] = flat[k : k+1 : k+1]
 		}
-		c.Units[k] = flat[start:end:end]
+	} else {
+		c.Units = make([][]int, len(bounds))
+		for k, end := range bounds {
+			start := 0
+			if k > 0 {
+				start = bounds[k-1]
+			}
+			c.Units[k] = flat[start:end:end]
+		}
 	}
-	states := make([]entry, len(take)) // one allocation
+	states := p.lease(t, take, plain, a, until)
 	for j, i := range take {
-		e := &states[j]
-		*e = entry{state: metadata.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
-		old := t.entries[i]
-		if old != nil {
-			e.deliveries = old.deliveries
-		}
-		e.deliveries++
-		p.setEntry(t, i, old, e)
 		c.Rows[j] = p.byIndex[i].view
-		c.Deliveries[j] = e.delivery(i, now)
+		c.Deliveries[j] = states[j].delivery(i, now)
 	}
 	t.addTimer(until, take)
 	if b := a.Batch; b != nil && b.Ranks > 1 {
@@ -471,6 +488,37 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	}
 	c.Mark.Seq = p.seq
 	return c
+}
+
+// lease leases the rows of take to a.Token until until, and returns
+// their new entries. plain says take is the first rows of t's index, in
+// order (they leave it from its start).
+func (p *Partition) lease(t *task, take []uint64, plain bool, a *ClaimArgs, until int64) []entry {
+	states := make([]entry, len(take)) // one allocation
+	for j, i := range take {
+		e := &states[j]
+		*e = entry{state: metadata.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
+		old := t.entries[i]
+		if old != nil {
+			e.deliveries = old.deliveries
+		}
+		e.deliveries++
+		if !plain {
+			p.setEntry(t, i, old, e)
+			continue
+		}
+		t.entries[i] = e
+		if m, _ := t.ready.DeleteMin(); m != i {
+			panic("rules: a plain claim's rows are not the first of the index")
+		}
+		if t.vers != nil {
+			if v, ok := t.verOf[i]; ok {
+				t.vers.Delete(verKey{v, i})
+				delete(t.verOf, i)
+			}
+		}
+	}
+	return states
 }
 
 // leasable reports whether every row of unit u is ready and not in
@@ -757,25 +805,30 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 			res.Lost = append(res.Lost, i)
 			continue
 		}
+		// Ack, Nack and Extend change the entry in place: no entry is
+		// shared between rows or tasks.
 		switch req.Op {
 		case metadata.Ack:
 			if e.state != metadata.Acked {
-				p.setEntry(t, i, e, &entry{state: metadata.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max})
+				old := *e
+				*e = entry{state: metadata.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max}
+				p.reindex(t, i, &old, e)
 			}
 		case metadata.Nack:
-			ne := &entry{state: metadata.Ready, deliveries: e.deliveries, lease: e.lease, max: e.max}
+			old := *e
+			*e = entry{state: metadata.Ready, deliveries: e.deliveries, lease: e.lease, max: e.max}
 			if e.max > 0 && e.deliveries >= e.max {
-				ne.state = metadata.Dead
+				e.state = metadata.Dead
 			} else if req.Delay > 0 {
-				ne.until = now + req.Delay.Microseconds()
+				e.until = now + req.Delay.Microseconds()
 				timed = append(timed, i)
 			}
-			p.setEntry(t, i, e, ne)
+			p.reindex(t, i, &old, e)
 			changed = true
 		case metadata.Extend:
-			ne := *e
-			ne.until = until
-			p.setEntry(t, i, e, &ne)
+			old := *e
+			e.until = until
+			p.reindex(t, i, &old, e)
 			timed = append(timed, i)
 		case metadata.Retry:
 			p.setEntry(t, i, e, nil)

@@ -265,7 +265,7 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 			p.voids[id] = now
 		}
 	case KindClaim:
-		a, err := readClaim(b)
+		a, err := p.readClaim(b)
 		if err != nil {
 			return corrupt(err)
 		}
@@ -274,7 +274,7 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 		}
 		r.Claimed = p.Claim(now, a)
 	case KindSettle:
-		req, err := readSettle(b)
+		req, err := p.readSettle(b)
 		if err != nil {
 			return corrupt(err)
 		}
@@ -330,12 +330,43 @@ func (p *Partition) expireVoids() {
 	}
 }
 
-func readClaim(b []byte) (*ClaimArgs, error) {
+// taskName returns the name b spells, the task's own string when the
+// partition has that task (a replayed record allocates no name).
+func (p *Partition) taskName(b []byte) string {
+	if t := p.tasks[string(b)]; t != nil {
+		return t.name
+	}
+	return string(b)
+}
+
+// readStringsAs is readStrings, returning like (not a copy) when the
+// strings are like's.
+func readStringsAs(b []byte, like []string) ([]string, []byte, error) {
+	n, rest, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil || int(n) != len(like) || n == 0 {
+		return readStrings(b)
+	}
+	for _, s := range like {
+		var v []byte
+		if v, rest, err = msgp.ReadStringZC(rest); err != nil || string(v) != s {
+			return readStrings(b)
+		}
+	}
+	return like, rest, nil
+}
+
+func (p *Partition) readClaim(b []byte) (*ClaimArgs, error) {
 	var a ClaimArgs
 	var err error
 	var lease, rows, mn, maxd, size int64
-	if a.Task, b, err = msgp.ReadStringBytes(b); err != nil {
+	var name []byte
+	if name, b, err = msgp.ReadStringZC(b); err != nil {
 		return nil, err
+	}
+	a.Task = p.taskName(name)
+	var like []string // the task's fields, which its claims repeat
+	if t := p.tasks[a.Task]; t != nil && t.indexed {
+		like = t.sel.Fields
 	}
 	if a.Token, b, err = msgp.ReadStringBytes(b); err != nil {
 		return nil, err
@@ -374,7 +405,7 @@ func readClaim(b []byte) (*ClaimArgs, error) {
 		}
 		a.Batch = &metadata.Batch{Ranks: int(ranks), Rank: int(rank)}
 	}
-	if a.Select.Fields, b, err = readStrings(b); err != nil {
+	if a.Select.Fields, b, err = readStringsAs(b, like); err != nil {
 		return nil, err
 	}
 	if a.Select.Group.Tag, b, err = msgp.ReadStringBytes(b); err != nil {
@@ -434,23 +465,34 @@ func readClaim(b []byte) (*ClaimArgs, error) {
 	return &a, nil
 }
 
-func readSettle(b []byte) (*SettleArgs, error) {
+func (p *Partition) readSettle(b []byte) (*SettleArgs, error) {
 	var req SettleArgs
 	var err error
 	var op uint8
 	var delay int64
-	if req.Task, b, err = msgp.ReadStringBytes(b); err != nil {
+	var name, token []byte
+	if name, b, err = msgp.ReadStringZC(b); err != nil {
 		return nil, err
 	}
+	req.Task = p.taskName(name)
 	if op, b, err = msgp.ReadUint8Bytes(b); err != nil {
 		return nil, err
 	}
 	req.Op = metadata.SettleOp(op)
-	if req.Lease, b, err = msgp.ReadStringBytes(b); err != nil {
+	if token, b, err = msgp.ReadStringZC(b); err != nil {
 		return nil, err
 	}
 	if req.Indexes, b, err = readIndexes(b); err != nil {
 		return nil, err
+	}
+	// The token is mostly the lease's of the rows: their string.
+	if t := p.tasks[req.Task]; t != nil && len(req.Indexes) > 0 {
+		if e := t.entries[req.Indexes[0]]; e != nil && e.lease == string(token) {
+			req.Lease = e.lease
+		}
+	}
+	if req.Lease == "" {
+		req.Lease = string(token)
 	}
 	if delay, _, err = msgp.ReadInt64Bytes(b); err != nil {
 		return nil, err

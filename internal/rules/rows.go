@@ -206,6 +206,11 @@ func (p *Partition) Prepare(now int64, keys, fields []string, base uint64, index
 		prevMap   map[string]uint64
 	)
 	p.pending += len(keys) * nf
+	if len(p.rows) == 0 && len(keys) > 8 {
+		// A partition filled anew: room for its rows at once, not by
+		// doubling.
+		p.rows = make(map[string]*row, len(keys))
+	}
 	for i, k := range keys {
 		r := p.rows[k]
 		if r == nil {
@@ -279,6 +284,9 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 		merge metadata.Merger
 		block []metadata.Row
 	)
+	if len(p.byIndex) == 0 && len(rows) > 8 {
+		p.byIndex = make(map[uint64]*row, len(rows)) // as p.rows in Prepare
+	}
 	for i, r := range rows {
 		u := &updates[i]
 		cs := cells.Of(u.Fields)

@@ -510,7 +510,7 @@ func restore(b []byte) (*Partition, error) {
 			if len(rec) == 0 || rec[0] != KindClaim {
 				return nil, fmt.Errorf("task %q: a standing claim that is not a claim", name)
 			}
-			a, err := readClaim(rec[1:])
+			a, err := p.readClaim(rec[1:])
 			if err != nil {
 				return nil, err
 			}

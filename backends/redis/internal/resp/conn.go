@@ -229,3 +229,93 @@ func (c *Conn) value(depth int) (any, error) {
 	}
 	return nil, fmt.Errorf("%w: reply %q", ErrCorrupt, l)
 }
+
+// GotReply reports whether a line of the current request's reply was
+// read.
+func (c *Conn) GotReply() bool { return c.gotReply }
+
+// Int reads an integer reply.
+func (c *Conn) Int() (int64, error) {
+	l, err := c.Line()
+	if err != nil {
+		return 0, err
+	}
+	n, ok := parseInt(l[1:])
+	if l[0] != ':' || !ok {
+		return 0, fmt.Errorf("%w: reply %q, want an integer", ErrCorrupt, l)
+	}
+	return n, nil
+}
+
+// ArrayLen reads an array reply's header: its length, -1 for a nil array.
+func (c *Conn) ArrayLen() (int, error) { return c.header('*') }
+
+// AppendBulk reads a bulk string reply and appends it to dst; a nil reply
+// appends nothing and returns ok false. An error reply is a ServerError.
+func (c *Conn) AppendBulk(dst []byte) (_ []byte, ok bool, _ error) {
+	n, err := c.header('$')
+	if err != nil || n < 0 {
+		return dst, false, err
+	}
+	if n > maxBulk {
+		return dst, false, fmt.Errorf("%w: bulk reply of %d bytes", ErrCorrupt, n)
+	}
+	at := len(dst)
+	dst = slicesGrow(dst, n+2)[:at+n+2]
+	if _, err := io.ReadFull(c.br, dst[at:]); err != nil {
+		return dst[:at], false, err
+	}
+	if dst[at+n] != '\r' || dst[at+n+1] != '\n' {
+		return dst[:at], false, fmt.Errorf("%w: bulk reply not ended by CRLF", ErrCorrupt)
+	}
+	return dst[:at+n], true, nil
+}
+
+// header is Header, without allocating.
+func (c *Conn) header(kind byte) (int, error) {
+	l, err := c.Line()
+	if err != nil {
+		return 0, err
+	}
+	n, ok := parseInt(l[1:])
+	if l[0] != kind || !ok || n < -1 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("%w: reply %q, want %q", ErrCorrupt, l, kind)
+	}
+	return int(n), nil
+}
+
+// parseInt parses a decimal int64 (a sign, then digits), as Redis writes
+// them.
+func parseInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for _, d := range b {
+		if d < '0' || d > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(d-'0')
+	}
+	if n > math.MaxInt64 {
+		return 0, false
+	}
+	if neg {
+		return -int64(n), true
+	}
+	return int64(n), true
+}
+
+// slicesGrow is slices.Grow for bytes, doubling.
+func slicesGrow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	nb := make([]byte, len(b), max(2*cap(b), len(b)+n, 512))
+	copy(nb, b)
+	return nb
+}
