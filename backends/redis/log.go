@@ -270,11 +270,7 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 	case s.opts.replicas > 0:
 		reply, acks, err = s.evalWait(ctx, logAppendScript, keys, args...)
 	case dc != nil:
-		var d *decodedAppend
-		d, reply, err = l.appendDirect(ctx, dc, keys, args, from, recs)
-		if err == nil && d != nil {
-			return l.appended(ctx, partition, d, nil, registered)
-		}
+		reply, err = l.appendDirect(ctx, dc, keys, args)
 		goRedis = false
 	default:
 		reply, err = logAppendScript.Run(ctx, s.client, keys, args...).Slice()
@@ -282,17 +278,7 @@ func (l *Log) append(ctx context.Context, partition string, from backends.Pos, r
 	if err != nil {
 		return backends.Tail{}, l.appendError(ctx, err, goRedis)
 	}
-	d := &decodedAppend{}
-	d.t, d.dup, d.created, d.err = appendReply(reply, from, recs)
-	return l.appended(ctx, partition, d, acks, registered)
-}
-
-// decodedAppend is the reply of an append script that ran, decoded: err
-// when it does not decode.
-type decodedAppend struct {
-	t            backends.Tail
-	dup, created bool
-	err          error
+	return l.appended(ctx, partition, from, recs, reply, acks, registered)
 }
 
 // appendDirect runs the append script on direct connections (a
@@ -301,8 +287,8 @@ type decodedAppend struct {
 // idle before any reply came (the script then finds its records); any
 // other lost reply is an error matching backends.ErrOutcomeUnknown. A
 // script not loaded yet is run through go-redis, which loads it.
-func (l *Log) appendDirect(ctx context.Context, dc *directConns, keys []string, args []any, from backends.Pos, recs []backends.Record) (*decodedAppend, []any, error) {
-	var d decodedAppend
+func (l *Log) appendDirect(ctx context.Context, dc *directConns, keys []string, args []any) ([]any, error) {
+	var reply any
 	var refused error
 	describe := func() []goredis.Cmder {
 		return []goredis.Cmder{goredis.NewCmd(ctx, describeEval(logAppendScript.Hash(), keys, args)...)}
@@ -311,8 +297,7 @@ func (l *Log) appendDirect(ctx context.Context, dc *directConns, keys []string, 
 		if err := c.Send(appendEval(c.Request(), logAppendScript.Hash(), keys, args)); err != nil {
 			return err
 		}
-		var err error
-		d.t, d.dup, d.created, err = readAppendReply(c, from, recs)
+		v, err := c.Value()
 		var se serverError
 		if errors.As(err, &se) && !se.Stale() {
 			refused, err = se, nil // the stream stays in step
@@ -321,42 +306,34 @@ func (l *Log) appendDirect(ctx context.Context, dc *directConns, keys []string, 
 			// A stale server's refusal (READONLY, LOADING, MASTERDOWN) goes
 			// to the pool, which drops its idle connections, and says the
 			// first send may have run if this was its resend.
-			if !errors.As(err, &se) && c.GotReply() {
-				// The script ran: its reply does not decode.
-				d.err, err = err, errUndecoded
-			}
 			return err
 		}
+		reply = v
 		backends.CountRoundTrips(ctx, 1)
 		return nil
 	})
-	if errors.Is(err, errUndecoded) {
-		backends.CountRoundTrips(ctx, 1)
-		return &d, nil, nil
-	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if refused != nil {
 		if goredis.HasErrorPrefix(refused, "NOSCRIPT") {
-			reply, err := logAppendScript.Run(ctx, l.s.client, keys, args...).Slice()
-			return nil, reply, err
+			return logAppendScript.Run(ctx, l.s.client, keys, args...).Slice()
 		}
-		return nil, nil, refused
+		return nil, refused
 	}
-	return &d, nil, nil
+	list, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply) // classed unknown by appendError
+	}
+	return list, nil
 }
-
-// errUndecoded: a reply that came and does not decode (the connection is
-// out of step and is dropped).
-var errUndecoded = errors.New("redis: append reply does not decode")
 
 // appended decodes the reply of an append that ran (acks, if not nil,
 // reports its replicas), and registers a partition the append created on
 // a Cluster.
-func (l *Log) appended(ctx context.Context, partition string, d *decodedAppend, acks func() error, registered bool) (backends.Tail, error) {
+func (l *Log) appended(ctx context.Context, partition string, from backends.Pos, recs []backends.Record, reply []any, acks func() error, registered bool) (backends.Tail, error) {
 	s := l.s
-	t, dup, created, err := d.t, d.dup, d.created, d.err
+	t, dup, created, err := appendReply(reply, from, recs)
 	if err != nil {
 		// The script ran: whatever it did, its reply does not tell.
 		return backends.Tail{}, &unknownOutcome{s.wrap(ctx, "append", err)}
@@ -656,66 +633,42 @@ func (l *Log) Partitions(ctx context.Context) ([]string, error) {
 // tailReply decodes the first five elements of a log script's reply: the
 // log after from.
 func tailReply(reply []any, from backends.Pos) (backends.Tail, error) {
+	var t backends.Tail
 	if len(reply) < 5 {
-		return backends.Tail{}, fmt.Errorf("%w: log script replied %d values", ErrCorrupt, len(reply))
+		return t, fmt.Errorf("%w: log script replied %d values", ErrCorrupt, len(reply))
 	}
-	var tp tailParts
-	var ok, ok2, ok3, ok4 bool
-	tp.restart, ok = reply[0].(int64)
-	tp.sn, ok2 = reply[1].(int64)
-	tp.sid, ok3 = reply[2].(string)
+	restart, ok := reply[0].(int64)
+	sn, ok2 := reply[1].(int64)
+	sid, ok3 := reply[2].(string)
 	list, ok4 := reply[4].([]any)
-	if !ok || !ok2 || !ok3 || !ok4 {
-		return backends.Tail{}, fmt.Errorf("%w: log script replied %v", ErrCorrupt, reply[:4])
+	if !ok || !ok2 || !ok3 || !ok4 || sn < 0 {
+		return t, fmt.Errorf("%w: log script replied %v", ErrCorrupt, reply[:4])
 	}
-	if tp.restart != 0 {
+	next := from.N + 1
+	if restart != 0 {
+		id, err := strconv.ParseUint(sid, 10, 64)
+		if err != nil {
+			return t, fmt.Errorf("%w: snapshot of record ID %q", ErrCorrupt, sid)
+		}
+		t.Restart, t.Start = true, backends.Pos{N: uint64(sn), ID: id}
 		switch v := reply[3].(type) {
 		case nil:
 		case string:
-			tp.snap = stringBytes(v)
+			t.Snapshot = stringBytes(v)
 		default:
-			return backends.Tail{}, fmt.Errorf("%w: snapshot of type %T", ErrCorrupt, v)
+			return t, fmt.Errorf("%w: snapshot of type %T", ErrCorrupt, v)
 		}
-	}
-	if len(list) > 0 {
-		tp.entries = make([]backends.Entry, len(list))
-	}
-	for i, x := range list {
-		if err := logEntry(x, &tp.entries[i]); err != nil {
-			return backends.Tail{}, err
-		}
-	}
-	return tp.tail(from)
-}
-
-// tailParts are the first five values of a log script's reply, decoded
-// (snap only on a restart: nil none).
-type tailParts struct {
-	restart, sn int64
-	sid         string
-	snap        []byte
-	entries     []backends.Entry
-}
-
-// tail checks the parts and returns the log after from they give.
-func (tp *tailParts) tail(from backends.Pos) (backends.Tail, error) {
-	var t backends.Tail
-	if tp.sn < 0 {
-		return t, fmt.Errorf("%w: log script replied snapshot %d", ErrCorrupt, tp.sn)
-	}
-	next := from.N + 1
-	if tp.restart != 0 {
-		id, err := strconv.ParseUint(tp.sid, 10, 64)
-		if err != nil {
-			return t, fmt.Errorf("%w: snapshot of record ID %q", ErrCorrupt, tp.sid)
-		}
-		t.Restart, t.Start = true, backends.Pos{N: uint64(tp.sn), ID: id}
-		t.Snapshot = tp.snap
 		next = t.Start.N + 1
 	}
-	t.Entries = tp.entries
-	for i := range t.Entries {
-		if e := &t.Entries[i]; e.N != next+uint64(i) {
+	if len(list) > 0 {
+		t.Entries = make([]backends.Entry, len(list))
+	}
+	for i, x := range list {
+		e := &t.Entries[i]
+		if err := logEntry(x, e); err != nil {
+			return t, err
+		}
+		if e.N != next+uint64(i) {
 			return t, fmt.Errorf("%w: log entry %d where %d follows", ErrCorrupt, e.N, next+uint64(i))
 		}
 	}
@@ -734,22 +687,13 @@ func appendReply(reply []any, from backends.Pos, recs []backends.Record) (t back
 	if len(reply) < 10 {
 		return t, false, false, fmt.Errorf("%w: append replied %d values", ErrCorrupt, len(reply))
 	}
-	var v [5]int64
-	for i := range v {
-		var ok bool
-		if v[i], ok = reply[5+i].(int64); !ok {
-			return t, false, false, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply[5:])
-		}
-	}
-	return appendTail(t, v, from, recs)
-}
-
-// appendTail is appendReply's, given the tail and the last five values of
-// the reply (first, time, base, dup, created).
-func appendTail(t backends.Tail, v [5]int64, from backends.Pos, recs []backends.Record) (_ backends.Tail, dup, created bool, _ error) {
-	first, at, base, j, c := v[0], v[1], v[2], v[3], v[4]
-	if first < 0 || base < 0 || j < 0 || j > int64(len(t.Entries)) {
-		return t, false, false, fmt.Errorf("%w: append replied %v", ErrCorrupt, v)
+	first, ok := reply[5].(int64)
+	at, ok2 := reply[6].(int64)
+	base, ok3 := reply[7].(int64)
+	j, ok4 := reply[8].(int64)
+	c, ok5 := reply[9].(int64)
+	if !ok || !ok2 || !ok3 || !ok4 || !ok5 || first < 0 || base < 0 || j < 0 || j > int64(len(t.Entries)) {
+		return t, false, false, fmt.Errorf("%w: append replied %v", ErrCorrupt, reply[5:])
 	}
 	if j > 0 {
 		// A resend: the records are entries j..j+len(recs)-1.

@@ -136,25 +136,6 @@ func BenchmarkLog(b *testing.B) {
 					appendOne("p", backends.Record{ID: uint64(i) + 3<<32, Indexes: 16, Data: data})
 				})
 			})
-			b.Run("AppendLag16", func(b *testing.B) {
-				// From 16 entries behind the end, as a consumer among
-				// several appends (the reply holds the 16 and its own).
-				ends := []backends.Pos{end}
-				for i := range 16 {
-					appendOne("p", backends.Record{ID: uint64(i) + 5<<32, Data: data})
-					ends = append(ends, end)
-				}
-				b.ReportAllocs()
-				st.measure(b, "evalsha", func(i int) {
-					from := ends[len(ends)-17]
-					tail, err := l.Append(ctx, "p", from, []backends.Record{{ID: uint64(i) + 6<<32, Data: data}})
-					if err != nil || len(tail.Entries) != 17 {
-						b.Fatal(len(tail.Entries), err)
-					}
-					end = tail.End(from)
-					ends = append(ends[len(ends)-16:], end)
-				})
-			})
 			b.Run("ReadEnd", func(b *testing.B) {
 				st.measure(b, "evalsha", func(int) {
 					tail, err := l.Read(ctx, "p", end, 0)

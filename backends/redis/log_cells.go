@@ -149,9 +149,7 @@ func (l *CellLog) AppendCells(ctx context.Context, partition string, from backen
 			return nil
 		}
 	}
-	d := &decodedAppend{}
-	d.t, d.dup, d.created, d.err = appendReply(reply, from, recs)
-	return l.appended(ctx, partition, d, acks, false)
+	return l.appended(ctx, partition, from, recs, reply, acks, false)
 }
 
 // ReadCells implements backends.LogCells: the read script and the cells'
