@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -32,7 +33,7 @@ func sizeTable(cfg Config) *Table {
 		ID:    "queue-size",
 		Title: "Queue: claim cost against partition size",
 		Intro: fmt.Sprintf("Claim(%d) and the Ack of its lease on a partition holding n ready one-field rows (written by the producer "+
-			"with BatchPut in chunks of %d rows; claimed on the consumer's Client), each claim+ack timed alone: a sample is the median of %d claims after a warm-up of %d, "+
+			"with BatchPut in chunks of %d rows; claimed on the consumer's Client), each claim+ack timed alone: a sample is the median of %d claims after a warm-up of %d and a garbage collection (the warm-up's first claim builds the task's ready index), "+
 			"by a task of its own (so that every sample starts on n ready rows); the limit, on Redis, is XREADGROUP COUNT %d + XACK "+
 			"of the IDs read on a stream of n entries, timed alike, each sample a consumer group of its own. Median [min–max] "+
 			"of the repetitions; \"÷ %s rows\" is the median over the median at %s rows; \"ratio\" is tq's time over the limit's.",
@@ -166,15 +167,18 @@ func streamSizeSample(ctx context.Context, raw *redis.Client, key string, sm *se
 	}
 }
 
-// medianOfClaims runs claim sizeWarm times, then sizeClaims times timed
-// one by one (the server's work over those recorded by sm), and returns
-// the median.
+// medianOfClaims runs claim sizeWarm times, collects garbage, then runs
+// it sizeClaims times timed one by one (the server's work over those
+// recorded by sm), and returns the median.
 func medianOfClaims(ctx context.Context, sm *serverMeter, claim func() error) (time.Duration, error) {
 	for range sizeWarm {
 		if err := claim(); err != nil {
 			return 0, err
 		}
 	}
+	// The warm-up's first claim builds the task's ready index over every
+	// row: a collection now keeps its garbage out of the timed claims.
+	runtime.GC()
 	sp, err := sm.begin(ctx)
 	if err != nil {
 		return 0, err
