@@ -46,14 +46,16 @@ import (
 // An Append sent twice appends once: the script appends nothing when the
 // first record's ID is already among the entries after the caller's
 // position, and replies as the first send would have (go-redis resends a
-// command whose reply it lost; direct connections resend a
-// request that failed on a connection that sat idle, before any reply). It looks no further: records compacted
-// into a snapshot between the two sends would be appended again. A
-// request whose reply was lost (a reset
-// connection, a timeout) returns an error matching
-// backends.ErrOutcomeUnknown; one that never left (a refused dial, a
-// closed client) or that the server refused (a script error, a key of the
-// wrong type, a missing marker) another error. With WithReplicas, an
+// command whose reply it lost; direct connections resend a request that
+// failed on a connection that sat idle, before any reply). It looks no
+// further: records compacted into a snapshot between the two sends would
+// be appended again. A request whose reply was lost (a reset connection,
+// a timeout) returns an error matching backends.ErrOutcomeUnknown, and so
+// does any failure after a send that may have run (a resend refused, a
+// dial refused after go-redis's retries); one that never left (a first
+// dial refused, a closed client) or that the server refused (a script
+// error, a key of the wrong type, a missing marker, missing receipts)
+// another error. With WithReplicas, an
 // Append sends WAIT on the same connection after its script, and fewer
 // acknowledgements than asked make an error matching both
 // ErrNotReplicated and backends.ErrOutcomeUnknown.
