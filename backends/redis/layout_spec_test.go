@@ -264,9 +264,19 @@ func specWorkload(t *testing.T, c *tq.Client, rc *goredis.Client, prefix string)
 	_, err = c.Reclaim(ctx, specPart, 0)
 	specMust(t, err)
 
-	// A partition cleared whole: its log is emptied.
+	// A partition cleared whole: its log is emptied, once its state has
+	// stayed empty a moment (the writer's emptyAfter).
 	specMust(t, c.Put(ctx, "spec/gone", "k", map[string]any{"uid": "u"}, nil))
 	specMust(t, c.ClearPartition(ctx, "spec/gone"))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		z, err := rc.HGet(ctx, srBase(prefix, "spec/gone")+":snap", "z").Result()
+		if z == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spec/gone's log not emptied: z=%q (%v)", z, err)
+		}
+	}
 
 	// A Wait left standing while the server is read.
 	standing, err := c.Task(specPart, "standing", []string{"never"})

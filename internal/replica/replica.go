@@ -115,6 +115,7 @@ type part struct {
 	// snapBytes is that snapshot's size: compaction's measure.
 	logBytes, snapBytes int
 	compacting          bool
+	emptyTimer          *time.Timer // see emptyAfter
 	// skew is this process's clock less the server's, as of the last own
 	// append: the time an append was sent less the time the server
 	// stamped it (a lower bound, so local deadlines are never late).
@@ -500,23 +501,52 @@ func (e notApplied) As(target any) bool { return errors.As(e.err, target) }
 // compactFor bounds a compaction, and so how long Close waits for one.
 var compactFor = 5 * time.Second
 
+// emptyAfter is how long a partition's state stays empty, with nothing
+// applied after it, before this process empties the log: a reader that
+// restarts at an emptied log has the empty state, not the results of its
+// own records before it, and a client whose append lands just before an
+// emptying and whose copy restarts there could not tell what its write
+// did. A second is far past any reply in flight.
+var emptyAfter = time.Second
+
 // maybeCompact snapshots the partition in the background once the log
-// has grown past the last snapshot's size (and compactBytes), or deletes
-// the log of a partition left with nothing. The caller holds p.mu.
+// has grown past the last snapshot's size (and compactBytes), or, once
+// the state has stayed empty for emptyAfter, empties the log. The caller
+// holds p.mu.
 func (m *Meta) maybeCompact(p *part) {
-	empty := p.st.Empty()
-	if p.compacting || !empty && p.logBytes < max(m.compactBytes, p.snapBytes) {
-		return
-	}
-	var snap []byte
-	if !empty {
-		var err error
-		if snap, err = p.st.Snapshot(); err != nil {
+	if p.st.Empty() {
+		if m.closed.Load() {
 			return
 		}
+		if p.emptyTimer != nil {
+			p.emptyTimer.Stop()
+		}
+		at := p.pos
+		p.emptyTimer = time.AfterFunc(emptyAfter, func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.pos == at && p.st.Empty() && !p.compacting && !m.closed.Load() {
+				m.compact(p, nil)
+			}
+		})
+		return
 	}
-	if m.closed.Load() {
-		return // Close waits for compactions begun before it, no later one
+	if p.compacting || p.logBytes < max(m.compactBytes, p.snapBytes) || m.closed.Load() {
+		return
+	}
+	snap, err := p.st.Snapshot()
+	if err != nil {
+		return
+	}
+	m.compact(p, snap)
+}
+
+// compact replaces the log up to the copy's position with snap (empties
+// it when snap is nil) in the background; Close waits for it. The caller
+// holds p.mu.
+func (m *Meta) compact(p *part, snap []byte) {
+	if p.emptyTimer != nil {
+		p.emptyTimer.Stop()
 	}
 	at, covered := p.pos, p.logBytes
 	p.compacting = true
@@ -553,6 +583,11 @@ func (m *Meta) Close() error {
 	for _, p := range m.parts {
 		p.mu.Lock()
 		p.changed()
+		if p.emptyTimer != nil && p.emptyTimer.Stop() && p.st.Empty() && !p.compacting {
+			// This process's calls are over: empty the log now rather
+			// than leave it.
+			m.compact(p, nil)
+		}
 		p.mu.Unlock()
 	}
 	m.mu.Unlock()
