@@ -11,7 +11,7 @@ import (
 	"github.com/tqgo/tqgo/yuanrong"
 )
 
-// Benchmarks: seed 000's experiment (TransferQueue PR "Pack serially in
+// Benchmarks: TransferQueue PR #153's experiment ("Pack serially in
 // YuanrongStorageClient, DS_MAX_WORKERS 16 -> 1") through the port. Run
 //
 //	go test -run '^$' -bench . -benchtime 1s -count 5 ./yuanrong
@@ -111,7 +111,7 @@ func grpoBatch() ([]string, []any) {
 	return keys, vals
 }
 
-// BenchmarkGRPOPut is seed 000's 512-sample put: 1024 objects.
+// BenchmarkGRPOPut is TransferQueue PR #153's 512-sample put: 1024 objects.
 func BenchmarkGRPOPut(b *testing.B) {
 	keys, vals := grpoBatch()
 	benchPaired(b, keys, vals)
@@ -159,7 +159,7 @@ func sizedBatch(n, size int) ([]string, []any) {
 	return keys, vals
 }
 
-// BenchmarkSizeSweep is seed 000's object-size sweep: 1024 objects.
+// BenchmarkSizeSweep is TransferQueue PR #153's object-size sweep: 1024 objects.
 func BenchmarkSizeSweep(b *testing.B) {
 	for _, size := range []struct {
 		name  string
@@ -172,7 +172,7 @@ func BenchmarkSizeSweep(b *testing.B) {
 	}
 }
 
-// BenchmarkCountSweep is seed 000's object-count sweep at 512 B.
+// BenchmarkCountSweep is TransferQueue PR #153's object-count sweep at 512 B.
 func BenchmarkCountSweep(b *testing.B) {
 	for _, n := range []int{128, 512, 1024, 2048, 8192} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
