@@ -457,7 +457,7 @@ func (l *Log) appendError(ctx context.Context, err error, goRedis bool) error {
 		return l.s.wrap(ctx, "append", fmt.Errorf("%w: %w", ErrCellsMissing, err))
 	}
 	var short *notReplicated
-	if errors.As(err, &short) || mayHaveRun(err) || goRedis && l.s.retries && mayHaveBeenResent(err) {
+	if errors.As(err, &short) || mayHaveRun(err, goRedis && l.s.retries) {
 		return &unknownOutcome{l.s.wrap(ctx, "append", err)}
 	}
 	return l.s.wrap(ctx, "append", err)
@@ -466,34 +466,32 @@ func (l *Log) appendError(ctx context.Context, err error, goRedis bool) error {
 // mayHaveRun reports whether a request that failed with err may have run
 // on the server: every failure but a reply of the server's own (an error
 // reply: the script failed, before writing anything, or never ran), a
-// dial that failed, and a client or pool that gave no connection.
-// mayHaveBeenResent reports whether err, a go-redis request's failure,
-// may be that of a resend whose first send ran: go-redis resends after a
-// failed connection, a timeout, a pool timeout, or a server that is not
-// serving yet (LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, ...),
-// and returns the last attempt's failure, a refused dial say. Only an
-// error reply it never resends (a script's refusal, NOSCRIPT, WRONGTYPE)
-// says nothing ran.
-func mayHaveBeenResent(err error) bool {
-	var re goredis.Error
-	if !errors.As(err, &re) {
-		return true
-	}
-	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "ERR max number of clients"} {
-		if strings.HasPrefix(re.Error(), p) {
-			return true
-		}
-	}
-	return false
-}
-
-func mayHaveRun(err error) bool {
+// dial that failed, and a client or pool that gave no connection. With
+// resent (go-redis, unless its MaxRetries is -1), the failure may be that
+// of a resend whose first send ran: go-redis resends after a failed
+// connection, a timeout, a pool timeout, or a server not serving yet
+// (LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, ...), and returns
+// the last attempt's failure, a refused dial say; then only an error
+// reply it never resends (a script's refusal, NOSCRIPT, WRONGTYPE) says
+// nothing ran.
+func mayHaveRun(err error, resent bool) bool {
 	if err == nil {
 		return false
 	}
 	var re goredis.Error
 	if errors.As(err, &re) {
+		if !resent {
+			return false
+		}
+		for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "ERR max number of clients"} {
+			if strings.HasPrefix(re.Error(), p) {
+				return true
+			}
+		}
 		return false
+	}
+	if resent {
+		return true
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
