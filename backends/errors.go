@@ -36,6 +36,15 @@ var (
 	// (its cells) and may look the rows up later. Every other error of
 	// such a write means nothing of it was applied.
 	ErrOutcomeUnknown = errors.New("backends: outcome unknown")
+	// ErrUnavailable is matched by an engine's error when its server
+	// could not be reached or was not serving: a refused dial, a
+	// connection lost, a network timeout, a server still loading its data
+	// or failing over. Such a condition may pass. Matched alone, the call
+	// applied nothing and may be made again as it was (tq does, by its
+	// RetryPolicy); a write whose error matches ErrOutcomeUnknown as well
+	// may have applied, and is not made again. An error of a call whose
+	// context had ended never matches it.
+	ErrUnavailable = errors.New("backends: server unavailable")
 	// ErrNotDurable is matched, besides ErrOutcomeUnknown, by a Log
 	// append's error when the records were appended but are not as
 	// durable as the engine was asked to make them (too few replicas

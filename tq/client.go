@@ -37,6 +37,8 @@ type Client struct {
 	// its commit or rollback, which would leave orphaned bytes.
 	life sync.RWMutex
 
+	retry *retrier
+
 	// What the engine can do beyond the required interfaces, found once.
 	stager    backends.Stager    // data encodes straight into the engine's memory
 	colocated metadata.Colocated // cells go with their commit, reads confirm rows
@@ -117,6 +119,8 @@ func newClient(eng backends.Engine, meta metadata.MetaStore, o options, owns boo
 		c.ownMeta = true
 	}
 	c.closing, c.endClosing = context.WithCancel(context.Background())
+	c.retry = &retrier{policy: o.retry, log: o.logger, closing: c.closing}
+	c.data, c.meta = withRetry(c.data, c.meta, c.retry)
 	c.stager, _ = eng.Data.(backends.Stager)
 	c.colocated, _ = c.meta.(metadata.Colocated)
 	return c

@@ -117,3 +117,55 @@ func ExampleClient_BatchGet() {
 	// jagged [[10 11 12] [7 8]]
 	// not ready: s0 advantages
 }
+
+func ExampleTask_Consume() {
+	ctx := context.Background()
+	c, err := tq.Open(ctx, "memory://", tq.WithName("reward-worker-0"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	keys := []string{"s0", "s1", "s2"}
+	err = c.BatchPut(ctx, "step-0", keys, tq.Batch{"responses": tq.JaggedOf([][]int64{{7, 8}, {9}, {}})}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// A reward worker: each lease's rows are scored and written back. A nil
+	// result acknowledges them; an error would return them for another
+	// try, tq.Permanent(err) drop them. The lease is extended while the
+	// handler runs, however long it takes.
+	task, err := c.Task("step-0", "reward", []string{"responses"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	err = task.Consume(ctx, 2, func(ctx context.Context, l *tq.Lease) error {
+		rows, err := tq.RowsAs[int64](l.Data["responses"])
+		if err != nil {
+			return tq.Permanent(err) // not what a reward is computed from
+		}
+		rewards := make([]float32, len(rows))
+		for i, r := range rows {
+			rewards[i] = float32(len(r))
+		}
+		if err := c.BatchPut(ctx, "step-0", l.Keys(), tq.Batch{"rewards": tq.Stacked(rewards)}, nil); err != nil {
+			return err
+		}
+		if st, _ := task.Status(ctx); st.Acked+l.Len() == len(keys) {
+			stop() // every row scored: this example ends here
+		}
+		return nil
+	}, tq.ClaimWith(tq.WithData()))
+	fmt.Println(err)
+
+	b, err := c.BatchGet(context.Background(), "step-0", keys, "rewards")
+	if err != nil {
+		log.Fatal(err)
+	}
+	rewards, _ := tq.As[float32](b["rewards"])
+	fmt.Println(rewards)
+	// Output:
+	// <nil>
+	// [2 1 0]
+}

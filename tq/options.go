@@ -3,7 +3,12 @@ package tq
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"unicode"
 
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/codec"
 )
 
@@ -22,6 +27,8 @@ type options struct {
 	keysLimit int
 	ioDepth   int
 	logger    *slog.Logger
+	retry     RetryPolicy
+	name      string
 }
 
 func defaultOptions() options {
@@ -30,6 +37,8 @@ func defaultOptions() options {
 		keysLimit: DefaultKeysLimit,
 		ioDepth:   DefaultIODepth,
 		logger:    slog.New(slog.DiscardHandler),
+		retry:     DefaultRetry,
+		name:      defaultName(),
 	}
 }
 
@@ -109,7 +118,8 @@ func WithIODepth(n int) Option {
 }
 
 // WithLogger sets the logger (default: discard). Writes and rollbacks are
-// logged at Debug, failed cleanups at Warn.
+// logged at Debug, failed cleanups and an engine found unavailable at
+// Warn (see RetryPolicy).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
 		if l == nil {
@@ -127,4 +137,39 @@ func WithTracer(t Tracer) Option {
 		o.tracer = t
 		return nil
 	}
+}
+
+// WithName names the client to other processes: its leases' holder (see
+// TaskStatus.Leases) unless a task says otherwise (ConsumerName), and its
+// name in presence (see Client.Announce). Default: "<hostname>:<pid>". A
+// name longer than 128 bytes, or not printable text, fails with
+// ErrInvalid.
+func WithName(name string) Option {
+	return func(o *options) error {
+		if err := checkHolder(name); err != nil {
+			return err
+		}
+		o.name = name
+		return nil
+	}
+}
+
+func checkHolder(name string) error {
+	if name == "" || len(name) > metadata.MaxHolder || strings.ContainsFunc(name, func(c rune) bool { return !unicode.IsPrint(c) || c == '|' }) {
+		return fmt.Errorf("%w: name %q: empty, more than %d bytes, or not printable text without '|'", ErrInvalid, name, metadata.MaxHolder)
+	}
+	return nil
+}
+
+// defaultName is "<hostname>:<pid>", the name of a client no option
+// names.
+func defaultName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	if len(host) > 100 {
+		host = host[:100]
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
 }

@@ -56,6 +56,8 @@ type Task struct {
 	ranks     *metadata.Batch
 	lengthTag string
 	stale     *staleness
+	stall     *stallOpts
+	holder    string
 	version   atomic.Int64
 	stats     taskStats
 }
@@ -140,6 +142,19 @@ func Ranks(ranks, rank int, lengthTag string) TaskOption {
 	}
 }
 
+// ConsumerName names the holder of the task's leases (default: the
+// client's name, see WithName), as TaskStatus.Leases shows them: a worker
+// pool may name each worker. Names are checked as WithName checks them.
+func ConsumerName(name string) TaskOption {
+	return func(t *Task) error {
+		if err := checkHolder(name); err != nil {
+			return err
+		}
+		t.holder = name
+		return nil
+	}
+}
+
 // Staleness bounds the policy version of what the task consumes: a row
 // whose versionTag is below the task's version (SetVersion) minus k is
 // skipped and, with drop, dropped for the task (consumed without
@@ -173,7 +188,7 @@ func (c *Client) Task(partition, name string, fields []string, opts ...TaskOptio
 			return nil, err
 		}
 	}
-	t := &Task{c: c, partition: partition, name: name, fields: slices.Clone(fields), lease: DefaultLease, sampler: Sequential()}
+	t := &Task{c: c, partition: partition, name: name, fields: slices.Clone(fields), lease: DefaultLease, sampler: Sequential(), holder: c.opts.name}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil task option", ErrInvalid)
@@ -211,17 +226,17 @@ func (t *Task) Stats() TaskStats {
 type ClaimOption func(*claimOpts) error
 
 type claimOpts struct {
-	min      int
-	data     bool
-	fields   []string
-	minGiven bool
+	min    int
+	data   bool
+	fields []string
 }
 
 // AtLeast makes a claim lease nothing unless m rows are ready (for a group
-// task, whole groups holding m rows). Claim's default is 1, Wait's n.
+// task, whole groups holding m rows): a Wait with AtLeast(n) waits for a
+// full batch. Claim's and Wait's default is 1.
 func AtLeast(m int) ClaimOption {
 	return func(o *claimOpts) error {
-		o.min, o.minGiven = m, true
+		o.min = m
 		return nil
 	}
 }
@@ -250,8 +265,9 @@ type Lease struct {
 	// Data holds the rows' fields when the claim asked WithData.
 	Data Batch
 
-	mu    sync.Mutex // guards until
+	mu    sync.Mutex // guards until and acked
 	until time.Time
+	acked map[uint64]bool // rows acknowledged through this Lease; nil: none
 
 	indexOnce sync.Once
 	index     map[string]uint64 // key -> index, made when first needed
@@ -271,6 +287,23 @@ func (l *Lease) Len() int { return len(l.Meta.Rows) }
 // Keys returns the leased rows' keys in order.
 func (l *Lease) Keys() []string { return l.Meta.Keys() }
 
+// unacked returns the keys of the rows not acknowledged through l, and
+// whether that is every row.
+func (l *Lease) unacked() ([]string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.acked) == 0 {
+		return l.Keys(), true
+	}
+	var out []string
+	for _, r := range l.Meta.Rows {
+		if !l.acked[r.Index] {
+			out = append(out, r.Key)
+		}
+	}
+	return out, false
+}
+
 // Claim leases up to n rows ready for the task now, at least AtLeast's m
 // (default 1); with fewer ready it returns an empty Lease and no error.
 // For a group task, n and m count rows in whole groups: m rounds up to
@@ -285,7 +318,7 @@ func (t *Task) Claim(ctx context.Context, n int, opts ...ClaimOption) (*Lease, e
 	return t.claim(ctx, "Claim", n, false, opts)
 }
 
-// Wait is Claim that, with fewer than AtLeast's m rows ready (default n),
+// Wait is Claim that, with fewer than AtLeast's m rows ready (default 1),
 // waits until they are, or until ctx ends (then it returns ctx's error) or
 // the client is closed (ErrClosed). A rank's Wait returns once a batch
 // is there for it, its share possibly empty (see Claim): ranks that step
@@ -301,9 +334,6 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	ctx, tr := c.trace(ctx, op, t.partition, n)
 	defer func() { tr.done(err) }()
 	o := claimOpts{min: 1}
-	if wait {
-		o.min = n
-	}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil claim option", ErrInvalid)
@@ -343,7 +373,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		defer stop()
 	}
 	req := metadata.ClaimRequest{Task: t.name, Lease: t.lease, Rows: n, Min: o.min, MaxDeliveries: t.maxDel, Batch: t.ranks,
-		Select: metadata.Select{Fields: t.fields}}
+		Select: metadata.Select{Fields: t.fields}, Holder: t.holder}
 	switch s := t.sampler.(type) {
 	case sequential:
 	case groups:
@@ -361,6 +391,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		// the lease needs no second request.
 		req.Hold = waitHold
 	}
+	var watch *stallWatch // a Wait's progress, once it has waited
 	for {
 		var skipped int64
 		picks := 0
@@ -394,7 +425,14 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 			}
 			return l, nil
 		}
-		if err := t.waitFor(ctx, q, got); err != nil {
+		if watch == nil {
+			watch = t.newStallWatch()
+		}
+		if err := watch.check(ctx, o.min); err != nil {
+			t.unwait(ctx, q, got)
+			return nil, err
+		}
+		if err := t.waitFor(ctx, q, got, watch.deadline()); err != nil {
 			return nil, closedErr(ctx, err)
 		}
 		req.Replaces = got.Waiting // the next claim takes its lease, or replaces it
@@ -406,26 +444,37 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 const waitHold = 30 * time.Second
 
 // waitFor waits for what an empty claim's mark says may change: until the
-// hold of its registered claim is nearly over at most. If ctx ends first,
-// the registered claim is cancelled (and its lease, had it just been
-// fulfilled, returned).
-func (t *Task) waitFor(ctx context.Context, q metadata.MetaStore, got metadata.Claimed) error {
+// hold of its registered claim is nearly over, or until look (if not
+// zero), at most. If ctx ends first, the registered claim is cancelled
+// (and its lease, had it just been fulfilled, returned).
+func (t *Task) waitFor(ctx context.Context, q metadata.MetaStore, got metadata.Claimed, look time.Time) error {
 	wctx := ctx
+	end := look
 	if got.Waiting != "" {
+		if hold := time.Now().Add(waitHold - time.Second); end.IsZero() || hold.Before(end) {
+			end = hold
+		}
+	}
+	if !end.IsZero() {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, waitHold-time.Second)
+		wctx, cancel = context.WithDeadline(ctx, end)
 		defer cancel()
 	}
 	err := q.Wait(wctx, t.partition, got.Mark)
 	if err == nil || ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return nil // changed, or the hold is ending: claim (again)
 	}
+	t.unwait(ctx, q, got)
+	return err
+}
+
+// unwait cancels the claim an empty claim registered, if any.
+func (t *Task) unwait(ctx context.Context, q metadata.MetaStore, got metadata.Claimed) {
 	if got.Waiting != "" {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_, _ = q.Settle(uctx, t.partition, metadata.SettleRequest{Task: t.name, Op: metadata.Unwait, Lease: got.Waiting})
 	}
-	return err
 }
 
 // untilClosed is ctx, ended by the client's Close as well: Close waits
@@ -645,6 +694,19 @@ func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d 
 	if sop == metadata.Extend && !res.Until.IsZero() {
 		l.mu.Lock()
 		l.until = res.Until
+		l.mu.Unlock()
+	}
+	if sop == metadata.Ack {
+		l.mu.Lock()
+		if l.acked == nil {
+			l.acked = map[uint64]bool{}
+		}
+		for _, i := range idx {
+			l.acked[i] = true
+		}
+		for _, i := range res.Lost {
+			delete(l.acked, i)
+		}
 		l.mu.Unlock()
 	}
 	return lostError(strings.ToLower(op), res.Lost, l.Meta.Rows)

@@ -146,7 +146,7 @@ func TestRankWaitEmptyShare(t *testing.T) {
 		t.Fatalf("ack of an empty share: %v", err)
 	}
 	putA(t, c, "p", []string{"b", "c"})
-	l1, err = r1.Wait(ctx, 2)
+	l1, err = r1.Wait(ctx, 2, tq.AtLeast(2))
 	if err != nil || l1.Len() != 1 {
 		t.Fatalf("rank 1 after two more rows: %v, %v; want its share of one", l1, err)
 	}

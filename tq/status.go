@@ -3,12 +3,14 @@ package tq
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/tqgo/tqgo/backends/metadata"
 )
 
-// Status is a partition's production and consumption.
+// Status is a partition's production and consumption, as of one moment.
 type Status struct {
 	Partition string
 	Rows      int            // committed rows
@@ -31,10 +33,30 @@ type TaskStatus struct {
 	Acked   int
 	Dead    int // delivered MaxDeliveries times without an ack: see Task.Dead
 	Dropped int // consumed without delivery (stale, or Task.Drop)
+	// Redelivered counts the rows ready or leased that were delivered
+	// before without an ack (a consumer died, or nacked): each of them
+	// may have been processed once already.
+	Redelivered int
+	// Leases are the running leases, earliest end first.
+	Leases []LeaseStatus
+}
+
+// LeaseStatus is one running lease of a task: who holds it, how many rows,
+// until when.
+type LeaseStatus struct {
+	// Holder is the name of the consumer that claimed it (see WithName and
+	// ConsumerName; a rank batch's is the rank that selected it).
+	Holder string
+	Rows   int
+	// Until is when the lease of its first rows ends, unless extended, as
+	// a time of this process.
+	Until time.Time
+	// Deliveries is the highest delivery count among its rows.
+	Deliveries int
 }
 
 // Status returns the partition's production per field and consumption per
-// task. An unknown partition has no rows and no tasks.
+// task, as of one moment. An unknown partition has no rows and no tasks.
 func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err error) {
 	ctx, tr := c.trace(ctx, "Status", partition, 0)
 	defer func() { tr.done(err) }()
@@ -46,40 +68,37 @@ func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err e
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
-	q := c.meta
-	rows, err := c.meta.List(ctx, partition)
+	v, err := c.meta.View(ctx, partition)
 	if err != nil {
 		return nil, err
 	}
-	cons, err := q.Consumption(ctx, partition)
-	if err != nil {
-		return nil, err
-	}
-	st := &Status{Partition: partition, Rows: len(rows), Fields: map[string]int{}, Tasks: map[string]TaskStatus{}}
-	for _, r := range rows {
+	st := &Status{Partition: partition, Rows: len(v.Rows), Fields: map[string]int{}, Tasks: map[string]TaskStatus{}}
+	for _, r := range v.Rows {
 		for f := range r.Fields {
 			st.Fields[f]++
 		}
 	}
-	for task, ds := range cons {
-		st.Tasks[task] = countStates(rows, ds, nil)
+	for task, ds := range v.Tasks {
+		st.Tasks[task] = countStates(v.Rows, ds, nil)
 	}
-	tr.add(len(rows), 0, 0)
+	tr.add(len(v.Rows), 0, 0)
 	return st, nil
 }
 
 // countStates counts rows by their state in ds; a row with no state is
 // Ready, or Waiting when it lacks one of fields.
 func countStates(rows []*metadata.Row, ds []metadata.Delivery, fields []string) TaskStatus {
-	state := make(map[uint64]metadata.State, len(ds))
-	for _, d := range ds {
-		state[d.Index] = d.State
+	byIndex := make(map[uint64]*metadata.Delivery, len(ds))
+	for i := range ds {
+		byIndex[ds[i].Index] = &ds[i]
 	}
 	var ts TaskStatus
+	leases := map[string]*LeaseStatus{}
 	for _, r := range rows {
-		s, ok := state[r.Index]
-		if !ok {
-			s = metadata.Ready
+		s := metadata.Ready
+		d := byIndex[r.Index]
+		if d != nil {
+			s = d.State
 		}
 		switch s {
 		case metadata.Ready:
@@ -88,8 +107,24 @@ func countStates(rows []*metadata.Row, ds []metadata.Delivery, fields []string) 
 			} else {
 				ts.Waiting++
 			}
+			if d != nil && d.Deliveries > 0 {
+				ts.Redelivered++
+			}
 		case metadata.Leased:
 			ts.Leased++
+			if d.Deliveries > 1 {
+				ts.Redelivered++
+			}
+			l := leases[d.Lease]
+			if l == nil {
+				l = &LeaseStatus{Holder: d.Holder, Until: d.Until}
+				leases[d.Lease] = l
+			}
+			l.Rows++
+			l.Deliveries = max(l.Deliveries, d.Deliveries)
+			if d.Until.Before(l.Until) {
+				l.Until = d.Until
+			}
 		case metadata.Acked:
 			ts.Acked++
 		case metadata.Dead:
@@ -98,11 +133,20 @@ func countStates(rows []*metadata.Row, ds []metadata.Delivery, fields []string) 
 			ts.Dropped++
 		}
 	}
+	for _, l := range leases {
+		ts.Leases = append(ts.Leases, *l)
+	}
+	slices.SortFunc(ts.Leases, func(a, b LeaseStatus) int {
+		if c := a.Until.Compare(b.Until); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Holder, b.Holder)
+	})
 	return ts
 }
 
 // Status counts the task's rows by state, Ready and Waiting by the task's
-// fields.
+// fields, as of one moment.
 func (t *Task) Status(ctx context.Context) (_ TaskStatus, err error) {
 	rows, ds, err := t.consumption(ctx, "TaskStatus")
 	if err != nil {
@@ -111,7 +155,8 @@ func (t *Task) Status(ctx context.Context) (_ TaskStatus, err error) {
 	return countStates(rows, ds, t.fields), nil
 }
 
-// consumption returns the partition's rows and the task's deliveries.
+// consumption returns the partition's rows and the task's deliveries, as
+// of one moment.
 func (t *Task) consumption(ctx context.Context, op string) (_ []*metadata.Row, _ []metadata.Delivery, err error) {
 	c := t.c
 	ctx, tr := c.trace(ctx, op, t.partition, 0)
@@ -121,16 +166,11 @@ func (t *Task) consumption(ctx context.Context, op string) (_ []*metadata.Row, _
 		return nil, nil, err
 	}
 	defer release()
-	q := c.meta
-	rows, err := c.meta.List(ctx, t.partition)
+	v, err := c.meta.View(ctx, t.partition, t.name)
 	if err != nil {
 		return nil, nil, err
 	}
-	cons, err := q.Consumption(ctx, t.partition, t.name)
-	if err != nil {
-		return nil, nil, err
-	}
-	return rows, cons[t.name], nil
+	return v.Rows, v.Tasks[t.name], nil
 }
 
 // DeadRow is a row the task gave up on.

@@ -42,8 +42,11 @@ type CallEnd struct {
 	// count one each), as the engine reports them (see
 	// backends.CountRoundTrips): 0 for an in-process engine.
 	RoundTrips int64
-	Duration   time.Duration
-	Err        error // what the call returned
+	// Retries counts the engine requests the call made again after its
+	// server was unavailable (see RetryPolicy).
+	Retries  int64
+	Duration time.Duration
+	Err      error // what the call returned
 }
 
 // callTrace is one traced call; nil when the client has no tracer, and
@@ -54,6 +57,7 @@ type callTrace struct {
 	call  Call
 	start time.Time
 	rt    backends.RoundTrips
+	re    retries
 	end   CallEnd
 }
 
@@ -64,7 +68,7 @@ func (c *Client) trace(ctx context.Context, op, partition string, keys int) (con
 		return ctx, nil
 	}
 	tr := &callTrace{c: c, call: Call{Op: op, Partition: partition, Keys: keys}}
-	ctx = tr.rt.Attach(t.TraceStart(ctx, c, tr.call))
+	ctx = context.WithValue(tr.rt.Attach(t.TraceStart(ctx, c, tr.call)), retriesKey{}, &tr.re)
 	tr.ctx, tr.start = ctx, time.Now()
 	return ctx, tr
 }
@@ -85,6 +89,7 @@ func (tr *callTrace) done(err error) {
 	}
 	tr.end.Duration = time.Since(tr.start)
 	tr.end.RoundTrips = tr.rt.Load()
+	tr.end.Retries = tr.re.n.Load()
 	tr.end.Err = err
 	tr.c.opts.tracer.TraceEnd(tr.ctx, tr.c, tr.call, tr.end)
 }
@@ -112,6 +117,9 @@ func (s SlogTracer) TraceEnd(ctx context.Context, _ *Client, call Call, end Call
 		slog.String("op", call.Op), slog.String("partition", call.Partition),
 		slog.Int("rows", end.Rows), slog.Int("cells", end.Cells), slog.Int64("bytes", end.Bytes),
 		slog.Int64("round_trips", end.RoundTrips), slog.Duration("duration", end.Duration),
+	}
+	if end.Retries > 0 {
+		attrs = append(attrs, slog.Int64("retries", end.Retries))
 	}
 	if end.Err != nil {
 		attrs = append(attrs, slog.Any("err", end.Err))

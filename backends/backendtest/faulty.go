@@ -465,6 +465,17 @@ func (m *meta) Consumption(ctx context.Context, partition string, tasks ...strin
 	return out, nil
 }
 
+func (m *meta) View(ctx context.Context, partition string, tasks ...string) (out metadata.View, err error) {
+	err = m.f.do(ctx, OpConsumption, 0, func() (err error) {
+		out, err = m.inner.View(ctx, partition, tasks...)
+		return err
+	})
+	if err != nil {
+		return metadata.View{}, err
+	}
+	return out, nil
+}
+
 func (m *meta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {
 	return m.f.do(ctx, OpReset, len(indexes), func() error { return m.inner.Reset(ctx, partition, task, indexes) })
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,6 +53,7 @@ var queueTests = []struct {
 	{"Wait", testWait},
 	{"Batch", testBatch},
 	{"BatchOrder", testBatchOrder},
+	{"View", testView},
 }
 
 // qt is one queue subtest.
@@ -770,5 +772,60 @@ func testBatchOrder(x *qt) {
 			x.t.Fatalf("batch %q taken twice by one rank", l)
 		}
 		seen[l] = true
+	}
+}
+
+// testView: View is List and Consumption at one moment, and a lease's
+// deliveries name its claim's holder.
+func testView(x *qt) {
+	p := x.part("view")
+	x.rows(p, "r", 3, "a")
+	r := req("t", 2)
+	r.Holder = "worker a:7"
+	c := x.claim(p, r, each)
+	if len(c.Rows) != 2 {
+		x.t.Fatalf("claim: %d rows, want 2", len(c.Rows))
+	}
+	v, err := x.q.View(x.ctx, p, "t")
+	if err != nil {
+		x.t.Fatalf("View: %v", err)
+	}
+	list, err := x.m.List(x.ctx, p)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	if len(v.Rows) != len(list) {
+		x.t.Fatalf("View: %d rows, List %d", len(v.Rows), len(list))
+	}
+	for i := range list {
+		if v.Rows[i].Key != list[i].Key || v.Rows[i].Index != list[i].Index {
+			x.t.Fatalf("View row %d: %+v, List's %+v", i, v.Rows[i], list[i])
+		}
+	}
+	ds := v.Tasks["t"]
+	if len(ds) != 2 {
+		x.t.Fatalf("View: deliveries %+v, want the 2 leased rows", ds)
+	}
+	for _, d := range ds {
+		if d.State != metadata.Leased || d.Holder != "worker a:7" || d.Lease != c.Lease || d.Until.IsZero() {
+			x.t.Errorf("View: delivery %+v, want leased to %q by %q", d, c.Lease, "worker a:7")
+		}
+		if metadata.HolderOf(d.Lease) != d.Holder {
+			x.t.Errorf("HolderOf(%q) = %q, want %q", d.Lease, metadata.HolderOf(d.Lease), d.Holder)
+		}
+	}
+	if all := x.states(p, "t"); len(all) != 2 || all[ds[0].Index].Holder != "worker a:7" {
+		x.t.Errorf("Consumption: %+v, want View's deliveries", all)
+	}
+	empty, err := x.q.View(x.ctx, x.part("never"), "t")
+	if err != nil || empty.Rows == nil || len(empty.Rows) != 0 || empty.Tasks["t"] == nil || len(empty.Tasks["t"]) != 0 {
+		x.t.Errorf("View of an unknown partition: %+v, %v; want no rows and the task with no state", empty, err)
+	}
+	if _, err := x.q.View(x.ctx, p, ""); !errors.Is(err, backends.ErrInvalid) {
+		x.t.Errorf("View of task \"\": %v, want ErrInvalid", err)
+	}
+	r.Holder = strings.Repeat("h", metadata.MaxHolder+1)
+	if _, err := x.q.Claim(x.ctx, p, r, each); !errors.Is(err, backends.ErrInvalid) {
+		x.t.Errorf("Claim with a %d-byte holder: %v, want ErrInvalid", len(r.Holder), err)
 	}
 }

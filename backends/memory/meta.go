@@ -3,9 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -316,10 +314,6 @@ func (m *MetaStore) Close() error {
 	return nil
 }
 
-func newLease() string {
-	return strconv.FormatUint(rand.Uint64()|1<<63, 16)
-}
-
 // Claim implements metadata.Queue. A Custom claim's pick runs under the
 // partition's lock, over a window of the oldest ready rows that grows
 // fourfold while the pick leases too few and more rows are ready.
@@ -334,7 +328,7 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req metadata.Cl
 	defer p.unlockKeep()
 	// No Hold: a Wait here wakes on the change in process and claims with
 	// no request, so claims never stand.
-	a := rules.ClaimArgs{Task: req.Task, Token: newLease(), Lease: req.Lease, Rows: req.Rows, Min: req.Min,
+	a := rules.ClaimArgs{Task: req.Task, Token: metadata.NewLease(req.Holder), Lease: req.Lease, Rows: req.Rows, Min: req.Min,
 		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom}
 	var c metadata.Claimed
 	for window := 4*req.Rows + 64; ; window *= 4 {
@@ -393,12 +387,18 @@ func (m *MetaStore) Settle(ctx context.Context, partition string, req metadata.S
 
 // Consumption implements metadata.Queue.
 func (m *MetaStore) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]metadata.Delivery, error) {
+	v, err := m.View(ctx, partition, tasks...)
+	return v.Tasks, err
+}
+
+// View implements metadata.Queue.
+func (m *MetaStore) View(ctx context.Context, partition string, tasks ...string) (metadata.View, error) {
 	if err := m.check(ctx); err != nil {
-		return nil, err
+		return metadata.View{}, err
 	}
 	for _, name := range tasks {
 		if name == "" {
-			return nil, invalidf("consumption: empty task name")
+			return metadata.View{}, invalidf("consumption: empty task name")
 		}
 	}
 	p := m.lock(partition, false)
@@ -407,10 +407,10 @@ func (m *MetaStore) Consumption(ctx context.Context, partition string, tasks ...
 		for _, name := range tasks {
 			out[name] = []metadata.Delivery{}
 		}
-		return out, nil
+		return metadata.View{Rows: []*metadata.Row{}, Tasks: out}, nil
 	}
 	defer p.mu.Unlock()
-	return p.st.Consumption(m.now(), tasks...), nil
+	return metadata.View{Rows: slices.Clone(p.st.List()), Tasks: p.st.Consumption(m.now(), tasks...)}, nil
 }
 
 // Reset implements metadata.Queue.

@@ -3,8 +3,11 @@ package metadata
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -80,6 +83,10 @@ type Queue interface {
 	// next Claim would find them (ready, or dead). A task with no state
 	// maps to an empty slice when named and is absent otherwise.
 	Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]Delivery, error)
+	// View returns List's rows and Consumption's deliveries of tasks as of
+	// one moment: no change applies between the two, so every delivery
+	// names a row of Rows. Errors as Consumption's.
+	View(ctx context.Context, partition string, tasks ...string) (View, error)
 	// Reset forgets task's consumption of the rows of indexes, or of
 	// every row of the partition when indexes is nil (an empty, non-nil
 	// indexes forgets nothing): they are ready
@@ -129,6 +136,8 @@ type Delivery struct {
 	// one, or that returned (Nack) a Ready or Dead one not delivered
 	// since ("" otherwise).
 	Lease string
+	// Holder is the ClaimRequest.Holder of Lease's claim ("" for none).
+	Holder string
 	// Until is, for a Leased row, when its lease ends; for a Ready row
 	// that a Nack delayed, when it may be claimed again; zero otherwise.
 	// It is a time of the process that received it: a store with a
@@ -168,6 +177,11 @@ type ClaimRequest struct {
 	// changes from a log fulfils it with the change that makes rows ready
 	// (the waiter then needs no second request); others may ignore it.
 	Hold time.Duration
+	// Holder names the consumer the lease is for (a process, a worker:
+	// the caller's choice), for people: Consumption reports it with each
+	// leased row (Delivery.Holder). It is at most MaxHolder bytes of
+	// printable text; "" names no one.
+	Holder string
 	// Replaces names a registered claim of the caller's (a Waiting token)
 	// that this claim replaces: cancelled if still waiting; if it was
 	// fulfilled, this claim returns that lease and leases nothing more.
@@ -347,6 +361,8 @@ func (r *ClaimRequest) Check() error {
 		return invalidf("claim: rank %d of %d", r.Batch.Rank, r.Batch.Ranks)
 	case r.Select.Group.Size < 0 || r.Select.Group.Size > 0 && (r.Select.Group.Tag == "") == (r.Select.Group.Sep == ""):
 		return invalidf("claim: groups of %d by tag %q or key separator %q (one of them)", r.Select.Group.Size, r.Select.Group.Tag, r.Select.Group.Sep)
+	case len(r.Holder) > MaxHolder || strings.ContainsFunc(r.Holder, func(c rune) bool { return !unicode.IsPrint(c) }):
+		return invalidf("claim: holder %q: more than %d bytes, or not printable", r.Holder, MaxHolder)
 	case r.Select.Group.Size > r.Rows:
 		return invalidf("claim: %d rows, fewer than a group of %d", r.Rows, r.Select.Group.Size)
 	}
@@ -407,4 +423,30 @@ func CheckPicked(p Picked, rows int) error {
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{backends.ErrInvalid}, args...)...)
+}
+
+// View is a partition's rows and its tasks' consumption as of one moment
+// (see Queue.View).
+type View struct {
+	Rows  []*Row                // every committed row, by index, as List returns them
+	Tasks map[string][]Delivery // as Consumption returns them
+}
+
+// MaxHolder is the longest ClaimRequest.Holder.
+const MaxHolder = 128
+
+// NewLease returns a new lease token for a claim of holder: random, never
+// reused, and naming holder (see HolderOf), so that whoever reads a
+// row's Delivery learns who holds it.
+func NewLease(holder string) string {
+	return holder + "|" + strconv.FormatUint(rand.Uint64()|1<<63, 16)
+}
+
+// HolderOf returns the holder a lease token names (see NewLease); "" for
+// "" or a token that names none.
+func HolderOf(token string) string {
+	if i := strings.LastIndexByte(token, '|'); i >= 0 {
+		return token[:i]
+	}
+	return ""
 }

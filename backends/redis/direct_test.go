@@ -25,7 +25,7 @@ func TestPoolSizeBoundsAllConnections(t *testing.T) {
 	if on, n := redis.DirectConnections(s); !on || n != poolSize/2 {
 		t.Fatalf("direct connections %v, %d; want on, %d", on, n, poolSize/2)
 	}
-	c, err := tq.New(engine(s))
+	c, err := tq.New(engine(s), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestHooksSeeDirectConnections(t *testing.T) {
 	if on, _ := redis.DirectConnections(s); !on {
 		t.Fatal("no direct connections")
 	}
-	c, err := tq.New(engine(s))
+	c, err := tq.New(engine(s), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,10 @@
 // applies tqgo's rules to the logs it reads.
 //
 // Error is a failed call to the server, matching ErrUnavailable, ErrAuth
-// or ErrTimeout when the cause is known.
+// or ErrTimeout when the cause is known, and backends.ErrUnavailable when
+// the server could not be reached, did not answer in time or was not
+// serving yet (loading its data, failing over): tq retries such a call
+// when it applied nothing.
 //
 // Store and Log are safe for concurrent use, by many goroutines and many
 // processes.

@@ -116,6 +116,8 @@ func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrUnavailable:
 		return isUnavailable(e.Err)
+	case backends.ErrUnavailable:
+		return isUnavailable(e.Err) || resp.IsTimeout(e.Err) || isNotServing(e.Err)
 	case ErrAuth:
 		return isAuth(e.Err)
 	case ErrTimeout:
@@ -140,6 +142,22 @@ func isUnavailable(err error) bool {
 	}
 	return resp.IsConnLost(err) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, goredis.ErrClosed) || errors.Is(err, goredis.ErrPoolTimeout)
+}
+
+// isNotServing reports an error reply of a server that is up but not
+// serving requests yet: loading its data after a restart, a replica
+// without its master, a cluster mid-failover. Nothing ran.
+func isNotServing(err error) bool {
+	var re goredis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY "} {
+		if strings.HasPrefix(re.Error(), p) {
+			return true
+		}
+	}
+	return false
 }
 
 // isCellsMissing reports whether err is the append script's refusal for

@@ -324,7 +324,7 @@ func TestFailoverBetweenCellsAndCommit(t *testing.T) {
 			promoted = true
 		}
 	}}
-	c, err := tq.New(engine(open(t, url, redis.WithHooks(h))))
+	c, err := tq.New(engine(open(t, url, redis.WithHooks(h))), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func TestKilledMidPut(t *testing.T) {
 			kill.once.Do(func() { _ = srv.Kill() })
 		}
 	}))
-	c, err := tq.New(engine(s))
+	c, err := tq.New(engine(s), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestKilledBeforeCommit(t *testing.T) {
 	ctx := t.Context()
 	data := open(t, dataSrv.URL()+"?prefix=two")
 	meta := open(t, metaSrv.URL()+"?prefix=two")
-	c, err := tq.New(apart(&killAfterPut{Store: data, srv: metaSrv}, meta.Log()))
+	c, err := tq.New(apart(&killAfterPut{Store: data, srv: metaSrv}, meta.Log()), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func freeAddr(t *testing.T) string {
 func TestConnectionRefused(t *testing.T) {
 	redistest.Available(t)
 	addr := freeAddr(t)
-	_, err := tq.Open(t.Context(), "redis://"+addr+"/0?dial_timeout=1s")
+	_, err := tq.Open(t.Context(), "redis://"+addr+"/0?dial_timeout=1s", tq.WithRetry(tq.NoRetry))
 	wantServerError(t, "tq.Open of a closed port", err, addr, redis.ErrUnavailable)
 	if errors.Is(err, redis.ErrAuth) || errors.Is(err, redis.ErrTimeout) {
 		t.Errorf("connection refused also matches ErrAuth or ErrTimeout: %v", err)
@@ -247,7 +247,7 @@ func TestAuthFailure(t *testing.T) {
 		"redis://:wrong@" + srv.Addr() + "/0",
 		"redis://someone:s3cret@" + srv.Addr() + "/0",
 	} {
-		_, err := tq.Open(ctx, url)
+		_, err := tq.Open(ctx, url, tq.WithRetry(tq.NoRetry))
 		wantServerError(t, "tq.Open of "+url, err, srv.Addr(), redis.ErrAuth)
 		if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "wrong") {
 			t.Errorf("error %q shows a password", err)
@@ -301,7 +301,7 @@ func TestBadURLs(t *testing.T) {
 		"redis://h1:1,h2:2/0",
 		"redis+cluster://h1:1,h2:2/3",
 	} {
-		_, err := tq.Open(ctx, url)
+		_, err := tq.Open(ctx, url, tq.WithRetry(tq.NoRetry))
 		if !errors.Is(err, backends.ErrInvalid) {
 			t.Errorf("tq.Open(%q): %v, want ErrInvalid", url, err)
 		}

@@ -107,7 +107,7 @@ func (p *faultProxy) serve(client, server net.Conn) {
 func proxyTQ(t *testing.T, url string) *tq.Client {
 	t.Helper()
 	s := open(t, url)
-	c, err := tq.New(engine(s))
+	c, err := tq.New(engine(s), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,7 +92,7 @@ func TestPutAndGetRoundTrips(t *testing.T) {
 						t.Fatal("the wrapped engine's Log is not a LogCells")
 					}
 				}
-				c, err := tq.New(eng, tq.WithTracer(tr))
+				c, err := tq.New(eng, tq.WithTracer(tr), tq.WithRetry(tq.NoRetry))
 				if err != nil {
 					t.Fatal(err)
 				}

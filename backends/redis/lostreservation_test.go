@@ -24,7 +24,7 @@ func lostClient(t *testing.T, srv interface {
 	s := open(t, srv.URL()+"?prefix="+prefix)
 	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: prefix + ":{" + prefix + ":p}"}
 	t.Cleanup(func() { r.cl.Close() })
-	c, err := tq.New(apart(wrap(s, r), s.Log()))
+	c, err := tq.New(apart(wrap(s, r), s.Log()), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func TestOutcomesCluster(t *testing.T) {
 				s.Close()
 				s.Log().Close()
 			})
-			tc, err := tq.New(engine(s))
+			tc, err := tq.New(engine(s), tq.WithRetry(tq.NoRetry))
 			if err != nil {
 				t.Fatal(err)
 			}

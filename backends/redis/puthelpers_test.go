@@ -62,7 +62,7 @@ func commitTQ(t *testing.T, url string, f func(script int)) *tq.Client {
 	if err := redis.LoadScripts(t.Context(), s.Client()); err != nil {
 		t.Fatal(err)
 	}
-	c, err := tq.New(engine(s))
+	c, err := tq.New(engine(s), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}

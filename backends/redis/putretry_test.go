@@ -199,7 +199,7 @@ func TestConfirmedReadManyRounds(t *testing.T) {
 	ctx := t.Context()
 	url := srv.URL() + "?prefix=r3rounds"
 	s := open(t, url, redis.WithReadRoundBytes(4096), redis.WithIODepth(8))
-	c, err := tq.New(engine(s))
+	c, err := tq.New(engine(s), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}

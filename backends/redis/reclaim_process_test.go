@@ -108,7 +108,7 @@ func TestReclaimAfterKilledWriters(t *testing.T) {
 		checkKilledRows(t, reader, meta, p)
 	}
 	rec := &deleteRecorder{Store: s}
-	c, err := tq.New(backends.Engine{Data: rec, Meta: meta})
+	c, err := tq.New(backends.Engine{Data: rec, Meta: meta}, tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}

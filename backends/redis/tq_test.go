@@ -20,7 +20,7 @@ import (
 // openTQ opens a tq client on url for t, closed when t ends.
 func openTQ(t *testing.T, url string, opts ...tq.Option) *tq.Client {
 	t.Helper()
-	c, err := tq.Open(t.Context(), url, opts...)
+	c, err := tq.Open(t.Context(), url, append([]tq.Option{tq.WithRetry(tq.NoRetry)}, opts...)...)
 	if err != nil {
 		t.Fatalf("tq.Open(%q): %v", url, err)
 	}
@@ -362,7 +362,7 @@ func TestNewCallerClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tq.New(engine(s))
+	c, err := tq.New(engine(s), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestNewCallerClient(t *testing.T) {
 	}
 	// A second store on the same client and prefix sees the rows.
 	s2, _ := redis.New(cl, redis.WithPrefix("own"))
-	c2, _ := tq.New(engine(s2))
+	c2, _ := tq.New(engine(s2), tq.WithRetry(tq.NoRetry))
 	defer c2.Close()
 	b, err := c2.BatchGet(ctx, "p", keys)
 	if err != nil {

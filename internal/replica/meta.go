@@ -212,7 +212,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		var replaced *rules.Claimed
 		pp := m.part(partition)
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
-			a.Token = newLease()
+			a.Token = metadata.NewLease(req.Holder)
 			if a.Hold > 0 {
 				// Known before the record is sent: any record applied
 				// after it may fulfil it.
@@ -329,19 +329,25 @@ func (m *Meta) Settle(ctx context.Context, partition string, req metadata.Settle
 // Consumption implements metadata.Queue. Leases are reported as of now by
 // the server's clock (this process's, less the skew last seen).
 func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]metadata.Delivery, error) {
+	v, err := m.View(ctx, partition, tasks...)
+	return v.Tasks, err
+}
+
+// View implements metadata.Queue, as Consumption and List.
+func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (metadata.View, error) {
 	for _, name := range tasks {
 		if name == "" {
-			return nil, fmt.Errorf("%w: consumption: empty task name", backends.ErrInvalid)
+			return metadata.View{}, fmt.Errorf("%w: consumption: empty task name", backends.ErrInvalid)
 		}
 	}
 	if err := m.check(ctx); err != nil {
-		return nil, err
+		return metadata.View{}, err
 	}
 	p := m.part(partition)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := m.catchUp(ctx, p); err != nil {
-		return nil, err
+		return metadata.View{}, err
 	}
 	out := p.st.Consumption(time.Now().Add(-p.skew).UnixMicro(), tasks...)
 	for _, ds := range out {
@@ -349,7 +355,11 @@ func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...strin
 			ds[i].Until = local(ds[i].Until, p.skew)
 		}
 	}
-	return out, nil
+	rows := slices.Clone(p.st.List())
+	if rows == nil {
+		rows = []*metadata.Row{}
+	}
+	return metadata.View{Rows: rows, Tasks: out}, nil
 }
 
 // Reset implements metadata.Queue.

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -597,5 +596,3 @@ func (m *Meta) Close() error {
 	}
 	return nil
 }
-
-func newLease() string { return strconv.FormatUint(rand.Uint64()|1<<63, 16) }

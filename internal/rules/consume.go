@@ -101,7 +101,7 @@ func claimable(e *entry, now int64) bool {
 
 func (e *entry) delivery(index uint64, now int64) metadata.Delivery {
 	s := e.seen(now)
-	d := metadata.Delivery{Index: index, State: s.state, Deliveries: s.deliveries, Lease: s.lease, Max: s.max}
+	d := metadata.Delivery{Index: index, State: s.state, Deliveries: s.deliveries, Lease: s.lease, Holder: metadata.HolderOf(s.lease), Max: s.max}
 	if s.until != 0 {
 		d.Until = time.UnixMicro(s.until)
 	}

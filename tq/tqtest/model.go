@@ -348,6 +348,9 @@ func (r *runner) closeAll() {
 }
 
 // handle is slot's handle on a task (for the ranks task, on a rank).
+// holderName is the ConsumerName of the tasks of client slot.
+func holderName(slot int) string { return fmt.Sprintf("client %d", slot) }
+
 func (r *runner) handle(slot int, task string, rank int) *tq.Task {
 	name := task
 	if task == "rk" {
@@ -357,7 +360,7 @@ func (r *runner) handle(slot int, task string, rank int) *tq.Task {
 		return h
 	}
 	td := r.tasks[task]
-	opts := []tq.TaskOption{tq.LeaseFor(r.m.lease)}
+	opts := []tq.TaskOption{tq.LeaseFor(r.m.lease), tq.ConsumerName(holderName(slot))}
 	switch {
 	case td.max > 0:
 		opts = append(opts, tq.MaxDeliveries(td.max))

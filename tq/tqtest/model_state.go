@@ -102,6 +102,7 @@ func modelTasks() []taskDef {
 }
 
 type model struct {
+	holders   map[int]string // each lease token's holder: its client's ConsumerName
 	now       time.Duration
 	lease     time.Duration // every task's LeaseFor
 	staleDrop bool

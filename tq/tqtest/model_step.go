@@ -1,6 +1,7 @@
 package tqtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -428,10 +429,7 @@ func (r *runner) stepClaim(op *mop) *divergence {
 	}
 	min := op.min
 	if min == 0 {
-		min = 1
-		if wait {
-			min = op.n
-		}
+		min = 1 // Claim's and Wait's default alike
 	}
 	if td.groups && op.n < groupSize {
 		ctx, cancel := r.ctx()
@@ -531,6 +529,10 @@ func (r *runner) stepClaim(op *mop) *divergence {
 
 	var rows []*mrow // the leased rows, as the lease gives them
 	token := op.num
+	if r.m.holders == nil {
+		r.m.holders = map[int]string{}
+	}
+	r.m.holders[token] = holderName(op.slot)
 	switch {
 	case !leases:
 		if len(got) > 0 {
@@ -888,8 +890,11 @@ func (r *runner) stepMark(op *mop) *divergence {
 // every ready row is Ready).
 func (r *runner) statusOf(task string, fields []string) tq.TaskStatus {
 	var ts tq.TaskStatus
+	leases := map[int]*tq.LeaseStatus{}
+	var tokens []int
 	for _, row := range r.m.sorted() {
-		st, _ := r.m.seen(r.m.rec(task, row.id))
+		rec := r.m.rec(task, row.id)
+		st, _ := r.m.seen(rec)
 		switch st {
 		case mReady:
 			if hasFields(row, fields) {
@@ -897,8 +902,22 @@ func (r *runner) statusOf(task string, fields []string) tq.TaskStatus {
 			} else {
 				ts.Waiting++
 			}
+			if rec != nil && rec.deliveries > 0 {
+				ts.Redelivered++
+			}
 		case mLeased:
 			ts.Leased++
+			if rec.deliveries > 1 {
+				ts.Redelivered++
+			}
+			l := leases[rec.token]
+			if l == nil {
+				l = &tq.LeaseStatus{Holder: r.m.holders[rec.token]}
+				leases[rec.token] = l
+				tokens = append(tokens, rec.token)
+			}
+			l.Rows++
+			l.Deliveries = max(l.Deliveries, rec.deliveries)
 		case mAcked:
 			ts.Acked++
 		case mDead:
@@ -907,7 +926,29 @@ func (r *runner) statusOf(task string, fields []string) tq.TaskStatus {
 			ts.Dropped++
 		}
 	}
+	for _, tok := range tokens {
+		ts.Leases = append(ts.Leases, *leases[tok])
+	}
+	return sameLeaseOrder(ts)
+}
+
+// sameLeaseOrder is ts with its Leases' Until cleared (the model keeps
+// no wall clock) and the leases in one order, for comparing.
+func sameLeaseOrder(ts tq.TaskStatus) tq.TaskStatus {
+	ls := slices.Clone(ts.Leases)
+	for i := range ls {
+		ls[i].Until = time.Time{}
+	}
+	slices.SortFunc(ls, func(a, b tq.LeaseStatus) int {
+		return cmp.Or(strings.Compare(a.Holder, b.Holder), a.Rows-b.Rows, a.Deliveries-b.Deliveries)
+	})
+	ts.Leases = ls
 	return ts
+}
+
+func sameStatus(a, b tq.TaskStatus) bool {
+	a, b = sameLeaseOrder(a), sameLeaseOrder(b)
+	return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b)
 }
 
 // stepStatus compares Client.Status. Open choice: a task whose every row
@@ -941,7 +982,7 @@ func (r *runner) stepStatus(op *mop) *divergence {
 			}
 			continue
 		}
-		if want := r.statusOf(name, nil); ts != want {
+		if want := r.statusOf(name, nil); !sameStatus(ts, want) {
 			return diverge("Status: a task's counts", fmt.Sprintf("%s: %+v", name, want), fmt.Sprintf("%+v", ts))
 		}
 	}
@@ -960,7 +1001,7 @@ func (r *runner) stepTaskStatus(op *mop) *divergence {
 	if d := wantErr(op.task+".Status", err, "nil"); d != nil {
 		return d
 	}
-	if want := r.statusOf(op.task, r.tasks[op.task].fields); ts != want {
+	if want := r.statusOf(op.task, r.tasks[op.task].fields); !sameStatus(ts, want) {
 		return diverge(op.task+".Status: counts", fmt.Sprintf("%+v", want), fmt.Sprintf("%+v", ts))
 	}
 	return nil

@@ -65,7 +65,7 @@ func (r *runner) trainer(ctx context.Context, rank int, record bool) error {
 			round++
 		}
 		want.Store(int64(round))
-		l, err := t.Wait(ctx, cfg.rows(), tq.WithData(fInputIDs, fResponses, fOldLogProbs, fAdvantages, fAttnMask, fRewards))
+		l, err := t.Wait(ctx, cfg.rows(), tq.AtLeast(cfg.rows()), tq.WithData(fInputIDs, fResponses, fOldLogProbs, fAdvantages, fAttnMask, fRewards))
 		if err != nil {
 			return fmt.Errorf("train: step %d: %w", step, err)
 		}
@@ -178,7 +178,7 @@ func (r *runner) allReduce(ctx context.Context, ar *tq.Task, step, epoch, rank i
 	if err != nil {
 		return nil, nil, fmt.Errorf("all-reduce: %w", err)
 	}
-	l, err := ar.Wait(ctx, r.cfg.Ranks, tq.WithData(fGrad, fStats))
+	l, err := ar.Wait(ctx, r.cfg.Ranks, tq.AtLeast(r.cfg.Ranks), tq.WithData(fGrad, fStats))
 	if err != nil {
 		return nil, nil, fmt.Errorf("all-reduce: %w", err)
 	}

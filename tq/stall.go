@@ -1,0 +1,240 @@
+package tq
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tqgo/tqgo/backends/metadata"
+)
+
+// ErrStalled is matched by a *StallError: a Wait saw its partition make no
+// progress for the task's Stall bound.
+var ErrStalled = errors.New("tq: wait stalled")
+
+// DefaultStallWarn is how long a Wait waits without any progress in its
+// partition before it logs, at Warn, what it waits for and what the
+// partition holds (after up to twice as long: it first looks at the
+// partition once the bound has passed), and again each time as long
+// passes (see Stall).
+const DefaultStallWarn = 5 * time.Minute
+
+// Stall bounds how long a Wait of the task waits while its partition
+// makes no progress: no row committed or removed, no field written, no
+// row acknowledged, dropped or gone dead, no lease taken, extended or
+// ended (a consumer working on its rows extends them: that is progress).
+// Once after passes so, the Wait looks at the members of peers (the
+// presence groups of the processes that feed it, see Client.Announce):
+// when each group has a member alive, the peers are slow, not dead, and
+// the Wait logs that and waits on; otherwise (or when no peers are
+// named) it returns a *StallError saying what it waited for and what the
+// partition held. Without Stall, a Wait only logs, every
+// DefaultStallWarn.
+func Stall(after time.Duration, peers ...string) TaskOption {
+	return func(t *Task) error {
+		if after <= 0 {
+			return fmt.Errorf("%w: stall bound %v is not positive", ErrInvalid, after)
+		}
+		for _, g := range peers {
+			if err := checkPartition(g); err != nil {
+				return err
+			}
+		}
+		t.stall = &stallOpts{after: after, peers: slices.Clone(peers)}
+		return nil
+	}
+}
+
+type stallOpts struct {
+	after time.Duration
+	peers []string
+}
+
+// StallError is a Wait that gave up: its partition made no progress for
+// Waited, and the peers it names are not all alive.
+type StallError struct {
+	Partition, Task string
+	Waited          time.Duration
+	// Want is the rows the Wait needed ready (its AtLeast).
+	Want int
+	// Status is the task's status when it gave up, and Missing how many
+	// of its rows not yet consumed lack each field the task names.
+	Status  TaskStatus
+	Missing map[string]int
+	// Peers are the members of the groups Stall named.
+	Peers []Member
+	// Gone names the groups with no member alive.
+	Gone []string
+}
+
+func (e *StallError) Error() string {
+	return "tq: wait stalled: " + describeStall(e.Partition, e.Task, e.Waited, e.Want, e.Status, e.Missing, e.Peers, e.Gone)
+}
+
+func (e *StallError) Is(target error) bool { return target == ErrStalled }
+
+func describeStall(partition, task string, waited time.Duration, want int, st TaskStatus, missing map[string]int, peers []Member, gone []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%s: no progress for %v; %d rows ready (wants %d)", partition, task, waited.Round(time.Second), st.Ready, want)
+	if st.Waiting > 0 {
+		fs := make([]string, 0, len(missing))
+		for _, f := range slices.Sorted(func(yield func(string) bool) {
+			for f := range missing {
+				if !yield(f) {
+					return
+				}
+			}
+		}) {
+			fs = append(fs, fmt.Sprintf("%s: %d", f, missing[f]))
+		}
+		fmt.Fprintf(&b, ", %d waiting for fields (rows lacking %s)", st.Waiting, strings.Join(fs, ", "))
+	}
+	fmt.Fprintf(&b, ", %d leased", st.Leased)
+	for i, l := range st.Leases {
+		if i == 3 {
+			fmt.Fprintf(&b, " ...")
+			break
+		}
+		fmt.Fprintf(&b, " [%d to %q until %s]", l.Rows, l.Holder, l.Until.Format(time.TimeOnly))
+	}
+	fmt.Fprintf(&b, ", %d acked, %d dead", st.Acked, st.Dead)
+	if len(gone) > 0 {
+		fmt.Fprintf(&b, "; no member alive in %s", strings.Join(gone, ", "))
+	}
+	for _, m := range peers {
+		state := "alive"
+		switch {
+		case m.Left:
+			state = "left"
+		case !m.Alive:
+			state = "gone"
+		}
+		fmt.Fprintf(&b, "; %s %q %s (seen %v ago)", m.Group, m.Name, state, time.Since(m.Seen).Round(time.Second))
+	}
+	return b.String()
+}
+
+// stallWatch follows one Wait's progress.
+type stallWatch struct {
+	t      *Task
+	after  time.Duration
+	since  time.Time // when progress was last seen
+	print  uint64    // the partition's state then
+	unseen bool      // since is set, print not yet
+}
+
+func (t *Task) newStallWatch() *stallWatch {
+	after := DefaultStallWarn
+	if t.stall != nil {
+		after = t.stall.after
+	}
+	return &stallWatch{t: t, after: after}
+}
+
+// deadline is when the Wait must look again.
+func (w *stallWatch) deadline() time.Time {
+	if w.since.IsZero() {
+		return time.Time{}
+	}
+	return w.since.Add(w.after)
+}
+
+// check is called each time the Wait claimed nothing. It returns a
+// *StallError when the Wait must give up.
+func (w *stallWatch) check(ctx context.Context, want int) error {
+	now := time.Now()
+	if !w.since.IsZero() && now.Before(w.since.Add(w.after)) {
+		return nil
+	}
+	t := w.t
+	if w.since.IsZero() && t.stall == nil {
+		// Only a warning is due: the state is first looked at after the
+		// bound, so a Wait that does not wait long costs nothing more.
+		w.since, w.unseen = now, true
+		return nil
+	}
+	v, err := t.c.meta.View(ctx, t.partition, t.name)
+	if err != nil {
+		return nil // the Wait's own next request says what is wrong
+	}
+	print := fingerprint(v, t.name)
+	if w.since.IsZero() || w.unseen || print != w.print {
+		w.since, w.print, w.unseen = now, print, false
+		return nil
+	}
+	st := countStates(v.Rows, v.Tasks[t.name], t.fields)
+	missing := missingFields(v, t.name, t.fields)
+	waited := now.Sub(w.since)
+	var peers []Member
+	var gone []string
+	if t.stall != nil {
+		for _, g := range t.stall.peers {
+			ms, err := t.c.Members(ctx, g)
+			if err != nil {
+				return nil
+			}
+			alive := false
+			for _, m := range ms {
+				alive = alive || m.Alive
+			}
+			if !alive {
+				gone = append(gone, g)
+			}
+			peers = append(peers, ms...)
+		}
+		if len(gone) > 0 || len(t.stall.peers) == 0 {
+			return &StallError{Partition: t.partition, Task: t.name, Waited: waited, Want: want, Status: st, Missing: missing, Peers: peers, Gone: gone}
+		}
+	}
+	t.c.opts.logger.Warn("tq: still waiting", "status", describeStall(t.partition, t.name, waited, want, st, missing, peers, gone))
+	w.since = now // warn again after another bound
+	return nil
+}
+
+// fingerprint sums up what a Wait counts as progress: the rows and their
+// fields, and the task's states and leases.
+func fingerprint(v metadata.View, task string) uint64 {
+	h := fnv.New64a()
+	var b []byte
+	for _, r := range v.Rows {
+		b = binary.LittleEndian.AppendUint64(b[:0], r.Index)
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(r.Fields)))
+		h.Write(b)
+	}
+	for _, d := range v.Tasks[task] {
+		b = binary.LittleEndian.AppendUint64(b[:0], d.Index)
+		b = append(b, byte(d.State))
+		b = binary.LittleEndian.AppendUint64(b, uint64(d.Deliveries))
+		b = binary.LittleEndian.AppendUint64(b, uint64(d.Until.UnixMilli()))
+		h.Write(b)
+	}
+	return h.Sum64()
+}
+
+// missingFields counts, for each of fields, the rows not consumed by the
+// task that lack it.
+func missingFields(v metadata.View, task string, fields []string) map[string]int {
+	done := map[uint64]bool{}
+	for _, d := range v.Tasks[task] {
+		if d.State == metadata.Acked || d.State == metadata.Dropped {
+			done[d.Index] = true
+		}
+	}
+	out := map[string]int{}
+	for _, r := range v.Rows {
+		if done[r.Index] {
+			continue
+		}
+		for _, f := range fields {
+			if _, ok := r.Fields[f]; !ok {
+				out[f]++
+			}
+		}
+	}
+	return out
+}
