@@ -54,12 +54,13 @@ var classes = []struct {
 //	not_found        tq.ErrNotFound
 //	not_ready        tq.ErrNotReady
 //	invalid          tq.ErrInvalid (or backends.ErrInvalid): a malformed call
-//	unavailable      the engine's server could not be reached (see below)
+//	unavailable      tq.ErrUnavailable: the engine's server could not be reached, or was not
+//	                 serving, for longer than the client's RetryPolicy allows
 //	other            anything else
 //
-// The first that matches, in this order, wins. tq has no sentinel for an
-// unreachable server yet, so no error is counted as unavailable today: an
-// engine's own error (redis.ErrUnavailable) counts as other.
+// The first that matches, in this order, wins: a write whose outcome is
+// unknown because the server went away is outcome_unknown, not
+// unavailable.
 func ErrorClass(err error) string {
 	if err == nil {
 		return classOK

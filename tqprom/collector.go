@@ -37,12 +37,14 @@ type Collector struct {
 	cells      *prometheus.CounterVec   // op
 	bytes      *prometheus.CounterVec   // op
 	roundTrips *prometheus.CounterVec   // op
+	retries    *prometheus.CounterVec   // op
 	scrapeErrs *prometheus.CounterVec   // partition
 
 	byOp map[string]*opMetrics // every op of ops; read-only after New
 
 	partitionRows *prometheus.Desc // partition
 	taskRows      *prometheus.Desc // partition, task, state
+	redelivered   *prometheus.Desc // partition, task
 	claimSkipped  *prometheus.Desc // partition, task
 	claimDropped  *prometheus.Desc // partition, task
 
@@ -55,9 +57,9 @@ type Collector struct {
 // opMetrics are one op's series, made at its first call (so that an op
 // never called exports none).
 type opMetrics struct {
-	once                          sync.Once
-	rows, cells, bytes, roundTrip prometheus.Counter
-	duration                      prometheus.Observer
+	once                                   sync.Once
+	rows, cells, bytes, roundTrip, retries prometheus.Counter
+	duration                               prometheus.Observer
 }
 
 var (
@@ -101,6 +103,10 @@ func New(opts ...Option) (*Collector, error) {
 			Name: "tq_call_round_trips_total",
 			Help: "Requests to the engine's servers tq calls waited on, by op (0 for an in-process engine).",
 		}, []string{"op"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tq_call_retries_total",
+			Help: "Engine requests tq calls made again after the server was unavailable, by op (see tq.RetryPolicy).",
+		}, []string{"op"}),
 		scrapeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tq_scrape_errors_total",
 			Help: "Scrapes that could not read a watched partition's status (error or scrape timeout), by partition.",
@@ -111,6 +117,9 @@ func New(opts ...Option) (*Collector, error) {
 		taskRows: prometheus.NewDesc("tq_task_rows",
 			"Rows of a watched partition by a watched task's state (ready, waiting, leased, acked, dead, dropped), as tq.Client.Status counts them at the scrape.",
 			[]string{"partition", "task", "state"}, nil),
+		redelivered: prometheus.NewDesc("tq_task_redelivered_rows",
+			"Rows of a watched partition, ready or leased for a watched task, that were delivered before without an ack, as tq.Client.Status counts them at the scrape.",
+			[]string{"partition", "task"}, nil),
 		claimSkipped: prometheus.NewDesc("tq_claim_skipped_rows_total",
 			"Stale rows the claims of a watched task's handles passed over, each claim counting a row again, as tq.Task.Stats counts Skipped.",
 			[]string{"partition", "task"}, nil),
@@ -157,6 +166,7 @@ func (c *Collector) TraceEnd(ctx context.Context, _ *tq.Client, call tq.Call, en
 		m.cells = c.cells.WithLabelValues(op)
 		m.bytes = c.bytes.WithLabelValues(op)
 		m.roundTrip = c.roundTrips.WithLabelValues(op)
+		m.retries = c.retries.WithLabelValues(op)
 		m.duration = c.duration.WithLabelValues(op)
 	})
 	c.calls.WithLabelValues(op, ErrorClass(end.Err)).Inc()
@@ -165,6 +175,7 @@ func (c *Collector) TraceEnd(ctx context.Context, _ *tq.Client, call tq.Call, en
 	m.cells.Add(nonNegative(int64(end.Cells)))
 	m.bytes.Add(nonNegative(end.Bytes))
 	m.roundTrip.Add(nonNegative(end.RoundTrips))
+	m.retries.Add(nonNegative(end.Retries))
 }
 
 func nonNegative(n int64) float64 { return float64(max(n, 0)) }
@@ -176,6 +187,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- c.partitionRows
 	ch <- c.taskRows
+	ch <- c.redelivered
 	ch <- c.claimSkipped
 	ch <- c.claimDropped
 }
@@ -191,5 +203,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) vecs() []prometheus.Collector {
-	return []prometheus.Collector{c.calls, c.duration, c.rows, c.cells, c.bytes, c.roundTrips, c.scrapeErrs}
+	return []prometheus.Collector{c.calls, c.duration, c.rows, c.cells, c.bytes, c.roundTrips, c.retries, c.scrapeErrs}
 }

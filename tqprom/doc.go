@@ -25,6 +25,7 @@
 //	tq_call_cells_total{op}              counter: cells (row, field) written, read or deleted
 //	tq_call_bytes_total{op}              counter: bytes of the cells written or read
 //	tq_call_round_trips_total{op}        counter: requests to the engine's servers (0 in process)
+//	tq_call_retries_total{op}            counter: requests made again after the server was unavailable
 //
 // op is the tq.Client or tq.Task method ("BatchPut", "Claim", "Ack" ...:
 // see tq.Call), or "other" for one this package does not know; class is
@@ -36,14 +37,16 @@
 //	tq_partition_rows{partition}             gauge: committed rows (Watch)
 //	tq_task_rows{partition,task,state}       gauge: a task's rows in state ready, waiting, leased,
 //	                                         acked, dead or dropped, as tq.Client.Status counts them (Watch)
+//	tq_task_redelivered_rows{partition,task} gauge: rows ready or leased that were delivered before
+//	                                         without an ack, and may have been processed once (Watch)
 //	tq_claim_skipped_rows_total{partition,task}  counter: stale rows the task's claims passed over (WatchTask)
 //	tq_claim_dropped_rows_total{partition,task}  counter: rows its claims dropped (WatchTask)
 //	tq_scrape_errors_total{partition}        counter: scrapes whose Status call for the partition
 //	                                         failed or timed out; its gauges are absent from those scrapes
 //
 // Not exported, for want of a tq API that tells them: the age of the
-// oldest ready row, the age of leases, and redeliveries (rows delivered
-// more than once).
+// oldest ready row, and the age of leases (tq.LeaseStatus tells when a
+// lease ends, not when it began).
 //
 // # Cardinality
 //
@@ -53,9 +56,9 @@
 // buckets (19 bounds, +Inf, sum and count). partition and task take only
 // the values the caller watched: at most WithWatchLimit label sets
 // (default 256), each watched partition counting one (its 2 series), each
-// task named to Watch one (its 6 states), each (partition, task) given to
-// WatchTask one (2 series); so watches add at most 6×256 series by
-// default. A Watch or WatchTask past the limit fails with ErrWatchLimit,
+// task named to Watch one (its 6 states and its redelivered rows), each
+// (partition, task) given to WatchTask one (2 series); so watches add at
+// most 7×256 series by default. A Watch or WatchTask past the limit fails with ErrWatchLimit,
 // changing nothing; Unwatch and UnwatchTask free label sets and delete
 // their series.
 //

@@ -26,12 +26,13 @@ type taskKey struct{ partition, task string }
 
 // Watch has every scrape report partition's committed rows
 // (tq_partition_rows) and, for each of tasks, its rows by state
-// (tq_task_rows), from one client.Status(ctx, partition) call per scrape,
-// bounded by the scrape timeout (see WithScrapeTimeout). Status does not
-// know a task's fields, so it counts rows that wait for a field as ready
-// (and none as waiting); a task with no state in the partition yet has
-// every row ready. Tasks not named are not reported, however many the
-// partition has.
+// (tq_task_rows) and those delivered again (tq_task_redelivered_rows),
+// from one client.Status(ctx, partition) call per scrape, bounded by the
+// scrape timeout (see WithScrapeTimeout). Status does not know a task's
+// fields, so it counts rows that wait for a field as ready (and none as
+// waiting); a task with no state in the partition yet has every row
+// ready. Tasks not named are not reported, however many the partition
+// has.
 //
 // Watching a partition again replaces its client and tasks. The watch
 // counts 1+len(tasks) label sets against the limit (see WithWatchLimit);
@@ -61,7 +62,8 @@ func (c *Collector) Watch(client *tq.Client, partition string, tasks ...string) 
 }
 
 // Unwatch stops reporting partition's status: its tq_partition_rows,
-// tq_task_rows and tq_scrape_errors_total series go. Tasks given to
+// tq_task_rows, tq_task_redelivered_rows and tq_scrape_errors_total series
+// go. Tasks given to
 // WatchTask stay watched. Unwatching a partition not watched does nothing.
 func (c *Collector) Unwatch(partition string) {
 	c.mu.Lock()
@@ -197,6 +199,7 @@ func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
 			for j, n := range stateCounts(ts) {
 				ch <- prometheus.MustNewConstMetric(c.taskRows, prometheus.GaugeValue, float64(n), w.partition, task, taskStates[j])
 			}
+			ch <- prometheus.MustNewConstMetric(c.redelivered, prometheus.GaugeValue, float64(ts.Redelivered), w.partition, task)
 		}
 	}
 }
