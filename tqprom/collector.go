@@ -1,0 +1,207 @@
+package tqprom
+
+import (
+	"context"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tqgo/tqgo/tq"
+)
+
+// ops are the values of the op label: every op a tq.Client traces (see
+// tq.Call), and "other" for one this package does not know (an op tq
+// added since), so that the label stays a fixed set.
+var ops = []string{
+	"BatchPut", "BatchGet", "BatchGetInto", "BatchGetByMeta",
+	"List", "Lookup", "Partitions", "Clear", "ClearPartition", "Reclaim",
+	"Claim", "Wait", "Ack", "Nack", "Extend",
+	"Status", "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption",
+	opOther,
+}
+
+const opOther = "other"
+
+// Collector counts the calls of the tq clients that trace through it (it
+// is a tq.Tracer: pass it to tq.WithTracer) and, at each scrape, reports
+// the state of the partitions and tasks it watches (it is a
+// prometheus.Collector: see Register). One Collector may serve several
+// clients; their calls are counted together. A Collector is safe for
+// concurrent use, and holds no goroutine between scrapes.
+type Collector struct {
+	opts options
+
+	calls      *prometheus.CounterVec   // op, class
+	duration   *prometheus.HistogramVec // op
+	rows       *prometheus.CounterVec   // op
+	cells      *prometheus.CounterVec   // op
+	bytes      *prometheus.CounterVec   // op
+	roundTrips *prometheus.CounterVec   // op
+	retries    *prometheus.CounterVec   // op
+	scrapeErrs *prometheus.CounterVec   // partition
+
+	byOp map[string]*opMetrics // every op of ops; read-only after New
+
+	partitionRows *prometheus.Desc // partition
+	taskRows      *prometheus.Desc // partition, task, state
+	redelivered   *prometheus.Desc // partition, task
+	claimSkipped  *prometheus.Desc // partition, task
+	claimDropped  *prometheus.Desc // partition, task
+
+	mu         sync.Mutex // guards the watches
+	partitions map[string]*partitionWatch
+	tasks      map[taskKey][]*tq.Task // the handles of each watched (partition, task)
+	watched    int                    // label sets of partitions and tasks, at most opts.watchLimit
+}
+
+// opMetrics are one op's series, made at its first call (so that an op
+// never called exports none).
+type opMetrics struct {
+	once                                   sync.Once
+	rows, cells, bytes, roundTrip, retries prometheus.Counter
+	duration                               prometheus.Observer
+}
+
+var (
+	_ tq.Tracer            = (*Collector)(nil)
+	_ prometheus.Collector = (*Collector)(nil)
+)
+
+// New returns a Collector with nothing watched. It fails with ErrInvalid
+// on an invalid option.
+func New(opts ...Option) (*Collector, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	c := &Collector{
+		opts: o,
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tq_calls_total",
+			Help: "Calls of tq clients that ended, by op (the client method) and class (ok, or the kind of error).",
+		}, []string{"op", "class"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tq_call_duration_seconds",
+			Help:    "Time tq calls took, in seconds, failed ones included, by op.",
+			Buckets: o.buckets,
+		}, []string{"op"}),
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tq_call_rows_total",
+			Help: "Rows tq calls wrote, read, listed, looked up, cleared, leased or settled, by op.",
+		}, []string{"op"}),
+		cells: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tq_call_cells_total",
+			Help: "Cells (row, field) tq calls wrote, read or deleted, by op.",
+		}, []string{"op"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tq_call_bytes_total",
+			Help: "Bytes of the cells tq calls wrote or read, by op.",
+		}, []string{"op"}),
+		roundTrips: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tq_call_round_trips_total",
+			Help: "Requests to the engine's servers tq calls waited on, by op (0 for an in-process engine).",
+		}, []string{"op"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tq_call_retries_total",
+			Help: "Engine requests tq calls made again after the server was unavailable, by op (see tq.RetryPolicy).",
+		}, []string{"op"}),
+		scrapeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tq_scrape_errors_total",
+			Help: "Scrapes that could not read a watched partition's status (error or scrape timeout), by partition.",
+		}, []string{"partition"}),
+		partitionRows: prometheus.NewDesc("tq_partition_rows",
+			"Committed rows of a watched partition, as of the scrape.",
+			[]string{"partition"}, nil),
+		taskRows: prometheus.NewDesc("tq_task_rows",
+			"Rows of a watched partition by a watched task's state (ready, waiting, leased, acked, dead, dropped), as tq.Client.Status counts them at the scrape.",
+			[]string{"partition", "task", "state"}, nil),
+		redelivered: prometheus.NewDesc("tq_task_redelivered_rows",
+			"Rows of a watched partition, ready or leased for a watched task, that were delivered before without an ack, as tq.Client.Status counts them at the scrape.",
+			[]string{"partition", "task"}, nil),
+		claimSkipped: prometheus.NewDesc("tq_claim_skipped_rows_total",
+			"Stale rows the claims of a watched task's handles passed over, each claim counting a row again, as tq.Task.Stats counts Skipped.",
+			[]string{"partition", "task"}, nil),
+		claimDropped: prometheus.NewDesc("tq_claim_dropped_rows_total",
+			"Rows the claims of a watched task's handles dropped, stale or by the sampler, each once, as tq.Task.Stats counts Dropped.",
+			[]string{"partition", "task"}, nil),
+		byOp:       make(map[string]*opMetrics, len(ops)),
+		partitions: map[string]*partitionWatch{},
+		tasks:      map[taskKey][]*tq.Task{},
+	}
+	for _, op := range ops {
+		c.byOp[op] = new(opMetrics)
+	}
+	return c, nil
+}
+
+// Register registers the collector with reg.
+func (c *Collector) Register(reg prometheus.Registerer) error {
+	return reg.Register(c)
+}
+
+// scrapeKey marks the context of the calls a Collector makes to scrape,
+// which no Collector counts: a dashboard of a client's calls shows the
+// program's calls, not the monitoring's.
+type scrapeKey struct{}
+
+// TraceStart implements tq.Tracer; it returns ctx.
+func (c *Collector) TraceStart(ctx context.Context, _ *tq.Client, _ tq.Call) context.Context {
+	return ctx
+}
+
+// TraceEnd implements tq.Tracer: it counts the call.
+func (c *Collector) TraceEnd(ctx context.Context, _ *tq.Client, call tq.Call, end tq.CallEnd) {
+	if ctx.Value(scrapeKey{}) != nil {
+		return
+	}
+	op := call.Op
+	m, ok := c.byOp[op]
+	if !ok {
+		op, m = opOther, c.byOp[opOther]
+	}
+	m.once.Do(func() {
+		m.rows = c.rows.WithLabelValues(op)
+		m.cells = c.cells.WithLabelValues(op)
+		m.bytes = c.bytes.WithLabelValues(op)
+		m.roundTrip = c.roundTrips.WithLabelValues(op)
+		m.retries = c.retries.WithLabelValues(op)
+		m.duration = c.duration.WithLabelValues(op)
+	})
+	c.calls.WithLabelValues(op, ErrorClass(end.Err)).Inc()
+	m.duration.Observe(end.Duration.Seconds())
+	m.rows.Add(nonNegative(int64(end.Rows)))
+	m.cells.Add(nonNegative(int64(end.Cells)))
+	m.bytes.Add(nonNegative(end.Bytes))
+	m.roundTrip.Add(nonNegative(end.RoundTrips))
+	m.retries.Add(nonNegative(end.Retries))
+}
+
+func nonNegative(n int64) float64 { return float64(max(n, 0)) }
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, v := range c.vecs() {
+		v.Describe(ch)
+	}
+	ch <- c.partitionRows
+	ch <- c.taskRows
+	ch <- c.redelivered
+	ch <- c.claimSkipped
+	ch <- c.claimDropped
+}
+
+// Collect implements prometheus.Collector: it reports the calls counted
+// so far, and reads the watched partitions' status and tasks' stats (see
+// Watch and WatchTask).
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.collectWatched(ch) // first: it counts scrape errors
+	for _, v := range c.vecs() {
+		v.Collect(ch)
+	}
+}
+
+func (c *Collector) vecs() []prometheus.Collector {
+	return []prometheus.Collector{c.calls, c.duration, c.rows, c.cells, c.bytes, c.roundTrips, c.retries, c.scrapeErrs}
+}

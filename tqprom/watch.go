@@ -1,0 +1,215 @@
+package tqprom
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tqgo/tqgo/tq"
+)
+
+// scrapeConcurrency is the Status calls a scrape has in flight at once.
+const scrapeConcurrency = 8
+
+// partitionWatch is one watched partition: the client that reads its
+// status and the tasks whose rows are reported.
+type partitionWatch struct {
+	client    *tq.Client
+	partition string
+	tasks     []string // sorted, distinct
+}
+
+type taskKey struct{ partition, task string }
+
+// Watch has every scrape report partition's committed rows
+// (tq_partition_rows) and, for each of tasks, its rows by state
+// (tq_task_rows) and those delivered again (tq_task_redelivered_rows),
+// from one client.Status(ctx, partition) call per scrape, bounded by the
+// scrape timeout (see WithScrapeTimeout). Status does not know a task's
+// fields, so it counts rows that wait for a field as ready (and none as
+// waiting); a task with no state in the partition yet has every row
+// ready. Tasks not named are not reported, however many the partition
+// has.
+//
+// Watching a partition again replaces its client and tasks. The watch
+// counts 1+len(tasks) label sets against the limit (see WithWatchLimit);
+// past it Watch fails with ErrWatchLimit and changes nothing. A nil
+// client, an empty partition or an empty task name fails with ErrInvalid.
+// Unwatch a partition that is done with (a finished step's), and before
+// closing its client: a closed client's Status fails every scrape.
+func (c *Collector) Watch(client *tq.Client, partition string, tasks ...string) error {
+	if client == nil || partition == "" {
+		return fmt.Errorf("%w: Watch needs a client and a partition", ErrInvalid)
+	}
+	if slices.Contains(tasks, "") {
+		return fmt.Errorf("%w: Watch of partition %q: empty task name", ErrInvalid, partition)
+	}
+	w := &partitionWatch{client: client, partition: partition, tasks: slices.Compact(slices.Sorted(slices.Values(tasks)))}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.watched + 1 + len(w.tasks)
+	if old, ok := c.partitions[partition]; ok {
+		n -= 1 + len(old.tasks)
+	}
+	if n > c.opts.watchLimit {
+		return fmt.Errorf("%w: watching partition %q and %d tasks would make %d label sets, over %d", ErrWatchLimit, partition, len(w.tasks), n, c.opts.watchLimit)
+	}
+	c.partitions[partition], c.watched = w, n
+	return nil
+}
+
+// Unwatch stops reporting partition's status: its tq_partition_rows,
+// tq_task_rows, tq_task_redelivered_rows and tq_scrape_errors_total series
+// go. Tasks given to
+// WatchTask stay watched. Unwatching a partition not watched does nothing.
+func (c *Collector) Unwatch(partition string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.partitions[partition]; ok {
+		delete(c.partitions, partition)
+		c.watched -= 1 + len(old.tasks)
+		c.scrapeErrs.DeleteLabelValues(partition)
+	}
+}
+
+// WatchTask has every scrape report what t's claims skipped and dropped
+// (t.Stats(): tq_claim_skipped_rows_total, tq_claim_dropped_rows_total),
+// labelled with t's partition and name; it makes no call to the engine.
+// Several handles of one (partition, task) are summed, and count one label
+// set against the limit; watching a handle again does nothing. The counts
+// are this process's: other processes' claims report their own. Past the
+// limit WatchTask fails with ErrWatchLimit, a nil t with ErrInvalid.
+func (c *Collector) WatchTask(t *tq.Task) error {
+	if t == nil {
+		return fmt.Errorf("%w: WatchTask of a nil task", ErrInvalid)
+	}
+	k := taskKey{t.Partition(), t.Name()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	handles, ok := c.tasks[k]
+	if slices.Contains(handles, t) {
+		return nil
+	}
+	if !ok {
+		if c.watched+1 > c.opts.watchLimit {
+			return fmt.Errorf("%w: watching task %q of partition %q would make %d label sets, over %d", ErrWatchLimit, k.task, k.partition, c.watched+1, c.opts.watchLimit)
+		}
+		c.watched++
+	}
+	c.tasks[k] = append(handles, t)
+	return nil
+}
+
+// UnwatchTask stops counting t's stats. Once no handle of its (partition,
+// task) is watched, the series go; while others are, the counters drop by
+// t's counts (which Prometheus takes for a counter reset). Unwatching a
+// handle not watched does nothing.
+func (c *Collector) UnwatchTask(t *tq.Task) {
+	if t == nil {
+		return
+	}
+	k := taskKey{t.Partition(), t.Name()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	handles := c.tasks[k]
+	i := slices.Index(handles, t)
+	if i < 0 {
+		return
+	}
+	handles = slices.Delete(handles, i, i+1)
+	if len(handles) == 0 {
+		delete(c.tasks, k)
+		c.watched--
+		return
+	}
+	c.tasks[k] = handles
+}
+
+// taskStates are the values of tq_task_rows's state label.
+var taskStates = []string{"ready", "waiting", "leased", "acked", "dead", "dropped"}
+
+func stateCounts(ts tq.TaskStatus) []int {
+	return []int{ts.Ready, ts.Waiting, ts.Leased, ts.Acked, ts.Dead, ts.Dropped}
+}
+
+// collectWatched reports the watched tasks' stats, then reads the watched
+// partitions' status, scrapeConcurrency at a time, all within the scrape
+// timeout, and reports what came back in time.
+func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	watches := make([]*partitionWatch, 0, len(c.partitions))
+	for _, w := range c.partitions {
+		watches = append(watches, w)
+	}
+	stats := make(map[taskKey]tq.TaskStats, len(c.tasks))
+	for k, handles := range c.tasks {
+		var sum tq.TaskStats
+		for _, t := range handles {
+			s := t.Stats()
+			sum.Skipped += s.Skipped
+			sum.Dropped += s.Dropped
+		}
+		stats[k] = sum
+	}
+	c.mu.Unlock()
+
+	for k, s := range stats {
+		ch <- prometheus.MustNewConstMetric(c.claimSkipped, prometheus.CounterValue, float64(s.Skipped), k.partition, k.task)
+		ch <- prometheus.MustNewConstMetric(c.claimDropped, prometheus.CounterValue, float64(s.Dropped), k.partition, k.task)
+	}
+	if len(watches) == 0 {
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), scrapeKey{}, true), c.opts.scrapeTimeout)
+	defer cancel()
+	statuses := make([]*tq.Status, len(watches))
+	errs := make([]error, len(watches))
+	sem := make(chan struct{}, scrapeConcurrency)
+	var wg sync.WaitGroup
+	for i, w := range watches {
+		wg.Go(func() {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			statuses[i], errs[i] = w.client.Status(ctx, w.partition)
+		})
+	}
+	wg.Wait()
+
+	for i, w := range watches {
+		if errs[i] != nil {
+			c.countScrapeError(w)
+			continue
+		}
+		st := statuses[i]
+		ch <- prometheus.MustNewConstMetric(c.partitionRows, prometheus.GaugeValue, float64(st.Rows), w.partition)
+		for _, task := range w.tasks {
+			ts, ok := st.Tasks[task]
+			if !ok {
+				ts = tq.TaskStatus{Ready: st.Rows} // no state yet: every row as Status counts it
+			}
+			for j, n := range stateCounts(ts) {
+				ch <- prometheus.MustNewConstMetric(c.taskRows, prometheus.GaugeValue, float64(n), w.partition, task, taskStates[j])
+			}
+			ch <- prometheus.MustNewConstMetric(c.redelivered, prometheus.GaugeValue, float64(ts.Redelivered), w.partition, task)
+		}
+	}
+}
+
+// countScrapeError counts a failed status read of w, unless w was
+// unwatched or replaced meanwhile (its series is gone and must stay gone).
+func (c *Collector) countScrapeError(w *partitionWatch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.partitions[w.partition] == w {
+		c.scrapeErrs.WithLabelValues(w.partition).Inc()
+	}
+}
