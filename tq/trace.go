@@ -126,3 +126,31 @@ func (s SlogTracer) TraceEnd(ctx context.Context, _ *Client, call Call, end Call
 	}
 	s.Logger.LogAttrs(ctx, level, "tq call", attrs...)
 }
+
+// MultiTracer is a Tracer that passes every call to each of its tracers in
+// order (TraceEnd in the same order, each with the context its own
+// TraceStart returned): a SlogTracer and a metrics collector together.
+type MultiTracer []Tracer
+
+type multiKey struct{}
+
+// TraceStart implements Tracer.
+func (m MultiTracer) TraceStart(ctx context.Context, c *Client, call Call) context.Context {
+	ctxs := make([]context.Context, len(m))
+	for i, t := range m {
+		ctxs[i] = t.TraceStart(ctx, c, call)
+	}
+	return context.WithValue(ctx, multiKey{}, ctxs)
+}
+
+// TraceEnd implements Tracer.
+func (m MultiTracer) TraceEnd(ctx context.Context, c *Client, call Call, end CallEnd) {
+	ctxs, _ := ctx.Value(multiKey{}).([]context.Context)
+	for i, t := range m {
+		tctx := ctx
+		if i < len(ctxs) {
+			tctx = ctxs[i]
+		}
+		t.TraceEnd(tctx, c, call, end)
+	}
+}

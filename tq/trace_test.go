@@ -349,3 +349,40 @@ func TestPutPlainSlices(t *testing.T) {
 		t.Errorf("b's tag %v", m.Rows[1].Tag)
 	}
 }
+
+// A MultiTracer gives each tracer every call, with the context its own
+// TraceStart returned.
+func TestMultiTracer(t *testing.T) {
+	a, b := &ctxTracer{name: "a"}, &ctxTracer{name: "b"}
+	c, err := tq.Open(t.Context(), "memory://", tq.WithTracer(tq.MultiTracer{a, b}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Put(t.Context(), "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []*ctxTracer{a, b} {
+		if tr.ends != 1 || tr.wrong != 0 {
+			t.Errorf("tracer %s: %d ends, %d with another's context", tr.name, tr.ends, tr.wrong)
+		}
+	}
+}
+
+type ctxTracerKey struct{}
+
+type ctxTracer struct {
+	name        string
+	ends, wrong int
+}
+
+func (c *ctxTracer) TraceStart(ctx context.Context, _ *tq.Client, _ tq.Call) context.Context {
+	return context.WithValue(ctx, ctxTracerKey{}, c.name)
+}
+
+func (c *ctxTracer) TraceEnd(ctx context.Context, _ *tq.Client, _ tq.Call, _ tq.CallEnd) {
+	c.ends++
+	if ctx.Value(ctxTracerKey{}) != c.name {
+		c.wrong++
+	}
+}
