@@ -45,6 +45,8 @@ type Collector struct {
 	partitionRows *prometheus.Desc // partition
 	taskRows      *prometheus.Desc // partition, task, state
 	redelivered   *prometheus.Desc // partition, task
+	leases        *prometheus.Desc // partition, task
+	leaseLeft     *prometheus.Desc // partition, task
 	claimSkipped  *prometheus.Desc // partition, task
 	claimDropped  *prometheus.Desc // partition, task
 
@@ -120,6 +122,12 @@ func New(opts ...Option) (*Collector, error) {
 		redelivered: prometheus.NewDesc("tq_task_redelivered_rows",
 			"Rows of a watched partition, ready or leased for a watched task, that were delivered before without an ack, as tq.Client.Status counts them at the scrape.",
 			[]string{"partition", "task"}, nil),
+		leases: prometheus.NewDesc("tq_task_leases",
+			"Running leases of a watched task in a watched partition (each held by one consumer), as tq.Client.Status lists them at the scrape.",
+			[]string{"partition", "task"}, nil),
+		leaseLeft: prometheus.NewDesc("tq_task_lease_remaining_seconds",
+			"Seconds until the earliest running lease of a watched task ends unless extended; absent when none runs. A holder that stopped extending shows as this falling to 0.",
+			[]string{"partition", "task"}, nil),
 		claimSkipped: prometheus.NewDesc("tq_claim_skipped_rows_total",
 			"Stale rows the claims of a watched task's handles passed over, each claim counting a row again, as tq.Task.Stats counts Skipped.",
 			[]string{"partition", "task"}, nil),
@@ -188,6 +196,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.partitionRows
 	ch <- c.taskRows
 	ch <- c.redelivered
+	ch <- c.leases
+	ch <- c.leaseLeft
 	ch <- c.claimSkipped
 	ch <- c.claimDropped
 }

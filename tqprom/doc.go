@@ -39,6 +39,9 @@
 //	                                         acked, dead or dropped, as tq.Client.Status counts them (Watch)
 //	tq_task_redelivered_rows{partition,task} gauge: rows ready or leased that were delivered before
 //	                                         without an ack, and may have been processed once (Watch)
+//	tq_task_leases{partition,task}           gauge: running leases, each held by one consumer (Watch)
+//	tq_task_lease_remaining_seconds{partition,task}  gauge: until the earliest running lease ends
+//	                                         unless extended; absent with none (Watch)
 //	tq_claim_skipped_rows_total{partition,task}  counter: stale rows the task's claims passed over (WatchTask)
 //	tq_claim_dropped_rows_total{partition,task}  counter: rows its claims dropped (WatchTask)
 //	tq_scrape_errors_total{partition}        counter: scrapes whose Status call for the partition
@@ -46,7 +49,8 @@
 //
 // Not exported, for want of a tq API that tells them: the age of the
 // oldest ready row, and the age of leases (tq.LeaseStatus tells when a
-// lease ends, not when it began).
+// lease ends, not when it began: tq_task_lease_remaining_seconds stands
+// for it).
 //
 // # Cardinality
 //
@@ -56,9 +60,10 @@
 // buckets (19 bounds, +Inf, sum and count). partition and task take only
 // the values the caller watched: at most WithWatchLimit label sets
 // (default 256), each watched partition counting one (its 2 series), each
-// task named to Watch one (its 6 states and its redelivered rows), each
+// task named to Watch one (its 6 states, its redelivered rows and its 2
+// lease series), each
 // (partition, task) given to WatchTask one (2 series); so watches add at
-// most 7×256 series by default. A Watch or WatchTask past the limit fails with ErrWatchLimit,
+// most 9×256 series by default. A Watch or WatchTask past the limit fails with ErrWatchLimit,
 // changing nothing; Unwatch and UnwatchTask free label sets and delete
 // their series.
 //

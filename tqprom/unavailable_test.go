@@ -83,6 +83,10 @@ func TestWatchRedelivered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	compare(t, reg, `
+		tq_task_leases{partition="p",task="idle"} 0
+		tq_task_leases{partition="p",task="t"} 1
+	`, "tq_task_leases")
 	if err := l.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}

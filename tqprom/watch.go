@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -200,6 +201,11 @@ func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.taskRows, prometheus.GaugeValue, float64(n), w.partition, task, taskStates[j])
 			}
 			ch <- prometheus.MustNewConstMetric(c.redelivered, prometheus.GaugeValue, float64(ts.Redelivered), w.partition, task)
+			ch <- prometheus.MustNewConstMetric(c.leases, prometheus.GaugeValue, float64(len(ts.Leases)), w.partition, task)
+			if len(ts.Leases) > 0 {
+				left := max(time.Until(ts.Leases[0].Until).Seconds(), 0)
+				ch <- prometheus.MustNewConstMetric(c.leaseLeft, prometheus.GaugeValue, left, w.partition, task)
+			}
 		}
 	}
 }
