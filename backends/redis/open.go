@@ -3,8 +3,10 @@ package redis
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,6 +69,23 @@ func intParam(option func(int) Option) func(string) (Option, error) {
 	}
 }
 
+// listParams are the query parameters that may be given more than once:
+// go-redis's addr, a cluster's further seed nodes.
+var listParams = map[string]bool{"addr": true}
+
+// checkRepeats fails, with ErrInvalid, on a parameter given twice:
+// go-redis, and url.Values.Get, would take one of the values silently, so
+// that "?prefix=a&prefix=b" opened one namespace where the caller may
+// have meant the other.
+func checkRepeats(q url.Values) error {
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if vals := q[name]; len(vals) > 1 && !listParams[name] {
+			return fmt.Errorf("%w: redis URL parameter %q given twice (%d values): give it once", backends.ErrInvalid, name, len(vals))
+		}
+	}
+	return nil
+}
+
 // DefaultReplicaTimeout is how long a metadata write waits for its
 // replicas when the URL gives replicas but no replica_timeout.
 const DefaultReplicaTimeout = time.Second
@@ -83,15 +102,18 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 	}
 	o := defaultOptions()
 	q := u.Query()
+	if err := checkRepeats(q); err != nil {
+		return nil, err
+	}
 	var fromURL []Option
 	for name, parse := range urlParams {
 		vals, ok := q[name]
 		if !ok {
 			continue
 		}
-		opt, err := parse(vals[len(vals)-1])
+		opt, err := parse(vals[0])
 		if err != nil {
-			return nil, fmt.Errorf("%w: redis URL parameter %s=%q: %v", backends.ErrInvalid, name, vals[len(vals)-1], err)
+			return nil, fmt.Errorf("%w: redis URL parameter %s=%q: %v", backends.ErrInvalid, name, vals[0], err)
 		}
 		fromURL = append(fromURL, opt)
 		q.Del(name)
