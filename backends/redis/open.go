@@ -94,7 +94,9 @@ const DefaultReplicaTimeout = time.Second
 // PING, and returns a Store (and, through Store.Log, its partition logs)
 // that owns the client, which honours context deadlines
 // (ContextTimeoutEnabled). See the package doc for the URL forms and
-// parameters. opts apply after the URL's parameters.
+// parameters. opts apply after the URL's parameters. A rediss:// URL's
+// server that fails the TLS handshake (one that speaks plaintext, say)
+// fails OpenURL within dial_timeout, with an error that says so.
 func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -124,6 +126,7 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 	}
 
 	var client goredis.UniversalClient
+	var probe func(ctx context.Context) error // before the PING: see probeTLS
 	switch u.Scheme {
 	case Scheme, SchemeTLS:
 		if strings.Contains(u.Host, ",") {
@@ -138,6 +141,10 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 		co.ContextTimeoutEnabled = true // callers' deadlines bound network waits
 		if err := o.splitPool(co); err != nil {
 			return nil, err
+		}
+		if co.TLSConfig != nil {
+			co.Dialer = tlsDialer(co.DialTimeout, co.TLSConfig)
+			probe = func(ctx context.Context) error { return probeTLS(ctx, co.Dialer, "tcp", co.Addr) }
 		}
 		client = goredis.NewClient(co)
 	case SchemeCluster, SchemeClusterTLS:
@@ -163,6 +170,12 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 		return nil, fmt.Errorf("%w: scheme %q is not a redis scheme", backends.ErrInvalid, u.Scheme)
 	}
 	s := newStore(client, o, true)
+	if probe != nil {
+		if err := probe(ctx); err != nil {
+			client.Close()
+			return nil, s.wrap(ctx, "connect", err)
+		}
+	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
 		return nil, s.wrap(ctx, "connect", err)
