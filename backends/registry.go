@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -85,9 +86,15 @@ func Schemes() []string {
 	return out
 }
 
-// Open parses rawURL and opens it with the opener of its scheme.
+// Open parses rawURL and opens it with the opener of its scheme. A URL
+// without a scheme ("127.0.0.1:6379", "localhost:6379/0") fails with an
+// error matching ErrInvalid that lists the registered schemes; one whose
+// scheme nobody registered, with ErrUnknownScheme.
 func Open(ctx context.Context, rawURL string) (Engine, error) {
 	u, err := url.Parse(rawURL)
+	if noScheme(rawURL, u, err) {
+		return Engine{}, &noSchemeError{url: redactRaw(rawURL), schemes: Schemes()}
+	}
 	if err != nil {
 		// Not url.Parse's own error: it quotes the URL, password included.
 		var ue *url.Error
@@ -112,6 +119,54 @@ func Open(ctx context.Context, rawURL string) (Engine, error) {
 	}
 	return eng, nil
 }
+
+// noScheme reports whether rawURL, which url.Parse made u of (or failed
+// on with err), lacks a scheme: it has no "://", and it did not parse
+// (a host:port: "first path segment in URL cannot contain colon"), or
+// parsed with no scheme ("redis-host", ""), or with an unregistered one
+// followed by what reads as a port or a password ("localhost:6379/0" is
+// scheme "localhost", opaque "6379/0"). "nosuch:thing" keeps its scheme.
+func noScheme(rawURL string, u *url.URL, err error) bool {
+	if strings.Contains(rawURL, "://") {
+		return false
+	}
+	if err != nil || u.Scheme == "" {
+		return true
+	}
+	registryMu.RLock()
+	_, known := registry[u.Scheme]
+	registryMu.RUnlock()
+	if known {
+		return false
+	}
+	return u.Opaque != "" && ('0' <= u.Opaque[0] && u.Opaque[0] <= '9' || strings.Contains(u.Opaque, "@"))
+}
+
+// redactRaw drops what could be a password from a URL that did not parse
+// as one: everything before its last "@".
+func redactRaw(rawURL string) string {
+	if at := strings.LastIndexByte(rawURL, '@'); at >= 0 {
+		return "xxxxx" + rawURL[at:]
+	}
+	return rawURL
+}
+
+// noSchemeError is Open's error for a URL without a scheme. It matches
+// ErrInvalid.
+type noSchemeError struct {
+	url     string // redacted
+	schemes []string
+}
+
+func (e *noSchemeError) Error() string {
+	registered := "none (forgotten import?)"
+	if len(e.schemes) > 0 {
+		registered = strings.Join(e.schemes, ", ")
+	}
+	return fmt.Sprintf("backends: URL %q has no scheme (want redis://host:port/db, memory://, …: registered schemes: %s)", e.url, registered)
+}
+
+func (e *noSchemeError) Unwrap() error { return ErrInvalid }
 
 func closeEngine(e Engine) {
 	if e.Meta != nil {

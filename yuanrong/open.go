@@ -3,7 +3,9 @@ package yuanrong
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/tqgo/tqgo/backends"
@@ -34,10 +36,15 @@ func openURL(_ context.Context, u *url.URL) (backends.Engine, error) {
 		return backends.Engine{}, fmt.Errorf("%w: %w: %q names a datasystem other processes share: build a DataSystem over its SDK (see yuanrong/README.md) and pair it with a MetaStore they all share, tq.New(backends.Engine{Data: yuanrong.NewBackend(ds), Meta: <shared MetaStore>})", ErrInvalid, ErrNoSDK, u.Redacted())
 	}
 	var opts []Option
-	for name, vals := range u.Query() {
-		n, err := strconv.Atoi(vals[len(vals)-1])
+	q := u.Query()
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		vals := q[name]
+		if len(vals) > 1 {
+			return backends.Engine{}, invalidf("URL parameter %q given twice (%d values): give it once", name, len(vals))
+		}
+		n, err := strconv.Atoi(vals[0])
 		if err != nil {
-			return backends.Engine{}, invalidf("%s=%q: %v", name, vals[len(vals)-1], err)
+			return backends.Engine{}, invalidf("%s=%q: %v", name, vals[0], err)
 		}
 		switch name {
 		case "put_keys_limit":

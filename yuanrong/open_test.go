@@ -2,6 +2,7 @@ package yuanrong_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/tqgo/tqgo/backends"
@@ -34,9 +35,13 @@ func TestOpenRejects(t *testing.T) {
 			t.Errorf("%s: %v, want ErrNoSDK and ErrInvalid", u, err)
 		}
 	}
-	for _, u := range []string{"yuanrong://?put_keys_limit=0", "yuanrong://?put_keys_limit=x", "yuanrong://?workers=3"} {
+	for _, u := range []string{"yuanrong://?put_keys_limit=0", "yuanrong://?put_keys_limit=x", "yuanrong://?workers=3", "yuanrong://?put_keys_limit=2&put_keys_limit=3"} {
 		if _, err := backends.Open(ctx, u); !errors.Is(err, backends.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", u, err)
 		}
+	}
+	// A parameter given twice is named, not settled by its last value.
+	if _, err := backends.Open(ctx, "yuanrong://?get_clear_keys_limit=2&get_clear_keys_limit=3"); err == nil || !strings.Contains(err.Error(), `"get_clear_keys_limit" given twice`) {
+		t.Errorf("a repeated parameter: %v", err)
 	}
 }

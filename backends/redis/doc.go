@@ -39,8 +39,8 @@
 //	replicas           WithReplicas (n)
 //	replica_timeout    WithReplicas (a Go duration; default DefaultReplicaTimeout)
 //
-// A parameter given twice counts by its last value; an empty value is
-// invalid. Every other parameter goes to go-redis's ParseURL or
+// A parameter given twice is invalid (but for addr, a cluster's further
+// seeds), as is an empty value. Every other parameter goes to go-redis's ParseURL or
 // ParseClusterURL, which reject unknown ones: pool_size, dial_timeout,
 // read_timeout, write_timeout, max_retries, protocol, client_name, ...
 //

@@ -3,8 +3,10 @@ package redis
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,6 +69,23 @@ func intParam(option func(int) Option) func(string) (Option, error) {
 	}
 }
 
+// listParams are the query parameters that may be given more than once:
+// go-redis's addr, a cluster's further seed nodes.
+var listParams = map[string]bool{"addr": true}
+
+// checkRepeats fails, with ErrInvalid, on a parameter given twice:
+// go-redis, and url.Values.Get, would take one of the values silently, so
+// that "?prefix=a&prefix=b" opened one namespace where the caller may
+// have meant the other.
+func checkRepeats(q url.Values) error {
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if vals := q[name]; len(vals) > 1 && !listParams[name] {
+			return fmt.Errorf("%w: redis URL parameter %q given twice (%d values): give it once", backends.ErrInvalid, name, len(vals))
+		}
+	}
+	return nil
+}
+
 // DefaultReplicaTimeout is how long a metadata write waits for its
 // replicas when the URL gives replicas but no replica_timeout.
 const DefaultReplicaTimeout = time.Second
@@ -75,7 +94,9 @@ const DefaultReplicaTimeout = time.Second
 // PING, and returns a Store (and, through Store.Log, its partition logs)
 // that owns the client, which honours context deadlines
 // (ContextTimeoutEnabled). See the package doc for the URL forms and
-// parameters. opts apply after the URL's parameters.
+// parameters. opts apply after the URL's parameters. A rediss:// URL's
+// server that fails the TLS handshake (one that speaks plaintext, say)
+// fails OpenURL within dial_timeout, with an error that says so.
 func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -83,15 +104,18 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 	}
 	o := defaultOptions()
 	q := u.Query()
+	if err := checkRepeats(q); err != nil {
+		return nil, err
+	}
 	var fromURL []Option
 	for name, parse := range urlParams {
 		vals, ok := q[name]
 		if !ok {
 			continue
 		}
-		opt, err := parse(vals[len(vals)-1])
+		opt, err := parse(vals[0])
 		if err != nil {
-			return nil, fmt.Errorf("%w: redis URL parameter %s=%q: %v", backends.ErrInvalid, name, vals[len(vals)-1], err)
+			return nil, fmt.Errorf("%w: redis URL parameter %s=%q: %v", backends.ErrInvalid, name, vals[0], err)
 		}
 		fromURL = append(fromURL, opt)
 		q.Del(name)
@@ -102,6 +126,7 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 	}
 
 	var client goredis.UniversalClient
+	var probe func(ctx context.Context) error // before the PING: see probeTLS
 	switch u.Scheme {
 	case Scheme, SchemeTLS:
 		if strings.Contains(u.Host, ",") {
@@ -116,6 +141,10 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 		co.ContextTimeoutEnabled = true // callers' deadlines bound network waits
 		if err := o.splitPool(co); err != nil {
 			return nil, err
+		}
+		if co.TLSConfig != nil {
+			co.Dialer = tlsDialer(co.DialTimeout, co.TLSConfig)
+			probe = func(ctx context.Context) error { return probeTLS(ctx, co.Dialer, "tcp", co.Addr) }
 		}
 		client = goredis.NewClient(co)
 	case SchemeCluster, SchemeClusterTLS:
@@ -141,6 +170,12 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Store, error)
 		return nil, fmt.Errorf("%w: scheme %q is not a redis scheme", backends.ErrInvalid, u.Scheme)
 	}
 	s := newStore(client, o, true)
+	if probe != nil {
+		if err := probe(ctx); err != nil {
+			client.Close()
+			return nil, s.wrap(ctx, "connect", err)
+		}
+	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
 		return nil, s.wrap(ctx, "connect", err)

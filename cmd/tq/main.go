@@ -6,13 +6,20 @@
 //
 // Usage:
 //
-//	tq [-url URL] [-json] <command> [flags] [args]
+//	tq [-url URL] [-json] [-timeout D] <command> [flags] [args]
 //
-// The URL comes from -url, else from the environment variable TQ_URL.
-// Output is an aligned table, or with -json one JSON document per command.
+// Flags, the global ones too, may come before, after or among a command's
+// arguments ("tq status grpo/samples -task train -fields rewards"); "--"
+// ends them, for a key that starts with "-". The URL comes from -url, else
+// from the environment variable TQ_URL. -timeout (default 30s, 0 for
+// none) bounds the whole command, opening the queue included. Output is
+// an aligned table, or with -json one JSON document per command.
+//
 // Exit status: 0 on success, 1 when the command failed (the queue could
-// not be opened, no such partition, key or field), 2 for a usage error
-// (clear, reset or drop without -yes included).
+// not be opened; no such partition, task, key or field, the error naming
+// those there are; the command timed out), 2 for a usage error (clear,
+// reset or drop without -yes included). A task exists once it has state
+// in the partition: status lists it.
 package main
 
 import (
@@ -22,11 +29,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -53,26 +62,38 @@ func main() {
 	os.Exit(code)
 }
 
-// A command is one subcommand: run parses its own flags from args (with
-// s.flags(cmd)) and writes its result through s.
+// A command is one subcommand. define adds its flags to a flag set (which
+// also holds the global ones) and returns its action, which reads them
+// once the set has parsed the command line; run makes the context (its
+// -timeout) only then.
 type command struct {
-	name    string
-	args    string // the usage line's arguments
-	summary string
-	run     func(ctx context.Context, s *session, cmd command, args []string) error
+	name     string
+	args     string // the usage line's arguments
+	summary  string
+	min, max int // how many positional arguments (max < 0: no limit)
+	define   func(fs *flag.FlagSet) action
+}
+
+// An action runs a command on its positional arguments, writing its
+// result through s.
+type action func(ctx context.Context, s *session, args []string) error
+
+// noFlags is define for a command without flags of its own.
+func noFlags(a action) func(*flag.FlagSet) action {
+	return func(*flag.FlagSet) action { return a }
 }
 
 // commands is the subcommand table, in the order usage lists them.
 var commands = []command{
-	{"partitions", "", "list the partitions that have rows", runPartitions},
-	{"rows", "<partition>", "list a partition's rows: index, key, fields, tags", runRows},
-	{"dump", "[-n N] <partition> <key> [field...]", "print a row's cells (every field when none is named)", runDump},
-	{"clear", "-yes <partition>", "remove every row of a partition (ClearPartition)", runClear},
-	{"status", "[-task T -fields f1,f2] <partition>", "production per field and consumption per task (ready, waiting, leased, acked, dead, dropped)", runStatus},
-	{"reset", "-yes <partition> <task> [key...]", "forget a task's consumption of rows (every row when none is named): ready again", runReset},
-	{"dead", "[-fields f1,f2] <partition> <task>", "list the rows a task gave up on (delivered its MaxDeliveries times)", runDead},
-	{"retry", "[-fields f1,f2] <partition> <task> <key...>", "make dead rows of a task ready again", runMark},
-	{"drop", "-yes [-fields f1,f2] <partition> <task> <key...>", "consume ready or dead rows of a task without delivery", runMark},
+	{"partitions", "", "list the partitions that have rows", 0, 0, noFlags(runPartitions)},
+	{"rows", "<partition>", "list a partition's rows: index, key, fields, tags", 1, 1, noFlags(runRows)},
+	{"dump", "[-n N] <partition> <key> [field...]", "print a row's cells (every field when none is named)", 2, -1, defineDump},
+	{"clear", "-yes <partition>", "remove every row of a partition (ClearPartition)", 1, 1, defineClear},
+	{"status", "[-task T -fields f1,f2] <partition>", "production per field and consumption per task (ready, waiting, leased, acked, dead, dropped)", 1, 1, defineStatus},
+	{"reset", "-yes <partition> <task> [key...]", "forget a task's consumption of rows (every row when none is named): ready again", 2, -1, defineReset},
+	{"dead", "[-fields f1,f2] <partition> <task>", "list the rows a task gave up on (delivered its MaxDeliveries times)", 2, 2, defineDead},
+	{"retry", "[-fields f1,f2] <partition> <task> <key...>", "make dead rows of a task ready again", 3, -1, defineMark("retry")},
+	{"drop", "-yes [-new-task] [-fields f1,f2] <partition> <task> <key...>", "consume ready or dead rows of a task without delivery", 3, -1, defineMark("drop")},
 }
 
 func lookupCommand(name string) (command, bool) {
@@ -97,14 +118,31 @@ func usagef(format string, args ...any) error {
 // errHelp is -h or -help: usage printed, exit status 0.
 var errHelp = flag.ErrHelp
 
+// defaultTimeout bounds a whole command unless -timeout says otherwise.
+const defaultTimeout = 30 * time.Second
+
 // session is what a command runs with: the global flags, the output, and
 // the client, opened on first use.
 type session struct {
-	url    string
-	json   bool
-	stdout io.Writer
-	stderr io.Writer
-	client *tq.Client
+	url     string // -url, else $TQ_URL
+	json    bool
+	timeout time.Duration // 0: none
+	stdout  io.Writer
+	stderr  io.Writer
+	client  *tq.Client
+}
+
+// globalFlags adds -url, -json and -timeout to fs, defaulting to their
+// values so far: the global flag set has them, and so has every command's,
+// so that they may come after the command name too.
+func (s *session) globalFlags(fs *flag.FlagSet) {
+	// A flag without a default: usage would print the URL, password and all.
+	fs.Func("url", "queue `URL`, as tq.Open takes it (default $"+urlEnv+")", func(v string) error {
+		s.url = v
+		return nil
+	})
+	fs.BoolVar(&s.json, "json", s.json, "print one JSON document instead of a table")
+	fs.DurationVar(&s.timeout, "timeout", s.timeout, "give up on the command after this long (0: never)")
 }
 
 // open opens the queue at s.url once.
@@ -123,32 +161,91 @@ func (s *session) open(ctx context.Context) (*tq.Client, error) {
 	return c, nil
 }
 
-// flags is a flag set for command name whose usage goes to s.stderr.
+// flags is a flag set for cmd, with the global flags, whose usage goes to
+// s.stderr.
 func (s *session) flags(cmd command) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
 	fs.SetOutput(s.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(s.stderr, "usage: tq %s %s\n\n%s\n", cmd.name, cmd.args, cmd.summary)
+		fmt.Fprintf(s.stderr, "usage: tq %s %s\n\n%s\n(flags may also follow the arguments; -- ends them)\n\n", cmd.name, cmd.args, cmd.summary)
 		fs.PrintDefaults()
 	}
+	s.globalFlags(fs)
 	return fs
 }
 
-// parse parses args into fs and checks the count of positional arguments
-// is within [min, max] (max < 0: no limit).
+// parse parses args into fs, flags anywhere among them, and checks the
+// count of positional arguments is within [min, max] (max < 0: no limit).
 func parse(fs *flag.FlagSet, args []string, min, max int) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseInterleaved(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, errHelp
 		}
 		return nil, &usageError{} // the flag package printed the error and usage
 	}
-	rest := fs.Args()
 	if len(rest) < min || max >= 0 && len(rest) > max {
 		fs.Usage()
-		return nil, usagef("wrong number of arguments")
+		return nil, usagef("wrong number of arguments: %d, want %s", len(rest), countText(min, max))
 	}
 	return rest, nil
+}
+
+func countText(min, max int) string {
+	switch {
+	case max < 0:
+		return fmt.Sprintf("at least %d", min)
+	case min == max:
+		return fmt.Sprint(min)
+	}
+	return fmt.Sprintf("%d to %d", min, max)
+}
+
+// parseInterleaved parses args into fs with flags before, after and among
+// the positional arguments, which it returns in order: the flag package
+// stops at the first of those, so it parses again after each. "--" ends
+// the flags: every argument after it is positional (a key "-k", say).
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if endedFlags(fs, args, len(args)-len(rest)) {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// endedFlags reports whether fs.Parse, having used the first n of args,
+// stopped at a "--" (which it drops) rather than at a positional
+// argument: the last it used is "--", and not as a flag's value
+// ("-task --").
+func endedFlags(fs *flag.FlagSet, args []string, n int) bool {
+	if n == 0 || args[n-1] != "--" {
+		return false
+	}
+	return n < 2 || !takesValue(fs, args[n-2])
+}
+
+// takesValue reports whether arg is a flag of fs that takes the next
+// argument as its value: -name or --name, without "=", not a bool flag.
+func takesValue(fs *flag.FlagSet, arg string) bool {
+	if len(arg) < 2 || arg[0] != '-' || strings.Contains(arg, "=") {
+		return false
+	}
+	f := fs.Lookup(strings.TrimPrefix(arg[1:], "-"))
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
 }
 
 // emitJSON writes v as one indented JSON document.
@@ -166,11 +263,10 @@ func (s *session) table() *tabwriter.Writer {
 // run is the whole tool: it parses args (without the program name), runs
 // the command and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	s := &session{stdout: stdout, stderr: stderr}
+	s := &session{stdout: stdout, stderr: stderr, timeout: defaultTimeout}
 	fs := flag.NewFlagSet("tq", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&s.url, "url", os.Getenv(urlEnv), "queue URL, as tq.Open takes it (default $"+urlEnv+")")
-	fs.BoolVar(&s.json, "json", false, "print one JSON document instead of a table")
+	s.globalFlags(fs)
 	fs.Usage = func() { usage(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -192,11 +288,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tq: unknown command %q (run 'tq help' for the list)\n", name)
 		return 2
 	}
-	err := cmd.run(ctx, s, cmd, fs.Args()[1:])
-	if s.client != nil {
-		if cerr := s.client.Close(); err == nil && cerr != nil {
-			err = cerr
+	cfs := s.flags(cmd)
+	act := cmd.define(cfs)
+	rest, err := parse(cfs, fs.Args()[1:], cmd.min, cmd.max)
+	if err == nil {
+		if s.url == "" {
+			s.url = os.Getenv(urlEnv)
 		}
+		err = s.runAction(ctx, act, rest)
 	}
 	var ue *usageError
 	switch {
@@ -206,17 +305,78 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.As(err, &ue):
 		if ue.msg != "" {
-			fmt.Fprintf(stderr, "tq %s: %v\n", name, err)
+			fmt.Fprintf(stderr, "tq %s: %s\n", name, s.redact(err.Error()))
 		}
 		return 2
 	default:
-		fmt.Fprintf(stderr, "tq %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "tq %s: %s\n", name, s.redact(err.Error()))
 		return 1
 	}
 }
 
+// runAction runs act within s.timeout, closes the client it opened, and
+// says when the command ran out of time or was interrupted.
+func (s *session) runAction(ctx context.Context, act action, args []string) error {
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if s.timeout > 0 {
+		cctx, cancel = context.WithTimeout(ctx, s.timeout)
+	}
+	defer cancel()
+	err := act(cctx, s, args)
+	if s.client != nil {
+		if cerr := s.client.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		err = fmt.Errorf("interrupted: %w", err)
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		err = fmt.Errorf("timed out after %v (-timeout): %w", s.timeout, err)
+	}
+	return err
+}
+
+// redact drops the URL's password from msg, where an error may quote it:
+// tq.Open redacts a URL it parses, not every form an operator may type
+// ("user:secret@host:6379").
+func (s *session) redact(msg string) string {
+	pw := urlPassword(s.url)
+	if pw == "" {
+		return msg
+	}
+	// Followed by its "@", so that a short password does not garble the
+	// rest of the message.
+	msg = strings.ReplaceAll(msg, pw+"@", "xxxxx@")
+	if un, err := url.PathUnescape(pw); err == nil && un != "" {
+		msg = strings.ReplaceAll(msg, un+"@", "xxxxx@")
+	}
+	return msg
+}
+
+// urlPassword is the password in raw's user information, as written: what
+// follows the first ":" of the text before the last "@" (after the
+// scheme's "://"), or all of that text when it has no ":" (go-redis takes
+// a lone user name as the password).
+func urlPassword(raw string) string {
+	if i := strings.Index(raw, "://"); i >= 0 {
+		raw = raw[i+3:]
+	}
+	at := strings.LastIndexByte(raw, '@')
+	if at < 0 {
+		return ""
+	}
+	info := raw[:at]
+	if i := strings.IndexByte(info, ':'); i >= 0 {
+		return info[i+1:]
+	}
+	return info
+}
+
 func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "usage: tq [-url URL] [-json] <command> [flags] [args]")
+	fmt.Fprintln(w, "usage: tq [-url URL] [-json] [-timeout D] <command> [flags] [args]")
+	fmt.Fprintln(w, "\nFlags, the global ones too, may come before, after or among a command's\narguments; -- ends them.")
 	fmt.Fprintln(w, "\ncommands:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, c := range commands {
@@ -230,9 +390,9 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.SetOutput(out)
 }
 
-// openPartition opens the queue and returns an error unless partition has
-// rows: List of an unknown partition is empty, which would read as a
-// partition of no rows.
+// openPartition opens the queue and returns an error naming the
+// partitions there are unless partition has rows: List of an unknown
+// partition is empty, which would read as a partition of no rows.
 func (s *session) openPartition(ctx context.Context, partition string) (*tq.Client, error) {
 	c, err := s.open(ctx)
 	if err != nil {
@@ -243,15 +403,51 @@ func (s *session) openPartition(ctx context.Context, partition string) (*tq.Clie
 		return nil, err
 	}
 	if !slices.Contains(ps, partition) {
-		return nil, fmt.Errorf("no partition %q", partition)
+		if len(ps) == 0 {
+			return nil, fmt.Errorf("no partition %q (the queue has none)", partition)
+		}
+		return nil, fmt.Errorf("no partition %q (partitions: %s)", partition, nameList(ps, false))
 	}
 	return c, nil
 }
 
-func runPartitions(ctx context.Context, s *session, cmd command, args []string) error {
-	if _, err := parse(s.flags(cmd), args, 0, 0); err != nil {
-		return err
+// maxNames is how many names an error lists before "and N more".
+const maxNames = 10
+
+// nameList is names as an error lists them: the first maxNames,
+// comma-separated (quoted when quote is set: keys may hold anything),
+// then how many more there are.
+func nameList(names []string, quote bool) string {
+	n := min(len(names), maxNames)
+	parts := make([]string, n)
+	for i, name := range names[:n] {
+		if quote {
+			name = strconvQuote(name)
+		}
+		parts[i] = name
 	}
+	out := strings.Join(parts, ", ")
+	if len(names) > n {
+		out += fmt.Sprintf(" and %d more", len(names)-n)
+	}
+	return out
+}
+
+// noKey is the error for key, not in partition: it names the keys there
+// are (the first of them, by index).
+func noKey(ctx context.Context, c *tq.Client, partition, key string) error {
+	m, err := c.List(ctx, partition)
+	if err != nil || len(m.Rows) == 0 {
+		return fmt.Errorf("no key %q in partition %q", key, partition)
+	}
+	keys := make([]string, len(m.Rows))
+	for i, r := range m.Rows {
+		keys[i] = r.Key
+	}
+	return fmt.Errorf("no key %q in partition %q (keys: %s)", key, partition, nameList(keys, true))
+}
+
+func runPartitions(ctx context.Context, s *session, _ []string) error {
 	c, err := s.open(ctx)
 	if err != nil {
 		return err
@@ -292,12 +488,8 @@ func fieldOf(fi tq.FieldInfo) fieldJSON {
 	return fieldJSON{Kind: "tensor", DType: fi.DType, Shape: append([]int{}, fi.Shape...)}
 }
 
-func runRows(ctx context.Context, s *session, cmd command, args []string) error {
-	rest, err := parse(s.flags(cmd), args, 1, 1)
-	if err != nil {
-		return err
-	}
-	partition := rest[0]
+func runRows(ctx context.Context, s *session, args []string) error {
+	partition := args[0]
 	c, err := s.openPartition(ctx, partition)
 	if err != nil {
 		return err
@@ -349,24 +541,24 @@ type cellJSON struct {
 	Value    any    `json:"value,omitempty"`    // a value cell's value, absent when nil
 }
 
-func runDump(ctx context.Context, s *session, cmd command, args []string) error {
-	fs := s.flags(cmd)
+func defineDump(fs *flag.FlagSet) action {
 	n := fs.Int("n", 8, "how many of a tensor's first elements to print")
-	rest, err := parse(fs, args, 2, -1)
-	if err != nil {
-		return err
+	return func(ctx context.Context, s *session, args []string) error {
+		if *n < 0 {
+			return usagef("-n %d is negative", *n)
+		}
+		return runDump(ctx, s, *n, args[0], args[1], args[2:])
 	}
-	if *n < 0 {
-		return usagef("-n %d is negative", *n)
-	}
-	partition, key, fields := rest[0], rest[1], rest[2:]
+}
+
+func runDump(ctx context.Context, s *session, n int, partition, key string, fields []string) error {
 	c, err := s.openPartition(ctx, partition)
 	if err != nil {
 		return err
 	}
 	m, err := c.Lookup(ctx, partition, []string{key})
 	if errors.Is(err, tq.ErrNotFound) {
-		return fmt.Errorf("no key %q in partition %q", key, partition)
+		return noKey(ctx, c, partition, key)
 	}
 	if err != nil {
 		return err
@@ -377,7 +569,7 @@ func runDump(ctx context.Context, s *session, cmd command, args []string) error 
 	}
 	for _, f := range fields {
 		if _, ok := row.Fields[f]; !ok {
-			return fmt.Errorf("no field %q in key %q of partition %q (it has: %s)", f, key, partition, strings.Join(sortedKeys(row.Fields), ", "))
+			return fmt.Errorf("no field %q in key %q of partition %q (it has: %s)", f, key, partition, nameList(sortedKeys(row.Fields), false))
 		}
 	}
 	b, err := c.BatchGet(ctx, partition, []string{key}, fields...)
@@ -386,7 +578,7 @@ func runDump(ctx context.Context, s *session, cmd command, args []string) error 
 	}
 	cells := make([]cellJSON, len(fields))
 	for i, f := range fields {
-		cells[i] = cellOf(b[f].Row(0), *n)
+		cells[i] = cellOf(b[f].Row(0), n)
 	}
 	if s.json {
 		out := map[string]cellJSON{}
@@ -409,15 +601,15 @@ func runDump(ctx context.Context, s *session, cmd command, args []string) error 
 	return tw.Flush()
 }
 
-func runClear(ctx context.Context, s *session, cmd command, args []string) error {
-	fs := s.flags(cmd)
+func defineClear(fs *flag.FlagSet) action {
 	yes := fs.Bool("yes", false, "really remove the rows (required)")
-	rest, err := parse(fs, args, 1, 1)
-	if err != nil {
-		return err
+	return func(ctx context.Context, s *session, args []string) error {
+		return runClear(ctx, s, *yes, args[0])
 	}
-	partition := rest[0]
-	if !*yes {
+}
+
+func runClear(ctx context.Context, s *session, yes bool, partition string) error {
+	if !yes {
 		return usagef("refusing to remove every row of partition %q without -yes", partition)
 	}
 	c, err := s.openPartition(ctx, partition)

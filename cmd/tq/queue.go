@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/tqgo/tqgo/tq"
@@ -11,7 +13,8 @@ import (
 
 // The consumption commands: status, reset, dead, retry, drop.
 
-// taskJSON is a task's consumption as -json prints it.
+// taskJSON is a task's consumption as -json prints it, and as the status
+// table shows it through taskColumns.
 type taskJSON struct {
 	Ready   int  `json:"ready"`
 	Waiting int  `json:"waiting"`
@@ -24,6 +27,37 @@ type taskJSON struct {
 
 func taskOf(ts tq.TaskStatus, exact bool) taskJSON {
 	return taskJSON{Ready: ts.Ready, Waiting: ts.Waiting, Leased: ts.Leased, Acked: ts.Acked, Dead: ts.Dead, Dropped: ts.Dropped, Exact: exact}
+}
+
+// taskColumns are the status table's columns after TASK, in order. A new
+// column (a lease's holders or deadline, say) is a field of taskJSON,
+// filled by taskOf, and an entry here.
+var taskColumns = []struct {
+	head string
+	cell func(t taskJSON) string
+}{
+	{"READY", func(t taskJSON) string {
+		if !t.Exact {
+			return strconv.Itoa(t.Ready) + "*" // see statusFootnote
+		}
+		return strconv.Itoa(t.Ready)
+	}},
+	{"WAITING", func(t taskJSON) string { return strconv.Itoa(t.Waiting) }},
+	{"LEASED", func(t taskJSON) string { return strconv.Itoa(t.Leased) }},
+	{"ACKED", func(t taskJSON) string { return strconv.Itoa(t.Acked) }},
+	{"DEAD", func(t taskJSON) string { return strconv.Itoa(t.Dead) }},
+	{"DROPPED", func(t taskJSON) string { return strconv.Itoa(t.Dropped) }},
+}
+
+// statusFootnote explains the "*" of a Ready not counted exactly.
+const statusFootnote = "* every row in no other state, whether or not it has the task's fields: -task T -fields f1,f2 counts T exactly"
+
+// statusJSON is status's report: what -json prints, and the table shows.
+type statusJSON struct {
+	Partition string              `json:"partition"`
+	Rows      int                 `json:"rows"`
+	Fields    map[string]int      `json:"fields"`
+	Tasks     map[string]taskJSON `json:"tasks"`
 }
 
 // fieldList parses a -fields value: comma-separated, none empty.
@@ -40,104 +74,158 @@ func fieldList(s string) ([]string, error) {
 	return fs, nil
 }
 
-func runStatus(ctx context.Context, s *session, cmd command, args []string) error {
-	fs := s.flags(cmd)
-	fieldsFlag := fs.String("fields", "", "with -task: the fields the task waits for, comma-separated, to count its Ready and Waiting exactly")
-	taskName := fs.String("task", "", "count this task exactly (needs -fields)")
-	rest, err := parse(fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	fields, err := fieldList(*fieldsFlag)
-	if err != nil {
-		return err
-	}
-	if (*taskName == "") != (len(fields) == 0) {
-		return usagef("-task and -fields go together")
-	}
-	partition := rest[0]
+// partitionStatus opens the queue and returns partition's status, or an
+// error naming the partitions there are when it has no rows.
+func (s *session) partitionStatus(ctx context.Context, partition string) (*tq.Client, *tq.Status, error) {
 	c, err := s.openPartition(ctx, partition)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	st, err := c.Status(ctx, partition)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	tasks := map[string]taskJSON{}
-	for name, ts := range st.Tasks {
-		tasks[name] = taskOf(ts, false)
+	return c, st, nil
+}
+
+// checkFields returns an error naming the partition's fields unless some
+// row has each of fields: a name mistyped would have a task wait for
+// ever (status would count every row Waiting).
+func checkFields(st *tq.Status, fields []string) error {
+	for _, f := range fields {
+		if st.Fields[f] == 0 {
+			return fmt.Errorf("no field %q in partition %q (fields: %s)", f, st.Partition, nameList(sortedKeys(st.Fields), false))
+		}
 	}
-	if *taskName != "" {
-		t, err := c.Task(partition, *taskName, fields)
+	return nil
+}
+
+// checkTask returns an error naming the partition's tasks unless task has
+// state in it: retry or drop would create the task a mistyped name names
+// (drop -new-task does so on purpose), and dead or reset would report
+// nothing to do.
+func checkTask(st *tq.Status, task string) error {
+	if _, ok := st.Tasks[task]; ok {
+		return nil
+	}
+	if len(st.Tasks) == 0 {
+		return fmt.Errorf("no task %q in partition %q (no task has consumed from it)", task, st.Partition)
+	}
+	return fmt.Errorf("no task %q in partition %q (tasks: %s)", task, st.Partition, nameList(sortedKeys(st.Tasks), false))
+}
+
+func defineStatus(fs *flag.FlagSet) action {
+	fieldsFlag := fs.String("fields", "", "with -task: the fields the task waits for, comma-separated, to count its Ready and Waiting exactly")
+	taskName := fs.String("task", "", "count this task exactly (needs -fields; it need not have consumed yet)")
+	return func(ctx context.Context, s *session, args []string) error {
+		fields, err := fieldList(*fieldsFlag)
 		if err != nil {
 			return err
+		}
+		if (*taskName == "") != (len(fields) == 0) {
+			return usagef("-task and -fields go together")
+		}
+		rep, err := s.status(ctx, args[0], *taskName, fields)
+		if err != nil {
+			return err
+		}
+		if s.json {
+			return s.emitJSON(rep)
+		}
+		return s.printStatus(rep)
+	}
+}
+
+// status gathers partition's status report; with task, that task counted
+// exactly by fields.
+func (s *session) status(ctx context.Context, partition, task string, fields []string) (*statusJSON, error) {
+	c, st, err := s.partitionStatus(ctx, partition)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFields(st, fields); err != nil {
+		return nil, err
+	}
+	rep := &statusJSON{Partition: partition, Rows: st.Rows, Fields: st.Fields, Tasks: map[string]taskJSON{}}
+	for name, ts := range st.Tasks {
+		rep.Tasks[name] = taskOf(ts, false)
+	}
+	if task != "" {
+		t, err := c.Task(partition, task, fields)
+		if err != nil {
+			return nil, err
 		}
 		ts, err := t.Status(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		tasks[*taskName] = taskOf(ts, true)
+		rep.Tasks[task] = taskOf(ts, true)
 	}
-	if s.json {
-		return s.emitJSON(struct {
-			Partition string              `json:"partition"`
-			Rows      int                 `json:"rows"`
-			Fields    map[string]int      `json:"fields"`
-			Tasks     map[string]taskJSON `json:"tasks"`
-		}{partition, st.Rows, st.Fields, tasks})
-	}
-	fmt.Fprintf(s.stdout, "partition %s: %d rows\n\n", strconvQuote(partition), st.Rows)
+	return rep, nil
+}
+
+// printStatus writes rep as tables: the rows per field, then a row per
+// task of taskColumns.
+func (s *session) printStatus(rep *statusJSON) error {
+	fmt.Fprintf(s.stdout, "partition %s: %d rows\n\n", strconvQuote(rep.Partition), rep.Rows)
 	tw := s.table()
 	fmt.Fprintln(tw, "FIELD\tROWS")
-	for _, f := range sortedKeys(st.Fields) {
-		fmt.Fprintf(tw, "%s\t%d\n", f, st.Fields[f])
+	for _, f := range sortedKeys(rep.Fields) {
+		fmt.Fprintf(tw, "%s\t%d\n", f, rep.Fields[f])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(tasks) == 0 {
+	if len(rep.Tasks) == 0 {
 		fmt.Fprintln(s.stdout, "\nno task has consumed from it")
 		return nil
 	}
 	fmt.Fprintln(s.stdout)
 	tw = s.table()
-	fmt.Fprintln(tw, "TASK\tREADY\tWAITING\tLEASED\tACKED\tDEAD\tDROPPED")
+	heads := []string{"TASK"}
+	for _, col := range taskColumns {
+		heads = append(heads, col.head)
+	}
+	fmt.Fprintln(tw, strings.Join(heads, "\t"))
 	approx := false
-	for _, name := range sortedKeys(tasks) {
-		t := tasks[name]
-		mark := ""
-		if !t.Exact {
-			mark, approx = "*", true
+	for _, name := range sortedKeys(rep.Tasks) {
+		t := rep.Tasks[name]
+		cells := []string{name}
+		for _, col := range taskColumns {
+			cells = append(cells, col.cell(t))
 		}
-		fmt.Fprintf(tw, "%s\t%d%s\t%d\t%d\t%d\t%d\t%d\n", name, t.Ready, mark, t.Waiting, t.Leased, t.Acked, t.Dead, t.Dropped)
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		approx = approx || !t.Exact
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if approx {
-		fmt.Fprintln(s.stdout, "\n* every row in no other state, whether or not it has the task's fields: -task T -fields f1,f2 counts T exactly")
+		fmt.Fprintln(s.stdout, "\n"+statusFootnote)
 	}
 	return nil
 }
 
-func runReset(ctx context.Context, s *session, cmd command, args []string) error {
-	fs := s.flags(cmd)
+func defineReset(fs *flag.FlagSet) action {
 	yes := fs.Bool("yes", false, "really forget the consumption (required)")
-	rest, err := parse(fs, args, 2, -1)
+	return func(ctx context.Context, s *session, args []string) error {
+		return runReset(ctx, s, *yes, args[0], args[1], args[2:])
+	}
+}
+
+func runReset(ctx context.Context, s *session, yes bool, partition, task string, keys []string) error {
+	if !yes {
+		return usagef("refusing to reset task %q of partition %q without -yes", task, partition)
+	}
+	c, st, err := s.partitionStatus(ctx, partition)
 	if err != nil {
 		return err
 	}
-	partition, task, keys := rest[0], rest[1], rest[2:]
-	if !*yes {
-		return usagef("refusing to reset task %q of partition %q without -yes", task, partition)
-	}
-	c, err := s.openPartition(ctx, partition)
-	if err != nil {
+	if err := checkTask(st, task); err != nil {
 		return err
 	}
 	if err := c.ResetConsumption(ctx, partition, task, keys...); err != nil {
-		return keyError(err, partition)
+		return keyError(ctx, c, err, partition)
 	}
 	what := "every row"
 	if len(keys) > 0 {
@@ -154,49 +242,53 @@ func runReset(ctx context.Context, s *session, cmd command, args []string) error
 	return nil
 }
 
-// keyError names an unknown key plainly.
-func keyError(err error, partition string) error {
+// keyError names an unknown key plainly, and the keys there are.
+func keyError(ctx context.Context, c *tq.Client, err error, partition string) error {
 	var ke *tq.KeyError
 	if errors.Is(err, tq.ErrNotFound) && errors.As(err, &ke) {
-		return fmt.Errorf("no key %q in partition %q", ke.Key, partition)
+		return noKey(ctx, c, partition, ke.Key)
 	}
 	return err
 }
 
 // taskHandle opens partition's task for Dead, Retry and Drop, which read
 // only its consumption: fields (from -fields) only need to be valid, so
-// without them it names the partition's own.
-func (s *session) taskHandle(ctx context.Context, partition, task, fieldsFlag string) (*tq.Task, error) {
-	c, err := s.openPartition(ctx, partition)
-	if err != nil {
-		return nil, err
-	}
+// without them it names the partition's own. The task must exist unless
+// newTask is set, and each of fields be some row's.
+func (s *session) taskHandle(ctx context.Context, partition, task, fieldsFlag string, newTask bool) (*tq.Client, *tq.Task, error) {
 	fields, err := fieldList(fieldsFlag)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	c, st, err := s.partitionStatus(ctx, partition)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkTask(st, task); err != nil && !newTask {
+		return nil, nil, err
+	}
+	if err := checkFields(st, fields); err != nil {
+		return nil, nil, err
 	}
 	if len(fields) == 0 {
-		st, err := c.Status(ctx, partition)
-		if err != nil {
-			return nil, err
-		}
 		fields = sortedKeys(st.Fields)
 	}
 	if len(fields) == 0 {
-		return nil, fmt.Errorf("partition %q has no fields: name the task's with -fields", partition)
+		return nil, nil, fmt.Errorf("partition %q has no fields: name the task's with -fields", partition)
 	}
-	return c.Task(partition, task, fields)
+	t, err := c.Task(partition, task, fields)
+	return c, t, err
 }
 
-func runDead(ctx context.Context, s *session, cmd command, args []string) error {
-	fs := s.flags(cmd)
+func defineDead(fs *flag.FlagSet) action {
 	fieldsFlag := fs.String("fields", "", "the task's fields, comma-separated (default: the partition's)")
-	rest, err := parse(fs, args, 2, 2)
-	if err != nil {
-		return err
+	return func(ctx context.Context, s *session, args []string) error {
+		return runDead(ctx, s, *fieldsFlag, args[0], args[1])
 	}
-	partition, task := rest[0], rest[1]
-	t, err := s.taskHandle(ctx, partition, task, *fieldsFlag)
+}
+
+func runDead(ctx context.Context, s *session, fieldsFlag, partition, task string) error {
+	_, t, err := s.taskHandle(ctx, partition, task, fieldsFlag, false)
 	if err != nil {
 		return err
 	}
@@ -232,28 +324,32 @@ func runDead(ctx context.Context, s *session, cmd command, args []string) error 
 	return tw.Flush()
 }
 
-// runMark is retry and drop: Task.Retry or Task.Drop of the named keys.
-func runMark(ctx context.Context, s *session, cmd command, args []string) error {
-	fs := s.flags(cmd)
-	fieldsFlag := fs.String("fields", "", "the task's fields, comma-separated (default: the partition's)")
-	var yes *bool
-	if cmd.name == "drop" {
-		yes = fs.Bool("yes", false, "really drop the rows for the task (required)")
+// defineMark is retry and drop (name): Task.Retry or Task.Drop of the
+// named keys.
+func defineMark(name string) func(fs *flag.FlagSet) action {
+	return func(fs *flag.FlagSet) action {
+		fieldsFlag := fs.String("fields", "", "the task's fields, comma-separated (default: the partition's)")
+		yes, newTask := new(bool), new(bool)
+		if name == "drop" {
+			yes = fs.Bool("yes", false, "really drop the rows for the task (required)")
+			newTask = fs.Bool("new-task", false, "drop for a task that has no state in the partition yet (this creates it)")
+		}
+		return func(ctx context.Context, s *session, args []string) error {
+			if name == "drop" && !*yes {
+				return usagef("refusing to drop rows of task %q without -yes", args[1])
+			}
+			return runMark(ctx, s, name, *fieldsFlag, *newTask, args[0], args[1], args[2:])
+		}
 	}
-	rest, err := parse(fs, args, 3, -1)
-	if err != nil {
-		return err
-	}
-	partition, task, keys := rest[0], rest[1], rest[2:]
-	if yes != nil && !*yes {
-		return usagef("refusing to drop rows of task %q without -yes", task)
-	}
-	t, err := s.taskHandle(ctx, partition, task, *fieldsFlag)
+}
+
+func runMark(ctx context.Context, s *session, name, fieldsFlag string, newTask bool, partition, task string, keys []string) error {
+	c, t, err := s.taskHandle(ctx, partition, task, fieldsFlag, newTask)
 	if err != nil {
 		return err
 	}
 	mark, verb := t.Retry, "retried"
-	if cmd.name == "drop" {
+	if name == "drop" {
 		mark, verb = t.Drop, "dropped"
 	}
 	err = mark(ctx, keys...)
@@ -262,7 +358,7 @@ func runMark(ctx context.Context, s *session, cmd command, args []string) error 
 	case errors.As(err, &lost):
 		return fmt.Errorf("%d of the rows were not in a state to be %s (%s): the others were", len(lost.Keys), verb, strings.Join(lost.Keys, ", "))
 	case err != nil:
-		return keyError(err, partition)
+		return keyError(ctx, c, err, partition)
 	}
 	if s.json {
 		return s.emitJSON(struct {

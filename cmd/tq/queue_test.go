@@ -169,10 +169,16 @@ func TestQueueCommandsOnGRPO(t *testing.T) {
 	if a0, a1 := g.Tasks["allreduce-0"], g.Tasks["allreduce-1"]; a0.Acked != 1 || a0.Ready != 1 || a1.Acked != 2 {
 		t.Errorf("after resetting one key of allreduce-0: %+v, %+v", a0, a1)
 	}
-	// A task's Ready counted exactly: the field it waits for is missing.
-	w = status(t, url, "-task", "critic", "-fields", "values", grpo.WeightsPartition)
-	if cr := w.Tasks["critic"]; cr.Waiting != 1 || cr.Ready != 0 {
-		t.Errorf("a task waiting for a field no row has: %+v", cr)
+	// A task that has not consumed yet is counted exactly too.
+	w = status(t, url, "-task", "critic", "-fields", "done", grpo.WeightsPartition)
+	if cr := w.Tasks["critic"]; cr.Ready != 1 || !cr.Exact {
+		t.Errorf("a task that has not consumed: %+v", cr)
+	}
+	// A field no row has is a mistake (it would count every row
+	// Waiting): the error names the fields there are.
+	r = runTQ(t, url, "status", "-task", "critic", "-fields", "values", grpo.WeightsPartition)
+	if r.code != 1 || !strings.Contains(r.stderr, `no field "values" in partition "grpo/weights" (fields: done, logits)`) {
+		t.Errorf("status -fields with a field no row has: %+v", r)
 	}
 }
 
@@ -186,18 +192,21 @@ func TestDeadRetryDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.BatchPut(ctx, "p", []string{"a", "b"}, tq.Batch{"x": tq.Stacked([]int64{1, 2})}, nil); err != nil {
+	if err := c.BatchPut(ctx, "p", []string{"a", "b", "c"}, tq.Batch{"x": tq.Stacked([]int64{1, 2, 3})}, nil); err != nil {
 		t.Fatal(err)
 	}
 	task, err := c.Task("p", "work", []string{"x"}, tq.MaxDeliveries(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := task.Claim(ctx, 1)
-	if err != nil || l.Len() != 1 || l.Keys()[0] != "a" {
+	l, err := task.Claim(ctx, 2)
+	if err != nil || l.Len() != 2 || l.Keys()[0] != "a" {
 		t.Fatalf("claim: %v, %v", l, err)
 	}
-	if err := l.Nack(ctx, 0); err != nil {
+	if err := l.Nack(ctx, 0, "a"); err != nil { // dead
+		t.Fatal(err)
+	}
+	if err := l.Ack(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -218,21 +227,31 @@ func TestDeadRetryDrop(t *testing.T) {
 	if r := runTQ(t, url, "retry", "p", "work", "a"); r.code != 0 || !strings.Contains(r.stdout, "retried 1 rows") {
 		t.Fatalf("retry: %+v", r)
 	}
-	if ts := status(t, url, "-task", "work", "-fields", "x", "p").Tasks["work"]; ts.Ready != 2 || ts.Dead != 0 {
-		t.Fatalf("after retry: %+v, want both ready", ts)
+	if ts := status(t, url, "-task", "work", "-fields", "x", "p").Tasks["work"]; ts.Ready != 2 || ts.Dead != 0 || ts.Acked != 1 {
+		t.Fatalf("after retry: %+v, want a and c ready, b acked", ts)
 	}
-	// b is ready, not dead: retry names it and changes nothing.
-	if r := runTQ(t, url, "retry", "p", "work", "b"); r.code != 1 || !strings.Contains(r.stderr, "b") {
-		t.Errorf("retry of a ready row: %+v", r)
+	// b is acked, not dead: retry names it and changes nothing.
+	if r := runTQ(t, url, "retry", "p", "work", "b"); r.code != 1 || !strings.Contains(r.stderr, "(b)") {
+		t.Errorf("retry of an acked row: %+v", r)
 	}
 	if r := runTQ(t, url, "drop", "p", "work", "a"); r.code != 2 {
 		t.Errorf("drop without -yes: %+v", r)
 	}
-	if r := runTQ(t, url, "drop", "-yes", "p", "work", "a", "b"); r.code != 0 {
+	if r := runTQ(t, url, "drop", "-yes", "p", "work", "a", "c"); r.code != 0 {
 		t.Fatalf("drop: %+v", r)
 	}
-	if ts := status(t, url, "p").Tasks["work"]; ts.Dropped != 2 {
-		t.Errorf("after drop: %+v, want both dropped", ts)
+	if ts := status(t, url, "p").Tasks["work"]; ts.Dropped != 2 || ts.Acked != 1 {
+		t.Errorf("after drop: %+v, want a and c dropped", ts)
+	}
+	// A task that has not consumed: drop refuses it unless told it is new.
+	if r := runTQ(t, url, "drop", "-yes", "p", "later", "a"); r.code != 1 || !strings.Contains(r.stderr, `no task "later" in partition "p" (tasks: work)`) {
+		t.Errorf("drop for a new task: %+v", r)
+	}
+	if r := runTQ(t, url, "drop", "-yes", "-new-task", "p", "later", "a"); r.code != 0 {
+		t.Errorf("drop -new-task: %+v", r)
+	}
+	if ts := status(t, url, "p").Tasks["later"]; ts.Dropped != 1 || ts.Ready != 2 {
+		t.Errorf("the new task after drop -new-task: %+v", ts)
 	}
 }
 
@@ -247,6 +266,7 @@ func TestQueueCommandErrors(t *testing.T) {
 	if err := c.BatchPut(ctx, "p", []string{"a"}, tq.Batch{"x": tq.Stacked([]int64{1})}, nil); err != nil {
 		t.Fatal(err)
 	}
+	consume(t, c, "p", "t", "x")
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -267,5 +287,21 @@ func TestQueueCommandErrors(t *testing.T) {
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) || r.stdout != "" || strings.Contains(r.stderr, "secret") {
 			t.Errorf("%v: %+v, want exit %d and stderr with %q", tc.args, r, tc.code, tc.want)
 		}
+	}
+}
+
+// consume makes task of partition exist: it claims a row and acks it.
+func consume(t *testing.T, c *tq.Client, partition, task string, fields ...string) {
+	t.Helper()
+	tk, err := c.Task(partition, task, fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tk.Claim(t.Context(), 1)
+	if err != nil || l.Len() != 1 {
+		t.Fatalf("claim: %v, %v", l, err)
+	}
+	if err := l.Ack(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
