@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tqgo/tqgo/tq"
 )
@@ -16,17 +17,41 @@ import (
 // taskJSON is a task's consumption as -json prints it, and as the status
 // table shows it through taskColumns.
 type taskJSON struct {
-	Ready   int  `json:"ready"`
-	Waiting int  `json:"waiting"`
-	Leased  int  `json:"leased"`
-	Acked   int  `json:"acked"`
-	Dead    int  `json:"dead"`
-	Dropped int  `json:"dropped"`
-	Exact   bool `json:"exact"` // Ready and Waiting by the task's fields (-task with -fields)
+	Ready   int `json:"ready"`
+	Waiting int `json:"waiting"`
+	Leased  int `json:"leased"`
+	Acked   int `json:"acked"`
+	Dead    int `json:"dead"`
+	Dropped int `json:"dropped"`
+	// Redelivered: ready or leased rows delivered before without an ack.
+	Redelivered int         `json:"redelivered"`
+	Leases      []leaseJSON `json:"leases,omitempty"`
+	Exact       bool        `json:"exact"` // Ready and Waiting by the task's fields (-task with -fields)
+}
+
+// leaseJSON is one running lease: who holds it, how many rows, until when.
+type leaseJSON struct {
+	Holder     string    `json:"holder"`
+	Rows       int       `json:"rows"`
+	Until      time.Time `json:"until"`
+	Deliveries int       `json:"deliveries"` // the most among its rows
 }
 
 func taskOf(ts tq.TaskStatus, exact bool) taskJSON {
-	return taskJSON{Ready: ts.Ready, Waiting: ts.Waiting, Leased: ts.Leased, Acked: ts.Acked, Dead: ts.Dead, Dropped: ts.Dropped, Exact: exact}
+	t := taskJSON{Ready: ts.Ready, Waiting: ts.Waiting, Leased: ts.Leased, Acked: ts.Acked, Dead: ts.Dead, Dropped: ts.Dropped,
+		Redelivered: ts.Redelivered, Exact: exact}
+	for _, l := range ts.Leases {
+		t.Leases = append(t.Leases, leaseJSON{Holder: l.Holder, Rows: l.Rows, Until: l.Until, Deliveries: l.Deliveries})
+	}
+	return t
+}
+
+// memberJSON is a process's presence (see tq.Client.Announce).
+type memberJSON struct {
+	Group string    `json:"group"`
+	Name  string    `json:"name"`
+	State string    `json:"state"` // alive, gone (not seen for 3 intervals) or left
+	Seen  time.Time `json:"seen"`
 }
 
 // taskColumns are the status table's columns after TASK, in order. A new
@@ -47,6 +72,7 @@ var taskColumns = []struct {
 	{"ACKED", func(t taskJSON) string { return strconv.Itoa(t.Acked) }},
 	{"DEAD", func(t taskJSON) string { return strconv.Itoa(t.Dead) }},
 	{"DROPPED", func(t taskJSON) string { return strconv.Itoa(t.Dropped) }},
+	{"REDELIVERED", func(t taskJSON) string { return strconv.Itoa(t.Redelivered) }},
 }
 
 // statusFootnote explains the "*" of a Ready not counted exactly.
@@ -58,6 +84,7 @@ type statusJSON struct {
 	Rows      int                 `json:"rows"`
 	Fields    map[string]int      `json:"fields"`
 	Tasks     map[string]taskJSON `json:"tasks"`
+	Members   []memberJSON        `json:"members,omitempty"`
 }
 
 // fieldList parses a -fields value: comma-separated, none empty.
@@ -161,6 +188,20 @@ func (s *session) status(ctx context.Context, partition, task string, fields []s
 		}
 		rep.Tasks[task] = taskOf(ts, true)
 	}
+	ms, err := c.Members(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range ms {
+		state := "alive"
+		switch {
+		case m.Left:
+			state = "left"
+		case !m.Alive:
+			state = "gone"
+		}
+		rep.Members = append(rep.Members, memberJSON{Group: m.Group, Name: m.Name, State: state, Seen: m.Seen})
+	}
 	return rep, nil
 }
 
@@ -202,6 +243,35 @@ func (s *session) printStatus(rep *statusJSON) error {
 	}
 	if approx {
 		fmt.Fprintln(s.stdout, "\n"+statusFootnote)
+	}
+	now := time.Now()
+	leased := false
+	for _, name := range sortedKeys(rep.Tasks) {
+		leased = leased || len(rep.Tasks[name].Leases) > 0
+	}
+	if leased {
+		fmt.Fprintln(s.stdout)
+		tw = s.table()
+		fmt.Fprintln(tw, "TASK\tHOLDER\tROWS\tENDS IN\tDELIVERIES")
+		for _, name := range sortedKeys(rep.Tasks) {
+			for _, l := range rep.Tasks[name].Leases {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\n", name, l.Holder, l.Rows, l.Until.Sub(now).Round(100*time.Millisecond), l.Deliveries)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(rep.Members) > 0 {
+		fmt.Fprintln(s.stdout)
+		tw = s.table()
+		fmt.Fprintln(tw, "GROUP\tMEMBER\tSTATE\tSEEN")
+		for _, m := range rep.Members {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v ago\n", m.Group, m.Name, m.State, now.Sub(m.Seen).Round(100*time.Millisecond))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

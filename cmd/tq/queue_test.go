@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/memory"
@@ -303,5 +304,63 @@ func consume(t *testing.T, c *tq.Client, partition, task string, fields ...strin
 	}
 	if err := l.Ack(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// status shows who holds each lease, for how long yet, and which
+// processes announced themselves, alive or not.
+func TestStatusShowsHolders(t *testing.T) {
+	url := sharedQueue(t)
+	c, err := tq.Open(t.Context(), url, tq.WithName("worker-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	keys := []string{"r0", "r1", "r2"}
+	if err := c.BatchPut(t.Context(), "p", keys, tq.Batch{"x": tq.Stacked([]float32{1, 2, 3})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := c.Task("p", "reward", []string{"x"}, tq.LeaseFor(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := tk.Claim(t.Context(), 2); err != nil || l.Len() != 2 {
+		t.Fatalf("claim: %v, %v", l, err)
+	}
+	pres, err := c.Announce(t.Context(), "reward", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pres.Close()
+
+	r := runTQ(t, url, "status", "p")
+	if r.code != 0 {
+		t.Fatalf("status: %+v", r)
+	}
+	for _, want := range []string{"HOLDER", "worker-a", "ENDS IN", "GROUP", "reward", "alive"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = runTQ(t, url, "-json", "status", "p")
+	var doc struct {
+		Tasks map[string]struct {
+			Leases []struct {
+				Holder string
+				Rows   int
+				Until  time.Time
+			}
+		}
+		Members []struct{ Group, Name, State string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || r.code != 0 {
+		t.Fatalf("status -json: %+v: %v", r, err)
+	}
+	ls := doc.Tasks["reward"].Leases
+	if len(ls) != 1 || ls[0].Holder != "worker-a" || ls[0].Rows != 2 || time.Until(ls[0].Until) < 50*time.Second {
+		t.Errorf("leases: %+v, want 2 rows held by worker-a for about a minute", ls)
+	}
+	if len(doc.Members) != 1 || doc.Members[0].Name != "worker-a" || doc.Members[0].State != "alive" {
+		t.Errorf("members: %+v, want worker-a alive", doc.Members)
 	}
 }
