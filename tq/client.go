@@ -171,9 +171,18 @@ func (c *Client) check(ctx context.Context) error {
 }
 
 // redactURL drops a password from url for error messages. A URL that does
-// not parse loses everything between "://" and its last "@", where a
-// password could be (the parser's idea of where it ends is not to be had).
+// not parse loses everything between "://" (or its start, with no scheme)
+// and its last "@", where a password could be (the parser's idea of where
+// it ends is not to be had).
 func redactURL(raw string) string {
+	if !strings.Contains(raw, "://") {
+		// No scheme ("user:pass@host:6379"): whatever comes before the
+		// last "@" may be a password.
+		if at := strings.LastIndexByte(raw, '@'); at >= 0 {
+			return "xxxxx" + raw[at:]
+		}
+		return raw
+	}
 	u, err := parseURL(raw)
 	if err == nil {
 		return u.Redacted()

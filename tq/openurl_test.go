@@ -55,3 +55,11 @@ func TestOpenMemoryRefusesOptions(t *testing.T) {
 		c.Close()
 	}
 }
+
+// A URL without a scheme is refused, and its password is not shown.
+func TestOpenNoSchemeHidesPassword(t *testing.T) {
+	_, err := tq.Open(t.Context(), "user:s3cret@127.0.0.1:6379")
+	if err == nil || !errors.Is(err, tq.ErrInvalid) || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("Open of a URL with no scheme: %v, want ErrInvalid without the password", err)
+	}
+}
