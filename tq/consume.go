@@ -146,7 +146,9 @@ func (t *Task) Consume(ctx context.Context, n int, h Handler, opts ...ConsumeOpt
 }
 
 // handle runs h on l, extending l while it runs, and settles l by h's
-// result. It returns an error only for a failure Consume should stop on.
+// result (at once, with no backoff, when Consume is stopping or the lease
+// was lost). It returns an error only for a failure Consume should stop
+// on.
 func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) error {
 	if l.Len() == 0 {
 		return l.Ack(ctx)
@@ -174,8 +176,13 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 	switch {
 	case errors.Is(context.Cause(hctx), ErrLeaseLost):
 		t.c.opts.logger.Warn("tq: consume: lease lost while the handler ran; its rows are another's now",
-			"partition", t.partition, "task", t.name, "rows", l.Len())
-		return nil
+			"partition", t.partition, "task", t.name, "rows", l.Len(), "err", context.Cause(hctx))
+		// Rows the lease may still hold go back at once; those it lost
+		// are reported lost, and are another's.
+		serr = l.Nack(sctx, 0, keys...)
+	case ctx.Err() != nil:
+		// Stopping: the rows go back at once, for another consumer.
+		serr = l.Nack(sctx, 0, keys...)
 	case err == nil:
 		serr = l.Ack(sctx, keys...)
 	case errors.Is(err, ErrPermanent):
@@ -250,7 +257,15 @@ func (t *Task) keepLease(ctx context.Context, l *Lease, done <-chan struct{}, ca
 		if all {
 			keys = nil // the whole lease, in the fewest bytes
 		}
-		err := l.Extend(ctx, t.lease, keys...)
+		// An extend that cannot get through before the lease ends is
+		// too late: another consumer may have the rows by then.
+		ectx, ecancel := context.WithDeadline(ctx, l.Until())
+		err := l.Extend(ectx, t.lease, keys...)
+		ecancel()
+		var lost *LeaseLostError
+		if errors.As(err, &lost) && l.allAcked(lost.Keys) {
+			err = nil // rows the handler acknowledged meanwhile, not lost
+		}
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrLeaseLost):

@@ -130,14 +130,26 @@ func (p *Presence) Close() error {
 
 // Members returns the members of group (every group when "") that
 // announced themselves, by group then name.
-func (c *Client) Members(ctx context.Context, group string) ([]Member, error) {
-	m, err := c.List(ctx, PresencePartition)
+func (c *Client) Members(ctx context.Context, group string) (_ []Member, err error) {
+	ctx, tr := c.trace(ctx, "Members", PresencePartition, 0)
+	defer func() { tr.done(err) }()
+	release, err := c.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return c.members(ctx, group)
+}
+
+// members is Members for a caller that has entered the client.
+func (c *Client) members(ctx context.Context, group string) ([]Member, error) {
+	rows, err := c.meta.List(ctx, PresencePartition)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	var out []Member
-	for _, r := range m.Rows {
+	for _, r := range rows {
 		g, _ := r.Tag["group"].(string)
 		if group != "" && g != group {
 			continue

@@ -289,6 +289,28 @@ func (l *Lease) Keys() []string { return l.Meta.Keys() }
 
 // unacked returns the keys of the rows not acknowledged through l, and
 // whether that is every row.
+// allAcked reports whether every row of keys was acknowledged through l.
+func (l *Lease) allAcked(keys []string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range keys {
+		i, ok := l.indexOfKey(k)
+		if !ok || !l.acked[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *Lease) indexOfKey(k string) (uint64, bool) {
+	for _, r := range l.Meta.Rows {
+		if r.Key == k {
+			return r.Index, true
+		}
+	}
+	return 0, false
+}
+
 func (l *Lease) unacked() ([]string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -400,6 +422,12 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 			return t.pick(rows, ds, askFor(n, picks, len(rows)), &skipped)
 		})
 		if err != nil {
+			if req.Replaces != "" {
+				// The claim that was to replace the registered one did
+				// not go through: cancel that one, or a commit would
+				// lease rows to a waiter that is gone.
+				t.unwait(ctx, q, metadata.Claimed{Waiting: req.Replaces})
+			}
 			return nil, closedErr(ctx, err)
 		}
 		if !req.Custom && got.Skipped > 0 {

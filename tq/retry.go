@@ -123,6 +123,7 @@ func do[T any](ctx context.Context, r *retrier, op string, f func() (T, error)) 
 			wait = left
 		}
 		if wait <= 0 {
+			r.failing.Store(false)
 			r.log.Error("tq: engine unavailable; gave up", "op", op, "attempts", attempts, "after", time.Since(first).Round(time.Millisecond), "err", err)
 			return v, &retryError{op: op, attempts: attempts, elapsed: time.Since(first), err: err}
 		}
@@ -130,10 +131,14 @@ func do[T any](ctx context.Context, r *retrier, op string, f func() (T, error)) 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return v, err
+			r.failing.Store(false)
+			// The caller's context's error, not the engine's: a call whose
+			// context ended is not told to retry.
+			return v, fmt.Errorf("%w (%s: the engine was unavailable: %v)", ctx.Err(), op, err)
 		case <-r.closing.Done():
 			t.Stop()
-			return v, err
+			r.failing.Store(false)
+			return v, fmt.Errorf("%w (%s: the engine was unavailable: %v)", ErrClosed, op, err)
 		case <-t.C:
 		}
 		r.count(ctx)

@@ -80,7 +80,7 @@ func (e *StallError) Is(target error) bool { return target == ErrStalled }
 
 func describeStall(partition, task string, waited time.Duration, want int, st TaskStatus, missing map[string]int, peers []Member, gone []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s/%s: no progress for %v; %d rows ready (wants %d)", partition, task, waited.Round(time.Second), st.Ready, want)
+	fmt.Fprintf(&b, "%s/%s: no progress for %v; %d rows ready (wants %d)", partition, task, waited.Round(100*time.Millisecond), st.Ready, want)
 	if st.Waiting > 0 {
 		fs := make([]string, 0, len(missing))
 		for _, f := range slices.Sorted(func(yield func(string) bool) {
@@ -160,7 +160,8 @@ func (w *stallWatch) check(ctx context.Context, want int) error {
 	}
 	v, err := t.c.meta.View(ctx, t.partition, t.name)
 	if err != nil {
-		return nil // the Wait's own next request says what is wrong
+		w.since, w.unseen = now, true // look again after another bound
+		return nil                    // the Wait's own next request says what is wrong
 	}
 	print := fingerprint(v, t.name)
 	if w.since.IsZero() || w.unseen || print != w.print {
@@ -174,8 +175,9 @@ func (w *stallWatch) check(ctx context.Context, want int) error {
 	var gone []string
 	if t.stall != nil {
 		for _, g := range t.stall.peers {
-			ms, err := t.c.Members(ctx, g)
+			ms, err := t.c.members(ctx, g)
 			if err != nil {
+				w.since = now // look again after another bound
 				return nil
 			}
 			alive := false
@@ -210,7 +212,9 @@ func fingerprint(v metadata.View, task string) uint64 {
 		b = binary.LittleEndian.AppendUint64(b[:0], d.Index)
 		b = append(b, byte(d.State))
 		b = binary.LittleEndian.AppendUint64(b, uint64(d.Deliveries))
-		b = binary.LittleEndian.AppendUint64(b, uint64(d.Until.UnixMilli()))
+		// Coarse: a server engine's times move with the clock skew it
+		// measures at each request; a lease extended moves by more.
+		b = binary.LittleEndian.AppendUint64(b, uint64(d.Until.UnixMilli()/250))
 		h.Write(b)
 	}
 	return h.Sum64()

@@ -117,7 +117,8 @@ func (e *Error) Is(target error) bool {
 	case ErrUnavailable:
 		return isUnavailable(e.Err)
 	case backends.ErrUnavailable:
-		return isUnavailable(e.Err) || resp.IsTimeout(e.Err) || isNotServing(e.Err)
+		// A client closed by its owner stays closed: not worth retrying.
+		return (isUnavailable(e.Err) || resp.IsTimeout(e.Err) || isNotServing(e.Err)) && !errors.Is(e.Err, goredis.ErrClosed)
 	case ErrAuth:
 		return isAuth(e.Err)
 	case ErrTimeout:
