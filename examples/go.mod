@@ -1,0 +1,21 @@
+module github.com/tqgo/tqgo/examples
+
+go 1.26.2 // the root module's floor: see ../go.mod
+
+require (
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/tqgo/tqgo v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/google/btree v1.1.3 // indirect
+	github.com/panjf2000/ants/v2 v2.12.1 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
+	github.com/tinylib/msgp v1.6.5 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sync v0.16.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+replace github.com/tqgo/tqgo => ../
