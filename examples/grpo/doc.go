@@ -13,6 +13,11 @@
 //	go run ./examples/grpo -url $Q -role trainer -rank 0
 //	go run ./examples/grpo -url $Q -role trainer -rank 1
 //
+// Any of them can be killed and started again with the same flags: it
+// rejoins the run where the queue says it is (-lease bounds how long the
+// rows a killed process held wait for it).
+//
 // The loop is package github.com/tqgo/tqgo/examples/grpo/grpo (its doc
-// describes how data moves); main only parses flags.
+// describes how data moves, and how each stage restarts); main only
+// parses flags.
 package main

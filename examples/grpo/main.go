@@ -29,9 +29,9 @@ func main() {
 	flag.IntVar(&cfg.Staleness, "staleness", cfg.Staleness, "the trainer drops rows of a policy more than this many versions old")
 	flag.IntVar(&cfg.Lag, "lag", cfg.Lag, "the rollout of round r uses policy version r-1-lag")
 	flag.IntVar(&cfg.RewardWorkers, "reward-workers", cfg.RewardWorkers, "reward workers")
-	flag.DurationVar(&cfg.Lease, "lease", cfg.Lease, "reward and advantage lease: how soon a dead worker's rows go to another")
+	flag.DurationVar(&cfg.Lease, "lease", cfg.Lease, "every worker's lease: how soon the rows a killed worker held go to another, or to it restarted")
 	flag.BoolVar(&cfg.Keep, "keep", cfg.Keep, "leave the run's partitions in the queue at the end (for tq status)")
-	flag.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "print only the summary")
+	flag.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "print only the header and the summary, not a log line per round, lease and step")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -43,11 +43,12 @@
 // surrogate min(ratio·A, clip(ratio)·A), ratio = pi/pi_old, over their
 // share, and all-reduce it through the queue: each rank writes its sum to
 // partition "grpo/grads", tagged with the step and epoch, and claims the
-// complete group of every rank's row of it (WithGroups(GroupTag("step"),
-// Ranks)). Every rank applies the same update, the sum over the whole
-// batch divided by its rows, to its copy of the policy, for -epochs passes
-// of each batch. Rank 0 then publishes the new policy version to
-// "grpo/weights", which is how the rollout gets it (weight sync).
+// rows of every rank of that step and epoch once all are there (a
+// sampler of its own). Every rank applies the same update, the sum over
+// the whole batch divided by its rows, to its copy of the policy, for
+// -epochs passes of each batch, and checkpoints the policy after each
+// one to "grpo/checkpoint". Rank 0 then publishes the new policy version
+// to "grpo/weights", which is how the rollout gets it (weight sync).
 //
 // # Overlap and staleness
 //
@@ -59,9 +60,11 @@
 // (default 1). With Lag <= Staleness nothing is stale; a larger Lag makes
 // the trainer drop the rounds it cannot use (the summary counts them) and
 // train the next (it skips the rounds whose version, r-1-Lag, is too old:
-// processes of one run must agree on Lag and Staleness). Because the rollout uses exactly version r-1-Lag and
-// each step trains one whole round, a run is reproducible from its seed
-// however the workers are scheduled.
+// processes of one run must agree on Lag and Staleness). Because the
+// rollout uses exactly version r-1-Lag, draws each round's prompts and
+// samples from generators seeded by the seed and the round, and each step
+// trains one whole round, a run is reproducible from its seed however the
+// workers are scheduled, and however often they are killed and restarted.
 //
 // # Partitions
 //
@@ -74,25 +77,55 @@
 // the rows it trained, so it holds the rounds in flight (about Lag+2 of
 // them), and the rounds the trainer dropped as stale until the run ends
 // (a claim tells how many rows it dropped, not which). The rollout clears
-// the policy versions it took; each rank clears its gradient row of the
-// round before once the others have read it.
+// each policy version once no round it has still to write needs it. Each
+// rank keeps one checkpoint row, and its gradient rows of the epoch under
+// way and the one before. "grpo/run" holds one row: the run's
+// configuration, and whether it finished.
 //
 // # Processes
 //
 // RoleAll runs every stage as goroutines of one process; each other role
 // runs one stage, for processes sharing a queue (-url redis://...) and
 // given the same configuration (steps, sizes, seed, ranks, lag and
-// staleness). The
-// trainer marks its last policy version done: the rollout stops when it
-// sees it, and a reward or advantage process waits for it (a task of its
-// own on "grpo/weights") and stops. RoleAll clears the run's partitions
-// at the end, unless Config.Keep; separate processes leave the last
-// version, the rounds the rollout made ahead and (with the trainer's
-// ranks in separate processes) the last gradient rows, which a new run
-// refuses to start on: clear them with `tq clear -yes grpo/samples` and
-// so on.
+// staleness). The first process of a run writes the run row; a process
+// started with the same configuration joins the run, one with another is
+// refused, and so is any process on a finished run (its partitions are
+// leftovers to clear: `tq clear -yes grpo/run` and so on). The trainer
+// marks its last policy version done: the rollout stops when it sees it,
+// and a reward or advantage process waits for it (the processes of a role
+// share a task "done-<role>" on "grpo/weights") and stops. RoleAll clears
+// the run's partitions at the end, unless Config.Keep; separate processes
+// leave the run row, marked finished, the last version and checkpoints,
+// the rounds the rollout made ahead and the last gradient rows.
 //
-// Each step prints its mean reward and the time spent inside tq calls
-// (summed over the workers, Wait's idle time excepted); the run ends with
-// a summary.
+// # Restarts
+//
+// Every process can be killed (SIGKILL) and started again with the same
+// flags: it joins the live run and resumes its stage where the queue says
+// the run is.
+//
+//   - A reward or advantage worker needs nothing: the rows its earlier
+//     life held come back when their lease ends (Config.Lease).
+//   - The rollout resumes at the round after the last one the queue
+//     holds (in "grpo/samples", or past the trainer's checkpoints), with
+//     the policy versions it had not cleared, which its task's consumption,
+//     reset, delivers again.
+//   - A trainer rank resumes after the furthest step and epoch any rank
+//     checkpointed, with the policy of that checkpoint: the step and epoch
+//     the other ranks wait for it in. It reads the gradients of the epoch
+//     again, rewrites its own (the same values), and, within a step, reads
+//     the rows of its share again (its checkpoint names them). A rank
+//     clears its gradient rows only once every rank wrote a later one, and
+//     its checkpoints only once it wrote a later one, so what a restarted
+//     rank needs is there, and no update is applied twice.
+//
+// A killed process may leave a Wait registered in the queue (for up to 30
+// s) that is handed rows after its death; they come back when their lease
+// ends, so a restart costs up to a lease.
+//
+// Every call of unknown outcome (tq.ErrOutcomeUnknown) is made again: the
+// stages' writes may be made twice.
+//
+// Each process logs a line per round, lease and step, with its role (and
+// rank), and ends with a summary of what it did.
 package grpo

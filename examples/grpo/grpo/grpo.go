@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -30,11 +31,17 @@ var Roles = []string{RoleAll, RoleRollout, RoleReward, RoleAdvantage, RoleTraine
 
 // The run's partitions (see the package doc).
 const (
-	partitionPrefix  = "grpo/"
-	SamplesPartition = partitionPrefix + "samples" // a row per response, for the whole run
-	WeightsPartition = partitionPrefix + "weights" // a row per policy version the trainer published
-	GradsPartition   = partitionPrefix + "grads"   // the trainer ranks' gradients, a row per rank and epoch
+	partitionPrefix     = "grpo/"
+	RunPartition        = partitionPrefix + "run"        // one row: the run's configuration, and whether it finished
+	SamplesPartition    = partitionPrefix + "samples"    // a row per response, for the whole run
+	WeightsPartition    = partitionPrefix + "weights"    // a row per policy version the trainer published
+	GradsPartition      = partitionPrefix + "grads"      // the trainer ranks' gradients, a row per rank and epoch
+	CheckpointPartition = partitionPrefix + "checkpoint" // a row per trainer rank: its policy and the epoch it completed
 )
+
+// partitions lists the run's partitions, the run's own last (RoleAll
+// clears them in this order).
+var partitions = []string{SamplesPartition, WeightsPartition, GradsPartition, CheckpointPartition, RunPartition}
 
 // Config is one run of the loop, or of one role of it. DefaultConfig
 // gives the values the flags default to; a zero field is invalid except
@@ -74,14 +81,14 @@ type Config struct {
 	Lag int
 	// RewardWorkers is how many reward workers run (default 1).
 	RewardWorkers int
-	// Lease is how long the reward and advantage workers' leases last:
-	// how soon rows a dead worker held are delivered to another (default
-	// 30s).
+	// Lease is how long every worker's leases last: how soon rows a
+	// dead (killed) worker held are delivered to another, or to the
+	// worker once restarted (default 30s).
 	Lease time.Duration
 	// Keep leaves the run's partitions in the queue when it ends, for
 	// inspection (tq status); by default RoleAll clears them.
 	Keep  bool
-	Quiet bool // print only the summary
+	Quiet bool // print only the header and the summary, not a line per round, lease and step
 
 	// Test hooks: abandon, called with each lease a reward worker claims,
 	// makes the worker stop there without settling it (as if killed);
@@ -140,19 +147,27 @@ func (c Config) version(round int) int64 { return int64(max(0, round-1-c.Lag)) }
 // member.
 func (c Config) rows() int { return c.Prompts * c.Group }
 
-// Result is what a run measured. The per-step slices are filled by a
-// process that runs a trainer rank; the counters by the workers of this
-// process.
+// Result is what a run measured: what the workers of this process did.
+// The per-step slices are filled by a process that runs a trainer rank,
+// from the step it started at (FirstStep: 1, or the step a restarted rank
+// resumed at); the counters by the workers of this process.
 type Result struct {
-	Rewards  []float64       // mean reward of the rows trained at each step
-	Rounds   []int           // the rollout round trained at each step
-	Trained  []int           // rows trained at each step, all ranks
-	ClipFrac []float64       // fraction of tokens clipped in each step's last epoch
-	TQ       []time.Duration // time inside tq calls, summed over workers, during each step
-	TQTotal  time.Duration   // time inside tq calls, all workers
-	Wall     time.Duration   // the whole run
+	FirstStep int             // the step of Rewards[0]
+	Rewards   []float64       // mean reward of the rows trained at each step
+	Rounds    []int           // the rollout round trained at each step
+	Trained   []int           // rows trained at each step, all ranks
+	ClipFrac  []float64       // fraction of tokens clipped in each step's last epoch
+	TQ        []time.Duration // time inside tq calls, summed over workers, during each step
+	TQTotal   time.Duration   // time inside tq calls, all workers
+	Wall      time.Duration   // the whole run
+	// Policy is the trainer's policy (its logits) after the last step
+	// this process trained; nil in a process that ran no trainer rank.
+	Policy []float64
 
 	RolledOut   int   // rounds the rollout wrote
+	FirstRound  int   // the first of them: 1, or the round a restarted rollout resumed at
+	Scored      int64 // rows the reward workers scored
+	Advantaged  int64 // rows the advantage worker wrote advantages for
 	Dropped     int64 // rows the trainer dropped as stale
 	Redelivered int64 // rows a reward or advantage worker was delivered again (a lease that ended unsettled)
 	LeaseLost   int64 // rows whose ack found the lease gone (another worker had them again)
@@ -179,19 +194,26 @@ type runner struct {
 	c     *tq.Client
 	timer *callTimer
 	out   io.Writer
+	log   *slog.Logger // a line per round, lease and step; the workers add their role (and rank)
 	task  task
 
 	mu  sync.Mutex
-	res Result // the per-step slices, under mu
+	res Result // FirstStep, the per-step slices and Policy, under mu
 
-	rolledOut                       atomic.Int64
+	rolledOut, firstRound           atomic.Int64
+	scored, advantaged              atomic.Int64
 	dropped, redelivered, leaseLost atomic.Int64
 }
 
 // Run runs cfg.Role: every stage, as concurrent workers (RoleAll), or one
 // stage of a run whose other stages are other processes on the same
 // queue. The workers share nothing but the queue (see the package doc).
-// Progress goes to out, a line per step unless cfg.Quiet, then a summary.
+// A process joins the run the queue holds when it was given the same
+// configuration, and resumes its stage where the queue says the run is
+// (see the package doc, Restarts); a queue holding a finished run, or a
+// live run of another configuration, is an error. Progress goes to out:
+// a header, a log line per round, lease and step unless cfg.Quiet, then
+// a summary of what this process did.
 func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error) {
 	if err := cfg.validate(); err != nil {
 		return Result{}, fmt.Errorf("grpo: %w", err)
@@ -208,28 +230,31 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 	}
 	defer func() { err = errors.Join(err, c.Close()) }()
 	role := cfg.role()
-	if role == RoleAll || role == RoleRollout {
-		if err := checkFresh(ctx, c); err != nil {
-			return Result{}, err
-		}
+	level := slog.LevelInfo
+	if cfg.Quiet {
+		level = slog.LevelWarn
 	}
-	r := &runner{cfg: cfg, c: c, timer: timer, out: out, task: task{length: cfg.Length, vocab: cfg.Vocab}}
+	r := &runner{cfg: cfg, c: c, timer: timer, out: out, task: task{length: cfg.Length, vocab: cfg.Vocab},
+		log: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))}
 
 	fmt.Fprintf(out, "grpo %s on %s: %d steps, %d prompts x %d responses, length %d, vocab %d (random reward %.3f), lr %g, clip %g, epochs %d, %d trainer ranks, staleness %d, lag %d, seed %d\n",
 		role, engineName(cfg), cfg.Steps, cfg.Prompts, cfg.Group, cfg.Length, cfg.Vocab, 1/float64(cfg.Vocab), cfg.LR, cfg.ClipEps, cfg.Epochs, cfg.Ranks, cfg.Staleness, cfg.Lag, cfg.Seed)
+	if err := r.join(ctx); err != nil {
+		return Result{}, err
+	}
 	start := time.Now()
 	if err := r.run(ctx, role); err != nil {
 		return r.result(start), err
 	}
 	if role == RoleAll && !cfg.Keep {
-		for _, p := range []string{SamplesPartition, WeightsPartition, GradsPartition} {
+		for _, p := range partitions {
 			if err := c.ClearPartition(ctx, p); err != nil {
 				return r.result(start), fmt.Errorf("grpo: clear %s: %w", p, err)
 			}
 		}
 	}
 	res = r.result(start)
-	r.summary(res)
+	r.summary(role, res)
 	return res, nil
 }
 
@@ -316,45 +341,57 @@ func (r *runner) result(start time.Time) Result {
 	res.Wall = time.Since(start)
 	res.TQTotal = r.timer.Spent()
 	res.RolledOut = int(r.rolledOut.Load())
+	res.FirstRound = int(r.firstRound.Load())
+	res.Scored = r.scored.Load()
+	res.Advantaged = r.advantaged.Load()
 	res.Dropped = r.dropped.Load()
 	res.Redelivered = r.redelivered.Load()
 	res.LeaseLost = r.leaseLost.Load()
 	return res
 }
 
-func (r *runner) summary(res Result) {
-	k := min(3, len(res.Rewards))
-	trained := 0
-	for _, n := range res.Trained {
-		trained += n
-	}
-	if k > 0 {
-		fmt.Fprintf(r.out, "done: mean reward %.3f (first %d steps) -> %.3f (last %d); ", res.First(k), k, res.Last(k), k)
-	} else {
-		fmt.Fprint(r.out, "done: ")
-	}
-	fmt.Fprintf(r.out, "%d rounds rolled out, %d rows trained, %d stale rows dropped, %d rows redelivered; tq calls %v summed over the workers, in %v\n",
-		res.RolledOut, trained, res.Dropped, res.Redelivered, res.TQTotal.Round(time.Microsecond), res.Wall.Round(time.Microsecond))
-}
-
-// checkFresh refuses a queue that still holds the loop's partitions (a
-// shared engine after an interrupted run, or a run with Keep): their rows
-// would be mistaken for this run's.
-func checkFresh(ctx context.Context, c *tq.Client) error {
-	parts, err := c.Partitions(ctx)
-	if err != nil {
-		return fmt.Errorf("grpo: %w", err)
-	}
-	var stale []string
-	for _, p := range parts {
-		if strings.HasPrefix(p, partitionPrefix) {
-			stale = append(stale, p)
+// summary prints what this process's workers did, a part per stage it
+// ran.
+func (r *runner) summary(role string, res Result) {
+	all := role == RoleAll
+	var parts []string
+	if all || role == RoleTrainer {
+		who := "trainer"
+		if !all && r.cfg.Rank >= 0 {
+			who = fmt.Sprintf("trainer rank %d", r.cfg.Rank)
 		}
+		trained := 0
+		for _, n := range res.Trained {
+			trained += n
+		}
+		p := fmt.Sprintf("%s: %d steps trained", who, len(res.Rewards))
+		if n := len(res.Rewards); n > 0 {
+			p += fmt.Sprintf(" (%d-%d)", res.FirstStep, res.FirstStep+n-1)
+		}
+		p += fmt.Sprintf(", %d rows", trained)
+		if k := min(3, len(res.Rewards)); k > 0 {
+			p += fmt.Sprintf(", mean reward %.3f (first %d steps) -> %.3f (last %d)", res.First(k), k, res.Last(k), k)
+		}
+		parts = append(parts, p+fmt.Sprintf(", %d stale rows dropped", res.Dropped))
 	}
-	if len(stale) > 0 {
-		return fmt.Errorf("grpo: the queue holds %d partitions of an earlier run (%s ...): clear them (tq clear -yes %s) or use another queue", len(stale), stale[0], stale[0])
+	if all || role == RoleRollout {
+		p := fmt.Sprintf("rollout: %d rounds rolled out", res.RolledOut)
+		if res.RolledOut > 0 {
+			p += fmt.Sprintf(" (%d-%d)", res.FirstRound, res.FirstRound+res.RolledOut-1)
+		}
+		parts = append(parts, p)
 	}
-	return nil
+	if all || role == RoleReward {
+		parts = append(parts, fmt.Sprintf("reward: %d rows scored", res.Scored))
+	}
+	if all || role == RoleAdvantage {
+		parts = append(parts, fmt.Sprintf("advantage: %d rows", res.Advantaged))
+	}
+	if all || role == RoleReward || role == RoleAdvantage {
+		parts = append(parts, fmt.Sprintf("%d rows redelivered", res.Redelivered))
+	}
+	fmt.Fprintf(r.out, "done: %s; tq calls %v summed over the workers, in %v\n",
+		strings.Join(parts, "; "), res.TQTotal.Round(time.Microsecond), res.Wall.Round(time.Microsecond))
 }
 
 // engineName describes the queue without a password in the URL.

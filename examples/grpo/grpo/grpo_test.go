@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -116,7 +118,7 @@ func TestRunLearnsAndClears(t *testing.T) {
 	if res.Dropped != 0 || res.Redelivered != 0 || res.RolledOut < cfg.Steps {
 		t.Errorf("dropped %d, redelivered %d, %d rounds rolled out", res.Dropped, res.Redelivered, res.RolledOut)
 	}
-	if !strings.Contains(out.String(), "done: mean reward") || strings.Contains(out.String(), "step   1") {
+	if !strings.Contains(out.String(), "done: trainer: 20 steps trained (1-20)") || strings.Contains(out.String(), "msg=step") {
 		t.Errorf("quiet output:\n%s", out.String())
 	}
 
@@ -490,5 +492,46 @@ func TestRunOnRedis(t *testing.T) {
 	left = slices.DeleteFunc(left, func(k string) bool { return strings.HasSuffix(k, "}:next") })
 	if err != nil || len(left) != 0 {
 		t.Errorf("keys left on the server: %q, %v", left, err)
+	}
+}
+
+// TestRunState: the run row tells a live run from a finished one. A
+// process with the run's configuration joins a live run; one with
+// another is refused, told which flags differ; any process is refused on
+// a finished run's leftovers, told to clear them.
+func TestRunState(t *testing.T) {
+	ctx := t.Context()
+	c, _, _ := newCountingClient(t)
+	join := func(cfg Config) error {
+		r := &runner{cfg: cfg, c: c, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		return r.join(ctx)
+	}
+	cfg := smallConfig()
+	cfg.Role = RoleReward
+	if err := join(cfg); err != nil {
+		t.Fatalf("the first process: %v", err)
+	}
+	cfg.Role, cfg.Rank, cfg.Lease = RoleTrainer, 1, time.Second // neither is the run's
+	if err := join(cfg); err != nil {
+		t.Fatalf("a process of the run: %v", err)
+	}
+	other := cfg
+	other.Steps, other.Seed = 21, 7
+	if err := join(other); err == nil || !strings.Contains(err.Error(), "another configuration: -steps 20 (this process: 21), -seed 1 (this process: 7)") {
+		t.Errorf("another configuration: %v", err)
+	}
+
+	// A finished run, kept: its leftovers refuse the next run.
+	c2, _, eng2 := newCountingClient(t)
+	cfg = smallConfig()
+	cfg.Steps, cfg.Engine, cfg.Keep = 2, eng2, true
+	if _, err := Run(ctx, cfg, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(ctx, cfg, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "which finished") || !strings.Contains(err.Error(), "tq clear -yes grpo/run") {
+		t.Errorf("a finished run: %v", err)
+	}
+	if parts, err := c2.Partitions(ctx); err != nil || !slices.Contains(parts, CheckpointPartition) || !slices.Contains(parts, RunPartition) {
+		t.Errorf("a kept run's partitions: %v, %v", parts, err)
 	}
 }

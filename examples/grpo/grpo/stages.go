@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync/atomic"
-	"time"
 
 	"github.com/tqgo/tqgo/tq"
 )
@@ -29,6 +27,7 @@ const (
 	fDone   = "done"   // int64 scalar: on the trainer's last version only
 	fGrad   = "grad"   // float64 [L·V·V]: a rank's gradient sum (GradsPartition)
 	fStats  = "stats"  // float64 [statsLen]: what the rank's share held
+	fShare  = "share"  // string: the keys of a rank's share, comma-separated (CheckpointPartition)
 )
 
 // Tags of a sample row.
@@ -56,44 +55,63 @@ const advEps = 1e-6
 // published it; version 0 is the uniform start), samples Group responses
 // to each of Prompts fresh prompts and writes them, a row per response,
 // to SamplesPartition. It stops when it sees the trainer's last version.
-// It is WeightsPartition's only consumer of logits and clears the
-// versions it took, but the last, which the other roles' processes watch.
+// It is WeightsPartition's only consumer of logits, and clears each
+// version once no round it has still to write needs it (so a restarted
+// rollout finds the version it resumes with), but the last, which the
+// other roles' processes watch.
+//
+// A round's prompts and samples are drawn from generators seeded by the
+// seed and the round alone, so a restarted rollout resumes at the round
+// the queue says is next (nextRound) and writes what it would have.
 func (r *runner) rollout(ctx context.Context) error {
 	cfg := r.cfg
-	wt, err := r.c.Task(WeightsPartition, taskRollout, []string{fLogits})
+	log := r.log.With("role", RoleRollout)
+	wt, err := r.c.Task(WeightsPartition, taskRollout, []string{fLogits}, tq.LeaseFor(cfg.Lease))
 	if err != nil {
 		return err
 	}
-	versions := map[int64][]float64{0: make([]float64, cfg.Length*cfg.Vocab*cfg.Vocab)}
-	latest := int64(0)
+	// The versions an earlier life of the rollout took (and did not
+	// clear, as it still needed them) are delivered again.
+	if err := r.reset(ctx, WeightsPartition, taskRollout); err != nil {
+		return fmt.Errorf("rollout: %w", err)
+	}
+	next, err := r.nextRound(ctx)
+	if err != nil {
+		return fmt.Errorf("rollout: %w", err)
+	}
+	if next > 1 {
+		log.Info("resumed", "round", next)
+	}
+	r.firstRound.Store(int64(next))
+	vs := &versions{logits: map[int64][]float64{0: make([]float64, cfg.Length*cfg.Vocab*cfg.Vocab)}, keys: map[int64]string{}}
 	pol := newPolicy(r.task)
-	data := rand.New(rand.NewPCG(cfg.Seed, 1)) // the prompts: the dataset
-	gen := rand.New(rand.NewPCG(cfg.Seed, 2))  // the sampling
-	for round := 1; ; round++ {
+	for round := next; ; round++ {
 		need := cfg.version(round)
 		// Take what the trainer published; wait only while need is not
-		// among it.
-		for first := true; first || latest < need; first = false {
+		// among it (versions may come out of order: one leased to a
+		// Wait of the rollout's earlier life comes when that lease ends).
+		for first := true; first || vs.logits[need] == nil; first = false {
 			var l *tq.Lease
-			if latest < need {
-				l, err = wt.Wait(ctx, 64, tq.AtLeast(1), tq.WithData(fLogits))
+			if vs.logits[need] == nil {
+				l, err = r.wait(ctx, wt, false, 64, tq.AtLeast(1), tq.WithData(fLogits))
 			} else {
-				l, err = wt.Claim(ctx, 64, tq.WithData(fLogits))
+				l, err = r.wait(ctx, wt, true, 64, tq.WithData(fLogits))
 			}
 			if err != nil {
 				return fmt.Errorf("rollout: weights: %w", err)
 			}
-			done, err := r.takeVersions(ctx, l, versions, &latest)
-			if err != nil || done {
+			done, err := r.takeVersions(ctx, l, vs)
+			if err != nil {
 				return err
 			}
-		}
-		for v := range versions {
-			if v < need {
-				delete(versions, v)
+			if done {
+				log.Info("the trainer published its last version", "rounds", r.rolledOut.Load())
+				return r.dropVersions(ctx, vs, math.MaxInt64)
 			}
 		}
-		copy(pol.logits, versions[need])
+		copy(pol.logits, vs.logits[need])
+		data := rand.New(rand.NewPCG(cfg.Seed, 2*uint64(round)))  // the prompts: the dataset
+		gen := rand.New(rand.NewPCG(cfg.Seed, 2*uint64(round)+1)) // the sampling
 		prompts := make([][]int64, cfg.Prompts)
 		for i := range prompts {
 			prompts[i] = r.task.prompt(data)
@@ -102,12 +120,48 @@ func (r *runner) rollout(ctx context.Context) error {
 			return fmt.Errorf("rollout: round %d: %w", round, err)
 		}
 		r.rolledOut.Add(1)
+		log.Info("rolled out", "round", round, "version", need, "rows", cfg.rows())
+		if err := r.dropVersions(ctx, vs, cfg.version(round+1)); err != nil {
+			return err
+		}
 	}
 }
 
-// takeVersions stores the policy versions l leased, acks them and clears
-// them but the last; done reports the trainer's last version among them.
-func (r *runner) takeVersions(ctx context.Context, l *tq.Lease, versions map[int64][]float64, latest *int64) (done bool, err error) {
+// versions are the policy versions the rollout took and may still need:
+// their logits, and the keys of their rows in WeightsPartition.
+type versions struct {
+	logits map[int64][]float64
+	keys   map[int64]string
+}
+
+// nextRound is the round the rollout writes next: 1 in a new run; in a
+// run it rejoins, the one after the last round the queue holds, in
+// SamplesPartition or, trained and cleared since, in the trainer's
+// checkpoints (a round is cleared only once a checkpoint is past it).
+func (r *runner) nextRound(ctx context.Context) (int, error) {
+	m, err := r.c.List(ctx, SamplesPartition)
+	if err != nil {
+		return 0, err
+	}
+	last := 0
+	for _, row := range m.Rows {
+		if rd, ok := tagInt(row.Tag[tagRound]); ok {
+			last = max(last, int(rd))
+		}
+	}
+	pos, _, err := r.lastCheckpoint(ctx, false)
+	if err != nil {
+		return 0, err
+	}
+	if pos.step > 0 {
+		last = max(last, r.cfg.roundOf(pos.step))
+	}
+	return last + 1, nil
+}
+
+// takeVersions stores the policy versions l leased in vs and acks them;
+// done reports the trainer's last version among them.
+func (r *runner) takeVersions(ctx context.Context, l *tq.Lease, vs *versions) (done bool, err error) {
 	if l.Len() == 0 {
 		return false, nil
 	}
@@ -115,7 +169,6 @@ func (r *runner) takeVersions(ctx context.Context, l *tq.Lease, versions map[int
 	if err != nil {
 		return false, fmt.Errorf("rollout: %s: %w", fLogits, err)
 	}
-	var spent []string
 	for i, row := range l.Meta.Rows {
 		v, ok := tagInt(row.Tag[tagVersion])
 		if !ok || len(logits[i]) != r.cfg.Length*r.cfg.Vocab*r.cfg.Vocab {
@@ -125,19 +178,33 @@ func (r *runner) takeVersions(ctx context.Context, l *tq.Lease, versions map[int
 			done = true
 			continue
 		}
-		versions[v] = logits[i]
-		*latest = max(*latest, v)
-		spent = append(spent, row.Key)
+		vs.logits[v] = logits[i]
+		vs.keys[v] = row.Key
 	}
 	if err := r.ack(ctx, l); err != nil {
 		return false, fmt.Errorf("rollout: %w", err)
 	}
-	if len(spent) > 0 {
-		if err := r.c.Clear(ctx, WeightsPartition, spent); err != nil {
-			return false, fmt.Errorf("rollout: clear weights: %w", err)
+	return done, nil
+}
+
+// dropVersions forgets the versions below below and clears their rows.
+func (r *runner) dropVersions(ctx context.Context, vs *versions, below int64) error {
+	var spent []string
+	for v := range vs.logits {
+		if v < below {
+			if k, ok := vs.keys[v]; ok {
+				spent = append(spent, k)
+			}
+			delete(vs.logits, v)
+			delete(vs.keys, v)
 		}
 	}
-	return done, nil
+	if len(spent) > 0 {
+		if err := r.clearKeys(ctx, WeightsPartition, spent); err != nil {
+			return fmt.Errorf("rollout: clear weights: %w", err)
+		}
+	}
+	return nil
 }
 
 // writeRound samples Group responses to each prompt with pol (version
@@ -169,7 +236,7 @@ func (r *runner) writeRound(ctx context.Context, round int, version int64, promp
 	for i := range mask {
 		mask[i] = 1 // fixed-length responses: every token counts
 	}
-	return r.c.BatchPut(ctx, SamplesPartition, keys, tq.Batch{
+	return r.put(ctx, SamplesPartition, keys, tq.Batch{
 		fInputIDs:    tq.Stacked(ids, n, l),
 		fResponses:   tq.Stacked(resp, n, l),
 		fOldLogProbs: tq.Stacked(logp, n, l),
@@ -185,12 +252,13 @@ func (r *runner) reward(ctx context.Context, worker int) error {
 	if err != nil {
 		return err
 	}
+	log := r.log.With("role", RoleReward, "worker", worker)
 	for {
-		l, err := t.Wait(ctx, r.cfg.rows(), tq.AtLeast(1), tq.WithData(fInputIDs, fResponses))
+		l, err := r.wait(ctx, t, false, r.cfg.rows(), tq.AtLeast(1), tq.WithData(fInputIDs, fResponses))
 		if err != nil {
 			return fmt.Errorf("reward: %w", err)
 		}
-		r.countRedelivered(l)
+		r.redelivered.Add(int64(redelivered(l)))
 		if r.cfg.abandon != nil && r.cfg.abandon(worker, l) {
 			return nil // killed: the lease ends unsettled
 		}
@@ -198,12 +266,14 @@ func (r *runner) reward(ctx context.Context, worker int) error {
 		if err != nil {
 			return fmt.Errorf("reward: %w", err)
 		}
-		if err := r.c.BatchPut(ctx, SamplesPartition, l.Keys(), tq.Batch{fRewards: tq.Stacked(rewards)}, nil); err != nil {
+		if err := r.put(ctx, SamplesPartition, l.Keys(), tq.Batch{fRewards: tq.Stacked(rewards)}, nil); err != nil {
 			return fmt.Errorf("reward: %w", err)
 		}
 		if err := r.ack(ctx, l); err != nil {
 			return fmt.Errorf("reward: %w", err)
 		}
+		total := r.scored.Add(int64(l.Len()))
+		log.Info("scored", "rows", l.Len(), "redelivered", redelivered(l), "total", total)
 	}
 }
 
@@ -236,22 +306,25 @@ func (r *runner) advantage(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	log := r.log.With("role", RoleAdvantage)
 	for {
-		l, err := t.Wait(ctx, r.cfg.rows(), tq.AtLeast(r.cfg.Group), tq.WithData(fRewards, fUID, fAttnMask))
+		l, err := r.wait(ctx, t, false, r.cfg.rows(), tq.AtLeast(r.cfg.Group), tq.WithData(fRewards, fUID, fAttnMask))
 		if err != nil {
 			return fmt.Errorf("advantage: %w", err)
 		}
-		r.countRedelivered(l)
+		r.redelivered.Add(int64(redelivered(l)))
 		adv, err := advantages(l.Keys(), l.Data, r.cfg.Group)
 		if err != nil {
 			return fmt.Errorf("advantage: %w", err)
 		}
-		if err := r.c.BatchPut(ctx, SamplesPartition, l.Keys(), tq.Batch{fAdvantages: tq.JaggedOf(adv)}, nil); err != nil {
+		if err := r.put(ctx, SamplesPartition, l.Keys(), tq.Batch{fAdvantages: tq.JaggedOf(adv)}, nil); err != nil {
 			return fmt.Errorf("advantage: %w", err)
 		}
 		if err := r.ack(ctx, l); err != nil {
 			return fmt.Errorf("advantage: %w", err)
 		}
+		total := r.advantaged.Add(int64(l.Len()))
+		log.Info("advantages", "rows", l.Len(), "groups", l.Len()/r.cfg.Group, "redelivered", redelivered(l), "total", total)
 	}
 }
 
@@ -308,7 +381,7 @@ func advantages(keys []string, b tq.Batch, group int) ([][]float32, error) {
 // another worker is not an error: delivery is at least once, and what
 // this worker wrote for it is what the other writes again.
 func (r *runner) ack(ctx context.Context, l *tq.Lease) error {
-	err := l.Ack(ctx)
+	err := r.again(ctx, "ack", func() error { return l.Ack(ctx) })
 	var lost *tq.LeaseLostError
 	if errors.As(err, &lost) {
 		r.leaseLost.Add(int64(len(lost.Keys)))
@@ -317,31 +390,40 @@ func (r *runner) ack(ctx context.Context, l *tq.Lease) error {
 	return err
 }
 
-func (r *runner) countRedelivered(l *tq.Lease) {
+// redelivered counts the rows of l delivered before.
+func redelivered(l *tq.Lease) int {
 	n := 0
 	for _, d := range l.Deliveries {
 		if d > 1 {
 			n++
 		}
 	}
-	r.redelivered.Add(int64(n))
+	return n
 }
 
 // watchDone, in a reward or advantage process, calls stop once the
-// trainer published its last policy version: the run is over. Each
-// watcher is a task of its own on WeightsPartition, so each sees it.
+// trainer published its last policy version: the run is over. The
+// processes of a role share a task, "done-<role>", and each gives the
+// row back (Nack) once it saw it, so that the next one sees it too, a
+// restarted process included: the task is one per role, not one per
+// process. (A watcher killed while waiting may be handed the row after
+// its death: it comes back when the lease, Config.Lease, ends.)
 func (r *runner) watchDone(ctx context.Context, role string, stop func()) error {
-	name := fmt.Sprintf("done-%s-%d-%d", role, os.Getpid(), time.Now().UnixNano())
-	t, err := r.c.Task(WeightsPartition, name, []string{fDone})
+	t, err := r.c.Task(WeightsPartition, "done-"+role, []string{fDone}, tq.LeaseFor(r.cfg.Lease))
 	if err != nil {
 		return err
 	}
-	l, err := t.Wait(ctx, 1)
+	l, err := r.wait(ctx, t, false, 1)
 	if err != nil {
 		return fmt.Errorf("%s: waiting for the end: %w", role, err)
 	}
 	stop()
-	return r.ack(ctx, l)
+	r.log.Info("the trainer published its last version", "role", role)
+	err = r.again(ctx, "nack", func() error { return l.Nack(ctx, 0) })
+	if err != nil && !errors.Is(err, tq.ErrLeaseLost) {
+		return fmt.Errorf("%s: %w", role, err)
+	}
+	return nil
 }
 
 // roundGroups is the trainer's sampler: the complete groups of round
@@ -381,8 +463,8 @@ func sortedByRank(l *tq.Lease) []int {
 		pos[i] = i
 	}
 	slices.SortFunc(pos, func(a, b int) int {
-		ra, _ := tagInt(l.Meta.Rows[a].Tag["rank"])
-		rb, _ := tagInt(l.Meta.Rows[b].Tag["rank"])
+		ra, _ := tagInt(l.Meta.Rows[a].Tag[tagRank])
+		rb, _ := tagInt(l.Meta.Rows[b].Tag[tagRank])
 		return cmp.Compare(ra, rb)
 	})
 	return pos
