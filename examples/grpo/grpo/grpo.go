@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,11 +220,19 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 		return Result{}, fmt.Errorf("grpo: %w", err)
 	}
 	timer := &callTimer{}
+	// Named by role (and rank), the process is told apart among the
+	// holders of leases and the members of presence (tq status).
+	host, _ := os.Hostname()
+	name := fmt.Sprintf("grpo-%s@%s:%d", cfg.role(), host, os.Getpid())
+	if cfg.role() == RoleTrainer && cfg.Rank >= 0 {
+		name = fmt.Sprintf("grpo-%s-%d@%s:%d", cfg.role(), cfg.Rank, host, os.Getpid())
+	}
+	opts := []tq.Option{tq.WithTracer(timer), tq.WithName(name)}
 	var c *tq.Client
 	if cfg.Engine.Data != nil {
-		c, err = tq.New(cfg.Engine, tq.WithTracer(timer))
+		c, err = tq.New(cfg.Engine, opts...)
 	} else {
-		c, err = tq.Open(ctx, cfg.URL, tq.WithTracer(timer))
+		c, err = tq.Open(ctx, cfg.URL, opts...)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("grpo: %w", err)
