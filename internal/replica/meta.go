@@ -219,7 +219,11 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 				pp.waits[a.Token] = true
 			}
 			if a.Custom {
-				rows, ds := st.Candidates(st.Now(), req.Task, req.Select, req.Floor, window)
+				// Candidates as of now by the server's clock (as this
+				// process reckons it), not as of the last record: a lease
+				// that ended since with nothing appended is ready again.
+				now := max(st.Now(), time.Now().Add(-pp.skew).UnixMicro())
+				rows, ds := st.Candidates(now, req.Task, req.Select, req.Floor, window)
 				picked, err := pick(rows, ds)
 				if err != nil {
 					return nil, err

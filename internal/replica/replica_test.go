@@ -326,3 +326,34 @@ func TestWaitEmptyNoSpin(t *testing.T) {
 		t.Fatalf("a Wait on an empty partition appended %d records in 700ms", n)
 	}
 }
+
+// A custom sampler's claim sees a lease that ended with nothing appended
+// since: its candidates are taken as of now by the log's clock, not as of
+// the last record.
+func TestCustomClaimSeesLapsedLease(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	c := client(t, srv, nil)
+	ctx := t.Context()
+	if err := c.Put(ctx, "p", "r0", map[string]any{"a": int64(1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	every := tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
+		var units [][]int
+		for i := range ready[:min(n, len(ready))] {
+			units = append(units, []int{i})
+		}
+		return units, nil
+	})
+	tk, err := c.Task("p", "t", []string{"a"}, tq.LeaseFor(100*time.Millisecond), tq.WithSampler(every))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := tk.Claim(ctx, 1); err != nil || l.Len() != 1 {
+		t.Fatalf("first claim: %v, %v", l, err)
+	}
+	time.Sleep(200 * time.Millisecond) // the lease ends; nothing is appended
+	l, err := tk.Claim(ctx, 1)
+	if err != nil || l.Len() != 1 || l.Deliveries[0] != 2 {
+		t.Fatalf("claim after the lease ended: %v, %v; want the row, delivered a second time", l, err)
+	}
+}

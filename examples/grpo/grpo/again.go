@@ -64,25 +64,3 @@ func (r *runner) wait(ctx context.Context, t *tq.Task, claim bool, n int, opts .
 	})
 	return l, err
 }
-
-// waitLapsing is wait, issued again every half lease while it waits, for
-// a task with a sampler of its own (tq.WithSampler). Such a claim picks
-// on this process's copy of the partition, whose clock is the time of
-// the last record the copy applied: rows whose lease lapsed while nothing
-// was written to the partition are not candidates yet, and the Wait
-// sleeps until the next write, or until its registration ends (30 s). A
-// restarted rank waits for exactly such rows (its earlier life's share,
-// or a gradient group leased to its earlier life's Wait); the claim
-// issued again is a record, which moves the clock past the lapse. (Once
-// tq picks by the current time, this is wait.)
-func (r *runner) waitLapsing(ctx context.Context, t *tq.Task, n int, opts ...tq.ClaimOption) (*tq.Lease, error) {
-	for {
-		wctx, cancel := context.WithTimeout(ctx, r.cfg.Lease/2)
-		l, err := r.wait(wctx, t, false, n, opts...)
-		cancel()
-		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			continue
-		}
-		return l, err
-	}
-}

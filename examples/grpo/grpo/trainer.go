@@ -307,7 +307,7 @@ func (r *runner) resume(ctx context.Context, rank int, ar *tq.Task, log *slog.Lo
 // rows) or of an earlier round, and is skipped.
 func (r *runner) claimShare(ctx context.Context, t *tq.Task, round int, log *slog.Logger) (*tq.Lease, error) {
 	for {
-		l, err := r.waitLapsing(ctx, t, r.cfg.rows(), tq.AtLeast(r.cfg.rows()), tq.WithData(fInputIDs, fResponses, fOldLogProbs, fAdvantages, fAttnMask, fRewards))
+		l, err := r.wait(ctx, t, false, r.cfg.rows(), tq.AtLeast(r.cfg.rows()), tq.WithData(fInputIDs, fResponses, fOldLogProbs, fAdvantages, fAttnMask, fRewards))
 		if errors.Is(err, tq.ErrNotFound) && ctx.Err() == nil {
 			// The rows of such a share, cleared between the claim and
 			// the read.
@@ -399,7 +399,7 @@ func (r *runner) allReduce(ctx context.Context, ar *tq.Task, st *rankState, pos 
 	if !slices.Contains(st.grads, key) {
 		st.grads = append(st.grads, key)
 	}
-	l, err := r.waitLapsing(ctx, ar, r.cfg.Ranks, tq.AtLeast(r.cfg.Ranks), tq.WithData(fGrad, fStats))
+	l, err := r.wait(ctx, ar, false, r.cfg.Ranks, tq.AtLeast(r.cfg.Ranks), tq.WithData(fGrad, fStats))
 	if err != nil {
 		return nil, nil, fmt.Errorf("all-reduce: %w", err)
 	}
