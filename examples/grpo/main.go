@@ -4,11 +4,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/tqgo/tqgo/examples/grpo/grpo"
+	"github.com/tqgo/tqgo/tqprom"
 )
 
 func main() {
@@ -32,7 +37,28 @@ func main() {
 	flag.DurationVar(&cfg.Lease, "lease", cfg.Lease, "every worker's lease: how soon the rows a killed worker held go to another, or to it restarted")
 	flag.BoolVar(&cfg.Keep, "keep", cfg.Keep, "leave the run's partitions in the queue at the end (for tq status)")
 	flag.BoolVar(&cfg.Quiet, "quiet", cfg.Quiet, "print only the header and the summary, not a log line per round, lease and step")
+	flag.DurationVar(&cfg.Stall, "stall", cfg.Stall, "with -role: exit with an error when what a role waits on makes no progress this long and no process of the role feeding it is alive (0: wait for ever)")
+	metrics := flag.String("metrics", "", `serve Prometheus metrics of the queue at http://ADDR/metrics (":9100", say)`)
 	flag.Parse()
+	if *metrics != "" {
+		col, err := tqprom.New()
+		if err == nil {
+			err = col.Register(prometheus.DefaultRegisterer)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		cfg.Metrics = col
+		ln, err := net.Listen("tcp", *metrics)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "metrics:", err)
+			os.Exit(1)
+		}
+		http.Handle("/metrics", promhttp.Handler())
+		go func() { _ = http.Serve(ln, nil) }()
+		fmt.Fprintf(os.Stderr, "metrics at http://%s/metrics\n", ln.Addr())
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/tq"
+	"github.com/tqgo/tqgo/tqprom"
 )
 
 // The roles Config.Role names: RoleAll runs every stage in one process;
@@ -90,6 +91,15 @@ type Config struct {
 	// inspection (tq status); by default RoleAll clears them.
 	Keep  bool
 	Quiet bool // print only the header and the summary, not a line per round, lease and step
+	// Stall, with a role per process, bounds how long a role waits while
+	// the partition it waits on makes no progress and no process of the
+	// role that feeds it is alive (tq.Stall over the roles' presence):
+	// then it exits with an error saying what it waited for. A peer
+	// restarted within it is waited for. 0: wait for ever (default 2m).
+	Stall time.Duration
+	// Metrics, if set, is given every call (as a tq.Tracer) and watches
+	// the run's partitions and tasks, for a Prometheus scrape.
+	Metrics *tqprom.Collector
 
 	// Test hooks: abandon, called with each lease a reward worker claims,
 	// makes the worker stop there without settling it (as if killed);
@@ -101,7 +111,7 @@ type Config struct {
 // DefaultConfig returns the configuration `go run ./examples/grpo` uses.
 func DefaultConfig() Config {
 	return Config{Rank: -1, Steps: 30, Prompts: 64, Group: 8, Length: 6, Vocab: 8, LR: 6, ClipEps: 0.2, Epochs: 2, Seed: 1,
-		Ranks: 2, Staleness: 1, Lag: 1, RewardWorkers: 1, Lease: 30 * time.Second}
+		Ranks: 2, Staleness: 1, Lag: 1, RewardWorkers: 1, Lease: 30 * time.Second, Stall: 2 * time.Minute}
 }
 
 func (c Config) role() string {
@@ -227,7 +237,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 	if cfg.role() == RoleTrainer && cfg.Rank >= 0 {
 		name = fmt.Sprintf("grpo-%s-%d@%s:%d", cfg.role(), cfg.Rank, host, os.Getpid())
 	}
-	opts := []tq.Option{tq.WithTracer(timer), tq.WithName(name)}
+	var tracer tq.Tracer = timer
+	if cfg.Metrics != nil {
+		tracer = tq.MultiTracer{timer, cfg.Metrics}
+	}
+	opts := []tq.Option{tq.WithTracer(tracer), tq.WithName(name)}
 	var c *tq.Client
 	if cfg.Engine.Data != nil {
 		c, err = tq.New(cfg.Engine, opts...)
@@ -250,6 +264,21 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 		role, engineName(cfg), cfg.Steps, cfg.Prompts, cfg.Group, cfg.Length, cfg.Vocab, 1/float64(cfg.Vocab), cfg.LR, cfg.ClipEps, cfg.Epochs, cfg.Ranks, cfg.Staleness, cfg.Lag, cfg.Seed)
 	if err := r.join(ctx); err != nil {
 		return Result{}, err
+	}
+	if role != RoleAll {
+		// Other roles' processes tell this one slow from gone by it.
+		pres, err := c.Announce(ctx, presenceGroup(role, cfg.Rank), 0)
+		if err != nil {
+			return Result{}, fmt.Errorf("grpo: %w", err)
+		}
+		defer func() { err = errors.Join(err, pres.Close()) }()
+	}
+	if cfg.Metrics != nil {
+		for p, tasks := range watched(cfg) {
+			if err := cfg.Metrics.Watch(c, p, tasks...); err != nil {
+				return Result{}, fmt.Errorf("grpo: %w", err)
+			}
+		}
 	}
 	start := time.Now()
 	if err := r.run(ctx, role); err != nil {
@@ -419,4 +448,36 @@ func engineName(cfg Config) string {
 		return cfg.URL // Redacted would print "memory:" for "memory://"
 	}
 	return u.Redacted()
+}
+
+// presenceGroup is the presence group of a role's processes: a trainer
+// rank's own, since its peers wait on each rank.
+func presenceGroup(role string, rank int) string {
+	if role == RoleTrainer && rank >= 0 {
+		return fmt.Sprintf("grpo-%s-%d", role, rank)
+	}
+	return "grpo-" + role
+}
+
+// stall is the tq.Stall option of a task fed by the processes of the
+// presence groups peers, or none when every role runs in this process or
+// cfg.Stall is 0.
+func (c Config) stall(peers ...string) []tq.TaskOption {
+	if c.Stall <= 0 || c.role() == RoleAll {
+		return nil
+	}
+	return []tq.TaskOption{tq.Stall(c.Stall, peers...)}
+}
+
+// watched is what the metrics watch: each partition's tasks.
+func watched(cfg Config) map[string][]string {
+	ar := make([]string, 0, cfg.Ranks)
+	for rank := range cfg.Ranks {
+		ar = append(ar, fmt.Sprintf("allreduce-%d", rank))
+	}
+	return map[string][]string{
+		SamplesPartition: {taskReward, taskAdvantage, taskTrain},
+		WeightsPartition: {taskRollout},
+		GradsPartition:   ar,
+	}
 }

@@ -66,7 +66,8 @@ const advEps = 1e-6
 func (r *runner) rollout(ctx context.Context) error {
 	cfg := r.cfg
 	log := r.log.With("role", RoleRollout)
-	wt, err := r.c.Task(WeightsPartition, taskRollout, []string{fLogits}, tq.LeaseFor(cfg.Lease))
+	wt, err := r.c.Task(WeightsPartition, taskRollout, []string{fLogits}, append([]tq.TaskOption{tq.LeaseFor(cfg.Lease)},
+		cfg.stall(presenceGroup(RoleTrainer, 0))...)...)
 	if err != nil {
 		return err
 	}
@@ -248,7 +249,8 @@ func (r *runner) writeRound(ctx context.Context, round int, version int64, promp
 // reward is a reward worker: it claims rows ready in the rollout's
 // fields, checks each response, writes rewards, and acks.
 func (r *runner) reward(ctx context.Context, worker int) error {
-	t, err := r.c.Task(SamplesPartition, taskReward, []string{fInputIDs, fResponses}, tq.LeaseFor(r.cfg.Lease))
+	t, err := r.c.Task(SamplesPartition, taskReward, []string{fInputIDs, fResponses}, append([]tq.TaskOption{tq.LeaseFor(r.cfg.Lease)},
+		r.cfg.stall(presenceGroup(RoleRollout, -1))...)...)
 	if err != nil {
 		return err
 	}
@@ -301,8 +303,9 @@ func score(t task, keys []string, b tq.Batch) ([]float32, error) {
 // Group rows of one uid) ready in rewards, writes each row's advantage,
 // and acks.
 func (r *runner) advantage(ctx context.Context) error {
-	t, err := r.c.Task(SamplesPartition, taskAdvantage, []string{fRewards},
-		tq.LeaseFor(r.cfg.Lease), tq.WithGroups(tq.GroupTag(tagUID), r.cfg.Group))
+	t, err := r.c.Task(SamplesPartition, taskAdvantage, []string{fRewards}, append([]tq.TaskOption{
+		tq.LeaseFor(r.cfg.Lease), tq.WithGroups(tq.GroupTag(tagUID), r.cfg.Group)},
+		r.cfg.stall(presenceGroup(RoleReward, -1))...)...)
 	if err != nil {
 		return err
 	}

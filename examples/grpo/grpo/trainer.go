@@ -52,17 +52,23 @@ func (r *runner) trainer(ctx context.Context, rank int, record bool) error {
 	cfg := r.cfg
 	log := r.log.With("role", RoleTrainer, "rank", rank)
 	var want atomic.Int64 // the round to train
-	t, err := r.c.Task(SamplesPartition, taskTrain, []string{fAdvantages},
+	t, err := r.c.Task(SamplesPartition, taskTrain, []string{fAdvantages}, append([]tq.TaskOption{
 		tq.LeaseFor(cfg.Lease),
 		tq.Ranks(cfg.Ranks, rank, tagLength),
 		tq.Staleness(tagVersion, int64(cfg.Staleness), true),
-		tq.WithSampler(roundGroups(cfg.Group, &want)))
+		tq.WithSampler(roundGroups(cfg.Group, &want))}, cfg.stall(presenceGroup(RoleAdvantage, -1))...)...)
 	if err != nil {
 		return err
 	}
 	var wantPos atomic.Value // the position (string) to all-reduce
-	ar, err := r.c.Task(GradsPartition, fmt.Sprintf("allreduce-%d", rank), []string{fGrad, fStats},
-		tq.LeaseFor(cfg.Lease), tq.WithSampler(positionGroup(cfg.Ranks, &wantPos)))
+	var others []string // the other ranks, whose gradients this one waits for
+	for o := range cfg.Ranks {
+		if o != rank {
+			others = append(others, presenceGroup(RoleTrainer, o))
+		}
+	}
+	ar, err := r.c.Task(GradsPartition, fmt.Sprintf("allreduce-%d", rank), []string{fGrad, fStats}, append([]tq.TaskOption{
+		tq.LeaseFor(cfg.Lease), tq.WithSampler(positionGroup(cfg.Ranks, &wantPos))}, cfg.stall(others...)...)...)
 	if err != nil {
 		return err
 	}
