@@ -61,7 +61,7 @@ func (r *runner) trainer(ctx context.Context, rank int, record bool) error {
 		return err
 	}
 	var wantPos atomic.Value // the position (string) to all-reduce
-	var others []string // the other ranks, whose gradients this one waits for
+	var others []string      // the other ranks, whose gradients this one waits for
 	for o := range cfg.Ranks {
 		if o != rank {
 			others = append(others, presenceGroup(RoleTrainer, o))
