@@ -319,3 +319,56 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A role whose peer is gone for good (killed, never restarted) says what
+// it waited for and exits non-zero once the stall bound passes with no
+// process of the feeding role alive, and the roles that wait on it follow:
+// no process is left alive and silent.
+func TestPeerGoneExits(t *testing.T) {
+	redistest.Available(t)
+	bin := buildCommand(t)
+	cfg := smallConfig()
+	cfg.Steps = 200 // far more than the run gets to
+	srv := redistest.Start(t)
+	url := srv.URL() + "?prefix=grpo"
+	procs := map[string]*proc{}
+	for _, p := range []struct {
+		name, role string
+		rank       int
+	}{
+		{"rollout", RoleRollout, -1}, {"reward", RoleReward, -1}, {"advantage", RoleAdvantage, -1},
+		{"trainer-0", RoleTrainer, 0}, {"trainer-1", RoleTrainer, 1},
+	} {
+		procs[p.name] = startProc(t, p.name, bin, []string{"-url", url, "-role", p.role, "-rank", strconv.Itoa(p.rank),
+			"-steps", strconv.Itoa(cfg.Steps), "-prompts", strconv.Itoa(cfg.Prompts), "-len", strconv.Itoa(cfg.Length),
+			"-lease", "2s", "-stall", "3s"})
+	}
+	bound := time.After(60 * time.Second)
+	for step := 0; step < 3; step = lastStep(procs["trainer-0"].out.String()) {
+		select {
+		case <-bound:
+			stopAll(procs)
+			t.Fatal("no step 3 in time")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	start := time.Now()
+	procs["advantage"].kill()
+	for _, n := range []string{"trainer-0", "trainer-1", "rollout", "reward"} {
+		p := procs[n]
+		select {
+		case <-p.exited:
+		case <-bound:
+			stopAll(procs)
+			t.Fatalf("%s still running %v after its peer was killed:\n%s", n, time.Since(start), p.out.String())
+		}
+		out := p.out.String()
+		if p.err == nil || !strings.Contains(out, "wait stalled") || !strings.Contains(out, "no member alive in grpo-") {
+			t.Errorf("%s exited with %v, want an error saying which peer is gone:\n%s", n, p.err, out)
+		}
+	}
+	t.Logf("every process exited %v after the advantage worker was killed", time.Since(start).Round(time.Millisecond))
+	if !strings.Contains(procs["trainer-0"].out.String(), "rows lacking advantages") {
+		t.Errorf("the trainer did not say it waited for advantages:\n%s", procs["trainer-0"].out.String())
+	}
+}
