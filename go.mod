@@ -7,6 +7,7 @@ module github.com/tqgo/tqgo
 go 1.26.2
 
 require (
+	github.com/google/btree v1.1.3
 	github.com/panjf2000/ants/v2 v2.12.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tinylib/msgp v1.6.5
@@ -15,7 +16,6 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/google/btree v1.1.3 // indirect
 	github.com/philhofer/fwd v1.2.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/mod v0.27.0 // indirect
