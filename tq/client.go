@@ -40,7 +40,8 @@ type Client struct {
 	retry *retrier
 
 	// What the engine can do beyond the required interfaces, found once.
-	stager    backends.Stager    // data encodes straight into the engine's memory
+	stager    backends.Stager // data encodes straight into the engine's memory
+	conns     backends.ConnStater
 	colocated metadata.Colocated // cells go with their commit, reads confirm rows
 }
 
@@ -122,6 +123,7 @@ func newClient(eng backends.Engine, meta metadata.MetaStore, o options, owns boo
 	c.retry = &retrier{policy: o.retry, log: o.logger, closing: c.closing}
 	c.data, c.meta = withRetry(c.data, c.meta, c.retry)
 	c.stager, _ = eng.Data.(backends.Stager)
+	c.conns, _ = eng.Data.(backends.ConnStater)
 	c.colocated, _ = c.meta.(metadata.Colocated)
 	return c
 }
@@ -146,6 +148,15 @@ func (c *Client) Close() error {
 		}
 	})
 	return err
+}
+
+// ConnStats reports the engine's connections to its servers (see
+// backends.ConnStats), and false for an engine that keeps none (memory).
+func (c *Client) ConnStats() (backends.ConnStats, bool) {
+	if c.conns == nil {
+		return backends.ConnStats{}, false
+	}
+	return c.conns.ConnStats(), true
 }
 
 // PackStats reports which packing path objects took (see codec.Stats).

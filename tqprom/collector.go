@@ -46,6 +46,8 @@ type Collector struct {
 	taskRows      *prometheus.Desc // partition, task, state
 	redelivered   *prometheus.Desc // partition, task
 	leases        *prometheus.Desc // partition, task
+	conns         *prometheus.Desc // state
+	connTimeouts  *prometheus.Desc
 	leaseLeft     *prometheus.Desc // partition, task
 	claimSkipped  *prometheus.Desc // partition, task
 	claimDropped  *prometheus.Desc // partition, task
@@ -122,6 +124,12 @@ func New(opts ...Option) (*Collector, error) {
 		redelivered: prometheus.NewDesc("tq_task_redelivered_rows",
 			"Rows of a watched partition, ready or leased for a watched task, that were delivered before without an ack, as tq.Client.Status counts them at the scrape.",
 			[]string{"partition", "task"}, nil),
+		conns: prometheus.NewDesc("tq_engine_connections",
+			"Connections of the watched clients' engines to their servers, busy or idle, as of the scrape (absent for an in-process engine).",
+			[]string{"state"}, nil),
+		connTimeouts: prometheus.NewDesc("tq_engine_connection_timeouts_total",
+			"Requests of the watched clients' engines that gave up waiting for a free connection (a pool too small for the load).",
+			nil, nil),
 		leases: prometheus.NewDesc("tq_task_leases",
 			"Running leases of a watched task in a watched partition (each held by one consumer), as tq.Client.Status lists them at the scrape.",
 			[]string{"partition", "task"}, nil),
@@ -197,6 +205,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.taskRows
 	ch <- c.redelivered
 	ch <- c.leases
+	ch <- c.conns
+	ch <- c.connTimeouts
 	ch <- c.leaseLeft
 	ch <- c.claimSkipped
 	ch <- c.claimDropped

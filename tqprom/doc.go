@@ -44,6 +44,9 @@
 //	                                         unless extended; absent with none (Watch)
 //	tq_claim_skipped_rows_total{partition,task}  counter: stale rows the task's claims passed over (WatchTask)
 //	tq_claim_dropped_rows_total{partition,task}  counter: rows its claims dropped (WatchTask)
+//	tq_engine_connections{state}             gauge: the watched clients' engines' connections, busy
+//	                                         or idle (absent for an in-process engine)
+//	tq_engine_connection_timeouts_total      counter: requests that gave up waiting for a free connection
 //	tq_scrape_errors_total{partition}        counter: scrapes whose Status call for the partition
 //	                                         failed or timed out; its gauges are absent from those scrapes
 //

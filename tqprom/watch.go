@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -157,6 +158,26 @@ func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Unlock()
 
+	// The engines' connections, of every client watched (each once).
+	var conns backends.ConnStats
+	seen, has := map[*tq.Client]bool{}, false
+	for _, w := range watches {
+		if seen[w.client] {
+			continue
+		}
+		seen[w.client] = true
+		if st, ok := w.client.ConnStats(); ok {
+			has = true
+			conns.Open += st.Open
+			conns.Idle += st.Idle
+			conns.Timeouts += st.Timeouts
+		}
+	}
+	if has {
+		ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(conns.Open-conns.Idle), "busy")
+		ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(conns.Idle), "idle")
+		ch <- prometheus.MustNewConstMetric(c.connTimeouts, prometheus.CounterValue, float64(conns.Timeouts))
+	}
 	for k, s := range stats {
 		ch <- prometheus.MustNewConstMetric(c.claimSkipped, prometheus.CounterValue, float64(s.Skipped), k.partition, k.task)
 		ch <- prometheus.MustNewConstMetric(c.claimDropped, prometheus.CounterValue, float64(s.Dropped), k.partition, k.task)

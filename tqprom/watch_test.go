@@ -290,6 +290,9 @@ func TestLint(t *testing.T) {
 	if err := col.WatchTask(task); err != nil {
 		t.Fatal(err)
 	}
+	if err := col.Watch(connClient(t, backends.ConnStats{Open: 3, Idle: 1, Timeouts: 2}), "r"); err != nil {
+		t.Fatal(err)
+	}
 	problems, err := testutil.CollectAndLint(col)
 	if err != nil {
 		t.Fatal(err)
@@ -306,4 +309,50 @@ func TestLint(t *testing.T) {
 			t.Errorf("%s was not linted: not collected", name)
 		}
 	}
+}
+
+// connStore is a memory engine's Store that says it keeps connections.
+type connStore struct {
+	*memory.Store
+	st backends.ConnStats
+}
+
+func (s connStore) ConnStats() backends.ConnStats { return s.st }
+
+// connClient is a client over an engine reporting st as its connections.
+func connClient(t *testing.T, st backends.ConnStats) *tq.Client {
+	t.Helper()
+	c, err := tq.New(backends.Engine{Data: connStore{memory.New(), st}, Local: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// The watched clients' engines' connections are reported once per
+// client, summed, and not at all for in-process engines.
+func TestWatchConnections(t *testing.T) {
+	col, reg, c := setup(t)
+	if err := col.Watch(c, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "tq_engine_connections"); err != nil || n != 0 {
+		t.Fatalf("connections of a memory engine: %d series, %v", n, err)
+	}
+	a := connClient(t, backends.ConnStats{Open: 3, Idle: 1, Timeouts: 2})
+	b := connClient(t, backends.ConnStats{Open: 2, Idle: 2})
+	for _, w := range []struct {
+		c *tq.Client
+		p string
+	}{{a, "q"}, {a, "r"}, {b, "q"}} {
+		if err := col.Watch(w.c, w.p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compare(t, reg, `
+		tq_engine_connections{state="busy"} 2
+		tq_engine_connections{state="idle"} 3
+		tq_engine_connection_timeouts_total 2
+	`, "tq_engine_connections", "tq_engine_connection_timeouts_total")
 }

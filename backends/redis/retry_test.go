@@ -169,3 +169,34 @@ func TestWithRetryChecks(t *testing.T) {
 		}
 	}
 }
+
+// ConnStats counts the connections a client opened, and none once it is
+// closed.
+func TestConnStats(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := tq.Open(t.Context(), srv.URL()+"?prefix=conns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(t.Context(), "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, ok := c.ConnStats()
+	if !ok || st.Open < 1 || st.Idle > st.Open {
+		t.Errorf("after a put: %+v, %v; want a connection open", st, ok)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := c.ConnStats(); st.Open != 0 {
+		t.Errorf("after Close: %+v, want none open", st)
+	}
+	m, err := tq.Open(t.Context(), "memory://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, ok := m.ConnStats(); ok {
+		t.Error("the memory engine reports connections")
+	}
+}

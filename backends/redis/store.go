@@ -482,3 +482,18 @@ func (s *Store) pipelined(ctx context.Context, r span, add func(p goredis.Pipeli
 	}
 	return nil
 }
+
+var _ backends.ConnStater = (*Store)(nil)
+
+// ConnStats implements backends.ConnStater: go-redis's pool and the
+// direct connections together.
+func (s *Store) ConnStats() backends.ConnStats {
+	ps := s.client.PoolStats()
+	st := backends.ConnStats{Open: int(ps.TotalConns), Idle: int(ps.IdleConns), Timeouts: uint64(ps.Timeouts)}
+	if d := s.directPool(); d != nil {
+		open, idle := d.Counts()
+		st.Open += open
+		st.Idle += idle
+	}
+	return st
+}

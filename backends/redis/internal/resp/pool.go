@@ -312,3 +312,10 @@ func (p *Pool) newConn(ctx context.Context) (*Conn, error) {
 	}
 	return c, nil
 }
+
+// Counts returns the connections open and, of them, idle.
+func (p *Pool) Counts() (open, idle int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.open, len(p.idle)
+}
