@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -57,6 +58,7 @@ type Task struct {
 	lengthTag string
 	stale     *staleness
 	stall     *stallOpts
+	budget    *tokenBudget
 	holder    string
 	version   atomic.Int64
 	stats     taskStats
@@ -140,6 +142,53 @@ func Ranks(ranks, rank int, lengthTag string) TaskOption {
 		t.lengthTag = lengthTag
 		return nil
 	}
+}
+
+// TokenBudget makes each claim of the task lease rows up to a total
+// length rather than a row count (n still bounds the rows): it offers the
+// units the task's sampler chooses, in its order (whole groups with
+// WithGroups), while the sum of lengthTag over their rows stays within
+// tokens; a row whose lengthTag is not a positive number counts 0. The
+// first unit is offered even when it alone is longer, so a long sample is
+// never starved. A unit another consumer took meanwhile is not replaced,
+// so a lease may hold fewer tokens than the budget, never more (but for
+// that first unit). With Ranks, the batch so chosen is split as ever.
+// An empty lengthTag or tokens < 1 fails with ErrInvalid.
+func TokenBudget(lengthTag string, tokens int) TaskOption {
+	return func(t *Task) error {
+		if lengthTag == "" || tokens < 1 {
+			return fmt.Errorf("%w: token budget of %d over tag %q", ErrInvalid, tokens, lengthTag)
+		}
+		t.budget = &tokenBudget{tag: lengthTag, tokens: tokens}
+		return nil
+	}
+}
+
+type tokenBudget struct {
+	tag    string
+	tokens int
+}
+
+// cut keeps the units of ready, in order, while their total length stays
+// within the budget (the first unit whatever its length).
+func (b *tokenBudget) cut(ready []Candidate, units [][]int) [][]int {
+	total := 0.0
+	for i, u := range units {
+		w := 0.0
+		for _, p := range u {
+			if p < 0 || p >= len(ready) {
+				return units // the caller reports it
+			}
+			if v, ok := ready[p].Number(b.tag); ok && v > 0 && !math.IsInf(v, 0) {
+				w += v
+			}
+		}
+		if i > 0 && total+w > float64(b.tokens) {
+			return units[:i]
+		}
+		total += w
+	}
+	return units
 }
 
 // ConsumerName names the holder of the task's leases (default: the
@@ -403,6 +452,10 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	default:
 		req.Custom = true
 	}
+	if t.budget != nil {
+		// The budget cuts what the sampler offers: the claim picks here.
+		req.Custom, req.Select.Group = true, metadata.Group{}
+	}
 	if s := t.stale; s != nil {
 		req.Select.Stale = metadata.Stale{Tag: s.tag, Drop: s.drop}
 		req.Floor = float64(t.version.Load() - s.k)
@@ -571,6 +624,9 @@ func (t *Task) pick(rows []*metadata.Row, ds []metadata.Delivery, n int, skipped
 	}
 	*skippedOut = skipped // the last pick of a claim counts
 	units, sdrop := t.sampler.Sample(ready, n)
+	if t.budget != nil {
+		units = t.budget.cut(ready, units)
+	}
 	out := metadata.Picked{Units: make([][]int, len(units)), Drop: drop}
 	total := 0
 	for _, u := range units {

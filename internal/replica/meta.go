@@ -205,13 +205,15 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			return localClaimed(c, skew, base), nil
 		}
 	}
+	stale := 0 // picks made again because the copy was behind
 	for window := 4*req.Rows + 64; ; window *= 4 {
-		full := false
+		full, moved := false, false
 		var skew time.Duration
-		var base uint64
+		var base, picked uint64
 		var replaced *rules.Claimed
 		pp := m.part(partition)
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
+			picked = pp.pos.N
 			a.Token = metadata.NewLease(req.Holder)
 			if a.Hold > 0 {
 				// Known before the record is sent: any record applied
@@ -237,6 +239,9 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			return []record{{id: newID(), data: rules.ClaimRecord(&a)}}, nil
 		}, func(p *part) {
 			skew, base = p.skew, p.base
+			// Records came between the copy the pick saw and the claim:
+			// the pick may have missed ready rows, or picked taken ones.
+			moved = p.pos.N > picked+1
 			if req.Replaces != "" {
 				// Fulfilled before this claim's record, which then leased
 				// nothing: that lease is the answer.
@@ -263,6 +268,13 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		c := r.Claimed
 		if c.Lease == "" && full && window < 1<<24 {
+			continue
+		}
+		if c.Lease == "" && c.Waiting == "" && a.Custom && moved && stale < 3 {
+			// Picked on a copy that was behind (a client's first claim,
+			// say); the copy has caught up since: pick again.
+			stale++
+			window /= 4
 			continue
 		}
 		return localClaimed(c, skew, base), nil

@@ -35,6 +35,101 @@ func consumeCases() []testCase {
 		{"Consume/RanksClearedRow", consumeRanksClearedRow},
 		{"Consume/SequentialAfterCommit", consumeSequentialAfterCommit},
 		{"Consume/ConsumptionAfterNack", consumeConsumptionAfterNack},
+		{"Consume/TokenBudget", consumeTokenBudget},
+		{"Consume/Handler", consumeHandler},
+	}
+}
+
+// consumeTokenBudget: claims of a TokenBudget task lease rows up to the
+// budget's total length (the first whatever its length), across clients,
+// each row once; Status names each lease's holder.
+func consumeTokenBudget(t *testing.T, e Engine) {
+	a, b := e.Open(t), e.Open(t)
+	p := "budget"
+	keys := []string{"r0", "r1", "r2", "r3", "r4"}
+	tags := []tq.Tag{{"len": int64(5)}, {"len": int64(5)}, {"len": int64(5)}, {"len": int64(5)}, {"len": int64(50)}}
+	putRows(t, a, p, keys, tags, "x")
+	ta := mustTask(t, a, p, "train", []string{"x"}, tq.TokenBudget("len", 12), tq.ConsumerName("A"))
+	tb := mustTask(t, b, p, "train", []string{"x"}, tq.TokenBudget("len", 12), tq.ConsumerName("B"))
+	la, lb := mustClaim(t, ta, 10), mustClaim(t, tb, 10)
+	lc := mustClaim(t, ta, 10)
+	for _, c := range []struct {
+		l    *tq.Lease
+		want []string
+	}{{la, keys[0:2]}, {lb, keys[2:4]}, {lc, keys[4:5]}} {
+		if !slices.Equal(c.l.Keys(), c.want) {
+			t.Errorf("claims within 12 tokens: %q, want %q", c.l.Keys(), c.want)
+		}
+	}
+	st := mustStatus(t, ta)
+	holders := map[string]int{}
+	for _, l := range st.Leases {
+		holders[l.Holder] += l.Rows
+	}
+	if st.Leased != 5 || holders["A"] != 3 || holders["B"] != 2 {
+		t.Errorf("status: %+v, want 3 rows held by A and 2 by B", st)
+	}
+}
+
+// consumeHandler: Consume on two clients, two workers each, hands every
+// row to a handler; a row whose handler failed once comes back and is
+// handled again; every row ends acknowledged.
+func consumeHandler(t *testing.T, e Engine) {
+	a, b := e.Open(t), e.Open(t)
+	p := "handler"
+	keys := make([]string, 24)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%02d", i)
+	}
+	putRows(t, a, p, keys, nil, "x")
+	var mu sync.Mutex
+	handled := map[string]int{}
+	var failed []string // the lease whose handler failed: back, handled again
+	h := func(ctx context.Context, l *tq.Lease) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range l.Keys() {
+			handled[k]++
+		}
+		if slices.Contains(l.Keys(), "k07") && handled["k07"] == 1 {
+			failed = l.Keys()
+			return errors.New("the first try fails")
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 2)
+	for _, c := range []*tq.Client{a, b} {
+		task := mustTask(t, c, p, "work", []string{"x"})
+		go func() {
+			done <- task.Consume(ctx, 3, h, tq.Workers(2), tq.Backoff(10*time.Millisecond, 10*time.Millisecond))
+		}()
+	}
+	check := mustTask(t, a, p, "work", []string{"x"})
+	deadline := time.Now().Add(20 * time.Second)
+	for mustStatus(t, check).Acked != len(keys) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not every row acked in time: %+v", mustStatus(t, check))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("Consume: %v", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range keys {
+		want := 1
+		if slices.Contains(failed, k) {
+			want = 2
+		}
+		if handled[k] != want {
+			t.Errorf("%s handled %d times, want %d", k, handled[k], want)
+		}
 	}
 }
 
