@@ -26,7 +26,7 @@ type Call struct {
 	// "ClearPartition", "Reclaim" (Put is a BatchPut of one row); for
 	// consumption "Claim", "Wait" (Keys is n), "Ack", "Nack", "Extend"
 	// (Keys is the keys named, 0 for the whole lease), "Status",
-	// "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption"; "Members".
+	// "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption"; "Members", "Pace".
 	Op        string
 	Partition string // "" for Partitions
 	Keys      int    // keys the call names (0 for a call of a whole partition)

@@ -16,7 +16,7 @@ var ops = []string{
 	"BatchPut", "BatchGet", "BatchGetInto", "BatchGetByMeta",
 	"List", "Lookup", "Partitions", "Clear", "ClearPartition", "Reclaim",
 	"Claim", "Wait", "Ack", "Nack", "Extend",
-	"Status", "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption", "Members",
+	"Status", "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption", "Members", "Pace",
 	opOther,
 }
 

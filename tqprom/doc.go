@@ -57,9 +57,9 @@
 //
 // # Cardinality
 //
-// Label values never come from keys or data. op takes one of 23 values
-// and class one of 11, so tq_calls_total has at most 253 series, each
-// other call counter 23, and the histogram 23 per op with the default
+// Label values never come from keys or data. op takes one of 24 values
+// and class one of 11, so tq_calls_total has at most 264 series, each
+// other call counter 24, and the histogram 24 per op with the default
 // buckets (19 bounds, +Inf, sum and count). partition and task take only
 // the values the caller watched: at most WithWatchLimit label sets
 // (default 256), each watched partition counting one (its 2 series), each

@@ -410,7 +410,8 @@ func (m *MetaStore) View(ctx context.Context, partition string, tasks ...string)
 		return metadata.View{Rows: []*metadata.Row{}, Tasks: out}, nil
 	}
 	defer p.mu.Unlock()
-	return metadata.View{Rows: slices.Clone(p.st.List()), Tasks: p.st.Consumption(m.now(), tasks...)}, nil
+	return metadata.View{Rows: slices.Clone(p.st.List()), Tasks: p.st.Consumption(m.now(), tasks...),
+		Mark: metadata.Mark{Seq: p.base + p.st.Seq()}}, nil
 }
 
 // Reset implements metadata.Queue.

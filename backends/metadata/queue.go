@@ -430,6 +430,9 @@ func invalidf(format string, args ...any) error {
 type View struct {
 	Rows  []*Row                // every committed row, by index, as List returns them
 	Tasks map[string][]Delivery // as Consumption returns them
+	// Mark is the partition's change count as of the view (Wake zero):
+	// Wait given it returns once the partition may have changed since.
+	Mark Mark
 }
 
 // MaxHolder is the longest ClaimRequest.Holder.

@@ -375,7 +375,7 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	if rows == nil {
 		rows = []*metadata.Row{}
 	}
-	return metadata.View{Rows: rows, Tasks: out}, nil
+	return metadata.View{Rows: rows, Tasks: out, Mark: metadata.Mark{Seq: p.mark()}}, nil
 }
 
 // Reset implements metadata.Queue.

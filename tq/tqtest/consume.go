@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,53 @@ func consumeCases() []testCase {
 		{"Consume/ConsumptionAfterNack", consumeConsumptionAfterNack},
 		{"Consume/TokenBudget", consumeTokenBudget},
 		{"Consume/Handler", consumeHandler},
+		{"Consume/Pace", consumePace},
+	}
+}
+
+// consumePace: a producer's Pace waits, across clients, while the task
+// has rows of a version older than the bound to consume, and returns once
+// they are acknowledged; with none, at once; when ctx ends, with its error.
+func consumePace(t *testing.T, e Engine) {
+	prod, cons := e.Open(t), e.Open(t)
+	p := "pace"
+	putRows(t, prod, p, []string{"v1a", "v1b", "v2a", "x"}, []tq.Tag{{"ver": int64(1)}, {"ver": int64(1)}, {"ver": int64(2)}, {"other": "no version"}}, "x")
+	ctx := t.Context()
+	if err := prod.Pace(ctx, p, "ver", 2, 1, "train"); err != nil {
+		t.Fatalf("Pace within the bound: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err := prod.Pace(short, p, "ver", 3, 1, "train")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Pace past the bound with its context ending: %v, want DeadlineExceeded", err)
+	}
+	task := mustTask(t, cons, p, "train", []string{"x"})
+	var acked atomic.Bool
+	done := make(chan error, 1)
+	go func() { done <- prod.Pace(ctx, p, "ver", 3, 1, "train") }()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("Pace returned %v with version-1 rows unconsumed", err)
+	default:
+	}
+	l := mustClaim(t, task, 2)
+	if !slices.Equal(l.Keys(), []string{"v1a", "v1b"}) {
+		t.Fatalf("claim: %q", l.Keys())
+	}
+	acked.Store(true)
+	mustAck(t, l)
+	select {
+	case err := <-done:
+		if err != nil || !acked.Load() {
+			t.Fatalf("Pace after the ack: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Pace did not return once the old rows were acknowledged")
+	}
+	if err := prod.Pace(ctx, p, "", 3, 1, "train"); !errors.Is(err, tq.ErrInvalid) {
+		t.Errorf("Pace by no tag: %v", err)
 	}
 }
 
