@@ -242,6 +242,12 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			// Records came between the copy the pick saw and the claim:
 			// the pick may have missed ready rows, or picked taken ones.
 			moved = p.pos.N > picked+1
+			if moved && a.Custom {
+				// Worth another pick only if some row is ready now.
+				now := max(p.st.Now(), time.Now().Add(-p.skew).UnixMicro())
+				rows, _ := p.st.Candidates(now, req.Task, req.Select, req.Floor, 1)
+				moved = len(rows) > 0
+			}
 			if req.Replaces != "" {
 				// Fulfilled before this claim's record, which then leased
 				// nothing: that lease is the answer.
