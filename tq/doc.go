@@ -55,6 +55,28 @@
 // committed row references. In the normal course tq reports every delete
 // it makes to the metadata, so Reclaim only has failures to collect.
 //
+// # Consuming
+//
+// A Task is a consumer's handle on a partition's consumption by a named
+// task: Claim and Wait lease rows ready for it (every field it names
+// committed, not acknowledged), Ack, Nack and Extend settle the lease, and
+// Consume runs a handler over leases, extending each while the handler
+// runs. Delivery is at least once: rows of a lease that ends unacknowledged
+// are delivered again. Samplers (Sequential, WithGroups, Ranks,
+// TokenBudget, Staleness, a Sampler of one's own) choose what a claim
+// takes; Pace holds a producer back by version; Status shows every
+// task's rows by state and who holds each lease (WithName, ConsumerName).
+//
+// # Failures and liveness
+//
+// An engine request that failed without applying anything because the
+// server was unavailable is made again by the client's RetryPolicy
+// (WithRetry; DefaultRetry rides out a minute); a write whose reply was
+// lost is settled by the engine, or fails with ErrOutcomeUnknown. A Wait
+// never waits silently: without progress in its partition it logs what it
+// waits for, and with Stall it returns a *StallError once the processes
+// that feed it (their presence: Announce, Members) are gone.
+//
 // # Engines
 //
 // Open picks an engine by URL scheme: "memory://" (or "") is embedded;
