@@ -41,6 +41,18 @@ type Member struct {
 	Left bool
 }
 
+// State is "alive", "left" (it closed its presence) or "gone" (not seen
+// for three intervals).
+func (m Member) State() string {
+	switch {
+	case m.Left:
+		return "left"
+	case !m.Alive:
+		return "gone"
+	}
+	return "alive"
+}
+
 // Presence is a running announcement; Close ends it. It is safe for
 // concurrent use.
 type Presence struct {

@@ -107,14 +107,7 @@ func describeStall(partition, task string, waited time.Duration, want int, st Ta
 		fmt.Fprintf(&b, "; no member alive in %s", strings.Join(gone, ", "))
 	}
 	for _, m := range peers {
-		state := "alive"
-		switch {
-		case m.Left:
-			state = "left"
-		case !m.Alive:
-			state = "gone"
-		}
-		fmt.Fprintf(&b, "; %s %q %s (seen %v ago)", m.Group, m.Name, state, time.Since(m.Seen).Round(time.Second))
+		fmt.Fprintf(&b, "; %s %q %s (seen %v ago)", m.Group, m.Name, m.State(), time.Since(m.Seen).Round(time.Second))
 	}
 	return b.String()
 }

@@ -193,14 +193,7 @@ func (s *session) status(ctx context.Context, partition, task string, fields []s
 		return nil, err
 	}
 	for _, m := range ms {
-		state := "alive"
-		switch {
-		case m.Left:
-			state = "left"
-		case !m.Alive:
-			state = "gone"
-		}
-		rep.Members = append(rep.Members, memberJSON{Group: m.Group, Name: m.Name, State: state, Seen: m.Seen})
+		rep.Members = append(rep.Members, memberJSON{Group: m.Group, Name: m.Name, State: m.State(), Seen: m.Seen})
 	}
 	return rep, nil
 }

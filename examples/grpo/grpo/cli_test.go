@@ -15,17 +15,7 @@ import (
 )
 
 // buildTQ builds the tq command, without -race, into a temp dir.
-func buildTQ(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tq")
-	start := time.Now()
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/tqgo/tqgo/cmd/tq").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	t.Logf("built tq in %v", time.Since(start).Round(time.Millisecond))
-	return bin
-}
+func buildTQ(t *testing.T) string { return buildBinary(t, "tq", "github.com/tqgo/tqgo/cmd/tq") }
 
 // tqResult is one run of the tq command.
 type tqResult struct {
@@ -174,4 +164,18 @@ func TestQueueCommandsOnGRPO(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, `no field "values" in partition "grpo/weights" (fields: done, logits)`) {
 		t.Errorf("status -fields with a field no row has: %+v", r)
 	}
+}
+
+// buildBinary builds the command of package pkg as name, without -race,
+// into a temp dir.
+func buildBinary(t *testing.T, name, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	start := time.Now()
+	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	t.Logf("built %s in %v", pkg, time.Since(start).Round(time.Millisecond))
+	return bin
 }

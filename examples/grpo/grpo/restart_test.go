@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -67,17 +66,7 @@ func TestRestartEachRole(t *testing.T) {
 // buildCommand builds the example's command, without -race (the test
 // may run under it: five racy processes on two cores are slow), into a
 // temp dir.
-func buildCommand(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "grpo")
-	start := time.Now()
-	out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	t.Logf("built the command in %v", time.Since(start).Round(time.Millisecond))
-	return bin
-}
+func buildCommand(t *testing.T) string { return buildBinary(t, "grpo", "..") }
 
 // recovery matches the log lines of what a process did to recover.
 var recovery = regexp.MustCompile(`msg=(resumed|"read its share again"|"skipped|"outcome unknown)`)
