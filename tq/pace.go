@@ -2,6 +2,7 @@ package tq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -60,9 +61,10 @@ func (c *Client) Pace(ctx context.Context, partition, versionTag string, v, k in
 		if oldestUnconsumed(view, versionTag, tasks) >= floor {
 			return nil
 		}
-		mark := view.Mark
-		mark.Wake = time.Now().Add(paceRecheck)
-		if err := c.meta.Wait(ctx, partition, mark); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, paceRecheck)
+		err = c.meta.Wait(wctx, partition, view.Mark)
+		cancel()
+		if err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 			return closedErr(ctx, err)
 		}
 	}

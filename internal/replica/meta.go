@@ -205,15 +205,16 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			return localClaimed(c, skew, base), nil
 		}
 	}
-	stale := 0 // picks made again because the copy was behind
+	stale := 0   // picks made again because the copy was behind
+	dropped := 0 // rows dropped by attempts that leased nothing, then made again
 	for window := 4*req.Rows + 64; ; window *= 4 {
 		full, moved := false, false
 		var skew time.Duration
-		var base, picked uint64
+		var base, picked, restarts uint64
 		var replaced *rules.Claimed
 		pp := m.part(partition)
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
-			picked = pp.pos.N
+			picked, restarts = pp.pos.N, pp.restarts
 			a.Token = metadata.NewLease(req.Holder)
 			if a.Hold > 0 {
 				// Known before the record is sent: any record applied
@@ -241,7 +242,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			skew, base = p.skew, p.base
 			// Records came between the copy the pick saw and the claim:
 			// the pick may have missed ready rows, or picked taken ones.
-			moved = p.pos.N > picked+1
+			moved = p.pos.N > picked+1 || p.restarts != restarts
 			if moved && a.Custom {
 				// Worth another pick only if some row is ready now.
 				now := max(p.st.Now(), time.Now().Add(-p.skew).UnixMicro())
@@ -274,15 +275,20 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		c := r.Claimed
 		if c.Lease == "" && full && window < 1<<24 {
+			dropped += c.Dropped
 			continue
 		}
-		if c.Lease == "" && c.Waiting == "" && a.Custom && moved && stale < 3 {
+		if c.Lease == "" && c.Waiting == "" && a.Custom && moved && stale < 3 && req.Replaces == "" {
 			// Picked on a copy that was behind (a client's first claim,
-			// say); the copy has caught up since: pick again.
+			// say); the copy has caught up since: pick again. (Not for a
+			// claim replacing a registered one, which may have been
+			// fulfilled where this copy cannot see it.)
 			stale++
 			window /= 4
+			dropped += c.Dropped
 			continue
 		}
+		c.Dropped += dropped
 		return localClaimed(c, skew, base), nil
 	}
 }
