@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -179,9 +178,7 @@ func (b *tokenBudget) cut(ready []Candidate, units [][]int) [][]int {
 			if p < 0 || p >= len(ready) {
 				return units // the caller reports it
 			}
-			if v, ok := ready[p].Number(b.tag); ok && v > 0 && !math.IsInf(v, 0) {
-				w += v
-			}
+			w += rowLength(ready[p].row, b.tag)
 		}
 		if i > 0 && total+w > float64(b.tokens) {
 			return units[:i]
@@ -336,14 +333,13 @@ func (l *Lease) Len() int { return len(l.Meta.Rows) }
 // Keys returns the leased rows' keys in order.
 func (l *Lease) Keys() []string { return l.Meta.Keys() }
 
-// unacked returns the keys of the rows not acknowledged through l, and
-// whether that is every row.
 // allAcked reports whether every row of keys was acknowledged through l.
 func (l *Lease) allAcked(keys []string) bool {
+	index := l.keyIndex()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, k := range keys {
-		i, ok := l.indexOfKey(k)
+		i, ok := index[k]
 		if !ok || !l.acked[i] {
 			return false
 		}
@@ -351,15 +347,8 @@ func (l *Lease) allAcked(keys []string) bool {
 	return true
 }
 
-func (l *Lease) indexOfKey(k string) (uint64, bool) {
-	for _, r := range l.Meta.Rows {
-		if r.Key == k {
-			return r.Index, true
-		}
-	}
-	return 0, false
-}
-
+// unacked returns the keys of the rows not acknowledged through l, and
+// whether that is every row.
 func (l *Lease) unacked() ([]string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -479,7 +468,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 				// The claim that was to replace the registered one did
 				// not go through: cancel that one, or a commit would
 				// lease rows to a waiter that is gone.
-				t.unwait(ctx, q, metadata.Claimed{Waiting: req.Replaces})
+				t.unwait(ctx, q, req.Replaces)
 			}
 			return nil, closedErr(ctx, err)
 		}
@@ -510,7 +499,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 			watch = t.newStallWatch()
 		}
 		if err := watch.check(ctx, o.min); err != nil {
-			t.unwait(ctx, q, got)
+			t.unwait(ctx, q, got.Waiting)
 			return nil, err
 		}
 		if err := t.waitFor(ctx, q, got, watch.deadline()); err != nil {
@@ -545,16 +534,17 @@ func (t *Task) waitFor(ctx context.Context, q metadata.MetaStore, got metadata.C
 	if err == nil || ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return nil // changed, or the hold is ending: claim (again)
 	}
-	t.unwait(ctx, q, got)
+	t.unwait(ctx, q, got.Waiting)
 	return err
 }
 
-// unwait cancels the claim an empty claim registered, if any.
-func (t *Task) unwait(ctx context.Context, q metadata.MetaStore, got metadata.Claimed) {
-	if got.Waiting != "" {
+// unwait cancels the claim an empty claim registered (token; "" for
+// none).
+func (t *Task) unwait(ctx context.Context, q metadata.MetaStore, token string) {
+	if token != "" {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, _ = q.Settle(uctx, t.partition, metadata.SettleRequest{Task: t.name, Op: metadata.Unwait, Lease: got.Waiting})
+		_, _ = q.Settle(uctx, t.partition, metadata.SettleRequest{Task: t.name, Op: metadata.Unwait, Lease: token})
 	}
 }
 
@@ -688,16 +678,22 @@ func (t *Task) leaseOf(got metadata.Claimed) *Lease {
 	return l
 }
 
+// keyIndex returns the lease's map of key to index, made on first use.
+func (l *Lease) keyIndex() map[string]uint64 {
+	l.indexOnce.Do(func() {
+		l.index = make(map[string]uint64, len(l.Meta.Rows))
+		for _, r := range l.Meta.Rows {
+			l.index[r.Key] = r.Index
+		}
+	})
+	return l.index
+}
+
 // indexes returns the indexes of keys (every row when keys is empty), or
 // an error matching ErrInvalid for a key the lease does not have.
 func (l *Lease) indexesOf(keys []string) ([]uint64, error) {
 	if len(keys) > 0 {
-		l.indexOnce.Do(func() {
-			l.index = make(map[string]uint64, len(l.Meta.Rows))
-			for _, r := range l.Meta.Rows {
-				l.index[r.Key] = r.Index
-			}
-		})
+		l.keyIndex()
 	}
 	for _, k := range keys {
 		if _, ok := l.index[k]; !ok {

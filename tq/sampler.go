@@ -169,11 +169,18 @@ func unitWeight(rows []*metadata.Row, unit []int, lengthTag string) float64 {
 	}
 	var w float64
 	for _, i := range unit {
-		if v, ok := tagNumber(rows[i].Tag[lengthTag]); ok && v > 0 && !math.IsInf(v, 0) {
-			w += v
-		}
+		w += rowLength(rows[i], lengthTag)
 	}
 	return w
+}
+
+// rowLength is a row's length for the rank split and a token budget: its
+// lengthTag when that is a positive finite number, else 0.
+func rowLength(r *metadata.Row, lengthTag string) float64 {
+	if v, ok := tagNumber(r.Tag[lengthTag]); ok && v > 0 && !math.IsInf(v, 0) {
+		return v
+	}
+	return 0
 }
 
 // splitRanks splits units (positions into rows) into ranks shares of

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -72,25 +73,19 @@ type StallError struct {
 	Gone []string
 }
 
-func (e *StallError) Error() string {
-	return "tq: wait stalled: " + describeStall(e.Partition, e.Task, e.Waited, e.Want, e.Status, e.Missing, e.Peers, e.Gone)
-}
+func (e *StallError) Error() string { return "tq: wait stalled: " + e.describe() }
 
 func (e *StallError) Is(target error) bool { return target == ErrStalled }
 
-func describeStall(partition, task string, waited time.Duration, want int, st TaskStatus, missing map[string]int, peers []Member, gone []string) string {
+// describe says what the Wait waited for and what the partition held.
+func (e *StallError) describe() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s/%s: no progress for %v; %d rows ready (wants %d)", partition, task, waited.Round(100*time.Millisecond), st.Ready, want)
+	st := e.Status
+	fmt.Fprintf(&b, "%s/%s: no progress for %v; %d rows ready (wants %d)", e.Partition, e.Task, e.Waited.Round(100*time.Millisecond), st.Ready, e.Want)
 	if st.Waiting > 0 {
-		fs := make([]string, 0, len(missing))
-		for _, f := range slices.Sorted(func(yield func(string) bool) {
-			for f := range missing {
-				if !yield(f) {
-					return
-				}
-			}
-		}) {
-			fs = append(fs, fmt.Sprintf("%s: %d", f, missing[f]))
+		var fs []string
+		for _, f := range slices.Sorted(maps.Keys(e.Missing)) {
+			fs = append(fs, fmt.Sprintf("%s: %d", f, e.Missing[f]))
 		}
 		fmt.Fprintf(&b, ", %d waiting for fields (rows lacking %s)", st.Waiting, strings.Join(fs, ", "))
 	}
@@ -103,10 +98,10 @@ func describeStall(partition, task string, waited time.Duration, want int, st Ta
 		fmt.Fprintf(&b, " [%d to %q until %s]", l.Rows, l.Holder, l.Until.Format(time.TimeOnly))
 	}
 	fmt.Fprintf(&b, ", %d acked, %d dead", st.Acked, st.Dead)
-	if len(gone) > 0 {
-		fmt.Fprintf(&b, "; no member alive in %s", strings.Join(gone, ", "))
+	if len(e.Gone) > 0 {
+		fmt.Fprintf(&b, "; no member alive in %s", strings.Join(e.Gone, ", "))
 	}
-	for _, m := range peers {
+	for _, m := range e.Peers {
 		fmt.Fprintf(&b, "; %s %q %s (seen %v ago)", m.Group, m.Name, m.State(), time.Since(m.Seen).Round(time.Second))
 	}
 	return b.String()
@@ -182,11 +177,12 @@ func (w *stallWatch) check(ctx context.Context, want int) error {
 			}
 			peers = append(peers, ms...)
 		}
-		if len(gone) > 0 || len(t.stall.peers) == 0 {
-			return &StallError{Partition: t.partition, Task: t.name, Waited: waited, Want: want, Status: st, Missing: missing, Peers: peers, Gone: gone}
-		}
 	}
-	t.c.opts.logger.Warn("tq: still waiting", "status", describeStall(t.partition, t.name, waited, want, st, missing, peers, gone))
+	e := &StallError{Partition: t.partition, Task: t.name, Waited: waited, Want: want, Status: st, Missing: missing, Peers: peers, Gone: gone}
+	if t.stall != nil && (len(gone) > 0 || len(t.stall.peers) == 0) {
+		return e
+	}
+	t.c.opts.logger.Warn("tq: still waiting", "status", e.describe())
 	w.since = now // warn again after another bound
 	return nil
 }

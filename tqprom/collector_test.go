@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tqgo/tqgo/tq"
@@ -15,14 +14,7 @@ import (
 
 // Put 3 rows, claim 2, ack them: the call counters say so exactly.
 func TestCallsCounted(t *testing.T) {
-	col, err := tqprom.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewPedanticRegistry()
-	if err := col.Register(reg); err != nil {
-		t.Fatal(err)
-	}
+	col, reg := registered(t)
 	rec := &recorder{Collector: col, ends: map[string]tq.CallEnd{}}
 	c, err := tq.Open(t.Context(), "memory://", tq.WithTracer(rec))
 	if err != nil {

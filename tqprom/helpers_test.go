@@ -13,6 +13,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/backendtest"
+	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tqprom"
 )
@@ -23,6 +26,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 // a memory client that traces through it.
 func setup(t *testing.T, opts ...tqprom.Option) (*tqprom.Collector, *prometheus.Registry, *tq.Client) {
 	t.Helper()
+	col, reg := registered(t, opts...)
+	c, err := tq.Open(t.Context(), "memory://", tq.WithTracer(col))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return col, reg, c
+}
+
+// registered returns a collector registered with a fresh pedantic
+// registry.
+func registered(t *testing.T, opts ...tqprom.Option) (*tqprom.Collector, *prometheus.Registry) {
+	t.Helper()
 	col, err := tqprom.New(opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -31,12 +47,20 @@ func setup(t *testing.T, opts ...tqprom.Option) (*tqprom.Collector, *prometheus.
 	if err := col.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	c, err := tq.Open(t.Context(), "memory://", tq.WithTracer(col))
+	return col, reg
+}
+
+// faultyClient is a client over a memory engine wrapped by f, with opts,
+// closed when t ends.
+func faultyClient(t *testing.T, f *backendtest.Faulty, opts ...tq.Option) *tq.Client {
+	t.Helper()
+	eng := backendtest.Wrap(backends.Engine{Data: memory.New(), Meta: memory.NewMetaStore(), Local: true}, f)
+	c, err := tq.New(eng, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return col, reg, c
+	return c
 }
 
 // putRows writes rows k0..k<n-1> with a field "x" and a tag "version".

@@ -4,11 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
-	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tqprom"
 )
@@ -16,21 +13,9 @@ import (
 // A request retried after its server was unavailable is counted in
 // tq_call_retries_total; a call that gave up is counted as unavailable.
 func TestUnavailableAndRetries(t *testing.T) {
-	col, err := tqprom.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewPedanticRegistry()
-	if err := col.Register(reg); err != nil {
-		t.Fatal(err)
-	}
+	col, reg := registered(t)
 	f := new(backendtest.Faulty)
-	eng := backendtest.Wrap(backends.Engine{Data: memory.New(), Meta: memory.NewMetaStore(), Local: true}, f)
-	c, err := tq.New(eng, tq.WithTracer(col), tq.WithRetry(tq.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond, For: 50 * time.Millisecond}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := faultyClient(t, f, tq.WithTracer(col), tq.WithRetry(tq.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond, For: 50 * time.Millisecond}))
 	ctx := t.Context()
 
 	f.FailNth(backendtest.OpList, 1, backends.ErrUnavailable)
@@ -43,7 +28,7 @@ func TestUnavailableAndRetries(t *testing.T) {
 	`, "tq_calls_total", "tq_call_retries_total")
 
 	f.FailAll(backendtest.OpList, backends.ErrUnavailable)
-	_, err = c.List(ctx, "p")
+	_, err := c.List(ctx, "p")
 	if got := tqprom.ErrorClass(err); got != "unavailable" {
 		t.Fatalf("List of an engine that stays unavailable: %v, of class %q", err, got)
 	}

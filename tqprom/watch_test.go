@@ -211,21 +211,9 @@ func TestWatchLimit(t *testing.T) {
 // left out of the scrape and counted as a scrape error; the scrape
 // returns in time and leaves no goroutine behind (see TestMain).
 func TestScrapeTimeout(t *testing.T) {
-	col, err := tqprom.New(tqprom.WithScrapeTimeout(50 * time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewPedanticRegistry()
-	if err := col.Register(reg); err != nil {
-		t.Fatal(err)
-	}
+	col, reg := registered(t, tqprom.WithScrapeTimeout(50*time.Millisecond))
 	f := new(backendtest.Faulty)
-	eng := backendtest.Wrap(backends.Engine{Data: memory.New(), Meta: memory.NewMetaStore(), Local: true}, f)
-	c, err := tq.New(eng, tq.WithTracer(col))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := faultyClient(t, f, tq.WithTracer(col))
 	putRows(t, c, "slow", 2, 0)
 	putRows(t, c, "fast", 1, 0)
 	for _, p := range []string{"slow", "fast"} {

@@ -222,11 +222,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 				pp.waits[a.Token] = true
 			}
 			if a.Custom {
-				// Candidates as of now by the server's clock (as this
-				// process reckons it), not as of the last record: a lease
-				// that ended since with nothing appended is ready again.
-				now := max(st.Now(), time.Now().Add(-pp.skew).UnixMicro())
-				rows, ds := st.Candidates(now, req.Task, req.Select, req.Floor, window)
+				rows, ds := st.Candidates(pp.serverNow(), req.Task, req.Select, req.Floor, window)
 				picked, err := pick(rows, ds)
 				if err != nil {
 					return nil, err
@@ -245,8 +241,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			moved = p.pos.N > picked+1 || p.restarts != restarts
 			if moved && a.Custom {
 				// Worth another pick only if some row is ready now.
-				now := max(p.st.Now(), time.Now().Add(-p.skew).UnixMicro())
-				rows, _ := p.st.Candidates(now, req.Task, req.Select, req.Floor, 1)
+				rows, _ := p.st.Candidates(p.serverNow(), req.Task, req.Select, req.Floor, 1)
 				moved = len(rows) > 0
 			}
 			if req.Replaces != "" {

@@ -271,6 +271,12 @@ func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, er
 // mark is the Seq of a Mark taken now. The caller holds p.mu.
 func (p *part) mark() uint64 { return p.base + p.st.Seq() }
 
+// serverNow is now by the server's clock as this process reckons it, and
+// no earlier than the last record applied: a custom claim picks its
+// candidates as of then, so that a lease that ended with nothing appended
+// since is ready again. The caller holds p.mu.
+func (p *part) serverNow() int64 { return max(p.st.Now(), time.Now().Add(-p.skew).UnixMicro()) }
+
 // changed wakes the Waits. The caller holds p.mu.
 func (p *part) changed() {
 	if p.wake != nil {
