@@ -51,6 +51,10 @@ var (
 	// acknowledged them in time): asking the log again cannot tell more,
 	// so the rules return the error as it is instead of settling it.
 	ErrNotDurable = errors.New("backends: appended, not durable")
+	// ErrFull is matched by a metadata.MetaStore's Prepare refused by the
+	// partition's Capacity (see metadata.FullError): nothing was
+	// reserved, and the put may be made again once rows are cleared.
+	ErrFull = errors.New("backends: partition full")
 )
 
 // countError: an engine returned a result of the wrong length.

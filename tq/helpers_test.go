@@ -217,12 +217,12 @@ type metaSpy struct {
 
 func newMetaSpy() *metaSpy { return &metaSpy{MetaStore: memory.NewMetaStore()} }
 
-func (m *metaSpy) Prepare(ctx context.Context, partition string, keys, fields []string) ([]metadata.Reservation, error) {
+func (m *metaSpy) Prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
 	m.prepares.Add(1)
 	if m.prepareErr != nil {
 		return nil, m.prepareErr
 	}
-	return m.MetaStore.Prepare(ctx, partition, keys, fields)
+	return m.MetaStore.Prepare(ctx, partition, keys, fields, sizes)
 }
 
 func (m *metaSpy) Commit(ctx context.Context, partition string, updates []metadata.RowUpdate) (metadata.CommitResult, error) {

@@ -29,6 +29,7 @@ type options struct {
 	logger    *slog.Logger
 	retry     RetryPolicy
 	name      string
+	full      FullPolicy
 }
 
 func defaultOptions() options {

@@ -135,7 +135,7 @@ type write struct {
 }
 
 func (w *write) tagsOnly(ctx context.Context) error {
-	res, err := w.c.meta.Prepare(ctx, w.partition, w.keys, nil)
+	res, err := w.c.prepare(ctx, w.partition, w.keys, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 		defer enc.Release()
 	}
 	// Everything is valid: from here on state changes.
-	if err := w.reserve(ctx); err != nil {
+	if err := w.reserve(ctx, enc); err != nil {
 		return err
 	}
 	if enc != nil {
@@ -359,10 +359,21 @@ func (w *write) nameCell(err error) error {
 	return err
 }
 
-// reserve prepares the rows (indexes and generations) and names the
-// storage keys of every cell. It is the first step that changes state.
-func (w *write) reserve(ctx context.Context) error {
-	res, err := w.c.meta.Prepare(ctx, w.partition, w.keys, w.fields)
+// reserve prepares the rows (indexes and generations), with the cells'
+// sizes for the partition's capacity (enc: the value cells' encoding, nil
+// for none), and names the storage keys of every cell. It is the first
+// step that changes state.
+func (w *write) reserve(ctx context.Context, enc *codec.Encoding) error {
+	sizes := make([]int64, len(w.cells))
+	for i := range w.nTensor {
+		sizes[i] = int64(len(w.cells[i].Head) + len(w.cells[i].Body))
+	}
+	if enc != nil {
+		for i, n := range enc.Sizes() {
+			sizes[w.nTensor+i] = int64(n)
+		}
+	}
+	res, err := w.c.prepare(ctx, w.partition, w.keys, w.fields, sizes)
 	if err != nil {
 		return err
 	}

@@ -477,6 +477,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		}
 		t.stats.skipped.Add(skipped)
 		t.stats.dropped.Add(int64(got.Dropped))
+		c.cleared(ctx, tr, t.partition, got.Cleared)
 		if len(got.Rows) > 0 || !wait {
 			l := t.leaseOf(got)
 			tr.add(len(l.Meta.Rows), 0, 0)
@@ -770,6 +771,7 @@ func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d 
 	if err != nil {
 		return err
 	}
+	t.c.cleared(ctx, tr, t.partition, res.Cleared)
 	tr.add(len(idx)-len(res.Lost), 0, 0)
 	if sop == metadata.Extend && !res.Until.IsZero() {
 		l.mu.Lock()

@@ -126,7 +126,7 @@ func TestReclaimAbandonedPut(t *testing.T) {
 	ctx := context.Background()
 	e := newReclaimEngine(t)
 	mustPut(t, e.c, "p", []string{"live"}, tq.Batch{"x": ints(1, 1)}, nil)
-	res, err := e.meta.Prepare(ctx, "p", []string{"live", "dead"}, []string{"x", "y"})
+	res, err := e.meta.Prepare(ctx, "p", []string{"live", "dead"}, []string{"x", "y"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

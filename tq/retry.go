@@ -224,6 +224,10 @@ func (m retryMeta) Consumption(ctx context.Context, partition string, tasks ...s
 	})
 }
 
+func (m retryMeta) SetCapacity(ctx context.Context, partition string, c metadata.Capacity) ([]*metadata.Row, error) {
+	return do(ctx, m.r, "capacity", func() ([]*metadata.Row, error) { return m.MetaStore.SetCapacity(ctx, partition, c) })
+}
+
 func (m retryMeta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {
 	return do0(ctx, m.r, "reset", func() error { return m.MetaStore.Reset(ctx, partition, task, indexes) })
 }
@@ -232,8 +236,10 @@ func (m retryMeta) Wait(ctx context.Context, partition string, mark metadata.Mar
 	return do0(ctx, m.r, "wait", func() error { return m.MetaStore.Wait(ctx, partition, mark) })
 }
 
-func (m retryMeta) Prepare(ctx context.Context, partition string, keys, fields []string) ([]metadata.Reservation, error) {
-	return do(ctx, m.r, "prepare", func() ([]metadata.Reservation, error) { return m.MetaStore.Prepare(ctx, partition, keys, fields) })
+func (m retryMeta) Prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
+	return do(ctx, m.r, "prepare", func() ([]metadata.Reservation, error) {
+		return m.MetaStore.Prepare(ctx, partition, keys, fields, sizes)
+	})
 }
 
 func (m retryMeta) Commit(ctx context.Context, partition string, updates []metadata.RowUpdate) (metadata.CommitResult, error) {

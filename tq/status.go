@@ -22,6 +22,11 @@ type Status struct {
 	// fields a task waits for, it counts every row in no other state as
 	// Ready; Task.Status counts exactly.
 	Tasks map[string]TaskStatus
+	// Capacity is the partition's (see SetCapacity), and Used what it
+	// holds as Capacity counts it: committed rows and the new rows of puts
+	// in progress, and the bytes of their cells.
+	Capacity Capacity
+	Used     Usage
 }
 
 // TaskStatus counts a task's rows by state. A lease that ended is counted
@@ -72,7 +77,8 @@ func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err e
 	if err != nil {
 		return nil, err
 	}
-	st := &Status{Partition: partition, Rows: len(v.Rows), Fields: map[string]int{}, Tasks: map[string]TaskStatus{}}
+	st := &Status{Partition: partition, Rows: len(v.Rows), Fields: map[string]int{}, Tasks: map[string]TaskStatus{},
+		Capacity: v.Capacity, Used: v.Used}
 	for _, r := range v.Rows {
 		for f := range r.Fields {
 			st.Fields[f]++
@@ -236,6 +242,7 @@ func (t *Task) mark(ctx context.Context, op string, sop metadata.SettleOp, keys 
 	if err != nil {
 		return err
 	}
+	c.cleared(ctx, tr, t.partition, res.Cleared)
 	return lostError(strings.ToLower(op), res.Lost, infos)
 }
 

@@ -182,7 +182,7 @@ func TestTQUnknownStrategy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Rewrite the metadata as a process with an NPU strategy would have.
-	res, err := meta.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	res, err := meta.Prepare(ctx, "p", []string{"k"}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

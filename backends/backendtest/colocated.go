@@ -91,7 +91,7 @@ func (x *ct) writeCommit(c metadata.Colocated, p string, keys, fields []string) 
 
 func (x *ct) prepareOn(m metadata.MetaStore, p string, keys, fields []string) []metadata.Reservation {
 	x.t.Helper()
-	res, err := m.Prepare(x.ctx, p, keys, fields)
+	res, err := m.Prepare(x.ctx, p, keys, fields, nil)
 	if err != nil || len(res) != len(keys) {
 		x.t.Fatalf("Prepare(%q, %q, %q): %d reservations, %v", p, keys, fields, len(res), err)
 	}

@@ -37,13 +37,14 @@ const (
 	OpConsumption               // Queue.Consumption
 	OpReset                     // Queue.Reset
 	OpWait                      // Queue.Wait
+	OpCapacity                  // MetaStore.SetCapacity
 	numOps
 )
 
 var opNames = [numOps]string{"Write", "Read", "Delete", "Stage", "Unstage",
 	"Prepare", "Commit", "Lookup", "List", "Partitions", "DeleteRows", "DeletePartition",
 	"Garbage", "Swept", "Abandon", "WriteCommit", "ReadRows",
-	"Claim", "Settle", "Consumption", "Reset", "Wait"}
+	"Claim", "Settle", "Consumption", "Reset", "Wait", "Capacity"}
 
 func (o Op) String() string {
 	if o < 0 || o >= numOps {
@@ -350,9 +351,9 @@ type meta struct {
 	inner metadata.MetaStore
 }
 
-func (m *meta) Prepare(ctx context.Context, partition string, keys, fields []string) (out []metadata.Reservation, err error) {
+func (m *meta) Prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) (out []metadata.Reservation, err error) {
 	err = m.f.do(ctx, OpPrepare, len(keys), func() (err error) {
-		out, err = m.inner.Prepare(ctx, partition, keys, fields)
+		out, err = m.inner.Prepare(ctx, partition, keys, fields, sizes)
 		return err
 	})
 	if err != nil {
@@ -478,6 +479,14 @@ func (m *meta) View(ctx context.Context, partition string, tasks ...string) (out
 
 func (m *meta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {
 	return m.f.do(ctx, OpReset, len(indexes), func() error { return m.inner.Reset(ctx, partition, task, indexes) })
+}
+
+func (m *meta) SetCapacity(ctx context.Context, partition string, c metadata.Capacity) (out []*metadata.Row, err error) {
+	err = m.f.do(ctx, OpCapacity, 0, func() (err error) {
+		out, err = m.inner.SetCapacity(ctx, partition, c)
+		return err
+	})
+	return out, err
 }
 
 func (m *meta) Wait(ctx context.Context, partition string, mark metadata.Mark) error {

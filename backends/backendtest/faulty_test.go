@@ -100,7 +100,7 @@ func TestWrapCapabilities(t *testing.T) {
 				if w.Meta == nil {
 					return
 				}
-				res, err := w.Meta.(metadata.MetaStore).Prepare(ctx, "p", []string{"a"}, []string{"f"})
+				res, err := w.Meta.(metadata.MetaStore).Prepare(ctx, "p", []string{"a"}, []string{"f"}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -152,7 +152,7 @@ func TestFaultyFailNth(t *testing.T) {
 	if got := present(t, inner.Data, slices.Concat(a, b, c)); !slices.Equal(got, []bool{true, true, false, false, true, true}) {
 		t.Errorf("present after the second Write failed: %v, want it to have reached nothing", got)
 	}
-	res, err := w.Meta.(metadata.MetaStore).Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	res, err := w.Meta.(metadata.MetaStore).Prepare(ctx, "p", []string{"k"}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestFaultyFailAfter(t *testing.T) {
 	f := new(backendtest.Faulty)
 	w := backendtest.Wrap(inner, f)
 	f.FailAfter(backendtest.OpCommit, 1, backends.ErrOutcomeUnknown)
-	res, err := w.Meta.(metadata.MetaStore).Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	res, err := w.Meta.(metadata.MetaStore).Prepare(ctx, "p", []string{"k"}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func (x *mt) part(name string) string { return x.prefix + name }
 
 func (x *mt) prepare(p string, keys, fields []string) []metadata.Reservation {
 	x.t.Helper()
-	res, err := x.m.Prepare(x.ctx, p, keys, fields)
+	res, err := x.m.Prepare(x.ctx, p, keys, fields, nil)
 	if err != nil {
 		x.t.Fatalf("Prepare(%q, %q, %q): %v", p, keys, fields, err)
 	}
@@ -746,7 +746,7 @@ func testConcurrentSameKeys(x *mt) {
 		for j := range nb {
 			b := (j + w) % nb
 			ks := keys[b*batch : (b+1)*batch]
-			res, err := x.m.Prepare(ctx, p, ks, []string{"f"})
+			res, err := x.m.Prepare(ctx, p, ks, []string{"f"}, nil)
 			if err != nil {
 				return err
 			}
@@ -858,7 +858,7 @@ func testConcurrentPartitions(x *mt) {
 			for i := range keys {
 				keys[i] = fmt.Sprintf("k%d-%d", b, i)
 			}
-			res, err := x.m.Prepare(ctx, p, keys, []string{"f"})
+			res, err := x.m.Prepare(ctx, p, keys, []string{"f"}, nil)
 			if err != nil {
 				return err
 			}
@@ -923,7 +923,7 @@ func testMetaClosed(x *mt) {
 			x.t.Errorf("%s after Close: error %v, want one wrapping %v", what, err, backends.ErrClosed)
 		}
 	}
-	_, err := x.m.Prepare(x.ctx, p, []string{"k"}, []string{"f"})
+	_, err := x.m.Prepare(x.ctx, p, []string{"k"}, []string{"f"}, nil)
 	want("Prepare", err)
 	_, err = x.m.Commit(x.ctx, p, []metadata.RowUpdate{{Key: "k", Index: r[0].Index, Fields: fields(r[0], "f")}})
 	want("Commit", err)

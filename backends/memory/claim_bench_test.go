@@ -22,7 +22,7 @@ func BenchmarkClaimScale(b *testing.B) {
 			for i := range keys {
 				keys[i] = fmt.Sprintf("k%07d", i)
 			}
-			res, err := m.Prepare(ctx, "p", keys, []string{"f"})
+			res, err := m.Prepare(ctx, "p", keys, []string{"f"}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -146,15 +146,34 @@ func (m *MetaStore) check(ctx context.Context) error {
 }
 
 // Prepare implements metadata.MetaStore.
-func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields []string) ([]metadata.Reservation, error) {
+func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
 	p := m.lock(partition, true)
 	defer m.unlock(partition, p)
 	n := p.st.NewKeys(keys)
+	if full := p.st.Room(keys, fields, sizes, n); full != nil {
+		// Refused before any index is taken: none is spent on it.
+		full.Partition = partition
+		full.Mark.Seq += p.base
+		return nil, full
+	}
 	base := m.next.Add(uint64(n)) - uint64(n)
-	return p.st.Prepare(m.now(), keys, fields, base, n)
+	return p.st.Prepare(m.now(), keys, fields, sizes, base, n)
+}
+
+// SetCapacity implements metadata.MetaStore.
+func (m *MetaStore) SetCapacity(ctx context.Context, partition string, c metadata.Capacity) ([]*metadata.Row, error) {
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	p := m.lock(partition, true)
+	defer m.unlock(partition, p)
+	return p.st.SetCapacity(m.now(), c), nil
 }
 
 // Commit implements metadata.MetaStore.
@@ -410,8 +429,10 @@ func (m *MetaStore) View(ctx context.Context, partition string, tasks ...string)
 		return metadata.View{Rows: []*metadata.Row{}, Tasks: out}, nil
 	}
 	defer p.mu.Unlock()
-	return metadata.View{Rows: slices.Clone(p.st.List()), Tasks: p.st.Consumption(m.now(), tasks...),
-		Mark: metadata.Mark{Seq: p.base + p.st.Seq()}}, nil
+	v := metadata.View{Rows: slices.Clone(p.st.List()), Tasks: p.st.Consumption(m.now(), tasks...),
+		Mark: metadata.Mark{Seq: p.base + p.st.Seq()}}
+	v.Capacity, v.Used = p.st.Capacity()
+	return v, nil
 }
 
 // Reset implements metadata.Queue.

@@ -16,7 +16,7 @@ func TestClearedPartitionsForgotten(t *testing.T) {
 	m := NewMetaStore()
 	for step := range 50 {
 		p := fmt.Sprint("step-", step)
-		res, err := m.Prepare(ctx, p, []string{"a", "b"}, []string{"f"})
+		res, err := m.Prepare(ctx, p, []string{"a", "b"}, []string{"f"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -34,7 +34,7 @@ func commitRow(t *testing.T, m *memory.MetaStore, part string, r metadata.Reserv
 func TestQueueFloorOutOfOrderCommit(t *testing.T) {
 	ctx := context.Background()
 	m := memory.NewMetaStore()
-	res, err := m.Prepare(ctx, "p", []string{"a", "b"}, []string{"f"})
+	res, err := m.Prepare(ctx, "p", []string{"a", "b"}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestQueueFloorOutOfOrderCommit(t *testing.T) {
 func TestQueueWaitAfterExpiredDead(t *testing.T) {
 	ctx := context.Background()
 	m := memory.NewMetaStore()
-	res, _ := m.Prepare(ctx, "p", []string{"a"}, []string{"f"})
+	res, _ := m.Prepare(ctx, "p", []string{"a"}, []string{"f"}, nil)
 	commitRow(t, m, "p", res[0], "a")
 	req := metadata.ClaimRequest{Task: "t", Lease: 10 * time.Millisecond, Rows: 1, Min: 1, MaxDeliveries: 1}
 	if c, _ := m.Claim(ctx, "p", req, pickEach); len(c.Rows) != 1 {
@@ -96,7 +96,7 @@ func TestQueueWaitAfterExpiredDead(t *testing.T) {
 func TestQueueDropRacingDelete(t *testing.T) {
 	ctx := context.Background()
 	m := memory.NewMetaStore()
-	res, _ := m.Prepare(ctx, "p", []string{"keep"}, []string{"f"})
+	res, _ := m.Prepare(ctx, "p", []string{"keep"}, []string{"f"}, nil)
 	commitRow(t, m, "p", res[0], "keep")
 	var cur atomic.Uint64
 	stop := make(chan struct{})
@@ -114,7 +114,7 @@ func TestQueueDropRacingDelete(t *testing.T) {
 	}()
 	deleted := map[uint64]bool{}
 	for i := range 5000 {
-		res, _ := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+		res, _ := m.Prepare(ctx, "p", []string{"k"}, []string{"f"}, nil)
 		commitRow(t, m, "p", res[0], "k")
 		cur.Store(res[0].Index)
 		time.Sleep(time.Duration(i%3) * time.Microsecond)

@@ -120,7 +120,19 @@ type MetaStore interface {
 	Queue
 	// Prepare reserves indexes and generations for keys and fields. Empty
 	// keys or fields are allowed (a tag-only write reserves no generation).
-	Prepare(ctx context.Context, partition string, keys, fields []string) ([]Reservation, error)
+	// sizes, nil or one per cell in field-major order (field j of key i
+	// at j*len(keys)+i), are the bytes of the cells the put will write,
+	// which the partition's Capacity counts. A Prepare the Capacity
+	// refuses reserves nothing and fails with a *FullError (matching
+	// backends.ErrFull).
+	Prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]Reservation, error)
+	// SetCapacity sets the partition's Capacity (the zero Capacity lifts
+	// every bound) and returns the rows it removed at once: those every
+	// task of c.ClearAcked has already acknowledged or dropped, for the
+	// caller to delete their cells as after Delete. A malformed c fails
+	// with backends.ErrInvalid, changing nothing. The capacity stays with
+	// the partition through DeletePartition.
+	SetCapacity(ctx context.Context, partition string, c Capacity) ([]*Row, error)
 	// Commit applies updates atomically. It returns backends.ErrConflict, applying
 	// nothing, if a row was cleared or re-indexed since Prepare (or a
 	// reservation was aborted: see Garbage). A store

@@ -271,6 +271,10 @@ type Claimed struct {
 	// Dropped is how many rows of Picked.Drop (or stale rows) the claim
 	// dropped; Skipped how many stale rows it passed over.
 	Dropped, Skipped int
+	// Cleared are the rows the partition's Capacity.ClearAcked removed
+	// because the claim's drops completed their consumption: the caller
+	// deletes their cells, as after Delete.
+	Cleared []*Row
 	// Waiting is the token of the claim registered by Hold ("" for
 	// none): it may be fulfilled later; Wait returns then, and the claim
 	// that Replaces it returns the lease.
@@ -340,6 +344,10 @@ type SettleResult struct {
 	// Until, for Extend, is when the renewed leases end, as a time of
 	// this process.
 	Until time.Time
+	// Cleared are the rows the partition's Capacity.ClearAcked removed
+	// because this settle completed their consumption: the caller deletes
+	// their cells, as after Delete.
+	Cleared []*Row
 }
 
 // Check reports a malformed claim with an error wrapping backends.ErrInvalid.
@@ -433,6 +441,10 @@ type View struct {
 	// Mark is the partition's change count as of the view (Wake zero):
 	// Wait given it returns once the partition may have changed since.
 	Mark Mark
+	// Capacity is the partition's, and Used what it holds as Capacity
+	// counts it.
+	Capacity Capacity
+	Used     Usage
 }
 
 // MaxHolder is the longest ClaimRequest.Holder.

@@ -61,12 +61,12 @@ func TestOneScriptPerWrite(t *testing.T) {
 	m := metaOf(s)
 	keys := keyRange("k", 300)
 	// Scripts loaded (a first EVALSHA meets NOSCRIPT).
-	if _, err := m.Prepare(ctx, "warm", []string{"w"}, []string{"f"}); err != nil {
+	if _, err := m.Prepare(ctx, "warm", []string{"w"}, []string{"f"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	prepCommit := func(f string) {
 		t.Helper()
-		res, err := m.Prepare(ctx, "p", keys, []string{f})
+		res, err := m.Prepare(ctx, "p", keys, []string{f}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,12 +84,12 @@ func TestOneScriptPerWrite(t *testing.T) {
 
 	// A stale Prepare: another writer commits field c between this
 	// Prepare of d and its Commit.
-	resD, err := m.Prepare(ctx, "p", keys, []string{"d"})
+	resD, err := m.Prepare(ctx, "p", keys, []string{"d"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := metaOf(open(t, srv.URL()+"?prefix=hints"))
-	res, err := other.Prepare(ctx, "p", keys, []string{"c"})
+	res, err := other.Prepare(ctx, "p", keys, []string{"c"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestCommitAfterOtherProcess(t *testing.T) {
 	m2 := metaOf(open(t, srv.URL()+"?prefix=two"))
 	keys := keyRange("k", 200)
 
-	res, err := m1.Prepare(ctx, "p", keys, []string{"f"})
+	res, err := m1.Prepare(ctx, "p", keys, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +132,11 @@ func TestCommitAfterOtherProcess(t *testing.T) {
 		t.Fatalf("Commit after another client deleted a row: %v, want ErrConflict", err)
 	}
 
-	res1, err := m1.Prepare(ctx, "q", keys, []string{"f"})
+	res1, err := m1.Prepare(ctx, "q", keys, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res2, err := m2.Prepare(ctx, "q", keys, []string{"f"})
+	res2, err := m2.Prepare(ctx, "q", keys, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func testWriteRace(t *testing.T, url string, direct bool) {
 		}
 		// Another process puts a row of its own into the partition.
 		k := fmt.Sprintf("other%d", n.Add(1))
-		res, err := other.Prepare(ctx, "p", []string{k}, []string{"f"})
+		res, err := other.Prepare(ctx, "p", []string{k}, []string{"f"}, nil)
 		if err == nil {
 			_, err = other.Commit(ctx, "p", fieldUpdate([]string{k}, res, "f"))
 		}
@@ -202,7 +202,7 @@ func testWriteRace(t *testing.T, url string, direct bool) {
 	step := func(f string) []metadata.Reservation {
 		t.Helper()
 		armed.Store(true)
-		res, err := m.Prepare(ctx, "p", keys, []string{f})
+		res, err := m.Prepare(ctx, "p", keys, []string{f}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -137,7 +137,7 @@ func TestMetaAfterStoreClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := metaOf(s)
-	res, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"}) // the connections exist now
+	res, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"}, nil) // the connections exist now
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +154,13 @@ func TestMetaAfterStoreClose(t *testing.T) {
 	if err != nil || len(rows) != 1 || rows[0] == nil {
 		t.Fatalf("ReadRows after Store.Close, Meta open: %v, %v", rows, err)
 	}
-	if _, err := m.Prepare(ctx, "p", []string{"a", "b"}, []string{"g"}); err != nil {
+	if _, err := m.Prepare(ctx, "p", []string{"a", "b"}, []string{"g"}, nil); err != nil {
 		t.Fatalf("Prepare after Store.Close, Meta open: %v", err)
 	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Prepare(ctx, "p", []string{"c"}, nil); !errors.Is(err, backends.ErrClosed) {
+	if _, err := m.Prepare(ctx, "p", []string{"c"}, nil, nil); !errors.Is(err, backends.ErrClosed) {
 		t.Fatalf("Prepare after both closed: %v, want ErrClosed", err)
 	}
 }

@@ -339,6 +339,7 @@ type srGen struct {
 	field      string
 	next, pend uint64
 	at, old    int64
+	size       int64
 }
 
 func (g *srGen) has(gen uint64) bool {
@@ -362,6 +363,7 @@ type srRow struct {
 	key       string
 	index     uint64
 	committed bool
+	held      bool
 	fields    map[string]srField
 	tag       map[string]any
 	gens      []*srGen
@@ -457,6 +459,69 @@ type srState struct {
 	tasks   map[string]*srTask
 	voids   map[uint64]int64
 	applied int // entries applied
+	// the capacity (section 5): bounds and the tasks to clear after
+	capRows, capBytes int64
+	clearAfter        []string
+}
+
+// usage is what the partition holds (section 5, Capacity): committed and
+// held rows, and the sizes of every row's fields.
+func (p *srState) usage() (rows, bytes int64) {
+	for _, r := range p.rows {
+		if r.committed || r.held {
+			rows++
+		}
+		for _, g := range r.gens {
+			bytes += g.size
+		}
+	}
+	return rows, bytes
+}
+
+// lostReservation ends r's hold when a record took a pending reservation
+// of it and left it uncommitted with none.
+func (r *srRow) lostReservation() {
+	if !r.held || r.committed {
+		return
+	}
+	for _, g := range r.gens {
+		if g.pend != 0 {
+			return
+		}
+	}
+	r.held = false
+	for _, g := range r.gens {
+		g.size = 0
+	}
+}
+
+// clearAfterConsumed removes, as a D, the rows of idx every task to clear
+// after has acked or dropped ("Clear after").
+func (p *srState) clearAfterConsumed(idx []uint64) {
+	var keys []string
+	for _, i := range idx {
+		r := p.byIndex[i]
+		if r == nil || len(p.clearAfter) == 0 {
+			continue
+		}
+		all := true
+		for _, name := range p.clearAfter {
+			t := p.tasks[name]
+			var e *srEntry
+			if t != nil {
+				e = t.entries[i]
+			}
+			if e == nil || e.state != srAcked && e.state != srDropped {
+				all = false
+			}
+		}
+		if all && !slices.Contains(keys, r.key) {
+			keys = append(keys, r.key)
+		}
+	}
+	if len(keys) > 0 && p.remove(keys) {
+		p.seq++
+	}
 }
 
 func newSR() *srState {
@@ -656,6 +721,7 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 			}
 		}
 	}
+	var dropped []uint64
 	for _, i := range drops {
 		if e := t.entries[i]; p.byIndex[i] != nil && entryClaimable(e, now) {
 			ne := &srEntry{state: srDropped}
@@ -663,7 +729,11 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 				ne.deliveries = e.deliveries
 			}
 			t.entries[i] = ne
+			dropped = append(dropped, i)
 		}
+	}
+	if slices.Contains(p.clearAfter, a.task) {
+		p.clearAfterConsumed(dropped)
 	}
 	var units [][]uint64
 	switch {
@@ -821,12 +891,14 @@ func (p *srState) settle(task string, op uint64, token string, idx []uint64, del
 		return
 	}
 	changed := false
+	var done []uint64 // acked or dropped
 	for _, i := range idx {
 		e := t.entries[i]
 		switch op {
 		case 1:
 			if e != nil && (e.state == srLeased || e.state == srAcked) && e.token == token {
 				t.entries[i] = &srEntry{state: srAcked, deliveries: e.deliveries, token: e.token, max: e.max}
+				done = append(done, i)
 			}
 		case 2:
 			if e != nil && e.token == token && e.state == srLeased {
@@ -856,12 +928,16 @@ func (p *srState) settle(task string, op uint64, token string, idx []uint64, del
 						ne.deliveries = e.deliveries
 					}
 					t.entries[i] = ne
+					done = append(done, i)
 				}
 			}
 		}
 	}
 	if changed {
 		p.seq++
+	}
+	if slices.Contains(p.clearAfter, task) {
+		p.clearAfterConsumed(done)
 	}
 }
 
@@ -941,6 +1017,35 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 		if d.err != nil {
 			return
 		}
+		var sizes [][]int64 // per field, per key; nil: none
+		if len(d.b) > 0 {
+			if d.arr() != len(fields) || len(keys)*len(fields) > 1<<26 {
+				return
+			}
+			for range fields {
+				col := make([]int64, len(keys))
+				if len(d.b) > 0 && d.b[0]&0xf0 == 0x90 || len(d.b) > 0 && (d.b[0] == 0xdc || d.b[0] == 0xdd) {
+					if d.arr() != len(keys) {
+						return
+					}
+					for k := range col {
+						col[k] = d.i()
+					}
+				} else {
+					v := d.i()
+					for k := range col {
+						col[k] = v
+					}
+				}
+				if slices.ContainsFunc(col, func(v int64) bool { return v < 0 }) {
+					return
+				}
+				sizes = append(sizes, col)
+			}
+			if d.err != nil {
+				return
+			}
+		}
 		fresh := 0
 		for _, k := range keys {
 			if p.rows[k] == nil {
@@ -950,18 +1055,40 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 		if uint64(fresh) > n {
 			return
 		}
-		for _, k := range keys {
-			r := p.rows[k]
-			if r == nil {
-				r = &srRow{key: k, index: base}
-				base++
-				p.rows[k] = r
+		if p.capRows > 0 || p.capBytes > 0 {
+			var growth int64
+			for k, key := range keys {
+				for j, f := range fields {
+					if sizes != nil {
+						growth += sizes[j][k]
+					}
+					if r := p.rows[key]; r != nil {
+						if g := r.gen(f); g != nil {
+							growth -= g.size
+						}
+					}
+				}
 			}
-			for _, f := range fields {
+			rows, bytes := p.usage()
+			if p.capRows > 0 && fresh > 0 && rows+int64(fresh) > p.capRows || p.capBytes > 0 && growth > 0 && bytes+growth > p.capBytes {
+				return // full
+			}
+		}
+		for k, key := range keys {
+			r := p.rows[key]
+			if r == nil {
+				r = &srRow{key: key, index: base, held: true}
+				base++
+				p.rows[key] = r
+			}
+			for j, f := range fields {
 				g := r.gen(f)
 				if g == nil {
 					g = &srGen{field: f}
 					r.gens = append(r.gens, g)
+				}
+				if sizes != nil {
+					g.size = sizes[j][k]
 				}
 				switch {
 				case g.pend == 0:
@@ -1042,7 +1169,7 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 					r.tag = merged
 				}
 			}
-			r.committed = true
+			r.committed, r.held = true, false
 			if r.fields == nil {
 				r.fields = map[string]srField{}
 			}
@@ -1074,16 +1201,22 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 		}
 		cutoff := now - age
 		for _, r := range p.rows {
+			took := false
 			for _, g := range r.gens {
 				switch {
 				case g.pend == 0:
 				case g.at <= cutoff:
 					p.garbage += bits.OnesCount64(g.pend)
 					g.pend = 0
+					took = true
 				case g.old <= cutoff:
 					g.drop(g.oldest())
 					p.garbage++
+					took = true
 				}
+			}
+			if took {
+				r.lostReservation()
 			}
 		}
 		p.far = slices.DeleteFunc(p.far, func(o srRef) bool { return o.at <= cutoff })
@@ -1116,8 +1249,8 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 			}
 			for _, r := range p.rows {
 				if r.index == ref.index {
-					if g := r.gen(ref.field); g != nil {
-						g.drop(ref.gen)
+					if g := r.gen(ref.field); g != nil && g.drop(ref.gen) {
+						r.lostReservation()
 					}
 				}
 			}
@@ -1143,6 +1276,27 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 			return
 		}
 		p.settle(task, op, token, idx, delay)
+	case 'L':
+		rows, bytes, tasks := d.i(), d.i(), d.strs()
+		if d.err != nil || rows < 0 || bytes < 0 || len(tasks) > 16 {
+			return
+		}
+		for k, name := range tasks {
+			if name == "" || slices.Contains(tasks[:k], name) {
+				return
+			}
+		}
+		p.capRows, p.capBytes, p.clearAfter = rows, bytes, tasks
+		if len(tasks) > 0 && p.tasks[tasks[0]] != nil {
+			var idx []uint64
+			for i, e := range p.tasks[tasks[0]].entries {
+				if e.state == srAcked || e.state == srDropped {
+					idx = append(idx, i)
+				}
+			}
+			slices.SortFunc(idx, srCompare)
+			p.clearAfterConsumed(idx)
+		}
 	case 'R':
 		task := d.s()
 		all := d.null()
@@ -1237,10 +1391,15 @@ func restoreSR(b []byte) (*srState, error) {
 		view(r)
 		ng := d.arr()
 		for range ng {
-			if d.arr() != 5 {
-				d.fail(fmt.Errorf("gens not of 5"))
+			parts := d.arr()
+			if parts != 5 && parts != 6 {
+				d.fail(fmt.Errorf("gens not of 5 or 6"))
 			}
-			r.gens = append(r.gens, &srGen{field: d.s(), next: d.u(), pend: d.u(), at: d.i(), old: d.i()})
+			g := &srGen{field: d.s(), next: d.u(), pend: d.u(), at: d.i(), old: d.i()}
+			if parts == 6 {
+				g.size = d.i()
+			}
+			r.gens = append(r.gens, g)
 		}
 		p.rows[r.key] = r
 		if r.committed {
@@ -1337,6 +1496,16 @@ func restoreSR(b []byte) (*srState, error) {
 	for range nv {
 		id := d.u()
 		p.voids[id] = d.i()
+	}
+	if d.err == nil && len(d.b) != 0 {
+		p.capRows, p.capBytes, p.clearAfter = d.i(), d.i(), d.strs()
+		for _, k := range d.strs() {
+			if r := p.rows[k]; r != nil {
+				r.held = true
+			} else {
+				d.fail(fmt.Errorf("held row %q unknown", k))
+			}
+		}
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Errorf("%d bytes after the snapshot", len(d.b)))

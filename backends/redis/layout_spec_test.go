@@ -278,6 +278,20 @@ func specWorkload(t *testing.T, c *tq.Client, rc *goredis.Client, prefix string)
 		}
 	}
 
+	// A capacity: a put past it refused, a row cleared once the task
+	// named to clear after acknowledges it.
+	st, err := c.Status(ctx, specPart)
+	specMust(t, err)
+	specMust(t, c.SetCapacity(ctx, specPart, tq.Capacity{Rows: st.Used.Rows + 1, Bytes: st.Used.Bytes + 4096, ClearAcked: []string{"cleaner"}}))
+	full := c.BatchPut(tq.WhenFull(ctx, tq.Fail), specPart, []string{"c0", "c1"}, tq.Batch{"uid": tq.ValuesOf([]string{"c0", "c1"})}, nil)
+	if !errors.Is(full, tq.ErrFull) {
+		t.Fatalf("a put past the capacity: %v", full)
+	}
+	specMust(t, c.Put(ctx, specPart, "c0", map[string]any{"uid": "c0"}, nil))
+	cleaner, err := c.Task(specPart, "cleaner", []string{"uid"})
+	specMust(t, err)
+	specMust(t, claimN(t, cleaner, 1).Ack(ctx))
+
 	// A Wait left standing while the server is read.
 	standing, err := c.Task(specPart, "standing", []string{"never"})
 	specMust(t, err)
@@ -352,6 +366,14 @@ func checkSpecReader(t *testing.T, c *tq.Client, rc *goredis.Client, prefix stri
 	specMust(t, err)
 	if status.Rows != len(mine) {
 		t.Errorf("Status: %d rows, the reader %d", status.Rows, len(mine))
+	}
+	if rows, bytes := st.usage(); status.Used != (tq.Usage{Rows: rows, Bytes: bytes}) ||
+		status.Capacity.Rows != st.capRows || status.Capacity.Bytes != st.capBytes || !slices.Equal(status.Capacity.ClearAcked, st.clearAfter) {
+		t.Errorf("capacity: Status %+v used %+v, the reader %d rows %d bytes after %q, used %d rows %d bytes",
+			status.Capacity, status.Used, st.capRows, st.capBytes, st.clearAfter, rows, bytes)
+	}
+	if len(st.clearAfter) == 0 || st.capRows == 0 {
+		t.Errorf("the reader found no capacity in the log")
 	}
 	fields := map[string]int{}
 	for _, r := range mine {

@@ -29,7 +29,7 @@ func TestLogCompaction(t *testing.T) {
 	var tagged []metadata.Reservation
 	for i := range n {
 		k := fmt.Sprintf("k%02d", i)
-		res, err := m.Prepare(ctx, "p", []string{k}, []string{"f"})
+		res, err := m.Prepare(ctx, "p", []string{k}, []string{"f"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func TestLogCompaction(t *testing.T) {
 	}
 	// One row prepared and never committed survives the snapshot as
 	// prepared: its next Prepare reserves generation 1.
-	if _, err := m.Prepare(ctx, "p", []string{"pending"}, []string{"f"}); err != nil {
+	if _, err := m.Prepare(ctx, "p", []string{"pending"}, []string{"f"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Writers compact in the background, after their writes.
@@ -80,7 +80,7 @@ func TestLogCompaction(t *testing.T) {
 			}
 		}
 	}
-	res, err := early.Prepare(ctx, "p", []string{"pending", "k00"}, []string{"f"})
+	res, err := early.Prepare(ctx, "p", []string{"pending", "k00"}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestCorruptLog(t *testing.T) {
 	ctx := t.Context()
 	s := open(t, srv.URL()+"?prefix=bad")
 	m := metaOf(s)
-	res, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"})
+	res, err := m.Prepare(ctx, "p", []string{"a"}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func TestCommitOfLostReservation(t *testing.T) {
 	r := &rewinder{cl: goredis.NewClient(&goredis.Options{Addr: srv.Addr()}), base: "lost:{lost:p}"}
 	defer r.cl.Close()
 	r.save(t)
-	res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestCommitOfLostReservation(t *testing.T) {
 		t.Fatalf("Commit of a reservation the log lost: %v, want ErrReservationLost (and ErrConflict)", err)
 	}
 	// A reservation of a row the log removed is an ordinary conflict.
-	res, err = m.Prepare(ctx, "p", []string{"a"}, []string{"f"})
+	res, err = m.Prepare(ctx, "p", []string{"a"}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 func commitRows(t testing.TB, m metadata.MetaStore, p string, keys ...string) []uint64 {
 	t.Helper()
 	ctx := context.Background()
-	res, err := m.Prepare(ctx, p, keys, []string{"x"})
+	res, err := m.Prepare(ctx, p, keys, []string{"x"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func clearArgs(args []any) bool {
 func commitOne(t *testing.T, m metadata.MetaStore, p string, keys ...string) {
 	t.Helper()
 	ctx := t.Context()
-	res, err := m.Prepare(ctx, p, keys, []string{"f"})
+	res, err := m.Prepare(ctx, p, keys, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,7 @@ func TestReplicatedWriteResent(t *testing.T) {
 	m := metaOf(open(t, p.url("resent")+"&replicas=1&replica_timeout=5s"))
 	ctx := t.Context()
 	// Unarmed first: the scripts get loaded and the replica acknowledges.
-	res, err := m.Prepare(ctx, "p", []string{"a", "b"}, []string{"f"})
+	res, err := m.Prepare(ctx, "p", []string{"a", "b"}, []string{"f"}, nil)
 	must(t, "Prepare", err)
 	_, err = m.Commit(ctx, "p", fieldUpdate([]string{"a"}, res[:1], "f"))
 	must(t, "Commit", err)
@@ -121,7 +121,7 @@ func TestReplicatedWriteResent(t *testing.T) {
 		write   func(context.Context) error
 	}{
 		{"Prepare", false, func(ctx context.Context) error {
-			_, err := m.Prepare(ctx, "p", []string{"c"}, []string{"f"})
+			_, err := m.Prepare(ctx, "p", []string{"c"}, []string{"f"}, nil)
 			return err
 		}},
 		{"Commit", true, func(ctx context.Context) error {

@@ -50,7 +50,7 @@ func prepareUnreplicated(t *testing.T, addr, partition, key string) []metadata.R
 	}
 	defer s.Close()
 	defer s.Log().Close()
-	res, err := replica.New(s.Log(), s).Prepare(t.Context(), partition, []string{key}, []string{"f"})
+	res, err := replica.New(s.Log(), s).Prepare(t.Context(), partition, []string{key}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func TestRoundTrips(t *testing.T) {
 			keys := []string{"a", "b", "c"}
 			var res []metadata.Reservation
 			prepare := func(ctx context.Context) (err error) {
-				res, err = m.Prepare(ctx, "p", keys, []string{"f"})
+				res, err = m.Prepare(ctx, "p", keys, []string{"f"}, nil)
 				return err
 			}
 			cells := func() []backends.Cell {

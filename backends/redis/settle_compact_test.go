@@ -90,7 +90,7 @@ func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 	hook.after = func() {
 		// Another client's Prepare lengthens the log to compactAt; its
 		// writer then compacts it.
-		if _, err := metaOf(other).Prepare(ctx, "p", []string{"other"}, []string{"f"}); err != nil {
+		if _, err := metaOf(other).Prepare(ctx, "p", []string{"other"}, []string{"f"}, nil); err != nil {
 			t.Errorf("other client's prepare: %v", err)
 		}
 	}
@@ -105,7 +105,7 @@ func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 	m := metaOf(s)
 	defer m.Close()
 
-	res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	res, err := m.Prepare(ctx, "p", []string{"k"}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestReplicatedCommitReplyLost(t *testing.T) {
 	}
 	defer plain.Close()
 	defer plain.Log().Close()
-	res, err := metaOf(plain).Prepare(ctx, "p", []string{"k"}, []string{"f"})
+	res, err := metaOf(plain).Prepare(ctx, "p", []string{"k"}, []string{"f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

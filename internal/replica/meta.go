@@ -27,12 +27,18 @@ func one(res []*rules.Result, err error) (*rules.Result, error) {
 // Prepare implements metadata.MetaStore. Its errors never match
 // ErrOutcomeUnknown: a Prepare whose outcome is unknown reserved at most
 // rows that stay invisible.
-func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []string) ([]metadata.Reservation, error) {
+func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
 	for {
-		r, err := one(m.exec(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
+		var base uint64
+		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
 			n := st.NewKeys(keys)
-			return []record{{id: newID(), indexes: uint64(n), data: rules.PrepareRecord(keys, fields, n)}}, nil
-		}))
+			return []record{{id: newID(), indexes: uint64(n), data: rules.PrepareRecord(keys, fields, sizes, n)}}, nil
+		}, func(p *part) { base = p.base }))
+		var full *metadata.FullError
+		if err == nil && errors.As(r.Err, &full) {
+			full.Partition = partition
+			full.Mark.Seq += base
+		}
 		switch {
 		case err != nil:
 			if errors.Is(err, backends.ErrOutcomeUnknown) {
@@ -382,7 +388,23 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	if rows == nil {
 		rows = []*metadata.Row{}
 	}
-	return metadata.View{Rows: rows, Tasks: out, Mark: metadata.Mark{Seq: p.mark()}}, nil
+	v := metadata.View{Rows: rows, Tasks: out, Mark: metadata.Mark{Seq: p.mark()}}
+	v.Capacity, v.Used = p.st.Capacity()
+	return v, nil
+}
+
+// SetCapacity implements metadata.MetaStore.
+func (m *Meta) SetCapacity(ctx context.Context, partition string, c metadata.Capacity) ([]*metadata.Row, error) {
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
+	r, err := one(m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rules.CapacityRecord(c)}}, nil
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return r.Rows, r.Err
 }
 
 // Reset implements metadata.Queue.

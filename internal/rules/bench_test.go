@@ -20,7 +20,7 @@ func BenchmarkApplyClaimAck(b *testing.B) {
 			for i := range keys {
 				keys[i] = fmt.Sprintf("k%07d", i)
 			}
-			res, err := p.Prepare(1, keys, []string{"f"}, 0, len(keys))
+			res, err := p.Prepare(1, keys, []string{"f"}, nil, 0, len(keys))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func BenchmarkRestore(b *testing.B) {
 		for i := range keys {
 			keys[i] = fmt.Sprintf("r%07d-p%03d-g%02d", i/64, i%64, i%8)
 		}
-		res, err := p.Prepare(1, keys, []string{"input_ids", "responses", "rewards"}, 0, n)
+		res, err := p.Prepare(1, keys, []string{"input_ids", "responses", "rewards"}, nil, 0, n)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func BenchmarkReplayClaimAck(b *testing.B) {
 	var seq uint64
 	fill := func() {
 		p = New()
-		res, err := p.Prepare(1, keys, []string{"f"}, 0, len(keys))
+		res, err := p.Prepare(1, keys, []string{"f"}, nil, 0, len(keys))
 		if err != nil {
 			b.Fatal(err)
 		}

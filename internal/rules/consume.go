@@ -388,6 +388,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 		stale, c.Skipped = p.sweepStale(t, a.Floor)
 		drop = append(slices.Clip(drop), stale...)
 	}
+	var dropped []uint64
 	for _, i := range drop {
 		if e := t.entries[i]; p.byIndex[i] != nil && claimable(e, now) {
 			ne := &entry{state: metadata.Dropped}
@@ -396,7 +397,11 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 			}
 			p.setEntry(t, i, e, ne)
 			c.Dropped++
+			dropped = append(dropped, i)
 		}
+	}
+	if len(dropped) > 0 && p.capacity.Clears(t.name) {
+		c.Cleared = p.clearConsumed(dropped)
 	}
 	// plain: a claim of the oldest ready rows, each a unit of its own,
 	// which are the first rows of the index.
@@ -776,6 +781,8 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 	changed := false
 	var until int64
 	var timed []uint64 // rows whose lease or delay now ends later
+	var done []uint64  // rows acked or dropped, for the capacity's ClearAcked
+	clears := (req.Op == metadata.Ack || req.Op == metadata.Drop) && p.capacity.Clears(req.Task)
 	if req.Op == metadata.Extend {
 		until = now + req.Delay.Microseconds()
 		res.Until = time.UnixMicro(until)
@@ -804,6 +811,9 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 		if !ok {
 			res.Lost = append(res.Lost, i)
 			continue
+		}
+		if clears {
+			done = append(done, i)
 		}
 		// Ack, Nack and Extend change the entry in place: no entry is
 		// shared between rows or tasks.
@@ -850,6 +860,9 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 	}
 	if changed {
 		p.bump()
+	}
+	if len(done) > 0 {
+		res.Cleared = p.clearConsumed(done)
 	}
 	return res
 }

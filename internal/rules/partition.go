@@ -51,6 +51,13 @@ type Partition struct {
 	// fence: a record appended later with one of them applies nothing.
 	voids map[uint64]int64
 
+	// capacity bounds the partition; held counts the new rows of puts
+	// in progress that hold room of it, bytes the size of every row's
+	// newest writes (see capacity.go).
+	capacity metadata.Capacity
+	held     int
+	bytes    int64
+
 	// quiet is set while Replay applies a record whose result nobody
 	// reads: the rules skip building it (not part of the state).
 	quiet bool
@@ -88,7 +95,7 @@ func (p *Partition) bump() { p.seq++ }
 // be nothing another reader still acts on. Served claims may go: their
 // rows are gone, so a claim that replaces one finds nothing to lease.
 func (p *Partition) Empty() bool {
-	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || len(p.voids) > 0 {
+	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || len(p.voids) > 0 || !p.capacity.Zero() {
 		return false
 	}
 	for _, t := range p.tasks {

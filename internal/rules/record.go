@@ -34,6 +34,7 @@ const (
 	KindClaim     = 'Q'
 	KindSettle    = 'K'
 	KindReset     = 'R'
+	KindCapacity  = 'L'
 )
 
 // ErrCorrupt: a record or snapshot that does not decode. A corrupt
@@ -41,12 +42,111 @@ const (
 var ErrCorrupt = errors.New("rules: corrupt record")
 
 // PrepareRecord is a Prepare of keys and fields that new keys take
-// indexes from the indexes reserved for its entry (Entry.Base on).
-func PrepareRecord(keys, fields []string, indexes int) []byte {
+// indexes from the indexes reserved for its entry (Entry.Base on), with
+// the cells' sizes (nil, or one per cell, field-major). A field's sizes
+// are written once when every key's is the same.
+func PrepareRecord(keys, fields []string, sizes []int64, indexes int) []byte {
 	b := []byte{KindPrepare}
 	b = msgp.AppendUint64(b, uint64(indexes))
 	b = appendStrings(b, fields)
-	return appendStrings(b, keys)
+	b = appendStrings(b, keys)
+	if sizes == nil || len(sizes) != len(keys)*len(fields) {
+		return b
+	}
+	b = msgp.AppendArrayHeader(b, uint32(len(fields)))
+	for j := range fields {
+		col := sizes[j*len(keys) : (j+1)*len(keys)]
+		if len(col) > 0 && !slices.ContainsFunc(col, func(n int64) bool { return n != col[0] }) {
+			b = msgp.AppendInt64(b, col[0])
+			continue
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(col)))
+		for _, n := range col {
+			b = msgp.AppendInt64(b, n)
+		}
+	}
+	return b
+}
+
+// maxCells bounds the cells of a Prepare with sizes, so that a corrupt
+// record's few bytes cannot ask for a huge allocation.
+const maxCells = 1 << 26
+
+// readSizes reads a Prepare's sizes of nk keys and nf fields: nil when
+// the record has none.
+func readSizes(b []byte, nk, nf int) ([]int64, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	if int(n) != nf {
+		return nil, fmt.Errorf("sizes of %d fields, want %d", n, nf)
+	}
+	if nk*nf > maxCells {
+		return nil, fmt.Errorf("sizes of %d cells, at most %d", nk*nf, maxCells)
+	}
+	sizes := make([]int64, 0, nk*nf)
+	for range nf {
+		if msgp.NextType(b) == msgp.ArrayType {
+			var m uint32
+			if m, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return nil, err
+			}
+			if int(m) != nk {
+				return nil, fmt.Errorf("sizes of %d keys, want %d", m, nk)
+			}
+			for range nk {
+				var v int64
+				if v, b, err = msgp.ReadInt64Bytes(b); err != nil {
+					return nil, err
+				}
+				if v < 0 {
+					return nil, fmt.Errorf("negative size %d", v)
+				}
+				sizes = append(sizes, v)
+			}
+			continue
+		}
+		var v int64
+		if v, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return nil, err
+		}
+		if v < 0 {
+			return nil, fmt.Errorf("negative size %d", v)
+		}
+		for range nk {
+			sizes = append(sizes, v)
+		}
+	}
+	return sizes, nil
+}
+
+// CapacityRecord sets the partition's capacity to c.
+func CapacityRecord(c metadata.Capacity) []byte {
+	b := msgp.AppendInt64([]byte{KindCapacity}, c.Rows)
+	b = msgp.AppendInt64(b, c.Bytes)
+	return appendStrings(b, c.ClearAcked)
+}
+
+func readCapacity(b []byte) (metadata.Capacity, []byte, error) {
+	var c metadata.Capacity
+	var err error
+	if c.Rows, b, err = msgp.ReadInt64Bytes(b); err != nil {
+		return c, b, err
+	}
+	if c.Bytes, b, err = msgp.ReadInt64Bytes(b); err != nil {
+		return c, b, err
+	}
+	if c.ClearAcked, b, err = readStrings(b); err != nil {
+		return c, b, err
+	}
+	if len(c.ClearAcked) == 0 {
+		c.ClearAcked = nil
+	}
+	return c, b, c.Check()
 }
 
 // CommitRecord is a Commit of updates.
@@ -150,7 +250,7 @@ type Result struct {
 	Kind         byte
 	Reservations []metadata.Reservation // Prepare
 	Commit       metadata.CommitResult  // Commit
-	Rows         []*metadata.Row        // Delete, DeletePartition
+	Rows         []*metadata.Row        // Delete, DeletePartition, Capacity
 	Claimed      Claimed                // Claim
 	Settled      metadata.SettleResult  // Settle
 	Unknown      int                    // Abandon: refs it did not know
@@ -211,15 +311,25 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 		if err != nil {
 			return corrupt(err)
 		}
-		keys, _, err := readStrings(b)
+		keys, b, err := readStrings(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		sizes, err := readSizes(b, len(keys), len(fields))
 		if err != nil {
 			return corrupt(err)
 		}
 		if n > math.MaxInt32 {
 			return fmt.Errorf("%w: %d indexes", ErrCorrupt, n)
 		}
-		r.Reservations, err = p.Prepare(now, keys, fields, e.Base, int(n))
+		r.Reservations, err = p.Prepare(now, keys, fields, sizes, e.Base, int(n))
 		return err
+	case KindCapacity:
+		c, _, err := readCapacity(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		r.Rows = p.SetCapacity(now, c)
 	case KindCommit:
 		ups, err := readCommit(b)
 		if err != nil {

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -56,6 +57,15 @@ func (l *logger) apply(data []byte, indexes int) []Result {
 	if a, b := snapOf(l.ps[0]), snapOf(l.quiet); !slices.Equal(a, b) {
 		l.t.Fatalf("record %d (%q): the quiet copy differs after it", l.n, data[0])
 	}
+	c0, u0 := l.ps[0].Capacity()
+	if u0.Rows < 0 || u0.Bytes < 0 || l.ps[0].held < 0 || l.ps[0].held > len(l.ps[0].rows) {
+		l.t.Fatalf("record %d (%q): usage %+v, %d rows held", l.n, data[0], u0, l.ps[0].held)
+	}
+	for _, q := range append(l.ps[1:], l.quiet) {
+		if c, u := q.Capacity(); !reflect.DeepEqual(c, c0) || u != u0 {
+			l.t.Fatalf("record %d (%q): capacity %+v used %+v, a copy has %+v %+v", l.n, data[0], c0, u0, c, u)
+		}
+	}
 	for i := 1; i < len(out); i++ {
 		if !reflect.DeepEqual(out[0], out[i]) {
 			l.t.Fatalf("record %d (%q): the original gave %+v, restored copy %d gave %+v", l.n, data[0], out[0], i, out[i])
@@ -93,7 +103,29 @@ func recordHistory(t *testing.T, seed uint64) {
 			ks := some()
 			fields := [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]
 			n := p.NewKeys(ks)
-			res := l.apply(PrepareRecord(ks, fields, n), n)[0]
+			var sizes []int64 // none, one per field, or per cell
+			switch rng.IntN(3) {
+			case 1:
+				sizes = make([]int64, len(ks)*len(fields))
+				for j := range fields {
+					for i := range ks {
+						sizes[j*len(ks)+i] = int64(10 * (j + 1))
+					}
+				}
+			case 2:
+				sizes = make([]int64, len(ks)*len(fields))
+				for i := range sizes {
+					sizes[i] = int64(rng.IntN(100))
+				}
+			}
+			res := l.apply(PrepareRecord(ks, fields, sizes, n), n)[0]
+			var full *metadata.FullError
+			if errors.As(res.Err, &full) {
+				if c, _ := p.Capacity(); !c.Bounded() {
+					t.Fatalf("refused with no bound: %v", full)
+				}
+				continue
+			}
 			if res.Err != nil {
 				t.Fatal(res.Err)
 			}
@@ -117,6 +149,14 @@ func recordHistory(t *testing.T, seed uint64) {
 			}
 			l.apply(rec, 0)
 		case 3:
+			if rng.IntN(3) == 0 {
+				c := metadata.Capacity{Rows: int64(rng.IntN(12)), Bytes: int64(rng.IntN(4)) * 300}
+				if rng.IntN(2) == 0 {
+					c.ClearAcked = []string{"t0", "t1", "t2"}[:1+rng.IntN(2)]
+				}
+				l.apply(CapacityRecord(c), 0)
+				break
+			}
 			l.apply(DeleteRecord(some()), 0)
 		case 4:
 			if rng.IntN(4) == 0 {
@@ -226,12 +266,12 @@ func recordHistory(t *testing.T, seed uint64) {
 func TestFenceVoids(t *testing.T) {
 	p := New()
 	p.Apply(&backends.Entry{N: 1, ID: 7, Time: 1000, Data: FenceRecord([]uint64{42})})
-	r := p.Apply(&backends.Entry{N: 2, ID: 42, Time: 2000, Data: PrepareRecord([]string{"k"}, []string{"f"}, 1)})
+	r := p.Apply(&backends.Entry{N: 2, ID: 42, Time: 2000, Data: PrepareRecord([]string{"k"}, []string{"f"}, nil, 1)})
 	if r.Err != ErrVoid || p.NewKeys([]string{"k"}) != 1 {
 		t.Fatalf("a voided record: %v", r.Err)
 	}
 	later := int64(1000) + voidFor.Microseconds() + 1
-	r = p.Apply(&backends.Entry{N: 3, ID: 42, Time: later, Data: PrepareRecord([]string{"k"}, []string{"f"}, 1)})
+	r = p.Apply(&backends.Entry{N: 3, ID: 42, Time: later, Data: PrepareRecord([]string{"k"}, []string{"f"}, nil, 1)})
 	if r.Err != nil || p.NewKeys([]string{"k"}) != 0 {
 		t.Fatalf("a record once its void lapsed: %v", r.Err)
 	}
@@ -242,19 +282,22 @@ func FuzzApply(f *testing.F) {
 	a := &ClaimArgs{Task: "t", Token: "x", Lease: time.Second, Rows: 2, Min: 1, Batch: &metadata.Batch{Ranks: 2},
 		Select: Select{Fields: []string{"a"}, Group: Group{Tag: "g", Size: 2}}, Custom: true, Units: [][]uint64{{1, 2}}}
 	rec, _ := CommitRecord([]metadata.RowUpdate{{Key: "k", Index: 1, Fields: map[string]metadata.FieldInfo{"a": {}}, Tag: map[string]any{"g": int64(1)}}})
-	for _, b := range [][]byte{PrepareRecord([]string{"k"}, []string{"a"}, 1), rec, ClaimRecord(a), DeleteRecord([]string{"k"}),
+	for _, b := range [][]byte{PrepareRecord([]string{"k"}, []string{"a"}, nil, 1), rec, ClaimRecord(a), DeleteRecord([]string{"k"}),
 		SettleRecord(&SettleArgs{Task: "t", Op: metadata.Ack, Lease: "x", Indexes: []uint64{1}}), ResetRecord("t", nil),
-		AbortRecord(time.Second), SweptRecord([]metadata.Ref{{Index: 1, Field: "a"}}), FenceRecord([]uint64{3})} {
+		AbortRecord(time.Second), SweptRecord([]metadata.Ref{{Index: 1, Field: "a"}}), FenceRecord([]uint64{3}),
+		PrepareRecord([]string{"k", "m"}, []string{"a", "b"}, []int64{4, 4, 1, 2}, 1),
+		CapacityRecord(metadata.Capacity{Rows: 1, Bytes: 10, ClearAcked: []string{"t"}})} {
 		f.Add(b)
 	}
 	p := New()
-	p.Apply(&backends.Entry{N: 1, ID: 1, Time: 1, Data: PrepareRecord([]string{"k"}, []string{"a"}, 1)})
+	p.Apply(&backends.Entry{N: 1, ID: 1, Time: 1, Data: PrepareRecord([]string{"k"}, []string{"a"}, nil, 1)})
 	p.Apply(&backends.Entry{N: 2, ID: 2, Time: 2, Data: rec})
+	p.Apply(&backends.Entry{N: 3, ID: 3, Time: 3, Data: CapacityRecord(metadata.Capacity{Rows: 3, ClearAcked: []string{"t"}})})
 	snap, _ := p.Snapshot()
 	f.Add(snap)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		q := New()
-		q.Apply(&backends.Entry{N: 1, ID: 1, Time: 1, Data: PrepareRecord([]string{"k"}, []string{"a"}, 1)})
+		q.Apply(&backends.Entry{N: 1, ID: 1, Time: 1, Data: PrepareRecord([]string{"k"}, []string{"a"}, nil, 1)})
 		q.Apply(&backends.Entry{N: 2, ID: 2, Time: 2, Data: rec})
 		q.Apply(&backends.Entry{N: 3, ID: 3, Time: 3, Data: b})
 		if r, err := Restore(b); err == nil {

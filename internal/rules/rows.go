@@ -25,6 +25,9 @@ type row struct {
 	// gens is the next generation to reserve, per field. A slice, not a
 	// map: rows have few fields, mostly reserved in the same order.
 	gens []fieldGen
+	// held is set while a new row holds room of the capacity before its
+	// first commit (see capacity.go).
+	held bool
 }
 
 type fieldGen struct {
@@ -42,6 +45,8 @@ type fieldGen struct {
 	// cutoff, and an abandoned reservation is aborted in time even while
 	// newer puts of its cell keep coming.
 	at, old int64
+	// size is the bytes of the newest write reserved (see capacity.go).
+	size int64
 }
 
 // window is how many of a field's newest generations pend tracks.
@@ -188,13 +193,23 @@ func (p *Partition) NewKeys(keys []string) int {
 
 // Prepare reserves, at time now, a generation of each of fields for each
 // of keys, giving a key without a row a new row whose index is base+j,
-// j counting the new keys before it. It fails with ErrIndexes, changing
-// nothing, when more than indexes keys are new. Reservations with the
-// same generations share one Gens map.
-func (p *Partition) Prepare(now int64, keys, fields []string, base uint64, indexes int) ([]metadata.Reservation, error) {
+// j counting the new keys before it; sizes (nil, or one per cell,
+// field-major) are the cells' bytes, for the capacity. It fails with
+// ErrIndexes, changing nothing, when more than indexes keys are new, and
+// with a *metadata.FullError (its Partition and Mark left for the caller)
+// when the capacity has no room for the rows or bytes. Reservations with
+// the same generations share one Gens map.
+func (p *Partition) Prepare(now int64, keys, fields []string, sizes []int64, base uint64, indexes int) ([]metadata.Reservation, error) {
 	p.tick(now)
-	if n := p.NewKeys(keys); n > indexes {
+	n := p.NewKeys(keys)
+	if n > indexes {
 		return nil, fmt.Errorf("%w: %d new keys, %d indexes", ErrIndexes, n, indexes)
+	}
+	if sizes != nil && len(sizes) != len(keys)*len(fields) {
+		return nil, fmt.Errorf("%w: %d sizes for %d cells", backends.ErrInvalid, len(sizes), len(keys)*len(fields))
+	}
+	if full := p.Room(keys, fields, sizes, n); full != nil {
+		return nil, full
 	}
 	out := make([]metadata.Reservation, len(keys))
 	nf := len(fields)
@@ -223,10 +238,15 @@ func (p *Partition) Prepare(now int64, keys, fields []string, base uint64, index
 			// spill into the next row's share.
 			r.index, r.gens, freshGens = base, freshGens[:0:nf], freshGens[nf:]
 			base++
+			r.held = true
+			p.held++
 			p.rows[k] = r
 		}
 		for j, f := range fields {
 			cur[j] = r.reserve(p, f, j, p.now)
+			if sizes != nil {
+				p.sized(&r.gens[r.find(f, j)], sizes[j*len(keys)+i])
+			}
 		}
 		if prevMap == nil || !slices.Equal(cur, prev) {
 			prevMap = make(map[string]uint64, nf)
@@ -307,6 +327,7 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 		if old == nil {
 			p.byIndex[r.index] = r
 			p.committed++
+			p.unhold(r)
 			if p.sorted != nil && (len(p.sorted) == 0 || p.sorted[len(p.sorted)-1].Index < r.index) {
 				p.sorted = append(p.sorted, next) // the usual case: a new row above every other
 			} else {
@@ -414,6 +435,7 @@ func (p *Partition) Delete(now int64, keys []string) []*metadata.Row {
 			p.sorted = nil
 		}
 		p.retire(r)
+		p.release(r)
 		delete(p.rows, k)
 		*r = row{} // its block may live on: hold nothing
 	}
@@ -440,6 +462,7 @@ func (p *Partition) DeletePartition(now int64) []*metadata.Row {
 	p.rows = map[string]*row{}
 	p.byIndex = map[uint64]*row{}
 	p.committed = 0
+	p.held, p.bytes = 0, 0
 	p.sorted = nil
 	p.tasks = map[string]*task{}
 	p.bump()
@@ -481,22 +504,28 @@ func (p *Partition) Abort(now, cutoff int64) {
 	p.tick(now)
 	if p.pending > 0 {
 		for _, r := range p.byIndexAll() {
+			lost := false
 			for i := range r.gens {
 				g := &r.gens[i]
 				switch {
 				case g.pend == 0:
 				case g.at <= cutoff: // all of them
+					lost = true
 					g.eachPending(func(gen uint64) {
 						p.garbage = append(p.garbage, metadata.Ref{Index: r.index, Field: g.field, Gen: gen})
 					})
 					p.pending -= bits.OnesCount64(g.pend)
 					g.pend = 0
 				case g.old <= cutoff: // the oldest
+					lost = true
 					gen := g.oldest()
 					g.drop(gen)
 					p.garbage = append(p.garbage, metadata.Ref{Index: r.index, Field: g.field, Gen: gen})
 					p.pending--
 				}
+			}
+			if lost {
+				p.unhold(r)
 			}
 		}
 		p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {
@@ -563,14 +592,19 @@ func (p *Partition) sweepSet(refs []metadata.Ref) {
 		return // a cell is in one place only: nothing left to find
 	}
 	for _, r := range p.rows {
+		lost := false
 		for i := range r.gens {
 			g := &r.gens[i]
 			g.eachPending(func(gen uint64) {
 				if set.Has(metadata.CellID{Index: r.index, Gen: gen, Field: g.field}) {
 					g.drop(gen)
 					p.pending--
+					lost = true
 				}
 			})
+		}
+		if lost {
+			p.unhold(r)
 		}
 	}
 	var inFar int
@@ -601,14 +635,19 @@ func (p *Partition) Abandon(now int64, refs []metadata.Ref) int {
 	p.orphans = slices.DeleteFunc(p.orphans, func(o pendingRef) bool { return take(o.ref.ID()) })
 	if p.pending > 0 {
 		for _, r := range p.byIndexAll() {
+			lost := false
 			for i := range r.gens {
 				g := &r.gens[i]
 				g.eachPending(func(gen uint64) {
 					if take(metadata.CellID{Index: r.index, Gen: gen, Field: g.field}) {
 						g.drop(gen)
 						p.pending--
+						lost = true
 					}
 				})
+			}
+			if lost {
+				p.unhold(r)
 			}
 		}
 		p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {

@@ -13,7 +13,7 @@ import (
 func prepare(t *testing.T, p *Partition, next *uint64, now int64, keys, fields []string) []metadata.Reservation {
 	t.Helper()
 	n := p.NewKeys(keys)
-	res, err := p.Prepare(now, keys, fields, *next, n)
+	res, err := p.Prepare(now, keys, fields, nil, *next, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,13 +36,13 @@ func TestPrepareTooFewIndexes(t *testing.T) {
 	p := New()
 	var next uint64
 	prepare(t, p, &next, 1, []string{"a"}, []string{"f"})
-	if _, err := p.Prepare(2, []string{"a", "b", "c"}, []string{"f"}, 10, 1); !errors.Is(err, ErrIndexes) {
+	if _, err := p.Prepare(2, []string{"a", "b", "c"}, []string{"f"}, nil, 10, 1); !errors.Is(err, ErrIndexes) {
 		t.Fatalf("Prepare of 2 new keys with 1 index: %v, want ErrIndexes", err)
 	}
 	if p.NewKeys([]string{"b", "c"}) != 2 || p.pending != 1 {
 		t.Fatalf("a refused Prepare changed the rows: pending %d", p.pending)
 	}
-	res, err := p.Prepare(3, []string{"a", "b", "c"}, []string{"f"}, 10, 5)
+	res, err := p.Prepare(3, []string{"a", "b", "c"}, []string{"f"}, nil, 10, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

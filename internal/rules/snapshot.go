@@ -36,12 +36,13 @@ func (p *Partition) Snapshot() ([]byte, error) {
 		}
 		b = msgp.AppendArrayHeader(b, uint32(len(r.gens)))
 		for _, g := range r.gens {
-			b = msgp.AppendArrayHeader(b, 5)
+			b = msgp.AppendArrayHeader(b, 6)
 			b = msgp.AppendString(b, g.field)
 			b = msgp.AppendUint64(b, g.next)
 			b = msgp.AppendUint64(b, g.pend)
 			b = msgp.AppendInt64(b, g.at)
 			b = msgp.AppendInt64(b, g.old)
+			b = msgp.AppendInt64(b, g.size)
 		}
 	}
 	b = appendPending(b, p.far)
@@ -115,6 +116,18 @@ func (p *Partition) Snapshot() ([]byte, error) {
 	for _, id := range slices.Sorted(maps.Keys(p.voids)) {
 		b = msgp.AppendUint64(b, id)
 		b = msgp.AppendInt64(b, p.voids[id])
+	}
+	// The capacity, and the rows that hold room of it (a section a
+	// snapshot without either may leave out).
+	if !p.capacity.Zero() || p.held > 0 {
+		b = append(b, CapacityRecord(p.capacity)[1:]...)
+		held := make([]string, 0, p.held)
+		for _, k := range slices.Sorted(maps.Keys(p.rows)) {
+			if p.rows[k].held {
+				held = append(held, k)
+			}
+		}
+		b = appendStrings(b, held)
 	}
 	return tw.record(kindSnapshot, b), nil
 }
@@ -270,7 +283,7 @@ func restore(b []byte) (*Partition, error) {
 			if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
 				return nil, err
 			}
-			if parts != 5 {
+			if parts != 5 && parts != 6 {
 				return nil, fmt.Errorf("field generations of %d parts", parts)
 			}
 			if g.field, b, err = msgp.ReadStringBytes(b); err != nil {
@@ -287,6 +300,15 @@ func restore(b []byte) (*Partition, error) {
 			}
 			if g.old, b, err = msgp.ReadInt64Bytes(b); err != nil {
 				return nil, err
+			}
+			if parts == 6 {
+				if g.size, b, err = msgp.ReadInt64Bytes(b); err != nil {
+					return nil, err
+				}
+				if g.size < 0 {
+					return nil, fmt.Errorf("row %q field %q: negative size", key, g.field)
+				}
+				p.bytes += g.size
 			}
 			if g.pend != 0 && g.next < uint64(64-bitsLeading(g.pend)) {
 				return nil, fmt.Errorf("row %q field %q: pending generations below 0", key, g.field)
@@ -576,6 +598,23 @@ func restore(b []byte) (*Partition, error) {
 			p.voids = map[uint64]int64{}
 		}
 		p.voids[id] = at
+	}
+	if len(b) != 0 {
+		if p.capacity, b, err = readCapacity(b); err != nil {
+			return nil, err
+		}
+		var held []string
+		if held, b, err = readStrings(b); err != nil {
+			return nil, err
+		}
+		for _, k := range held {
+			r := p.rows[k]
+			if r == nil || r.held {
+				return nil, fmt.Errorf("held row %q unknown or twice", k)
+			}
+			r.held = true
+			p.held++
+		}
 	}
 	if len(b) != 0 {
 		return nil, fmt.Errorf("%d bytes after the snapshot", len(b))

@@ -24,7 +24,7 @@ func (l *logged) at(t *testing.T, now int64, data []byte) (Result, []Claimed) {
 
 func (l *logged) put(t *testing.T, now int64, keys ...string) {
 	t.Helper()
-	r, _ := l.at(t, now, PrepareRecord(keys, []string{"f"}, len(keys)))
+	r, _ := l.at(t, now, PrepareRecord(keys, []string{"f"}, nil, len(keys)))
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
@@ -83,7 +83,7 @@ func TestStandingClaims(t *testing.T) {
 	}
 	// b needs two rows: one more commit fulfils it.
 	l.n++
-	pr := l.p.Apply(&backends.Entry{N: l.n, ID: l.n, Time: 7, Base: 1000, Data: PrepareRecord([]string{"k2", "k3"}, []string{"f"}, 2)})
+	pr := l.p.Apply(&backends.Entry{N: l.n, ID: l.n, Time: 7, Base: 1000, Data: PrepareRecord([]string{"k2", "k3"}, []string{"f"}, nil, 2)})
 	rec, _ := CommitRecord([]metadata.RowUpdate{
 		{Key: "k2", Index: pr.Reservations[0].Index, Fields: map[string]metadata.FieldInfo{"f": {}}},
 		{Key: "k3", Index: pr.Reservations[1].Index, Fields: map[string]metadata.FieldInfo{"f": {}}}})

@@ -220,6 +220,8 @@ func (o *mop) String() string {
 		s = fmt.Sprintf("%s%s.SetVersion(%d)", c, task, o.version)
 	case "reopen":
 		s = c + "Close, Open (its leases abandoned)"
+	case "capacity":
+		s = fmt.Sprintf("%sSetCapacity(rows %d, clear after %q)", c, o.n, o.fields)
 	default:
 		s = o.kind
 	}
@@ -242,6 +244,7 @@ func (r *runner) gen(rng *rand.Rand, num int) mop {
 		{"ack", 7}, {"nack", 5}, {"extend", 3},
 		{"reset", 3}, {"dead", 2}, {"retry", 2}, {"drop", 2},
 		{"status", 3}, {"tstatus", 4}, {"version", 1}, {"reopen", 1},
+		{"capacity", 1},
 	}
 	if r.env.Advance != nil {
 		choices = append(choices, choice{"advance", 5})
@@ -359,6 +362,9 @@ func (r *runner) gen(rng *rand.Rand, num int) mop {
 	case "version":
 		op.task = "stale"
 		op.version = int64(rng.IntN(5))
+	case "capacity":
+		op.n = []int{0, 2, 3, 4, 6}[rng.IntN(5)]
+		op.fields = [][]string{nil, {"plain"}, {"plain", "two"}, {"grp"}, {"stale"}, {"rk"}}[rng.IntN(6)]
 	}
 	return op
 }

@@ -113,6 +113,10 @@ type model struct {
 	// idle are batches closed because none of their leases was running
 	// (rather than taken by every rank, or forgotten by a reset).
 	idle map[int]bool
+	// capRows bounds the rows (0: none); clearAcked are the tasks whose
+	// acks and drops, all of them, clear a row (the partition's Capacity).
+	capRows    int
+	clearAcked []string
 }
 
 func newModel(lease time.Duration, staleDrop bool) *model {
@@ -295,6 +299,58 @@ func (m *model) dropRows(td taskDef, rows []*mrow) {
 		}
 		m.setRec(td.name, r.id, &mrec{state: mDropped, deliveries: d})
 	}
+	if slices.Contains(m.clearAcked, td.name) {
+		m.clearConsumed(idsOf(rows))
+	}
+}
+
+// setCapacity sets the partition's capacity: a bound on its rows, and the
+// tasks whose consumption clears a row; the rows they all consumed
+// already are cleared.
+func (m *model) setCapacity(rows int, clearAcked []string) {
+	m.capRows, m.clearAcked = rows, clearAcked
+	var ids []int
+	for _, r := range m.rows {
+		ids = append(ids, r.id)
+	}
+	m.clearConsumed(ids)
+}
+
+// clearConsumed clears the rows of ids every task of clearAcked has
+// acknowledged or dropped.
+func (m *model) clearConsumed(ids []int) {
+	if len(m.clearAcked) == 0 {
+		return
+	}
+	for _, id := range ids {
+		row := m.rowByID(id)
+		if row == nil {
+			continue
+		}
+		all := true
+		for _, task := range m.clearAcked {
+			if rec := m.rec(task, id); rec == nil || rec.state != mAcked && rec.state != mDropped {
+				all = false
+			}
+		}
+		if all {
+			m.clear([]string{row.key})
+		}
+	}
+}
+
+// full reports whether a put of keys adds rows past the bound.
+func (m *model) full(keys []string) bool {
+	if m.capRows == 0 {
+		return false
+	}
+	n := 0
+	for _, k := range keys {
+		if m.rows[k] == nil {
+			n++
+		}
+	}
+	return n > 0 && len(m.rows)+n > m.capRows
 }
 
 // held reports whether the batch's token still holds row id (leased to
@@ -362,6 +418,12 @@ func (m *model) takeShare(b *mbatch, rank int) []int {
 // and those it may report Lost or not (amb: the state is the same either
 // way).
 func (m *model) settle(task, op string, token int, ids []int, d time.Duration) (lost, amb []int) {
+	var acked []int
+	defer func() {
+		if slices.Contains(m.clearAcked, task) {
+			m.clearConsumed(acked)
+		}
+	}()
 	for i, id := range ids {
 		r := m.rec(task, id)
 		if id == 0 || m.rowByID(id) == nil || r == nil {
@@ -373,6 +435,7 @@ func (m *model) settle(task, op string, token int, ids []int, d time.Duration) (
 			// An ack sent twice finds the row acked by its own token.
 			if (r.state == mLeased || r.state == mAcked) && r.token == token {
 				r.state, r.until = mAcked, 0
+				acked = append(acked, id)
 				continue
 			}
 		case "nack":

@@ -57,6 +57,15 @@ func (r *runner) step(op *mop) *divergence {
 		r.versions[op.slot] = op.version
 		r.handle(op.slot, "stale", 0).SetVersion(op.version)
 		return nil
+	case "capacity":
+		ctx, cancel := r.ctx()
+		defer cancel()
+		err := r.clients[op.slot].SetCapacity(ctx, modelPartition, tq.Capacity{Rows: int64(op.n), ClearAcked: op.fields})
+		if d := wantErr("SetCapacity", err, "nil"); d != nil {
+			return d
+		}
+		r.m.setCapacity(op.n, op.fields)
+		return nil
 	case "reopen":
 		_ = r.clients[op.slot].Close()
 		for id, l := range r.leases {
@@ -93,6 +102,8 @@ func errClassName(err error) string {
 		return "context.DeadlineExceeded"
 	case errors.Is(err, tq.ErrClosed):
 		return "ErrClosed"
+	case errors.Is(err, tq.ErrFull):
+		return "ErrFull"
 	}
 	return "other error"
 }
@@ -137,6 +148,7 @@ func (r *runner) stepPut(op *mop) *divergence {
 	p := op.put
 	ctx, cancel := r.ctx()
 	defer cancel()
+	ctx = tq.WhenFull(ctx, tq.Fail) // a full partition refuses: no step blocks
 	c := r.clients[op.slot]
 	var err error
 	switch op.kind {
@@ -157,6 +169,10 @@ func (r *runner) stepPut(op *mop) *divergence {
 	}
 	if p.bad != "" {
 		return wantErr(op.kind+" (invalid)", err, "ErrInvalid")
+	}
+	if r.m.full(p.keys) {
+		op.note = "full"
+		return wantErr(op.kind+" past the capacity", err, "ErrFull")
 	}
 	if d := wantErr(op.kind, err, "nil"); d != nil {
 		return d

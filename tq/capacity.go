@@ -1,0 +1,155 @@
+package tq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
+)
+
+// Capacity bounds a partition: a put that would take it past Rows rows or
+// Bytes bytes of cells waits for room (or fails with ErrFull: see
+// FullPolicy), and nothing is ever evicted to make room. Room is made by
+// rows leaving: Clear, ClearPartition, or ClearAcked, which clears each
+// row as soon as every task it names has acknowledged (or dropped) it.
+// The zero Capacity bounds nothing. See metadata.Capacity for what each
+// bound counts.
+type Capacity = metadata.Capacity
+
+// Usage is what a partition holds, as Capacity counts it.
+type Usage = metadata.Usage
+
+// FullError is a put refused by the partition's Capacity: it names the
+// partition, its capacity, what it held and what the put asked for. It
+// matches ErrFull. Nothing of the put was written.
+type FullError = metadata.FullError
+
+// ErrFull: a put the partition's Capacity has no room for (a *FullError
+// says how much): nothing of it was written. With the Block policy a put
+// returns it only when it could never fit (its own rows or bytes exceed
+// the capacity).
+var ErrFull = backends.ErrFull
+
+// FullPolicy is what a put does when the partition's Capacity has no room
+// for it.
+type FullPolicy uint8
+
+const (
+	// Block waits until rows leave the partition and the put fits, or its
+	// ctx ends (the ctx's error). It wakes on the change that makes room
+	// (a Clear, an ack that clears rows), never by polling; a put that
+	// could never fit fails at once with ErrFull. Every DefaultStallWarn
+	// it waits, it logs what it waits for. The default.
+	Block FullPolicy = iota
+	// Fail fails at once with ErrFull, writing nothing.
+	Fail
+)
+
+func (p FullPolicy) String() string {
+	switch p {
+	case Block:
+		return "block"
+	case Fail:
+		return "fail"
+	}
+	return fmt.Sprintf("FullPolicy(%d)", uint8(p))
+}
+
+// WithFullPolicy sets what the client's puts do when a partition is full
+// (default Block); WhenFull overrides it per call.
+func WithFullPolicy(p FullPolicy) Option {
+	return func(o *options) error {
+		if p > Fail {
+			return fmt.Errorf("%w: %v", ErrInvalid, p)
+		}
+		o.full = p
+		return nil
+	}
+}
+
+type fullPolicyKey struct{}
+
+// WhenFull returns ctx carrying p for the puts (Put, BatchPut) made with
+// it, in place of the client's WithFullPolicy.
+func WhenFull(ctx context.Context, p FullPolicy) context.Context {
+	return context.WithValue(ctx, fullPolicyKey{}, p)
+}
+
+func (c *Client) fullPolicy(ctx context.Context) FullPolicy {
+	if p, ok := ctx.Value(fullPolicyKey{}).(FullPolicy); ok {
+		return p
+	}
+	return c.opts.full
+}
+
+// SetCapacity sets partition's Capacity for every client of the engine
+// (the zero Capacity lifts the bounds). It applies to puts prepared after
+// it; a capacity below what the partition holds clears nothing, it holds
+// puts back until enough rows leave. With ClearAcked, the rows the named
+// tasks have all consumed already are cleared at once, their cells
+// deleted as Clear deletes them. A malformed capacity fails with
+// ErrInvalid, changing nothing.
+func (c *Client) SetCapacity(ctx context.Context, partition string, cp Capacity) (err error) {
+	ctx, tr := c.trace(ctx, "SetCapacity", partition, 0)
+	defer func() { tr.done(err) }()
+	release, err := c.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	if err := cp.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	rows, err := c.meta.SetCapacity(ctx, partition, cp)
+	if err != nil {
+		return err
+	}
+	return c.deleteRows(ctx, tr, partition, rows)
+}
+
+// prepare is the MetaStore's Prepare under the put's FullPolicy: on a
+// refusal by the capacity it waits for the partition to change and
+// prepares again (Block), or returns the refusal (Fail, or a put that
+// could never fit).
+func (c *Client) prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
+	policy := c.fullPolicy(ctx)
+	var since, warned time.Time
+	for {
+		res, err := c.meta.Prepare(ctx, partition, keys, fields, sizes)
+		var full *FullError
+		if !errors.As(err, &full) || policy == Fail || full.Never() {
+			return res, err
+		}
+		now := time.Now()
+		if since.IsZero() {
+			since, warned = now, now
+		} else if now.Sub(warned) >= DefaultStallWarn {
+			warned = now
+			c.opts.logger.Warn("tq: put blocked: partition full", "partition", partition, "waited", now.Sub(since).Round(time.Second), "err", full)
+		}
+		wctx, cancel := context.WithDeadline(ctx, warned.Add(DefaultStallWarn))
+		err = c.meta.Wait(wctx, partition, full.Mark)
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+	}
+}
+
+// cleared deletes the cells of rows a settle or claim cleared (the
+// capacity's ClearAcked), as Clear does; failures are logged and left to
+// Reclaim.
+func (c *Client) cleared(ctx context.Context, tr *callTrace, partition string, rows []*metadata.Row) {
+	if len(rows) > 0 {
+		_ = c.deleteRows(ctx, tr, partition, rows) // logs its own failures, returns nil
+	}
+}
