@@ -88,7 +88,7 @@ func recordHistory(t *testing.T, seed uint64) {
 	for step := range 250 {
 		l.now += int64(rng.IntN(3)) * 300_000
 		p := l.ps[0]
-		switch rng.IntN(12) {
+		switch rng.IntN(13) {
 		case 0, 1, 2:
 			ks := some()
 			fields := [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]
@@ -185,6 +185,8 @@ func recordHistory(t *testing.T, seed uint64) {
 			l.apply(ResetRecord(fmt.Sprint("t", rng.IntN(3)), idx), 0)
 		case 11:
 			l.apply(FenceRecord([]uint64{rng.Uint64()}), 0)
+		case 12:
+			l.apply(DeleteFieldsRecord(some(), [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]), 0)
 		}
 		if rng.IntN(8) == 0 {
 			snap, err := p.Snapshot()
@@ -244,7 +246,8 @@ func FuzzApply(f *testing.F) {
 	rec, _ := CommitRecord([]metadata.RowUpdate{{Key: "k", Index: 1, Fields: map[string]metadata.FieldInfo{"a": {}}, Tag: map[string]any{"g": int64(1)}}})
 	for _, b := range [][]byte{PrepareRecord([]string{"k"}, []string{"a"}, 1), rec, ClaimRecord(a), DeleteRecord([]string{"k"}),
 		SettleRecord(&SettleArgs{Task: "t", Op: metadata.Ack, Lease: "x", Indexes: []uint64{1}}), ResetRecord("t", nil),
-		AbortRecord(time.Second), SweptRecord([]metadata.Ref{{Index: 1, Field: "a"}}), FenceRecord([]uint64{3})} {
+		AbortRecord(time.Second), SweptRecord([]metadata.Ref{{Index: 1, Field: "a"}}), FenceRecord([]uint64{3}),
+		DeleteFieldsRecord([]string{"k"}, []string{"a"})} {
 		f.Add(b)
 	}
 	p := New()

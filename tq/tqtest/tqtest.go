@@ -47,6 +47,7 @@ func cases() []testCase {
 	all = append(all, readCases()...)
 	all = append(all, byMetaCases()...)
 	all = append(all, consumeCases()...)
+	all = append(all, fieldCases()...)
 	return all
 }
 
