@@ -15,6 +15,13 @@
 //	kv_batch_get_by_meta(meta, select_fields)  Client.BatchGetByMeta
 //	kv_list(partition_id)                 Client.List, Client.Partitions
 //	kv_clear(keys, partition_id)          Client.Clear, Client.ClearPartition
+//	clear of single fields                Client.ClearFields
+//
+// A put to existing keys is the update: the fields it names are replaced,
+// the rows' other fields stay, and its tags merge into the rows' (each
+// tag key it names overwrites, the others stay). ClearFields removes
+// fields from rows, which keep their other fields, their tag and their
+// consumption; a task needing a removed field waits for it again.
 //
 // # How a put flows
 //

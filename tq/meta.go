@@ -215,11 +215,18 @@ func (c *Client) deleteRows(ctx context.Context, tr *callTrace, partition string
 	}
 	// In the order a MetaStore recorded them, so Swept finds them as one run.
 	refs := metadata.AppendRowRefs(make([]metadata.Ref, 0, cells), rows)
-	deleted, err := c.deleteRefs(ctx, refs)
-	tr.add(len(rows), len(deleted), 0)
-	c.swept(ctx, partition, deleted, "cleared rows")
-	if err != nil {
-		c.opts.logger.Warn("tq: clear applied, but deleting its cells failed; Reclaim deletes them", "partition", partition, "cells", len(refs), "deleted", len(deleted), "err", err)
-	}
+	c.deleteCleared(ctx, tr, partition, len(rows), refs, "cleared rows")
 	return nil
+}
+
+// deleteCleared deletes the cells refs of partition, which a clear of
+// rows of it unreferenced, and reports those deleted swept; a failure is
+// logged, and leaves the rest to Reclaim.
+func (c *Client) deleteCleared(ctx context.Context, tr *callTrace, partition string, rows int, refs []metadata.Ref, why string) {
+	deleted, err := c.deleteRefs(ctx, refs)
+	tr.add(rows, len(deleted), 0)
+	c.swept(ctx, partition, deleted, why)
+	if err != nil {
+		c.opts.logger.Warn("tq: clear applied, but deleting its cells failed; Reclaim deletes them", "why", why, "partition", partition, "cells", len(refs), "deleted", len(deleted), "err", err)
+	}
 }

@@ -40,6 +40,14 @@ func (c *Client) Put(ctx context.Context, partition, key string, fields map[stri
 // A batch with no columns and tags updates tags only. Tag values are
 // validated and normalised as Tag says; the client keeps its own deep copy.
 //
+// BatchPut is the update of existing rows (TransferQueue's kv_put of
+// existing keys, and its update): a field it names is replaced whole,
+// every field it does not name stays as it was, and the tag merges as
+// above; nothing of a row is removed (ClearFields removes fields, Clear
+// rows). It is an upsert: a key without a row gets one. A row's index
+// and its consumption by every task stay; a task waiting for a field
+// finds the row ready once a put gives it every field the task needs.
+//
 // Everything is validated before anything is written (ErrInvalid). The call
 // is all or nothing: on an error that does not match ErrOutcomeUnknown no
 // field of it is readable and its bytes are deleted, and a replaced field

@@ -278,6 +278,10 @@ func (m retryMeta) Abandon(ctx context.Context, partition string, refs []metadat
 	return do0(ctx, m.r, "abandon", func() error { return m.MetaStore.Abandon(ctx, partition, refs) })
 }
 
+func (m retryMeta) DeleteFields(ctx context.Context, partition string, keys, fields []string) ([]metadata.Ref, error) {
+	return do(ctx, m.r, "delete fields", func() ([]metadata.Ref, error) { return m.MetaStore.DeleteFields(ctx, partition, keys, fields) })
+}
+
 // retryColocated is retryMeta over a Colocated store, which stays one.
 type retryColocated struct {
 	retryMeta

@@ -38,13 +38,14 @@ const (
 	OpReset                     // Queue.Reset
 	OpWait                      // Queue.Wait
 	OpCapacity                  // MetaStore.SetCapacity
+	OpDeleteFields              // MetaStore.DeleteFields
 	numOps
 )
 
 var opNames = [numOps]string{"Write", "Read", "Delete", "Stage", "Unstage",
 	"Prepare", "Commit", "Lookup", "List", "Partitions", "DeleteRows", "DeletePartition",
 	"Garbage", "Swept", "Abandon", "WriteCommit", "ReadRows",
-	"Claim", "Settle", "Consumption", "Reset", "Wait", "Capacity"}
+	"Claim", "Settle", "Consumption", "Reset", "Wait", "Capacity", "DeleteFields"}
 
 func (o Op) String() string {
 	if o < 0 || o >= numOps {
@@ -429,6 +430,17 @@ func (m *meta) Swept(ctx context.Context, partition string, refs []metadata.Ref)
 
 func (m *meta) Abandon(ctx context.Context, partition string, refs []metadata.Ref) error {
 	return m.f.do(ctx, OpAbandon, len(refs), func() error { return m.inner.Abandon(ctx, partition, refs) })
+}
+
+func (m *meta) DeleteFields(ctx context.Context, partition string, keys, fields []string) (out []metadata.Ref, err error) {
+	err = m.f.do(ctx, OpDeleteFields, len(keys), func() (err error) {
+		out, err = m.inner.DeleteFields(ctx, partition, keys, fields)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (m *meta) Close() error { return m.inner.Close() }

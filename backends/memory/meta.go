@@ -259,6 +259,19 @@ func (m *MetaStore) Delete(ctx context.Context, partition string, keys []string)
 	return p.st.Delete(m.now(), keys), nil
 }
 
+// DeleteFields implements metadata.MetaStore.
+func (m *MetaStore) DeleteFields(ctx context.Context, partition string, keys, fields []string) ([]metadata.Ref, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	p := m.lock(partition, false)
+	if p == nil {
+		return nil, nil
+	}
+	defer m.unlock(partition, p)
+	return p.st.DeleteFields(m.now(), keys, fields), nil
+}
+
 // DeletePartition implements metadata.MetaStore.
 func (m *MetaStore) DeletePartition(ctx context.Context, partition string) ([]*metadata.Row, error) {
 	if err := m.check(ctx); err != nil {

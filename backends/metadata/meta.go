@@ -197,6 +197,21 @@ type MetaStore interface {
 	// slower than olderThan), whose keys nobody else is given, and returns
 	// nil: the caller deletes them.
 	Abandon(ctx context.Context, partition string, refs []Ref) error
+	// DeleteFields removes fields from the committed rows of keys and
+	// returns the cells it unreferenced, so the caller can delete them
+	// and report them Swept (in the order returned: one run). The rows
+	// stay, with their other fields, their tag and their consumption (a
+	// leased row keeps its lease); a row left with no field stays, as a
+	// tag-only write makes one. A task needing a removed field no longer
+	// finds the row ready until a commit gives it back. Pending
+	// reservations of those fields of those rows are aborted as Delete
+	// aborts a removed row's: their Commit fails with
+	// backends.ErrConflict. Unknown keys, and fields a row lacks, are
+	// ignored; an unknown partition gives nil. Its outcome is as
+	// Delete's (see Commit): an error matching
+	// backends.ErrOutcomeUnknown may have applied, any other applied
+	// nothing.
+	DeleteFields(ctx context.Context, partition string, keys, fields []string) ([]Ref, error)
 	// Close releases the store. Later calls return backends.ErrClosed.
 	Close() error
 }

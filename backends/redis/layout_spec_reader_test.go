@@ -1276,6 +1276,61 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 			return
 		}
 		p.settle(task, op, token, idx, delay)
+	case 'E':
+		fields, keys := d.strs(), d.strs()
+		if d.err != nil || len(fields) == 0 || len(keys) == 0 {
+			return
+		}
+		fields = slices.Compact(slices.Sorted(slices.Values(fields)))
+		for _, k := range keys {
+			r := p.rows[k]
+			if r == nil {
+				continue
+			}
+			took := false
+			for _, f := range fields {
+				g := r.gen(f)
+				if g == nil {
+					continue
+				}
+				for m := g.pend; m != 0; m &= m - 1 {
+					gen := g.next - 1 - uint64(bits.TrailingZeros64(m))
+					at := g.at
+					if gen == g.oldest() {
+						at = g.old
+					}
+					p.orphans = append(p.orphans, srRef{r.index, f, gen, at})
+				}
+				took = took || g.pend != 0
+				g.pend, g.size = 0, 0
+			}
+			p.far = slices.DeleteFunc(p.far, func(o srRef) bool {
+				if o.index == r.index && slices.Contains(fields, o.field) {
+					p.orphans = append(p.orphans, o)
+					return true
+				}
+				return false
+			})
+			if took {
+				r.lostReservation()
+			}
+			if !r.committed {
+				continue
+			}
+			nf := maps.Clone(r.fields)
+			for _, f := range fields {
+				if _, ok := nf[f]; ok {
+					delete(nf, f)
+					p.garbage++
+				}
+			}
+			r.fields = nf
+			for _, t := range p.tasks {
+				if !r.hasFields(t.sel.fields) {
+					delete(t.parked, r.index)
+				}
+			}
+		}
 	case 'L':
 		rows, bytes, tasks := d.i(), d.i(), d.strs()
 		if d.err != nil || rows < 0 || bytes < 0 || len(tasks) > 16 {

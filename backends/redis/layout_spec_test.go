@@ -278,6 +278,9 @@ func specWorkload(t *testing.T, c *tq.Client, rc *goredis.Client, prefix string)
 		}
 	}
 
+	// A field cleared from rows: their other fields and tags stay.
+	specMust(t, c.ClearFields(ctx, specPart, []string{"k3", "k4"}, "step"))
+
 	// A capacity: a put past it refused, a row cleared once the task
 	// named to clear after acknowledges it.
 	st, err := c.Status(ctx, specPart)

@@ -88,7 +88,7 @@ var commands = []command{
 	{"partitions", "", "list the partitions that have rows", 0, 0, noFlags(runPartitions)},
 	{"rows", "<partition>", "list a partition's rows: index, key, fields, tags", 1, 1, noFlags(runRows)},
 	{"dump", "[-n N] <partition> <key> [field...]", "print a row's cells (every field when none is named)", 2, -1, defineDump},
-	{"clear", "-yes <partition>", "remove every row of a partition (ClearPartition)", 1, 1, defineClear},
+	{"clear", "-yes [-fields f1,f2] <partition>", "remove every row of a partition (ClearPartition), or with -fields those fields of every row (ClearFields)", 1, 1, defineClear},
 	{"status", "[-task T -fields f1,f2] <partition>", "production per field and consumption per task (ready, waiting, leased, acked, dead, dropped)", 1, 1, defineStatus},
 	{"reset", "-yes <partition> <task> [key...]", "forget a task's consumption of rows (every row when none is named): ready again", 2, -1, defineReset},
 	{"dead", "[-fields f1,f2] <partition> <task>", "list the rows a task gave up on (delivered its MaxDeliveries times)", 2, 2, defineDead},
@@ -603,9 +603,43 @@ func runDump(ctx context.Context, s *session, n int, partition, key string, fiel
 
 func defineClear(fs *flag.FlagSet) action {
 	yes := fs.Bool("yes", false, "really remove the rows (required)")
+	fieldsFlag := fs.String("fields", "", "remove only these fields of every row, comma-separated; the rows stay")
 	return func(ctx context.Context, s *session, args []string) error {
+		if *fieldsFlag != "" {
+			return runClearFields(ctx, s, *yes, *fieldsFlag, args[0])
+		}
 		return runClear(ctx, s, *yes, args[0])
 	}
+}
+
+func runClearFields(ctx context.Context, s *session, yes bool, fieldsFlag, partition string) error {
+	fields, err := fieldList(fieldsFlag)
+	if err != nil {
+		return err
+	}
+	if !yes {
+		return usagef("refusing to remove fields %s of every row of partition %q without -yes", fieldsFlag, partition)
+	}
+	c, err := s.openPartition(ctx, partition)
+	if err != nil {
+		return err
+	}
+	m, err := c.List(ctx, partition)
+	if err != nil {
+		return err
+	}
+	if err := c.ClearFields(ctx, partition, m.Keys(), fields...); err != nil {
+		return err
+	}
+	if s.json {
+		return s.emitJSON(struct {
+			Partition string   `json:"partition"`
+			Fields    []string `json:"fields"`
+			Rows      int      `json:"rows"`
+		}{partition, fields, len(m.Rows)})
+	}
+	fmt.Fprintf(s.stdout, "cleared fields %s of partition %s (%d rows)\n", fieldsFlag, strconvQuote(partition), len(m.Rows))
+	return nil
 }
 
 func runClear(ctx context.Context, s *session, yes bool, partition string) error {

@@ -212,6 +212,25 @@ func TestClear(t *testing.T) {
 	if r := runTQ(t, url, "rows", "step-1"); r.code != 0 || strings.Count(r.stdout, "\n") != 4 {
 		t.Fatalf("rows after a refused clear: %+v", r)
 	}
+	r = runTQ(t, url, "clear", "-fields", "uid", "step-1")
+	if r.code != 2 || !strings.Contains(r.stderr, "-yes") {
+		t.Fatalf("clear -fields without -yes: %+v, want exit 2 naming -yes", r)
+	}
+	r = runTQ(t, url, "clear", "-yes", "-fields", "nope,", "step-1")
+	if r.code != 2 || !strings.Contains(r.stderr, "empty field name") {
+		t.Fatalf("clear -fields with an empty name: %+v, want exit 2", r)
+	}
+	if before := runTQ(t, url, "rows", "step-1"); !strings.Contains(before.stdout, "resp") {
+		t.Fatalf("rows before clear -fields: %+v, want resp listed", before)
+	}
+	r = runTQ(t, url, "clear", "-yes", "-fields", "resp,no-such-field", "step-1")
+	if r.code != 0 || !strings.Contains(r.stdout, "cleared fields resp,no-such-field") || !strings.Contains(r.stdout, "3 rows") {
+		t.Fatalf("clear -yes -fields: %+v", r)
+	}
+	after := runTQ(t, url, "rows", "step-1")
+	if after.code != 0 || strings.Contains(after.stdout, "resp") || !strings.Contains(after.stdout, "obs") || strings.Count(after.stdout, "\n") != 4 {
+		t.Fatalf("rows after clear -fields resp: %+v, want every row, with obs and without resp", after)
+	}
 	r = runTQ(t, url, "clear", "-yes", "step-1")
 	if r.code != 0 || !strings.Contains(r.stdout, "3 rows") {
 		t.Fatalf("clear -yes: %+v", r)

@@ -127,6 +127,17 @@ func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*metada
 	return m.remove(ctx, partition, rules.DeletePartitionRecord())
 }
 
+// DeleteFields implements metadata.MetaStore.
+func (m *Meta) DeleteFields(ctx context.Context, partition string, keys, fields []string) ([]metadata.Ref, error) {
+	r, err := one(m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rules.DeleteFieldsRecord(keys, fields)}}, nil
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return r.Cells, r.Err
+}
+
 func (m *Meta) remove(ctx context.Context, partition string, rec []byte) ([]*metadata.Row, error) {
 	r, err := one(m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
 		return []record{{id: newID(), data: rec}}, nil

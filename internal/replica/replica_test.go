@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -355,5 +356,48 @@ func TestCustomClaimSeesLapsedLease(t *testing.T) {
 	l, err := tk.Claim(ctx, 1)
 	if err != nil || l.Len() != 1 || l.Deliveries[0] != 2 {
 		t.Fatalf("claim after the lease ended: %v, %v; want the row, delivered a second time", l, err)
+	}
+}
+
+// A ClearFields whose reply was lost is settled as a Delete is: applied
+// (every process finds the field gone, the row kept), or not (the field
+// stays), never of unknown outcome while the log answers.
+func TestClearFieldsLostReply(t *testing.T) {
+	ctx := context.Background()
+	srv := toylog.NewServer(nil)
+	var lo *lossy
+	a := client(t, srv, func(l backends.Log) backends.Log { lo = &lossy{Log: l}; return lo })
+	b := client(t, srv, nil)
+	put(t, a, "p", "k")
+	if err := a.BatchPut(ctx, "p", []string{"k"}, tq.Batch{"y": tq.Stacked([]int64{2})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	fieldsOf := func() []string {
+		t.Helper()
+		m, err := b.Lookup(ctx, "p", []string{"k"})
+		if err != nil {
+			t.Fatalf("another process's Lookup: %v", err)
+		}
+		var out []string
+		for f := range m.Rows[0].Fields {
+			out = append(out, f)
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	lo.arm(true, nil) // never reaches the log
+	if err := a.ClearFields(ctx, "p", []string{"k"}, "y"); err == nil || errors.Is(err, tq.ErrOutcomeUnknown) {
+		t.Fatalf("a ClearFields that never reached the log: %v, want a definite error", err)
+	}
+	if got := fieldsOf(); !slices.Equal(got, []string{"x", "y"}) {
+		t.Fatalf("after a ClearFields that never applied: fields %q, want x y", got)
+	}
+	lo.arm(false, nil) // applies, its reply lost
+	if err := a.ClearFields(ctx, "p", []string{"k"}, "y"); err != nil {
+		t.Fatalf("a ClearFields whose reply was lost: %v, want it settled as applied", err)
+	}
+	if got := fieldsOf(); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("after a ClearFields whose reply was lost: fields %q, want x", got)
 	}
 }

@@ -116,7 +116,7 @@ func indexHistory(t *testing.T, seed uint64) {
 	for step := range 300 {
 		now += int64(rng.IntN(3)) * 400_000 // leases are a second: some end
 		var what string
-		switch op := rng.IntN(10); op {
+		switch op := rng.IntN(11); op {
 		case 0, 1, 2: // a put of some fields, some tags
 			ks := pickKeys()
 			fields := [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]
@@ -193,6 +193,11 @@ func indexHistory(t *testing.T, seed uint64) {
 			}
 			p.Reset(now, name, idx)
 			what = fmt.Sprintf("reset %s %v", name, idx)
+		case 10: // clear fields
+			ks := pickKeys()
+			fields := [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]
+			p.DeleteFields(now, ks, fields)
+			what = fmt.Sprintf("delete fields %v of %v", fields, ks)
 		}
 		checkIndex(t, p, fmt.Sprintf("step %d (%s)", step, what))
 	}

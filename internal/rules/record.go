@@ -35,6 +35,7 @@ const (
 	KindSettle    = 'K'
 	KindReset     = 'R'
 	KindCapacity  = 'L'
+	KindFields    = 'E' // DeleteFields
 )
 
 // ErrCorrupt: a record or snapshot that does not decode. A corrupt
@@ -245,6 +246,11 @@ func ResetRecord(task string, indexes []uint64) []byte {
 	return appendIndexes(b, indexes)
 }
 
+// DeleteFieldsRecord is a DeleteFields of fields from the rows of keys.
+func DeleteFieldsRecord(keys, fields []string) []byte {
+	return appendStrings(appendStrings([]byte{KindFields}, fields), keys)
+}
+
 // Result is what applying a record gave, for the process that wrote it.
 type Result struct {
 	Kind         byte
@@ -254,6 +260,7 @@ type Result struct {
 	Claimed      Claimed                // Claim
 	Settled      metadata.SettleResult  // Settle
 	Unknown      int                    // Abandon: refs it did not know
+	Cells        []metadata.Ref         // DeleteFields: the cells it made garbage
 	// Err is the record's refusal (a Commit's ErrConflict, a Prepare's
 	// ErrIndexes), ErrCorrupt, or ErrVoid for a record a fence voided;
 	// such a record changed nothing.
@@ -409,6 +416,16 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 			return fmt.Errorf("%w: reset of no task", ErrCorrupt)
 		}
 		p.Reset(now, task, idx)
+	case KindFields:
+		fields, b, err := readStrings(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		keys, _, err := readStrings(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		r.Cells = p.DeleteFields(now, keys, fields)
 	default:
 		return fmt.Errorf("%w: kind %q", ErrCorrupt, e.Data[0])
 	}

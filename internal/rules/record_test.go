@@ -98,7 +98,7 @@ func recordHistory(t *testing.T, seed uint64) {
 	for step := range 250 {
 		l.now += int64(rng.IntN(3)) * 300_000
 		p := l.ps[0]
-		switch rng.IntN(12) {
+		switch rng.IntN(13) {
 		case 0, 1, 2:
 			ks := some()
 			fields := [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]
@@ -225,6 +225,8 @@ func recordHistory(t *testing.T, seed uint64) {
 			l.apply(ResetRecord(fmt.Sprint("t", rng.IntN(3)), idx), 0)
 		case 11:
 			l.apply(FenceRecord([]uint64{rng.Uint64()}), 0)
+		case 12:
+			l.apply(DeleteFieldsRecord(some(), [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]), 0)
 		}
 		if rng.IntN(8) == 0 {
 			snap, err := p.Snapshot()
@@ -286,7 +288,8 @@ func FuzzApply(f *testing.F) {
 		SettleRecord(&SettleArgs{Task: "t", Op: metadata.Ack, Lease: "x", Indexes: []uint64{1}}), ResetRecord("t", nil),
 		AbortRecord(time.Second), SweptRecord([]metadata.Ref{{Index: 1, Field: "a"}}), FenceRecord([]uint64{3}),
 		PrepareRecord([]string{"k", "m"}, []string{"a", "b"}, []int64{4, 4, 1, 2}, 1),
-		CapacityRecord(metadata.Capacity{Rows: 1, Bytes: 10, ClearAcked: []string{"t"}})} {
+		CapacityRecord(metadata.Capacity{Rows: 1, Bytes: 10, ClearAcked: []string{"t"}}),
+		DeleteFieldsRecord([]string{"k"}, []string{"a"})} {
 		f.Add(b)
 	}
 	p := New()

@@ -84,7 +84,7 @@ func readModelConfig(t *testing.T) modelConfig {
 // RunModel drives the queue newEnv makes (a fresh one per history) through
 // random histories of calls of the public tq API, from two clients of the
 // queue, and holds every result to one reference model of the documented
-// contract: puts, reads, tags, and the consumption of the partition by
+// contract: puts, reads, tags, clears of fields, and the consumption of the partition by
 // six tasks (a plain task, one that needs two fields, a MaxDeliveries
 // task, a group task, a pair of ranks and a staleness task), with claims,
 // waits, settles, resets, dead rows and Status.
@@ -101,7 +101,7 @@ func readModelConfig(t *testing.T) modelConfig {
 // metadata is current (it hides the divergences of a client's stale view,
 // so that others show), and TQ_MODEL_NO=reset,clear,... leaves those step
 // kinds out of the histories it generates (the kinds: put, put1, tags,
-// badput, clear, clearp, get, list, lookup, claim, wait, ack, nack,
+// badput, clear, clearp, clearf, get, list, lookup, claim, wait, ack, nack,
 // extend, advance, reset, dead, retry, drop, status, tstatus, version,
 // reopen). A seed names a history only together with both.
 //

@@ -166,6 +166,8 @@ func (o *mop) String() string {
 		s = fmt.Sprintf("%sClear %q", c, o.keys)
 	case "clearp":
 		s = c + "ClearPartition"
+	case "clearf":
+		s = fmt.Sprintf("%sClearFields %q fields %q", c, o.keys, o.fields)
 	case "get":
 		s = fmt.Sprintf("%sBatchGet %q fields %q", c, o.keys, o.fields)
 	case "list":
@@ -245,6 +247,7 @@ func (r *runner) gen(rng *rand.Rand, num int) mop {
 		{"reset", 3}, {"dead", 2}, {"retry", 2}, {"drop", 2},
 		{"status", 3}, {"tstatus", 4}, {"version", 1}, {"reopen", 1},
 		{"capacity", 1},
+		{"clearf", 3},
 	}
 	if r.env.Advance != nil {
 		choices = append(choices, choice{"advance", 5})
@@ -281,6 +284,9 @@ func (r *runner) gen(rng *rand.Rand, num int) mop {
 		op.put = r.genPut(rng, kind)
 	case "clear":
 		op.keys = r.someKeys(rng, 1+rng.IntN(2), 0.8)
+	case "clearf":
+		op.keys = r.someKeys(rng, 1+rng.IntN(3), 0.85)
+		op.fields = [][]string{{"a"}, {"b"}, {"a", "b"}, {"b", "a"}}[rng.IntN(4)]
 	case "get":
 		op.keys = r.someKeys(rng, 1+rng.IntN(3), 0.85)
 		op.fields = someFields(rng)

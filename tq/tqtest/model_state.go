@@ -534,6 +534,20 @@ func (m *model) clear(keys []string) {
 	}
 }
 
+// clearFields removes fields from the rows of keys (unknown keys and
+// fields a row lacks ignored): the rows, their tags and every task's
+// consumption of them stay; a task needing a removed field finds the row
+// waiting (see candidates).
+func (m *model) clearFields(keys, fields []string) {
+	for _, k := range keys {
+		if r := m.rows[k]; r != nil {
+			for _, f := range fields {
+				delete(r.fields, f)
+			}
+		}
+	}
+}
+
 func (m *model) clearPartition() {
 	m.rows = map[string]*mrow{}
 	m.cons = map[string]map[int]*mrec{}
