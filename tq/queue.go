@@ -58,6 +58,7 @@ type Task struct {
 	stale     *staleness
 	stall     *stallOpts
 	budget    *tokenBudget
+	deadline  *groupDeadline
 	holder    string
 	version   atomic.Int64
 	stats     taskStats
@@ -243,6 +244,9 @@ func (c *Client) Task(partition, name string, fields []string, opts ...TaskOptio
 			return nil, err
 		}
 	}
+	if _, ok := t.sampler.(groups); t.deadline != nil && (!ok || t.budget != nil) {
+		return nil, fmt.Errorf("%w: task %q: a group deadline needs WithGroups (and no TokenBudget)", ErrInvalid, name)
+	}
 	return t, nil
 }
 
@@ -310,6 +314,10 @@ type Lease struct {
 	Deliveries []int
 	// Data holds the rows' fields when the claim asked WithData.
 	Data Batch
+	// Partial, when not nil, flags each row (as Meta.Rows) of a group
+	// released incomplete past its GroupDeadline: the trainer may weight
+	// it (a GRPO advantage over fewer responses).
+	Partial []bool
 
 	mu    sync.Mutex // guards until and acked
 	until time.Time
@@ -414,7 +422,10 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		if n < g.size {
 			return nil, fmt.Errorf("%w: claim of %d rows, fewer than a group of %d", ErrInvalid, n, g.size)
 		}
-		o.min = min((o.min+g.size-1)/g.size, n/g.size) * g.size
+		if t.deadline == nil || !t.deadline.partial {
+			// (A group released past its deadline may hold fewer rows.)
+			o.min = min((o.min+g.size-1)/g.size, n/g.size) * g.size
+		}
 	}
 	for _, f := range o.fields {
 		if err := checkField(f); err != nil {
@@ -438,6 +449,9 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	case sequential:
 	case groups:
 		req.Select.Group = metadata.Group{Tag: s.by.tag, Sep: s.by.sep, Size: s.size}
+		if d := t.deadline; d != nil {
+			req.Select.Group.Deadline, req.Select.Group.Partial = d.d, d.partial
+		}
 	default:
 		req.Custom = true
 	}
@@ -657,21 +671,30 @@ func hasFields(r *metadata.Row, fields []string) bool {
 func (t *Task) leaseOf(got metadata.Claimed) *Lease {
 	l := &Lease{task: t, token: got.Lease, until: got.Until}
 	rows, dels := got.Rows, got.Deliveries
+	partial := partialRows(got)
 	if t.ranks != nil && t.ranks.Ranks > 1 && len(rows) > 0 {
 		// The whole batch is split, as every rank splits it; the share
 		// keeps the rows the batch's lease still holds.
 		share := splitRanks(rows, got.Units, t.ranks.Ranks, t.lengthTag)[t.ranks.Rank]
 		rows, dels = nil, nil
+		var flags []bool
 		for _, p := range share {
 			if d := got.Deliveries[p]; d.State == metadata.Leased && d.Lease == got.Lease {
 				rows, dels = append(rows, got.Rows[p]), append(dels, d)
+				if partial != nil {
+					flags = append(flags, partial[p])
+				}
 			}
 		}
+		partial = flags
 		if len(rows) == 0 {
 			l.token = "" // nothing of this rank's to settle
 		}
 	}
 	l.Meta = batchMeta(t.partition, rows)
+	if slices.Contains(partial, true) {
+		l.Partial = partial
+	}
 	l.Deliveries = make([]int, len(dels))
 	for i, d := range dels {
 		l.Deliveries[i] = d.Deliveries

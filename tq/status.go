@@ -44,6 +44,10 @@ type TaskStatus struct {
 	Redelivered int
 	// Leases are the running leases, earliest end first.
 	Leases []LeaseStatus
+	// Groups are, for a task whose claims take groups, the groups
+	// waiting for missing members, oldest first: how many rows each has,
+	// since when, and whether it is past the task's GroupDeadline.
+	Groups []GroupWait
 }
 
 // LeaseStatus is one running lease of a task: who holds it, how many rows,
@@ -85,7 +89,9 @@ func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err e
 		}
 	}
 	for task, ds := range v.Tasks {
-		st.Tasks[task] = countStates(v.Rows, ds, nil)
+		ts := countStates(v.Rows, ds, nil)
+		ts.Groups = v.Groups[task]
+		st.Tasks[task] = ts
 	}
 	tr.add(len(v.Rows), 0, 0)
 	return st, nil
@@ -154,29 +160,33 @@ func countStates(rows []*metadata.Row, ds []metadata.Delivery, fields []string) 
 // Status counts the task's rows by state, Ready and Waiting by the task's
 // fields, as of one moment.
 func (t *Task) Status(ctx context.Context) (_ TaskStatus, err error) {
-	rows, ds, err := t.consumption(ctx, "TaskStatus")
+	v, err := t.view(ctx, "TaskStatus")
 	if err != nil {
 		return TaskStatus{}, err
 	}
-	return countStates(rows, ds, t.fields), nil
+	ts := countStates(v.Rows, v.Tasks[t.name], t.fields)
+	ts.Groups = v.Groups[t.name]
+	return ts, nil
 }
 
 // consumption returns the partition's rows and the task's deliveries, as
 // of one moment.
-func (t *Task) consumption(ctx context.Context, op string) (_ []*metadata.Row, _ []metadata.Delivery, err error) {
+func (t *Task) consumption(ctx context.Context, op string) ([]*metadata.Row, []metadata.Delivery, error) {
+	v, err := t.view(ctx, op)
+	return v.Rows, v.Tasks[t.name], err
+}
+
+// view is the partition as the task sees it, as of one moment.
+func (t *Task) view(ctx context.Context, op string) (_ metadata.View, err error) {
 	c := t.c
 	ctx, tr := c.trace(ctx, op, t.partition, 0)
 	defer func() { tr.done(err) }()
 	release, err := c.enter(ctx)
 	if err != nil {
-		return nil, nil, err
+		return metadata.View{}, err
 	}
 	defer release()
-	v, err := c.meta.View(ctx, t.partition, t.name)
-	if err != nil {
-		return nil, nil, err
-	}
-	return v.Rows, v.Tasks[t.name], nil
+	return c.meta.View(ctx, t.partition, t.name)
 }
 
 // DeadRow is a row the task gave up on.

@@ -23,10 +23,11 @@ type Tracer interface {
 type Call struct {
 	// Op is the method: "BatchPut", "BatchGet", "BatchGetInto",
 	// "BatchGetByMeta", "List", "Lookup", "Partitions", "Clear",
-	// "ClearPartition", "Reclaim" (Put is a BatchPut of one row); for
-	// consumption "Claim", "Wait" (Keys is n), "Ack", "Nack", "Extend"
-	// (Keys is the keys named, 0 for the whole lease), "Status",
-	// "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption"; "Members", "Pace".
+	// "ClearPartition", "ClearFields", "Reclaim", "SetCapacity" (Put is a
+	// BatchPut of one row); for consumption "Claim", "Wait" (Keys is n),
+	// "Ack", "Nack", "Extend" (Keys is the keys named, 0 for the whole
+	// lease), "Status", "TaskStatus", "Dead", "Retry", "Drop",
+	// "ResetConsumption", "Stragglers"; "Members", "Pace".
 	Op        string
 	Partition string // "" for Partitions
 	Keys      int    // keys the call names (0 for a call of a whole partition)

@@ -14,9 +14,9 @@ import (
 // added since), so that the label stays a fixed set.
 var ops = []string{
 	"BatchPut", "BatchGet", "BatchGetInto", "BatchGetByMeta",
-	"List", "Lookup", "Partitions", "Clear", "ClearPartition", "Reclaim",
+	"List", "Lookup", "Partitions", "Clear", "ClearPartition", "ClearFields", "Reclaim", "SetCapacity",
 	"Claim", "Wait", "Ack", "Nack", "Extend",
-	"Status", "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption", "Members", "Pace",
+	"Status", "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption", "Stragglers", "Members", "Pace",
 	opOther,
 }
 

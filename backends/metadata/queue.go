@@ -205,9 +205,18 @@ type Select struct {
 // Size ready rows of one id make several groups, in index order. A
 // value's kind is part of the id (int64 1 and uint64 1 differ); lists and
 // maps group by their text.
+//
+// With a Deadline, a group that has waited that long incomplete (since
+// its first ready row was filed, by the store's clock) is overdue: with
+// Partial, a claim leases it as it is, a unit of fewer than Size rows
+// flagged in Claimed.Partial, oldest first among the complete groups;
+// without, it keeps waiting, listed as overdue (see View.Groups) so that
+// a producer can write its missing members.
 type Group struct {
 	Tag, Sep string
 	Size     int
+	Deadline time.Duration
+	Partial  bool
 }
 
 // Stale: a row whose numeric tag Tag is below a claim's Floor is stale:
@@ -275,6 +284,9 @@ type Claimed struct {
 	// because the claim's drops completed their consumption: the caller
 	// deletes their cells, as after Delete.
 	Cleared []*Row
+	// Partial, when not nil, is one flag per unit: set for a group
+	// released incomplete past its Group.Deadline.
+	Partial []bool
 	// Waiting is the token of the claim registered by Hold ("" for
 	// none): it may be fulfilled later; Wait returns then, and the claim
 	// that Replaces it returns the lease.
@@ -373,6 +385,8 @@ func (r *ClaimRequest) Check() error {
 		return invalidf("claim: holder %q: more than %d bytes, or not printable", r.Holder, MaxHolder)
 	case r.Select.Group.Size > r.Rows:
 		return invalidf("claim: %d rows, fewer than a group of %d", r.Rows, r.Select.Group.Size)
+	case r.Select.Group.Deadline < 0 || r.Select.Group.Deadline > 0 && r.Select.Group.Size == 0 || r.Select.Group.Partial && r.Select.Group.Deadline == 0:
+		return invalidf("claim: group deadline %v (partial %v) without groups or a deadline", r.Select.Group.Deadline, r.Select.Group.Partial)
 	}
 	return nil
 }
@@ -445,6 +459,19 @@ type View struct {
 	// counts it.
 	Capacity Capacity
 	Used     Usage
+	// Groups are, for each task of tasks (every task) whose claims take
+	// groups, the groups waiting incomplete: their id, ready rows, and
+	// when their first ready row was filed; oldest first.
+	Groups map[string][]GroupWait
+}
+
+// GroupWait is a group waiting for its missing members.
+type GroupWait struct {
+	ID    string
+	Rows  int       // ready rows of the group (fewer than Size)
+	Since time.Time // when its first ready row was filed
+	// Overdue is set once the group has waited its Group.Deadline.
+	Overdue bool
 }
 
 // MaxHolder is the longest ClaimRequest.Holder.

@@ -1429,8 +1429,9 @@ func restoreSR(b []byte) (*srState, error) {
 		if d.null() {
 			return
 		}
-		if d.arr() != 2 {
-			d.fail(fmt.Errorf("view not of 2"))
+		parts := d.arr()
+		if parts != 2 && parts != 3 {
+			d.fail(fmt.Errorf("view not of 2 or 3"))
 		}
 		var ok bool
 		r.fields, ok = d.tableRef(tables)
@@ -1438,6 +1439,9 @@ func restoreSR(b []byte) (*srState, error) {
 			d.fail(fmt.Errorf("committed row without a table"))
 		}
 		r.tag = d.tag()
+		if parts == 3 {
+			d.i() // the first commit's time: group deadlines, which this reader does not apply
+		}
 		r.committed = true
 	}
 	nr := d.arr()
@@ -1559,6 +1563,13 @@ func restoreSR(b []byte) (*srState, error) {
 				r.held = true
 			} else {
 				d.fail(fmt.Errorf("held row %q unknown", k))
+			}
+		}
+		if d.err == nil && len(d.b) != 0 {
+			for range d.arr() { // group deadlines: not applied by this reader
+				d.s()
+				d.i()
+				d.bl()
 			}
 		}
 	}

@@ -401,6 +401,12 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	}
 	v := metadata.View{Rows: rows, Tasks: out, Mark: metadata.Mark{Seq: p.mark()}}
 	v.Capacity, v.Used = p.st.Capacity()
+	v.Groups = p.st.GroupWaits(time.Now().Add(-p.skew).UnixMicro(), tasks...)
+	for _, ws := range v.Groups {
+		for i := range ws {
+			ws[i].Since = local(ws[i].Since, p.skew)
+		}
+	}
 	return v, nil
 }
 

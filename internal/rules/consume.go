@@ -187,7 +187,7 @@ func (p *Partition) configure(t *task, sel Select) {
 	t.parked, t.parkq = nil, nil
 	t.groups, t.vers, t.verOf = nil, nil, nil
 	if sel.Group.Size > 0 {
-		t.groups = newGroupIndex(sel.Group)
+		t.groups = newGroupIndex(sel.Group, p.since)
 	}
 	if sel.Stale.Tag != "" {
 		t.vers = btree.NewG(32, func(a, b verKey) bool { return a.v < b.v || a.v == b.v && a.i < b.i })
@@ -415,14 +415,15 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 			return len(take) < a.Rows
 		})
 	} else {
+		var partial int // the first units of units are partial groups
 		if !a.Custom {
-			units = p.choose(t, a)
+			units, partial = p.choose(t, a, now)
 		}
 		var taken map[uint64]bool // a caller's units may repeat a row: a unit with a taken row is skipped
 		if a.Custom {
 			taken = map[uint64]bool{}
 		}
-		for _, u := range units {
+		for k, u := range units {
 			if len(take)+len(u) > a.Rows || a.Custom && !p.leasable(t, u, taken) {
 				continue
 			}
@@ -433,6 +434,9 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 			}
 			take = append(take, u...)
 			bounds = append(bounds, len(take))
+			if partial > 0 {
+				c.Partial = append(c.Partial, k < partial)
+			}
 			if len(take) == a.Rows {
 				break
 			}
@@ -539,21 +543,26 @@ func (p *Partition) leasable(t *task, u []uint64, taken map[uint64]bool) bool {
 
 // choose picks a claim's units by t's Select: the oldest ready rows, or
 // the oldest complete groups (stale rows were taken out before: see
-// sweepStale).
-func (p *Partition) choose(t *task, a *ClaimArgs) [][]uint64 {
+// sweepStale), after the groups overdue at now that a Partial deadline
+// releases; partial is how many units of those come first.
+func (p *Partition) choose(t *task, a *ClaimArgs, now int64) (units [][]uint64, partial int) {
 	if t.groups != nil {
-		return t.groups.units(a.Rows / t.sel.Group.Size)
+		if t.sel.Group.Partial {
+			units = t.groups.partialUnits(a.Rows, now)
+			partial = len(units)
+		}
+		return append(units, t.groups.units(a.Rows/t.sel.Group.Size)...), partial
 	}
 	flat := make([]uint64, 0, a.Rows)
 	t.ready.Ascend(func(i uint64) bool {
 		flat = append(flat, i)
 		return len(flat) < a.Rows
 	})
-	units := make([][]uint64, len(flat))
+	units = make([][]uint64, len(flat))
 	for k := range flat {
 		units[k] = flat[k : k+1 : k+1]
 	}
-	return units
+	return units, 0
 }
 
 // sweepStale takes every ready row stale under floor out of t's ready rows
@@ -676,6 +685,12 @@ func (p *Partition) mark(t *task, now int64) metadata.Mark {
 			break
 		}
 		heap.Pop(&t.timers) // settled or moved since, or passed
+	}
+	if t.groups != nil && t.sel.Group.Partial {
+		// A group falling due is released by the claim after it.
+		if due := t.groups.nextDue(); due > now && (mk.Wake.IsZero() || due < mk.Wake.UnixMicro()) {
+			mk.Wake = time.UnixMicro(due)
+		}
 	}
 	return mk
 }
@@ -962,7 +977,13 @@ func (p *Partition) mayLease(t *task, a *ClaimArgs) bool {
 		return true
 	}
 	if t.groups != nil {
-		return t.groups.complete.Len()*t.sel.Group.Size >= a.Min
+		n := t.groups.complete.Len() * t.sel.Group.Size
+		if t.sel.Group.Partial && n < a.Min {
+			for _, u := range t.groups.partialUnits(a.Min, p.now) {
+				n += len(u)
+			}
+		}
+		return n >= a.Min
 	}
 	return t.ready.Len()+len(t.parked) >= a.Min
 }

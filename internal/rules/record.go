@@ -224,7 +224,12 @@ func ClaimRecord(a *ClaimArgs) []byte {
 	}
 	b = appendIndexes(b, a.Drop)
 	b = msgp.AppendInt64(b, a.Hold.Microseconds())
-	return msgp.AppendString(b, a.Replaces)
+	b = msgp.AppendString(b, a.Replaces)
+	if g := a.Select.Group; g.Deadline > 0 {
+		b = msgp.AppendInt64(b, g.Deadline.Microseconds())
+		b = msgp.AppendBool(b, g.Partial)
+	}
+	return b
 }
 
 // SettleRecord is a Settle.
@@ -576,8 +581,21 @@ func (p *Partition) readClaim(b []byte) (*ClaimArgs, error) {
 	if hold, b, err = msgp.ReadInt64Bytes(b); err != nil {
 		return nil, err
 	}
-	if a.Replaces, _, err = msgp.ReadStringBytes(b); err != nil {
+	if a.Replaces, b, err = msgp.ReadStringBytes(b); err != nil {
 		return nil, err
+	}
+	if len(b) > 0 {
+		var dl int64
+		if dl, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return nil, err
+		}
+		if a.Select.Group.Partial, _, err = msgp.ReadBoolBytes(b); err != nil {
+			return nil, err
+		}
+		if dl <= 0 || dl > math.MaxInt64/1000 {
+			return nil, fmt.Errorf("group deadline %d µs", dl)
+		}
+		a.Select.Group.Deadline = time.Duration(dl) * time.Microsecond
 	}
 	if hold < 0 || hold > math.MaxInt64/1000 {
 		return nil, fmt.Errorf("claim hold %d µs", hold)

@@ -84,7 +84,9 @@ func recordHistory(t *testing.T, seed uint64) {
 	tags := []any{int64(-3), uint64(3), math.Copysign(0, -1), 1.5, "s", []byte{1, 2}, []any{int64(1), "x"},
 		map[string]any{"a": uint64(1)}, true, nil}
 	sels := []Select{{Fields: []string{"a"}}, {Fields: []string{"a", "b"}, Group: Group{Tag: "uid", Size: 2}},
-		{Fields: []string{"b"}, Stale: Stale{Tag: "v"}}}
+		{Fields: []string{"b"}, Stale: Stale{Tag: "v"}},
+		{Fields: []string{"a"}, Group: Group{Tag: "uid", Size: 3, Deadline: time.Second, Partial: true}},
+		{Fields: []string{"a"}, Group: Group{Tag: "uid", Size: 2, Deadline: 2 * time.Second}}}
 	some := func() []string {
 		var ks []string
 		for _, k := range keys {

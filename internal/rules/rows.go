@@ -28,6 +28,9 @@ type row struct {
 	// held is set while a new row holds room of the capacity before its
 	// first commit (see capacity.go).
 	held bool
+	// since is when the row was first committed (a group's deadline
+	// counts from its oldest ready row's).
+	since int64
 }
 
 type fieldGen struct {
@@ -328,6 +331,7 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 			p.byIndex[r.index] = r
 			p.committed++
 			p.unhold(r)
+			r.since = p.now
 			if p.sorted != nil && (len(p.sorted) == 0 || p.sorted[len(p.sorted)-1].Index < r.index) {
 				p.sorted = append(p.sorted, next) // the usual case: a new row above every other
 			} else {

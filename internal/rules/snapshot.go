@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/tinylib/msgp/msgp"
 
@@ -31,7 +32,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 		b = msgp.AppendString(b, k)
 		b = msgp.AppendUint64(b, r.index)
 		var err error
-		if b, err = appendView(b, &tw, r.view); err != nil {
+		if b, err = appendView(b, &tw, r.view, r.since); err != nil {
 			return nil, err
 		}
 		b = msgp.AppendArrayHeader(b, uint32(len(r.gens)))
@@ -83,7 +84,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 				b = msgp.AppendString(b, r.Key)
 				b = msgp.AppendUint64(b, r.Index)
 				var err error
-				if b, err = appendView(b, &tw, r); err != nil {
+				if b, err = appendView(b, &tw, r, -1); err != nil {
 					return nil, err
 				}
 			}
@@ -117,9 +118,15 @@ func (p *Partition) Snapshot() ([]byte, error) {
 		b = msgp.AppendUint64(b, id)
 		b = msgp.AppendInt64(b, p.voids[id])
 	}
-	// The capacity, and the rows that hold room of it (a section a
-	// snapshot without either may leave out).
-	if !p.capacity.Zero() || p.held > 0 {
+	// The capacity, the rows that hold room of it, and the group
+	// deadlines of tasks (a section a snapshot without any may leave out).
+	var dl []string // tasks whose groups have a deadline
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		if t := p.tasks[name]; t.indexed && t.sel.Group.Deadline > 0 {
+			dl = append(dl, name)
+		}
+	}
+	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 {
 		b = append(b, CapacityRecord(p.capacity)[1:]...)
 		held := make([]string, 0, p.held)
 		for _, k := range slices.Sorted(maps.Keys(p.rows)) {
@@ -128,19 +135,34 @@ func (p *Partition) Snapshot() ([]byte, error) {
 			}
 		}
 		b = appendStrings(b, held)
+		b = msgp.AppendArrayHeader(b, uint32(len(dl)))
+		for _, name := range dl {
+			t := p.tasks[name]
+			b = msgp.AppendString(b, name)
+			b = msgp.AppendInt64(b, t.sel.Group.Deadline.Microseconds())
+			b = msgp.AppendBool(b, t.sel.Group.Partial)
+		}
 	}
 	return tw.record(kindSnapshot, b), nil
 }
 
 // appendView appends a row's committed state: nil (not committed), or
 // its field table's number and its tag.
-func appendView(b []byte, tw *tableWriter, r *metadata.Row) ([]byte, error) {
+func appendView(b []byte, tw *tableWriter, r *metadata.Row, since int64) ([]byte, error) {
 	if r == nil {
 		return msgp.AppendNil(b), nil
 	}
-	b = msgp.AppendArrayHeader(b, 2)
+	if since < 0 {
+		b = msgp.AppendArrayHeader(b, 2)
+	} else {
+		b = msgp.AppendArrayHeader(b, 3)
+	}
 	b = msgp.AppendUint64(b, tw.ref(nonNil(r.Fields)))
-	return AppendTag(b, r.Tag)
+	b, err := AppendTag(b, r.Tag)
+	if err == nil && since >= 0 {
+		b = msgp.AppendInt64(b, since)
+	}
+	return b, err
 }
 
 var emptyFields = map[string]metadata.FieldInfo{}
@@ -154,7 +176,7 @@ func nonNil(f map[string]metadata.FieldInfo) map[string]metadata.FieldInfo {
 	return f
 }
 
-func readView(b []byte, tables []map[string]metadata.FieldInfo, key string, index uint64) (*metadata.Row, []byte, error) {
+func readView(b []byte, tables []map[string]metadata.FieldInfo, key string, index uint64, since *int64) (*metadata.Row, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
@@ -162,7 +184,7 @@ func readView(b []byte, tables []map[string]metadata.FieldInfo, key string, inde
 	if err != nil {
 		return nil, nil, err
 	}
-	if n != 2 {
+	if n != 2 && n != 3 {
 		return nil, nil, fmt.Errorf("row view of %d values", n)
 	}
 	r := &metadata.Row{Key: key, Index: index}
@@ -174,6 +196,15 @@ func readView(b []byte, tables []map[string]metadata.FieldInfo, key string, inde
 	}
 	if r.Tag, b, err = DecodeTag(b); err != nil {
 		return nil, nil, err
+	}
+	if n == 3 {
+		var at int64
+		if at, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return nil, nil, err
+		}
+		if since != nil {
+			*since = at
+		}
 	}
 	return r, b, nil
 }
@@ -266,7 +297,8 @@ func restore(b []byte) (*Partition, error) {
 		if r.index, b, err = msgp.ReadUint64Bytes(b); err != nil {
 			return nil, err
 		}
-		if r.view, b, err = readView(b, tables, key, r.index); err != nil {
+		r.since = p.now // a snapshot's row without its time: as of the snapshot
+		if r.view, b, err = readView(b, tables, key, r.index, &r.since); err != nil {
 			return nil, err
 		}
 		var ng uint32
@@ -466,7 +498,7 @@ func restore(b []byte) (*Partition, error) {
 				if index, b, err = msgp.ReadUint64Bytes(b); err != nil {
 					return nil, err
 				}
-				if ob.rows[k], b, err = readView(b, tables, key, index); err != nil {
+				if ob.rows[k], b, err = readView(b, tables, key, index, nil); err != nil {
 					return nil, err
 				}
 				if ob.rows[k] == nil {
@@ -615,9 +647,44 @@ func restore(b []byte) (*Partition, error) {
 			r.held = true
 			p.held++
 		}
+		if len(b) != 0 {
+			if b, err = p.readDeadlines(b); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if len(b) != 0 {
 		return nil, fmt.Errorf("%d bytes after the snapshot", len(b))
 	}
 	return p, nil
+}
+
+// readDeadlines reads a snapshot's group deadlines: per task, its
+// Group.Deadline and Partial.
+func (p *Partition) readDeadlines(b []byte) ([]byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return b, err
+	}
+	for range n {
+		var name string
+		var dl int64
+		var partial bool
+		if name, b, err = msgp.ReadStringBytes(b); err != nil {
+			return b, err
+		}
+		if dl, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return b, err
+		}
+		if partial, b, err = msgp.ReadBoolBytes(b); err != nil {
+			return b, err
+		}
+		t := p.tasks[name]
+		if t == nil || !t.indexed || t.groups == nil || dl <= 0 || dl > math.MaxInt64/1000 {
+			return b, fmt.Errorf("group deadline of task %q", name)
+		}
+		t.sel.Group.Deadline, t.sel.Group.Partial = time.Duration(dl)*time.Microsecond, partial
+		t.groups.g = t.sel.Group
+	}
+	return b, nil
 }

@@ -48,6 +48,7 @@ func cases() []testCase {
 	all = append(all, byMetaCases()...)
 	all = append(all, consumeCases()...)
 	all = append(all, capacityCases()...)
+	all = append(all, deadlineCases()...)
 	all = append(all, fieldCases()...)
 	return all
 }

@@ -1,0 +1,76 @@
+package tq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tqgo/tqgo/backends/metadata"
+)
+
+// GroupWait is a group waiting for missing members (see TaskStatus.Groups).
+type GroupWait = metadata.GroupWait
+
+type groupDeadline struct {
+	d       time.Duration
+	partial bool
+}
+
+// GroupDeadline bounds how long a group of a WithGroups task waits
+// incomplete, counted from the commit of its oldest ready row by the
+// engine's clock (one slow rollout must not wedge the step). Past it the
+// group is overdue, and:
+//
+//   - with partial, claims lease it as it is, fewer rows than the group
+//     size, ahead of complete groups, and flag its rows in Lease.Partial
+//     so the trainer can weight them; a Wait wakes when a group falls due;
+//   - without, it keeps waiting and Task.Stragglers lists it, so that its
+//     producer writes the missing members (under the keys it would have
+//     used, a second producer doing the same rewrites them: no duplicate).
+//
+// The rule is the engine's: every consumer of the task sees a group
+// overdue at the same moment. d must be positive.
+func GroupDeadline(d time.Duration, partial bool) TaskOption {
+	return func(t *Task) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: group deadline %v", ErrInvalid, d)
+		}
+		t.deadline = &groupDeadline{d: d, partial: partial}
+		return nil
+	}
+}
+
+// Stragglers lists the task's groups past its GroupDeadline that are
+// still incomplete, oldest first: the members a producer should write
+// again. A task without a GroupDeadline has none.
+func (t *Task) Stragglers(ctx context.Context) ([]GroupWait, error) {
+	v, err := t.view(ctx, "Stragglers")
+	if err != nil {
+		return nil, err
+	}
+	var out []GroupWait
+	for _, g := range v.Groups[t.name] {
+		if g.Overdue {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// partialRows flags each row of got (by position) that is in a unit got
+// flags partial; nil when none is.
+func partialRows(got metadata.Claimed) []bool {
+	var out []bool
+	for k, u := range got.Units {
+		if k >= len(got.Partial) || !got.Partial[k] {
+			continue
+		}
+		if out == nil {
+			out = make([]bool, len(got.Rows))
+		}
+		for _, p := range u {
+			out[p] = true
+		}
+	}
+	return out
+}
