@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"math/bits"
 	"unsafe"
 
 	"github.com/tqgo/tqgo/backends"
@@ -116,14 +117,8 @@ func (f *builder) finish(stamp int64) ([]byte, error) {
 }
 
 // Sizes of encodings, for sizing frames.
-func uvarintLen(v uint64) int { return (bitsLen(v|1) + 6) / 7 }
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 func strLen(n int) int        { return uvarintLen(uint64(n)) + n }
-func bitsLen(v uint64) (n int) {
-	for ; v != 0; v >>= 1 {
-		n++
-	}
-	return n
-}
 
 func cellsLen(cells []backends.Cell) int {
 	n := uvarintLen(uint64(len(cells)))
