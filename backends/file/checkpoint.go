@@ -45,6 +45,7 @@ func (e *engine) maybeCheckpoint(live int64) {
 		return
 	}
 	seq := e.segSeq + 1
+	before := e.walBytes.Load() // the bytes the checkpoint replaces
 	if err := e.newSegment(seq); err != nil {
 		e.fail(fmt.Errorf("starting segment %d: %w", seq, err))
 		return
@@ -71,6 +72,7 @@ func (e *engine) maybeCheckpoint(live int64) {
 			e.ckptErr.Store(&err)
 			return
 		}
+		e.walBytes.Add(-before)
 		e.ckptRetry.Store(0)
 		e.checkpoints.Add(1)
 	}()
@@ -183,37 +185,36 @@ func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp
 		return err
 	}
 	// The new checkpoint stands: what it replaces can go.
-	removed, err := e.removeBefore(seq)
-	e.walBytes.Add(-removed)
-	return err
+	return e.removeBefore(seq)
 }
 
-// removeBefore removes the segments before seq and the checkpoints other
-// than seq's, and returns the segments' bytes.
-func (e *engine) removeBefore(seq uint64) (int64, error) {
+// removeBefore removes (or recycles) the segments before seq and removes
+// the checkpoints other than seq's.
+func (e *engine) removeBefore(seq uint64) error {
 	entries, err := os.ReadDir(e.dir)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	var removed int64
 	var errs []error
 	for _, de := range entries {
 		var n uint64
 		name := de.Name()
 		switch {
 		case scanName(name, "wal-%016x.log", &n) && n < seq:
-			if info, err := de.Info(); err == nil {
-				removed += info.Size()
+			info, err := de.Info()
+			if err == nil {
+				err = e.recycle(filepath.Join(e.dir, name), n, info.Size())
+			}
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
 			}
 		case scanName(name, "checkpoint-%016x.ckpt", &n) && n != seq:
-		default:
-			continue
-		}
-		if err := os.Remove(filepath.Join(e.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+			if err := os.Remove(filepath.Join(e.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 	}
-	return removed, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // scanName parses a file name of format (one %016x), exactly.

@@ -39,6 +39,7 @@ type engine struct {
 	seg      *os.File
 	segSeq   uint64
 	segSize  int64
+	segSalt  uint32
 	wbuf     []byte
 	dirty    atomic.Bool  // written since the last fsync
 	walBytes atomic.Int64 // bytes of every segment the newest checkpoint does not replace

@@ -15,7 +15,8 @@ import (
 // A frame is one record of the write-ahead log or of a checkpoint:
 //
 //	length  uint32 LE: the payload's length
-//	crc     uint32 LE: CRC-32C of the length's four bytes and the payload
+//	crc     uint32 LE: CRC-32C of the length's four bytes and the payload,
+//	        XOR the file's salt (a log segment's: see salt)
 //	payload kind byte, body, stamp (int64 LE, the time of the append,
 //	        microseconds since the Unix epoch; 0 where unused)
 //
@@ -105,6 +106,20 @@ func (f *builder) stamp(partial uint32, stamp int64) []byte {
 	crc := crc32.Update(partial, castagnoli, f.b[len(f.b)-stampSize:])
 	binary.LittleEndian.PutUint32(f.b[4:], crc)
 	return f.b
+}
+
+// salt is what a log segment's frames' checksums are XORed with: a
+// recycled segment's file still holds the frames of its former life past
+// the end of its new ones, and they must not read as this segment's.
+func salt(seq uint64) uint32 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seq)
+	return crc32.Checksum(b[:], castagnoli)
+}
+
+// checksum is a frame's checksum as stored, salted.
+func checksum(hdr, payload []byte, salt uint32) uint32 {
+	return crc32.Update(crc32.Update(0, castagnoli, hdr[:4]), castagnoli, payload) ^ salt
 }
 
 // finish seals and stamps a frame at once (checkpoint frames).

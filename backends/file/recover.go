@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -57,7 +56,7 @@ func (e *engine) recoverDir() (uint64, error) {
 		e.walBytes.Add(size)
 		next = n + 1
 	}
-	if _, err := e.removeBefore(first); err != nil {
+	if err := e.removeBefore(first); err != nil {
 		return 0, err
 	}
 	if err := os.Remove(filepath.Join(e.dir, ckptTemp)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -69,13 +68,14 @@ func (e *engine) recoverDir() (uint64, error) {
 // frameReader reads the frames of a file.
 type frameReader struct {
 	path string
+	salt uint32
 	r    *bufio.Reader
 	f    *os.File
 	off  int64 // of the next frame
 	size int64
 }
 
-func openFrames(path string, header string, seq uint64) (*frameReader, error) {
+func openFrames(path string, header string, seq uint64, salt uint32) (*frameReader, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -85,19 +85,27 @@ func openFrames(path string, header string, seq uint64) (*frameReader, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	fr := &frameReader{path: path, f: f, r: bufio.NewReaderSize(f, 1<<20), size: info.Size()}
+	fr := &frameReader{path: path, salt: salt, f: f, r: bufio.NewReaderSize(f, 1<<20), size: info.Size()}
 	hdr := make([]byte, len(header)+8)
 	if _, err := io.ReadFull(fr.r, hdr); err != nil {
 		_ = f.Close()
 		return nil, err // io.ErrUnexpectedEOF or io.EOF: a short file
 	}
-	if string(hdr[:len(header)]) != header || binary.LittleEndian.Uint64(hdr[len(header):]) != seq {
+	if string(hdr[:len(header)]) != header {
 		_ = f.Close()
 		return nil, &CorruptError{File: path, Reason: fmt.Sprintf("bad header %q", hdr)}
+	}
+	if got := binary.LittleEndian.Uint64(hdr[len(header):]); got != seq {
+		_ = f.Close()
+		return nil, fmt.Errorf("%s: header of number %d: %w", path, got, errStaleHeader)
 	}
 	fr.off = int64(len(hdr))
 	return fr, nil
 }
+
+// errStaleHeader is a file whose header names another sequence number: a
+// recycled segment renamed, its new header not yet written.
+var errStaleHeader = errors.New("a former segment's header")
 
 // errTorn is a frame cut short (its length runs past the file's end, or
 // is zero) or failing its checksum: a write a crash interrupted, if
@@ -126,8 +134,7 @@ func (fr *frameReader) next() ([]byte, error) {
 	if _, err := io.ReadFull(fr.r, payload); err != nil {
 		return nil, err
 	}
-	crc := crc32.Update(crc32.Update(0, castagnoli, hdr[:4]), castagnoli, payload)
-	if crc != binary.LittleEndian.Uint32(hdr[4:]) {
+	if checksum(hdr[:], payload, fr.salt) != binary.LittleEndian.Uint32(hdr[4:]) {
 		return nil, errTorn // torn, or damage: the caller tells which
 	}
 	fr.off += frameHeader + n
@@ -139,7 +146,7 @@ func (fr *frameReader) corrupt(reason string) error {
 }
 
 // validAt reports whether a frame with a good checksum lies at off.
-func validAt(path string, off int64) bool {
+func validAt(path string, off int64, salt uint32) bool {
 	f, err := os.Open(path)
 	if err != nil {
 		return false
@@ -158,7 +165,7 @@ func validAt(path string, off int64) bool {
 	if _, err := f.ReadAt(payload, off+frameHeader); err != nil {
 		return false
 	}
-	return crc32.Update(crc32.Update(0, castagnoli, hdr[:4]), castagnoli, payload) == binary.LittleEndian.Uint32(hdr[4:])
+	return checksum(hdr[:], payload, salt) == binary.LittleEndian.Uint32(hdr[4:])
 }
 
 // replaySegment applies a segment's frames to e.st and returns its size.
@@ -168,14 +175,18 @@ func validAt(path string, off int64) bool {
 // a good frame (a record garbled where a later one is whole is damage,
 // not a crash).
 func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error) {
-	fr, err := openFrames(path, segMagic, seq)
+	fr, err := openFrames(path, segMagic, seq, salt(seq))
 	if err != nil {
-		if last && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
-			// Created, its header not written: a crash at its start.
+		if last && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, errStaleHeader)) {
+			// Created (or a recycled file renamed), its header not written:
+			// a crash at its start.
 			return 0, os.Remove(path)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return 0, &CorruptError{File: path, Reason: "segment shorter than its header"}
+		}
+		if errors.Is(err, errStaleHeader) {
+			return 0, &CorruptError{File: path, Reason: err.Error()}
 		}
 		return 0, err
 	}
@@ -189,7 +200,7 @@ func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error
 			if !last {
 				return 0, fr.corrupt("record cut short in a segment that is not the newest")
 			}
-			if n := int64(binary.LittleEndian.Uint32(peekLen(fr))); n > 0 && validAt(path, fr.off+frameHeader+n) {
+			if n := int64(binary.LittleEndian.Uint32(peekLen(fr))); n > 0 && validAt(path, fr.off+frameHeader+n, fr.salt) {
 				return 0, fr.corrupt("checksum mismatch, and the record after it is whole: damage, not a torn write")
 			}
 			if err := truncate(path, fr.off, e.opts.Sync != SyncNever); err != nil {
@@ -234,10 +245,13 @@ func truncate(path string, size int64, sync bool) error {
 
 // loadCheckpoint reads checkpoint seq into e.st (a fresh state).
 func (e *engine) loadCheckpoint(path string, seq uint64) error {
-	fr, err := openFrames(path, ckptMagic, seq)
+	fr, err := openFrames(path, ckptMagic, seq, 0)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return &CorruptError{File: path, Reason: "checkpoint shorter than its header"}
+		}
+		if errors.Is(err, errStaleHeader) {
+			return &CorruptError{File: path, Reason: err.Error()}
 		}
 		return err
 	}
