@@ -1,9 +1,14 @@
 package file
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -55,4 +60,83 @@ func BenchmarkBatchPut(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkReopen opens a directory of 1M cells of 100 bytes (keys like
+// a row's, "123456@field@0"): from the log alone (every cell written once:
+// no checkpoint is due), and from a checkpoint (every cell written twice,
+// then a checkpoint).
+func BenchmarkReopen(b *testing.B) {
+	const n, batch = 1_000_000, 10_000
+	val := make([]byte, 100)
+	fill := func(b *testing.B, eng backends.Engine, round int) {
+		cells := make([]backends.Cell, batch)
+		for lo := 0; lo < n; lo += batch {
+			for i := range cells {
+				val[0] = byte(round)
+				cells[i] = backends.Cell{Key: fmt.Sprintf("%d@field@0", lo+i), Body: val}
+			}
+			if err := eng.Data.Write(b.Context(), cells); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, rounds := range []int{1, 2} {
+		name := "log"
+		if rounds == 2 {
+			name = "checkpoint"
+		}
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			o := Options{Sync: SyncNever, CheckpointMin: 1 << 20}
+			eng, err := Open(b.Context(), dir, o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for r := range rounds {
+				fill(b, eng, r)
+			}
+			e := engineOf(eng)
+			for e.ckptRunning.Load() {
+				time.Sleep(time.Millisecond)
+			}
+			if rounds == 2 && e.checkpoints.Load() == 0 {
+				b.Fatal("no checkpoint")
+			}
+			if err := errors.Join(eng.Data.Close(), eng.Log.Close()); err != nil {
+				b.Fatal(err)
+			}
+			var size int64
+			for _, name := range dirNamesB(b, dir) {
+				if info, err := os.Stat(filepath.Join(dir, name)); err == nil {
+					size += info.Size()
+				}
+			}
+			b.Logf("%s: %d cells, %.0f MB on disk", name, n, float64(size)/1e6)
+			for b.Loop() {
+				eng, err := Open(b.Context(), dir, o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got := engineOf(eng).st.ncells; got != n {
+					b.Fatalf("%d cells reopened, want %d", got, n)
+				}
+				if err := errors.Join(eng.Data.Close(), eng.Log.Close()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func dirNamesB(b *testing.B, dir string) []string {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var names []string
+	for _, de := range des {
+		names = append(names, de.Name())
+	}
+	return names
 }

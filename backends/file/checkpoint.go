@@ -228,19 +228,19 @@ func scanName(name, format string, n *uint64) bool {
 // start (N, ID), has snapshot, snapshot, then the entries (N, ID, Time,
 // Base, Data).
 func encodeLog(name string, l *plog) *builder {
-	size := strLen(len(name)) + 1 + 16 + 1 + strLen(len(l.snap)) + uvarintLen(uint64(len(l.entries)))
-	for _, en := range l.entries {
+	size := strLen(len(name)) + 1 + 16 + 1 + strLen(len(l.Snap)) + uvarintLen(uint64(len(l.Entries)))
+	for _, en := range l.Entries {
 		size += 32 + strLen(len(en.Data))
 	}
 	b := newBuilder(kindLog, size)
 	b.str(name)
-	b.bool(l.emptied)
-	b.u64(l.start.N)
-	b.u64(l.start.ID)
-	b.bool(l.snap != nil)
-	b.bytes(l.snap)
-	b.uvarint(uint64(len(l.entries)))
-	for _, en := range l.entries {
+	b.bool(l.Emptied)
+	b.u64(l.Start.N)
+	b.u64(l.Start.ID)
+	b.bool(l.Snap != nil)
+	b.bytes(l.Snap)
+	b.uvarint(uint64(len(l.Entries)))
+	for _, en := range l.Entries {
 		b.u64(en.N)
 		b.u64(en.ID)
 		b.u64(uint64(en.Time))
@@ -253,20 +253,21 @@ func encodeLog(name string, l *plog) *builder {
 // decodeLog reads a kindLog frame's body.
 func decodeLog(r *reader) (string, *plog) {
 	name := r.str()
-	l := &plog{emptied: r.byte() != 0}
-	l.start = backends.Pos{N: r.u64(), ID: r.u64()}
+	l := &plog{}
+	l.Emptied = r.byte() != 0
+	l.Start = backends.Pos{N: r.u64(), ID: r.u64()}
 	has := r.byte() != 0
-	l.snap = r.bytes()
+	l.Snap = r.bytes()
 	if !has {
-		l.snap = nil
-	} else if l.snap == nil {
-		l.snap = []byte{}
+		l.Snap = nil
+	} else if l.Snap == nil {
+		l.Snap = []byte{}
 	}
-	l.entries = make([]backends.Entry, r.count(33))
-	l.bytes = int64(len(l.snap))
-	for i := range l.entries {
-		l.entries[i] = backends.Entry{N: r.u64(), ID: r.u64(), Time: int64(r.u64()), Base: r.u64(), Data: r.bytes()}
-		l.bytes += int64(len(l.entries[i].Data))
+	l.Entries = make([]backends.Entry, r.count(33))
+	l.bytes = int64(len(l.Snap))
+	for i := range l.Entries {
+		l.Entries[i] = backends.Entry{N: r.u64(), ID: r.u64(), Time: int64(r.u64()), Base: r.u64(), Data: r.bytes()}
+		l.bytes += int64(len(l.Entries[i].Data))
 	}
 	return name, l
 }

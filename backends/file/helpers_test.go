@@ -29,8 +29,8 @@ func dumpOf(e *engine) dump {
 	}
 	for name, l := range e.st.logs {
 		var b strings.Builder
-		fmt.Fprintf(&b, "snap %v %q start %v emptied %v\n", l.snap != nil, l.snap, l.start, l.emptied)
-		for _, en := range l.entries {
+		fmt.Fprintf(&b, "snap %v %q start %v emptied %v\n", l.Snap != nil, l.Snap, l.Start, l.Emptied)
+		for _, en := range l.Entries {
 			fmt.Fprintf(&b, "%d %x %d %d %q\n", en.N, en.ID, en.Time, en.Base, en.Data)
 		}
 		d.logs[name] = b.String()

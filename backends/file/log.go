@@ -137,7 +137,7 @@ func (l *log) Partitions(ctx context.Context) ([]string, error) {
 	l.e.mu.RLock()
 	names := make([]string, 0, len(l.e.st.logs))
 	for p, pl := range l.e.st.logs {
-		if !pl.emptied {
+		if !pl.Emptied {
 			names = append(names, p)
 		}
 	}

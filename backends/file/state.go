@@ -1,11 +1,10 @@
 package file
 
 import (
-	"bytes"
 	"hash/maphash"
-	"slices"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/internal/partlog"
 )
 
 // numShards splits the cells into maps a checkpoint copies one at a time,
@@ -43,61 +42,11 @@ func (s *state) shard(key string) map[string][]byte {
 
 func (s *state) live() int64 { return s.cellBytes + s.logBytes }
 
-// plog is one partition's log, as toylog keeps it: its snapshot, at start
-// (the zero Pos: none, and entries begin at 1), and the entries held,
-// which begin with start's own when there is a snapshot. Entries are
-// never changed once appended (a checkpoint shares them): a compaction
-// makes a new slice.
+// plog is one partition's log, and the bytes of its snapshot and its
+// entries' Data.
 type plog struct {
-	snap    []byte
-	start   backends.Pos
-	entries []backends.Entry
-	emptied bool  // by a Compact with no snapshot, and not appended to since
-	bytes   int64 // of snap and the entries' Data
-}
-
-func (l *plog) last() *backends.Entry {
-	if len(l.entries) == 0 {
-		return &backends.Entry{}
-	}
-	return &l.entries[len(l.entries)-1]
-}
-
-// holds reports whether the log holds position p as it was.
-func (l *plog) holds(p backends.Pos) bool {
-	if p == l.start {
-		return true
-	}
-	if len(l.entries) == 0 {
-		return false
-	}
-	first := l.entries[0].N
-	return p.N >= first && p.N-first < uint64(len(l.entries)) && l.entries[p.N-first].ID == p.ID
-}
-
-// after returns the log after from (l nil: a partition with no log), the
-// entries' Data copied, as a server's reply would be: a reader may keep
-// it.
-func (l *plog) after(from backends.Pos) backends.Tail {
-	var t backends.Tail
-	switch {
-	case l == nil:
-		t.Restart = from != backends.Pos{}
-		return t
-	case !l.holds(from):
-		t = backends.Tail{Restart: true, Snapshot: bytes.Clone(l.snap), Start: l.start}
-		from = l.start
-	}
-	if len(l.entries) == 0 {
-		return t
-	}
-	held := l.entries[from.N+1-l.entries[0].N:]
-	t.Entries = make([]backends.Entry, len(held))
-	for i, e := range held {
-		e.Data = bytes.Clone(e.Data)
-		t.Entries[i] = e
-	}
-	return t
+	partlog.Log
+	bytes int64
 }
 
 // apply applies o to s. It reports the partition whose log changed ("" if
@@ -155,9 +104,9 @@ func (s *state) append(o *op) {
 		l = &plog{}
 		s.logs[o.part] = l
 	}
-	l.emptied = false
+	l.Emptied = false
 	for _, r := range o.recs {
-		l.entries = append(l.entries, backends.Entry{N: l.last().N + 1, ID: r.id, Time: o.stamp, Base: s.next, Data: r.data})
+		l.Entries = append(l.Entries, backends.Entry{N: l.Last().N + 1, ID: r.id, Time: o.stamp, Base: s.next, Data: r.data})
 		s.next += r.indexes
 		l.bytes += int64(len(r.data))
 		s.logBytes += int64(len(r.data))
@@ -170,30 +119,28 @@ func (s *state) append(o *op) {
 	}
 }
 
-// compacts reports whether a Compact of l at at with snapshot snap (nil:
-// empty the log) does anything.
-func (l *plog) compacts(at backends.Pos, snap []byte) bool {
-	switch {
-	case l == nil:
-		return false
-	case snap == nil:
-		return l.last().Pos() == at && len(l.entries) > 0
-	default:
-		return at.N > l.start.N && l.holds(at)
-	}
-}
-
 func (s *state) compact(o *op) {
 	l := s.logs[o.part]
-	if !l.compacts(o.at, o.snap) {
+	if l == nil || !l.Compact(o.at, o.snap) {
 		return
 	}
 	s.logBytes -= l.bytes
-	l.entries = slices.Clone(l.entries[o.at.N-l.entries[0].N:])
-	l.snap, l.start, l.emptied = o.snap, o.at, o.snap == nil
-	l.bytes = int64(len(l.snap))
-	for _, e := range l.entries {
+	l.bytes = int64(len(l.Snap))
+	for _, e := range l.Entries {
 		l.bytes += int64(len(e.Data))
 	}
 	s.logBytes += l.bytes
+}
+
+// after is l.After, for a log that may be nil.
+func (l *plog) after(from backends.Pos) backends.Tail {
+	if l == nil {
+		return (*partlog.Log)(nil).After(from)
+	}
+	return l.After(from)
+}
+
+// compacts is l.Compacts, for a log that may be nil.
+func (l *plog) compacts(at backends.Pos, snap []byte) bool {
+	return l != nil && l.Compacts(at, snap)
 }
