@@ -48,7 +48,8 @@ type engine struct {
 	ckptRetry   atomic.Int64 // after a failed checkpoint, walBytes before the next try
 	ckptErr     atomic.Pointer[error]
 	checkpoints atomic.Int64
-	truncated   []string // torn tails cut at open: "path at offset"
+	reused      atomic.Int64 // segments started in a recycled file
+	truncated   []string     // torn tails cut at open: "path at offset"
 
 	stop chan struct{} // closed by close: the syncer and a checkpoint stop
 	wg   sync.WaitGroup

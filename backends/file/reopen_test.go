@@ -513,3 +513,51 @@ func TestWriteContextEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A segment written in a recycled file holds, past its own frames, those
+// of the file's former life: they read as a torn tail, cut on reopen,
+// and nothing of them applies.
+func TestRecycledSegment(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Sync: SyncEvery(time.Millisecond), CheckpointMin: 1 << 10}
+	eng := openT(t, dir, o)
+	e := engineOf(eng)
+	for i := 0; e.reused.Load() < 2; i++ {
+		if i == 50 {
+			t.Fatalf("no segment reused after %d checkpoints", e.checkpoints.Load())
+		}
+		workload(t, eng, 20)
+		waitCheckpoints(t, e, int64(i+1))
+	}
+	// Reopened with no checkpoint due, the engine starts its segment in a
+	// recycled file: a little written into it, its former frames follow.
+	quiet := Options{Sync: o.Sync, CheckpointMin: 1 << 30}
+	eng, _ = reopen(t, dir, quiet, eng)
+	e = engineOf(eng)
+	if e.reused.Load() != 1 {
+		t.Fatalf("reopened, %d segments started in recycled files, want 1", e.reused.Load())
+	}
+	if err := eng.Data.Write(t.Context(), []backends.Cell{{Key: "small", Body: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	seg := lastSegment(t, dir)
+	e.segMu.Lock()
+	written := e.segSize
+	e.segMu.Unlock()
+	if info, err := os.Stat(seg); err != nil || info.Size() <= written {
+		t.Fatalf("the recycled segment: %v, want more than the %d bytes written (its former frames)", err, written)
+	}
+	again, _ := reopen(t, dir, quiet, eng)
+	info, err := os.Stat(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size() != written {
+		t.Fatalf("the recycled segment %s is %d bytes after reopen, %d were written to it", seg, info.Size(), written)
+	}
+	if got := engineOf(again).truncated; len(got) != 1 {
+		t.Fatalf("cut on reopen: %v, want the recycled segment's former frames", got)
+	}
+	workload(t, again, 10)
+	reopen(t, dir, quiet, again)
+}

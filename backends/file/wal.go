@@ -303,6 +303,7 @@ func (e *engine) reuseSegment(path string) (*os.File, error) {
 		if err := os.Rename(filepath.Join(e.dir, name), path); err != nil {
 			continue
 		}
+		e.reused.Add(1)
 		return os.OpenFile(path, os.O_WRONLY, 0)
 	}
 	return nil, nil
