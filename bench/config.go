@@ -28,7 +28,7 @@ type Config struct {
 	MinSample time.Duration // each sample repeats its op for at least this long
 
 	// kv
-	URLs    []string // engines: URLs, or "redis" for a private redis-server
+	URLs    []string // engines: URLs, "redis" for a private redis-server, "file[?params]" for the file engine in a temporary directory
 	Samples int      // GRPO batch size (samples = rows)
 	L       int      // sequence length of the [L] fields
 
@@ -64,7 +64,7 @@ func DefaultConfig() Config {
 		CountSize:  512,
 		Reps:       5,
 		MinSample:  50 * time.Millisecond,
-		URLs:       []string{"memory://", "redis", "yuanrong://"},
+		URLs:       []string{"memory://", "file", "redis", "yuanrong://"},
 		Samples:    512,
 		L:          512,
 		RedisBytes: 64 << 20,

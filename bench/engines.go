@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +20,27 @@ import (
 // privateRedisURL is the -urls entry that means "start a redis-server for
 // this run".
 const privateRedisURL = "redis"
+
+// privateFileURL is the -urls entry that means "the file engine in a
+// directory of this run's, removed after": "file", or "file?sync=always"
+// with the engine's parameters.
+const privateFileURL = "file"
+
+// privateFile is the target of a privateFileURL entry: a fresh temporary
+// directory.
+func privateFile(raw string) (*target, error) {
+	dir, err := os.MkdirTemp("", "tqbench-file-")
+	if err != nil {
+		return nil, err
+	}
+	_, query, _ := strings.Cut(raw, "?")
+	name, url := "file", "file://"+filepath.ToSlash(dir)
+	if query != "" {
+		name += " " + strings.ReplaceAll(query, "&", " ")
+		url += "?" + query
+	}
+	return &target{name: name, url: url, stop: func() error { return os.RemoveAll(dir) }}, nil
+}
 
 // target is one engine the kv suite runs against.
 type target struct {
@@ -64,6 +87,19 @@ func resolveTargets(ctx context.Context, urls []string, rep *Report) ([]*target,
 			continue
 		case raw == "memory":
 			raw = "memory://"
+		case raw == privateFileURL || strings.HasPrefix(raw, privateFileURL+"?"):
+			t, err := privateFile(raw)
+			if err != nil {
+				stopTargets(out)
+				return nil, err
+			}
+			if t.kv = slices.Contains(schemes, "file"); !t.kv {
+				rep.note("%s: skipped, scheme \"file\" is not registered in this build", t.name)
+				_ = t.stop()
+				continue
+			}
+			out = append(out, t)
+			continue
 		}
 		u, err := url.Parse(raw)
 		if err != nil || u.Scheme == "" {

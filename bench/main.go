@@ -44,7 +44,7 @@ func run(args []string) error {
 	countSize := fs.String("count-size", fmtSize(def.CountSize), "object size of the pack count sweep")
 	reps := fs.Int("reps", def.Reps, "repetitions per arm: medians and ranges are over these")
 	minSample := fs.Duration("sample", def.MinSample, "minimum duration of one sample (fast operations repeat within it)")
-	urls := fs.String("urls", strings.Join(def.URLs, ","), `engines for the kv and limit suites: URLs, and "redis" for a private redis-server`)
+	urls := fs.String("urls", strings.Join(def.URLs, ","), `engines for the kv and limit suites: URLs, "redis" for a private redis-server, and "file" (or "file?sync=always") for the file engine in a temporary directory`)
 	samples := fs.Int("samples", def.Samples, "GRPO batch size of the kv suite (rows)")
 	L := fs.Int("L", def.L, "sequence length of the kv suite's [L] fields")
 	consumers := fs.String("consumers", joinInts(def.Consumers), "consumer counts of the queue suite's contention measure")

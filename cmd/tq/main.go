@@ -2,7 +2,7 @@
 // of a row, a partition's production and consumption (status), and clears
 // a partition, resets a task's consumption or retries and drops its dead
 // rows. It opens the same URLs as tq.Open
-// (memory://, redis://…, rediss://…, redis+cluster://…, yuanrong://).
+// (memory://, file:///dir, redis://…, rediss://…, redis+cluster://…, yuanrong://).
 //
 // Usage:
 //
@@ -39,6 +39,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	_ "github.com/tqgo/tqgo/backends/file"  // file:///dir: the durable embedded engine (a directory no running process holds)
 	_ "github.com/tqgo/tqgo/backends/redis" // redis://, rediss://, redis+cluster://
 	"github.com/tqgo/tqgo/tq"
 	_ "github.com/tqgo/tqgo/yuanrong" // yuanrong://

@@ -18,7 +18,7 @@ import (
 
 func main() {
 	cfg := grpo.DefaultConfig()
-	flag.StringVar(&cfg.URL, "url", cfg.URL, `queue URL: "" is the embedded memory engine; redis://host:port/db, yuanrong://...`)
+	flag.StringVar(&cfg.URL, "url", cfg.URL, `queue URL: "" is the embedded memory engine; file:///dir (embedded, durable), redis://host:port/db, yuanrong://...`)
 	flag.StringVar(&cfg.Role, "role", grpo.RoleAll, "the stage this process runs: "+strings.Join(grpo.Roles, ", ")+" (the others as processes of their own on -url)")
 	flag.IntVar(&cfg.Rank, "rank", cfg.Rank, "with -role trainer: the one trainer rank to run (-1: every rank)")
 	flag.IntVar(&cfg.Steps, "steps", cfg.Steps, "training steps")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest/toykv"
+	"github.com/tqgo/tqgo/backends/internal/partlog"
 )
 
 // Server is the shared state of every client: what a server process would
@@ -27,19 +28,9 @@ type Server struct {
 	cells backends.KV // one toykv, which no client closes
 
 	mu    sync.Mutex
-	logs  map[string]*plog
+	logs  map[string]*partlog.Log
 	next  uint64                   // the next global index to hand out
 	wakes map[string]chan struct{} // closed at the partition's next change (kept when a wait ends)
-}
-
-// plog is one partition's log: its snapshot, at start (the zero Pos: none,
-// and entries begin at 1), and the entries held, which begin with start's
-// own when there is a snapshot. A plog always holds an entry.
-type plog struct {
-	snap    []byte
-	start   backends.Pos
-	entries []backends.Entry
-	emptied bool // by a Compact with no snapshot, and not appended to since
 }
 
 // NewServer returns an empty server whose entries are stamped with
@@ -48,7 +39,7 @@ func NewServer(clock func() time.Time) *Server {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Server{clock: clock, cells: toykv.New(), logs: map[string]*plog{}, next: 1, wakes: map[string]chan struct{}{}}
+	return &Server{clock: clock, cells: toykv.New(), logs: map[string]*partlog.Log{}, next: 1, wakes: map[string]chan struct{}{}}
 }
 
 // Engine is one client of a Server: its cells and its logs.
@@ -130,18 +121,18 @@ func (c *client) Append(ctx context.Context, partition string, from backends.Pos
 	l := s.logs[partition]
 	if len(recs) > 0 {
 		if l == nil {
-			l = &plog{}
+			l = &partlog.Log{}
 			s.logs[partition] = l
 		}
 		now := s.clock().UnixMicro()
-		l.emptied = false
+		l.Emptied = false
 		for _, r := range recs {
-			l.entries = append(l.entries, backends.Entry{N: l.last().N + 1, ID: r.ID, Time: now, Base: s.next, Data: bytes.Clone(r.Data)})
+			l.Entries = append(l.Entries, backends.Entry{N: l.Last().N + 1, ID: r.ID, Time: now, Base: s.next, Data: bytes.Clone(r.Data)})
 			s.next += r.Indexes
 		}
 		s.wake(partition)
 	}
-	t := l.after(from)
+	t := l.After(from)
 	for i := len(t.Entries) - len(recs); i < len(t.Entries); i++ {
 		t.Entries[i].Data = nil // the caller has it
 	}
@@ -156,7 +147,7 @@ func (c *client) Read(ctx context.Context, partition string, from backends.Pos, 
 	var timeout <-chan time.Time
 	for {
 		s.mu.Lock()
-		t := s.logs[partition].after(from)
+		t := s.logs[partition].After(from)
 		if t.Restart || len(t.Entries) > 0 || wait <= 0 {
 			s.mu.Unlock()
 			return t, nil
@@ -191,17 +182,8 @@ func (c *client) Compact(ctx context.Context, partition string, at backends.Pos,
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.logs[partition]
-	switch {
-	case l == nil:
-	case snapshot == nil:
-		if l.last().Pos() == at {
-			l.entries = slices.Clone(l.entries[at.N-l.entries[0].N:])
-			l.snap, l.start, l.emptied = nil, at, true
-		}
-	case at.N > l.start.N && l.holds(at):
-		l.entries = slices.Clone(l.entries[at.N-l.entries[0].N:])
-		l.snap, l.start = bytes.Clone(snapshot), at
+	if l := s.logs[partition]; l.Compacts(at, snapshot) {
+		l.Compact(at, bytes.Clone(snapshot))
 	}
 	return nil
 }
@@ -214,7 +196,7 @@ func (c *client) Partitions(ctx context.Context) ([]string, error) {
 	defer c.s.mu.Unlock()
 	names := make([]string, 0, len(c.s.logs))
 	for p, l := range c.s.logs {
-		if !l.emptied {
+		if !l.Emptied {
 			names = append(names, p)
 		}
 	}
@@ -233,39 +215,4 @@ func (s *Server) wake(partition string) {
 		close(ch)
 		delete(s.wakes, partition)
 	}
-}
-
-func (l *plog) last() *backends.Entry {
-	if len(l.entries) == 0 {
-		return &backends.Entry{}
-	}
-	return &l.entries[len(l.entries)-1]
-}
-
-// holds reports whether the log holds position p as it was.
-func (l *plog) holds(p backends.Pos) bool {
-	if p == l.start {
-		return true
-	}
-	first := l.entries[0].N
-	return p.N >= first && p.N-first < uint64(len(l.entries)) && l.entries[p.N-first].ID == p.ID
-}
-
-// after returns the log after from (l nil: a partition with no log), the
-// entries' Data copied, as a server's reply would be.
-func (l *plog) after(from backends.Pos) backends.Tail {
-	var t backends.Tail
-	switch {
-	case l == nil:
-		t.Restart = from != backends.Pos{}
-		return t
-	case !l.holds(from):
-		t = backends.Tail{Restart: true, Snapshot: bytes.Clone(l.snap), Start: l.start}
-		from = l.start
-	}
-	for _, e := range l.entries[from.N+1-l.entries[0].N:] {
-		e.Data = bytes.Clone(e.Data)
-		t.Entries = append(t.Entries, e)
-	}
-	return t
 }
