@@ -33,6 +33,7 @@ func main() {
 	flag.IntVar(&cfg.Ranks, "ranks", cfg.Ranks, "trainer data-parallel ranks")
 	flag.IntVar(&cfg.Staleness, "staleness", cfg.Staleness, "the trainer drops rows of a policy more than this many versions old")
 	flag.IntVar(&cfg.Lag, "lag", cfg.Lag, "the rollout of round r uses policy version r-1-lag")
+	flag.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "rounds the samples partition holds at most; the rollout blocks beyond (0: lag+3)")
 	flag.IntVar(&cfg.RewardWorkers, "reward-workers", cfg.RewardWorkers, "reward workers")
 	flag.DurationVar(&cfg.Lease, "lease", cfg.Lease, "every worker's lease: how soon the rows a killed worker held go to another, or to it restarted")
 	flag.BoolVar(&cfg.Keep, "keep", cfg.Keep, "leave the run's partitions in the queue at the end (for tq status)")

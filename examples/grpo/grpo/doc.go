@@ -66,6 +66,16 @@
 // trains one whole round, a run is reproducible from its seed however the
 // workers are scheduled, and however often they are killed and restarted.
 //
+// # Backpressure and pacing
+//
+// The samples partition has a tq.Capacity of Capacity rounds (default
+// Lag+3), its rows cleared as the trainer acknowledges or drops them: a
+// rollout that gets ahead of a slow stage blocks in its put instead of
+// filling the engine. Before each round the rollout calls tq.Pace with
+// its version and Staleness, waiting while the trainer still has rows
+// older than the bound to consume: the staleness bound holds the
+// producer back rather than dropping what it made.
+//
 // # Partitions
 //
 // The samples of the whole run share one partition, "grpo/samples".

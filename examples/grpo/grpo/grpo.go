@@ -81,6 +81,12 @@ type Config struct {
 	// rollout of round r+Lag overlaps the training of round r (default 1).
 	// 0 is valid: no overlap. A Lag above Staleness makes rounds stale.
 	Lag int
+	// Capacity is how many rounds of rows the samples partition holds at
+	// most (its tq.Capacity, rows trained or dropped cleared at once):
+	// a rollout that runs further ahead than its consumers blocks until
+	// the trainer consumes a round. 0: Lag+3, which only a stalled stage
+	// reaches.
+	Capacity int
 	// RewardWorkers is how many reward workers run (default 1).
 	RewardWorkers int
 	// Lease is how long every worker's leases last: how soon rows a
@@ -106,6 +112,8 @@ type Config struct {
 	// trained is called with the keys each trainer rank trained on.
 	abandon func(worker int, l *tq.Lease) bool
 	trained func(rank int, keys []string)
+	// rewardDelay slows each reward lease down (a slow reward model).
+	rewardDelay time.Duration
 }
 
 // DefaultConfig returns the configuration `go run ./examples/grpo` uses.
@@ -146,6 +154,7 @@ func (c Config) validate() error {
 	check(c.Rank >= -1 && c.Rank < c.Ranks, "rank %d outside -1..%d", c.Rank, c.Ranks-1)
 	check(c.Staleness >= 0, "staleness %d < 0", c.Staleness)
 	check(c.Lag >= 0, "lag %d < 0", c.Lag)
+	check(c.Capacity >= 0, "capacity %d < 0", c.Capacity)
 	check(c.RewardWorkers >= 1, "reward workers %d < 1", c.RewardWorkers)
 	check(c.Lease > 0, "lease %v <= 0", c.Lease)
 	return errors.Join(errs...)
@@ -153,6 +162,16 @@ func (c Config) validate() error {
 
 // version is the policy version the rollout generates round with.
 func (c Config) version(round int) int64 { return int64(max(0, round-1-c.Lag)) }
+
+// capacity is the samples partition's: Capacity rounds (default Lag+3),
+// cleared as the trainer consumes them.
+func (c Config) capacity() tq.Capacity {
+	rounds := c.Capacity
+	if rounds == 0 {
+		rounds = c.Lag + 3
+	}
+	return tq.Capacity{Rows: int64(rounds * c.rows()), ClearAcked: []string{taskTrain}}
+}
 
 // rows is the number of rows of a round: a response per prompt and group
 // member.

@@ -535,3 +535,51 @@ func TestRunState(t *testing.T) {
 		t.Errorf("a kept run's partitions: %v, %v", parts, err)
 	}
 }
+
+// TestCapacityHoldsRollout: with a slow reward stage, a rollout allowed to
+// run 3 rounds ahead by its weights is held by the samples partition's
+// capacity (one round): the partition never holds more, no round is
+// dropped as stale, and every step trains a whole round.
+func TestCapacityHoldsRollout(t *testing.T) {
+	ctx := context.Background()
+	c, _, eng := newCountingClient(t)
+	cfg := smallConfig()
+	cfg.Engine = eng
+	cfg.Steps, cfg.Lag, cfg.Staleness, cfg.Capacity = 8, 3, 3, 1
+	cfg.rewardDelay = 20 * time.Millisecond
+	stop, polled := make(chan struct{}), make(chan struct{})
+	var maxRows int64
+	var polls int
+	go func() {
+		defer close(polled)
+		for {
+			st, err := c.Status(ctx, SamplesPartition)
+			if err == nil {
+				maxRows = max(maxRows, st.Used.Rows, int64(st.Rows))
+				polls++
+			}
+			select {
+			case <-time.After(2 * time.Millisecond):
+			case <-stop:
+				return
+			}
+		}
+	}()
+	res, err := Run(ctx, cfg, &bytes.Buffer{})
+	close(stop)
+	<-polled
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxRows == 0 || maxRows > int64(cfg.rows()) {
+		t.Errorf("the samples partition held up to %d rows over %d polls, capacity %d", maxRows, polls, cfg.rows())
+	}
+	if res.Dropped != 0 {
+		t.Errorf("%d rows dropped as stale", res.Dropped)
+	}
+	for s, n := range res.Trained {
+		if n != cfg.rows() {
+			t.Errorf("step %d trained %d rows, want %d", s+1, n, cfg.rows())
+		}
+	}
+}

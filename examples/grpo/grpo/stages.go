@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/tqgo/tqgo/tq"
 )
@@ -84,6 +85,14 @@ func (r *runner) rollout(ctx context.Context) error {
 		log.Info("resumed", "round", next)
 	}
 	r.firstRound.Store(int64(next))
+	// Backpressure and pacing: the samples partition holds a bounded
+	// number of rounds (a put beyond blocks until the trainer consumes
+	// one), and each round waits until the trainer has nothing older
+	// than the staleness bound left to consume, so rows are held back
+	// rather than generated to be dropped.
+	if err := r.c.SetCapacity(ctx, SamplesPartition, cfg.capacity()); err != nil {
+		return fmt.Errorf("rollout: %w", err)
+	}
 	vs := &versions{logits: map[int64][]float64{0: make([]float64, cfg.Length*cfg.Vocab*cfg.Vocab)}, keys: map[int64]string{}}
 	pol := newPolicy(r.task)
 	for round := next; ; round++ {
@@ -109,6 +118,9 @@ func (r *runner) rollout(ctx context.Context) error {
 				log.Info("the trainer published its last version", "rounds", r.rolledOut.Load())
 				return r.dropVersions(ctx, vs, math.MaxInt64)
 			}
+		}
+		if err := r.c.Pace(ctx, SamplesPartition, tagVersion, need, int64(cfg.Staleness), taskTrain); err != nil {
+			return fmt.Errorf("rollout: round %d: pace: %w", round, err)
 		}
 		copy(pol.logits, vs.logits[need])
 		data := rand.New(rand.NewPCG(cfg.Seed, 2*uint64(round)))  // the prompts: the dataset
@@ -263,6 +275,13 @@ func (r *runner) reward(ctx context.Context, worker int) error {
 		r.redelivered.Add(int64(redelivered(l)))
 		if r.cfg.abandon != nil && r.cfg.abandon(worker, l) {
 			return nil // killed: the lease ends unsettled
+		}
+		if d := r.cfg.rewardDelay; d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		rewards, err := score(r.task, l.Keys(), l.Data)
 		if err != nil {
