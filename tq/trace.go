@@ -27,7 +27,8 @@ type Call struct {
 	// BatchPut of one row); for consumption "Claim", "Wait" (Keys is n),
 	// "Ack", "Nack", "Extend" (Keys is the keys named, 0 for the whole
 	// lease), "Status", "TaskStatus", "Dead", "Retry", "Drop",
-	// "ResetConsumption", "Stragglers"; "Members", "Pace".
+	// "ResetConsumption", "Stragglers"; "Members", "Pace", "AwaitInsert",
+	// "AwaitSample".
 	Op        string
 	Partition string // "" for Partitions
 	Keys      int    // keys the call names (0 for a call of a whole partition)

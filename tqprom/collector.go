@@ -16,7 +16,7 @@ var ops = []string{
 	"BatchPut", "BatchGet", "BatchGetInto", "BatchGetByMeta",
 	"List", "Lookup", "Partitions", "Clear", "ClearPartition", "ClearFields", "Reclaim", "SetCapacity",
 	"Claim", "Wait", "Ack", "Nack", "Extend",
-	"Status", "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption", "Stragglers", "Members", "Pace",
+	"Status", "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption", "Stragglers", "Members", "Pace", "AwaitInsert", "AwaitSample",
 	opOther,
 }
 

@@ -19,7 +19,7 @@ func TestOpsAreTqs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tracers := map[string]bool{"trace": true, "claim": true, "settle": true, "consumption": true, "view": true, "mark": true}
+	tracers := map[string]bool{"trace": true, "claim": true, "settle": true, "consumption": true, "view": true, "mark": true, "awaitRatio": true}
 	traced := map[string]bool{}
 	fset := token.NewFileSet()
 	for _, name := range files {

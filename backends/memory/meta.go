@@ -42,9 +42,10 @@ type partition struct {
 	dropped bool
 	// base is added to the rules' change count in marks, so that a mark
 	// of a forgotten partition never matches its successor's.
-	base uint64
-	seen uint64        // the change count waiters were last woken at
-	wake chan struct{} // closed at the next change; nil until a waiter asks
+	base         uint64
+	seen         uint64        // the change count waiters were last woken at
+	seenConsumed uint64        // and the consumption count
+	wake         chan struct{} // closed at the next change; nil until a waiter asks
 }
 
 // MetaOption configures a MetaStore.
@@ -129,8 +130,8 @@ func (p *partition) unlockKeep() {
 // changed wakes the waiters after a change of the count. The caller holds
 // p.mu.
 func (p *partition) changed() {
-	if s := p.st.Seq(); s != p.seen {
-		p.seen = s
+	if s, c := p.st.Seq(), p.st.Consumed(); s != p.seen || c != p.seenConsumed {
+		p.seen, p.seenConsumed = s, c
 		if p.wake != nil {
 			close(p.wake)
 			p.wake = nil
@@ -443,7 +444,8 @@ func (m *MetaStore) View(ctx context.Context, partition string, tasks ...string)
 	}
 	defer p.mu.Unlock()
 	v := metadata.View{Rows: slices.Clone(p.st.List()), Tasks: p.st.Consumption(m.now(), tasks...),
-		Mark: metadata.Mark{Seq: p.base + p.st.Seq()}}
+		Mark: metadata.Mark{Seq: p.base + p.st.Seq(), Consumed: p.st.Consumed()}}
+	v.Inserted, v.Consumed = p.st.Counts(tasks...)
 	v.Capacity, v.Used = p.st.Capacity()
 	v.Groups = p.st.GroupWaits(m.now(), tasks...)
 	return v, nil
@@ -473,7 +475,7 @@ func (m *MetaStore) Wait(ctx context.Context, partition string, mark metadata.Ma
 		return err
 	}
 	p := m.lock(partition, true)
-	if p.base+p.st.Seq() != mark.Seq {
+	if p.base+p.st.Seq() != mark.Seq || mark.Consume && p.st.Consumed() != mark.Consumed {
 		p.unlockKeep()
 		return nil
 	}

@@ -307,6 +307,12 @@ type Claimed struct {
 type Mark struct {
 	Seq  uint64
 	Wake time.Time
+	// Consumed is the partition's count of acknowledgements and drops
+	// (of every task) when the mark was taken; with Consume set, a Wait
+	// given the mark returns also once that count has moved (a waiter on
+	// consumption: a paced producer), which a plain Wait ignores.
+	Consumed uint64
+	Consume  bool
 	// Token is the registered claim (Claimed.Waiting) the waiter waits
 	// on, if any: its fulfilment ends a Wait too.
 	Token string
@@ -459,6 +465,12 @@ type View struct {
 	// counts it.
 	Capacity Capacity
 	Used     Usage
+	// Inserted counts the rows ever committed anew to the partition, and
+	// Consumed, for each of tasks (every task), the rows it ever
+	// acknowledged or dropped (since a DeletePartition forgot it): the
+	// counts a sample-to-insert ratio is taken on.
+	Inserted uint64
+	Consumed map[string]uint64
 	// Groups are, for each task of tasks (every task) whose claims take
 	// groups, the groups waiting incomplete: their id, ready rows, and
 	// when their first ready row was filed; oldest first.

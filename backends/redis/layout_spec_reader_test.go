@@ -1342,6 +1342,7 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 			}
 		}
 		p.capRows, p.capBytes, p.clearAfter = rows, bytes, tasks
+		p.seq++
 		if len(tasks) > 0 && p.tasks[tasks[0]] != nil {
 			var idx []uint64
 			for i, e := range p.tasks[tasks[0]].entries {
@@ -1570,6 +1571,12 @@ func restoreSR(b []byte) (*srState, error) {
 				d.s()
 				d.i()
 				d.bl()
+			}
+			d.u() // counts: not kept by this reader
+			d.u()
+			for range d.arr() {
+				d.s()
+				d.u()
 			}
 		}
 	}

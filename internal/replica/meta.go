@@ -399,7 +399,8 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	if rows == nil {
 		rows = []*metadata.Row{}
 	}
-	v := metadata.View{Rows: rows, Tasks: out, Mark: metadata.Mark{Seq: p.mark()}}
+	v := metadata.View{Rows: rows, Tasks: out, Mark: metadata.Mark{Seq: p.mark(), Consumed: p.st.Consumed()}}
+	v.Inserted, v.Consumed = p.st.Counts(tasks...)
 	v.Capacity, v.Used = p.st.Capacity()
 	v.Groups = p.st.GroupWaits(time.Now().Add(-p.skew).UnixMicro(), tasks...)
 	for _, ws := range v.Groups {
@@ -470,7 +471,7 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark metadata.Mark) e
 	}
 	for {
 		_, served := p.fulfilled[mark.Token]
-		if p.mark() != mark.Seq || mark.Token != "" && served {
+		if p.mark() != mark.Seq || mark.Token != "" && served || mark.Consume && p.st.Consumed() != mark.Consumed {
 			p.mu.Unlock()
 			return nil
 		}

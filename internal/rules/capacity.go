@@ -24,6 +24,7 @@ func (p *Partition) SetCapacity(now int64, c metadata.Capacity) []*metadata.Row 
 	p.tick(now)
 	c.ClearAcked = slices.Clone(c.ClearAcked)
 	p.capacity = c
+	p.bump() // a bound raised or lifted makes room: blocked puts look again
 	if len(c.ClearAcked) == 0 {
 		return nil
 	}

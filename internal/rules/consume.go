@@ -113,6 +113,8 @@ func (e *entry) delivery(index uint64, now int64) metadata.Delivery {
 type task struct {
 	name    string // its key in Partition.tasks
 	entries map[uint64]*entry
+	// consumed counts the rows the task acknowledged or dropped, ever.
+	consumed uint64
 	batches []*openBatch
 
 	// The index, built for sel once a claim names it.
@@ -396,6 +398,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 				ne.deliveries = e.deliveries
 			}
 			p.setEntry(t, i, e, ne)
+			p.consume(t)
 			c.Dropped++
 			dropped = append(dropped, i)
 		}
@@ -673,7 +676,7 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 // mark is where a claim that leased nothing looked: the change count,
 // and the end of the earliest lease or delay still to end.
 func (p *Partition) mark(t *task, now int64) metadata.Mark {
-	mk := metadata.Mark{Seq: p.seq}
+	mk := metadata.Mark{Seq: p.seq, Consumed: p.consumed}
 	for len(t.timers) > 0 {
 		tm := &t.timers[0]
 		tm.rows = slices.DeleteFunc(tm.rows, func(i uint64) bool {
@@ -838,6 +841,7 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 				old := *e
 				*e = entry{state: metadata.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max}
 				p.reindex(t, i, &old, e)
+				p.consume(t)
 			}
 		case metadata.Nack:
 			old := *e
@@ -864,6 +868,7 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 				ne.deliveries = e.deliveries
 			}
 			p.setEntry(t, i, e, ne)
+			p.consume(t)
 		}
 	}
 	if len(timed) > 0 {

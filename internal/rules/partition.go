@@ -45,8 +45,12 @@ type Partition struct {
 	// seq counts the changes that may make rows ready for a task
 	// (commits, deletes, Nacks, Retries, Resets, a batch opened), for
 	// Wait's marks.
-	seq   uint64
-	tasks map[string]*task
+	seq uint64
+	// consumed counts acknowledgements and drops (every task's), for
+	// waiters on consumption (metadata.Mark.Consumed); inserted the rows
+	// committed for the first time. Both only grow.
+	consumed, inserted uint64
+	tasks              map[string]*task
 	// voids are record IDs a fence voided, with the log time of the
 	// fence: a record appended later with one of them applies nothing.
 	voids map[uint64]int64
@@ -85,6 +89,30 @@ func (p *Partition) Now() int64 { return p.now }
 
 // Seq returns the partition's change count (see metadata.Mark).
 func (p *Partition) Seq() uint64 { return p.seq }
+
+// Consumed returns how many acknowledgements and drops the partition has
+// applied, of every task, ever (see metadata.Mark.Consumed).
+func (p *Partition) Consumed() uint64 { return p.consumed }
+
+// Counts returns the rows ever committed anew, and each of tasks' (every
+// task's when none) rows ever acknowledged or dropped.
+func (p *Partition) Counts(tasks ...string) (inserted uint64, consumed map[string]uint64) {
+	consumed = map[string]uint64{}
+	for _, name := range tasks {
+		consumed[name] = 0
+	}
+	for name, t := range p.tasks {
+		if _, want := consumed[name]; want || len(tasks) == 0 {
+			consumed[name] = t.consumed
+		}
+	}
+	return p.inserted, consumed
+}
+
+func (p *Partition) consume(t *task) {
+	t.consumed++
+	p.consumed++
+}
 
 func (p *Partition) bump() { p.seq++ }
 

@@ -332,6 +332,7 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 			p.committed++
 			p.unhold(r)
 			r.since = p.now
+			p.inserted++
 			if p.sorted != nil && (len(p.sorted) == 0 || p.sorted[len(p.sorted)-1].Index < r.index) {
 				p.sorted = append(p.sorted, next) // the usual case: a new row above every other
 			} else {

@@ -126,7 +126,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 			dl = append(dl, name)
 		}
 	}
-	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 {
+	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 {
 		b = append(b, CapacityRecord(p.capacity)[1:]...)
 		held := make([]string, 0, p.held)
 		for _, k := range slices.Sorted(maps.Keys(p.rows)) {
@@ -141,6 +141,19 @@ func (p *Partition) Snapshot() ([]byte, error) {
 			b = msgp.AppendString(b, name)
 			b = msgp.AppendInt64(b, t.sel.Group.Deadline.Microseconds())
 			b = msgp.AppendBool(b, t.sel.Group.Partial)
+		}
+		b = msgp.AppendUint64(b, p.inserted)
+		b = msgp.AppendUint64(b, p.consumed)
+		var counted []string
+		for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+			if p.tasks[name].consumed > 0 {
+				counted = append(counted, name)
+			}
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(counted)))
+		for _, name := range counted {
+			b = msgp.AppendString(b, name)
+			b = msgp.AppendUint64(b, p.tasks[name].consumed)
 		}
 	}
 	return tw.record(kindSnapshot, b), nil
@@ -652,6 +665,11 @@ func restore(b []byte) (*Partition, error) {
 				return nil, err
 			}
 		}
+		if len(b) != 0 {
+			if b, err = p.readCounts(b); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if len(b) != 0 {
 		return nil, fmt.Errorf("%d bytes after the snapshot", len(b))
@@ -685,6 +703,38 @@ func (p *Partition) readDeadlines(b []byte) ([]byte, error) {
 		}
 		t.sel.Group.Deadline, t.sel.Group.Partial = time.Duration(dl)*time.Microsecond, partial
 		t.groups.g = t.sel.Group
+	}
+	return b, nil
+}
+
+// readCounts reads a snapshot's counts: rows inserted, consumptions, and
+// each task's consumptions.
+func (p *Partition) readCounts(b []byte) ([]byte, error) {
+	var err error
+	if p.inserted, b, err = msgp.ReadUint64Bytes(b); err != nil {
+		return b, err
+	}
+	if p.consumed, b, err = msgp.ReadUint64Bytes(b); err != nil {
+		return b, err
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return b, err
+	}
+	for range n {
+		var name string
+		var c uint64
+		if name, b, err = msgp.ReadStringBytes(b); err != nil {
+			return b, err
+		}
+		if c, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return b, err
+		}
+		t := p.tasks[name]
+		if t == nil {
+			return b, fmt.Errorf("counts of unknown task %q", name)
+		}
+		t.consumed = c
 	}
 	return b, nil
 }

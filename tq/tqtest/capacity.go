@@ -18,6 +18,7 @@ func capacityCases() []testCase {
 		{"Capacity/Refuse", capacityRefuse},
 		{"Capacity/Bytes", capacityBytes},
 		{"Capacity/BlockUntilCleared", capacityBlock},
+		{"Capacity/RaiseWakes", capacityRaise},
 		{"Capacity/FastProducer", capacityFastProducer},
 		{"Capacity/ClearOnSet", capacityClearOnSet},
 		{"Capacity/Invalid", capacityInvalid},
@@ -270,5 +271,30 @@ func capacityInvalid(t *testing.T, e Engine) {
 	}
 	if st := mustStatusOf(t, c, p); st.Capacity.Bounded() || len(st.Capacity.ClearAcked) > 0 {
 		t.Errorf("capacity after refusals: %+v", st.Capacity)
+	}
+}
+
+// capacityRaise: a put blocked on a full partition goes through as soon
+// as the bound is raised, woken by the change.
+func capacityRaise(t *testing.T, e Engine) {
+	prod, op := e.Open(t), e.Open(t)
+	p := "cap-raise"
+	mustSetCapacity(t, op, p, tq.Capacity{Rows: 1})
+	putRows(t, prod, p, []string{"k0"}, nil, "x")
+	done := make(chan error, 1)
+	go func() { done <- prod.BatchPut(t.Context(), p, []string{"k1"}, oneRow(1), nil) }()
+	select {
+	case err := <-done:
+		t.Fatalf("put returned %v with the partition full", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	mustSetCapacity(t, op, p, tq.Capacity{Rows: 2})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("blocked put after the bound was raised: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("raising the bound did not wake the blocked put")
 	}
 }

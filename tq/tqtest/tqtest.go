@@ -49,6 +49,7 @@ func cases() []testCase {
 	all = append(all, consumeCases()...)
 	all = append(all, capacityCases()...)
 	all = append(all, deadlineCases()...)
+	all = append(all, ratioCases()...)
 	all = append(all, fieldCases()...)
 	return all
 }
