@@ -582,17 +582,11 @@ func (b *blockedPut) once(ctx context.Context, from blockedFrom) (time.Duration,
 	if l.Len() != 1 {
 		return 0, fmt.Errorf("claim of the full partition leased %d rows, want 1", l.Len())
 	}
-	type put struct {
-		at  time.Time
-		err error
-	}
-	done := make(chan put, 1)
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	done, cancel := background(ctx, func(ctx context.Context) stamped {
+		err := b.put(ctx)
+		return stamped{time.Now(), err}
+	})
 	defer cancel()
-	go func() {
-		err := b.put(pctx)
-		done <- put{time.Now(), err}
-	}()
 	time.Sleep(wakeGap)
 	select {
 	case p := <-done:
@@ -624,26 +618,36 @@ func (b *blockedPut) once(ctx context.Context, from blockedFrom) (time.Duration,
 	return max(p.at.Sub(acked), 0), nil
 }
 
+// stamped is what a call run in the background returned, and when.
+type stamped struct {
+	at  time.Time
+	err error
+}
+
+// background runs f in a goroutine on ctx bounded at 30 s (a hand-off
+// that never happens fails the sample) and delivers its result; cancel
+// ends it.
+func background(ctx context.Context, f func(context.Context) stamped) (done <-chan stamped, cancel context.CancelFunc) {
+	ch := make(chan stamped, 1)
+	ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	go func() { ch <- f(ctx) }()
+	return ch, cancel
+}
+
 // timeWake runs wait, lets it block for wakeGap, puts one row into p, and
 // returns the time from the put returning to wait returning (0 when wait
 // returned first). What wait returns to do next (an ack) runs after the
 // time is taken.
 func timeWake(ctx context.Context, c *tq.Client, p string, wait func(context.Context) (func() error, error)) (time.Duration, error) {
-	type woke struct {
-		at  time.Time
-		err error
-	}
-	done := make(chan woke, 1)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	go func() {
-		then, err := wait(wctx)
+	done, cancel := background(ctx, func(ctx context.Context) stamped {
+		then, err := wait(ctx)
 		at := time.Now()
 		if err == nil && then != nil {
 			err = then()
 		}
-		done <- woke{at, err}
-	}()
+		return stamped{at, err}
+	})
+	defer cancel()
 	time.Sleep(wakeGap)
 	if err := c.BatchPut(ctx, p, []string{"x"}, tq.Batch{"id": tq.Stacked([]int64{1}, 1)}, nil); err != nil {
 		return 0, err

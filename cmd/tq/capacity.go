@@ -127,21 +127,6 @@ func parseSize(s string) (int64, error) {
 	return n.Int64(), nil
 }
 
-// taskList parses -clear-acked: task names, comma-separated, none empty;
-// "" is none.
-func taskList(s string) ([]string, error) {
-	if s == "" {
-		return nil, nil
-	}
-	names := strings.Split(s, ",")
-	for _, n := range names {
-		if n == "" {
-			return nil, usagef("-clear-acked %q has an empty task name", s)
-		}
-	}
-	return names, nil
-}
-
 // capacityChange is what the capacity command's flags change: each part
 // set by a flag replaces the partition's, the others are kept; off lifts
 // the whole capacity.
@@ -199,7 +184,7 @@ func defineCapacity(fs *flag.FlagSet) action {
 				}
 				ch.bytes = &n
 			case "clear-acked":
-				ch.clearAcked, err = taskList(*tasksFlag)
+				ch.clearAcked, err = splitNames("-clear-acked", "task", *tasksFlag)
 				ch.setTasks = true
 				if err == nil {
 					cp := tq.Capacity{ClearAcked: ch.clearAcked}

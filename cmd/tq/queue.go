@@ -90,17 +90,21 @@ type statusJSON struct {
 }
 
 // fieldList parses a -fields value: comma-separated, none empty.
-func fieldList(s string) ([]string, error) {
+func fieldList(s string) ([]string, error) { return splitNames("-fields", "field", s) }
+
+// splitNames parses the value s of flag, a comma-separated list of names
+// of what, none empty; "" is none.
+func splitNames(flag, what, s string) ([]string, error) {
 	if s == "" {
 		return nil, nil
 	}
-	fs := strings.Split(s, ",")
-	for _, f := range fs {
-		if f == "" {
-			return nil, usagef("-fields %q has an empty field name", s)
+	names := strings.Split(s, ",")
+	for _, n := range names {
+		if n == "" {
+			return nil, usagef("%s %q has an empty %s name", flag, s, what)
 		}
 	}
-	return fs, nil
+	return names, nil
 }
 
 // partitionStatus opens the queue and returns partition's status, or an
