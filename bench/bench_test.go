@@ -151,7 +151,11 @@ func checkQueueTables(t *testing.T, cfg Config, rep *Report, md string, withRedi
 	t.Helper()
 	step := fmt.Sprintf("claim+ack of %d rows", cfg.Samples)
 	const inHand = "wake-up to row in hand: Task.Wait returns the lease"
-	rows := []string{"memory " + step + " / List", "memory " + inHand + " / channel hand-off"}
+	const unblocked = "blocked put wake-up: BatchPut returns after the Ack that makes room"
+	const fromCall = "blocked put wake-up from the Ack's call: BatchPut returns / the Ack alone (call to return)"
+	rows := []string{"memory " + step + " / List", "memory " + inHand + " / channel hand-off",
+		"memory " + unblocked + " / channel hand-off", "memory " + unblocked + " / tq wake-up (Task.Wait, above)",
+		"memory " + fromCall}
 	for _, k := range cfg.Consumers {
 		rows = append(rows, fmt.Sprintf("memory contention: %d consumers, per claim / channel pop", k))
 	}
@@ -162,7 +166,9 @@ func checkQueueTables(t *testing.T, cfg Config, rep *Report, md string, withRedi
 	if withRedis {
 		x := fmt.Sprintf("XREADGROUP COUNT %d + XACK", cfg.Samples)
 		rows = append(rows, "redis "+step+" / "+x, "redis "+step+" / List",
-			"redis "+inHand+" / XADD to XREADGROUP BLOCK", "redis "+inHand+" / LPUSH to BLPOP")
+			"redis "+inHand+" / XADD to XREADGROUP BLOCK", "redis "+inHand+" / LPUSH to BLPOP",
+			"redis "+unblocked+" / XADD to XREADGROUP BLOCK", "redis "+unblocked+" / LPUSH to BLPOP",
+			"redis "+unblocked+" / tq wake-up (Task.Wait, above)", "redis "+fromCall)
 		serverRows = append(serverRows, "redis "+step)
 		for _, k := range cfg.Consumers {
 			m := fmt.Sprintf("redis contention: %d consumers, per claim / ", k)

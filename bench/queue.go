@@ -28,6 +28,10 @@ import (
 //     returning to a consumer blocked in Task.Wait returning its lease,
 //     beside an XADD to a client blocked in XREADGROUP BLOCK, an LPUSH to
 //     one blocked in BLPOP, or a channel hand-off in process;
+//   - blocked put wake-up: from a consumer's Ack returning to a producer's
+//     BatchPut of one row, blocked on a partition full with the acked row
+//     (Capacity{Rows: 1, ClearAcked: the consumer's task}), returning,
+//     beside the same limits and the wake-up above;
 //   - contention: consumers claiming and acking a partition's rows
 //     together, beside as many goroutines doing XREADGROUP + XACK on a
 //     stream, LPOP of a list, or popping a buffered channel in process;
@@ -77,9 +81,9 @@ func queueSteps(cfg Config, targets []*target, m *meter) int {
 	n := 0
 	for _, t := range queueTargets(targets) {
 		if t.isRedis() {
-			n += 6 + 3*len(cfg.Consumers) + 2*len(cfg.QueueSizes)
+			n += 9 + 3*len(cfg.Consumers) + 2*len(cfg.QueueSizes)
 		} else {
-			n += 4 + 2*len(cfg.Consumers) + len(cfg.QueueSizes)
+			n += 7 + 2*len(cfg.Consumers) + len(cfg.QueueSizes)
 		}
 	}
 	return m.planSteps(n)
@@ -137,6 +141,7 @@ type queueRig struct {
 	clients []*tq.Client
 	raw     *redis.Client // Redis limits: a pool of a connection per consumer
 	info    *redis.Client // INFO, and the end marker of a MONITOR probe
+	blocked *blockedPut   // the blocked put measure, once queueArms made it
 	closers []func()
 }
 
@@ -175,7 +180,10 @@ func openRig(ctx context.Context, cfg Config, t *target) (*queueRig, error) {
 func (r *queueRig) close() {
 	ctx := context.Background()
 	if len(r.clients) > 0 {
-		for _, p := range []string{queuePartition, queuePartition + "/wake", queuePartition + "/contend"} {
+		// The full partition's capacity first: a server given by -urls
+		// keeps no trace of the run.
+		r.clients[0].SetCapacity(ctx, fullPartition, tq.Capacity{})
+		for _, p := range []string{queuePartition, queuePartition + "/wake", fullPartition, queuePartition + "/contend"} {
 			r.clients[0].ClearPartition(ctx, p)
 		}
 	}
@@ -211,7 +219,7 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 	cs := joinInts(cfg.Consumers)
 	step := &Table{
 		ID:    "queue",
-		Title: fmt.Sprintf("Queue: claim and ack of a %d-row step; wake-up to a row in hand; %s consumers", cfg.Samples, strings.ReplaceAll(cs, ",", " and ")),
+		Title: fmt.Sprintf("Queue: claim and ack of a %d-row step; wake-up to a row in hand; a blocked put's wake-up; %s consumers", cfg.Samples, strings.ReplaceAll(cs, ",", " and ")),
 		Intro: fmt.Sprintf("tq through its public API: a producer (BatchPut, ClearPartition) and a consumer (Task, Claim, Wait, "+
 			"Ack) each on a tq.Client of their own (on memory, Clients made by tq.New over one embedded engine). "+
 			"claim+ack: one Claim(%[1]d) of a partition holding %[1]d ready one-field rows (put before each call, untimed) and "+
@@ -221,6 +229,12 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 			"Task.Wait(ctx, 1) for %[2]v before the put, returning its lease; a sample is the mean of %[3]d hand-offs, and a "+
 			"hand-off counts 0 when the consumer returned first. Limits: an XADD returning to a client blocked in XREADGROUP "+
 			"BLOCK returning the entry; an LPUSH returning to one blocked in BLPOP (same server); a channel hand-off in process. "+
+			"blocked put wake-up: a partition with Capacity{Rows: 1, ClearAcked: [the consumer's task]} holds one row, which the "+
+			"consumer has claimed; the producer's BatchPut of one more row blocks (the Block policy) for %[2]v, then the consumer "+
+			"acks the row, which clears it; the time is from the Ack returning to the BatchPut returning, a sample the mean of "+
+			"%[3]d hand-offs (0 when the put returned first); limits: the wake-up's, and the wake-up itself. The same hand-off "+
+			"timed from the Ack's call instead, beside the Ack alone (its call to its return; it deletes the cleared row's "+
+			"cells before returning, while the woken put proceeds). "+
 			"contention: C consumers (goroutines, each a tq.Client of its own, the first the producer's, and a Task "+
 			"of one task name) claim %[4]d rows at a time and ack them until a partition of max(4×%[1]d, 4×C×%[4]d) rows is "+
 			"consumed; the time per claim is the wall time over the claims that returned rows, a sample one such run. Limits: "+
@@ -259,6 +273,10 @@ func runQueueTarget(ctx context.Context, cfg Config, m *meter, t *target, step, 
 	}
 	if _, err := m.run(ctx, "queue "+t.name, arms); err != nil {
 		return err
+	}
+	if b := rig.blocked; b != nil {
+		step.Notes = append(step.Notes, fmt.Sprintf("%s: %d of the %d blocked puts (warm-up included) returned before the Ack that made room for them did, and counted 0.",
+			t.name, b.first, b.calls))
 	}
 	for _, r := range rows {
 		d, ld := summarize(r.a.samples), summarize(r.lim.samples)
@@ -375,6 +393,28 @@ func queueArms(ctx context.Context, cfg Config, rig *queueRig) (arms []*arm, row
 		rows = append(rows, queueRow{inHand, "channel hand-off", wake, handoff})
 	}
 
+	// A blocked put's wake-up, beside the same limits and the wake-up.
+	blocked, err := newBlockedPut(ctx, c, consumer)
+	if err != nil {
+		return nil, nil, nil, cleanup, err
+	}
+	rig.blocked = blocked
+	timeBlocked := func(from blockedFrom) func() (time.Duration, error) {
+		return func() (time.Duration, error) { return blocked.once(ctx, from) }
+	}
+	bput := &arm{name: name + " blocked put", calls: wakeCalls, timed: timeBlocked(ackReturned)}
+	bcall := &arm{name: name + " blocked put from the Ack's call", calls: wakeCalls, timed: timeBlocked(ackCalled)}
+	back := &arm{name: name + " blocked put's Ack", calls: wakeCalls, timed: timeBlocked(ackOnly)}
+	arms = append(arms, bput, bcall, back)
+	const unblocked = "blocked put wake-up: BatchPut returns after the Ack that makes room"
+	for _, r := range rows {
+		if r.measure == inHand {
+			rows = append(rows, queueRow{unblocked, r.limName, bput, r.lim})
+		}
+	}
+	rows = append(rows, queueRow{unblocked, "tq wake-up (Task.Wait, above)", bput, wake},
+		queueRow{"blocked put wake-up from the Ack's call: BatchPut returns", "the Ack alone (call to return)", bcall, back})
+
 	// Contention.
 	for _, k := range cfg.Consumers {
 		total := contentionRows(cfg, k)
@@ -482,26 +522,132 @@ func wakeOnce(ctx context.Context, c, consumer *tq.Client) (time.Duration, error
 	})
 }
 
+// fullPartition is the blocked put measure's partition, fullTask the
+// consumer's task there, whose acks clear rows.
+const (
+	fullPartition = queuePartition + "/full"
+	fullTask      = "unblocker"
+)
+
+// blockedPut is the blocked put measure: a partition bounded at one row,
+// cleared as fullTask acks it, which always holds one row between calls.
+type blockedPut struct {
+	c     *tq.Client // the producer's
+	task  *tq.Task   // the consumer's
+	n     int        // rows put so far: the next key
+	calls int        // hand-offs timed from the Ack's return, warm-up included
+	first int        // of those, puts that returned before the Ack
+}
+
+// blockedFrom is what blockedPut.once times.
+type blockedFrom uint8
+
+const (
+	ackReturned blockedFrom = iota // the Ack returning to the put returning
+	ackCalled                      // the Ack's call to the put returning
+	ackOnly                        // the Ack's call to its return
+)
+
+// newBlockedPut bounds fullPartition and puts its one row.
+func newBlockedPut(ctx context.Context, c, consumer *tq.Client) (*blockedPut, error) {
+	if err := c.ClearPartition(ctx, fullPartition); err != nil {
+		return nil, err
+	}
+	if err := c.SetCapacity(ctx, fullPartition, tq.Capacity{Rows: 1, ClearAcked: []string{fullTask}}); err != nil {
+		return nil, err
+	}
+	task, err := consumer.Task(fullPartition, fullTask, []string{"id"})
+	if err != nil {
+		return nil, err
+	}
+	b := &blockedPut{c: c, task: task}
+	return b, b.put(ctx)
+}
+
+func (b *blockedPut) put(ctx context.Context) error {
+	b.n++
+	return b.c.BatchPut(ctx, fullPartition, []string{"b" + strconv.Itoa(b.n)}, tq.Batch{"id": tq.Stacked([]int64{int64(b.n)}, 1)}, nil)
+}
+
+// once times one hand-off: the consumer claims the partition's row
+// (untimed), the producer's put of the next blocks for wakeGap, the
+// consumer acks the row (which clears it); the time is from the Ack
+// returning to the put returning (0 when the put returned first), or as
+// from says. The put's row is the next call's.
+func (b *blockedPut) once(ctx context.Context, from blockedFrom) (time.Duration, error) {
+	l, err := b.task.Claim(ctx, 1)
+	if err != nil {
+		return 0, err
+	}
+	if l.Len() != 1 {
+		return 0, fmt.Errorf("claim of the full partition leased %d rows, want 1", l.Len())
+	}
+	done, cancel := background(ctx, func(ctx context.Context) stamped {
+		err := b.put(ctx)
+		return stamped{time.Now(), err}
+	})
+	defer cancel()
+	time.Sleep(wakeGap)
+	select {
+	case p := <-done:
+		return 0, fmt.Errorf("a put into the full partition returned before the Ack (%v)", p.err)
+	default:
+	}
+	called := time.Now()
+	err = l.Ack(ctx)
+	acked := time.Now()
+	if err != nil {
+		cancel()
+		<-done
+		return 0, err
+	}
+	p := <-done
+	if p.err != nil {
+		return 0, p.err
+	}
+	switch from {
+	case ackCalled:
+		return p.at.Sub(called), nil
+	case ackOnly:
+		return acked.Sub(called), nil
+	}
+	b.calls++
+	if p.at.Before(acked) {
+		b.first++
+	}
+	return max(p.at.Sub(acked), 0), nil
+}
+
+// stamped is what a call run in the background returned, and when.
+type stamped struct {
+	at  time.Time
+	err error
+}
+
+// background runs f in a goroutine on ctx bounded at 30 s (a hand-off
+// that never happens fails the sample) and delivers its result; cancel
+// ends it.
+func background(ctx context.Context, f func(context.Context) stamped) (done <-chan stamped, cancel context.CancelFunc) {
+	ch := make(chan stamped, 1)
+	ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	go func() { ch <- f(ctx) }()
+	return ch, cancel
+}
+
 // timeWake runs wait, lets it block for wakeGap, puts one row into p, and
 // returns the time from the put returning to wait returning (0 when wait
 // returned first). What wait returns to do next (an ack) runs after the
 // time is taken.
 func timeWake(ctx context.Context, c *tq.Client, p string, wait func(context.Context) (func() error, error)) (time.Duration, error) {
-	type woke struct {
-		at  time.Time
-		err error
-	}
-	done := make(chan woke, 1)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	go func() {
-		then, err := wait(wctx)
+	done, cancel := background(ctx, func(ctx context.Context) stamped {
+		then, err := wait(ctx)
 		at := time.Now()
 		if err == nil && then != nil {
 			err = then()
 		}
-		done <- woke{at, err}
-	}()
+		return stamped{at, err}
+	})
+	defer cancel()
 	time.Sleep(wakeGap)
 	if err := c.BatchPut(ctx, p, []string{"x"}, tq.Batch{"id": tq.Stacked([]int64{1}, 1)}, nil); err != nil {
 		return 0, err

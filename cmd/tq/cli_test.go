@@ -176,6 +176,7 @@ func TestTimeout(t *testing.T) {
 			"dump":       {"p", "k"},
 			"clear":      {"-yes", "p"},
 			"status":     {"p"},
+			"capacity":   {"-rows", "1", "p"},
 			"reset":      {"-yes", "p", "t"},
 			"dead":       {"p", "t"},
 			"retry":      {"p", "t", "k"},

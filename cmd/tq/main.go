@@ -1,7 +1,7 @@
 // Command tq inspects a queue: its partitions, the rows of one, the cells
 // of a row, a partition's production and consumption (status), and clears
-// a partition, resets a task's consumption or retries and drops its dead
-// rows. It opens the same URLs as tq.Open
+// a partition, sets its capacity, resets a task's consumption or retries
+// and drops its dead rows. It opens the same URLs as tq.Open
 // (memory://, file:///dir, redis://…, rediss://…, redis+cluster://…, yuanrong://).
 //
 // Usage:
@@ -18,8 +18,10 @@
 // Exit status: 0 on success, 1 when the command failed (the queue could
 // not be opened; no such partition, task, key or field, the error naming
 // those there are; the command timed out), 2 for a usage error (clear,
-// reset or drop without -yes included). A task exists once it has state
-// in the partition: status lists it.
+// reset or drop without -yes included; a flag's bad value). A task exists
+// once it has state in the partition: status lists it. A partition exists
+// once it has rows; status and capacity also know one that has only a
+// capacity, set before its first put.
 package main
 
 import (
@@ -91,6 +93,7 @@ var commands = []command{
 	{"dump", "[-n N] <partition> <key> [field...]", "print a row's cells (every field when none is named)", 2, -1, defineDump},
 	{"clear", "-yes [-fields f1,f2] <partition>", "remove every row of a partition (ClearPartition), or with -fields those fields of every row (ClearFields)", 1, 1, defineClear},
 	{"status", "[-task T -fields f1,f2] <partition>", "production per field and consumption per task (ready, waiting, leased, acked, dead, dropped)", 1, 1, defineStatus},
+	{"capacity", "[-rows N] [-bytes SIZE] [-clear-acked t1,t2] [-off] <partition>", "set a partition's capacity (the parts not given are kept; -off lifts it), or with no flags print it and what the partition holds", 1, 1, defineCapacity},
 	{"reset", "-yes <partition> <task> [key...]", "forget a task's consumption of rows (every row when none is named): ready again", 2, -1, defineReset},
 	{"dead", "[-fields f1,f2] <partition> <task>", "list the rows a task gave up on (delivered its MaxDeliveries times)", 2, 2, defineDead},
 	{"retry", "[-fields f1,f2] <partition> <task> <key...>", "make dead rows of a task ready again", 3, -1, defineMark("retry")},
@@ -404,12 +407,26 @@ func (s *session) openPartition(ctx context.Context, partition string) (*tq.Clie
 		return nil, err
 	}
 	if !slices.Contains(ps, partition) {
-		if len(ps) == 0 {
-			return nil, fmt.Errorf("no partition %q (the queue has none)", partition)
-		}
-		return nil, fmt.Errorf("no partition %q (partitions: %s)", partition, nameList(ps, false))
+		return nil, noPartitionIn(ps, partition)
 	}
 	return c, nil
+}
+
+// noPartition is the error for partition, unknown: it names the
+// partitions there are.
+func noPartition(ctx context.Context, c *tq.Client, partition string) error {
+	ps, err := c.Partitions(ctx)
+	if err != nil {
+		return err
+	}
+	return noPartitionIn(ps, partition)
+}
+
+func noPartitionIn(ps []string, partition string) error {
+	if len(ps) == 0 {
+		return fmt.Errorf("no partition %q (the queue has none)", partition)
+	}
+	return fmt.Errorf("no partition %q (partitions: %s)", partition, nameList(ps, false))
 }
 
 // maxNames is how many names an error lists before "and N more".

@@ -85,32 +85,42 @@ type statusJSON struct {
 	Fields    map[string]int      `json:"fields"`
 	Tasks     map[string]taskJSON `json:"tasks"`
 	Members   []memberJSON        `json:"members,omitempty"`
+	Capacity  *capacityJSON       `json:"capacity,omitempty"` // absent: none
+	Used      usedJSON            `json:"used"`               // as the capacity counts
 }
 
 // fieldList parses a -fields value: comma-separated, none empty.
-func fieldList(s string) ([]string, error) {
+func fieldList(s string) ([]string, error) { return splitNames("-fields", "field", s) }
+
+// splitNames parses the value s of flag, a comma-separated list of names
+// of what, none empty; "" is none.
+func splitNames(flag, what, s string) ([]string, error) {
 	if s == "" {
 		return nil, nil
 	}
-	fs := strings.Split(s, ",")
-	for _, f := range fs {
-		if f == "" {
-			return nil, usagef("-fields %q has an empty field name", s)
+	names := strings.Split(s, ",")
+	for _, n := range names {
+		if n == "" {
+			return nil, usagef("%s %q has an empty %s name", flag, s, what)
 		}
 	}
-	return fs, nil
+	return names, nil
 }
 
 // partitionStatus opens the queue and returns partition's status, or an
-// error naming the partitions there are when it has no rows.
+// error naming the partitions there are when it has neither rows nor a
+// capacity (one set before the job's first put makes it known).
 func (s *session) partitionStatus(ctx context.Context, partition string) (*tq.Client, *tq.Status, error) {
-	c, err := s.openPartition(ctx, partition)
+	c, err := s.open(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	st, err := c.Status(ctx, partition)
 	if err != nil {
 		return nil, nil, err
+	}
+	if !hasPartition(st) {
+		return nil, nil, noPartition(ctx, c, partition)
 	}
 	return c, st, nil
 }
@@ -173,7 +183,8 @@ func (s *session) status(ctx context.Context, partition, task string, fields []s
 	if err := checkFields(st, fields); err != nil {
 		return nil, err
 	}
-	rep := &statusJSON{Partition: partition, Rows: st.Rows, Fields: st.Fields, Tasks: map[string]taskJSON{}}
+	rep := &statusJSON{Partition: partition, Rows: st.Rows, Fields: st.Fields, Tasks: map[string]taskJSON{},
+		Capacity: capacityOf(st.Capacity), Used: usedJSON(st.Used)}
 	for name, ts := range st.Tasks {
 		rep.Tasks[name] = taskOf(ts, false)
 	}
@@ -201,7 +212,11 @@ func (s *session) status(ctx context.Context, partition, task string, fields []s
 // printStatus writes rep as tables: the rows per field, then a row per
 // task of taskColumns.
 func (s *session) printStatus(rep *statusJSON) error {
-	fmt.Fprintf(s.stdout, "partition %s: %d rows\n\n", strconvQuote(rep.Partition), rep.Rows)
+	fmt.Fprintf(s.stdout, "partition %s: %d rows\n", strconvQuote(rep.Partition), rep.Rows)
+	if rep.Capacity != nil {
+		fmt.Fprintf(s.stdout, "capacity: %s\n", capacityText(rep.Capacity, rep.Used))
+	}
+	fmt.Fprintln(s.stdout)
 	tw := s.table()
 	fmt.Fprintln(tw, "FIELD\tROWS")
 	for _, f := range sortedKeys(rep.Fields) {

@@ -115,7 +115,7 @@ type task struct {
 	entries map[uint64]*entry
 	// consumed counts the rows the task acknowledged or dropped, ever.
 	consumed uint64
-	batches []*openBatch
+	batches  []*openBatch
 
 	// The index, built for sel once a claim names it.
 	indexed bool
