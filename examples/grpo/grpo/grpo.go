@@ -304,6 +304,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 		return r.result(start), err
 	}
 	if role == RoleAll && !cfg.Keep {
+		// The capacity stays with a partition through its clearing: lift
+		// it, so that nothing of the run is left.
+		if err := c.SetCapacity(ctx, SamplesPartition, tq.Capacity{}); err != nil {
+			return r.result(start), fmt.Errorf("grpo: %w", err)
+		}
 		for _, p := range partitions {
 			if err := c.ClearPartition(ctx, p); err != nil {
 				return r.result(start), fmt.Errorf("grpo: clear %s: %w", p, err)
