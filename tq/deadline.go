@@ -17,19 +17,24 @@ type groupDeadline struct {
 }
 
 // GroupDeadline bounds how long a group of a WithGroups task waits
-// incomplete, counted from the commit of its oldest ready row by the
-// engine's clock (one slow rollout must not wedge the step). Past it the
-// group is overdue, and:
+// incomplete, counted by the engine's clock from when its oldest ready
+// row became ready (the last commit that gave the row a field: a prompt
+// written early and answered late counts from its answer), so that one
+// slow rollout does not wedge the step. Past it the group is overdue,
+// and:
 //
 //   - with partial, claims lease it as it is, fewer rows than the group
-//     size, ahead of complete groups, and flag its rows in Lease.Partial
+//     size, after the complete groups a claim has room for, and flag its rows in Lease.Partial
 //     so the trainer can weight them; a Wait wakes when a group falls due;
 //   - without, it keeps waiting and Task.Stragglers lists it, so that its
 //     producer writes the missing members (under the keys it would have
 //     used, a second producer doing the same rewrites them: no duplicate).
 //
 // The rule is the engine's: every consumer of the task sees a group
-// overdue at the same moment. d must be positive.
+// overdue at the same moment. The engine learns a task's groups from its
+// claims: Status and Stragglers list groups once a claim of the task
+// (with this option) has run. With Ranks, only the rank whose claim
+// chose the batch gets Lease.Partial. d must be positive.
 func GroupDeadline(d time.Duration, partial bool) TaskOption {
 	return func(t *Task) error {
 		if d <= 0 {

@@ -49,6 +49,7 @@ var metaTests = []struct {
 	fn   func(*mt)
 }{
 	{"PrepareIndexes", testPrepareIndexes},
+	{"PrepareBadSizes", testPrepareBadSizes},
 	{"NewIndexAfterDelete", testNewIndexAfterDelete},
 	{"Generations", testGenerations},
 	{"EmptyCalls", testMetaEmpty},
@@ -937,4 +938,29 @@ func testMetaClosed(x *mt) {
 	want("Delete", err)
 	_, err = x.m.DeletePartition(x.ctx, p)
 	want("DeletePartition", err)
+}
+
+// testPrepareBadSizes: sizes that are not one per cell, or negative, are
+// refused with ErrInvalid, reserving nothing, bound or no bound.
+func testPrepareBadSizes(x *mt) {
+	p := x.part("p")
+	if _, err := x.m.SetCapacity(x.ctx, p, metadata.Capacity{Bytes: 1000}); err != nil {
+		x.t.Fatal(err)
+	}
+	for _, sizes := range [][]int64{{1}, {1, 2, 3}, {1, -2}} {
+		if _, err := x.m.Prepare(x.ctx, p, []string{"a", "b"}, []string{"f"}, sizes); !errors.Is(err, backends.ErrInvalid) {
+			x.t.Errorf("Prepare with sizes %v: %v, want ErrInvalid", sizes, err)
+		}
+	}
+	rows, err := x.m.Lookup(x.ctx, p, []string{"a", "b"})
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	if rows[0] != nil || rows[1] != nil {
+		x.t.Errorf("a refused Prepare left rows: %v", rows)
+	}
+	r := x.prepare(p, []string{"a"}, []string{"f"})
+	if len(r) != 1 {
+		x.t.Fatalf("Prepare after refusals: %v", r)
+	}
 }

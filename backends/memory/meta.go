@@ -148,6 +148,9 @@ func (m *MetaStore) check(ctx context.Context) error {
 
 // Prepare implements metadata.MetaStore.
 func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
+	if err := metadata.CheckSizes(keys, fields, sizes); err != nil {
+		return nil, err
+	}
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
@@ -364,6 +367,7 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req metadata.Cl
 	a := rules.ClaimArgs{Task: req.Task, Token: metadata.NewLease(req.Holder), Lease: req.Lease, Rows: req.Rows, Min: req.Min,
 		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom}
 	var c metadata.Claimed
+	var cleared []*metadata.Row
 	for window := 4*req.Rows + 64; ; window *= 4 {
 		now := m.now()
 		var rows []*metadata.Row
@@ -381,6 +385,8 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req metadata.Cl
 		}
 		c = p.st.Claim(now, &a)
 		c.Mark.Seq += p.base
+		cleared = append(cleared, c.Cleared...)
+		c.Cleared = cleared // every attempt's: their cells are the caller's to delete
 		if c.Lease != "" || !a.Custom || len(rows) < window {
 			return c, nil
 		}

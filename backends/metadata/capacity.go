@@ -23,9 +23,11 @@ type Capacity struct {
 	// Zero: no bound.
 	Rows int64
 	// Bytes bounds the bytes of the partition's cells: for each field of
-	// each row, the size of its newest write (a cell rewritten counts
-	// once, at its new size; a put in progress counts at Prepare). Zero:
-	// no bound.
+	// each row, its cell's size once its newest write committed, and
+	// while writes of it are in progress the largest of its cell's and
+	// theirs (a write given up keeps counting until the field is written
+	// again or its row leaves: an upper bound, never under). Zero: no
+	// bound.
 	Bytes int64
 	// ClearAcked, when set, removes a row as soon as every task it names
 	// has acknowledged (or dropped) it, as Delete would: the rows a
@@ -109,4 +111,22 @@ func (e *FullError) Is(target error) bool { return target == backends.ErrFull }
 func (e *FullError) Never() bool {
 	return e.Capacity.Rows > 0 && e.Asked.Rows > e.Capacity.Rows ||
 		e.Capacity.Bytes > 0 && e.Asked.Bytes > e.Capacity.Bytes
+}
+
+// CheckSizes reports, with an error wrapping backends.ErrInvalid, sizes
+// that a Prepare of keys and fields cannot take: not nil and not one per
+// cell, or negative.
+func CheckSizes(keys, fields []string, sizes []int64) error {
+	if sizes == nil {
+		return nil
+	}
+	if len(sizes) != len(keys)*len(fields) {
+		return invalidf("prepare: %d sizes for %d keys and %d fields", len(sizes), len(keys), len(fields))
+	}
+	for _, n := range sizes {
+		if n < 0 {
+			return invalidf("prepare: negative size %d", n)
+		}
+	}
+	return nil
 }

@@ -207,9 +207,10 @@ type Select struct {
 // maps group by their text.
 //
 // With a Deadline, a group that has waited that long incomplete (since
-// its first ready row was filed, by the store's clock) is overdue: with
+// the commit that made its oldest ready row ready: the last that gave the
+// row a field, by the store's clock) is overdue: with
 // Partial, a claim leases it as it is, a unit of fewer than Size rows
-// flagged in Claimed.Partial, oldest first among the complete groups;
+// flagged in Claimed.Partial, after the complete groups, oldest first;
 // without, it keeps waiting, listed as overdue (see View.Groups) so that
 // a producer can write its missing members.
 type Group struct {
@@ -473,7 +474,7 @@ type View struct {
 	Consumed map[string]uint64
 	// Groups are, for each task of tasks (every task) whose claims take
 	// groups, the groups waiting incomplete: their id, ready rows, and
-	// when their first ready row was filed; oldest first.
+	// since when (see GroupWait.Since); oldest first.
 	Groups map[string][]GroupWait
 }
 
@@ -481,7 +482,7 @@ type View struct {
 type GroupWait struct {
 	ID    string
 	Rows  int       // ready rows of the group (fewer than Size)
-	Since time.Time // when its first ready row was filed
+	Since time.Time // when its oldest ready row became ready (its last commit adding a field)
 	// Overdue is set once the group has waited its Group.Deadline.
 	Overdue bool
 }

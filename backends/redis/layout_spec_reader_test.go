@@ -339,7 +339,8 @@ type srGen struct {
 	field      string
 	next, pend uint64
 	at, old    int64
-	size       int64
+	size       int64 // what the bytes count
+	nsize      int64 // the newest reservation's size
 }
 
 func (g *srGen) has(gen uint64) bool {
@@ -1059,14 +1060,16 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 			var growth int64
 			for k, key := range keys {
 				for j, f := range fields {
+					var s int64
 					if sizes != nil {
-						growth += sizes[j][k]
+						s = sizes[j][k]
 					}
 					if r := p.rows[key]; r != nil {
 						if g := r.gen(f); g != nil {
-							growth -= g.size
+							s -= min(s, g.size)
 						}
 					}
+					growth += s
 				}
 			}
 			rows, bytes := p.usage()
@@ -1087,9 +1090,11 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 					g = &srGen{field: f}
 					r.gens = append(r.gens, g)
 				}
+				g.nsize = 0
 				if sizes != nil {
-					g.size = sizes[j][k]
+					g.nsize = sizes[j][k]
 				}
+				g.size = max(g.size, g.nsize)
 				switch {
 				case g.pend == 0:
 					g.old = now
@@ -1146,6 +1151,8 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 					if j := p.farIndex(r.index, f, fi.gen); j >= 0 {
 						p.far = slices.Delete(p.far, j, j+1)
 					}
+				} else if fi.gen == g.next-1 {
+					g.size = g.nsize // its newest write committed
 				}
 				old, had := r.fields[f]
 				switch {
@@ -1452,12 +1459,12 @@ func restoreSR(b []byte) (*srState, error) {
 		ng := d.arr()
 		for range ng {
 			parts := d.arr()
-			if parts != 5 && parts != 6 {
-				d.fail(fmt.Errorf("gens not of 5 or 6"))
+			if parts != 5 && parts != 7 {
+				d.fail(fmt.Errorf("gens not of 5 or 7"))
 			}
 			g := &srGen{field: d.s(), next: d.u(), pend: d.u(), at: d.i(), old: d.i()}
-			if parts == 6 {
-				g.size = d.i()
+			if parts == 7 {
+				g.size, g.nsize = d.i(), d.i()
 			}
 			r.gens = append(r.gens, g)
 		}
@@ -1559,7 +1566,10 @@ func restoreSR(b []byte) (*srState, error) {
 	}
 	if d.err == nil && len(d.b) != 0 {
 		p.capRows, p.capBytes, p.clearAfter = d.i(), d.i(), d.strs()
-		for _, k := range d.strs() {
+		nh := d.arr()
+		for range nh / 2 {
+			k := d.s()
+			d.i() // since: when it was prepared (group deadlines and aborts, not applied here)
 			if r := p.rows[k]; r != nil {
 				r.held = true
 			} else {

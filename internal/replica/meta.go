@@ -28,6 +28,9 @@ func one(res []*rules.Result, err error) (*rules.Result, error) {
 // ErrOutcomeUnknown: a Prepare whose outcome is unknown reserved at most
 // rows that stay invisible.
 func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
+	if err := metadata.CheckSizes(keys, fields, sizes); err != nil {
+		return nil, err
+	}
 	for {
 		var base uint64
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
@@ -222,8 +225,9 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			return localClaimed(c, skew, base), nil
 		}
 	}
-	stale := 0   // picks made again because the copy was behind
-	dropped := 0 // rows dropped by attempts that leased nothing, then made again
+	stale := 0                  // picks made again because the copy was behind
+	dropped := 0                // rows dropped by attempts that leased nothing, then made again
+	var cleared []*metadata.Row // rows cleared by any attempt (Capacity.ClearAcked)
 	for window := 4*req.Rows + 64; ; window *= 4 {
 		full, moved := false, false
 		var skew time.Duration
@@ -286,6 +290,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			return localClaimed(*replaced, skew, base), nil
 		}
 		c := r.Claimed
+		cleared = append(cleared, c.Cleared...)
 		if c.Lease == "" && full && window < 1<<24 {
 			dropped += c.Dropped
 			continue
@@ -301,6 +306,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			continue
 		}
 		c.Dropped += dropped
+		c.Cleared = cleared // every attempt's: their cells are the caller's to delete
 		return localClaimed(c, skew, base), nil
 	}
 }

@@ -94,8 +94,9 @@ func (p *Partition) Room(keys, fields []string, sizes []int64, newRows int) *met
 }
 
 // growth returns how many bytes a Prepare with sizes adds to the
-// partition's count: each cell's size less the size its field's newest
-// write in that row counts now.
+// partition's count: each cell's size beyond what its field counts now
+// (a field counts the largest of its cell and its pending writes until
+// the newest commits).
 func (p *Partition) growth(keys, fields []string, sizes []int64) int64 {
 	if sizes == nil {
 		return 0
@@ -104,12 +105,13 @@ func (p *Partition) growth(keys, fields []string, sizes []int64) int64 {
 	for i, k := range keys {
 		r := p.rows[k]
 		for j, f := range fields {
-			n += sizes[j*len(keys)+i]
+			s := sizes[j*len(keys)+i]
 			if r != nil {
 				if g := r.find(f, j); g >= 0 {
-					n -= r.gens[g].size
+					s -= min(s, r.gens[g].size)
 				}
 			}
+			n += s
 		}
 	}
 	return n
@@ -151,5 +153,14 @@ func (p *Partition) release(r *row) {
 	}
 	for i := range r.gens {
 		p.sized(&r.gens[i], 0)
+	}
+}
+
+// roomMade raises the change count when the rows or bytes the capacity
+// counts went down since they were held and bytes: a put blocked on the
+// capacity waits for a change, and may fit now.
+func (p *Partition) roomMade(held int, bytes int64) {
+	if p.held < held || p.bytes < bytes {
+		p.bump()
 	}
 }

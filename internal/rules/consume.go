@@ -438,7 +438,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 			take = append(take, u...)
 			bounds = append(bounds, len(take))
 			if partial > 0 {
-				c.Partial = append(c.Partial, k < partial)
+				c.Partial = append(c.Partial, k >= len(units)-partial)
 			}
 			if len(take) == a.Rows {
 				break
@@ -546,15 +546,18 @@ func (p *Partition) leasable(t *task, u []uint64, taken map[uint64]bool) bool {
 
 // choose picks a claim's units by t's Select: the oldest ready rows, or
 // the oldest complete groups (stale rows were taken out before: see
-// sweepStale), after the groups overdue at now that a Partial deadline
-// releases; partial is how many units of those come first.
+// sweepStale), then the groups overdue at now that a Partial deadline
+// releases; partial is how many units of those come last. Complete
+// groups come first: an overdue group is released where it does not
+// hold back a step that complete groups fill.
 func (p *Partition) choose(t *task, a *ClaimArgs, now int64) (units [][]uint64, partial int) {
 	if t.groups != nil {
+		units = t.groups.units(a.Rows / t.sel.Group.Size)
 		if t.sel.Group.Partial {
-			units = t.groups.partialUnits(a.Rows, now)
-			partial = len(units)
+			more := t.groups.partialUnits(a.Rows, now)
+			units, partial = append(units, more...), len(more)
 		}
-		return append(units, t.groups.units(a.Rows/t.sel.Group.Size)...), partial
+		return units, partial
 	}
 	flat := make([]uint64, 0, a.Rows)
 	t.ready.Ascend(func(i uint64) bool {
@@ -691,7 +694,7 @@ func (p *Partition) mark(t *task, now int64) metadata.Mark {
 	}
 	if t.groups != nil && t.sel.Group.Partial {
 		// A group falling due is released by the claim after it.
-		if due := t.groups.nextDue(); due > now && (mk.Wake.IsZero() || due < mk.Wake.UnixMicro()) {
+		if due := t.groups.nextDue(now); due > now && (mk.Wake.IsZero() || due < mk.Wake.UnixMicro()) {
 			mk.Wake = time.UnixMicro(due)
 		}
 	}
@@ -702,11 +705,14 @@ func (p *Partition) mark(t *task, now int64) metadata.Mark {
 // floor may lease now, oldest first, with their deliveries: for a claim
 // that picks its own units (ClaimArgs.Custom). Stale rows are left out;
 // stale lists those found, for a Stale.Drop task to drop. It changes
-// nothing a record's outcome depends on, so that a process may pick from
-// its copy of the state before it appends the claim.
+// nothing (not even the partition's clock), so that a process may pick
+// from its copy of the state before it appends the claim.
 func (p *Partition) Candidates(now int64, taskName string, sel Select, floor float64, limit int) (rows []*metadata.Row, ds []metadata.Delivery) {
-	p.tick(now)
-	now = p.now
+	// As of now (the caller's estimate of the server's clock, which may
+	// run ahead of the log) without moving the partition's clock or
+	// index: a record applied later must find them as every other copy
+	// does.
+	now = max(now, p.now)
 	t := p.tasks[taskName]
 	isStale := func(r *metadata.Row) bool {
 		if sel.Stale.Tag == "" {
@@ -729,8 +735,9 @@ func (p *Partition) Candidates(now int64, taskName string, sel Select, floor flo
 		ds = append(ds, d)
 		return len(rows) < limit
 	}
-	if t == nil || !t.indexed || !selectEqual(&t.sel, &sel) {
-		// No index for sel (yet): the claim builds it; this scans.
+	if t == nil || !t.indexed || !selectEqual(&t.sel, &sel) || len(t.timers) > 0 && t.timers[0].until <= now {
+		// No index for sel (yet): the claim builds it; or leases ended
+		// that the index learns of at the next record: this scans.
 		for _, r := range p.List() {
 			var e *entry
 			if t != nil {
@@ -742,7 +749,6 @@ func (p *Partition) Candidates(now int64, taskName string, sel Select, floor flo
 		}
 		return rows, ds
 	}
-	p.advance(t, now)
 	// The ready rows, and the parked ones the claim's floor unparks.
 	var back []uint64
 	for i, v := range t.parked {
@@ -982,9 +988,14 @@ func (p *Partition) mayLease(t *task, a *ClaimArgs) bool {
 		return true
 	}
 	if t.groups != nil {
-		n := t.groups.complete.Len() * t.sel.Group.Size
-		if t.sel.Group.Partial && n < a.Min {
-			for _, u := range t.groups.partialUnits(a.Min, p.now) {
+		if !t.sel.Group.Partial {
+			return t.groups.complete.Len()*t.sel.Group.Size >= a.Min
+		}
+		// As the claim takes units: whole, while they fit.
+		units, _ := p.choose(t, a, p.now)
+		n := 0
+		for _, u := range units {
+			if n+len(u) <= a.Rows {
 				n += len(u)
 			}
 		}

@@ -28,6 +28,7 @@ import (
 // them costs their length; nil when the partition replays (quiet).
 func (p *Partition) DeleteFields(now int64, keys, fields []string) []metadata.Ref {
 	p.tick(now)
+	defer p.roomMade(p.held, p.bytes)
 	if len(keys) == 0 || len(fields) == 0 {
 		return nil
 	}

@@ -14,7 +14,7 @@ import (
 // row, so that a claim takes the oldest complete groups in what they cost.
 type groupIndex struct {
 	g        Group
-	since    func(i uint64) int64 // when row i was first committed
+	since    func(i uint64) int64 // when row i last gained a field
 	of       map[uint64]string    // a ready row's group id, as indexed
 	groups   map[string]*group
 	complete *btree.BTreeG[*group] // groups with at least g.Size ready rows, by first row
@@ -26,9 +26,10 @@ type groupIndex struct {
 type group struct {
 	id      string
 	members []uint64 // ready rows, by index
-	// born is when the oldest of members was first committed: a function
-	// of the ready rows alone, so that every copy of the partition agrees
-	// however late its index learned of a lease that ended.
+	// born is the earliest of its members' since (when each last gained
+	// a field, so became ready for the task): a function of the ready
+	// rows alone, so that every copy of the partition agrees however late
+	// its index learned of a lease that ended.
 	born int64
 }
 
@@ -78,16 +79,21 @@ func (x *groupIndex) partialUnits(n int, now int64) [][]uint64 {
 	return out
 }
 
-// nextDue is when the oldest waiting group becomes overdue (0: none).
-func (x *groupIndex) nextDue() int64 {
+// nextDue is when the next waiting group becomes overdue after now (0:
+// none): the groups ahead of it in the waiting order are overdue already.
+func (x *groupIndex) nextDue(now int64) int64 {
 	if x.g.Deadline <= 0 {
 		return 0
 	}
-	gr, ok := x.waiting.Min()
-	if !ok {
-		return 0
-	}
-	return gr.born + x.g.Deadline.Microseconds()
+	due := int64(0)
+	x.waiting.Ascend(func(gr *group) bool {
+		if d := gr.born + x.g.Deadline.Microseconds(); d > now {
+			due = d
+			return false
+		}
+		return true
+	})
+	return due
 }
 
 // waits lists the waiting groups, oldest first, as of now.
@@ -192,7 +198,7 @@ func (x *groupIndex) units(n int) [][]uint64 {
 	return out
 }
 
-// since is when row i was first committed (0 for none).
+// since is when row i last gained a field (0 for no row).
 func (p *Partition) since(i uint64) int64 {
 	if r := p.byIndex[i]; r != nil {
 		return r.since
@@ -210,6 +216,10 @@ func (p *Partition) GroupWaits(now int64, tasks ...string) map[string][]metadata
 		if t.groups == nil || len(tasks) > 0 && !slices.Contains(tasks, name) {
 			continue
 		}
+		// The leases that ended by the log's time are in the index, as
+		// the next record would find them (never by now: the index must
+		// be every copy's).
+		p.advance(t, p.now)
 		if out == nil {
 			out = map[string][]metadata.GroupWait{}
 		}

@@ -28,8 +28,9 @@ type row struct {
 	// held is set while a new row holds room of the capacity before its
 	// first commit (see capacity.go).
 	held bool
-	// since is when the row was first committed (a group's deadline
-	// counts from its oldest ready row's).
+	// since is when the row last gained a field (its first commit, or one
+	// adding a field it had not): when it may have become ready for a
+	// task, from which a group's deadline counts.
 	since int64
 }
 
@@ -48,8 +49,11 @@ type fieldGen struct {
 	// cutoff, and an abandoned reservation is aborted in time even while
 	// newer puts of its cell keep coming.
 	at, old int64
-	// size is the bytes of the newest write reserved (see capacity.go).
-	size int64
+	// size is the bytes the capacity counts for the field: its newest
+	// write's once that committed, the largest of its cell's and its
+	// pending writes' while writes are pending (an upper bound when one
+	// is given up); nsize is the newest write's (see capacity.go).
+	size, nsize int64
 }
 
 // window is how many of a field's newest generations pend tracks.
@@ -241,15 +245,19 @@ func (p *Partition) Prepare(now int64, keys, fields []string, sizes []int64, bas
 			// spill into the next row's share.
 			r.index, r.gens, freshGens = base, freshGens[:0:nf], freshGens[nf:]
 			base++
-			r.held = true
+			r.held, r.since = true, p.now // since: when it was prepared, until its first commit
 			p.held++
 			p.rows[k] = r
 		}
 		for j, f := range fields {
 			cur[j] = r.reserve(p, f, j, p.now)
+			var size int64
 			if sizes != nil {
-				p.sized(&r.gens[r.find(f, j)], sizes[j*len(keys)+i])
+				size = sizes[j*len(keys)+i]
 			}
+			g := &r.gens[r.find(f, j)]
+			g.nsize = size
+			p.sized(g, max(g.size, size))
 		}
 		if prevMap == nil || !slices.Equal(cur, prev) {
 			prevMap = make(map[string]uint64, nf)
@@ -317,6 +325,9 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 			var ok bool
 			if cs[j].Hint, ok = r.unpend(p, cs[j].Field, cs[j].Gen, cs[j].Hint); ok {
 				p.pending--
+				if g := &r.gens[cs[j].Hint]; cs[j].Gen == g.next-1 {
+					p.sized(g, g.nsize) // its newest write is its cell now
+				}
 			}
 		}
 		if len(block) == 0 {
@@ -327,11 +338,13 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 		old := r.view
 		merge.Merge(next, old, u, &res)
 		r.view = next
+		if old == nil || len(next.Fields) > len(old.Fields) {
+			r.since = p.now // it gained a field: it may be ready for more tasks
+		}
 		if old == nil {
 			p.byIndex[r.index] = r
 			p.committed++
 			p.unhold(r)
-			r.since = p.now
 			p.inserted++
 			if p.sorted != nil && (len(p.sorted) == 0 || p.sorted[len(p.sorted)-1].Index < r.index) {
 				p.sorted = append(p.sorted, next) // the usual case: a new row above every other
@@ -427,6 +440,7 @@ func compareIndex(a, b uint64) int {
 // consumption.
 func (p *Partition) Delete(now int64, keys []string) []*metadata.Row {
 	p.tick(now)
+	defer p.roomMade(p.held, p.bytes)
 	var out []*metadata.Row
 	for _, k := range keys {
 		r := p.rows[k]
@@ -507,7 +521,8 @@ func (p *Partition) growGarbage(rows []*metadata.Row) []metadata.Ref {
 // is pending.
 func (p *Partition) Abort(now, cutoff int64) {
 	p.tick(now)
-	if p.pending > 0 {
+	defer p.roomMade(p.held, p.bytes)
+	if p.pending > 0 || p.held > 0 {
 		for _, r := range p.byIndexAll() {
 			lost := false
 			for i := range r.gens {
@@ -529,7 +544,9 @@ func (p *Partition) Abort(now, cutoff int64) {
 					p.pending--
 				}
 			}
-			if lost {
+			if lost || r.held && r.view == nil && r.since <= cutoff {
+				// (A row a tag-only put prepared has no reservation to
+				// lose: its age lets it go.)
 				p.unhold(r)
 			}
 		}
@@ -562,6 +579,7 @@ func (p *Partition) Garbage() []metadata.Ref { return p.garbage }
 // Delete returned in metadata.AppendRowRefs order, cost their length.
 func (p *Partition) Swept(now int64, refs []metadata.Ref) {
 	p.tick(now)
+	defer p.roomMade(p.held, p.bytes)
 	if len(refs) == 0 {
 		return
 	}
@@ -623,6 +641,7 @@ func (p *Partition) sweepSet(refs []metadata.Ref) {
 // or lost with a log a failover rewound).
 func (p *Partition) Abandon(now int64, refs []metadata.Ref) int {
 	p.tick(now)
+	defer p.roomMade(p.held, p.bytes)
 	set := make(map[metadata.CellID]metadata.Ref, len(refs))
 	for _, r := range refs {
 		set[r.ID()] = r

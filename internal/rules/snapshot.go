@@ -37,13 +37,14 @@ func (p *Partition) Snapshot() ([]byte, error) {
 		}
 		b = msgp.AppendArrayHeader(b, uint32(len(r.gens)))
 		for _, g := range r.gens {
-			b = msgp.AppendArrayHeader(b, 6)
+			b = msgp.AppendArrayHeader(b, 7)
 			b = msgp.AppendString(b, g.field)
 			b = msgp.AppendUint64(b, g.next)
 			b = msgp.AppendUint64(b, g.pend)
 			b = msgp.AppendInt64(b, g.at)
 			b = msgp.AppendInt64(b, g.old)
 			b = msgp.AppendInt64(b, g.size)
+			b = msgp.AppendInt64(b, g.nsize)
 		}
 	}
 	b = appendPending(b, p.far)
@@ -128,13 +129,13 @@ func (p *Partition) Snapshot() ([]byte, error) {
 	}
 	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 {
 		b = append(b, CapacityRecord(p.capacity)[1:]...)
-		held := make([]string, 0, p.held)
+		b = msgp.AppendArrayHeader(b, uint32(2*p.held))
 		for _, k := range slices.Sorted(maps.Keys(p.rows)) {
-			if p.rows[k].held {
-				held = append(held, k)
+			if r := p.rows[k]; r.held {
+				b = msgp.AppendString(b, k)
+				b = msgp.AppendInt64(b, r.since)
 			}
 		}
-		b = appendStrings(b, held)
 		b = msgp.AppendArrayHeader(b, uint32(len(dl)))
 		for _, name := range dl {
 			t := p.tasks[name]
@@ -328,7 +329,7 @@ func restore(b []byte) (*Partition, error) {
 			if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
 				return nil, err
 			}
-			if parts != 5 && parts != 6 {
+			if parts != 5 && parts != 7 {
 				return nil, fmt.Errorf("field generations of %d parts", parts)
 			}
 			if g.field, b, err = msgp.ReadStringBytes(b); err != nil {
@@ -346,11 +347,14 @@ func restore(b []byte) (*Partition, error) {
 			if g.old, b, err = msgp.ReadInt64Bytes(b); err != nil {
 				return nil, err
 			}
-			if parts == 6 {
+			if parts == 7 {
 				if g.size, b, err = msgp.ReadInt64Bytes(b); err != nil {
 					return nil, err
 				}
-				if g.size < 0 {
+				if g.nsize, b, err = msgp.ReadInt64Bytes(b); err != nil {
+					return nil, err
+				}
+				if g.size < 0 || g.nsize < 0 {
 					return nil, fmt.Errorf("row %q field %q: negative size", key, g.field)
 				}
 				p.bytes += g.size
@@ -648,14 +652,24 @@ func restore(b []byte) (*Partition, error) {
 		if p.capacity, b, err = readCapacity(b); err != nil {
 			return nil, err
 		}
-		var held []string
-		if held, b, err = readStrings(b); err != nil {
+		var nh uint32
+		if nh, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
 			return nil, err
 		}
-		for _, k := range held {
+		if nh%2 != 0 {
+			return nil, fmt.Errorf("held rows of %d values", nh)
+		}
+		for range nh / 2 {
+			var k string
+			if k, b, err = msgp.ReadStringBytes(b); err != nil {
+				return nil, err
+			}
 			r := p.rows[k]
 			if r == nil || r.held {
 				return nil, fmt.Errorf("held row %q unknown or twice", k)
+			}
+			if r.since, b, err = msgp.ReadInt64Bytes(b); err != nil {
+				return nil, err
 			}
 			r.held = true
 			p.held++
