@@ -100,3 +100,14 @@ func checkReopen(t *testing.T, dir string, o Options, keep backends.Engine) {
 		t.Errorf("the reopened engine differs:\n%s", d)
 	}
 }
+
+// openT opens the engine over dir, closed at the test's end.
+func openT(t testing.TB, dir string, o Options) backends.Engine {
+	t.Helper()
+	eng, err := Open(t.Context(), dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Data.Close(); _ = eng.Log.Close() })
+	return eng
+}
