@@ -45,13 +45,17 @@ const (
 )
 
 // builder builds one frame in a buffer sized in advance: the cells of a
-// write are kept in memory as slices of it.
-type builder struct{ b []byte }
+// write are kept in memory as slices of it. fb is the buffer's recycled
+// allocation (nil for one of its own: see framePool).
+type builder struct {
+	b  []byte
+	fb *frameBuf
+}
 
 // newBuilder starts a frame of kind whose body is size bytes.
 func newBuilder(kind byte, size int) builder {
 	b := make([]byte, frameHeader, frameHeader+1+size+stampSize)
-	return builder{append(b, kind)}
+	return builder{b: append(b, kind)}
 }
 
 func (f *builder) uvarint(v uint64) { f.b = binary.AppendUvarint(f.b, v) }
@@ -156,8 +160,8 @@ func appendLen(partition string, recs []backends.Record) int {
 var errShort = errors.New("record body ends too soon")
 
 // reader decodes a frame's body. Strings and byte slices alias the
-// frame, which is never written again: a stored key or value costs no
-// copy.
+// frame, which is not written again while anything refers to it (see
+// frameBuf): a stored key or value costs no copy.
 type reader struct {
 	b   []byte
 	err error
@@ -247,6 +251,7 @@ type rec struct {
 type op struct {
 	kind  byte
 	frame []byte
+	fb    *frameBuf // frame's recycled allocation, nil for one of its own
 	stamp int64
 
 	cells []cell   // kindWrite, kindCells

@@ -23,8 +23,8 @@ func dumpOf(e *engine) dump {
 	defer e.mu.RUnlock()
 	d := dump{cells: map[string]string{}, logs: map[string]string{}, next: e.st.next}
 	for i := range e.st.cells {
-		for k, v := range e.st.cells[i] {
-			d.cells[k] = string(v)
+		for k, en := range e.st.cells[i] {
+			d.cells[k] = string(en.v)
 		}
 	}
 	for name, l := range e.st.logs {
