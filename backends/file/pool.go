@@ -89,5 +89,7 @@ func (p *framePool) builder(kind byte, size int) builder {
 		return newBuilder(kind, size)
 	}
 	f := p.get(n)
-	return builder{b: append(f.buf[:frameHeader:n], kind), fb: f}
+	b := startBuilder(f.buf[:frameHeader:n], kind, size)
+	b.fb = f
+	return b
 }
