@@ -1,4 +1,4 @@
-package file
+package file_test
 
 import (
 	"errors"
@@ -6,9 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/file"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -88,37 +88,34 @@ func BenchmarkReopen(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
-			o := Options{Sync: SyncNever, CheckpointMin: 1 << 20}
-			eng, err := Open(b.Context(), dir, o)
+			o := file.Options{Sync: file.SyncNever, CheckpointMin: 1 << 20}
+			eng, err := file.Open(b.Context(), dir, o)
 			if err != nil {
 				b.Fatal(err)
 			}
 			for r := range rounds {
 				fill(b, eng, r)
 			}
-			e := engineOf(eng)
-			for e.ckptRunning.Load() {
-				time.Sleep(time.Millisecond)
-			}
-			if rounds == 2 && e.checkpoints.Load() == 0 {
+			file.WaitCheckpointIdle(eng)
+			if rounds == 2 && file.Checkpoints(eng) == 0 {
 				b.Fatal("no checkpoint")
 			}
 			if err := errors.Join(eng.Data.Close(), eng.Log.Close()); err != nil {
 				b.Fatal(err)
 			}
 			var size int64
-			for _, name := range dirNamesB(b, dir) {
+			for _, name := range file.DirNames(b, dir) {
 				if info, err := os.Stat(filepath.Join(dir, name)); err == nil {
 					size += info.Size()
 				}
 			}
 			b.Logf("%s: %d cells, %.0f MB on disk", name, n, float64(size)/1e6)
 			for b.Loop() {
-				eng, err := Open(b.Context(), dir, o)
+				eng, err := file.Open(b.Context(), dir, o)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if got := engineOf(eng).st.ncells; got != n {
+				if got := file.Cells(eng); got != n {
 					b.Fatalf("%d cells reopened, want %d", got, n)
 				}
 				if err := errors.Join(eng.Data.Close(), eng.Log.Close()); err != nil {
@@ -127,16 +124,4 @@ func BenchmarkReopen(b *testing.B) {
 			}
 		})
 	}
-}
-
-func dirNamesB(b *testing.B, dir string) []string {
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var names []string
-	for _, de := range des {
-		names = append(names, de.Name())
-	}
-	return names
 }

@@ -128,7 +128,18 @@ func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp
 		}
 	}
 	ncells := uint64(0)
-	var chunk []cell
+	// The cells copied under the lock, each holding its frame (see
+	// frameBuf) until written.
+	type held struct {
+		key string
+		entry
+	}
+	var chunk []held
+	defer func() {
+		for _, c := range chunk {
+			e.frames.release(c.f)
+		}
+	}()
 	for i := range numShards {
 		select {
 		case <-e.stop:
@@ -137,28 +148,36 @@ func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp
 		}
 		e.mu.RLock()
 		chunk = chunk[:0]
-		for k, v := range e.st.cells[i] {
-			chunk = append(chunk, cell{k, v})
+		for k, en := range e.st.cells[i] {
+			if en.f != nil {
+				en.f.refs.Add(1)
+			}
+			chunk = append(chunk, held{k, en})
 		}
 		e.mu.RUnlock()
 		ncells += uint64(len(chunk))
 		for len(chunk) > 0 {
 			n, size := 0, 0
 			for n < len(chunk) && (n == 0 || size < ckptChunk) {
-				size += strLen(len(chunk[n].key)) + strLen(len(chunk[n].val))
+				size += strLen(len(chunk[n].key)) + strLen(len(chunk[n].v))
 				n++
 			}
-			b := newBuilder(kindWrite, uvarintLen(uint64(n))+size)
+			b := e.frames.builder(kindWrite, uvarintLen(uint64(n))+size)
 			b.uvarint(uint64(n))
 			for _, c := range chunk[:n] {
 				b.str(c.key)
-				b.bytes(c.val)
+				b.bytes(c.v)
 			}
-			if err := put(&b); err != nil {
-				return err
+			err := put(&b)
+			e.frames.release(b.fb)
+			for _, c := range chunk[:n] {
+				e.frames.release(c.f)
 			}
 			clear(chunk[:n]) // let the values go once written
 			chunk = chunk[n:]
+			if err != nil {
+				return err
+			}
 		}
 	}
 	end := newBuilder(kindEnd, 16)

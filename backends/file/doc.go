@@ -101,11 +101,19 @@
 //
 // Every cell value is kept in memory (reads never touch the disk), as a
 // slice of the record that wrote it: a write costs one copy, and a value
-// is never written again, so Read returns it without copying when the
-// caller's buffer does not fit. A record's memory is freed when none of
-// its cells and log records is left. Plan for the live data, plus the
-// garbage collector's headroom, plus the logs' records since their last
-// compaction.
+// is never written in place. A record of 64 KiB or more (a put's cells, a
+// checkpoint's chunk) lies in memory the engine reuses, as memory://
+// reuses its arenas: once none of its cells is left and no read or
+// checkpoint copies out of it, it goes to a free list (64 MiB at most)
+// that later records are built in, so a partition written and cleared in
+// a loop runs on warm memory, not on fresh pages and Go's zeroing of
+// them. Read copies a value whose length is not its destination's out of
+// such a record if it is under 64 KiB, and returns a longer one as it
+// lies, read-only (the record is then never reused); the logs' records
+// are copied out of it. A smaller record's memory is left to the garbage
+// collector once none of its cells and log records is left. Plan for the
+// live data, plus the free list, plus the garbage collector's headroom,
+// plus the logs' records since their last compaction.
 //
 // # One process per directory
 //

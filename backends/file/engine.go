@@ -23,6 +23,8 @@ type engine struct {
 	clock  func() time.Time
 	unlock func() error // releases the directory's lock
 
+	frames framePool // the large frames' allocations, reused
+
 	mu    sync.RWMutex // guards st and wakes
 	st    *state
 	wakes map[string]chan struct{} // closed at the partition's next append
@@ -113,8 +115,9 @@ func openEngine(dir string, o Options) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{dir: dir, opts: o.withDefaults(), unlock: unlock, st: newState(), wakes: map[string]chan struct{}{},
+	e := &engine{dir: dir, opts: o.withDefaults(), unlock: unlock, wakes: map[string]chan struct{}{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	e.st = newState(&e.frames)
 	e.clock = e.opts.clock
 	next, err := e.recoverDir()
 	if err == nil {
@@ -214,13 +217,17 @@ func (h *handle) Close() error {
 // unknown: the frame is written all the same.
 func (h *handle) submit(ctx context.Context, b *builder, o *op) error {
 	partial, err := b.seal()
+	if err == nil {
+		if err = o.decodeBody(b.b[frameHeader], b.b[frameHeader+1:]); err != nil {
+			err = fmt.Errorf("file: decoding its own record: %w", err) // a bug
+		}
+	}
+	if err == nil {
+		o.fb = b.fb // the writer's from now on, released once applied
+		err = h.e.enqueue(b, partial, o)
+	}
 	if err != nil {
-		return err
-	}
-	if err := o.decodeBody(b.b[frameHeader], b.b[frameHeader+1:]); err != nil {
-		return fmt.Errorf("file: decoding its own record: %w", err) // a bug
-	}
-	if err := h.e.enqueue(b, partial, o); err != nil {
+		h.e.frames.release(b.fb)
 		return err
 	}
 	select {

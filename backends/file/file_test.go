@@ -1,4 +1,4 @@
-package file
+package file_test
 
 import (
 	"sync"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest"
+	"github.com/tqgo/tqgo/backends/file"
 	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
@@ -13,9 +14,9 @@ import (
 )
 
 // openT opens the engine over dir, closed at the test's end.
-func openT(t testing.TB, dir string, o Options) backends.Engine {
+func openT(t testing.TB, dir string, o file.Options) backends.Engine {
 	t.Helper()
-	eng, err := Open(t.Context(), dir, o)
+	eng, err := file.Open(t.Context(), dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +31,7 @@ var dirs sync.Map
 // fresh is an engine over a directory of the test's own.
 func fresh(t *testing.T) backends.Engine {
 	dir, _ := dirs.LoadOrStore(t, t.TempDir())
-	return openT(t, dir.(string), Options{Sync: SyncNever})
+	return openT(t, dir.(string), file.Options{Sync: file.SyncNever})
 }
 
 func TestEngine(t *testing.T) {
@@ -42,13 +43,13 @@ func TestEngine(t *testing.T) {
 func TestLog(t *testing.T) {
 	backendtest.RunLog(t, func(t *testing.T) func() backends.Log {
 		dir := t.TempDir()
-		return func() backends.Log { return openT(t, dir, Options{Sync: SyncNever}).Log }
+		return func() backends.Log { return openT(t, dir, file.Options{Sync: file.SyncNever}).Log }
 	})
 }
 
 func TestStoreShared(t *testing.T) {
 	dir := t.TempDir()
-	backendtest.RunStore(t, func(t *testing.T) backends.Store { return openT(t, dir, Options{}).Data })
+	backendtest.RunStore(t, func(t *testing.T) backends.Store { return openT(t, dir, file.Options{}).Data })
 }
 
 func TestMetaQueue(t *testing.T) {
@@ -70,11 +71,11 @@ func TestClient(t *testing.T) {
 // Open of it, sharing one engine. When the history ends and every client
 // has closed, the engine closes; the directory reopened must hold the
 // state the engine held.
-func modelEnv(o Options) func(t *testing.T) tqtest.ModelEnv {
+func modelEnv(o file.Options) func(t *testing.T) tqtest.ModelEnv {
 	return func(t *testing.T) tqtest.ModelEnv {
 		dir := t.TempDir()
 		keep := openT(t, dir, o) // holds the engine open across the history
-		t.Cleanup(func() { checkReopen(t, dir, o, keep) })
+		t.Cleanup(func() { file.CheckReopen(t, dir, o, keep) })
 		return tqtest.ModelEnv{Open: func(t *testing.T) *tq.Client {
 			e := openT(t, dir, o)
 			c, err := tq.New(e)
@@ -88,9 +89,9 @@ func modelEnv(o Options) func(t *testing.T) tqtest.ModelEnv {
 }
 
 func TestModel(t *testing.T) {
-	tqtest.RunModel(t, modelEnv(Options{Sync: SyncNever}))
+	tqtest.RunModel(t, modelEnv(file.Options{Sync: file.SyncNever}))
 }
 
 func TestModelFakeClock(t *testing.T) {
-	tqtest.RunModelFakeClock(t, modelEnv(Options{}))
+	tqtest.RunModelFakeClock(t, modelEnv(file.Options{}))
 }

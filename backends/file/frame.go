@@ -45,13 +45,42 @@ const (
 )
 
 // builder builds one frame in a buffer sized in advance: the cells of a
-// write are kept in memory as slices of it.
-type builder struct{ b []byte }
+// write are kept in memory as slices of it. fb is the buffer's recycled
+// allocation (nil for one of its own: see framePool).
+//
+// The checksum is computed as the frame is built, a few KiB at a time,
+// over bytes just copied and still in the cache: crc is the checksum of
+// the length the frame was sized for (want) and of the bytes before done.
+type builder struct {
+	b  []byte
+	fb *frameBuf
+
+	crc        uint32
+	done, want int
+}
 
 // newBuilder starts a frame of kind whose body is size bytes.
 func newBuilder(kind byte, size int) builder {
-	b := make([]byte, frameHeader, frameHeader+1+size+stampSize)
-	return builder{append(b, kind)}
+	return startBuilder(make([]byte, frameHeader, frameHeader+1+size+stampSize), kind, size)
+}
+
+// startBuilder starts a frame of kind whose body is size bytes in b, of
+// length frameHeader and capacity enough.
+func startBuilder(b []byte, kind byte, size int) builder {
+	f := builder{b: append(b, kind), done: frameHeader, want: 1 + size + stampSize}
+	var n [4]byte
+	binary.LittleEndian.PutUint32(n[:], uint32(f.want))
+	f.crc = crc32.Update(0, castagnoli, n[:])
+	return f
+}
+
+// crcChunk is the bytes the checksum catches up with at a time.
+const crcChunk = 8 << 10
+
+// sum extends the checksum over the bytes appended since the last.
+func (f *builder) sum() {
+	f.crc = crc32.Update(f.crc, castagnoli, f.b[f.done:])
+	f.done = len(f.b)
 }
 
 func (f *builder) uvarint(v uint64) { f.b = binary.AppendUvarint(f.b, v) }
@@ -74,6 +103,9 @@ func (f *builder) cells(cells []backends.Cell) {
 		f.str(c.Key)
 		f.uvarint(uint64(len(c.Head) + len(c.Body)))
 		f.b = append(append(f.b, c.Head...), c.Body...)
+		if len(f.b)-f.done >= crcChunk {
+			f.sum()
+		}
 	}
 }
 
@@ -96,8 +128,13 @@ func (f *builder) seal() (partial uint32, err error) {
 		return 0, fmt.Errorf("%w: a record of %d bytes exceeds the log's 4 GiB record limit", backends.ErrInvalid, n)
 	}
 	binary.LittleEndian.PutUint32(f.b, uint32(n))
-	crc := crc32.Update(0, castagnoli, f.b[:4])
-	return crc32.Update(crc, castagnoli, f.b[frameHeader:]), nil
+	if n != f.want {
+		// Sized wrong (a bug, or a builder made otherwise): sum it all.
+		f.crc = crc32.Update(0, castagnoli, f.b[:4])
+		f.done = frameHeader
+	}
+	f.sum()
+	return f.crc, nil
 }
 
 // stamp appends the stamp and the checksum: the frame is complete.
@@ -156,8 +193,8 @@ func appendLen(partition string, recs []backends.Record) int {
 var errShort = errors.New("record body ends too soon")
 
 // reader decodes a frame's body. Strings and byte slices alias the
-// frame, which is never written again: a stored key or value costs no
-// copy.
+// frame, which is not written again while anything refers to it (see
+// frameBuf): a stored key or value costs no copy.
 type reader struct {
 	b   []byte
 	err error
@@ -247,6 +284,7 @@ type rec struct {
 type op struct {
 	kind  byte
 	frame []byte
+	fb    *frameBuf // frame's recycled allocation, nil for one of its own
 	stamp int64
 
 	cells []cell   // kindWrite, kindCells

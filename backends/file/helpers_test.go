@@ -23,8 +23,8 @@ func dumpOf(e *engine) dump {
 	defer e.mu.RUnlock()
 	d := dump{cells: map[string]string{}, logs: map[string]string{}, next: e.st.next}
 	for i := range e.st.cells {
-		for k, v := range e.st.cells[i] {
-			d.cells[k] = string(v)
+		for k, en := range e.st.cells[i] {
+			d.cells[k] = string(en.v)
 		}
 	}
 	for name, l := range e.st.logs {
@@ -99,4 +99,15 @@ func checkReopen(t *testing.T, dir string, o Options, keep backends.Engine) {
 	if d := before.diff(dumpOf(engineOf(again))); d != "" {
 		t.Errorf("the reopened engine differs:\n%s", d)
 	}
+}
+
+// openT opens the engine over dir, closed at the test's end.
+func openT(t testing.TB, dir string, o Options) backends.Engine {
+	t.Helper()
+	eng, err := Open(t.Context(), dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Data.Close(); _ = eng.Log.Close() })
+	return eng
 }

@@ -1,4 +1,4 @@
-package file
+package file_test
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tqgo/tqgo/backends/file"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -121,9 +122,9 @@ func TestKill(t *testing.T) {
 	}
 	t.Logf("%d rows put, %d acked and %d cleared by the children", len(puts), len(acks), len(clears))
 	ckpts := 0
-	for _, n := range dirNames(t, dir) {
+	for _, n := range file.DirNames(t, dir) {
 		var seq uint64
-		if scanName(n, "checkpoint-%016x.ckpt", &seq) {
+		if file.ScanName(n, "checkpoint-%016x.ckpt", &seq) {
 			ckpts++
 		}
 	}
@@ -252,7 +253,7 @@ func killChild(t *testing.T, dir string, run int, policy string, after time.Dura
 	}
 	if run == 0 {
 		// The child holds the directory: this process may not open it.
-		if _, err := Open(t.Context(), dir, Options{}); !errors.Is(err, ErrLocked) {
+		if _, err := file.Open(t.Context(), dir, file.Options{}); !errors.Is(err, file.ErrLocked) {
 			t.Errorf("Open while the child runs: %v, want ErrLocked", err)
 		}
 	}

@@ -35,7 +35,7 @@ func (l *log) AppendCells(ctx context.Context, partition string, from backends.P
 		kind = kindCells
 		size += cellsLen(cells)
 	}
-	b := newBuilder(kind, size)
+	b := l.e.frames.builder(kind, size)
 	if cells != nil {
 		b.cells(cells)
 	}
@@ -100,12 +100,10 @@ func (l *log) ReadCells(ctx context.Context, partition string, from backends.Pos
 	}
 	e := l.e
 	e.mu.RLock()
-	vals := e.st.values(cells)
+	vals, held := e.st.values(cells)
 	t := e.st.logs[partition].after(from)
 	e.mu.RUnlock()
-	for i, v := range vals {
-		backends.FillReadCell(&cells[i], v)
-	}
+	e.fill(cells, vals, held)
 	return t, nil
 }
 

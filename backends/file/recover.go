@@ -286,7 +286,7 @@ func (e *engine) loadCheckpoint(path string, seq uint64) error {
 			nlogs++
 		case kindWrite:
 			cells := r.cells()
-			e.st.write(cells)
+			e.st.write(cells, nil)
 			ncells += uint64(len(cells))
 		case kindEnd:
 			wantCells, wantLogs := r.u64(), r.u64()

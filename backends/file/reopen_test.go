@@ -129,7 +129,7 @@ func TestCheckpointDropsSegments(t *testing.T) {
 	reopen(t, dir, o, eng)
 }
 
-func dirNames(t *testing.T, dir string) []string {
+func dirNames(t testing.TB, dir string) []string {
 	t.Helper()
 	des, err := os.ReadDir(dir)
 	if err != nil {

@@ -2,6 +2,7 @@ package file
 
 import (
 	"hash/maphash"
+	"strings"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/internal/partlog"
@@ -18,7 +19,8 @@ const numShards = 64
 // by engine.mu.
 type state struct {
 	seed  maphash.Seed
-	cells [numShards]map[string][]byte
+	cells [numShards]map[string]entry
+	pool  *framePool // where the frames of the cells go once none is left
 	logs  map[string]*plog
 	next  uint64 // the next global index to hand out
 	// cellBytes and logBytes measure the live data (keys and values; the
@@ -28,15 +30,23 @@ type state struct {
 	ncells              int
 }
 
-func newState() *state {
-	s := &state{seed: maphash.MakeSeed(), logs: map[string]*plog{}, next: 1}
+// entry is a cell's value and the recycled frame its key and value lie
+// in, which it holds a reference to (nil: a frame of its own allocation,
+// left to the garbage collector).
+type entry struct {
+	v []byte
+	f *frameBuf
+}
+
+func newState(pool *framePool) *state {
+	s := &state{seed: maphash.MakeSeed(), pool: pool, logs: map[string]*plog{}, next: 1}
 	for i := range s.cells {
-		s.cells[i] = map[string][]byte{}
+		s.cells[i] = map[string]entry{}
 	}
 	return s
 }
 
-func (s *state) shard(key string) map[string][]byte {
+func (s *state) shard(key string) map[string]entry {
 	return s.cells[maphash.String(s.seed, key)%numShards]
 }
 
@@ -55,18 +65,19 @@ type plog struct {
 func (s *state) apply(o *op) (woke string, changed bool) {
 	switch o.kind {
 	case kindWrite:
-		s.write(o.cells)
+		s.write(o.cells, o.fb)
 	case kindDelete:
 		for _, k := range o.keys {
 			m := s.shard(k)
-			if v, ok := m[k]; ok {
-				s.cellBytes -= int64(len(k) + len(v))
+			if old, ok := m[k]; ok {
+				s.cellBytes -= int64(len(k) + len(old.v))
 				s.ncells--
 				delete(m, k)
+				s.pool.release(old.f)
 			}
 		}
 	case kindAppend, kindCells:
-		s.write(o.cells)
+		s.write(o.cells, o.fb)
 		s.append(o)
 		return o.part, len(o.recs) > 0
 	case kindCompact:
@@ -75,18 +86,24 @@ func (s *state) apply(o *op) (woke string, changed bool) {
 	return "", false
 }
 
-func (s *state) write(cells []cell) {
+// write stores cells, whose keys and values lie in f (nil: a frame left
+// to the garbage collector), each holding a reference to it.
+func (s *state) write(cells []cell, f *frameBuf) {
+	if f != nil {
+		f.refs.Add(int32(len(cells)))
+	}
 	for _, c := range cells {
 		m := s.shard(c.key)
-		if v, ok := m[c.key]; ok {
-			s.cellBytes -= int64(len(c.key) + len(v))
+		if old, ok := m[c.key]; ok {
+			s.cellBytes -= int64(len(c.key) + len(old.v))
 			s.ncells--
 			// A new entry, not an assignment, so that the map keeps this
-			// frame's key and not the first one's, which would keep that
-			// frame alive as long as the key lives.
+			// frame's key and not the first one's, which may be reused
+			// once its last value is gone.
 			delete(m, c.key)
+			s.pool.release(old.f)
 		}
-		m[c.key] = c.val
+		m[c.key] = entry{c.val, f}
 		s.cellBytes += int64(len(c.key) + len(c.val))
 		s.ncells++
 	}
@@ -102,10 +119,24 @@ func (s *state) append(o *op) {
 	}
 	if l == nil {
 		l = &plog{}
-		s.logs[o.part] = l
+		s.logs[strings.Clone(o.part)] = l // the frame may be reused
 	}
 	l.Emptied = false
+	var data []byte
+	if o.fb != nil {
+		// Readers keep entries' Data as long as they like: out of a frame
+		// that may be reused, it is copied (one allocation per frame).
+		n := 0
+		for _, r := range o.recs {
+			n += len(r.data)
+		}
+		data = make([]byte, 0, n)
+	}
 	for _, r := range o.recs {
+		if o.fb != nil {
+			data = append(data, r.data...)
+			r.data = data[len(data)-len(r.data) : len(data) : len(data)]
+		}
 		l.Entries = append(l.Entries, backends.Entry{N: l.Last().N + 1, ID: r.id, Time: o.stamp, Base: s.next, Data: r.data})
 		s.next += r.indexes
 		l.bytes += int64(len(r.data))

@@ -22,7 +22,7 @@ func (s *store) Write(ctx context.Context, cells []backends.Cell) error {
 	if len(cells) == 0 {
 		return nil
 	}
-	b := newBuilder(kindWrite, cellsLen(cells))
+	b := s.e.frames.builder(kindWrite, cellsLen(cells))
 	b.cells(cells)
 	if err := s.submit(ctx, &b, &op{}); err != nil {
 		return err
@@ -34,8 +34,8 @@ func (s *store) Write(ctx context.Context, cells []backends.Cell) error {
 }
 
 // Read serves the cells from memory: a value whose length is not the
-// destination's is returned as it is kept, read-only (it is never
-// written again).
+// destination's is returned read-only, copied out if it is short (under
+// 64 KiB: one allocation per call) and as it is kept otherwise.
 func (s *store) Read(ctx context.Context, cells []backends.ReadCell) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -44,22 +44,64 @@ func (s *store) Read(ctx context.Context, cells []backends.ReadCell) error {
 		return nil
 	}
 	s.e.mu.RLock()
-	vals := s.e.st.values(cells)
+	vals, held := s.e.st.values(cells)
 	s.e.mu.RUnlock()
-	for i, v := range vals {
-		backends.FillReadCell(&cells[i], v)
-	}
+	s.e.fill(cells, vals, held)
 	return nil
 }
 
-// values returns the cells' values (nil: missing), for copying out after
-// the lock is let go: values are never written in place.
-func (s *state) values(cells []backends.ReadCell) [][]byte {
-	vals := make([][]byte, len(cells))
+// values returns the cells' entries (a nil value: missing) and holds a
+// reference to each recycled frame among them (one per run of cells in
+// the same frame), for copying out after the lock is let go: a value is
+// never written in place, nor its frame reused while held.
+func (s *state) values(cells []backends.ReadCell) ([]entry, []*frameBuf) {
+	vals := make([]entry, len(cells))
+	var held []*frameBuf
+	var last *frameBuf
 	for i := range cells {
-		vals[i] = s.shard(cells[i].Key)[cells[i].Key]
+		en := s.shard(cells[i].Key)[cells[i].Key]
+		vals[i] = en
+		if en.f != nil && en.f != last {
+			en.f.refs.Add(1)
+			held, last = append(held, en.f), en.f
+		}
 	}
-	return vals
+	return vals, held
+}
+
+// fill fills the cells with the values values found, then lets the
+// frames held go. A value handed out whole (Value: not of its
+// destination's length) may not lie in a frame that will be reused: one
+// under smallValue is copied out, and a longer one pins its frame.
+func (e *engine) fill(cells []backends.ReadCell, vals []entry, held []*frameBuf) {
+	out := 0
+	for i, en := range vals {
+		if en.f != nil && len(en.v) != len(cells[i].Head)+len(cells[i].Body) && len(en.v) < smallValue {
+			out += len(en.v)
+		}
+	}
+	var buf []byte
+	if out > 0 {
+		buf = make([]byte, 0, out)
+	}
+	for i, en := range vals {
+		v := en.v
+		if en.f != nil && len(v) != len(cells[i].Head)+len(cells[i].Body) {
+			switch {
+			case len(v) == 0:
+				v = []byte{}
+			case len(v) < smallValue:
+				buf = append(buf, v...)
+				v = buf[len(buf)-len(v) : len(buf) : len(buf)]
+			default:
+				en.f.pinned.Store(true)
+			}
+		}
+		backends.FillReadCell(&cells[i], v)
+	}
+	for _, f := range held {
+		e.frames.release(f)
+	}
 }
 
 // Delete removes the keys, with one frame of the log.

@@ -124,9 +124,13 @@ func (e *engine) commit(batch []*op) {
 	e.maybeCheckpoint(live)
 }
 
+// reply replies to the batch's callers and lets their frames go: the
+// cells applied hold their own references.
 func (e *engine) reply(batch []*op, err error) {
 	for _, o := range batch {
 		o.err = err
+		e.frames.release(o.fb)
+		o.fb = nil
 		close(o.done)
 	}
 }
