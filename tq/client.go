@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tqgo/tqgo/backends"
+	_ "github.com/tqgo/tqgo/backends/file" // file://, the durable embedded engine, known as memory:// is
 	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/codec"
@@ -47,8 +48,7 @@ type Client struct {
 
 // Open opens the queue at url: "memory://" (or "") for the embedded engine,
 // "file:///dir" for the embedded engine kept in a directory across
-// crashes (after importing github.com/tqgo/tqgo/backends/file), or any
-// scheme an imported engine
+// crashes (see package backends/file), or any scheme an imported engine
 // registered ("redis://…" after importing
 // github.com/tqgo/tqgo/backends/redis). A malformed URL or engine option,
 // or an engine that shares its data but gives no metadata store (see
