@@ -62,7 +62,20 @@ func (c *Client) Pace(ctx context.Context, partition, versionTag string, v, k in
 // waiting between looks for a change of the partition or of its
 // consumption.
 func (c *Client) awaitView(ctx context.Context, partition string, tasks []string, ok func(metadata.View) bool) error {
+	var last time.Time
 	for {
+		// A look reads the partition (a cost that grows with its rows):
+		// at most one per paceLookEvery, however fast acks come.
+		if d := time.Until(last.Add(paceLookEvery)); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return closedErr(ctx, ctx.Err())
+			}
+		}
+		last = time.Now()
 		view, err := c.meta.View(ctx, partition, tasks...)
 		if err != nil {
 			return closedErr(ctx, err)
@@ -84,6 +97,9 @@ func (c *Client) awaitView(ctx context.Context, partition string, tasks []string
 // paceRecheck bounds how long a paced call waits before it looks again
 // with no change seen: a safety net, since every change wakes it.
 const paceRecheck = 30 * time.Second
+
+// paceLookEvery is the least time between two looks of a paced call.
+const paceLookEvery = 20 * time.Millisecond
 
 // Ratio is a sample-to-insert rate limiter on a partition and one of its
 // tasks, Reverb's SampleToInsertRatio in a queue's terms: inserts are the
