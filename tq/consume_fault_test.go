@@ -30,11 +30,11 @@ func TestConsumeAckWhileExtending(t *testing.T) {
 		keys[i] = fmt.Sprint("k", i)
 	}
 	putA(t, c, "p", keys)
-	tk, err := c.Task("p", "t", []string{"a"}, tq.LeaseFor(30*time.Millisecond))
+	tk, err := c.Task("p", "t", []string{"a"}, tq.LeaseFor(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.SetDelay(backendtest.OpSettle, 4*time.Millisecond)
+	f.SetDelay(backendtest.OpSettle, 40*time.Millisecond)
 	ctx, cancel := context.WithCancel(t.Context())
 	var lost atomic.Int32
 	done := make(chan error)
@@ -54,7 +54,7 @@ func TestConsumeAckWhileExtending(t *testing.T) {
 			return nil // k9 left for Consume to ack
 		})
 	}()
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // nine acks of 40 ms: longer than the lease, shorter than this
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
