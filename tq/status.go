@@ -18,7 +18,7 @@ type Status struct {
 	// Tasks is the consumption of each task with state in the partition:
 	// one that holds an entry for some row (it leased, acked, dropped or
 	// returned one; a task whose claims leased nothing, or that was reset
-	// to nothing, is not listed). Not knowing the
+	// to nothing, is not listed unless it claims groups and some wait). Not knowing the
 	// fields a task waits for, it counts every row in no other state as
 	// Ready; Task.Status counts exactly.
 	Tasks map[string]TaskStatus
@@ -92,6 +92,15 @@ func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err e
 		ts := countStates(v.Rows, ds, nil)
 		ts.Groups = v.Groups[task]
 		st.Tasks[task] = ts
+	}
+	for task, gs := range v.Groups {
+		if _, listed := st.Tasks[task]; !listed && len(gs) > 0 {
+			// A group task that has leased nothing yet is waiting on
+			// its groups: listed, with them.
+			ts := countStates(v.Rows, nil, nil)
+			ts.Groups = gs
+			st.Tasks[task] = ts
+		}
 	}
 	tr.add(len(v.Rows), 0, 0)
 	return st, nil

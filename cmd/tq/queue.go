@@ -26,7 +26,17 @@ type taskJSON struct {
 	// Redelivered: ready or leased rows delivered before without an ack.
 	Redelivered int         `json:"redelivered"`
 	Leases      []leaseJSON `json:"leases,omitempty"`
-	Exact       bool        `json:"exact"` // Ready and Waiting by the task's fields (-task with -fields)
+	// Groups: for a task that claims groups, those waiting for members.
+	Groups []groupJSON `json:"groups,omitempty"`
+	Exact  bool        `json:"exact"` // Ready and Waiting by the task's fields (-task with -fields)
+}
+
+// groupJSON is a group waiting for missing members.
+type groupJSON struct {
+	ID      string    `json:"id"`
+	Rows    int       `json:"rows"`
+	Since   time.Time `json:"since"`
+	Overdue bool      `json:"overdue"` // past the task's group deadline
 }
 
 // leaseJSON is one running lease: who holds it, how many rows, until when.
@@ -42,6 +52,9 @@ func taskOf(ts tq.TaskStatus, exact bool) taskJSON {
 		Redelivered: ts.Redelivered, Exact: exact}
 	for _, l := range ts.Leases {
 		t.Leases = append(t.Leases, leaseJSON{Holder: l.Holder, Rows: l.Rows, Until: l.Until, Deliveries: l.Deliveries})
+	}
+	for _, g := range ts.Groups {
+		t.Groups = append(t.Groups, groupJSON{ID: g.ID, Rows: g.Rows, Since: g.Since, Overdue: g.Overdue})
 	}
 	return t
 }
@@ -264,6 +277,24 @@ func (s *session) printStatus(rep *statusJSON) error {
 		for _, name := range sortedKeys(rep.Tasks) {
 			for _, l := range rep.Tasks[name].Leases {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\n", name, l.Holder, l.Rows, l.Until.Sub(now).Round(100*time.Millisecond), l.Deliveries)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	waiting := false
+	for _, name := range sortedKeys(rep.Tasks) {
+		waiting = waiting || len(rep.Tasks[name].Groups) > 0
+	}
+	if waiting {
+		// The groups incomplete, oldest first: a straggler shows here.
+		fmt.Fprintln(s.stdout)
+		tw = s.table()
+		fmt.Fprintln(tw, "TASK\tWAITING GROUP\tROWS\tWAITING FOR\tOVERDUE")
+		for _, name := range sortedKeys(rep.Tasks) {
+			for _, g := range rep.Tasks[name].Groups {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\n", name, g.ID, g.Rows, now.Sub(g.Since).Round(100*time.Millisecond), g.Overdue)
 			}
 		}
 		if err := tw.Flush(); err != nil {

@@ -261,3 +261,50 @@ func TestStatusShowsHolders(t *testing.T) {
 		t.Errorf("members: %+v, want worker-a alive", doc.Members)
 	}
 }
+
+// status lists the groups a group task waits on: a straggler shows, with
+// how long it has waited and whether it is past the deadline.
+func TestStatusShowsWaitingGroups(t *testing.T) {
+	url := sharedQueue(t)
+	c, err := tq.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.BatchPut(t.Context(), "p", []string{"g0", "g1"}, tq.Batch{"x": tq.Stacked([]float32{1, 2})},
+		[]tq.Tag{{"uid": "u7"}, {"uid": "u7"}}); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := c.Task("p", "train", []string{"x"}, tq.WithGroups(tq.GroupTag("uid"), 4), tq.GroupDeadline(time.Hour, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := tk.Claim(t.Context(), 4); err != nil || l.Len() != 0 {
+		t.Fatalf("claim of an incomplete group: %v, %v", l, err)
+	}
+	r := runTQ(t, url, "status", "p")
+	if r.code != 0 {
+		t.Fatalf("status: %+v", r)
+	}
+	for _, want := range []string{"WAITING GROUP", "u7", "WAITING FOR"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = runTQ(t, url, "-json", "status", "p")
+	var doc struct {
+		Tasks map[string]struct {
+			Groups []struct {
+				ID      string
+				Rows    int
+				Overdue bool
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || r.code != 0 {
+		t.Fatalf("status -json: %+v: %v", r, err)
+	}
+	if gs := doc.Tasks["train"].Groups; len(gs) != 1 || !strings.HasSuffix(gs[0].ID, "u7") || gs[0].Rows != 2 || gs[0].Overdue {
+		t.Errorf("groups: %+v, want u7 waiting with 2 rows, not overdue", gs)
+	}
+}
