@@ -121,7 +121,7 @@ func openEngine(dir string, o Options) (*engine, error) {
 	e.clock = e.opts.clock
 	next, err := e.recoverDir()
 	if err == nil {
-		err = e.newSegment(next)
+		_, err = e.newSegment(next)
 	}
 	if err != nil {
 		_ = unlock()
