@@ -22,9 +22,13 @@ func (s *store) Write(ctx context.Context, cells []backends.Cell) error {
 	if len(cells) == 0 {
 		return nil
 	}
-	b := s.e.frames.builder(kindWrite, cellsLen(cells))
+	o := &op{}
+	b, err := s.begin(kindWrite, cellsLen(cells), o)
+	if err != nil {
+		return err
+	}
 	b.cells(cells)
-	if err := s.submit(ctx, &b, &op{}); err != nil {
+	if err := s.submit(ctx, &b, o); err != nil {
 		return err
 	}
 	for i := range cells {
