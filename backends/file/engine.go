@@ -154,7 +154,10 @@ func (e *engine) close() error {
 	e.qmu.Lock()
 	e.closed = true
 	e.qmu.Unlock()
-	e.signal()
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
 	close(e.stop)
 	e.wg.Wait()
 	e.segMu.Lock()
@@ -213,13 +216,6 @@ func (h *handle) Close() error {
 // it to be applied. A context that ends first leaves the outcome
 // unknown: the frame is written all the same.
 func (h *handle) submit(ctx context.Context, b *builder, o *op) error {
-	if o.stream != nil {
-		if err := b.finishStream(o); err != nil {
-			<-o.done // the writer cuts what it wrote of it
-			return err
-		}
-		return h.wait(ctx, o)
-	}
 	partial, err := b.seal()
 	if err == nil {
 		if err = o.decodeBody(b.b[frameHeader], b.b[frameHeader+1:]); err != nil {
@@ -234,11 +230,6 @@ func (h *handle) submit(ctx context.Context, b *builder, o *op) error {
 		h.e.frames.release(b.fb)
 		return err
 	}
-	return h.wait(ctx, o)
-}
-
-// wait waits for o's frame to be applied.
-func (h *handle) wait(ctx context.Context, o *op) error {
 	select {
 	case <-o.done:
 		return o.err

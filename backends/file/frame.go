@@ -54,7 +54,6 @@ const (
 type builder struct {
 	b  []byte
 	fb *frameBuf
-	st *stream // a streamed frame's progress (see begin), or nil
 
 	crc        uint32
 	done, want int
@@ -106,9 +105,6 @@ func (f *builder) cells(cells []backends.Cell) {
 		f.b = append(append(f.b, c.Head...), c.Body...)
 		if len(f.b)-f.done >= crcChunk {
 			f.sum()
-			if f.st != nil && f.done-f.st.published >= streamChunk && cap(f.b) == len(f.st.buf) {
-				f.st.publish(f.done)
-			}
 		}
 	}
 }
@@ -286,11 +282,10 @@ type rec struct {
 // op is one decoded frame of the log: what apply applies, and where its
 // caller waits for the outcome.
 type op struct {
-	kind   byte
-	frame  []byte
-	fb     *frameBuf // frame's recycled allocation, nil for one of its own
-	stream *stream   // a streamed frame's progress (see begin), or nil
-	stamp  int64
+	kind  byte
+	frame []byte
+	fb    *frameBuf // frame's recycled allocation, nil for one of its own
+	stamp int64
 
 	cells []cell   // kindWrite, kindCells
 	keys  []string // kindDelete

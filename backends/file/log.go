@@ -35,15 +35,12 @@ func (l *log) AppendCells(ctx context.Context, partition string, from backends.P
 		kind = kindCells
 		size += cellsLen(cells)
 	}
-	o := &op{from: from}
-	b, err := l.begin(kind, size, o)
-	if err != nil {
-		return backends.Tail{}, err
-	}
+	b := l.e.frames.builder(kind, size)
 	if cells != nil {
 		b.cells(cells)
 	}
 	b.appendBody(partition, recs)
+	o := &op{from: from}
 	if err := l.submit(ctx, &b, o); err != nil {
 		return backends.Tail{}, err
 	}

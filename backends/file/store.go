@@ -22,13 +22,9 @@ func (s *store) Write(ctx context.Context, cells []backends.Cell) error {
 	if len(cells) == 0 {
 		return nil
 	}
-	o := &op{}
-	b, err := s.begin(kindWrite, cellsLen(cells), o)
-	if err != nil {
-		return err
-	}
+	b := s.e.frames.builder(kindWrite, cellsLen(cells))
 	b.cells(cells)
-	if err := s.submit(ctx, &b, o); err != nil {
+	if err := s.submit(ctx, &b, &op{}); err != nil {
 		return err
 	}
 	for i := range cells {

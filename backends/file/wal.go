@@ -45,7 +45,10 @@ func (e *engine) enqueue(f *builder, partial uint32, o *op) error {
 	o.done = make(chan struct{})
 	e.queue = append(e.queue, o)
 	e.qmu.Unlock()
-	e.signal()
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -111,9 +114,6 @@ func (e *engine) commit(batch []*op) {
 	}
 	e.mu.Lock()
 	for _, o := range batch {
-		if o.stream != nil && o.stream.err != nil {
-			continue // given up, not written
-		}
 		if part, changed := e.st.apply(o); changed {
 			e.wake(part)
 		}
@@ -129,12 +129,6 @@ func (e *engine) commit(batch []*op) {
 func (e *engine) reply(batch []*op, err error) {
 	for _, o := range batch {
 		o.err = err
-		if o.stream != nil {
-			o.stream.wait() // its builder may still be copying in, after a failed write
-			if o.stream.err != nil {
-				o.err = o.stream.err
-			}
-		}
 		e.frames.release(o.fb)
 		o.fb = nil
 		close(o.done)
@@ -142,13 +136,10 @@ func (e *engine) reply(batch []*op, err error) {
 }
 
 // writeFrames writes the batch's frames at the segment's end: small
-// ones copied together, large ones from where they lie, streamed ones as
-// they are built (see writeStream), each salted with the segment's salt.
+// ones copied together, large ones from where they lie, each salted with
+// the segment's salt.
 func (e *engine) writeFrames(batch []*op) error {
 	for _, o := range batch {
-		if o.stream != nil {
-			continue // salted once built
-		}
 		crc := binary.LittleEndian.Uint32(o.frame[4:])
 		binary.LittleEndian.PutUint32(o.frame[4:], crc^e.segSalt)
 	}
@@ -164,16 +155,6 @@ func (e *engine) writeFrames(batch []*op) error {
 		return err
 	}
 	for _, o := range batch {
-		if o.stream != nil {
-			buf = append(buf, zeroHeader[:]...)
-			if err := flush(); err != nil {
-				return err
-			}
-			if _, err := e.writeStream(o, e.segSize-frameHeader); err != nil {
-				return err
-			}
-			continue
-		}
 		if len(o.frame) < coalesce {
 			if len(buf)+len(o.frame) > coalesce {
 				if err := flush(); err != nil {
@@ -197,10 +178,6 @@ func (e *engine) writeFrames(batch []*op) error {
 	e.wbuf = buf[:0]
 	return err
 }
-
-// zeroHeader is a streamed frame's header until the frame is written:
-// a frame of length 0 reads as torn.
-var zeroHeader [frameHeader]byte
 
 // fail stops the engine's writes: every later one fails with cause.
 func (e *engine) fail(cause error) {
