@@ -46,7 +46,8 @@ func (e *engine) maybeCheckpoint(live int64) {
 	}
 	seq := e.segSeq + 1
 	before := e.walBytes.Load() // the bytes the checkpoint replaces
-	if err := e.newSegment(seq); err != nil {
+	old, err := e.newSegment(seq)
+	if err != nil {
 		e.fail(fmt.Errorf("starting segment %d: %w", seq, err))
 		return
 	}
@@ -65,6 +66,12 @@ func (e *engine) maybeCheckpoint(live int64) {
 	go func() {
 		defer e.wg.Done()
 		defer e.ckptRunning.Store(false)
+		// The segment replaced is fsynced here, not by the writer; the
+		// engine fails if it cannot be, and the checkpoint is given up.
+		if err := e.closeSegment(old); err != nil {
+			e.ckptErr.Store(&err)
+			return
+		}
 		if err := e.checkpoint(seq, logs, next, stamp); err != nil {
 			// The log still holds everything: try again once it grew by
 			// CheckpointMin more.

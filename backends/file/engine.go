@@ -121,7 +121,7 @@ func openEngine(dir string, o Options) (*engine, error) {
 	e.clock = e.opts.clock
 	next, err := e.recoverDir()
 	if err == nil {
-		err = e.newSegment(next)
+		_, err = e.newSegment(next)
 	}
 	if err != nil {
 		_ = unlock()
@@ -218,7 +218,7 @@ func (h *handle) Close() error {
 func (h *handle) submit(ctx context.Context, b *builder, o *op) error {
 	partial, err := b.seal()
 	if err == nil {
-		if err = o.decodeBody(b.b[frameHeader], b.b[frameHeader+1:]); err != nil {
+		if err = b.decode(o); err != nil {
 			err = fmt.Errorf("file: decoding its own record: %w", err) // a bug
 		}
 	}
