@@ -30,7 +30,9 @@ type FullError = metadata.FullError
 // ErrFull: a put the partition's Capacity has no room for (a *FullError
 // says how much): nothing of it was written. With the Block policy a put
 // returns it only when it could never fit (its own rows or bytes exceed
-// the capacity).
+// the capacity). An engine out of memory matches it too (Redis at its
+// maxmemory with the noeviction policy): nothing of the put is visible,
+// and it is not retried.
 var ErrFull = backends.ErrFull
 
 // FullPolicy is what a put does when the partition's Capacity has no room

@@ -119,6 +119,8 @@ func (e *Error) Is(target error) bool {
 	case backends.ErrUnavailable:
 		// A client closed by its owner stays closed: not worth retrying.
 		return (isUnavailable(e.Err) || resp.IsTimeout(e.Err) || isNotServing(e.Err)) && !errors.Is(e.Err, goredis.ErrClosed)
+	case backends.ErrFull:
+		return isOOM(e.Err)
 	case ErrAuth:
 		return isAuth(e.Err)
 	case ErrTimeout:
@@ -143,6 +145,13 @@ func isUnavailable(err error) bool {
 	}
 	return resp.IsConnLost(err) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, goredis.ErrClosed) || errors.Is(err, goredis.ErrPoolTimeout)
+}
+
+// isOOM reports the refusal of a server at its maxmemory with the
+// noeviction policy: the command did not run.
+func isOOM(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM ")
 }
 
 // isNotServing reports an error reply of a server that is up but not
