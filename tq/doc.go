@@ -71,8 +71,20 @@
 // runs. Delivery is at least once: rows of a lease that ends unacknowledged
 // are delivered again. Samplers (Sequential, WithGroups, Ranks,
 // TokenBudget, Staleness, a Sampler of one's own) choose what a claim
-// takes; Pace holds a producer back by version; Status shows every
-// task's rows by state and who holds each lease (WithName, ConsumerName).
+// takes; GroupDeadline keeps a straggler from wedging a group task; Status
+// shows every task's rows by state, who holds each lease (WithName,
+// ConsumerName) and the groups waiting for members.
+//
+// # Capacity and pacing
+//
+// SetCapacity bounds a partition's rows and bytes: a put that would pass
+// them waits for room (or fails with ErrFull: FullPolicy), checked before
+// anything is written, and nothing is ever evicted: room is made by
+// clearing rows, which ClearAcked does as soon as the named tasks
+// consumed them. Pace holds a producer back by policy version until the
+// consumers are within a staleness bound, and Ratio (AwaitInsert,
+// AwaitSample) keeps a sample-to-insert ratio; both wake on the
+// acknowledgement that lets them go.
 //
 // # Failures and liveness
 //
@@ -87,7 +99,9 @@
 // # Engines
 //
 // Open picks an engine by URL scheme: "memory://" (or "") is embedded;
-// "redis://" needs import _ "github.com/tqgo/tqgo/backends/redis";
+// "file:///dir" is embedded and kept in a directory across crashes (see
+// package backends/file); "redis://" needs import _
+// "github.com/tqgo/tqgo/backends/redis";
 // "yuanrong://" needs import _ "github.com/tqgo/tqgo/yuanrong". New takes a
 // backend value the caller built.
 package tq
