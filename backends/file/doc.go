@@ -125,4 +125,9 @@
 // clients of a server do; an Open with other options fails with
 // backends.ErrInvalid. To share a queue between processes, use a server
 // engine (redis://).
+//
+// A damaged length field of a record in the newest segment reads as a
+// torn tail: the records after it are cut with it (frames carry one
+// checksum, over length and payload, which a length that runs past the
+// file's end leaves unread).
 package file

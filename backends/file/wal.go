@@ -2,6 +2,7 @@ package file
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -83,6 +84,16 @@ func (e *engine) writer() {
 
 // commit writes, syncs and applies one batch.
 func (e *engine) commit(batch []*op) {
+	e.qmu.Lock()
+	failed := e.failed
+	e.qmu.Unlock()
+	if failed != nil {
+		// Queued before the failure, written after it: a later fsync
+		// could succeed over pages the failed one dropped. Nothing of
+		// the batch is written.
+		e.reply(batch, &failedError{cause: failedCause(failed)})
+		return
+	}
 	start := e.segSize
 	err := e.writeFrames(batch)
 	if err != nil {
@@ -90,9 +101,8 @@ func (e *engine) commit(batch []*op) {
 		// where the batch began, so that nothing of it survives a
 		// reopen; if that fails too, the outcome is unknown.
 		fe := &failedError{cause: fmt.Errorf("write %s: %w", e.seg.Name(), err)}
-		if terr := e.seg.Truncate(start); terr != nil {
-			fe.unknown = backends.ErrOutcomeUnknown
-		} else if _, serr := e.seg.Seek(start, 0); serr != nil {
+		terr := e.seg.Truncate(start)
+		if _, serr := e.seg.Seek(start, 0); terr != nil || serr != nil {
 			fe.unknown = backends.ErrOutcomeUnknown
 		}
 		e.segSize = start
@@ -247,6 +257,23 @@ func (e *engine) newSegment(seq uint64) (*os.File, error) {
 	}
 	e.segMu.Lock()
 	old := e.seg
+	if old != nil {
+		// A recycled file may hold its former life's frames past what
+		// this segment wrote: cut them, so that only the newest segment
+		// can ever end in a torn frame (recovery takes any other bad
+		// frame for damage). Under sync=always the cut is made durable
+		// before the new segment takes writes.
+		err = old.Truncate(e.segSize)
+		if err == nil && e.opts.Sync == SyncAlways {
+			err = old.Sync()
+		}
+	}
+	if err != nil {
+		e.segMu.Unlock()
+		_ = f.Close()
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("cutting %s: %w", old.Name(), err)
+	}
 	e.seg, e.segSeq, e.segSize, e.segSalt = f, seq, segHeader, salt(seq)
 	e.segMu.Unlock()
 	e.walBytes.Add(segHeader)
@@ -332,6 +359,15 @@ func syncDir(dir string) error {
 	err = d.Sync()
 	if cerr := d.Close(); err == nil {
 		err = cerr
+	}
+	return err
+}
+
+// failedCause is the cause of the engine's failure (see fail).
+func failedCause(err error) error {
+	var fe *failedError
+	if errors.As(err, &fe) {
+		return fe.cause
 	}
 	return err
 }
