@@ -33,8 +33,8 @@ type groupDeadline struct {
 // The rule is the engine's: every consumer of the task sees a group
 // overdue at the same moment. The engine learns a task's groups from its
 // claims: Status and Stragglers list groups once a claim of the task
-// (with this option) has run. With Ranks, only the rank whose claim
-// chose the batch gets Lease.Partial. d must be positive.
+// (with this option) has run. With Ranks, every rank's share flags the
+// partial groups it holds. d must be positive.
 func GroupDeadline(d time.Duration, partial bool) TaskOption {
 	return func(t *Task) error {
 		if d <= 0 {

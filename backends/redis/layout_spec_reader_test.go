@@ -1588,6 +1588,16 @@ func restoreSR(b []byte) (*srState, error) {
 				d.s()
 				d.u()
 			}
+			if len(d.b) != 0 {
+				for range d.arr() { // open batches' partial flags: not kept either
+					d.s()
+					for range d.arr() {
+						for range d.arr() {
+							d.bl()
+						}
+					}
+				}
+			}
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

@@ -161,6 +161,9 @@ type openBatch struct {
 	rows  []*metadata.Row
 	units [][]int
 	taken []bool
+	// partial flags the units that are groups released past their
+	// deadline (nil: none), for every rank's share.
+	partial []bool
 }
 
 func (p *Partition) task(name string) *task {
@@ -493,7 +496,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	}
 	t.addTimer(until, take)
 	if b := a.Batch; b != nil && b.Ranks > 1 {
-		ob := &openBatch{lease: a.Token, rows: c.Rows, units: c.Units, taken: make([]bool, b.Ranks)}
+		ob := &openBatch{lease: a.Token, rows: c.Rows, units: c.Units, taken: make([]bool, b.Ranks), partial: c.Partial}
 		ob.taken[b.Rank] = true
 		t.batches = append(t.batches, ob)
 		p.bump() // the other ranks have a share to take
@@ -655,7 +658,7 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 		}
 		until := now + a.Lease.Microseconds()
 		c := Claimed{Lease: b.lease, Until: time.UnixMicro(until), Rows: b.rows, Units: b.units,
-			Deliveries: make([]metadata.Delivery, len(b.rows))}
+			Deliveries: make([]metadata.Delivery, len(b.rows)), Partial: b.partial}
 		var renewed []uint64
 		for i, r := range b.rows {
 			switch e := held(b, r); {

@@ -127,7 +127,13 @@ func (p *Partition) Snapshot() ([]byte, error) {
 			dl = append(dl, name)
 		}
 	}
-	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 {
+	var flagged []string // tasks with an open batch holding partial groups
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		if slices.ContainsFunc(p.tasks[name].batches, func(b *openBatch) bool { return b.partial != nil }) {
+			flagged = append(flagged, name)
+		}
+	}
+	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 || len(flagged) > 0 {
 		b = append(b, CapacityRecord(p.capacity)[1:]...)
 		b = msgp.AppendArrayHeader(b, uint32(2*p.held))
 		for _, k := range slices.Sorted(maps.Keys(p.rows)) {
@@ -155,6 +161,18 @@ func (p *Partition) Snapshot() ([]byte, error) {
 		for _, name := range counted {
 			b = msgp.AppendString(b, name)
 			b = msgp.AppendUint64(b, p.tasks[name].consumed)
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(flagged)))
+		for _, name := range flagged {
+			b = msgp.AppendString(b, name)
+			bs := p.tasks[name].batches
+			b = msgp.AppendArrayHeader(b, uint32(len(bs)))
+			for _, ob := range bs {
+				b = msgp.AppendArrayHeader(b, uint32(len(ob.partial)))
+				for _, x := range ob.partial {
+					b = msgp.AppendBool(b, x)
+				}
+			}
 		}
 	}
 	return tw.record(kindSnapshot, b), nil
@@ -684,6 +702,11 @@ func restore(b []byte) (*Partition, error) {
 				return nil, err
 			}
 		}
+		if len(b) != 0 {
+			if b, err = p.readBatchPartials(b); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if len(b) != 0 {
 		return nil, fmt.Errorf("%d bytes after the snapshot", len(b))
@@ -749,6 +772,48 @@ func (p *Partition) readCounts(b []byte) ([]byte, error) {
 			return b, fmt.Errorf("counts of unknown task %q", name)
 		}
 		t.consumed = c
+	}
+	return b, nil
+}
+
+// readBatchPartials reads the partial flags of tasks' open batches, in
+// the order of the batches.
+func (p *Partition) readBatchPartials(b []byte) ([]byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return b, err
+	}
+	for range n {
+		var name string
+		if name, b, err = msgp.ReadStringBytes(b); err != nil {
+			return b, err
+		}
+		t := p.tasks[name]
+		var nb uint32
+		if nb, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return b, err
+		}
+		if t == nil || int(nb) != len(t.batches) {
+			return b, fmt.Errorf("partial flags of %d batches of task %q", nb, name)
+		}
+		for _, ob := range t.batches {
+			var nf uint32
+			if nf, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+				return b, err
+			}
+			if nf == 0 {
+				continue
+			}
+			if int(nf) != len(ob.units) {
+				return b, fmt.Errorf("partial flags of %d units, batch of %d", nf, len(ob.units))
+			}
+			ob.partial = make([]bool, nf)
+			for k := range ob.partial {
+				if ob.partial[k], b, err = msgp.ReadBoolBytes(b); err != nil {
+					return b, err
+				}
+			}
+		}
 	}
 	return b, nil
 }

@@ -16,6 +16,7 @@ func deadlineCases() []testCase {
 	return []testCase{
 		{"GroupDeadline/Partial", deadlinePartial},
 		{"GroupDeadline/Rerequest", deadlineRerequest},
+		{"GroupDeadline/Ranks", deadlineRanks},
 		{"GroupDeadline/Invalid", deadlineInvalid},
 	}
 }
@@ -119,6 +120,41 @@ func deadlineInvalid(t *testing.T, e Engine) {
 	} {
 		if _, err := c.Task("deadline-bad", "t", []string{"x"}, opts...); !errors.Is(err, tq.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// deadlineRanks: overdue groups released to data-parallel ranks (on two
+// clients) come flagged partial in every rank's share, not only in the
+// share of the rank whose claim chose the batch.
+func deadlineRanks(t *testing.T, e Engine) {
+	prod, c0, c1 := e.Open(t), e.Open(t), e.Open(t)
+	p := "deadline-ranks"
+	opts := func(rank int) []tq.TaskOption {
+		return []tq.TaskOption{tq.WithGroups(tq.GroupTag("uid"), 3), tq.GroupDeadline(200*time.Millisecond, true), tq.Ranks(2, rank, "")}
+	}
+	r0 := mustTask(t, c0, p, "train", []string{"x"}, opts(0)...)
+	r1 := mustTask(t, c1, p, "train", []string{"x"}, opts(1)...)
+	// One commit: both groups fall due at once, and one batch takes both.
+	putRows(t, prod, p, []string{"b0", "b1", "c0", "c1"}, []tq.Tag{{"uid": "b"}, {"uid": "b"}, {"uid": "c"}, {"uid": "c"}}, "x")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l0, err := r0.Wait(ctx, 6)
+	if err != nil {
+		t.Fatalf("rank 0 Wait for the overdue groups: %v", err)
+	}
+	l1 := mustClaim(t, r1, 6)
+	all := append(l0.Keys(), l1.Keys()...)
+	slices.Sort(all)
+	if !slices.Equal(all, []string{"b0", "b1", "c0", "c1"}) {
+		t.Fatalf("shares %q and %q, want both partial groups split between the ranks", l0.Keys(), l1.Keys())
+	}
+	for rank, l := range []*tq.Lease{l0, l1} {
+		if l.Len() == 0 {
+			continue
+		}
+		if len(l.Partial) != l.Len() || slices.Contains(l.Partial, false) {
+			t.Errorf("rank %d share %q: partial %v, want every row flagged", rank, l.Keys(), l.Partial)
 		}
 	}
 }
