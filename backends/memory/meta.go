@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -157,14 +158,16 @@ func (m *MetaStore) Prepare(ctx context.Context, partition string, keys, fields 
 	p := m.lock(partition, true)
 	defer m.unlock(partition, p)
 	n := p.st.NewKeys(keys)
-	if full := p.st.Room(keys, fields, sizes, n); full != nil {
-		// Refused before any index is taken: none is spent on it.
+	base := m.next.Add(uint64(n)) - uint64(n)
+	res, err := p.st.Prepare(m.now(), keys, fields, sizes, base, n)
+	var full *metadata.FullError
+	if errors.As(err, &full) {
+		// The indexes taken for it are spent, as a shared engine's are:
+		// each is handed out once, ever.
 		full.Partition = partition
 		full.Mark.Seq += p.base
-		return nil, full
 	}
-	base := m.next.Add(uint64(n)) - uint64(n)
-	return p.st.Prepare(m.now(), keys, fields, sizes, base, n)
+	return res, err
 }
 
 // SetCapacity implements metadata.MetaStore.

@@ -74,12 +74,11 @@ func (p *Partition) clearConsumed(indexes []uint64) []*metadata.Row {
 	return p.Delete(p.now, keys)
 }
 
-// Room checks that a Prepare of keys and fields, whose cells have sizes
+// room checks that a Prepare of keys and fields, whose cells have sizes
 // (see metadata.MetaStore.Prepare), fits the capacity, given newRows of
 // keys have no row (NewKeys); it returns the refusal (its Partition for
 // the caller to fill, its Mark's Seq the partition's own), or nil.
-// Prepare checks it too.
-func (p *Partition) Room(keys, fields []string, sizes []int64, newRows int) *metadata.FullError {
+func (p *Partition) room(keys, fields []string, sizes []int64, newRows int) *metadata.FullError {
 	c := &p.capacity
 	if !c.Bounded() {
 		return nil

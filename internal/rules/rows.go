@@ -215,7 +215,7 @@ func (p *Partition) Prepare(now int64, keys, fields []string, sizes []int64, bas
 	if sizes != nil && len(sizes) != len(keys)*len(fields) {
 		return nil, fmt.Errorf("%w: %d sizes for %d cells", backends.ErrInvalid, len(sizes), len(keys)*len(fields))
 	}
-	if full := p.Room(keys, fields, sizes, n); full != nil {
+	if full := p.room(keys, fields, sizes, n); full != nil {
 		return nil, full
 	}
 	out := make([]metadata.Reservation, len(keys))

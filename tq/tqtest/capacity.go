@@ -41,15 +41,6 @@ func mustStatusOf(t *testing.T, c *tq.Client, partition string) *tq.Status {
 	return st
 }
 
-func listKeys(t *testing.T, c *tq.Client, partition string) []string {
-	t.Helper()
-	m, err := c.List(t.Context(), partition)
-	if err != nil {
-		t.Fatalf("List(%q): %v", partition, err)
-	}
-	return m.Keys()
-}
-
 func oneRow(i int) tq.Batch {
 	return tq.Batch{"x": tq.JaggedOf([][]float32{{float32(i), 1}})}
 }
@@ -73,7 +64,7 @@ func capacityRefuse(t *testing.T, e Engine) {
 	if full.Partition != p || full.Used.Rows != 3 || full.Asked.Rows != 1 || full.Capacity.Rows != 3 || full.Never() {
 		t.Errorf("FullError: %+v", full)
 	}
-	if got := listKeys(t, b, p); !slices.Equal(got, []string{"k0", "k1", "k2"}) {
+	if got := mustList(t, b, p).Keys(); !slices.Equal(got, []string{"k0", "k1", "k2"}) {
 		t.Errorf("rows after a refused put: %q", got)
 	}
 	if _, err := b.BatchGet(t.Context(), p, []string{"k3"}, "x"); !errors.Is(err, tq.ErrNotFound) {
@@ -179,7 +170,7 @@ func capacityBlock(t *testing.T, e Engine) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("blocked put did not resume once an ack cleared a row")
 	}
-	if got := listKeys(t, cons, p); !slices.Equal(got, []string{"k1", "k2"}) {
+	if got := mustList(t, cons, p).Keys(); !slices.Equal(got, []string{"k1", "k2"}) {
 		t.Errorf("rows: %q, want k1 k2 (k0 cleared by its ack)", got)
 	}
 	if _, err := cons.BatchGet(t.Context(), p, []string{"k0"}, "x"); !errors.Is(err, tq.ErrNotFound) {
@@ -236,7 +227,7 @@ func capacityFastProducer(t *testing.T, e Engine) {
 	if !slices.Equal(got, want) {
 		t.Errorf("consumed %q, want each of %d rows once", got, total)
 	}
-	if rows := listKeys(t, cons, p); len(rows) != 0 {
+	if rows := mustList(t, cons, p).Keys(); len(rows) != 0 {
 		t.Errorf("rows left after every ack: %q", rows)
 	}
 }
@@ -251,11 +242,11 @@ func capacityClearOnSet(t *testing.T, e Engine) {
 	mustAck(t, mustClaim(t, t1, 2))
 	mustAck(t, mustClaim(t, t2, 1))
 	mustSetCapacity(t, c, p, tq.Capacity{ClearAcked: []string{"t1", "t2"}})
-	if got := listKeys(t, c, p); !slices.Equal(got, []string{"b", "c"}) {
+	if got := mustList(t, c, p).Keys(); !slices.Equal(got, []string{"b", "c"}) {
 		t.Errorf("rows after SetCapacity: %q, want b c (a consumed by both)", got)
 	}
 	mustAck(t, mustClaim(t, t2, 1))
-	if got := listKeys(t, c, p); !slices.Equal(got, []string{"c"}) {
+	if got := mustList(t, c, p).Keys(); !slices.Equal(got, []string{"c"}) {
 		t.Errorf("rows after t2's ack of b: %q, want c", got)
 	}
 }
