@@ -336,6 +336,14 @@ func TestLogSpecDecoder(t *testing.T) {
 		t.Fatalf("group claim leased %d rows, partial %v", len(gc.Rows), gc.Partial)
 	}
 
+	// The same with room for the complete group only: the overdue one
+	// was offered, not taken, and the batch's flags are all false.
+	gc2 := w.claim(metadata.ClaimRequest{Task: "g2", Lease: 30 * time.Second, Rows: 2, Min: 1, Batch: &metadata.Batch{Ranks: 2, Rank: 0},
+		Select: metadata.Select{Fields: fields("x"), Group: metadata.Group{Tag: "grp", Size: 2, Deadline: time.Second, Partial: true}}, Holder: "w3"}, nil, nil)
+	if len(gc2.Rows) != 2 || !slices.Equal(gc2.Partial, []bool{false}) {
+		t.Fatalf("group claim leased %d rows, partial %v", len(gc2.Rows), gc2.Partial)
+	}
+
 	// A custom claim: one unit and a row dropped.
 	w.claim(metadata.ClaimRequest{Task: "cu", Lease: 30 * time.Second, Rows: 2, Min: 1, Custom: true,
 		Select: metadata.Select{Fields: fields("y")}, Holder: "w4"},
@@ -687,10 +695,10 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 			t.Errorf("task g's selection %q %d", g.GroupTag, g.GroupSize)
 		}
 	}
-	if !reflect.DeepEqual(s.Partials, map[string][][]bool{"g": {gc.Partial}}) {
+	if !reflect.DeepEqual(s.Partials, map[string][][]bool{"g": {gc.Partial}, "g2": {{false}}}) {
 		t.Errorf("partial flags %v, want g's batch %v", s.Partials, gc.Partial)
 	}
-	if !slices.Equal(s.Deadlines, []specDeadline{{Name: "g", Deadline: time.Second.Microseconds(), Partial: true}}) {
+	if !slices.Equal(s.Deadlines, []specDeadline{{Name: "g", Deadline: time.Second.Microseconds(), Partial: true}, {Name: "g2", Deadline: time.Second.Microseconds(), Partial: true}}) {
 		t.Errorf("deadlines %+v", s.Deadlines)
 	}
 	if w := tasks["wait"]; w == nil || len(w.Standing) != 1 || w.Standing[0].Claim.Token != f.standing ||
