@@ -50,7 +50,9 @@ func exampleRecords(t *testing.T) ([]backends.Entry, []byte) {
 	if err := l.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tail, err := srv.Engine().Log.Read(ctx, "p", backends.Pos{}, 0)
+	reader := srv.Engine()
+	t.Cleanup(func() { _ = reader.Close() })
+	tail, err := reader.Log.Read(ctx, "p", backends.Pos{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

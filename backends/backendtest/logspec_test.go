@@ -47,9 +47,8 @@ type specClock struct{ now atomic.Int64 }
 func (c *specClock) time() time.Time     { return time.UnixMicro(c.now.Load()) }
 func (c *specClock) add(d time.Duration) { c.now.Add(d.Microseconds()) }
 func newSpecClock(at int64) *specClock   { c := &specClock{}; c.now.Store(at); return c }
-func (c *specClock) micros() int64       { return c.now.Load() }
-func fields(m ...string) []string        { return m }
-func tagOf(kv ...any) map[string]any     { return specMap(kv) }
+func specFields(m ...string) []string    { return m }
+func specTag(kv ...any) map[string]any   { return specMap(kv) }
 func specMap(kv []any) map[string]any {
 	m := map[string]any{}
 	for i := 0; i < len(kv); i += 2 {
@@ -265,10 +264,10 @@ func TestLogSpecDecoder(t *testing.T) {
 	// P and C: three rows, a tensor field and a general one, tags of
 	// every kind section 4 names.
 	table := map[string]metadata.FieldInfo{"x": {DType: "float32", Shape: []int64{2}}, "y": {}}
-	rich := tagOf("grp", "g1", "v", int64(1), "u", uint64(7), "neg", int64(-200), "fl", math.Copysign(0, -1), "b", true,
+	rich := specTag("grp", "g1", "v", int64(1), "u", uint64(7), "neg", int64(-200), "fl", math.Copysign(0, -1), "b", true,
 		"l", []any{int64(1), "s", nil}, "m", map[string]any{"z": nil, "a": uint64(1 << 40)}, "by", []byte("hi"))
 	rows := w.put([]string{"g1/a", "g1/b", "g2/a"}, table,
-		[]map[string]any{rich, tagOf("grp", "g1", "v", int64(9)), tagOf("grp", "g2", "v", int64(2))},
+		[]map[string]any{rich, specTag("grp", "g1", "v", int64(9)), specTag("grp", "g2", "v", int64(2))},
 		[]int64{8, 8, 8, 5, 6, 7})
 	i1, i2, i3 := rows[0], rows[1], rows[2]
 
@@ -316,7 +315,7 @@ func TestLogSpecDecoder(t *testing.T) {
 	// its max), retry, drop.
 	var tok string
 	c := w.claim(metadata.ClaimRequest{Task: "t", Lease: 30 * time.Second, Rows: 2, Min: 1, MaxDeliveries: 1,
-		Select: metadata.Select{Fields: fields("x")}, Holder: "w1"}, nil, nil)
+		Select: metadata.Select{Fields: specFields("x")}, Holder: "w1"}, nil, nil)
 	tok = c.Lease
 	w.settle(metadata.SettleRequest{Task: "t", Op: metadata.Extend, Lease: tok, Indexes: []uint64{i1, i2}, Delay: 40 * time.Second})
 	w.settle(metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: tok, Indexes: []uint64{i1}})
@@ -326,12 +325,12 @@ func TestLogSpecDecoder(t *testing.T) {
 
 	// A task with a stale tag parks rows below its floor.
 	w.claim(metadata.ClaimRequest{Task: "st", Lease: 30 * time.Second, Rows: 1, Min: 1,
-		Select: metadata.Select{Fields: fields("x"), Stale: metadata.Stale{Tag: "v"}}, Floor: 5, Holder: "w2"}, nil, nil)
+		Select: metadata.Select{Fields: specFields("x"), Stale: metadata.Stale{Tag: "v"}}, Floor: 5, Holder: "w2"}, nil, nil)
 
 	// A group task with a deadline and partial release, two ranks: an
 	// open batch of a complete group and an overdue partial one.
 	gc := w.claim(metadata.ClaimRequest{Task: "g", Lease: 30 * time.Second, Rows: 4, Min: 1, Batch: &metadata.Batch{Ranks: 2, Rank: 0},
-		Select: metadata.Select{Fields: fields("x"), Group: metadata.Group{Tag: "grp", Size: 2, Deadline: time.Second, Partial: true}}, Holder: "w3"}, nil, nil)
+		Select: metadata.Select{Fields: specFields("x"), Group: metadata.Group{Tag: "grp", Size: 2, Deadline: time.Second, Partial: true}}, Holder: "w3"}, nil, nil)
 	if len(gc.Rows) != 3 || !slices.Equal(gc.Partial, []bool{false, true}) {
 		t.Fatalf("group claim leased %d rows, partial %v", len(gc.Rows), gc.Partial)
 	}
@@ -339,14 +338,14 @@ func TestLogSpecDecoder(t *testing.T) {
 	// The same with room for the complete group only: the overdue one
 	// was offered, not taken, and the batch's flags are all false.
 	gc2 := w.claim(metadata.ClaimRequest{Task: "g2", Lease: 30 * time.Second, Rows: 2, Min: 1, Batch: &metadata.Batch{Ranks: 2, Rank: 0},
-		Select: metadata.Select{Fields: fields("x"), Group: metadata.Group{Tag: "grp", Size: 2, Deadline: time.Second, Partial: true}}, Holder: "w3"}, nil, nil)
+		Select: metadata.Select{Fields: specFields("x"), Group: metadata.Group{Tag: "grp", Size: 2, Deadline: time.Second, Partial: true}}, Holder: "w3"}, nil, nil)
 	if len(gc2.Rows) != 2 || !slices.Equal(gc2.Partial, []bool{false}) {
 		t.Fatalf("group claim leased %d rows, partial %v", len(gc2.Rows), gc2.Partial)
 	}
 
 	// A custom claim: one unit and a row dropped.
 	w.claim(metadata.ClaimRequest{Task: "cu", Lease: 30 * time.Second, Rows: 2, Min: 1, Custom: true,
-		Select: metadata.Select{Fields: fields("y")}, Holder: "w4"},
+		Select: metadata.Select{Fields: specFields("y")}, Holder: "w4"},
 		func(rows []*metadata.Row, _ []metadata.Delivery) (metadata.Picked, error) {
 			return metadata.Picked{Units: [][]int{{0}}, Drop: []int{1}}, nil
 		}, func(c metadata.Claimed, q *specClaim) error {
@@ -364,7 +363,7 @@ func TestLogSpecDecoder(t *testing.T) {
 		}
 		return nil
 	})
-	w.claim(metadata.ClaimRequest{Task: "r", Lease: time.Second, Rows: 1, Min: 1, Select: metadata.Select{Fields: fields("x")}}, nil, nil)
+	w.claim(metadata.ClaimRequest{Task: "r", Lease: time.Second, Rows: 1, Min: 1, Select: metadata.Select{Fields: specFields("x")}}, nil, nil)
 	w.must(m.Reset(ctx, "p", "r", nil))
 	w.expect("reset of r", 'R', func(rec *specRecord) error {
 		if rec.Task != "r" || !rec.All || rec.Indexes != nil {
@@ -376,23 +375,23 @@ func TestLogSpecDecoder(t *testing.T) {
 	// Standing claims: one served by the commit of a row it waits for,
 	// one cancelled (K unwait), one replaced by a claim that stays.
 	zc := w.claim(metadata.ClaimRequest{Task: "z", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour,
-		Select: metadata.Select{Fields: fields("z")}, Holder: "w5"}, nil, nil)
+		Select: metadata.Select{Fields: specFields("z")}, Holder: "w5"}, nil, nil)
 	iz := w.put([]string{"z/1"}, map[string]metadata.FieldInfo{"z": {}}, []map[string]any{nil}, nil)[0]
 	// Two ranks' standing claims, served by one commit: the first opens
 	// a batch, the second takes its share; each is filed under its own
 	// token, with no rows.
 	b0 := w.claim(metadata.ClaimRequest{Task: "bz", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour, Batch: &metadata.Batch{Ranks: 2, Rank: 0},
-		Select: metadata.Select{Fields: fields("bzf")}, Holder: "r0"}, nil, nil)
+		Select: metadata.Select{Fields: specFields("bzf")}, Holder: "r0"}, nil, nil)
 	b1 := w.claim(metadata.ClaimRequest{Task: "bz", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour, Batch: &metadata.Batch{Ranks: 2, Rank: 1},
-		Select: metadata.Select{Fields: fields("bzf")}, Holder: "r1"}, nil, nil)
+		Select: metadata.Select{Fields: specFields("bzf")}, Holder: "r1"}, nil, nil)
 	ibz := w.put([]string{"bz/1"}, map[string]metadata.FieldInfo{"bzf": {}}, []map[string]any{nil}, nil)[0]
 	uc := w.claim(metadata.ClaimRequest{Task: "un", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour,
-		Select: metadata.Select{Fields: fields("q")}, Holder: "w6"}, nil, nil)
+		Select: metadata.Select{Fields: specFields("q")}, Holder: "w6"}, nil, nil)
 	w.settle(metadata.SettleRequest{Task: "un", Op: metadata.Unwait, Lease: uc.Mark.Token})
 	wc1 := w.claim(metadata.ClaimRequest{Task: "wait", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour,
-		Select: metadata.Select{Fields: fields("q")}, Holder: "w7"}, nil, nil)
+		Select: metadata.Select{Fields: specFields("q")}, Holder: "w7"}, nil, nil)
 	wc2 := w.claim(metadata.ClaimRequest{Task: "wait", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: 2 * time.Hour,
-		Select: metadata.Select{Fields: fields("q")}, Holder: "w7", Replaces: wc1.Mark.Token}, nil, nil)
+		Select: metadata.Select{Fields: specFields("q")}, Holder: "w7", Replaces: wc1.Mark.Token}, nil, nil)
 
 	// E: a field cleared; D: a row deleted; an orphan: a prepared row
 	// deleted; far: a field reserved 65 times.
@@ -453,7 +452,9 @@ func TestLogSpecDecoder(t *testing.T) {
 
 	// The log, read raw, holds the records the calls made, in order, and
 	// every kind of LOG.md section 2 but X (below).
-	tail, err := srv.Engine().Log.Read(ctx, "p", backends.Pos{}, 0)
+	reader := srv.Engine() // another process's client: it reads the log raw
+	t.Cleanup(func() { _ = reader.Close() })
+	tail, err := reader.Log.Read(ctx, "p", backends.Pos{}, 0)
 	w.must(err)
 	if len(tail.Entries) != len(w.want) {
 		t.Fatalf("the log holds %d entries, the calls made %d records", len(tail.Entries), len(w.want))
@@ -484,7 +485,7 @@ func TestLogSpecDecoder(t *testing.T) {
 	_, err = m.DeletePartition(ctx, "p2")
 	w.must(err)
 	w2.expect("delete partition", 'X', nil)
-	tail2, err := srv.Engine().Log.Read(ctx, "p2", backends.Pos{}, 0)
+	tail2, err := reader.Log.Read(ctx, "p2", backends.Pos{}, 0)
 	w.must(err)
 	for k, e := range tail2.Entries {
 		rec, err := decodeSpecRecord(e.Data)
