@@ -603,6 +603,32 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 			t.Errorf("row %+v, the client's %+v", r, v)
 		}
 	}
+	// far/1 reserved x 65 times: generations 1 to 64 pending in its
+	// window (bit i for generation next-1-i), 0 pushed out to far;
+	// held/1 reserved x once, with a size.
+	for _, r := range s.Rows {
+		var want specGen
+		switch r.Key {
+		case "far/1":
+			want = specGen{Field: "x", Next: 65, Pend: ^uint64(0)}
+		case "held/1":
+			want = specGen{Field: "x", Next: 1, Pend: 1, Size: 3, NSize: 3}
+		default:
+			continue
+		}
+		if len(r.Gens) != 1 || r.View != nil {
+			t.Errorf("row %q: %+v", r.Key, r)
+			continue
+		}
+		g := r.Gens[0]
+		if g.At <= 0 || g.Old <= 0 || g.Old > g.At {
+			t.Errorf("row %q: at %d old %d", r.Key, g.At, g.Old)
+		}
+		g.At, g.Old = 0, 0
+		if g != want {
+			t.Errorf("row %q: gens %+v, want %+v", r.Key, g, want)
+		}
+	}
 	for _, h := range s.Held {
 		held = append(held, h.Key)
 	}
