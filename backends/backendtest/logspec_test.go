@@ -60,11 +60,10 @@ func specMap(kv []any) map[string]any {
 // specWorkload is what a workload did, call by call, to be found in the
 // log by the spec decoder.
 type specWorkload struct {
-	t     *testing.T
-	ctx   context.Context
-	m     *replica.Meta
-	clock *specClock
-	part  string
+	t    *testing.T
+	ctx  context.Context
+	m    *replica.Meta
+	part string
 	// want is, per record appended by the calls, in log order, what the
 	// decoder must find; check is run on the decoded record.
 	want []specWant
@@ -248,7 +247,7 @@ func TestLogSpecDecoder(t *testing.T) {
 	lg := &losingLog{Log: eng.Log}
 	m := replica.New(lg, eng.Data)
 	t.Cleanup(func() { _ = m.Close() })
-	w := &specWorkload{t: t, ctx: ctx, m: m, clock: clock, part: "p"}
+	w := &specWorkload{t: t, ctx: ctx, m: m, part: "p"}
 
 	// L: a capacity, clearing rows after task c consumed them.
 	capy := metadata.Capacity{Rows: 1000, Bytes: 1 << 30, ClearAcked: []string{"c"}}
@@ -480,7 +479,7 @@ func TestLogSpecDecoder(t *testing.T) {
 	}
 
 	// X, on a partition of its own.
-	w2 := &specWorkload{t: t, ctx: ctx, m: m, clock: clock, part: "p2"}
+	w2 := &specWorkload{t: t, ctx: ctx, m: m, part: "p2"}
 	w2.put([]string{"k"}, table, []map[string]any{nil}, nil)
 	_, err = m.DeletePartition(ctx, "p2")
 	w.must(err)
