@@ -369,23 +369,37 @@ type SettleResult struct {
 	Cleared []*Row
 }
 
-// Check reports a malformed claim with an error wrapping backends.ErrInvalid.
+// Bounds of a claim. A log record holds its numbers as 32-bit ones; the
+// bounds keep well within that, and within what a claim allocates for them.
+const (
+	// MaxClaimRows is the most rows one claim may lease
+	// (ClaimRequest.Rows), and so the largest group (Group.Size).
+	MaxClaimRows = 1 << 24
+	// MaxRanks is the most ranks of a data-parallel task (Batch.Ranks):
+	// an open batch keeps a flag per rank.
+	MaxRanks = 1 << 16
+	// MaxDeliveryLimit is the largest ClaimRequest.MaxDeliveries.
+	MaxDeliveryLimit = 1<<31 - 1
+)
+
+// Check reports a malformed claim with an error wrapping backends.ErrInvalid:
+// one outside the bounds above among others.
 func (r *ClaimRequest) Check() error {
 	switch {
 	case r.Task == "":
 		return invalidf("claim: empty task name")
 	case r.Lease <= 0:
 		return invalidf("claim: lease %v is not positive", r.Lease)
-	case r.Rows < 1:
-		return invalidf("claim: rows %d < 1", r.Rows)
+	case r.Rows < 1 || r.Rows > MaxClaimRows:
+		return invalidf("claim: rows %d outside 1..%d", r.Rows, MaxClaimRows)
 	case r.Min < 1 || r.Min > r.Rows:
 		return invalidf("claim: min %d outside 1..%d", r.Min, r.Rows)
-	case r.MaxDeliveries < 0:
-		return invalidf("claim: max deliveries %d < 0", r.MaxDeliveries)
+	case r.MaxDeliveries < 0 || r.MaxDeliveries > MaxDeliveryLimit:
+		return invalidf("claim: max deliveries %d outside 0..%d", r.MaxDeliveries, MaxDeliveryLimit)
 	case r.Hold < 0:
 		return invalidf("claim: hold %v < 0", r.Hold)
-	case r.Batch != nil && (r.Batch.Ranks < 1 || r.Batch.Rank < 0 || r.Batch.Rank >= r.Batch.Ranks):
-		return invalidf("claim: rank %d of %d", r.Batch.Rank, r.Batch.Ranks)
+	case r.Batch != nil && (r.Batch.Ranks < 1 || r.Batch.Ranks > MaxRanks || r.Batch.Rank < 0 || r.Batch.Rank >= r.Batch.Ranks):
+		return invalidf("claim: rank %d of %d (ranks 1..%d)", r.Batch.Rank, r.Batch.Ranks, MaxRanks)
 	case r.Select.Group.Size < 0 || r.Select.Group.Size > 0 && (r.Select.Group.Tag == "") == (r.Select.Group.Sep == ""):
 		return invalidf("claim: groups of %d by tag %q or key separator %q (one of them)", r.Select.Group.Size, r.Select.Group.Tag, r.Select.Group.Sep)
 	case len(r.Holder) > MaxHolder || strings.ContainsFunc(r.Holder, func(c rune) bool { return !unicode.IsPrint(c) }):

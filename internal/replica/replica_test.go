@@ -13,6 +13,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest/toylog"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 )
@@ -399,5 +400,56 @@ func TestClearFieldsLostReply(t *testing.T) {
 	}
 	if got := fieldsOf(); !slices.Equal(got, []string{"x"}) {
 		t.Fatalf("after a ClearFields whose reply was lost: fields %q, want x", got)
+	}
+}
+
+// A pick that panics (a caller's code: tq recovers its samplers, another
+// caller of the MetaStore may not) goes on up to the caller with the
+// partition's lock released: the next claim, a put and Close go on, and a
+// Hold claim left nothing registered.
+func TestPickPanicReleasesPartition(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	e := srv.Engine()
+	m := replica.NewStore(e.Log, e.Data)
+	c, err := tq.New(backends.Engine{Data: e.Data, Meta: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Close() }()
+	put(t, c, "p", keys(4, "k")...)
+	req := metadata.ClaimRequest{Task: "w", Lease: time.Minute, Rows: 2, Min: 1, Select: metadata.Select{Fields: []string{"x"}}, Custom: true, Hold: time.Second}
+	panicked := func() (v any) {
+		defer func() { v = recover() }()
+		_, _ = m.Claim(t.Context(), "p", req, func([]*metadata.Row, []metadata.Delivery) (metadata.Picked, error) { panic("boom") })
+		return nil
+	}()
+	if panicked != "boom" {
+		t.Fatalf("the pick's panic: %v", panicked)
+	}
+	done := make(chan error, 1)
+	go func() {
+		req.Custom, req.Hold = false, 0
+		got, err := m.Claim(t.Context(), "p", req, nil)
+		if err == nil && len(got.Rows) != 2 {
+			err = fmt.Errorf("leased %d rows, want 2", len(got.Rows))
+		}
+		if err == nil {
+			err = c.Put(t.Context(), "p", "k9", map[string]any{"x": int64(1)}, nil)
+		}
+		if err == nil {
+			err = c.Close()
+		}
+		if err == nil {
+			err = m.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the partition stayed locked after a pick panicked")
 	}
 }
