@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -451,5 +452,28 @@ func TestPickPanicReleasesPartition(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the partition stayed locked after a pick panicked")
+	}
+}
+
+// A snapshot that does not decode fails a process's reads of the
+// partition with an error matching tq.ErrCorrupt (backends.ErrCorrupt),
+// not an internal one.
+func TestCorruptSnapshot(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	a := client(t, srv, nil)
+	put(t, a, "p", keys(3, "k")...)
+	e := srv.Engine()
+	defer func() { _ = e.Close() }()
+	tail, err := e.Log.Read(t.Context(), "p", backends.Pos{}, 0)
+	if err != nil || len(tail.Entries) == 0 {
+		t.Fatalf("read the log: %+v, %v", tail, err)
+	}
+	if err := e.Log.Compact(t.Context(), "p", tail.End(backends.Pos{}), []byte("not a snapshot")); err != nil {
+		t.Fatal(err)
+	}
+	b := client(t, srv, nil)
+	_, err = b.List(t.Context(), "p")
+	if !errors.Is(err, tq.ErrCorrupt) || !errors.Is(err, backends.ErrCorrupt) || !strings.Contains(err.Error(), `"p"`) {
+		t.Fatalf("List over a corrupt snapshot: %v, want ErrCorrupt naming the partition", err)
 	}
 }
