@@ -77,11 +77,15 @@ type taskStats struct {
 // TaskOption configures a Task.
 type TaskOption func(*Task) error
 
-// LeaseFor sets how long a claim's lease lasts (default DefaultLease).
+// MinLease is the shortest lease of LeaseFor and Extend.
+const MinLease = time.Millisecond
+
+// LeaseFor sets how long a claim's lease lasts (default DefaultLease). A d
+// below MinLease fails with ErrInvalid.
 func LeaseFor(d time.Duration) TaskOption {
 	return func(t *Task) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: lease %v is not positive", ErrInvalid, d)
+		if d < MinLease {
+			return fmt.Errorf("%w: lease %v, shorter than %v", ErrInvalid, d, MinLease)
 		}
 		t.lease = d
 		return nil
@@ -770,10 +774,11 @@ func (l *Lease) Nack(ctx context.Context, delay time.Duration, keys ...string) e
 }
 
 // Extend renews the lease of keys (every row when none are named) to now
-// plus d, and moves Until. Errors as Ack's.
+// plus d, and moves Until. Errors as Ack's; a d below MinLease fails with
+// ErrInvalid.
 func (l *Lease) Extend(ctx context.Context, d time.Duration, keys ...string) error {
-	if d <= 0 {
-		return fmt.Errorf("%w: extend by %v", ErrInvalid, d)
+	if d < MinLease {
+		return fmt.Errorf("%w: extend by %v, less than %v", ErrInvalid, d, MinLease)
 	}
 	return l.settle(ctx, "Extend", metadata.Extend, d, keys)
 }

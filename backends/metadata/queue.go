@@ -151,7 +151,7 @@ type Delivery struct {
 // ClaimRequest says what a Claim may lease.
 type ClaimRequest struct {
 	Task  string        // the consuming task; not empty
-	Lease time.Duration // how long the lease lasts; > 0
+	Lease time.Duration // how long the lease lasts; at least a microsecond
 	// Rows is the most rows to lease (> 0), and Min the fewest worth
 	// leasing (1 to Rows): with fewer available, Claim leases none.
 	Rows, Min int
@@ -351,7 +351,7 @@ type SettleRequest struct {
 	Op      SettleOp
 	Lease   string // the lease token, for Ack, Nack and Extend
 	Indexes []uint64
-	Delay   time.Duration // Nack: delay before ready (>= 0); Extend: new lease (> 0)
+	Delay   time.Duration // Nack: delay before ready (>= 0); Extend: new lease (at least a microsecond)
 }
 
 // SettleResult reports rows Settle did not change.
@@ -388,8 +388,8 @@ func (r *ClaimRequest) Check() error {
 	switch {
 	case r.Task == "":
 		return invalidf("claim: empty task name")
-	case r.Lease <= 0:
-		return invalidf("claim: lease %v is not positive", r.Lease)
+	case r.Lease < time.Microsecond:
+		return invalidf("claim: lease %v, less than a microsecond (a record's unit)", r.Lease)
 	case r.Rows < 1 || r.Rows > MaxClaimRows:
 		return invalidf("claim: rows %d outside 1..%d", r.Rows, MaxClaimRows)
 	case r.Min < 1 || r.Min > r.Rows:
@@ -424,8 +424,8 @@ func (r *SettleRequest) Check() error {
 			return invalidf("settle: no lease token")
 		}
 		return invalidf("settle: retry and drop take no lease token")
-	case r.Op == Extend && r.Delay <= 0:
-		return invalidf("settle: extend by %v", r.Delay)
+	case r.Op == Extend && r.Delay < time.Microsecond:
+		return invalidf("settle: extend by %v, less than a microsecond (a record's unit)", r.Delay)
 	case r.Delay < 0:
 		return invalidf("settle: delay %v < 0", r.Delay)
 	}
