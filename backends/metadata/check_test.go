@@ -33,6 +33,9 @@ func TestCheckBounds(t *testing.T) {
 		},
 		"max deliveries past the limit": func(r *metadata.ClaimRequest) { r.MaxDeliveries = math.MaxInt },
 		"lease under a microsecond":     func(r *metadata.ClaimRequest) { r.Lease = 500 * time.Nanosecond },
+		"group deadline under a microsecond": func(r *metadata.ClaimRequest) {
+			r.Select.Group = metadata.Group{Tag: "uid", Size: 2, Deadline: 500 * time.Nanosecond}
+		},
 	} {
 		r := ok()
 		change(&r)

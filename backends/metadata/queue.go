@@ -406,7 +406,7 @@ func (r *ClaimRequest) Check() error {
 		return invalidf("claim: holder %q: more than %d bytes, or not printable", r.Holder, MaxHolder)
 	case r.Select.Group.Size > r.Rows:
 		return invalidf("claim: %d rows, fewer than a group of %d", r.Rows, r.Select.Group.Size)
-	case r.Select.Group.Deadline < 0 || r.Select.Group.Deadline > 0 && r.Select.Group.Size == 0 || r.Select.Group.Partial && r.Select.Group.Deadline == 0:
+	case r.Select.Group.Deadline < 0 || r.Select.Group.Deadline > 0 && (r.Select.Group.Size == 0 || r.Select.Group.Deadline < time.Microsecond) || r.Select.Group.Partial && r.Select.Group.Deadline == 0:
 		return invalidf("claim: group deadline %v (partial %v) without groups or a deadline", r.Select.Group.Deadline, r.Select.Group.Partial)
 	}
 	return nil

@@ -123,6 +123,17 @@ func badInputTable(t *testing.T, e Engine) {
 		{"Task/TokenBudget(0)", func() error { return task2(tq.TokenBudget("v", 0)) }},
 		{"Task/Staleness(-1)", func() error { return task2(tq.Staleness("v", -1, false)) }},
 		{"Task/ConsumerName(bad)", func() error { return task2(tq.ConsumerName("a|b")) }},
+		{"Task/GroupDeadline(500ns)", func() error {
+			return task2(tq.WithGroups(tq.GroupTag("uid"), 2), tq.GroupDeadline(500*time.Nanosecond, true))
+		}},
+		{"Task/Stall(0)", func() error { return task2(tq.Stall(0)) }},
+		{"Task/Stall(bad peer)", func() error { return task2(tq.Stall(time.Second, "{")) }},
+		{"Consume/n 0", func() error {
+			return task.Consume(ctx, 0, func(context.Context, *tq.Lease) error { return nil })
+		}},
+		{"Consume/nil handler", func() error { return task.Consume(ctx, 1, nil) }},
+		{"Retry/empty key", func() error { return task.Retry(ctx, "") }},
+		{"Drop/duplicate key", func() error { return task.Drop(ctx, "k2", "k2") }},
 		{"Claim/0", func() error { return claim(0) }},
 		{"Claim/huge", func() error { return claim(math.MaxInt) }},
 		{"Claim/MaxClaim+1", func() error { return claim(tq.MaxClaim + 1) }},
