@@ -152,6 +152,11 @@ func badInputTable(t *testing.T, e Engine) {
 		{"SetCapacity/bad partition", func() error { return c.SetCapacity(ctx, "{", tq.Capacity{Rows: 1}) }},
 		{"Pace/no tasks", func() error { return c.Pace(ctx, p, "v", 1, 0) }},
 		{"Pace/negative k", func() error { return c.Pace(ctx, p, "v", 1, -1, "w") }},
+		{"Pace/v-k overflows", func() error {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return c.Pace(pctx, p, "v", math.MinInt64, 1, "w")
+		}},
 		{"AwaitInsert/bad ratio", func() error { return c.AwaitInsert(ctx, p, "w", tq.Ratio{SamplesPerInsert: 2}, 1) }},
 		{"AwaitSample/n 0", func() error { return c.AwaitSample(ctx, p, "w", ratio, 0) }},
 		{"Announce/bad group", func() error { _, err := c.Announce(ctx, "{", 0); return err }},
