@@ -102,6 +102,14 @@ func badInputTable(t *testing.T, e Engine) {
 		{"BatchGet/duplicate key", func() error { _, err := c.BatchGet(ctx, p, []string{"k0", "k0"}, "a"); return err }},
 		{"BatchGet/bad field", func() error { _, err := c.BatchGet(ctx, p, []string{"k0"}, "a#"); return err }},
 		{"List/bad partition", func() error { _, err := c.List(ctx, "{"); return err }},
+		{"BatchGetByMeta/nil", func() error { _, err := c.BatchGetByMeta(ctx, nil, "a"); return err }},
+		{"BatchGetByMeta/bad partition", func() error {
+			_, err := c.BatchGetByMeta(ctx, &tq.BatchMeta{Partition: "{", Rows: []tq.RowInfo{{Key: "k0"}}}, "a")
+			return err
+		}},
+		{"BatchGetInto/bad field", func() error { _, err := c.BatchGetInto(ctx, p, []string{"k0"}, nil, "a b"); return err }},
+		{"Status/bad partition", func() error { _, err := c.Status(ctx, "{"); return err }},
+		{"Reclaim/negative age", func() error { _, err := c.Reclaim(ctx, p, -time.Second); return err }},
 		{"Lookup/empty key", func() error { _, err := c.Lookup(ctx, p, []string{""}); return err }},
 		{"Clear/empty key", func() error { return c.Clear(ctx, p, []string{"k0", ""}) }},
 		{"Clear/duplicate key", func() error { return c.Clear(ctx, p, []string{"k0", "k0"}) }},
