@@ -55,6 +55,13 @@ var (
 	// partition's Capacity (see metadata.FullError): nothing was
 	// reserved, and the put may be made again once rows are cleared.
 	ErrFull = errors.New("backends: partition full")
+	// ErrCorrupt is matched by the error of a call that found a
+	// partition's metadata in a shared engine's log (a record, or the
+	// snapshot a log was compacted to) that does not decode: that
+	// metadata was damaged or written by something else. Nothing of the
+	// call was applied; calls on the partition fail alike until it is
+	// repaired or cleared.
+	ErrCorrupt = errors.New("backends: corrupt metadata")
 )
 
 // countError: an engine returned a result of the wrong length.

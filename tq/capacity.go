@@ -75,16 +75,22 @@ func WithFullPolicy(p FullPolicy) Option {
 type fullPolicyKey struct{}
 
 // WhenFull returns ctx carrying p for the puts (Put, BatchPut) made with
-// it, in place of the client's WithFullPolicy.
+// it, in place of the client's WithFullPolicy. A put given a p that is
+// neither Block nor Fail fails with ErrInvalid, writing nothing.
 func WhenFull(ctx context.Context, p FullPolicy) context.Context {
 	return context.WithValue(ctx, fullPolicyKey{}, p)
 }
 
-func (c *Client) fullPolicy(ctx context.Context) FullPolicy {
+// fullPolicy is the put's FullPolicy, or an error matching ErrInvalid for
+// an unknown one.
+func (c *Client) fullPolicy(ctx context.Context) (FullPolicy, error) {
 	if p, ok := ctx.Value(fullPolicyKey{}).(FullPolicy); ok {
-		return p
+		if p > Fail {
+			return 0, invalidf("WhenFull(%v): want Block or Fail", p)
+		}
+		return p, nil
 	}
-	return c.opts.full
+	return c.opts.full, nil
 }
 
 // SetCapacity sets partition's Capacity for every client of the engine
@@ -120,7 +126,10 @@ func (c *Client) SetCapacity(ctx context.Context, partition string, cp Capacity)
 // prepares again (Block), or returns the refusal (Fail, or a put that
 // could never fit).
 func (c *Client) prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
-	policy := c.fullPolicy(ctx)
+	policy, err := c.fullPolicy(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var since, warned time.Time
 	for {
 		res, err := c.meta.Prepare(ctx, partition, keys, fields, sizes)

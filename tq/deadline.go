@@ -34,11 +34,12 @@ type groupDeadline struct {
 // overdue at the same moment. The engine learns a task's groups from its
 // claims: Status and Stragglers list groups once a claim of the task
 // (with this option) has run. With Ranks, every rank's share flags the
-// partial groups it holds. d must be positive.
+// partial groups it holds. A d below a millisecond fails with
+// ErrInvalid.
 func GroupDeadline(d time.Duration, partial bool) TaskOption {
 	return func(t *Task) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: group deadline %v", ErrInvalid, d)
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: group deadline %v, shorter than 1ms", ErrInvalid, d)
 		}
 		t.deadline = &groupDeadline{d: d, partial: partial}
 		return nil

@@ -41,6 +41,11 @@ var (
 	// BatchGet) once the engine is back to learn which. Every other error
 	// of a write means nothing of it is visible.
 	ErrOutcomeUnknown = backends.ErrOutcomeUnknown
+	// ErrCorrupt: a partition's metadata in a shared engine (a record of
+	// its log, or its snapshot) that does not decode; the call applied
+	// nothing. A cell that does not decode matches codec.ErrCorrupt
+	// instead (see KeyError).
+	ErrCorrupt = backends.ErrCorrupt
 )
 
 // KeyError names the key (and field) a call failed on.

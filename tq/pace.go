@@ -30,14 +30,15 @@ import (
 // partition's state each time (a cost that grows with its rows). It
 // returns ctx's error when ctx ends first,
 // ErrClosed when the client is closed, and fails with ErrInvalid for an
-// empty versionTag or task name, a negative k, or no tasks.
+// empty versionTag or task name, a negative k, no tasks, or a v - k below
+// the smallest int64.
 func (c *Client) Pace(ctx context.Context, partition, versionTag string, v, k int64, tasks ...string) (err error) {
 	ctx, tr := c.trace(ctx, "Pace", partition, 0)
 	defer func() { tr.done(err) }()
 	if err := checkPartition(partition); err != nil {
 		return err
 	}
-	if versionTag == "" || k < 0 || len(tasks) == 0 {
+	if versionTag == "" || k < 0 || len(tasks) == 0 || v < math.MinInt64+k {
 		return fmt.Errorf("%w: pace by tag %q within %d versions of %d tasks", ErrInvalid, versionTag, k, len(tasks))
 	}
 	for _, t := range tasks {

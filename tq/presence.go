@@ -141,10 +141,16 @@ func (p *Presence) Close() error {
 }
 
 // Members returns the members of group (every group when "") that
-// announced themselves, by group then name.
+// announced themselves, by group then name. A group not named as a
+// partition is (see Announce) fails with ErrInvalid.
 func (c *Client) Members(ctx context.Context, group string) (_ []Member, err error) {
 	ctx, tr := c.trace(ctx, "Members", PresencePartition, 0)
 	defer func() { tr.done(err) }()
+	if group != "" {
+		if err := checkPartition(group); err != nil {
+			return nil, fmt.Errorf("presence group: %w", err)
+		}
+	}
 	release, err := c.enter(ctx)
 	if err != nil {
 		return nil, err

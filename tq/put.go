@@ -65,6 +65,9 @@ func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, 
 	if err != nil {
 		return err
 	}
+	if _, err := c.fullPolicy(ctx); err != nil {
+		return err
+	}
 	w := &write{c: c, partition: partition, keys: keys, fields: fields, tags: tags}
 	if len(fields) == 0 {
 		err = w.tagsOnly(ctx)

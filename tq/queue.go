@@ -77,11 +77,15 @@ type taskStats struct {
 // TaskOption configures a Task.
 type TaskOption func(*Task) error
 
-// LeaseFor sets how long a claim's lease lasts (default DefaultLease).
+// MinLease is the shortest lease of LeaseFor and Extend.
+const MinLease = time.Millisecond
+
+// LeaseFor sets how long a claim's lease lasts (default DefaultLease). A d
+// below MinLease fails with ErrInvalid.
 func LeaseFor(d time.Duration) TaskOption {
 	return func(t *Task) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: lease %v is not positive", ErrInvalid, d)
+		if d < MinLease {
+			return fmt.Errorf("%w: lease %v, shorter than %v", ErrInvalid, d, MinLease)
 		}
 		t.lease = d
 		return nil
@@ -90,10 +94,11 @@ func LeaseFor(d time.Duration) TaskOption {
 
 // MaxDeliveries makes a row dead once it was delivered n times without an
 // ack (default 0: never). Dead rows are never delivered again until Retry.
+// n outside 1..MaxDeliveryLimit fails with ErrInvalid.
 func MaxDeliveries(n int) TaskOption {
 	return func(t *Task) error {
-		if n < 1 {
-			return fmt.Errorf("%w: max deliveries %d < 1", ErrInvalid, n)
+		if n < 1 || n > MaxDeliveryLimit {
+			return fmt.Errorf("%w: max deliveries %d outside 1..%d", ErrInvalid, n, MaxDeliveryLimit)
 		}
 		t.maxDel = n
 		return nil
@@ -112,14 +117,15 @@ func WithSampler(s Sampler) TaskOption {
 }
 
 // WithGroups makes the task claim only complete groups of size rows (see
-// Groups): shorthand for WithSampler(Groups(by, size)), checked.
+// Groups): shorthand for WithSampler(Groups(by, size)), checked: size
+// outside 1..MaxGroupSize fails with ErrInvalid.
 func WithGroups(by GroupBy, size int) TaskOption {
 	return func(t *Task) error {
 		if !by.valid() || by.sep == "" && by.tag == "" {
 			return fmt.Errorf("%w: groups by nothing", ErrInvalid)
 		}
-		if size < 1 {
-			return fmt.Errorf("%w: group size %d < 1", ErrInvalid, size)
+		if size < 1 || size > MaxGroupSize {
+			return fmt.Errorf("%w: group size %d outside 1..%d", ErrInvalid, size, MaxGroupSize)
 		}
 		t.sampler = Groups(by, size)
 		return nil
@@ -133,10 +139,12 @@ func WithGroups(by GroupBy, size int) TaskOption {
 // balanced by Karmarkar-Karp's largest differencing over the sum of each
 // unit's lengthTag (its row count when lengthTag is ""). The same rows
 // give every rank the same split. Every rank must claim the same n.
+// ranks outside 1..MaxRanks, or rank outside 0..ranks-1, fails with
+// ErrInvalid.
 func Ranks(ranks, rank int, lengthTag string) TaskOption {
 	return func(t *Task) error {
-		if ranks < 1 || rank < 0 || rank >= ranks {
-			return fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, ranks)
+		if ranks < 1 || ranks > MaxRanks || rank < 0 || rank >= ranks {
+			return fmt.Errorf("%w: rank %d of %d ranks (ranks 1..%d)", ErrInvalid, rank, ranks, MaxRanks)
 		}
 		t.ranks = &metadata.Batch{Ranks: ranks, Rank: rank}
 		t.lengthTag = lengthTag
@@ -379,7 +387,8 @@ func (l *Lease) unacked() ([]string, bool) {
 // fails. For a Ranks task, n and m are the whole batch's, and the Lease
 // is this rank's share of it, which may be empty (a batch of fewer units
 // than ranks): it is still this rank's turn of that batch, and the next
-// claim goes on to the next batch. n < 1 or a bad option fails with ErrInvalid. An error
+// claim goes on to the next batch. n outside 1..MaxClaim or a bad option
+// fails with ErrInvalid. An error
 // matching ErrOutcomeUnknown may have leased rows the caller did not
 // learn of: they are delivered again once the lease ends.
 func (t *Task) Claim(ctx context.Context, n int, opts ...ClaimOption) (*Lease, error) {
@@ -411,8 +420,8 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		}
 	}
 	switch {
-	case n < 1:
-		return nil, fmt.Errorf("%w: claim of %d rows", ErrInvalid, n)
+	case n < 1 || n > MaxClaim:
+		return nil, fmt.Errorf("%w: claim of %d rows (1..%d)", ErrInvalid, n, MaxClaim)
 	case o.min < 1 || o.min > n:
 		return nil, fmt.Errorf("%w: at least %d of %d rows", ErrInvalid, o.min, n)
 	}
@@ -628,7 +637,10 @@ func (t *Task) pick(rows []*metadata.Row, ds []metadata.Delivery, n int, skipped
 		pos = append(pos, i)
 	}
 	*skippedOut = skipped // the last pick of a claim counts
-	units, sdrop := t.sampler.Sample(ready, n)
+	units, sdrop, err := t.sample(ready, n)
+	if err != nil {
+		return metadata.Picked{}, err
+	}
 	if t.budget != nil {
 		units = t.budget.cut(ready, units)
 	}
@@ -762,10 +774,11 @@ func (l *Lease) Nack(ctx context.Context, delay time.Duration, keys ...string) e
 }
 
 // Extend renews the lease of keys (every row when none are named) to now
-// plus d, and moves Until. Errors as Ack's.
+// plus d, and moves Until. Errors as Ack's; a d below MinLease fails with
+// ErrInvalid.
 func (l *Lease) Extend(ctx context.Context, d time.Duration, keys ...string) error {
-	if d <= 0 {
-		return fmt.Errorf("%w: extend by %v", ErrInvalid, d)
+	if d < MinLease {
+		return fmt.Errorf("%w: extend by %v, less than %v", ErrInvalid, d, MinLease)
 	}
 	return l.settle(ctx, "Extend", metadata.Extend, d, keys)
 }

@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"slices"
 
 	"github.com/tqgo/tqgo/backends/metadata"
@@ -68,8 +69,41 @@ func tagNumber(v any) (float64, bool) {
 // quick, must not call the client, and must be safe for concurrent use;
 // it may be called more than once for one claim (the engine's view of the
 // rows was stale, or candidates were taken), only the last call counting.
+// A Sampler that panics fails that claim with a *SamplerPanicError,
+// leasing nothing; the partition and the task's next claims are as if it
+// had not been called.
 type Sampler interface {
 	Sample(ready []Candidate, n int) (units [][]int, drop []int)
+}
+
+// SamplerPanicError is a claim whose Sampler panicked: the claim failed,
+// leasing and dropping nothing, and the task's other claims go on. It
+// matches ErrInvalid (the sampler is the caller's code); Value is what the
+// sampler panicked with, and the client's logger has its stack.
+type SamplerPanicError struct {
+	Value any
+}
+
+func (e *SamplerPanicError) Error() string {
+	return fmt.Sprintf("%v: sampler panicked: %v", ErrInvalid, e.Value)
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *SamplerPanicError) Is(target error) bool { return target == ErrInvalid }
+
+// sample calls the task's sampler, turning a panic of it into a
+// *SamplerPanicError: the engine calls pick under its lock on the
+// partition, which a panic must not leave held.
+func (t *Task) sample(ready []Candidate, n int) (units [][]int, drop []int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			t.c.opts.logger.Error("tq: sampler panicked; the claim fails", "partition", t.partition, "task", t.name,
+				"panic", v, "stack", string(debug.Stack()))
+			units, drop, err = nil, nil, &SamplerPanicError{Value: v}
+		}
+	}()
+	units, drop = t.sampler.Sample(ready, n)
+	return units, drop, nil
 }
 
 // SamplerFunc is a function that is a Sampler.

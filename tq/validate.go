@@ -3,6 +3,8 @@ package tq
 import (
 	"hash/maphash"
 	"net/url"
+
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // maxNameLen bounds partition names, which become parts of metadata keys.
@@ -78,3 +80,19 @@ func checkKeys(keys []string) error {
 }
 
 var keySeed = maphash.MakeSeed()
+
+// Bounds of a task's options and claims, the same on every engine (a
+// shared engine's log record holds them as 32-bit numbers; the bounds keep
+// well within that and within what a claim allocates). Beyond them, the
+// option or the claim fails with ErrInvalid.
+const (
+	// MaxClaim is the most rows one Claim or Wait may ask for (its n).
+	MaxClaim = metadata.MaxClaimRows
+	// MaxGroupSize is the largest group of WithGroups (a group must fit
+	// a claim).
+	MaxGroupSize = MaxClaim
+	// MaxRanks is the most ranks of Ranks.
+	MaxRanks = metadata.MaxRanks
+	// MaxDeliveryLimit is the largest n of MaxDeliveries.
+	MaxDeliveryLimit = metadata.MaxDeliveryLimit
+)

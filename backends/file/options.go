@@ -124,8 +124,8 @@ func (o Options) String() string {
 //
 // Parameters: sync=always|everysec|never|<Go duration> (default
 // everysec), checkpoint=<bytes> (CheckpointMin, with an optional KiB,
-// MiB or GiB suffix; default 64MiB). Anything else is an error matching
-// backends.ErrInvalid.
+// MiB or GiB suffix; default 64MiB). Anything else, or a parameter given
+// twice, is an error matching backends.ErrInvalid.
 func ParseURL(u *url.URL) (string, Options, error) {
 	var o Options
 	bad := func(format string, args ...any) (string, Options, error) {
@@ -156,7 +156,10 @@ func ParseURL(u *url.URL) (string, Options, error) {
 		return bad("query: %v", err)
 	}
 	for k, vs := range q {
-		v := vs[len(vs)-1]
+		if len(vs) > 1 {
+			return bad("parameter %q given twice (%d values): give it once", k, len(vs))
+		}
+		v := vs[0]
 		switch k {
 		case "sync":
 			switch v {

@@ -151,7 +151,7 @@ type Delivery struct {
 // ClaimRequest says what a Claim may lease.
 type ClaimRequest struct {
 	Task  string        // the consuming task; not empty
-	Lease time.Duration // how long the lease lasts; > 0
+	Lease time.Duration // how long the lease lasts; at least a microsecond
 	// Rows is the most rows to lease (> 0), and Min the fewest worth
 	// leasing (1 to Rows): with fewer available, Claim leases none.
 	Rows, Min int
@@ -351,7 +351,7 @@ type SettleRequest struct {
 	Op      SettleOp
 	Lease   string // the lease token, for Ack, Nack and Extend
 	Indexes []uint64
-	Delay   time.Duration // Nack: delay before ready (>= 0); Extend: new lease (> 0)
+	Delay   time.Duration // Nack: delay before ready (>= 0); Extend: new lease (at least a microsecond)
 }
 
 // SettleResult reports rows Settle did not change.
@@ -369,30 +369,44 @@ type SettleResult struct {
 	Cleared []*Row
 }
 
-// Check reports a malformed claim with an error wrapping backends.ErrInvalid.
+// Bounds of a claim. A log record holds its numbers as 32-bit ones; the
+// bounds keep well within that, and within what a claim allocates for them.
+const (
+	// MaxClaimRows is the most rows one claim may lease
+	// (ClaimRequest.Rows), and so the largest group (Group.Size).
+	MaxClaimRows = 1 << 24
+	// MaxRanks is the most ranks of a data-parallel task (Batch.Ranks):
+	// an open batch keeps a flag per rank.
+	MaxRanks = 1 << 16
+	// MaxDeliveryLimit is the largest ClaimRequest.MaxDeliveries.
+	MaxDeliveryLimit = 1<<31 - 1
+)
+
+// Check reports a malformed claim with an error wrapping backends.ErrInvalid:
+// one outside the bounds above among others.
 func (r *ClaimRequest) Check() error {
 	switch {
 	case r.Task == "":
 		return invalidf("claim: empty task name")
-	case r.Lease <= 0:
-		return invalidf("claim: lease %v is not positive", r.Lease)
-	case r.Rows < 1:
-		return invalidf("claim: rows %d < 1", r.Rows)
+	case r.Lease < time.Microsecond:
+		return invalidf("claim: lease %v, less than a microsecond (a record's unit)", r.Lease)
+	case r.Rows < 1 || r.Rows > MaxClaimRows:
+		return invalidf("claim: rows %d outside 1..%d", r.Rows, MaxClaimRows)
 	case r.Min < 1 || r.Min > r.Rows:
 		return invalidf("claim: min %d outside 1..%d", r.Min, r.Rows)
-	case r.MaxDeliveries < 0:
-		return invalidf("claim: max deliveries %d < 0", r.MaxDeliveries)
+	case r.MaxDeliveries < 0 || r.MaxDeliveries > MaxDeliveryLimit:
+		return invalidf("claim: max deliveries %d outside 0..%d", r.MaxDeliveries, MaxDeliveryLimit)
 	case r.Hold < 0:
 		return invalidf("claim: hold %v < 0", r.Hold)
-	case r.Batch != nil && (r.Batch.Ranks < 1 || r.Batch.Rank < 0 || r.Batch.Rank >= r.Batch.Ranks):
-		return invalidf("claim: rank %d of %d", r.Batch.Rank, r.Batch.Ranks)
+	case r.Batch != nil && (r.Batch.Ranks < 1 || r.Batch.Ranks > MaxRanks || r.Batch.Rank < 0 || r.Batch.Rank >= r.Batch.Ranks):
+		return invalidf("claim: rank %d of %d (ranks 1..%d)", r.Batch.Rank, r.Batch.Ranks, MaxRanks)
 	case r.Select.Group.Size < 0 || r.Select.Group.Size > 0 && (r.Select.Group.Tag == "") == (r.Select.Group.Sep == ""):
 		return invalidf("claim: groups of %d by tag %q or key separator %q (one of them)", r.Select.Group.Size, r.Select.Group.Tag, r.Select.Group.Sep)
 	case len(r.Holder) > MaxHolder || strings.ContainsFunc(r.Holder, func(c rune) bool { return !unicode.IsPrint(c) }):
 		return invalidf("claim: holder %q: more than %d bytes, or not printable", r.Holder, MaxHolder)
 	case r.Select.Group.Size > r.Rows:
 		return invalidf("claim: %d rows, fewer than a group of %d", r.Rows, r.Select.Group.Size)
-	case r.Select.Group.Deadline < 0 || r.Select.Group.Deadline > 0 && r.Select.Group.Size == 0 || r.Select.Group.Partial && r.Select.Group.Deadline == 0:
+	case r.Select.Group.Deadline < 0 || r.Select.Group.Deadline > 0 && (r.Select.Group.Size == 0 || r.Select.Group.Deadline < time.Microsecond) || r.Select.Group.Partial && r.Select.Group.Deadline == 0:
 		return invalidf("claim: group deadline %v (partial %v) without groups or a deadline", r.Select.Group.Deadline, r.Select.Group.Partial)
 	}
 	return nil
@@ -410,8 +424,8 @@ func (r *SettleRequest) Check() error {
 			return invalidf("settle: no lease token")
 		}
 		return invalidf("settle: retry and drop take no lease token")
-	case r.Op == Extend && r.Delay <= 0:
-		return invalidf("settle: extend by %v", r.Delay)
+	case r.Op == Extend && r.Delay < time.Microsecond:
+		return invalidf("settle: extend by %v, less than a microsecond (a record's unit)", r.Delay)
 	case r.Delay < 0:
 		return invalidf("settle: delay %v < 0", r.Delay)
 	}

@@ -224,3 +224,71 @@ func TestURLMistakes(t *testing.T) {
 		t.Errorf("-url URL status -h: %+v", r)
 	}
 }
+
+// TestBadInputChangesNothing: a command line the docs refuse exits 2 with
+// a message naming the bad flag or argument, before touching the queue:
+// its rows and consumption stay as they were.
+func TestBadInputChangesNothing(t *testing.T) {
+	url := sharedQueue(t)
+	c, err := tq.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.BatchPut(t.Context(), "p", []string{"a", "b"}, tq.Batch{"x": tq.Stacked([]int64{1, 2}), "y": tq.Stacked([]int64{3, 4})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	consume(t, c, "p", "t", "x")
+	state := func() string {
+		m, err := c.List(t.Context(), "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Status(t.Context(), "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%+v %+v", m.Rows, st)
+	}
+	before := state()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"clear", "-yes", "-fields", "", "p"}, `invalid value "" for flag -fields: names no field`},
+		{[]string{"clear", "-yes", "-fields=", "p"}, `invalid value "" for flag -fields`},
+		{[]string{"clear", "-yes", "-fields", "x,", "p"}, `-fields "x," has an empty field name`},
+		{[]string{"clear", "-fields", "x", "p"}, "without -yes"},
+		{[]string{"clear", "p"}, "without -yes"},
+		{[]string{"-timeout", "-1s", "clear", "-yes", "p"}, `invalid value "-1s" for flag -timeout: -1s is negative`},
+		{[]string{"clear", "-yes", "p", "-timeout", "-1s"}, `invalid value "-1s" for flag -timeout`},
+		{[]string{"-timeout", "soon", "partitions"}, `invalid value "soon" for flag -timeout`},
+		{[]string{"rows", "-timeout=-5m", "p"}, `invalid value "-5m" for flag -timeout`},
+		{[]string{"status", "-task", "t", "-fields", "", "p"}, `invalid value "" for flag -fields`},
+		{[]string{"status", "-task", "t", "p"}, "-task and -fields go together"},
+		{[]string{"dead", "-fields", "", "p", "t"}, `invalid value "" for flag -fields`},
+		{[]string{"retry", "-fields", "", "p", "t", "a"}, `invalid value "" for flag -fields`},
+		{[]string{"drop", "-yes", "-fields", "", "p", "t", "a"}, `invalid value "" for flag -fields`},
+		{[]string{"drop", "p", "t", "a"}, "without -yes"},
+		{[]string{"reset", "p", "t"}, "without -yes"},
+		{[]string{"dump", "-n", "-1", "p", "a"}, "-n -1 is negative"},
+		{[]string{"capacity", "-rows", "-1", "p"}, "-rows -1 is negative"},
+		{[]string{"rows", "-bogus", "p"}, "flag provided but not defined: -bogus"},
+		{[]string{"rows"}, "wrong number of arguments"},
+	} {
+		r := runTQ(t, url, tc.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) || r.stdout != "" {
+			t.Errorf("%q: %+v, want exit 2 and stderr with %q", tc.args, r, tc.want)
+		}
+		if after := state(); after != before {
+			t.Fatalf("%q changed the queue:\nbefore %s\nafter  %s", tc.args, before, after)
+		}
+	}
+	// Given, -fields and -timeout still work.
+	if r := runTQ(t, url, "-timeout", "0", "clear", "-yes", "-fields", "y", "p"); r.code != 0 {
+		t.Fatalf("clear -fields y: %+v", r)
+	}
+	if m, err := c.List(t.Context(), "p"); err != nil || len(m.Rows) != 2 || len(m.Rows[0].Fields) != 1 {
+		t.Fatalf("after clear -fields y: %+v, %v", m, err)
+	}
+}

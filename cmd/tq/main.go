@@ -12,7 +12,9 @@
 // arguments ("tq status grpo/samples -task train -fields rewards"); "--"
 // ends them, for a key that starts with "-". The URL comes from -url, else
 // from the environment variable TQ_URL. -timeout (default 30s, 0 for
-// none) bounds the whole command, opening the queue included. Output is
+// none; a negative one is a usage error) bounds the whole command, opening
+// the queue included. A -fields flag, given, names at least one field
+// (an empty -fields is a usage error). Output is
 // an aligned table, or with -json one JSON document per command.
 //
 // Exit status: 0 on success, 1 when the command failed (the queue could
@@ -146,7 +148,29 @@ func (s *session) globalFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.BoolVar(&s.json, "json", s.json, "print one JSON document instead of a table")
-	fs.DurationVar(&s.timeout, "timeout", s.timeout, "give up on the command after this long (0: never)")
+	fs.Var(timeoutValue{&s.timeout}, "timeout", "give up on the command after this long (0: never)")
+}
+
+// timeoutValue is the -timeout flag: a duration, not negative.
+type timeoutValue struct{ d *time.Duration }
+
+func (v timeoutValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v timeoutValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want a duration (30s, 2m; 0: never)")
+	}
+	if d < 0 {
+		return fmt.Errorf("%v is negative (0: never)", d)
+	}
+	*v.d = d
+	return nil
 }
 
 // open opens the queue at s.url once.
@@ -621,9 +645,9 @@ func runDump(ctx context.Context, s *session, n int, partition, key string, fiel
 
 func defineClear(fs *flag.FlagSet) action {
 	yes := fs.Bool("yes", false, "really remove the rows (required)")
-	fieldsFlag := fs.String("fields", "", "remove only these fields of every row, comma-separated; the rows stay")
+	fieldsFlag, given := fieldsVar(fs, "remove only these fields of every row, comma-separated; the rows stay")
 	return func(ctx context.Context, s *session, args []string) error {
-		if *fieldsFlag != "" {
+		if *given {
 			return runClearFields(ctx, s, *yes, *fieldsFlag, args[0])
 		}
 		return runClear(ctx, s, *yes, args[0])

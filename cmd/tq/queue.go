@@ -102,6 +102,38 @@ type statusJSON struct {
 	Used      usedJSON            `json:"used"`               // as the capacity counts
 }
 
+// fieldsVar adds the -fields flag to fs: a list of fields (see fieldList),
+// refused when empty, which would name none. It returns the
+// value and whether the flag was given.
+func fieldsVar(fs *flag.FlagSet, usage string) (value *string, given *bool) {
+	v := fieldsValue{s: new(string), given: new(bool)}
+	fs.Var(v, "fields", usage)
+	return v.s, v.given
+}
+
+type fieldsValue struct {
+	s     *string
+	given *bool
+}
+
+func (v fieldsValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return *v.s
+}
+
+func (v fieldsValue) Set(s string) error {
+	if s == "" {
+		return errors.New("names no field (leave -fields out for the default)")
+	}
+	if _, err := fieldList(s); err != nil {
+		return err
+	}
+	*v.s, *v.given = s, true
+	return nil
+}
+
 // fieldList parses a -fields value: comma-separated, none empty.
 func fieldList(s string) ([]string, error) { return splitNames("-fields", "field", s) }
 
@@ -165,7 +197,7 @@ func checkTask(st *tq.Status, task string) error {
 }
 
 func defineStatus(fs *flag.FlagSet) action {
-	fieldsFlag := fs.String("fields", "", "with -task: the fields the task waits for, comma-separated, to count its Ready and Waiting exactly")
+	fieldsFlag, _ := fieldsVar(fs, "with -task: the fields the task waits for, comma-separated, to count its Ready and Waiting exactly")
 	taskName := fs.String("task", "", "count this task exactly (needs -fields; it need not have consumed yet)")
 	return func(ctx context.Context, s *session, args []string) error {
 		fields, err := fieldList(*fieldsFlag)
@@ -390,7 +422,7 @@ func (s *session) taskHandle(ctx context.Context, partition, task, fieldsFlag st
 }
 
 func defineDead(fs *flag.FlagSet) action {
-	fieldsFlag := fs.String("fields", "", "the task's fields, comma-separated (default: the partition's)")
+	fieldsFlag, _ := fieldsVar(fs, "the task's fields, comma-separated (default: the partition's)")
 	return func(ctx context.Context, s *session, args []string) error {
 		return runDead(ctx, s, *fieldsFlag, args[0], args[1])
 	}
@@ -437,7 +469,7 @@ func runDead(ctx context.Context, s *session, fieldsFlag, partition, task string
 // named keys.
 func defineMark(name string) func(fs *flag.FlagSet) action {
 	return func(fs *flag.FlagSet) action {
-		fieldsFlag := fs.String("fields", "", "the task's fields, comma-separated (default: the partition's)")
+		fieldsFlag, _ := fieldsVar(fs, "the task's fields, comma-separated (default: the partition's)")
 		yes, newTask := new(bool), new(bool)
 		if name == "drop" {
 			yes = fs.Bool("yes", false, "really drop the rows for the task (required)")

@@ -237,11 +237,6 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
 			picked, restarts = pp.pos.N, pp.restarts
 			a.Token = metadata.NewLease(req.Holder)
-			if a.Hold > 0 {
-				// Known before the record is sent: any record applied
-				// after it may fulfil it.
-				pp.waits[a.Token] = true
-			}
 			if a.Custom {
 				rows, ds := st.Candidates(pp.serverNow(), req.Task, req.Select, req.Floor, window)
 				picked, err := pick(rows, ds)
@@ -253,6 +248,12 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 				}
 				a.Units, a.Drop = indexUnits(rows, picked)
 				full = len(rows) == window
+			}
+			if a.Hold > 0 {
+				// Known before the record is sent: any record applied
+				// after it may fulfil it. (After the pick, which may
+				// fail or panic.)
+				pp.waits[a.Token] = true
 			}
 			return []record{{id: newID(), data: rules.ClaimRecord(&a)}}, nil
 		}, func(p *part) {

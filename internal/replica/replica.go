@@ -338,8 +338,7 @@ func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell
 		return nil, err
 	}
 	p := m.part(name)
-	p.mu.Lock()
-	recs, err := build(p.st)
+	recs, err := buildLocked(p, build)
 	if err != nil || len(recs) == 0 {
 		p.mu.Unlock()
 		return nil, err
@@ -402,6 +401,22 @@ func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell
 		// in the log only.
 		return nil, fmt.Errorf("%w: partition %q: the write's entries are not in the log read after it", backends.ErrOutcomeUnknown, name)
 	}
+}
+
+// buildLocked locks p and runs build under the lock, which it returns
+// held; if build panics (it may run a caller's pick), the lock is released
+// before the panic goes on, so the partition is not left locked for good.
+func buildLocked(p *part, build func(st *rules.Partition) ([]record, error)) (recs []record, err error) {
+	p.mu.Lock()
+	done := false
+	defer func() {
+		if !done {
+			p.mu.Unlock()
+		}
+	}()
+	recs, err = build(p.st)
+	done = true
+	return recs, err
 }
 
 // results returns the results of recs if every one applied.

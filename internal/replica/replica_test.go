@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest/toylog"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 )
@@ -399,5 +401,79 @@ func TestClearFieldsLostReply(t *testing.T) {
 	}
 	if got := fieldsOf(); !slices.Equal(got, []string{"x"}) {
 		t.Fatalf("after a ClearFields whose reply was lost: fields %q, want x", got)
+	}
+}
+
+// A pick that panics (a caller's code: tq recovers its samplers, another
+// caller of the MetaStore may not) goes on up to the caller with the
+// partition's lock released: the next claim, a put and Close go on, and a
+// Hold claim left nothing registered.
+func TestPickPanicReleasesPartition(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	e := srv.Engine()
+	m := replica.NewStore(e.Log, e.Data)
+	c, err := tq.New(backends.Engine{Data: e.Data, Meta: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Close() }()
+	put(t, c, "p", keys(4, "k")...)
+	req := metadata.ClaimRequest{Task: "w", Lease: time.Minute, Rows: 2, Min: 1, Select: metadata.Select{Fields: []string{"x"}}, Custom: true, Hold: time.Second}
+	panicked := func() (v any) {
+		defer func() { v = recover() }()
+		_, _ = m.Claim(t.Context(), "p", req, func([]*metadata.Row, []metadata.Delivery) (metadata.Picked, error) { panic("boom") })
+		return nil
+	}()
+	if panicked != "boom" {
+		t.Fatalf("the pick's panic: %v", panicked)
+	}
+	done := make(chan error, 1)
+	go func() {
+		req.Custom, req.Hold = false, 0
+		got, err := m.Claim(t.Context(), "p", req, nil)
+		if err == nil && len(got.Rows) != 2 {
+			err = fmt.Errorf("leased %d rows, want 2", len(got.Rows))
+		}
+		if err == nil {
+			err = c.Put(t.Context(), "p", "k9", map[string]any{"x": int64(1)}, nil)
+		}
+		if err == nil {
+			err = c.Close()
+		}
+		if err == nil {
+			err = m.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the partition stayed locked after a pick panicked")
+	}
+}
+
+// A snapshot that does not decode fails a process's reads of the
+// partition with an error matching tq.ErrCorrupt (backends.ErrCorrupt),
+// not an internal one.
+func TestCorruptSnapshot(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	a := client(t, srv, nil)
+	put(t, a, "p", keys(3, "k")...)
+	e := srv.Engine()
+	defer func() { _ = e.Close() }()
+	tail, err := e.Log.Read(t.Context(), "p", backends.Pos{}, 0)
+	if err != nil || len(tail.Entries) == 0 {
+		t.Fatalf("read the log: %+v, %v", tail, err)
+	}
+	if err := e.Log.Compact(t.Context(), "p", tail.End(backends.Pos{}), []byte("not a snapshot")); err != nil {
+		t.Fatal(err)
+	}
+	b := client(t, srv, nil)
+	_, err = b.List(t.Context(), "p")
+	if !errors.Is(err, tq.ErrCorrupt) || !errors.Is(err, backends.ErrCorrupt) || !strings.Contains(err.Error(), `"p"`) {
+		t.Fatalf("List over a corrupt snapshot: %v, want ErrCorrupt naming the partition", err)
 	}
 }

@@ -562,7 +562,7 @@ func (p *Partition) choose(t *task, a *ClaimArgs, now int64) (units [][]uint64, 
 		}
 		return units, partial
 	}
-	flat := make([]uint64, 0, a.Rows)
+	flat := make([]uint64, 0, min(a.Rows, t.ready.Len()))
 	t.ready.Ascend(func(i uint64) bool {
 		flat = append(flat, i)
 		return len(flat) < a.Rows

@@ -39,8 +39,14 @@ const (
 )
 
 // ErrCorrupt: a record or snapshot that does not decode. A corrupt
-// record applies nothing, alike in every process.
-var ErrCorrupt = errors.New("rules: corrupt record")
+// record applies nothing, alike in every process. It matches
+// backends.ErrCorrupt, which callers outside the rules test for.
+var ErrCorrupt error = corruptError{}
+
+type corruptError struct{}
+
+func (corruptError) Error() string        { return "rules: corrupt record" }
+func (corruptError) Is(target error) bool { return target == backends.ErrCorrupt }
 
 // PrepareRecord is a Prepare of keys and fields that new keys take
 // indexes from the indexes reserved for its entry (Entry.Base on), with

@@ -292,7 +292,7 @@ func readPending(b []byte) ([]pendingRef, []byte, error) {
 func Restore(snap []byte) (*Partition, error) {
 	p, err := restore(snap)
 	if err != nil {
-		return nil, corrupt(err)
+		return nil, fmt.Errorf("%w: snapshot: %w", ErrCorrupt, err)
 	}
 	return p, nil
 }
