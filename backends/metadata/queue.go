@@ -279,7 +279,8 @@ type Claimed struct {
 	// Until is when the lease ends, as a time of this process.
 	Until time.Time
 	// Dropped is how many rows of Picked.Drop (or stale rows) the claim
-	// dropped; Skipped how many stale rows it passed over.
+	// dropped; Skipped how many stale rows it passed over without
+	// dropping them (with Stale.Drop, none: they count as Dropped).
 	Dropped, Skipped int
 	// Cleared are the rows the partition's Capacity.ClearAcked removed
 	// because the claim's drops completed their consumption: the caller
@@ -361,7 +362,7 @@ type SettleResult struct {
 	// or expired and delivered again), in req.Indexes' order.
 	Lost []uint64
 	// Until, for Extend, is when the renewed leases end, as a time of
-	// this process.
+	// this process (zero when no row was renewed).
 	Until time.Time
 	// Cleared are the rows the partition's Capacity.ClearAcked removed
 	// because this settle completed their consumption: the caller deletes
@@ -478,11 +479,13 @@ type View struct {
 	Groups map[string][]GroupWait
 }
 
-// GroupWait is a group waiting for its missing members.
+// GroupWait is a group waiting for its missing members: its ready rows
+// past its whole groups of Size (the rows of a group with fewer; with
+// 2*Size+1 ready rows, the last by index), its remainder.
 type GroupWait struct {
 	ID    string
-	Rows  int       // ready rows of the group (fewer than Size)
-	Since time.Time // when its oldest ready row became ready (its last commit adding a field)
+	Rows  int       // ready rows of its remainder (fewer than Size)
+	Since time.Time // when its remainder's oldest ready row became ready (its last commit adding a field)
 	// Overdue is set once the group has waited its Group.Deadline.
 	Overdue bool
 }

@@ -577,7 +577,8 @@ func (p *Partition) choose(t *task, a *ClaimArgs, now int64) (units [][]uint64, 
 // sweepStale takes every ready row stale under floor out of t's ready rows
 // (those a version index finds, oldest version first): parked, or with
 // Stale.Drop returned to be dropped. skipped is the stale rows passed
-// over: all parked ones, or those to drop.
+// over without dropping them: all parked ones (none with Stale.Drop,
+// whose stale rows the claim counts as dropped).
 func (p *Partition) sweepStale(t *task, floor float64) (drop []uint64, skipped int) {
 	var stale []verKey
 	t.vers.Ascend(func(k verKey) bool {
@@ -595,7 +596,7 @@ func (p *Partition) sweepStale(t *task, floor float64) (drop []uint64, skipped i
 		t.park(k.i, k.v)
 	}
 	if t.sel.Stale.Drop {
-		return drop, len(drop)
+		return drop, 0
 	}
 	return nil, len(t.parked)
 }
@@ -880,6 +881,9 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 			p.consume(t)
 		}
 	}
+	if req.Op == metadata.Extend && len(timed) == 0 {
+		res.Until = time.Time{} // no lease renewed: none ends later
+	}
 	if len(timed) > 0 {
 		end := until
 		if req.Op == metadata.Nack {
@@ -992,7 +996,7 @@ func (p *Partition) mayLease(t *task, a *ClaimArgs) bool {
 	}
 	if t.groups != nil {
 		if !t.sel.Group.Partial {
-			return t.groups.complete.Len()*t.sel.Group.Size >= a.Min
+			return t.groups.chunks*t.sel.Group.Size >= a.Min
 		}
 		// As the claim takes units: whole, while they fit.
 		units, _ := p.choose(t, a, p.now)
