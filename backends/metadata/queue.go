@@ -243,7 +243,10 @@ type Stale struct {
 // the whole batch into shares (the same rows must give every rank the
 // same split), keeps the rows of its share still held, and settles them
 // with the batch's token. A batch is closed once every rank took its
-// share, or once none of its leases is running.
+// share, or once its lease ended: past the latest end a rank's claim of
+// it gave, none of its rows still leased to its token (rows the ranks
+// settled before then do not close it: a rank whose share is empty still
+// takes its turn).
 // Whether a claim takes a share or opens a batch is decided atomically
 // with its lease, so each rank takes the batches in the order they were
 // opened and the k-th claims of the ranks are shares of one batch (unless

@@ -15,7 +15,7 @@ import (
 // leaseCases: the lease rules as their docs state them, on every engine.
 func leaseCases() []testCase {
 	return []testCase{
-		// {"Leases/RankEmptyShareTurn", leaseRankEmptyShare},
+		{"Leases/RankEmptyShareTurn", leaseRankEmptyShare},
 		{"Leases/StaleDropNotSkipped", leaseStaleDropNotSkipped},
 		{"Leases/ExtendLostKeepsUntil", leaseExtendLost},
 		{"Leases/ConsumeStopKeepsResult", leaseConsumeStop},

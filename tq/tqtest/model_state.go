@@ -68,6 +68,9 @@ type mbatch struct {
 	// split is allowed), the other rank's share is the rest.
 	share [2][]int
 	taken [2]bool
+	// until is the latest end a rank's claim of it gave its lease: the
+	// batch stays open till then even once its rows are settled.
+	until time.Duration
 	// tags are the rows' tags when the batch was selected: a rank's share
 	// may give its rows' metadata as selected (metadata.Batch: the batch
 	// "as it was selected") or as it is now (open choice).
@@ -364,13 +367,18 @@ func (m *model) held(b *mbatch, id int) (held, running bool) {
 	return true, r.until > m.now
 }
 
-// closeIdle closes the open batches none of whose leases is running. The
+// closeIdle closes the open batches past their end none of whose leases
+// is running (rows settled early keep a batch open: an empty share is a
+// turn). The
 // model closes them as soon as that holds (after every step); an engine
 // may find out only at the next claim, which agrees as long as no lease
 // of a closed batch runs again: Extend on one is therefore left out of
 // histories (see the extend step).
 func (m *model) closeIdle() {
 	m.batches = slices.DeleteFunc(m.batches, func(b *mbatch) bool {
+		if b.until > m.now {
+			return false
+		}
 		for _, id := range b.rows {
 			if _, running := m.held(b, id); running {
 				return false
@@ -407,6 +415,7 @@ func (m *model) takeShare(b *mbatch, rank int) []int {
 		}
 	}
 	b.taken[rank] = true
+	b.until = max(b.until, m.now+m.lease)
 	if b.taken[0] && b.taken[1] {
 		m.batches = slices.DeleteFunc(m.batches, func(x *mbatch) bool { return x == b })
 	}

@@ -622,7 +622,7 @@ func (r *runner) stepClaim(op *mop) *divergence {
 			return diverge(what+": the size of a share of a new batch", fmt.Sprintf("%d or %d rows of the batch %q", k/2, (k+1)/2, keysOf(newBatch)), fmt.Sprintf("%q", got))
 		}
 		r.m.leaseRows(td, newBatch, token)
-		b := &mbatch{token: token, rows: idsOf(newBatch), tags: map[int]map[string]any{}}
+		b := &mbatch{token: token, rows: idsOf(newBatch), tags: map[int]map[string]any{}, until: r.m.now + r.m.lease}
 		for _, row := range newBatch {
 			b.tags[row.id] = maps.Clone(row.tag)
 		}
