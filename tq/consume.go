@@ -83,7 +83,10 @@ func ClaimWith(opts ...ClaimOption) ConsumeOption {
 
 // Consume waits for leases of up to n rows of the task and hands each to
 // h, until ctx ends, then returns nil once every handler has returned and
-// its lease is settled (see Handler for what its result does). While a
+// its lease is settled (see Handler for what its result does). A handler
+// running when ctx ends gets ctx's end through its own context; what it
+// returns still settles its rows (nil acknowledges them, Permanent drops
+// them), but a failure gives them back at once, with no backoff. While a
 // handler runs, its lease is extended by the task's lease duration every
 // third of it, so a handler slower than the lease keeps its rows; a
 // consumer that dies stops extending, and its rows go to another once the
@@ -180,10 +183,9 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 		// Rows the lease may still hold go back at once; those it lost
 		// are reported lost, and are another's.
 		serr = l.Nack(sctx, 0, keys...)
-	case ctx.Err() != nil:
-		// Stopping: the rows go back at once, for another consumer.
-		serr = l.Nack(sctx, 0, keys...)
 	case err == nil:
+		// Done, even if Consume is stopping: acknowledged (sctx outlives
+		// ctx, bounded by the lease).
 		serr = l.Ack(sctx, keys...)
 	case errors.Is(err, ErrPermanent):
 		t.c.opts.logger.Warn("tq: consume: handler failed for good; dropping its rows",
@@ -196,6 +198,10 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 			}
 			serr = t.Drop(sctx, keys...)
 		}
+	case ctx.Err() != nil:
+		// Stopping, the handler not done: the rows go back at once, for
+		// another consumer.
+		serr = l.Nack(sctx, 0, keys...)
 	default:
 		d := o.backoff
 		for i := 1; i < maxDeliveries(l) && d < o.most; i++ {

@@ -20,8 +20,10 @@ type groupDeadline struct {
 // incomplete, counted by the engine's clock from when its oldest ready
 // row became ready (the last commit that gave the row a field: a prompt
 // written early and answered late counts from its answer), so that one
-// slow rollout does not wedge the step. Past it the group is overdue,
-// and:
+// slow rollout does not wedge the step. A group holding more ready rows
+// than a whole group (3 of a group of 2) is leased in whole groups, and
+// its rows past them (the last by index) wait as an incomplete group of
+// their own. Past the deadline the group is overdue, and:
 //
 //   - with partial, claims lease it as it is, fewer rows than the group
 //     size, after the complete groups a claim has room for, and flag its rows in Lease.Partial
@@ -33,9 +35,11 @@ type groupDeadline struct {
 // The rule is the engine's: every consumer of the task sees a group
 // overdue at the same moment. The engine learns a task's groups from its
 // claims: Status and Stragglers list groups once a claim of the task
-// (with this option) has run. With Ranks, every rank's share flags the
-// partial groups it holds. A d below a millisecond fails with
-// ErrInvalid.
+// (with this option) has run since the partition last held nothing (a
+// partition left with no rows and no Wait registered is forgotten, its
+// tasks' groups with it: at once on memory://, within seconds on a
+// shared engine). With Ranks, every rank's share flags the partial
+// groups it holds. A d below a millisecond fails with ErrInvalid.
 func GroupDeadline(d time.Duration, partial bool) TaskOption {
 	return func(t *Task) error {
 		if d < time.Millisecond {

@@ -383,8 +383,10 @@ func (l *Lease) unacked() ([]string, bool) {
 // Claim leases up to n rows ready for the task now, at least AtLeast's m
 // (default 1); with fewer ready it returns an empty Lease and no error.
 // For a group task, n and m count rows in whole groups: m rounds up to
-// whole groups (but no further than n holds), and n smaller than a group
-// fails. For a Ranks task, n and m are the whole batch's, and the Lease
+// whole groups (but no further than the whole groups n holds), and n
+// smaller than a group fails; with a partial GroupDeadline, m is not
+// rounded up (a partial group holds fewer rows), and is at most the rows
+// of the whole groups n holds. For a Ranks task, n and m are the whole batch's, and the Lease
 // is this rank's share of it, which may be empty (a batch of fewer units
 // than ranks): it is still this rank's turn of that batch, and the next
 // claim goes on to the next batch. n outside 1..MaxClaim or a bad option
@@ -431,9 +433,13 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		if n < g.size {
 			return nil, fmt.Errorf("%w: claim of %d rows, fewer than a group of %d", ErrInvalid, n, g.size)
 		}
+		whole := n / g.size * g.size
 		if t.deadline == nil || !t.deadline.partial {
-			// (A group released past its deadline may hold fewer rows.)
-			o.min = min((o.min+g.size-1)/g.size, n/g.size) * g.size
+			o.min = min((o.min+g.size-1)/g.size*g.size, whole)
+		} else {
+			// A group released past its deadline may hold fewer rows: m
+			// is not rounded up, but complete groups alone must meet it.
+			o.min = min(o.min, whole)
 		}
 	}
 	for _, f := range o.fields {
@@ -626,9 +632,10 @@ func (t *Task) pick(rows []*metadata.Row, ds []metadata.Delivery, n int, skipped
 		}
 		if s := t.stale; s != nil {
 			if v, ok := tagNumber(r.Tag[s.tag]); ok && v < float64(floor-s.k) {
-				skipped++
 				if s.drop {
-					drop = append(drop, i)
+					drop = append(drop, i) // counted as Dropped, once
+				} else {
+					skipped++
 				}
 				continue
 			}
@@ -774,8 +781,9 @@ func (l *Lease) Nack(ctx context.Context, delay time.Duration, keys ...string) e
 }
 
 // Extend renews the lease of keys (every row when none are named) to now
-// plus d, and moves Until. Errors as Ack's; a d below MinLease fails with
-// ErrInvalid.
+// plus d, and moves Until when it renewed some row (an Extend that finds
+// every row lost leaves Until as it was). Errors as Ack's; a d below
+// MinLease fails with ErrInvalid.
 func (l *Lease) Extend(ctx context.Context, d time.Duration, keys ...string) error {
 	if d < MinLease {
 		return fmt.Errorf("%w: extend by %v, less than %v", ErrInvalid, d, MinLease)

@@ -45,8 +45,10 @@ type TaskStatus struct {
 	// Leases are the running leases, earliest end first.
 	Leases []LeaseStatus
 	// Groups are, for a task whose claims take groups, the groups
-	// waiting for missing members, oldest first: how many rows each has,
-	// since when, and whether it is past the task's GroupDeadline.
+	// waiting for missing members, oldest first: how many rows each has
+	// past its whole groups, since when, and whether it is past the
+	// task's GroupDeadline; as of the same moment as the counts (a lease
+	// that ended returned its rows to their groups).
 	Groups []GroupWait
 }
 
@@ -231,8 +233,10 @@ func (t *Task) Retry(ctx context.Context, keys ...string) error {
 	return t.mark(ctx, "Retry", metadata.Retry, keys)
 }
 
-// Drop makes rows of keys that are ready or dead dropped: consumed by the
-// task without delivery. Errors as Retry's.
+// Drop makes rows of keys that the task holds no lease on and has not
+// consumed (ready, still waiting for a field of the task, or dead)
+// dropped: consumed by the task without delivery, never delivered to it.
+// Errors as Retry's (a leased, acked or dropped row is lost).
 func (t *Task) Drop(ctx context.Context, keys ...string) error {
 	return t.mark(ctx, "Drop", metadata.Drop, keys)
 }

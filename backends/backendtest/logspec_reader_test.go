@@ -743,6 +743,7 @@ type specSnapshot struct {
 	Consumed          uint64
 	Counts            map[string]uint64
 	Partials          map[string][][]bool // per task, per open batch, per unit
+	Ends              map[string][]int64  // per task, per open batch: its end
 }
 
 type specHeld struct {
@@ -775,7 +776,7 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 		return nil, fmt.Errorf("not a snapshot")
 	}
 	r := &specReader{b: data[1:]}
-	s := &specSnapshot{Voids: map[uint64]int64{}, Counts: map[string]uint64{}, Partials: map[string][][]bool{}}
+	s := &specSnapshot{Voids: map[uint64]int64{}, Counts: map[string]uint64{}, Partials: map[string][][]bool{}, Ends: map[string][]int64{}}
 	tables := r.tables()
 	s.Tables = len(tables)
 	s.Now, s.Seq = r.i(), r.u()
@@ -889,6 +890,16 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 				per = append(per, flags)
 			}
 			s.Partials[name] = per
+		}
+		if r.err == nil && len(r.b) > 0 { // only when a task has an open batch
+			for range r.arr() { // flat: name, [end, ...]
+				name := r.s()
+				ends := []int64{}
+				for range r.arr() {
+					ends = append(ends, r.i())
+				}
+				s.Ends[name] = ends
+			}
 		}
 	}
 	if r.err == nil && len(r.b) > 0 {

@@ -714,6 +714,15 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 			}
 			units = append(units, v)
 		}
+		var end int64
+		for _, e := range g.Entries {
+			if e.Token == b.Token {
+				end = max(end, e.Until)
+			}
+		}
+		if ends := s.Ends["g"]; len(ends) != 1 || end == 0 || ends[0] != end {
+			t.Errorf("open batch's end %v, want one: %d, the end of its rows' lease", ends, end)
+		}
 		if b.Token != gc.Lease || !slices.Equal(keys, wantKeys) || !slices.Equal(idx, wantIdx) || !reflect.DeepEqual(units, gc.Units) || !slices.Equal(b.Taken, []bool{true, false}) {
 			t.Errorf("open batch %+v, want the claim's %q %q %v", b, gc.Lease, wantKeys, gc.Units)
 		}

@@ -729,7 +729,9 @@ func testBatch(x *qt) {
 			x.t.Fatalf("row %d delivered %d times to the ranks of one task", d.Index, d.Deliveries)
 		}
 	}
-	// A batch whose leases all ended is closed: the other rank does not get it.
+	// A batch whose rows were all returned before its lease ended is
+	// still the other rank's turn (holding none of them), and the rows
+	// go to the next batch.
 	x.rows(p, "m", 2, "a")
 	c0 := x.claim(p, rank(0), each)
 	if len(c0.Rows) != 2 {
@@ -737,8 +739,16 @@ func testBatch(x *qt) {
 	}
 	x.settle(p, metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: c0.Lease, Indexes: indexes(c0.Rows)})
 	c1 := x.claim(p, rank(1), each)
-	if c1.Lease == c0.Lease {
-		x.t.Fatalf("rank 1 took a share of a batch whose rows were all returned")
+	if c1.Lease != c0.Lease {
+		x.t.Fatalf("rank 1 did not take its turn of a batch whose rows were returned: %q, want %q", c1.Lease, c0.Lease)
+	}
+	for _, d := range c1.Deliveries {
+		if d.State == metadata.Leased && d.Lease == c0.Lease {
+			x.t.Fatalf("rank 1's turn of a returned batch holds row %d", d.Index)
+		}
+	}
+	if c := x.claim(p, rank(0), each); len(c.Rows) != 2 || c.Lease == c0.Lease {
+		x.t.Fatalf("rank 0's next batch: %d rows of %q, want the 2 returned rows anew", len(c.Rows), c.Lease)
 	}
 }
 

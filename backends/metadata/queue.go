@@ -243,7 +243,10 @@ type Stale struct {
 // the whole batch into shares (the same rows must give every rank the
 // same split), keeps the rows of its share still held, and settles them
 // with the batch's token. A batch is closed once every rank took its
-// share, or once none of its leases is running.
+// share, or once its lease ended: past the latest end a rank's claim of
+// it gave, none of its rows still leased to its token (rows the ranks
+// settled before then do not close it: a rank whose share is empty still
+// takes its turn).
 // Whether a claim takes a share or opens a batch is decided atomically
 // with its lease, so each rank takes the batches in the order they were
 // opened and the k-th claims of the ranks are shares of one batch (unless
@@ -279,7 +282,8 @@ type Claimed struct {
 	// Until is when the lease ends, as a time of this process.
 	Until time.Time
 	// Dropped is how many rows of Picked.Drop (or stale rows) the claim
-	// dropped; Skipped how many stale rows it passed over.
+	// dropped; Skipped how many stale rows it passed over without
+	// dropping them (with Stale.Drop, none: they count as Dropped).
 	Dropped, Skipped int
 	// Cleared are the rows the partition's Capacity.ClearAcked removed
 	// because the claim's drops completed their consumption: the caller
@@ -361,7 +365,7 @@ type SettleResult struct {
 	// or expired and delivered again), in req.Indexes' order.
 	Lost []uint64
 	// Until, for Extend, is when the renewed leases end, as a time of
-	// this process.
+	// this process (zero when no row was renewed).
 	Until time.Time
 	// Cleared are the rows the partition's Capacity.ClearAcked removed
 	// because this settle completed their consumption: the caller deletes
@@ -492,11 +496,13 @@ type View struct {
 	Groups map[string][]GroupWait
 }
 
-// GroupWait is a group waiting for its missing members.
+// GroupWait is a group waiting for its missing members: its ready rows
+// past its whole groups of Size (the rows of a group with fewer; with
+// 2*Size+1 ready rows, the last by index), its remainder.
 type GroupWait struct {
 	ID    string
-	Rows  int       // ready rows of the group (fewer than Size)
-	Since time.Time // when its oldest ready row became ready (its last commit adding a field)
+	Rows  int       // ready rows of its remainder (fewer than Size)
+	Since time.Time // when its remainder's oldest ready row became ready (its last commit adding a field)
 	// Overdue is set once the group has waited its Group.Deadline.
 	Overdue bool
 }

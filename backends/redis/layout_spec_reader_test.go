@@ -427,6 +427,7 @@ type srBatch struct {
 	rows  []uint64
 	units [][]int64
 	taken []bool
+	end   int64
 }
 
 type srServed struct {
@@ -678,7 +679,7 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 			return nil
 		}
 		t.batches = slices.DeleteFunc(t.batches, func(b *srBatch) bool {
-			return !slices.ContainsFunc(b.rows, func(i uint64) bool { e := held(b, i); return e != nil && now < e.until })
+			return b.end <= now && !slices.ContainsFunc(b.rows, func(i uint64) bool { e := held(b, i); return e != nil && now < e.until })
 		})
 		for bi, b := range t.batches {
 			if b.taken[a.rank] {
@@ -688,6 +689,7 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 			if !slices.Contains(b.taken, false) {
 				t.batches = slices.Delete(t.batches, bi, bi+1)
 			}
+			b.end = max(b.end, now+a.lease)
 			for _, i := range b.rows {
 				if e := held(b, i); e != nil {
 					e.until = now + a.lease
@@ -796,7 +798,7 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 		t.entries[i] = ne
 	}
 	if a.batch && a.ranks > 1 {
-		b := &srBatch{token: a.token, rows: take, taken: make([]bool, a.ranks)}
+		b := &srBatch{token: a.token, rows: take, taken: make([]bool, a.ranks), end: until}
 		start := 0
 		for _, end := range bounds {
 			var u []int64
@@ -818,27 +820,25 @@ func (p *srState) mayLease(t *srTask, a *srClaim) bool {
 		return true
 	}
 	if t.sel.gsize > 0 {
-		return int64(len(p.groupUnitsAll(t)))*t.sel.gsize >= a.min
+		return p.groupUnitsAll(t)*t.sel.gsize >= a.min
 	}
 	return int64(len(p.readySet(t))+len(t.parked)) >= a.min
 }
 
-// groupUnitsAll counts the groups with a complete group's worth of rows
-// (one per group, whatever its multiple).
-func (p *srState) groupUnitsAll(t *srTask) []string {
+// groupUnitsAll counts the units of a complete group's worth of rows of
+// every group.
+func (p *srState) groupUnitsAll(t *srTask) int64 {
 	count := map[string]int64{}
 	for _, i := range p.readySet(t) {
 		if id, ok := p.groupOf(t, p.byIndex[i]); ok {
 			count[id]++
 		}
 	}
-	var out []string
-	for id, n := range count {
-		if n >= t.sel.gsize {
-			out = append(out, id)
-		}
+	var units int64
+	for _, n := range count {
+		units += n / t.sel.gsize
 	}
-	return out
+	return units
 }
 
 // serve fulfils standing claims (LOG.md section 5, "Standing claims").
@@ -1595,6 +1595,20 @@ func restoreSR(b []byte) (*srState, error) {
 						for range d.arr() {
 							d.bl()
 						}
+					}
+				}
+			}
+			if d.err == nil && len(d.b) != 0 {
+				for range d.arr() { // open batches' ends
+					name := d.s()
+					t := p.tasks[name]
+					n := d.arr()
+					if t == nil || n != len(t.batches) {
+						d.fail(fmt.Errorf("ends of %d batches of task %q", n, name))
+						break
+					}
+					for _, b := range t.batches {
+						b.end = d.i()
 					}
 				}
 			}

@@ -202,6 +202,10 @@ func (m *Meta) Abandon(ctx context.Context, partition string, refs []metadata.Re
 // window of the oldest ready rows; the claim leases the picked units that
 // are still ready where its record lands, and picks again, with a window
 // four times larger, when it leased too few while more rows were ready.
+// A Wait's claim (Hold) that leased nothing after a pick on a copy that
+// was behind returns a mark a Wait on which returns at once, so that the
+// Wait claims again on the copy caught up rather than pass over a row
+// its pick did not see.
 func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRequest, pick metadata.Pick) (metadata.Claimed, error) {
 	if err := req.Check(); err != nil {
 		return metadata.Claimed{}, err
@@ -232,10 +236,11 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		full, moved := false, false
 		var skew time.Duration
 		var base, picked, restarts uint64
+		var seen uint64 // the copy's mark when the pick ran
 		var replaced *rules.Claimed
 		pp := m.part(partition)
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
-			picked, restarts = pp.pos.N, pp.restarts
+			picked, restarts, seen = pp.pos.N, pp.restarts, pp.mark()
 			a.Token = metadata.NewLease(req.Holder)
 			if a.Custom {
 				rows, ds := st.Candidates(pp.serverNow(), req.Task, req.Select, req.Floor, window)
@@ -308,7 +313,16 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		c.Dropped += dropped
 		c.Cleared = cleared // every attempt's: their cells are the caller's to delete
-		return localClaimed(c, skew, base), nil
+		lc := localClaimed(c, skew, base)
+		if c.Lease == "" && c.Waiting != "" && a.Custom && moved {
+			// Registered, but picked on a copy that was behind while a
+			// row is ready now: the registered claim holds the stale
+			// pick's units, so its mark is the copy's as the pick saw it,
+			// and a Wait on it returns at once to claim again (replacing
+			// it) with a pick on the copy caught up.
+			lc.Mark.Seq = seen
+		}
+		return lc, nil
 	}
 }
 

@@ -164,6 +164,10 @@ type openBatch struct {
 	// partial flags the units that are groups released past their
 	// deadline (nil: none), for every rank's share.
 	partial []bool
+	// until is the latest end a rank's claim of it gave its lease: till
+	// then it stays open for the ranks that did not take it, even once
+	// the other ranks settled every row (an empty share is a turn too).
+	until int64
 }
 
 func (p *Partition) task(name string) *task {
@@ -496,7 +500,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	}
 	t.addTimer(until, take)
 	if b := a.Batch; b != nil && b.Ranks > 1 {
-		ob := &openBatch{lease: a.Token, rows: c.Rows, units: c.Units, taken: make([]bool, b.Ranks), partial: c.Partial}
+		ob := &openBatch{lease: a.Token, rows: c.Rows, units: c.Units, taken: make([]bool, b.Ranks), partial: c.Partial, until: until}
 		ob.taken[b.Rank] = true
 		t.batches = append(t.batches, ob)
 		p.bump() // the other ranks have a share to take
@@ -577,7 +581,8 @@ func (p *Partition) choose(t *task, a *ClaimArgs, now int64) (units [][]uint64, 
 // sweepStale takes every ready row stale under floor out of t's ready rows
 // (those a version index finds, oldest version first): parked, or with
 // Stale.Drop returned to be dropped. skipped is the stale rows passed
-// over: all parked ones, or those to drop.
+// over without dropping them: all parked ones (none with Stale.Drop,
+// whose stale rows the claim counts as dropped).
 func (p *Partition) sweepStale(t *task, floor float64) (drop []uint64, skipped int) {
 	var stale []verKey
 	t.vers.Ascend(func(k verKey) bool {
@@ -595,7 +600,7 @@ func (p *Partition) sweepStale(t *task, floor float64) (drop []uint64, skipped i
 		t.park(k.i, k.v)
 	}
 	if t.sel.Stale.Drop {
-		return drop, len(drop)
+		return drop, 0
 	}
 	return nil, len(t.parked)
 }
@@ -634,7 +639,9 @@ func (p *Partition) unpark(t *task, floor float64) {
 }
 
 // takeShare gives rank a.Batch.Rank its share of the task's oldest open
-// batch it has not taken, forgetting batches none of whose leases runs.
+// batch it has not taken, forgetting batches whose lease ended (past the
+// latest end a rank's claim gave it, none of its rows still leased to it
+// past now: rows settled early do not close it).
 func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) {
 	held := func(b *openBatch, r *metadata.Row) *entry {
 		if e := t.entries[r.Index]; e != nil && e.state == metadata.Leased && e.lease == b.lease {
@@ -643,7 +650,7 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 		return nil
 	}
 	t.batches = slices.DeleteFunc(t.batches, func(b *openBatch) bool {
-		return !slices.ContainsFunc(b.rows, func(r *metadata.Row) bool {
+		return now >= b.until && !slices.ContainsFunc(b.rows, func(r *metadata.Row) bool {
 			e := held(b, r)
 			return e != nil && now < e.until
 		})
@@ -657,6 +664,7 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 			t.batches = slices.Delete(t.batches, bi, bi+1)
 		}
 		until := now + a.Lease.Microseconds()
+		b.until = max(b.until, until)
 		c := Claimed{Lease: b.lease, Until: time.UnixMicro(until), Rows: b.rows, Units: b.units,
 			Deliveries: make([]metadata.Delivery, len(b.rows)), Partial: b.partial}
 		var renewed []uint64
@@ -880,6 +888,9 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 			p.consume(t)
 		}
 	}
+	if req.Op == metadata.Extend && len(timed) == 0 {
+		res.Until = time.Time{} // no lease renewed: none ends later
+	}
 	if len(timed) > 0 {
 		end := until
 		if req.Op == metadata.Nack {
@@ -992,7 +1003,7 @@ func (p *Partition) mayLease(t *task, a *ClaimArgs) bool {
 	}
 	if t.groups != nil {
 		if !t.sel.Group.Partial {
-			return t.groups.complete.Len()*t.sel.Group.Size >= a.Min
+			return t.groups.chunks*t.sel.Group.Size >= a.Min
 		}
 		// As the claim takes units: whole, while they fit.
 		units, _ := p.choose(t, a, p.now)

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/btree"
@@ -18,19 +19,29 @@ type groupIndex struct {
 	of       map[uint64]string    // a ready row's group id, as indexed
 	groups   map[string]*group
 	complete *btree.BTreeG[*group] // groups with at least g.Size ready rows, by first row
-	// waiting are the groups with fewer than g.Size ready rows, by when
-	// they were born (then id): the oldest overdue first.
+	// chunks counts the whole units of g.Size the complete groups hold.
+	chunks int
+	// waiting are the groups with a remainder: ready rows beyond their
+	// whole units of g.Size (every ready row of a group with fewer), by
+	// when their remainder was born (then id): the oldest overdue first.
 	waiting *btree.BTreeG[*group]
 }
 
 type group struct {
 	id      string
 	members []uint64 // ready rows, by index
-	// born is the earliest of its members' since (when each last gained
-	// a field, so became ready for the task): a function of the ready
-	// rows alone, so that every copy of the partition agrees however late
-	// its index learned of a lease that ended.
+	// born is the earliest since (when each last gained a field, so
+	// became ready for the task) of the members of its remainder (the
+	// members past its whole units, which take the members in index
+	// order): a function of the ready rows alone, so that every copy of
+	// the partition agrees however late its index learned of a lease that
+	// ended.
 	born int64
+}
+
+// remainder is gr's members past its whole units of size.
+func (gr *group) remainder(size int) []uint64 {
+	return gr.members[len(gr.members)-len(gr.members)%size:]
 }
 
 func newGroupIndex(g Group, since func(uint64) int64) *groupIndex {
@@ -41,39 +52,44 @@ func newGroupIndex(g Group, since func(uint64) int64) *groupIndex {
 		})}
 }
 
-// file puts gr in the complete or the waiting groups, as its members say.
+// file puts gr in the complete groups, the waiting groups, or both, as
+// its members say.
 func (x *groupIndex) file(gr *group) {
 	if x.full(gr) {
 		x.complete.ReplaceOrInsert(gr)
-	} else {
+		x.chunks += len(gr.members) / x.g.Size
+	}
+	if len(gr.members)%x.g.Size != 0 {
 		x.waiting.ReplaceOrInsert(gr)
 	}
 }
 
-// unfile takes gr out of the complete or waiting groups.
+// unfile takes gr out of the complete and waiting groups.
 func (x *groupIndex) unfile(gr *group) {
 	if x.full(gr) {
 		x.complete.Delete(gr)
-	} else {
+		x.chunks -= len(gr.members) / x.g.Size
+	}
+	if len(gr.members)%x.g.Size != 0 {
 		x.waiting.Delete(gr)
 	}
 }
 
-// overdue reports whether gr, waiting incomplete, has passed the
+// overdue reports whether a remainder born at born has passed the
 // deadline at now.
-func (x *groupIndex) overdue(gr *group, now int64) bool {
-	return x.g.Deadline > 0 && now-gr.born >= x.g.Deadline.Microseconds()
+func (x *groupIndex) overdue(born, now int64) bool {
+	return x.g.Deadline > 0 && now-born >= x.g.Deadline.Microseconds()
 }
 
 // partialUnits returns up to n waiting groups overdue at now, oldest
-// first, each its ready rows.
+// first, each its remainder.
 func (x *groupIndex) partialUnits(n int, now int64) [][]uint64 {
 	var out [][]uint64
 	x.waiting.Ascend(func(gr *group) bool {
-		if len(out) >= n || !x.overdue(gr, now) {
+		if len(out) >= n || !x.overdue(gr.born, now) {
 			return false
 		}
-		out = append(out, gr.members)
+		out = append(out, gr.remainder(x.g.Size))
 		return true
 	})
 	return out
@@ -96,21 +112,55 @@ func (x *groupIndex) nextDue(now int64) int64 {
 	return due
 }
 
-// waits lists the waiting groups, oldest first, as of now.
-func (x *groupIndex) waits(now int64) []metadata.GroupWait {
-	out := make([]metadata.GroupWait, 0, x.waiting.Len())
+// waits lists the waiting groups, oldest first, as of now, had the
+// rows of more (ready by now, by their group id) been added: the index
+// as of now, without changing it.
+func (x *groupIndex) waits(now int64, more map[string][]uint64) []metadata.GroupWait {
+	out := make([]metadata.GroupWait, 0, x.waiting.Len()+len(more))
 	x.waiting.Ascend(func(gr *group) bool {
-		out = append(out, metadata.GroupWait{ID: gr.id, Rows: len(gr.members), Since: time.UnixMicro(gr.born), Overdue: x.overdue(gr, now)})
+		if _, moved := more[gr.id]; !moved {
+			out = append(out, x.wait(gr, now))
+		}
 		return true
+	})
+	if len(more) == 0 {
+		return out
+	}
+	for id, rows := range more {
+		gr := &group{id: id}
+		if old := x.groups[id]; old != nil {
+			gr.members = slices.Clone(old.members)
+		}
+		for _, i := range rows {
+			if at, found := slices.BinarySearch(gr.members, i); !found {
+				gr.members = slices.Insert(gr.members, at, i)
+			}
+		}
+		if len(gr.members)%x.g.Size != 0 {
+			x.setBorn(gr)
+			out = append(out, x.wait(gr, now))
+		}
+	}
+	slices.SortFunc(out, func(a, b metadata.GroupWait) int {
+		if c := a.Since.Compare(b.Since); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
 	})
 	return out
 }
 
-// setBorn sets gr's born from its members.
+func (x *groupIndex) wait(gr *group, now int64) metadata.GroupWait {
+	return metadata.GroupWait{ID: gr.id, Rows: len(gr.remainder(x.g.Size)), Since: time.UnixMicro(gr.born), Overdue: x.overdue(gr.born, now)}
+}
+
+// setBorn sets gr's born from its remainder (0 for none).
 func (x *groupIndex) setBorn(gr *group) {
-	gr.born = x.since(gr.members[0])
-	for _, i := range gr.members[1:] {
-		gr.born = min(gr.born, x.since(i))
+	gr.born = 0
+	for k, i := range gr.remainder(x.g.Size) {
+		if s := x.since(i); k == 0 || s < gr.born {
+			gr.born = s
+		}
 	}
 }
 
@@ -132,9 +182,7 @@ func (x *groupIndex) add(i uint64, r *metadata.Row) {
 	at, _ := slices.BinarySearch(gr.members, i)
 	gr.members = slices.Insert(gr.members, at, i)
 	x.of[i] = id
-	if s := x.since(i); len(gr.members) == 1 || s < gr.born {
-		gr.born = s
-	}
+	x.setBorn(gr)
 	x.file(gr)
 }
 
@@ -218,12 +266,44 @@ func (p *Partition) GroupWaits(now int64, tasks ...string) map[string][]metadata
 		}
 		// The leases that ended by the log's time are in the index, as
 		// the next record would find them (never by now: the index must
-		// be every copy's).
+		// be every copy's); those that end by now are added to a copy of
+		// their groups, as Consumption counts them ready.
 		p.advance(t, p.now)
 		if out == nil {
 			out = map[string][]metadata.GroupWait{}
 		}
-		out[name] = t.groups.waits(now)
+		out[name] = t.groups.waits(now, p.endedBy(t, now))
+	}
+	return out
+}
+
+// endedBy returns the rows whose lease or delay ends after the log's time
+// and by now that a claim at now finds ready for t (not in its index
+// yet), by group id. It changes nothing.
+func (p *Partition) endedBy(t *task, now int64) map[string][]uint64 {
+	var out map[string][]uint64
+	for _, tm := range t.timers {
+		if tm.until > now {
+			continue
+		}
+		for _, i := range tm.rows {
+			e, r := t.entries[i], p.byIndex[i]
+			if e == nil || r == nil || e.until != tm.until || !claimable(e, now) || !hasFields(r.view, t.sel.Fields) {
+				continue
+			}
+			if _, in := t.ready.Get(i); in {
+				continue
+			}
+			if _, parked := t.parked[i]; parked {
+				continue
+			}
+			if id, ok := groupID(&t.groups.g, r.view); ok {
+				if out == nil {
+					out = map[string][]uint64{}
+				}
+				out[id] = append(out[id], i)
+			}
+		}
 	}
 	return out
 }

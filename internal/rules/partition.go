@@ -2,6 +2,7 @@ package rules
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/tqgo/tqgo/backends/metadata"
 )
@@ -117,17 +118,19 @@ func (p *Partition) consume(t *task) {
 func (p *Partition) bump() { p.seq++ }
 
 // Empty reports whether the partition holds nothing worth keeping: no
-// row (committed or prepared), no garbage, no orphan, no void, and no
-// task with a standing claim. A log whose state is Empty may be emptied,
-// and every reader then starts from the empty state: what it drops must
-// be nothing another reader still acts on. Served claims may go: their
-// rows are gone, so a claim that replaces one finds nothing to lease.
+// row (committed or prepared), no garbage, no orphan, no void, no task
+// with a standing claim, and no open batch whose end is to come (a rank
+// that has not taken its turn of it will). A log whose state is Empty
+// may be emptied, and every reader then starts from the empty state:
+// what it drops must be nothing another reader still acts on. Served
+// claims may go: their rows are gone, so a claim that replaces one finds
+// nothing to lease.
 func (p *Partition) Empty() bool {
 	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || len(p.voids) > 0 || !p.capacity.Zero() {
 		return false
 	}
 	for _, t := range p.tasks {
-		if len(t.standing) > 0 {
+		if len(t.standing) > 0 || slices.ContainsFunc(t.batches, func(b *openBatch) bool { return b.until > p.now }) {
 			return false
 		}
 	}

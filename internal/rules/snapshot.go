@@ -133,7 +133,13 @@ func (p *Partition) Snapshot() ([]byte, error) {
 			flagged = append(flagged, name)
 		}
 	}
-	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 || len(flagged) > 0 {
+	var open []string // tasks with an open batch
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		if len(p.tasks[name].batches) > 0 {
+			open = append(open, name)
+		}
+	}
+	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 || len(flagged) > 0 || len(open) > 0 {
 		b = append(b, CapacityRecord(p.capacity)[1:]...)
 		b = msgp.AppendArrayHeader(b, uint32(2*p.held))
 		for _, k := range slices.Sorted(maps.Keys(p.rows)) {
@@ -171,6 +177,17 @@ func (p *Partition) Snapshot() ([]byte, error) {
 				b = msgp.AppendArrayHeader(b, uint32(len(ob.partial)))
 				for _, x := range ob.partial {
 					b = msgp.AppendBool(b, x)
+				}
+			}
+		}
+		if len(open) > 0 {
+			b = msgp.AppendArrayHeader(b, uint32(len(open)))
+			for _, name := range open {
+				b = msgp.AppendString(b, name)
+				bs := p.tasks[name].batches
+				b = msgp.AppendArrayHeader(b, uint32(len(bs)))
+				for _, ob := range bs {
+					b = msgp.AppendInt64(b, ob.until)
 				}
 			}
 		}
@@ -707,6 +724,11 @@ func restore(b []byte) (*Partition, error) {
 				return nil, err
 			}
 		}
+		if len(b) != 0 {
+			if b, err = p.readBatchEnds(b); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if len(b) != 0 {
 		return nil, fmt.Errorf("%d bytes after the snapshot", len(b))
@@ -772,6 +794,36 @@ func (p *Partition) readCounts(b []byte) ([]byte, error) {
 			return b, fmt.Errorf("counts of unknown task %q", name)
 		}
 		t.consumed = c
+	}
+	return b, nil
+}
+
+// readBatchEnds reads the ends of tasks' open batches' leases (see
+// openBatch.until), in the order of the batches; a snapshot without them
+// leaves them 0 (a batch closes once none of its rows is leased).
+func (p *Partition) readBatchEnds(b []byte) ([]byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return b, err
+	}
+	for range n {
+		var name string
+		if name, b, err = msgp.ReadStringBytes(b); err != nil {
+			return b, err
+		}
+		t := p.tasks[name]
+		var nb uint32
+		if nb, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return b, err
+		}
+		if t == nil || int(nb) != len(t.batches) {
+			return b, fmt.Errorf("ends of %d batches of task %q", nb, name)
+		}
+		for _, ob := range t.batches {
+			if ob.until, b, err = msgp.ReadInt64Bytes(b); err != nil {
+				return b, err
+			}
+		}
 	}
 	return b, nil
 }

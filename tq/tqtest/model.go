@@ -85,9 +85,12 @@ func readModelConfig(t *testing.T) modelConfig {
 // random histories of calls of the public tq API, from two clients of the
 // queue, and holds every result to one reference model of the documented
 // contract: puts, reads, tags, clears of fields, and the consumption of the partition by
-// six tasks (a plain task, one that needs two fields, a MaxDeliveries
-// task, a group task, a pair of ranks and a staleness task), with claims,
-// waits, settles, resets, dead rows and Status.
+// eight tasks (a plain task, one that needs two fields, a MaxDeliveries
+// task, a group task, a group task whose groups are released partial past
+// a GroupDeadline and one whose overdue groups wait as stragglers, a pair
+// of ranks and a staleness task), with claims, waits, settles, resets,
+// dead rows, Status and the waiting groups it lists, Stragglers, Pace,
+// and a Ratio's AwaitInsert and AwaitSample.
 //
 // Each history is a subtest named by its seed. TQ_MODEL_HISTORIES (100)
 // and TQ_MODEL_OPS (80) size the run, TQ_MODEL_BASE (1) is the first
@@ -103,7 +106,8 @@ func readModelConfig(t *testing.T) modelConfig {
 // kinds out of the histories it generates (the kinds: put, put1, tags,
 // badput, clear, clearp, clearf, get, list, lookup, claim, wait, ack, nack,
 // extend, advance, reset, dead, retry, drop, status, tstatus, version,
-// reopen). A seed names a history only together with both.
+// reopen, capacity, stragglers, pace, insert, sample). A seed names a
+// history only together with both.
 //
 // Where the contract leaves a choice open the model accepts every allowed
 // outcome (the comments at each place in model_step.go and model_state.go
@@ -112,9 +116,11 @@ func readModelConfig(t *testing.T) modelConfig {
 // and within a rank's share, whether a share's metadata is the rows' as
 // the batch was selected or as they are now, whether Status lists a task
 // whose rows are all ready and undelivered, which error a read that both
-// names an unknown key and misses a field returns, whether Drop takes a
-// row waiting for a field of the task, and whether a Nack resent after a
-// Retry is Lost. Steps whose outcome would depend on a choice left open
+// names an unknown key and misses a field returns, whether a Nack resent
+// after a Retry is Lost, and, once the partition held no row, whether the
+// engine forgot it (the groups it learned from claims, a Ratio's counts):
+// those are not judged until a claim teaches it again. Waiting groups are
+// compared by id, rows and overdue, not by Since (the engine's clock). Steps whose outcome would depend on a choice left open
 // and then be invisible (a Nack resent with a new delay; an Extend that
 // revives a lease of a rank batch closed with none running; a step landing
 // exactly on a deadline) are not generated, and are skipped on replay.
@@ -222,6 +228,7 @@ func play(t *testing.T, env ModelEnv, clock bool, seed int64, ops int, script []
 		}
 		div := r.step(&op)
 		r.m.closeIdle()
+		r.m.emptied()
 		res.hist = append(res.hist, op)
 		if div != nil {
 			res.div = div
@@ -328,6 +335,10 @@ func newRunner(t *testing.T, env ModelEnv, clock bool, rng *rand.Rand) *runner {
 		leases: map[int]*mlease{}, index: map[int]uint64{}, owner: map[uint64]int{},
 		delays: delays, extends: extends}
 	r.m = newModel(lease, rng.IntN(2) == 0)
+	r.m.groupDL = time.Hour // never reached: a history takes seconds
+	if clock {
+		r.m.groupDL = 7 * time.Second
+	}
 	r.rkN = 2 + rng.IntN(3)
 	for _, td := range modelTasks() {
 		r.tasks[td.name] = td
@@ -366,6 +377,9 @@ func (r *runner) handle(slot int, task string, rank int) *tq.Task {
 		opts = append(opts, tq.MaxDeliveries(td.max))
 	case td.groups:
 		opts = append(opts, tq.WithGroups(tq.GroupTag("uid"), groupSize))
+		if td.deadline {
+			opts = append(opts, tq.GroupDeadline(r.m.groupDL, td.partial))
+		}
 	case td.ranks:
 		opts = append(opts, tq.Ranks(2, rank, ""))
 	case td.stale:

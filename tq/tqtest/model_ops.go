@@ -224,6 +224,13 @@ func (o *mop) String() string {
 		s = c + "Close, Open (its leases abandoned)"
 	case "capacity":
 		s = fmt.Sprintf("%sSetCapacity(rows %d, clear after %q)", c, o.n, o.fields)
+	case "stragglers":
+		s = c + task + ".Stragglers()"
+	case "pace":
+		s = fmt.Sprintf("%sPace(\"ver\", v %d, k %d, %q)", c, o.version, o.n, o.fields)
+	case "insert", "sample":
+		s = fmt.Sprintf("%sAwait%s(%s, Ratio{1, MinSize %d, ErrorBuffer %d}, %d)", c,
+			map[string]string{"insert": "Insert", "sample": "Sample"}[o.kind], o.task, o.min, o.version, o.n)
 	default:
 		s = o.kind
 	}
@@ -248,6 +255,7 @@ func (r *runner) gen(rng *rand.Rand, num int) mop {
 		{"status", 3}, {"tstatus", 4}, {"version", 1}, {"reopen", 1},
 		{"capacity", 1},
 		{"clearf", 3},
+		{"stragglers", 2}, {"pace", 2}, {"insert", 1}, {"sample", 1},
 	}
 	if r.env.Advance != nil {
 		choices = append(choices, choice{"advance", 5})
@@ -365,6 +373,17 @@ func (r *runner) gen(rng *rand.Rand, num int) mop {
 		}
 	case "tstatus":
 		pickTask()
+	case "stragglers":
+		op.task = []string{"grp", "gdl", "gst"}[rng.IntN(3)]
+	case "pace":
+		op.fields = [][]string{{"plain"}, {"stale"}, {"two", "maxdel"}, {"gdl"}}[rng.IntN(4)]
+		op.version = int64(rng.IntN(5))
+		op.n = rng.IntN(3)
+	case "insert", "sample":
+		op.task = []string{"plain", "stale", "grp"}[rng.IntN(3)]
+		op.n = 1 + rng.IntN(2)
+		op.min = rng.IntN(4)
+		op.version = int64(rng.IntN(4))
 	case "version":
 		op.task = "stale"
 		op.version = int64(rng.IntN(5))

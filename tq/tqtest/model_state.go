@@ -34,6 +34,9 @@ type mrow struct {
 	key    string
 	fields map[string]any
 	tag    map[string]any
+	// since is when the row last gained a field (its first commit, or
+	// one adding a field it lacked): a group deadline counts from it.
+	since time.Duration
 }
 
 // mrec is a task's record of a row. A row without one is ready, never
@@ -68,6 +71,9 @@ type mbatch struct {
 	// split is allowed), the other rank's share is the rest.
 	share [2][]int
 	taken [2]bool
+	// until is the latest end a rank's claim of it gave its lease: the
+	// batch stays open till then even once its rows are settled.
+	until time.Duration
 	// tags are the rows' tags when the batch was selected: a rank's share
 	// may give its rows' metadata as selected (metadata.Batch: the batch
 	// "as it was selected") or as it is now (open choice).
@@ -81,8 +87,10 @@ type taskDef struct {
 	fields []string
 	max    int  // MaxDeliveries (0: none)
 	groups bool // WithGroups(GroupTag("uid"), 2)
-	ranks  bool // Ranks(2, rank, "")
-	stale  bool // Staleness("ver", 1, drop)
+	// deadline adds GroupDeadline(model.groupDL, partial) to groups.
+	deadline, partial bool
+	ranks             bool // Ranks(2, rank, "")
+	stale             bool // Staleness("ver", 1, drop)
 }
 
 const (
@@ -96,6 +104,8 @@ func modelTasks() []taskDef {
 		{name: "two", fields: []string{"a", "b"}},
 		{name: "maxdel", fields: []string{"a"}, max: 2},
 		{name: "grp", fields: []string{"a"}, groups: true},
+		{name: "gdl", fields: []string{"a"}, groups: true, deadline: true, partial: true},
+		{name: "gst", fields: []string{"a"}, groups: true, deadline: true},
 		{name: "rk", fields: []string{"a"}, ranks: true},
 		{name: "stale", fields: []string{"a"}, stale: true},
 	}
@@ -117,11 +127,48 @@ type model struct {
 	// acks and drops, all of them, clear a row (the partition's Capacity).
 	capRows    int
 	clearAcked []string
+	// groupDL is the deadline tasks' GroupDeadline.
+	groupDL time.Duration
+	// learned is, per group task, whether the engine lists its groups:
+	// once a claim of it ran (gLearned); gUnknown once the partition held
+	// no row since (an engine may forget an empty partition at once, or
+	// a while later: open choice).
+	learned map[string]int
+	// inserted counts the rows committed anew, samples each task's acks
+	// and drops ever (a Ratio's counts); countsKnown is cleared once the
+	// partition held no row after its first (it may have been forgotten,
+	// its counts with it).
+	inserted    int64
+	samples     map[string]int64
+	countsKnown bool
 }
+
+const (
+	gNone = iota
+	gLearned
+	gUnknown
+)
 
 func newModel(lease time.Duration, staleDrop bool) *model {
 	return &model{lease: lease, staleDrop: staleDrop, nextID: 1,
-		rows: map[string]*mrow{}, cons: map[string]map[int]*mrec{}, idle: map[int]bool{}}
+		rows: map[string]*mrow{}, cons: map[string]map[int]*mrec{}, idle: map[int]bool{},
+		learned: map[string]int{}, samples: map[string]int64{}, countsKnown: true}
+}
+
+// emptied notes that the partition may have been forgotten, once it holds
+// no row: what the engine learned of it may be gone.
+func (m *model) emptied() {
+	if len(m.rows) > 0 {
+		return
+	}
+	for task, l := range m.learned {
+		if l == gLearned {
+			m.learned[task] = gUnknown
+		}
+	}
+	if m.inserted > 0 {
+		m.countsKnown = false
+	}
 }
 
 // sorted returns the rows in index order.
@@ -298,6 +345,7 @@ func (m *model) dropRows(td taskDef, rows []*mrow) {
 			d = old.deliveries
 		}
 		m.setRec(td.name, r.id, &mrec{state: mDropped, deliveries: d})
+		m.samples[td.name]++
 	}
 	if slices.Contains(m.clearAcked, td.name) {
 		m.clearConsumed(idsOf(rows))
@@ -364,13 +412,18 @@ func (m *model) held(b *mbatch, id int) (held, running bool) {
 	return true, r.until > m.now
 }
 
-// closeIdle closes the open batches none of whose leases is running. The
+// closeIdle closes the open batches past their end none of whose leases
+// is running (rows settled early keep a batch open: an empty share is a
+// turn). The
 // model closes them as soon as that holds (after every step); an engine
 // may find out only at the next claim, which agrees as long as no lease
 // of a closed batch runs again: Extend on one is therefore left out of
 // histories (see the extend step).
 func (m *model) closeIdle() {
 	m.batches = slices.DeleteFunc(m.batches, func(b *mbatch) bool {
+		if b.until > m.now {
+			return false
+		}
 		for _, id := range b.rows {
 			if _, running := m.held(b, id); running {
 				return false
@@ -407,6 +460,7 @@ func (m *model) takeShare(b *mbatch, rank int) []int {
 		}
 	}
 	b.taken[rank] = true
+	b.until = max(b.until, m.now+m.lease)
 	if b.taken[0] && b.taken[1] {
 		m.batches = slices.DeleteFunc(m.batches, func(x *mbatch) bool { return x == b })
 	}
@@ -434,6 +488,9 @@ func (m *model) settle(task, op string, token int, ids []int, d time.Duration) (
 		case "ack":
 			// An ack sent twice finds the row acked by its own token.
 			if (r.state == mLeased || r.state == mAcked) && r.token == token {
+				if r.state != mAcked {
+					m.samples[task]++
+				}
 				r.state, r.until = mAcked, 0
 				acked = append(acked, id)
 				continue
@@ -496,9 +553,7 @@ func (m *model) retry(task string, ids []int) (lost []int) {
 func (m *model) dropState(td taskDef, row *mrow) (ok, amb bool) {
 	st, _ := m.seen(m.rec(td.name, row.id))
 	switch {
-	case st == mReady && !hasFields(row, td.fields):
-		return false, true
-	case st == mReady || st == mDead:
+	case st == mReady || st == mDead: // ready with the task's fields or still waiting for one (Task.Drop)
 		return true, false
 	}
 	return false, false
@@ -560,11 +615,15 @@ func (m *model) put(keys []string, fields map[string][]any, tags [][]tagEntry, t
 	for i, k := range keys {
 		r := m.rows[k]
 		if r == nil {
-			r = &mrow{id: m.nextID, key: k, fields: map[string]any{}, tag: map[string]any{}}
+			r = &mrow{id: m.nextID, key: k, fields: map[string]any{}, tag: map[string]any{}, since: m.now}
 			m.nextID++
 			m.rows[k] = r
+			m.inserted++
 		}
 		for f, col := range fields {
+			if _, had := r.fields[f]; !had {
+				r.since = m.now
+			}
 			r.fields[f] = col[i]
 		}
 		if tagsGiven && tags[i] != nil {
@@ -582,6 +641,16 @@ func (m *model) deadlines() map[time.Duration]bool {
 		for _, r := range recs {
 			if (r.state == mLeased || r.state == mReady) && r.until > m.now {
 				out[r.until] = true
+			}
+		}
+	}
+	for _, td := range modelTasks() {
+		if !td.deadline {
+			continue
+		}
+		for _, g := range m.groupsOf(td) {
+			if due := g.born + m.groupDL; len(g.rem) > 0 && due > m.now {
+				out[due] = true
 			}
 		}
 	}

@@ -55,6 +55,12 @@ func (r *runner) step(op *mop) *divergence {
 		return r.stepStatus(op)
 	case "tstatus":
 		return r.stepTaskStatus(op)
+	case "stragglers":
+		return r.stepStragglers(op)
+	case "pace":
+		return r.stepPace(op)
+	case "insert", "sample":
+		return r.stepRatio(op)
 	case "version":
 		r.versions[op.slot] = op.version
 		r.handle(op.slot, "stale", 0).SetVersion(op.version)
@@ -471,6 +477,7 @@ func (r *runner) stepClaim(op *mop) *divergence {
 	var (
 		plain    []*mrow   // Sequential: the rows, in order
 		units    [][]*mrow // Groups
+		partial  []bool    // Groups with a partial deadline: which units are remainders
 		drop     []*mrow
 		share    *mbatch // Ranks: the open batch whose share the claim takes
 		newBatch []*mrow // Ranks: the batch the claim selects
@@ -480,6 +487,8 @@ func (r *runner) stepClaim(op *mop) *divergence {
 		if share = r.m.openBatch(op.rank); share == nil {
 			newBatch, _ = r.m.pickSequential(td, 0, op.n, min)
 		}
+	case td.groups && td.partial:
+		units, partial = r.m.pickDeadline(td, op.n, min)
 	case td.groups:
 		units = r.m.pickGroups(td, op.n, min)
 	default:
@@ -509,26 +518,20 @@ func (r *runner) stepClaim(op *mop) *divergence {
 		defer cancel()
 	}
 	if wait && !leases {
-		waited = 60 * time.Millisecond
-		if r.clock {
-			// No deadline may fall within the wait: the model would not
-			// know whether the engine saw it pass.
-			waited = 200 * time.Millisecond
-			for dl := range r.m.deadlines() {
-				if dl-r.m.now <= waited {
-					waited = (dl - r.m.now) / 2
-				}
-			}
-			if waited < time.Millisecond {
-				op.note = "skipped"
-				return nil
-			}
+		// No deadline may fall within the wait: the model would not know
+		// whether the engine saw it pass.
+		if waited = r.waitFor(); waited == 0 {
+			op.note = "skipped"
+			return nil
 		}
 		cancel()
 		ctx, cancel = context.WithTimeout(context.Background(), waited)
 		defer cancel()
 	}
 	l, err := call(ctx)
+	if td.groups && r.m.learned[op.task] != gLearned {
+		r.m.learned[op.task] = gLearned // the engine knows the task's groups now
+	}
 
 	// Drops happen whether or not the claim leases.
 	if len(drop) > 0 {
@@ -592,11 +595,27 @@ func (r *runner) stepClaim(op *mop) *divergence {
 			want = append(want, keysOf(u)...)
 		}
 		ok := len(got) == len(want)
-		for i := 0; ok && i < len(want); i += groupSize {
-			ok = slices.Equal(sortedKeys(got[i:i+groupSize]), sortedKeys(want[i:i+groupSize]))
+		at := 0
+		for _, u := range units {
+			if !ok {
+				break
+			}
+			ok = slices.Equal(sortedKeys(got[at:at+len(u)]), sortedKeys(keysOf(u)))
+			at += len(u)
 		}
 		if !ok {
 			return diverge(what+": leased groups", fmt.Sprintf("%q", want), fmt.Sprintf("%q", got))
+		}
+		var flags []bool // per row, nil when no unit is partial
+		if slices.Contains(partial, true) {
+			for k, u := range units {
+				for range u {
+					flags = append(flags, partial[k])
+				}
+			}
+		}
+		if !slices.Equal(l.Partial, flags) || (l.Partial == nil) != (flags == nil) {
+			return diverge(what+": Partial", fmt.Sprint(flags), fmt.Sprint(l.Partial))
 		}
 		for _, k := range got {
 			rows = append(rows, r.m.rows[k])
@@ -622,7 +641,7 @@ func (r *runner) stepClaim(op *mop) *divergence {
 			return diverge(what+": the size of a share of a new batch", fmt.Sprintf("%d or %d rows of the batch %q", k/2, (k+1)/2, keysOf(newBatch)), fmt.Sprintf("%q", got))
 		}
 		r.m.leaseRows(td, newBatch, token)
-		b := &mbatch{token: token, rows: idsOf(newBatch), tags: map[int]map[string]any{}}
+		b := &mbatch{token: token, rows: idsOf(newBatch), tags: map[int]map[string]any{}, until: r.m.now + r.m.lease}
 		for _, row := range newBatch {
 			b.tags[row.id] = maps.Clone(row.tag)
 		}
@@ -683,6 +702,9 @@ func (r *runner) stepClaim(op *mop) *divergence {
 			op.note = fmt.Sprintf("leases %q", got)
 		} else {
 			op.note += fmt.Sprintf(", leases %q", got)
+		}
+		if l.Partial != nil {
+			op.note += fmt.Sprintf(" partial %v", l.Partial)
 		}
 	} else if op.note == "" {
 		op.note = "empty"
@@ -1023,10 +1045,16 @@ func (r *runner) stepStatus(op *mop) *divergence {
 			if r.m.stateful(name) {
 				return diverge("Status: a task with state is not listed", fmt.Sprintf("%s: %+v", name, r.statusOf(name, nil)), "not listed")
 			}
+			if td := r.tasks[name]; td.groups && r.m.learned[name] == gLearned && len(r.m.waits(td)) > 0 {
+				return diverge("Status: a group task with waiting groups is not listed", fmt.Sprintf("%s: %+v", name, r.m.waits(td)), "not listed")
+			}
 			continue
 		}
 		if want := r.statusOf(name, nil); !sameStatus(ts, want) {
 			return diverge("Status: a task's counts", fmt.Sprintf("%s: %+v", name, want), fmt.Sprintf("%+v", ts))
+		}
+		if d := r.checkWaits("Status of "+name, name, ts.Groups); d != nil {
+			return d
 		}
 	}
 	for name := range st.Tasks {
@@ -1047,5 +1075,5 @@ func (r *runner) stepTaskStatus(op *mop) *divergence {
 	if want := r.statusOf(op.task, r.tasks[op.task].fields); !sameStatus(ts, want) {
 		return diverge(op.task+".Status: counts", fmt.Sprintf("%+v", want), fmt.Sprintf("%+v", ts))
 	}
-	return nil
+	return r.checkWaits(op.task+".Status", op.task, ts.Groups)
 }

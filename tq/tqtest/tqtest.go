@@ -52,6 +52,7 @@ func cases() []testCase {
 	all = append(all, ratioCases()...)
 	all = append(all, fieldCases()...)
 	all = append(all, badInputCases()...)
+	all = append(all, leaseCases()...)
 	return all
 }
 
