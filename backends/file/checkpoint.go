@@ -92,7 +92,7 @@ var errStopped = errors.New("file: closing")
 // start, then removes what it replaces.
 func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp int64) error {
 	tmp := filepath.Join(e.dir, ckptTemp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := e.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp
 	defer func() {
 		if !ok {
 			_ = f.Close()
-			_ = os.Remove(tmp)
+			_ = e.fs.Remove(tmp)
 		}
 	}()
 	w := bufio.NewWriterSize(f, ckptChunk)
@@ -203,11 +203,11 @@ func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp
 		return err
 	}
 	ok = true
-	if err := os.Rename(tmp, filepath.Join(e.dir, ckptName(seq))); err != nil {
-		_ = os.Remove(tmp)
+	if err := e.fs.Rename(tmp, filepath.Join(e.dir, ckptName(seq))); err != nil {
+		_ = e.fs.Remove(tmp)
 		return err
 	}
-	if err := syncDir(e.dir); err != nil {
+	if err := e.fs.SyncDir(e.dir); err != nil {
 		return err
 	}
 	// The new checkpoint stands: what it replaces can go.
@@ -217,7 +217,7 @@ func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp
 // removeBefore removes (or recycles) the segments before seq and removes
 // the checkpoints other than seq's.
 func (e *engine) removeBefore(seq uint64) error {
-	entries, err := os.ReadDir(e.dir)
+	entries, err := e.fs.ReadDir(e.dir)
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func (e *engine) removeBefore(seq uint64) error {
 				errs = append(errs, err)
 			}
 		case scanName(name, "checkpoint-%016x.ckpt", &n) && n != seq:
-			if err := os.Remove(filepath.Join(e.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := e.fs.Remove(filepath.Join(e.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		}

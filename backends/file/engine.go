@@ -22,6 +22,7 @@ type engine struct {
 	opts   Options
 	clock  func() time.Time
 	unlock func() error // releases the directory's lock
+	fs     fileSystem
 
 	frames framePool // the large frames' allocations, reused
 
@@ -38,7 +39,7 @@ type engine struct {
 
 	// The writer's own, but seg, which the syncer fsyncs under segMu.
 	segMu    sync.Mutex
-	seg      *os.File
+	seg      fsFile
 	segSeq   uint64
 	segSize  int64
 	segSalt  uint32
@@ -115,7 +116,7 @@ func openEngine(dir string, o Options) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{dir: dir, opts: o.withDefaults(), unlock: unlock, wakes: map[string]chan struct{}{},
+	e := &engine{dir: dir, opts: o.withDefaults(), unlock: unlock, fs: defaultFS, wakes: map[string]chan struct{}{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	e.st = newState(&e.frames)
 	e.clock = e.opts.clock

@@ -16,7 +16,7 @@ import (
 // checkpoint replaced, and returns the sequence number of the next
 // segment to write.
 func (e *engine) recoverDir() (uint64, error) {
-	entries, err := os.ReadDir(e.dir)
+	entries, err := e.fs.ReadDir(e.dir)
 	if err != nil {
 		return 0, err
 	}
@@ -59,7 +59,7 @@ func (e *engine) recoverDir() (uint64, error) {
 	if err := e.removeBefore(first); err != nil {
 		return 0, err
 	}
-	if err := os.Remove(filepath.Join(e.dir, ckptTemp)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := e.fs.Remove(filepath.Join(e.dir, ckptTemp)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, err
 	}
 	return next, nil
@@ -70,13 +70,13 @@ type frameReader struct {
 	path string
 	salt uint32
 	r    *bufio.Reader
-	f    *os.File
+	f    fsFile
 	off  int64 // of the next frame
 	size int64
 }
 
-func openFrames(path string, header string, seq uint64, salt uint32) (*frameReader, error) {
-	f, err := os.Open(path)
+func openFrames(fsys fileSystem, path string, header string, seq uint64, salt uint32) (*frameReader, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -146,8 +146,8 @@ func (fr *frameReader) corrupt(reason string) error {
 }
 
 // validAt reports whether a frame with a good checksum lies at off.
-func validAt(path string, off int64, salt uint32) bool {
-	f, err := os.Open(path)
+func validAt(fsys fileSystem, path string, off int64, salt uint32) bool {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return false
 	}
@@ -175,12 +175,12 @@ func validAt(path string, off int64, salt uint32) bool {
 // a good frame (a record garbled where a later one is whole is damage,
 // not a crash).
 func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error) {
-	fr, err := openFrames(path, segMagic, seq, salt(seq))
+	fr, err := openFrames(e.fs, path, segMagic, seq, salt(seq))
 	if err != nil {
 		if last && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, errStaleHeader)) {
 			// Created (or a recycled file renamed), its header not written:
 			// a crash at its start.
-			return 0, os.Remove(path)
+			return 0, e.fs.Remove(path)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return 0, &CorruptError{File: path, Reason: "segment shorter than its header"}
@@ -200,10 +200,10 @@ func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error
 			if !last {
 				return 0, fr.corrupt("record cut short in a segment that is not the newest")
 			}
-			if n := int64(binary.LittleEndian.Uint32(peekLen(fr))); n > 0 && validAt(path, fr.off+frameHeader+n, fr.salt) {
+			if n := int64(binary.LittleEndian.Uint32(peekLen(fr))); n > 0 && validAt(e.fs, path, fr.off+frameHeader+n, fr.salt) {
 				return 0, fr.corrupt("checksum mismatch, and the record after it is whole: damage, not a torn write")
 			}
-			if err := truncate(path, fr.off, e.opts.Sync != SyncNever); err != nil {
+			if err := truncate(e.fs, path, fr.off, e.opts.Sync != SyncNever); err != nil {
 				return 0, err
 			}
 			e.truncated = append(e.truncated, fmt.Sprintf("%s at %d", path, fr.off))
@@ -228,8 +228,8 @@ func peekLen(fr *frameReader) []byte {
 	return hdr[:]
 }
 
-func truncate(path string, size int64, sync bool) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+func truncate(fsys fileSystem, path string, size int64, sync bool) error {
+	f, err := fsys.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func truncate(path string, size int64, sync bool) error {
 
 // loadCheckpoint reads checkpoint seq into e.st (a fresh state).
 func (e *engine) loadCheckpoint(path string, seq uint64) error {
-	fr, err := openFrames(path, ckptMagic, seq, 0)
+	fr, err := openFrames(e.fs, path, ckptMagic, seq, 0)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return &CorruptError{File: path, Reason: "checkpoint shorter than its header"}

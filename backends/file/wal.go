@@ -230,14 +230,14 @@ func (e *engine) syncer(every time.Duration) {
 // closeSegment, off the writer's path: under sync=everysec its fsync
 // writes back up to a second of writes (about 20 ms for 64 MiB on the
 // 2-core VM), which the writes queued meanwhile would wait for.
-func (e *engine) newSegment(seq uint64) (*os.File, error) {
+func (e *engine) newSegment(seq uint64) (fsFile, error) {
 	path := filepath.Join(e.dir, segName(seq))
 	f, err := e.reuseSegment(path)
 	if err != nil {
 		return nil, err
 	}
 	if f == nil {
-		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err != nil {
+		if f, err = e.fs.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -247,12 +247,12 @@ func (e *engine) newSegment(seq uint64) (*os.File, error) {
 	if err == nil && e.opts.Sync != SyncNever {
 		// The segment's name must outlive a crash before its records do.
 		if err = f.Sync(); err == nil {
-			err = syncDir(e.dir)
+			err = e.fs.SyncDir(e.dir)
 		}
 	}
 	if err != nil {
 		_ = f.Close()
-		_ = os.Remove(path)
+		_ = e.fs.Remove(path)
 		return nil, err
 	}
 	e.segMu.Lock()
@@ -271,7 +271,7 @@ func (e *engine) newSegment(seq uint64) (*os.File, error) {
 	if err != nil {
 		e.segMu.Unlock()
 		_ = f.Close()
-		_ = os.Remove(path)
+		_ = e.fs.Remove(path)
 		return nil, fmt.Errorf("cutting %s: %w", old.Name(), err)
 	}
 	e.seg, e.segSeq, e.segSize, e.segSalt = f, seq, segHeader, salt(seq)
@@ -283,7 +283,7 @@ func (e *engine) newSegment(seq uint64) (*os.File, error) {
 // closeSegment fsyncs (unless sync=never) and closes a segment no longer
 // written. A failed fsync fails the engine, as the syncer's does: the
 // writes it held were acknowledged before it, as under sync=everysec.
-func (e *engine) closeSegment(f *os.File) error {
+func (e *engine) closeSegment(f fsFile) error {
 	var err error
 	if e.opts.Sync != SyncNever {
 		err = f.Sync()
@@ -316,16 +316,16 @@ func recycleName(seq uint64) string { return fmt.Sprintf("recycle-%016x.log", se
 // for reuse, or removes it.
 func (e *engine) recycle(path string, seq uint64, size int64) error {
 	if size <= maxRecycled && len(e.recycled()) < keepRecycled {
-		if err := os.Rename(path, filepath.Join(e.dir, recycleName(seq))); err == nil {
+		if err := e.fs.Rename(path, filepath.Join(e.dir, recycleName(seq))); err == nil {
 			return nil
 		}
 	}
-	return os.Remove(path)
+	return e.fs.Remove(path)
 }
 
 // recycled lists the segments kept for reuse.
 func (e *engine) recycled() []string {
-	des, _ := os.ReadDir(e.dir)
+	des, _ := e.fs.ReadDir(e.dir)
 	var names []string
 	for _, de := range des {
 		var n uint64
@@ -338,29 +338,15 @@ func (e *engine) recycled() []string {
 
 // reuseSegment renames a recycled file to path and opens it for writing
 // from its start, or returns nil if there is none.
-func (e *engine) reuseSegment(path string) (*os.File, error) {
+func (e *engine) reuseSegment(path string) (fsFile, error) {
 	for _, name := range e.recycled() {
-		if err := os.Rename(filepath.Join(e.dir, name), path); err != nil {
+		if err := e.fs.Rename(filepath.Join(e.dir, name), path); err != nil {
 			continue
 		}
 		e.reused.Add(1)
-		return os.OpenFile(path, os.O_WRONLY, 0)
+		return e.fs.OpenFile(path, os.O_WRONLY, 0)
 	}
 	return nil, nil
-}
-
-// syncDir fsyncs a directory, so that the names created or renamed in it
-// outlive a crash of the machine.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // failedCause is the cause of the engine's failure (see fail).
