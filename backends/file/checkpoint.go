@@ -16,9 +16,12 @@ import (
 // seq, uint64 LE) and frames: a kindHead, a kindLog per partition, the
 // cells in kindWrite frames of about ckptChunk bytes, and a kindEnd. It
 // holds the whole state as of the start of segment seq, which replay
-// continues from. It is written to ckptTemp, fsynced, renamed and the
-// directory fsynced before any segment before seq is removed, so a crash
-// at any point leaves a checkpoint and the segments after it.
+// continues from (and cells written since, which replay writes again). It
+// is written to ckptTemp and fsynced; the segment written is fsynced (the
+// segments before it were when it began); then the checkpoint is renamed
+// and the directory fsynced before any segment before seq is removed, so
+// a crash at any point leaves a checkpoint and the segments after it, on
+// the disk as far as the checkpoint's copy reached.
 const (
 	ckptMagic  = "TQCKP001"
 	ckptTemp   = "checkpoint.tmp"
@@ -203,6 +206,18 @@ func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp
 		return err
 	}
 	ok = true
+	// The cells were copied after segment seq began: some come from its
+	// records. Those must be on the disk before the checkpoint can be,
+	// or a crash of the machine could keep a checkpoint with writes the
+	// log lost (a row cleared in the checkpoint, listed by the log).
+	e.segMu.Lock()
+	err = e.syncSegment()
+	e.segMu.Unlock()
+	if err != nil {
+		_ = e.fs.Remove(tmp)
+		e.fail(fmt.Errorf("fsync %s: %w", segName(seq), err))
+		return err
+	}
 	if err := e.fs.Rename(tmp, filepath.Join(e.dir, ckptName(seq))); err != nil {
 		_ = e.fs.Remove(tmp)
 		return err

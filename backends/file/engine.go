@@ -45,6 +45,9 @@ type engine struct {
 	segSalt  uint32
 	wbuf     []byte
 	dirty    atomic.Bool  // written since the last fsync
+	written  atomic.Int64 // the segment's bytes written (segSize, for the syncer)
+	durable  atomic.Int64 // the segment's bytes known on the disk (fsynced)
+	marked   int64        // the most a kindSynced frame of the segment said durable
 	walBytes atomic.Int64 // bytes of every segment the newest checkpoint does not replace
 
 	ckptRunning atomic.Bool
@@ -161,8 +164,23 @@ func (e *engine) close() error {
 	}
 	close(e.stop)
 	e.wg.Wait()
+	e.qmu.Lock()
+	failed := e.failed
+	e.qmu.Unlock()
 	e.segMu.Lock()
-	err := e.seg.Sync()
+	err := e.syncSegment()
+	if err == nil && failed == nil {
+		// Say so in the log: a record found damaged before here on
+		// reopen is damage, not a torn write.
+		if err = e.writeMark(); err == nil {
+			err = e.seg.Sync()
+		}
+		if err == nil && e.opts.Sync == SyncNever {
+			// The segment's name (under the other policies, made durable
+			// as it began).
+			err = e.fs.SyncDir(e.dir)
+		}
+	}
 	if cerr := e.seg.Close(); err == nil {
 		err = cerr
 	}

@@ -20,6 +20,7 @@ import (
 type recFS struct {
 	osFS
 	killAt int
+	onOpen func(name string) // called as a file is opened, if set
 
 	mu    sync.Mutex
 	calls int
@@ -77,6 +78,9 @@ func (r *recFS) Len() int {
 }
 
 func (r *recFS) OpenFile(name string, flag int, perm os.FileMode) (fsFile, error) {
+	if r.onOpen != nil {
+		r.onOpen(name)
+	}
 	if flag&(os.O_WRONLY|os.O_RDWR) == 0 {
 		return r.osFS.OpenFile(name, flag, perm)
 	}
@@ -452,7 +456,7 @@ func (r *recFS) around() []int {
 	var ks []int
 	for i, o := range r.ops {
 		if o.kind != opWrite && o.kind != opSync {
-			for k := max(i-2, 0); k <= min(i+3, len(r.ops)); k++ {
+			for k := max(i-1, 0); k <= min(i+2, len(r.ops)); k++ {
 				ks = append(ks, k)
 			}
 		}
