@@ -22,7 +22,8 @@
 // Open returns an Engine whose Data is a backends.Store and whose Log is a
 // backends.Log and backends.LogCells, with Local set: tq applies the same
 // rules to its log (internal/replica) as to Redis's, and this package
-// decides nothing about rows, tasks or leases. It stores what every engine
+// decides nothing about rows, tasks or leases (but that it ends the
+// claims of a process gone, as the rules say: see below). It stores what every engine
 // stores: cells by key, and per partition a numbered log of records with
 // a snapshot (backends/LOG.md), whose compactions are the rules'.
 //
@@ -74,6 +75,22 @@
 // acknowledged. A newest segment with a bad header and no note after it
 // vouching for it is a segment a crash interrupted as it began: it is
 // removed.
+//
+// A partition's capacity (SetCapacity) is a record of its log, as every
+// claim, ack and nack is: it survives a reopen, from the log and from a
+// checkpoint alike.
+//
+// # Reopening ends the former process's claims
+//
+// The directory's lock proves that the process that held it is gone, and
+// with it every consumer that held a lease or waited on a claim: as Open
+// takes the lock of a directory no engine of this process holds, it ends
+// their claims, appending to each partition's log the records the rules
+// give for it (rules.Partition.Release: a nack, with no delay, of the
+// rows still leased, and an unwait of each registered claim). Those rows
+// are claimable at once, not when their leases run out; each keeps its
+// deliveries, so its next claim counts one more (and a row at its task's
+// MaxDeliveries is dead). Rows acked stay acked.
 //
 // # Failures
 //

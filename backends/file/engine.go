@@ -137,6 +137,9 @@ func openEngine(dir string, o Options) (*engine, error) {
 		e.wg.Add(1)
 		go e.syncer(d)
 	}
+	if err := e.releaseClaims(); err != nil {
+		return nil, errors.Join(fmt.Errorf("file: opening %s: %w", dir, err), e.close())
+	}
 	return e, nil
 }
 
