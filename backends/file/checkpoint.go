@@ -16,9 +16,12 @@ import (
 // seq, uint64 LE) and frames: a kindHead, a kindLog per partition, the
 // cells in kindWrite frames of about ckptChunk bytes, and a kindEnd. It
 // holds the whole state as of the start of segment seq, which replay
-// continues from. It is written to ckptTemp, fsynced, renamed and the
-// directory fsynced before any segment before seq is removed, so a crash
-// at any point leaves a checkpoint and the segments after it.
+// continues from (and cells written since, which replay writes again). It
+// is written to ckptTemp and fsynced; the segment written is fsynced (the
+// segments before it were when it began); then the checkpoint is renamed
+// and the directory fsynced before any segment before seq is removed, so
+// a crash at any point leaves a checkpoint and the segments after it, on
+// the disk as far as the checkpoint's copy reached.
 const (
 	ckptMagic  = "TQCKP001"
 	ckptTemp   = "checkpoint.tmp"
@@ -92,7 +95,7 @@ var errStopped = errors.New("file: closing")
 // start, then removes what it replaces.
 func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp int64) error {
 	tmp := filepath.Join(e.dir, ckptTemp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := e.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
@@ -100,7 +103,7 @@ func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp
 	defer func() {
 		if !ok {
 			_ = f.Close()
-			_ = os.Remove(tmp)
+			_ = e.fs.Remove(tmp)
 		}
 	}()
 	w := bufio.NewWriterSize(f, ckptChunk)
@@ -203,11 +206,23 @@ func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp
 		return err
 	}
 	ok = true
-	if err := os.Rename(tmp, filepath.Join(e.dir, ckptName(seq))); err != nil {
-		_ = os.Remove(tmp)
+	// The cells were copied after segment seq began: some come from its
+	// records. Those must be on the disk before the checkpoint can be,
+	// or a crash of the machine could keep a checkpoint with writes the
+	// log lost (a row cleared in the checkpoint, listed by the log).
+	e.segMu.Lock()
+	err = e.syncSegment()
+	e.segMu.Unlock()
+	if err != nil {
+		_ = e.fs.Remove(tmp)
+		e.fail(fmt.Errorf("fsync %s: %w", segName(seq), err))
 		return err
 	}
-	if err := syncDir(e.dir); err != nil {
+	if err := e.fs.Rename(tmp, filepath.Join(e.dir, ckptName(seq))); err != nil {
+		_ = e.fs.Remove(tmp)
+		return err
+	}
+	if err := e.fs.SyncDir(e.dir); err != nil {
 		return err
 	}
 	// The new checkpoint stands: what it replaces can go.
@@ -217,7 +232,7 @@ func (e *engine) checkpoint(seq uint64, logs map[string]plog, next uint64, stamp
 // removeBefore removes (or recycles) the segments before seq and removes
 // the checkpoints other than seq's.
 func (e *engine) removeBefore(seq uint64) error {
-	entries, err := os.ReadDir(e.dir)
+	entries, err := e.fs.ReadDir(e.dir)
 	if err != nil {
 		return err
 	}
@@ -235,7 +250,7 @@ func (e *engine) removeBefore(seq uint64) error {
 				errs = append(errs, err)
 			}
 		case scanName(name, "checkpoint-%016x.ckpt", &n) && n != seq:
-			if err := os.Remove(filepath.Join(e.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := e.fs.Remove(filepath.Join(e.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		}

@@ -22,7 +22,8 @@
 // Open returns an Engine whose Data is a backends.Store and whose Log is a
 // backends.Log and backends.LogCells, with Local set: tq applies the same
 // rules to its log (internal/replica) as to Redis's, and this package
-// decides nothing about rows, tasks or leases. It stores what every engine
+// decides nothing about rows, tasks or leases (but that it ends the
+// claims of a process gone, as the rules say: see below). It stores what every engine
 // stores: cells by key, and per partition a numbered log of records with
 // a snapshot (backends/LOG.md), whose compactions are the rules'.
 //
@@ -49,16 +50,47 @@
 //   - sync=everysec (default), sync=<d>: all but up to the last second (d) of
 //     writes, as Redis's appendfsync everysec.
 //   - sync=never: all but what the OS had not written back (on Linux, up to
-//     about 30 s of writes by default). Checkpoints and Close still fsync.
+//     about 30 s of writes by default). Checkpoints, Open (the log it
+//     recovered) and Close still fsync.
 //
-// A crash can tear the last record (or, on a power loss, leave garbage
-// after the last fsync): reopening cuts the newest segment at the first
-// record that runs past its end or fails its checksum with nothing whole
-// after it, so a torn write is dropped whole, never applied in part. A
-// record that fails its checksum anywhere else (a whole record follows it,
-// or it is in an older segment or a checkpoint) is damage: Open fails with
-// a *CorruptError naming the file and offset, rather than drop writes that
-// were acknowledged.
+// What a crash of the machine loses is always the log's newest writes:
+// the state reopened is the state after some prefix of the writes, all
+// those the policy promised included, so no row is half visible (listed
+// with its cells gone) and a clear or ack kept means every write before
+// it is kept.
+//
+// A crash leaves a directory Open opens. It can tear the last record,
+// and a crash of the machine can leave the pages written after the last
+// fsync in any mix of written and not (a record lost with a whole one
+// after it), or a new segment whose size reached the disk before its
+// header. The writer notes in the log how much of the segment is on the
+// disk (a small record before a batch, when an fsync since the last one
+// got further; and at Close). Reopening cuts the newest segment at its
+// first bad record (one that runs past its end or fails its checksum)
+// unless a whole note after it says the bytes it lies in were on the
+// disk; so a torn or half-written tail is dropped whole, never applied in
+// part. A bad record where the log says it was fsynced, or in an older
+// segment or a checkpoint, is damage: Open fails with a *CorruptError
+// naming the file and offset, rather than drop writes that were
+// acknowledged. A newest segment with a bad header and no note after it
+// vouching for it is a segment a crash interrupted as it began: it is
+// removed.
+//
+// A partition's capacity (SetCapacity) is a record of its log, as every
+// claim, ack and nack is: it survives a reopen, from the log and from a
+// checkpoint alike.
+//
+// # Reopening ends the former process's claims
+//
+// The directory's lock proves that the process that held it is gone, and
+// with it every consumer that held a lease or waited on a claim: as Open
+// takes the lock of a directory no engine of this process holds, it ends
+// their claims, appending to each partition's log the records the rules
+// give for it (rules.Partition.Release: a nack, with no delay, of the
+// rows still leased, and an unwait of each registered claim). Those rows
+// are claimable at once, not when their leases run out; each keeps its
+// deliveries, so its next claim counts one more (and a row at its task's
+// MaxDeliveries is dead). Rows acked stay acked.
 //
 // # Failures
 //
@@ -81,7 +113,13 @@
 // checkpoint= (64 MiB), the writer starts a segment and the engine writes
 // a checkpoint of the state as of that segment's start, checkpoint-<n>.ckpt:
 // to a temporary file, fsynced, renamed, the directory fsynced, and only
-// then are the segments before dropped. The checkpoint copies the logs
+// then are the segments before dropped. Whatever the policy, the segment
+// left is cut at its end and fsynced before the next one is created (so
+// only the newest segment can end in a torn record; under sync=everysec
+// this fsync, of up to a second of writes, is on the writer's path once
+// per checkpoint), and the new segment is fsynced before the checkpoint
+// is renamed in (the checkpoint copies cells written after the segment
+// began: it must not outlive their records). The checkpoint copies the logs
 // under the engine's lock (a few entries each: the rules compact them) and
 // the cells a shard (1/64) at a time, writing outside the lock, so
 // requests flow meanwhile (never a lock across slow I/O: simpler PR
@@ -127,7 +165,8 @@
 // engine (redis://).
 //
 // A damaged length field of a record in the newest segment reads as a
-// torn tail: the records after it are cut with it (frames carry one
+// torn tail unless a whole note after it (found by scanning the rest of
+// the segment) says the log was on the disk past it: frames carry one
 // checksum, over length and payload, which a length that runs past the
-// file's end leaves unread).
+// file's end leaves unread.
 package file

@@ -22,6 +22,7 @@ type engine struct {
 	opts   Options
 	clock  func() time.Time
 	unlock func() error // releases the directory's lock
+	fs     fileSystem
 
 	frames framePool // the large frames' allocations, reused
 
@@ -38,12 +39,15 @@ type engine struct {
 
 	// The writer's own, but seg, which the syncer fsyncs under segMu.
 	segMu    sync.Mutex
-	seg      *os.File
+	seg      fsFile
 	segSeq   uint64
 	segSize  int64
 	segSalt  uint32
 	wbuf     []byte
 	dirty    atomic.Bool  // written since the last fsync
+	written  atomic.Int64 // the segment's bytes written (segSize, for the syncer)
+	durable  atomic.Int64 // the segment's bytes known on the disk (fsynced)
+	marked   int64        // the most a kindSynced frame of the segment said durable
 	walBytes atomic.Int64 // bytes of every segment the newest checkpoint does not replace
 
 	ckptRunning atomic.Bool
@@ -115,7 +119,7 @@ func openEngine(dir string, o Options) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{dir: dir, opts: o.withDefaults(), unlock: unlock, wakes: map[string]chan struct{}{},
+	e := &engine{dir: dir, opts: o.withDefaults(), unlock: unlock, fs: defaultFS, wakes: map[string]chan struct{}{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	e.st = newState(&e.frames)
 	e.clock = e.opts.clock
@@ -132,6 +136,9 @@ func openEngine(dir string, o Options) (*engine, error) {
 	if d := time.Duration(e.opts.Sync); d > 0 {
 		e.wg.Add(1)
 		go e.syncer(d)
+	}
+	if err := e.releaseClaims(); err != nil {
+		return nil, errors.Join(fmt.Errorf("file: opening %s: %w", dir, err), e.close())
 	}
 	return e, nil
 }
@@ -160,8 +167,23 @@ func (e *engine) close() error {
 	}
 	close(e.stop)
 	e.wg.Wait()
+	e.qmu.Lock()
+	failed := e.failed
+	e.qmu.Unlock()
 	e.segMu.Lock()
-	err := e.seg.Sync()
+	err := e.syncSegment()
+	if err == nil && failed == nil {
+		// Say so in the log: a record found damaged before here on
+		// reopen is damage, not a torn write.
+		if err = e.writeMark(); err == nil {
+			err = e.seg.Sync()
+		}
+		if err == nil && e.opts.Sync == SyncNever {
+			// The segment's name (under the other policies, made durable
+			// as it began).
+			err = e.fs.SyncDir(e.dir)
+		}
+	}
 	if cerr := e.seg.Close(); err == nil {
 		err = cerr
 	}

@@ -38,6 +38,7 @@ const (
 	kindAppend  = 'a' // partition, n, then n × (id u64, indexes, data)
 	kindCells   = 'c' // a kindWrite body, then a kindAppend body: one atomic record
 	kindCompact = 'k' // partition, at.N u64, at.ID u64, has bool, snapshot
+	kindSynced  = 's' // u64: the bytes of this segment known on the disk when it was written
 	// Checkpoint frames.
 	kindHead = 'H' // first segment to replay u64, next index u64, last stamp i64
 	kindLog  = 'L' // one partition's log (see encodeLog)
@@ -326,7 +327,9 @@ type op struct {
 	recs  []rec    // kindAppend, kindCells
 	at    backends.Pos
 	snap  []byte // kindCompact; nil with !hasSnap
-	has   bool
+
+	synced int64 // kindSynced
+	has    bool
 
 	// The caller's side: from is where the caller read the log (an
 	// append's reply is the log after it), done is closed when tail and
@@ -377,6 +380,8 @@ func (o *op) decodeBody(kind byte, body []byte) error {
 		} else if o.snap == nil {
 			o.snap = []byte{}
 		}
+	case kindSynced:
+		o.synced = int64(r.u64())
 	default:
 		return fmt.Errorf("unknown record kind %q", o.kind)
 	}

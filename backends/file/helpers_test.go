@@ -96,9 +96,29 @@ func checkReopen(t *testing.T, dir string, o Options, keep backends.Engine) {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer func() { _ = again.Data.Close(); _ = again.Log.Close() }()
-	if d := before.diff(dumpOf(engineOf(again))); d != "" {
+	if d := before.diff(released(before, dumpOf(engineOf(again)))); d != "" {
 		t.Errorf("the reopened engine differs:\n%s", d)
 	}
+}
+
+// released is after without the records Open appended to end the claims
+// of the engine closed (see releaseClaims): settles (K) after the
+// entries before held.
+func released(before, after dump) dump {
+	for k, l := range after.logs {
+		rest, ok := strings.CutPrefix(l, before.logs[k])
+		if !ok {
+			continue
+		}
+		settles := true
+		for _, line := range strings.Split(strings.TrimSuffix(rest, "\n"), "\n") {
+			settles = settles && (line == "" || strings.Contains(line, ` "K`))
+		}
+		if settles {
+			after.logs[k] = before.logs[k]
+		}
+	}
+	return after
 }
 
 // openT opens the engine over dir, closed at the test's end.

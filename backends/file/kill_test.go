@@ -169,9 +169,10 @@ func TestKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Claim the rest (the leases the children held end within a second)
-	// and ack it: a row acked before a kill must not come back. (A row may
-	// be acked with no line printed: killed just after its Ack.)
+	// Claim the rest (the leases the children held ended as the directory
+	// reopened) and ack it: a row acked before a kill must not come back.
+	// (A row may be acked with no line printed: killed just after its
+	// Ack.)
 	again := map[string]bool{}
 	for {
 		st, err := task.Status(ctx)

@@ -16,7 +16,7 @@ import (
 // checkpoint replaced, and returns the sequence number of the next
 // segment to write.
 func (e *engine) recoverDir() (uint64, error) {
-	entries, err := os.ReadDir(e.dir)
+	entries, err := e.fs.ReadDir(e.dir)
 	if err != nil {
 		return 0, err
 	}
@@ -59,7 +59,7 @@ func (e *engine) recoverDir() (uint64, error) {
 	if err := e.removeBefore(first); err != nil {
 		return 0, err
 	}
-	if err := os.Remove(filepath.Join(e.dir, ckptTemp)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := e.fs.Remove(filepath.Join(e.dir, ckptTemp)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, err
 	}
 	return next, nil
@@ -70,13 +70,13 @@ type frameReader struct {
 	path string
 	salt uint32
 	r    *bufio.Reader
-	f    *os.File
+	f    fsFile
 	off  int64 // of the next frame
 	size int64
 }
 
-func openFrames(path string, header string, seq uint64, salt uint32) (*frameReader, error) {
-	f, err := os.Open(path)
+func openFrames(fsys fileSystem, path string, header string, seq uint64, salt uint32) (*frameReader, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -146,8 +146,8 @@ func (fr *frameReader) corrupt(reason string) error {
 }
 
 // validAt reports whether a frame with a good checksum lies at off.
-func validAt(path string, off int64, salt uint32) bool {
-	f, err := os.Open(path)
+func validAt(fsys fileSystem, path string, off int64, salt uint32) bool {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return false
 	}
@@ -169,18 +169,25 @@ func validAt(path string, off int64, salt uint32) bool {
 }
 
 // replaySegment applies a segment's frames to e.st and returns its size.
-// The newest segment (last) may end in a torn frame, which is cut off;
-// anywhere else a bad frame is corruption. A torn frame is one that
-// runs past the file's end, or fails its checksum and is not followed by
-// a good frame (a record garbled where a later one is whole is damage,
-// not a crash).
+// The newest segment (last) may end in a torn tail, which is cut off;
+// anywhere else a bad frame is corruption (a segment is cut and fsynced
+// whole before the next one begins). In the newest segment, a bad frame
+// is torn unless a later kindSynced frame says the bytes it lies in were
+// on the disk: a crash of the machine may write back the pages written
+// after the last fsync in any order, so a whole record may follow a torn
+// one there, and nowhere else. The newest segment is then fsynced as cut
+// (whatever the policy): Open starts a segment after it.
 func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error) {
-	fr, err := openFrames(path, segMagic, seq, salt(seq))
+	fr, err := openFrames(e.fs, path, segMagic, seq, salt(seq))
 	if err != nil {
-		if last && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, errStaleHeader)) {
-			// Created (or a recycled file renamed), its header not written:
-			// a crash at its start.
-			return 0, os.Remove(path)
+		var ce *CorruptError
+		if last && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, errStaleHeader) ||
+			errors.As(err, &ce) && !e.vouched(path, segHeader, fileSize(e.fs, path), salt(seq))) {
+			// Created (or a recycled file renamed), its header not on the
+			// disk (short, a former life's, or zeros: the size reached the
+			// disk before the bytes; under sync=never, records after it),
+			// and no record after it saying it was: a crash at its start.
+			return 0, e.fs.Remove(path)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return 0, &CorruptError{File: path, Reason: "segment shorter than its header"}
@@ -195,15 +202,20 @@ func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error
 		payload, err := fr.next()
 		switch {
 		case err == io.EOF:
+			if last {
+				if err := truncate(e.fs, path, fr.off, true); err != nil {
+					return 0, err
+				}
+			}
 			return fr.off, nil
 		case errors.Is(err, errTorn):
 			if !last {
 				return 0, fr.corrupt("record cut short in a segment that is not the newest")
 			}
-			if n := int64(binary.LittleEndian.Uint32(peekLen(fr))); n > 0 && validAt(path, fr.off+frameHeader+n, fr.salt) {
-				return 0, fr.corrupt("checksum mismatch, and the record after it is whole: damage, not a torn write")
+			if e.vouched(path, fr.off, fr.size, fr.salt) {
+				return 0, fr.corrupt("bad record where a later record says the log was on the disk: damage, not a torn write")
 			}
-			if err := truncate(path, fr.off, e.opts.Sync != SyncNever); err != nil {
+			if err := truncate(e.fs, path, fr.off, true); err != nil {
 				return 0, err
 			}
 			e.truncated = append(e.truncated, fmt.Sprintf("%s at %d", path, fr.off))
@@ -220,16 +232,64 @@ func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error
 	}
 }
 
-// peekLen returns the length field of the frame at fr.off (zeros if the
-// file ends first).
-func peekLen(fr *frameReader) []byte {
-	var hdr [4]byte
-	_, _ = fr.f.ReadAt(hdr[:], fr.off)
-	return hdr[:]
+// markSize is a kindSynced frame's size.
+const markSize = frameHeader + 1 + 8 + stampSize
+
+// vouched reports whether a whole kindSynced frame from the bad frame at
+// off on says the segment was on the disk past off. It walks the frames
+// by their lengths; where a length leads nowhere (zeros, garbage), it
+// looks for a mark at every byte after.
+func (e *engine) vouched(path string, off, size int64, salt uint32) bool {
+	f, err := e.fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	bad := off
+	says := func(frame []byte) bool {
+		return binary.LittleEndian.Uint32(frame) == markSize-frameHeader && frame[frameHeader] == kindSynced &&
+			checksum(frame, frame[frameHeader:], salt) == binary.LittleEndian.Uint32(frame[4:]) &&
+			int64(binary.LittleEndian.Uint64(frame[frameHeader+1:])) > bad
+	}
+	frame := make([]byte, markSize)
+	for {
+		var hdr [frameHeader]byte
+		if _, err := f.ReadAt(hdr[:], off); err != nil {
+			return false
+		}
+		n := int64(binary.LittleEndian.Uint32(hdr[:]))
+		if n == 0 || off+frameHeader+n > size {
+			break
+		}
+		if frameHeader+n == markSize {
+			if _, err := f.ReadAt(frame, off); err == nil && says(frame) {
+				return true
+			}
+		}
+		off += frameHeader + n
+	}
+	// A scan, in windows that overlap by a mark.
+	buf := make([]byte, 1<<20)
+	for ; off+markSize <= size; off += int64(len(buf) - markSize + 1) {
+		n, err := f.ReadAt(buf, off)
+		if err != nil && n < markSize {
+			return false
+		}
+		w := buf[:n]
+		for i := 0; i+markSize <= len(w); i++ {
+			if w[i] == markSize-frameHeader && w[i+frameHeader] == kindSynced && says(w[i:i+markSize]) {
+				return true
+			}
+		}
+		if n < len(buf) {
+			return false
+		}
+	}
+	return false
 }
 
-func truncate(path string, size int64, sync bool) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+func truncate(fsys fileSystem, path string, size int64, sync bool) error {
+	f, err := fsys.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
@@ -245,7 +305,7 @@ func truncate(path string, size int64, sync bool) error {
 
 // loadCheckpoint reads checkpoint seq into e.st (a fresh state).
 func (e *engine) loadCheckpoint(path string, seq uint64) error {
-	fr, err := openFrames(path, ckptMagic, seq, 0)
+	fr, err := openFrames(e.fs, path, ckptMagic, seq, 0)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return &CorruptError{File: path, Reason: "checkpoint shorter than its header"}
@@ -306,4 +366,18 @@ func (e *engine) loadCheckpoint(path string, seq uint64) error {
 			return &CorruptError{File: path, Offset: fr.off - frameHeader - int64(len(payload)), Reason: r.err.Error()}
 		}
 	}
+}
+
+// fileSize is the size of the file at path (0 if it cannot be read).
+func fileSize(fsys fileSystem, path string) int64 {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return 0
+	}
+	return info.Size()
 }

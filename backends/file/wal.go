@@ -111,7 +111,7 @@ func (e *engine) commit(batch []*op) {
 		return
 	}
 	if e.opts.Sync == SyncAlways {
-		if err := e.seg.Sync(); err != nil {
+		if err := e.syncSegment(); err != nil {
 			// The frames are in the file, maybe not on the disk: a reopen
 			// may find them, or not.
 			cause := fmt.Errorf("fsync %s: %w", e.seg.Name(), err)
@@ -154,12 +154,17 @@ func (e *engine) writeFrames(batch []*op) error {
 		binary.LittleEndian.PutUint32(o.frame[4:], crc^e.segSalt)
 	}
 	buf := e.wbuf[:0]
+	if d := e.durable.Load(); d > e.marked {
+		buf = append(buf, e.markFrame(d)...)
+		e.marked = d
+	}
 	flush := func() error {
 		if len(buf) == 0 {
 			return nil
 		}
 		n, err := e.seg.Write(buf)
 		e.segSize += int64(n)
+		e.written.Store(e.segSize)
 		e.walBytes.Add(int64(n))
 		buf = buf[:0]
 		return err
@@ -179,6 +184,7 @@ func (e *engine) writeFrames(batch []*op) error {
 		}
 		n, err := e.seg.Write(o.frame)
 		e.segSize += int64(n)
+		e.written.Store(e.segSize)
 		e.walBytes.Add(int64(n))
 		if err != nil {
 			return err
@@ -214,7 +220,7 @@ func (e *engine) syncer(every time.Duration) {
 			continue
 		}
 		e.segMu.Lock()
-		err := e.seg.Sync()
+		err := e.syncSegment()
 		name := e.seg.Name()
 		e.segMu.Unlock()
 		if err != nil {
@@ -226,71 +232,117 @@ func (e *engine) syncer(every time.Duration) {
 // newSegment starts segment seq and makes it the one written. Only the
 // writer (or Open, before it starts) calls it. It takes a recycled
 // segment's file if there is one (see recycle). It returns the segment
-// written until now (nil at Open) for the caller to close with
-// closeSegment, off the writer's path: under sync=everysec its fsync
-// writes back up to a second of writes (about 20 ms for 64 MiB on the
-// 2-core VM), which the writes queued meanwhile would wait for.
-func (e *engine) newSegment(seq uint64) (*os.File, error) {
+// written until now (nil at Open) for the caller to close.
+//
+// The segment written until now is cut at its end and fsynced first,
+// whatever the sync policy: recovery takes a bad record anywhere but in
+// the newest segment for damage, so a segment must be whole on the disk
+// before a newer one can be found (a recycled file holds its former
+// frames past this life's end; under sync=everysec its last second of
+// writes is not on the disk yet). Under sync=everysec this fsync writes
+// back up to a second of writes (about 20 ms for 64 MiB on the 2-core
+// VM), which the writes queued meanwhile wait for: once per checkpoint.
+func (e *engine) newSegment(seq uint64) (fsFile, error) {
+	e.segMu.Lock()
+	old := e.seg
+	e.segMu.Unlock()
+	if old != nil {
+		err := old.Truncate(e.segSize)
+		if err == nil {
+			err = old.Sync()
+		}
+		if err == nil && e.opts.Sync == SyncNever {
+			// Its name too (under the other policies, made durable as
+			// it began).
+			err = e.fs.SyncDir(e.dir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cutting %s: %w", old.Name(), err)
+		}
+	}
 	path := filepath.Join(e.dir, segName(seq))
 	f, err := e.reuseSegment(path)
 	if err != nil {
 		return nil, err
 	}
 	if f == nil {
-		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err != nil {
+		if f, err = e.fs.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err != nil {
 			return nil, err
 		}
 	}
 	hdr := make([]byte, 0, segHeader)
 	hdr = binary.LittleEndian.AppendUint64(append(hdr, segMagic...), seq)
 	_, err = f.Write(hdr)
+	durable := int64(0)
 	if err == nil && e.opts.Sync != SyncNever {
 		// The segment's name must outlive a crash before its records do.
 		if err = f.Sync(); err == nil {
-			err = syncDir(e.dir)
+			err = e.fs.SyncDir(e.dir)
+			durable = segHeader
 		}
 	}
 	if err != nil {
 		_ = f.Close()
-		_ = os.Remove(path)
+		_ = e.fs.Remove(path)
 		return nil, err
 	}
 	e.segMu.Lock()
-	old := e.seg
-	if old != nil {
-		// A recycled file may hold its former life's frames past what
-		// this segment wrote: cut them, so that only the newest segment
-		// can ever end in a torn frame (recovery takes any other bad
-		// frame for damage). Under sync=always the cut is made durable
-		// before the new segment takes writes.
-		err = old.Truncate(e.segSize)
-		if err == nil && e.opts.Sync == SyncAlways {
-			err = old.Sync()
-		}
-	}
-	if err != nil {
-		e.segMu.Unlock()
-		_ = f.Close()
-		_ = os.Remove(path)
-		return nil, fmt.Errorf("cutting %s: %w", old.Name(), err)
-	}
 	e.seg, e.segSeq, e.segSize, e.segSalt = f, seq, segHeader, salt(seq)
+	e.written.Store(segHeader)
+	e.durable.Store(durable)
+	e.marked = durable
 	e.segMu.Unlock()
 	e.walBytes.Add(segHeader)
 	return old, nil
 }
 
-// closeSegment fsyncs (unless sync=never) and closes a segment no longer
-// written. A failed fsync fails the engine, as the syncer's does: the
-// writes it held were acknowledged before it, as under sync=everysec.
-func (e *engine) closeSegment(f *os.File) error {
-	var err error
-	if e.opts.Sync != SyncNever {
-		err = f.Sync()
+// syncSegment fsyncs the segment written and notes how much of it is on
+// the disk. e.segMu is held (or the writer is the caller, between
+// batches).
+func (e *engine) syncSegment() error {
+	w := e.written.Load()
+	if err := e.seg.Sync(); err != nil {
+		return err
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if w > e.durable.Load() {
+		e.durable.Store(w)
 	}
+	return nil
+}
+
+// markFrame is a kindSynced frame saying the segment's first d bytes are
+// on the disk, salted. The writer puts one before a batch when more of
+// the segment was fsynced since the last: on reopen, a bad record that a
+// later mark says was on the disk is damage; one no mark vouches for lies
+// where a crash of the machine may have left unwritten pages (in any
+// order), and is a torn tail.
+func (e *engine) markFrame(d int64) []byte {
+	b := newBuilder(kindSynced, 8)
+	b.u64(uint64(d))
+	frame, _ := b.finish(0)
+	crc := binary.LittleEndian.Uint32(frame[4:])
+	binary.LittleEndian.PutUint32(frame[4:], crc^e.segSalt)
+	return frame
+}
+
+// writeMark writes a mark if the segment's durable bytes outgrew the last
+// (at Close, after its fsync). e.segMu is held, the writer stopped.
+func (e *engine) writeMark() error {
+	d := e.durable.Load()
+	if d <= e.marked {
+		return nil
+	}
+	n, err := e.seg.Write(e.markFrame(d))
+	e.segSize += int64(n)
+	e.written.Store(e.segSize)
+	e.marked = d
+	return err
+}
+
+// closeSegment closes a segment no longer written (newSegment fsynced
+// it). A failed close fails the engine.
+func (e *engine) closeSegment(f fsFile) error {
+	err := f.Close()
 	if err != nil {
 		err = fmt.Errorf("closing %s: %w", f.Name(), err)
 		e.fail(err)
@@ -316,16 +368,16 @@ func recycleName(seq uint64) string { return fmt.Sprintf("recycle-%016x.log", se
 // for reuse, or removes it.
 func (e *engine) recycle(path string, seq uint64, size int64) error {
 	if size <= maxRecycled && len(e.recycled()) < keepRecycled {
-		if err := os.Rename(path, filepath.Join(e.dir, recycleName(seq))); err == nil {
+		if err := e.fs.Rename(path, filepath.Join(e.dir, recycleName(seq))); err == nil {
 			return nil
 		}
 	}
-	return os.Remove(path)
+	return e.fs.Remove(path)
 }
 
 // recycled lists the segments kept for reuse.
 func (e *engine) recycled() []string {
-	des, _ := os.ReadDir(e.dir)
+	des, _ := e.fs.ReadDir(e.dir)
 	var names []string
 	for _, de := range des {
 		var n uint64
@@ -338,29 +390,15 @@ func (e *engine) recycled() []string {
 
 // reuseSegment renames a recycled file to path and opens it for writing
 // from its start, or returns nil if there is none.
-func (e *engine) reuseSegment(path string) (*os.File, error) {
+func (e *engine) reuseSegment(path string) (fsFile, error) {
 	for _, name := range e.recycled() {
-		if err := os.Rename(filepath.Join(e.dir, name), path); err != nil {
+		if err := e.fs.Rename(filepath.Join(e.dir, name), path); err != nil {
 			continue
 		}
 		e.reused.Add(1)
-		return os.OpenFile(path, os.O_WRONLY, 0)
+		return e.fs.OpenFile(path, os.O_WRONLY, 0)
 	}
 	return nil, nil
-}
-
-// syncDir fsyncs a directory, so that the names created or renamed in it
-// outlive a crash of the machine.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // failedCause is the cause of the engine's failure (see fail).

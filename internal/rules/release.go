@@ -1,0 +1,44 @@
+package rules
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/tqgo/tqgo/backends/metadata"
+)
+
+// Release returns the records that end every claim held in the partition:
+// for each task (by name), a K unwait per registered or served claim's
+// token, then a K nack (no delay) per lease token of the rows still
+// leased to it. A log whose every writer is known to be gone (an
+// embedded engine reopened under its directory's lock) appends them, so
+// that the rows of a dead consumer are ready at once, not when its
+// leases run out; each row keeps its deliveries (a nack), so the next
+// claim counts one more, and a row at its max deliveries is dead.
+func (p *Partition) Release() [][]byte {
+	var out [][]byte
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		t := p.tasks[name]
+		var waits []string
+		for _, s := range t.standing {
+			waits = append(waits, s.a.Token)
+		}
+		waits = append(waits, slices.Sorted(maps.Keys(t.served))...)
+		slices.Sort(waits)
+		for _, token := range slices.Compact(waits) {
+			out = append(out, SettleRecord(&SettleArgs{Task: name, Op: metadata.Unwait, Lease: token}))
+		}
+		leased := map[string][]uint64{}
+		for i, e := range t.entries {
+			if e.state == metadata.Leased {
+				leased[e.lease] = append(leased[e.lease], i)
+			}
+		}
+		for _, token := range slices.Sorted(maps.Keys(leased)) {
+			idx := leased[token]
+			slices.Sort(idx)
+			out = append(out, SettleRecord(&SettleArgs{Task: name, Op: metadata.Nack, Lease: token, Indexes: idx}))
+		}
+	}
+	return out
+}
