@@ -46,7 +46,8 @@
 //	tq_task_oldest_lease_age_seconds{partition,task}  gauge: since a scrape first saw the oldest
 //	                                         running lease; 0 with none (Watch)
 //	tq_task_oldest_ready_age_seconds{partition,task}  gauge: lag, since the oldest ready row became
-//	                                         ready (tq.TaskStatus.OldestReady); 0 with none (Watch)
+//	                                         ready (tq.TaskStatus.OldestReady; ready as Status counts it,
+//	                                         rows waiting for a field included); 0 with none (Watch)
 //	tq_task_consumed_rows_total{partition,task}  counter: rows the task ever acked or dropped,
 //	                                         rows cleared since included (tq.TaskStatus.Consumed) (Watch)
 //	tq_claim_skipped_rows_total{partition,task}  counter: stale rows the task's claims passed over (WatchTask)
