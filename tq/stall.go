@@ -156,7 +156,7 @@ func (w *stallWatch) check(ctx context.Context, want int) error {
 		w.since, w.print, w.unseen = now, print, false
 		return nil
 	}
-	st := countStates(v.Rows, v.Tasks[t.name], t.fields)
+	st := countStates(v.Rows, nil, v.Tasks[t.name], t.fields)
 	missing := missingFields(v, t.name, t.fields)
 	waited := now.Sub(w.since)
 	var peers []Member

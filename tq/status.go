@@ -3,7 +3,9 @@ package tq
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,7 +20,8 @@ type Status struct {
 	// Tasks is the consumption of each task with state in the partition:
 	// one that holds an entry for some row (it leased, acked, dropped or
 	// returned one; a task whose claims leased nothing, or that was reset
-	// to nothing, is not listed unless it claims groups and some wait). Not knowing the
+	// to nothing, is not listed unless it claims groups and some wait, or
+	// it consumed rows since cleared: see TaskStatus.Consumed). Not knowing the
 	// fields a task waits for, it counts every row in no other state as
 	// Ready; Task.Status counts exactly.
 	Tasks map[string]TaskStatus
@@ -27,6 +30,10 @@ type Status struct {
 	// in progress, and the bytes of their cells.
 	Capacity Capacity
 	Used     Usage
+	// OldestRow is when the committed row that became ready longest ago
+	// did (see TaskStatus.OldestReady): the oldest ready row of a task
+	// not listed. Zero with no row, or an engine that does not tell.
+	OldestRow time.Time
 }
 
 // TaskStatus counts a task's rows by state. A lease that ended is counted
@@ -44,6 +51,15 @@ type TaskStatus struct {
 	Redelivered int
 	// Leases are the running leases, earliest end first.
 	Leases []LeaseStatus
+	// Consumed counts the rows the task ever acknowledged or dropped in
+	// the partition, rows cleared since included (ClearAcked, Clear): it
+	// only grows, until ClearPartition forgets the partition.
+	Consumed uint64
+	// OldestReady is when the oldest of the rows counted Ready became
+	// ready (its last commit adding a field, as a time of this process):
+	// how long produced rows have waited for the task. Zero with no
+	// ready row, or an engine that does not tell.
+	OldestReady time.Time
 	// Groups are, for a task whose claims take groups, the groups
 	// waiting for missing members, oldest first: how many rows each has
 	// past its whole groups, since when, and whether it is past the
@@ -64,6 +80,11 @@ type LeaseStatus struct {
 	Until time.Time
 	// Deliveries is the highest delivery count among its rows.
 	Deliveries int
+	// ID names the lease, the same in every Status while it runs (an
+	// Extend keeps it) and, but for a 64-bit digest's collisions, never
+	// another's: a digest of its token, which it does not reveal. A reader that sees the same ID across Status
+	// calls is looking at one lease, and may tell how long it has run.
+	ID string
 }
 
 // Status returns the partition's production per field and consumption per
@@ -85,22 +106,36 @@ func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err e
 	}
 	st := &Status{Partition: partition, Rows: len(v.Rows), Fields: map[string]int{}, Tasks: map[string]TaskStatus{},
 		Capacity: v.Capacity, Used: v.Used}
-	for _, r := range v.Rows {
+	for i, r := range v.Rows {
 		for f := range r.Fields {
 			st.Fields[f]++
 		}
+		if i < len(v.Since) && !v.Since[i].IsZero() && (st.OldestRow.IsZero() || v.Since[i].Before(st.OldestRow)) {
+			st.OldestRow = v.Since[i]
+		}
 	}
 	for task, ds := range v.Tasks {
-		ts := countStates(v.Rows, ds, nil)
+		ts := countStates(v.Rows, v.Since, ds, nil)
 		ts.Groups = v.Groups[task]
+		ts.Consumed = v.Consumed[task]
 		st.Tasks[task] = ts
 	}
 	for task, gs := range v.Groups {
 		if _, listed := st.Tasks[task]; !listed && len(gs) > 0 {
 			// A group task that has leased nothing yet is waiting on
 			// its groups: listed, with them.
-			ts := countStates(v.Rows, nil, nil)
+			ts := countStates(v.Rows, v.Since, nil, nil)
 			ts.Groups = gs
+			ts.Consumed = v.Consumed[task]
+			st.Tasks[task] = ts
+		}
+	}
+	for task, n := range v.Consumed {
+		if _, listed := st.Tasks[task]; !listed && n > 0 {
+			// A task whose consumed rows were all cleared keeps its
+			// count: listed, with it.
+			ts := countStates(v.Rows, v.Since, nil, nil)
+			ts.Consumed = n
 			st.Tasks[task] = ts
 		}
 	}
@@ -109,15 +144,16 @@ func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err e
 }
 
 // countStates counts rows by their state in ds; a row with no state is
-// Ready, or Waiting when it lacks one of fields.
-func countStates(rows []*metadata.Row, ds []metadata.Delivery, fields []string) TaskStatus {
+// Ready, or Waiting when it lacks one of fields. since is when each of
+// rows became ready (see metadata.View.Since), nil if unknown.
+func countStates(rows []*metadata.Row, since []time.Time, ds []metadata.Delivery, fields []string) TaskStatus {
 	byIndex := make(map[uint64]*metadata.Delivery, len(ds))
 	for i := range ds {
 		byIndex[ds[i].Index] = &ds[i]
 	}
 	var ts TaskStatus
 	leases := map[string]*LeaseStatus{}
-	for _, r := range rows {
+	for i, r := range rows {
 		s := metadata.Ready
 		d := byIndex[r.Index]
 		if d != nil {
@@ -127,6 +163,9 @@ func countStates(rows []*metadata.Row, ds []metadata.Delivery, fields []string) 
 		case metadata.Ready:
 			if hasFields(r, fields) {
 				ts.Ready++
+				if i < len(since) && !since[i].IsZero() && (ts.OldestReady.IsZero() || since[i].Before(ts.OldestReady)) {
+					ts.OldestReady = since[i]
+				}
 			} else {
 				ts.Waiting++
 			}
@@ -140,7 +179,7 @@ func countStates(rows []*metadata.Row, ds []metadata.Delivery, fields []string) 
 			}
 			l := leases[d.Lease]
 			if l == nil {
-				l = &LeaseStatus{Holder: d.Holder, Until: d.Until}
+				l = &LeaseStatus{Holder: d.Holder, Until: d.Until, ID: leaseID(d.Lease)}
 				leases[d.Lease] = l
 			}
 			l.Rows++
@@ -175,9 +214,18 @@ func (t *Task) Status(ctx context.Context) (_ TaskStatus, err error) {
 	if err != nil {
 		return TaskStatus{}, err
 	}
-	ts := countStates(v.Rows, v.Tasks[t.name], t.fields)
+	ts := countStates(v.Rows, v.Since, v.Tasks[t.name], t.fields)
 	ts.Groups = v.Groups[t.name]
+	ts.Consumed = v.Consumed[t.name]
 	return ts, nil
+}
+
+// leaseID is LeaseStatus.ID of the lease of token: a digest, so that
+// Status does not hand out the token that acks the lease's rows.
+func leaseID(token string) string {
+	h := fnv.New64a()
+	h.Write([]byte(token))
+	return strconv.FormatUint(h.Sum64(), 16)
 }
 
 // consumption returns the partition's rows and the task's deliveries, as

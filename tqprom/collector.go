@@ -3,6 +3,7 @@ package tqprom
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -51,11 +52,21 @@ type Collector struct {
 	leaseLeft     *prometheus.Desc // partition, task
 	claimSkipped  *prometheus.Desc // partition, task
 	claimDropped  *prometheus.Desc // partition, task
+	consumed      *prometheus.Desc // partition, task
+	readyAge      *prometheus.Desc // partition, task
+	leaseAge      *prometheus.Desc // partition, task
+	members       *prometheus.Desc // group, state
+	seenAge       *prometheus.Desc // group
 
-	mu         sync.Mutex // guards the watches
+	mu         sync.Mutex // guards the watches and leaseSeen
 	partitions map[string]*partitionWatch
 	tasks      map[taskKey][]*tq.Task // the handles of each watched (partition, task)
-	watched    int                    // label sets of partitions and tasks, at most opts.watchLimit
+	presence   map[string]*tq.Client  // watched presence groups, and the client that reads each
+	watched    int                    // label sets of partitions, tasks and groups, at most opts.watchLimit
+	// leaseSeen is, for each watched (partition, task), when a scrape
+	// first saw each of its running leases (by tq.LeaseStatus.ID): the
+	// leases of the last scrape only, so it holds no more than run.
+	leaseSeen map[taskKey]map[string]time.Time
 }
 
 // opMetrics are one op's series, made at its first call (so that an op
@@ -142,9 +153,26 @@ func New(opts ...Option) (*Collector, error) {
 		claimDropped: prometheus.NewDesc("tq_claim_dropped_rows_total",
 			"Rows the claims of a watched task's handles dropped, stale or by the sampler, each once, as tq.Task.Stats counts Dropped.",
 			[]string{"partition", "task"}, nil),
+		consumed: prometheus.NewDesc("tq_task_consumed_rows_total",
+			"Rows a watched task ever acknowledged or dropped in a watched partition, rows cleared since (ClearAcked, Clear) included, as tq.TaskStatus.Consumed counts them at the scrape; it goes down only when the partition is cleared whole.",
+			[]string{"partition", "task"}, nil),
+		readyAge: prometheus.NewDesc("tq_task_oldest_ready_age_seconds",
+			"Seconds since the oldest row ready for a watched task became ready (its last commit adding a field): how long produced rows have waited; 0 with none ready, absent when the engine does not tell.",
+			[]string{"partition", "task"}, nil),
+		leaseAge: prometheus.NewDesc("tq_task_oldest_lease_age_seconds",
+			"Seconds since a scrape first saw the oldest running lease of a watched task (a lease running at the collector's first scrape counts from it); 0 with none.",
+			[]string{"partition", "task"}, nil),
+		members: prometheus.NewDesc("tq_presence_members",
+			"Members of a watched presence group (tq.Client.Announce) by state: alive, gone (not seen for three intervals) or left (closed its presence).",
+			[]string{"group", "state"}, nil),
+		seenAge: prometheus.NewDesc("tq_presence_last_seen_age_seconds",
+			"Seconds since the least recently seen member of a watched presence group that has not left was last seen; 0 with none. Past three of its intervals, a member is gone.",
+			[]string{"group"}, nil),
 		byOp:       make(map[string]*opMetrics, len(ops)),
 		partitions: map[string]*partitionWatch{},
 		tasks:      map[taskKey][]*tq.Task{},
+		presence:   map[string]*tq.Client{},
+		leaseSeen:  map[taskKey]map[string]time.Time{},
 	}
 	for _, op := range ops {
 		c.byOp[op] = new(opMetrics)
@@ -210,6 +238,11 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.leaseLeft
 	ch <- c.claimSkipped
 	ch <- c.claimDropped
+	ch <- c.consumed
+	ch <- c.readyAge
+	ch <- c.leaseAge
+	ch <- c.members
+	ch <- c.seenAge
 }
 
 // Collect implements prometheus.Collector: it reports the calls counted

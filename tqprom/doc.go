@@ -14,6 +14,7 @@
 //	...
 //	err = col.Watch(c, "step-3", "reward", "train") // and col.Unwatch("step-3") when the step is done
 //	err = col.WatchTask(rewardTask)                 // its staleness counts
+//	err = col.WatchPresence(c, "rollout", "reward") // the processes of each role
 //
 // # Metrics
 //
@@ -42,6 +43,13 @@
 //	tq_task_leases{partition,task}           gauge: running leases, each held by one consumer (Watch)
 //	tq_task_lease_remaining_seconds{partition,task}  gauge: until the earliest running lease ends
 //	                                         unless extended; absent with none (Watch)
+//	tq_task_oldest_lease_age_seconds{partition,task}  gauge: since a scrape first saw the oldest
+//	                                         running lease; 0 with none (Watch)
+//	tq_task_oldest_ready_age_seconds{partition,task}  gauge: lag, since the oldest ready row became
+//	                                         ready (tq.TaskStatus.OldestReady; ready as Status counts it,
+//	                                         rows waiting for a field included); 0 with none (Watch)
+//	tq_task_consumed_rows_total{partition,task}  counter: rows the task ever acked or dropped,
+//	                                         rows cleared since included (tq.TaskStatus.Consumed) (Watch)
 //	tq_claim_skipped_rows_total{partition,task}  counter: stale rows the task's claims passed over (WatchTask)
 //	tq_claim_dropped_rows_total{partition,task}  counter: rows its claims dropped (WatchTask)
 //	tq_engine_connections{state}             gauge: the watched clients' engines' connections, busy
@@ -49,30 +57,44 @@
 //	tq_engine_connection_timeouts_total      counter: requests that gave up waiting for a free connection
 //	tq_scrape_errors_total{partition}        counter: scrapes whose Status call for the partition
 //	                                         failed or timed out; its gauges are absent from those scrapes
+//	                                         (partition "tq.presence": a failed Members read)
 //
-// Not exported, for want of a tq API that tells them: the age of the
-// oldest ready row, and the age of leases (tq.LeaseStatus tells when a
-// lease ends, not when it began: tq_task_lease_remaining_seconds stands
-// for it).
+// Watched presence groups (tq.Client.Announce; read at each scrape):
+//
+//	tq_presence_members{group,state}         gauge: members by state: alive, gone (not seen for
+//	                                         three intervals) or left (closed its presence)
+//	tq_presence_last_seen_age_seconds{group} gauge: since the least recently seen member that has
+//	                                         not left renewed its presence; 0 with none
+//
+// A lease's age is as the scrapes saw it: tq keeps when a lease ends, not
+// when it began, so the collector remembers the scrape that first saw each
+// running lease (by tq.LeaseStatus.ID), and a lease running at its first
+// scrape counts from that scrape. The consumed counter goes down only
+// when the partition is cleared whole (ClearPartition), which Prometheus
+// takes for a counter reset.
 //
 // # Cardinality
 //
-// Label values never come from keys or data. op takes one of 24 values
-// and class one of 11, so tq_calls_total has at most 264 series, each
-// other call counter 24, and the histogram 24 per op with the default
-// buckets (19 bounds, +Inf, sum and count). partition and task take only
-// the values the caller watched: at most WithWatchLimit label sets
-// (default 256), each watched partition counting one (its 2 series), each
-// task named to Watch one (its 6 states, its redelivered rows and its 2
-// lease series), each
-// (partition, task) given to WatchTask one (2 series); so watches add at
-// most 9×256 series by default. A Watch or WatchTask past the limit fails with ErrWatchLimit,
-// changing nothing; Unwatch and UnwatchTask free label sets and delete
-// their series.
+// Label values never come from keys or data. op takes one of 29 values
+// and class one of 11, so tq_calls_total has at most 319 series, each
+// other call counter 29, and the histogram 22 per op with the default
+// buckets (19 bounds, +Inf, sum and count). partition, task and group
+// take only the values the caller watched: at most WithWatchLimit label
+// sets (default 256), each watched partition counting one (its 2
+// series), each task named to Watch one (its 6 states, its redelivered
+// rows, its 2 lease counts, its 2 ages and its consumed rows: 12
+// series), each (partition, task) given to WatchTask one (2 series), and
+// each presence group one (its 3 states and its last seen age: 4
+// series); so watches add at most 12×256 series by default, and one
+// scrape error series for presence. Member names and lease IDs are never
+// labels. A Watch, WatchTask or WatchPresence past the limit fails with
+// ErrWatchLimit, changing nothing; Unwatch, UnwatchTask and
+// UnwatchPresence free label sets and delete their series.
 //
 // # Scrapes
 //
-// A scrape calls Status once per watched partition, up to 8 at a time,
+// A scrape calls Status once per watched partition and Members once per
+// client of watched presence groups, up to 8 at a time,
 // all within WithScrapeTimeout (default 5s); what has not answered by then
 // is left out of that scrape and counted in tq_scrape_errors_total. The
 // scrape's goroutines end before it returns.

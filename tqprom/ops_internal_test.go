@@ -1,9 +1,11 @@
 package tqprom
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -58,6 +60,25 @@ func TestOpsAreTqs(t *testing.T) {
 	for _, op := range ops {
 		if op != opOther && !traced[op] {
 			t.Errorf("ops has %q, which tq no longer traces", op)
+		}
+	}
+}
+
+// The package doc's counts of op values and call series are the code's.
+func TestDocCardinality(t *testing.T) {
+	raw, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Join(strings.Fields(strings.ReplaceAll(string(raw), "//", " ")), " ")
+	nClasses := len(classes) + 2 // ok and other besides the sentinels'
+	for _, want := range []string{
+		fmt.Sprintf("op takes one of %d values and class one of %d", len(ops), nClasses),
+		fmt.Sprintf("tq_calls_total has at most %d series, each other call counter %d", len(ops)*nClasses, len(ops)),
+		fmt.Sprintf("the histogram %d per op with the default buckets (%d bounds, +Inf, sum and count)", len(DefaultBuckets)+3, len(DefaultBuckets)),
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the package doc does not say %q", want)
 		}
 	}
 }

@@ -59,12 +59,19 @@ func (c *Collector) Watch(client *tq.Client, partition string, tasks ...string) 
 	if n > c.opts.watchLimit {
 		return fmt.Errorf("%w: watching partition %q and %d tasks would make %d label sets, over %d", ErrWatchLimit, partition, len(w.tasks), n, c.opts.watchLimit)
 	}
+	if old, ok := c.partitions[partition]; ok {
+		for _, task := range old.tasks {
+			if !slices.Contains(w.tasks, task) {
+				delete(c.leaseSeen, taskKey{partition, task})
+			}
+		}
+	}
 	c.partitions[partition], c.watched = w, n
 	return nil
 }
 
 // Unwatch stops reporting partition's status: its tq_partition_rows,
-// tq_task_rows, tq_task_redelivered_rows and tq_scrape_errors_total series
+// tq_task_* (but the WatchTask counters) and tq_scrape_errors_total series
 // go. Tasks given to
 // WatchTask stay watched. Unwatching a partition not watched does nothing.
 func (c *Collector) Unwatch(partition string) {
@@ -74,6 +81,65 @@ func (c *Collector) Unwatch(partition string) {
 		delete(c.partitions, partition)
 		c.watched -= 1 + len(old.tasks)
 		c.scrapeErrs.DeleteLabelValues(partition)
+		for _, task := range old.tasks {
+			delete(c.leaseSeen, taskKey{partition, task})
+		}
+	}
+}
+
+// WatchPresence has every scrape report the members of each of groups
+// (presence groups: the roles processes announce themselves in, see
+// tq.Client.Announce) by state (tq_presence_members) and how long ago
+// the least recently seen one that has not left was seen
+// (tq_presence_last_seen_age_seconds), from one client.Members call per
+// client per scrape, within the scrape timeout; a failed read counts in
+// tq_scrape_errors_total{partition="tq.presence"}. Member names are not
+// labels: tq status lists them.
+//
+// Watching a group again replaces its client. Each group counts one
+// label set against the limit; past it WatchPresence fails with
+// ErrWatchLimit and changes nothing. A nil client or an empty group name
+// fails with ErrInvalid.
+func (c *Collector) WatchPresence(client *tq.Client, groups ...string) error {
+	if client == nil {
+		return fmt.Errorf("%w: WatchPresence needs a client", ErrInvalid)
+	}
+	for _, g := range groups {
+		if g == "" {
+			return fmt.Errorf("%w: WatchPresence: empty group name", ErrInvalid)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.watched
+	for _, g := range slices.Compact(slices.Sorted(slices.Values(groups))) {
+		if _, ok := c.presence[g]; !ok {
+			n++
+		}
+	}
+	if n > c.opts.watchLimit {
+		return fmt.Errorf("%w: watching %d presence groups would make %d label sets, over %d", ErrWatchLimit, len(groups), n, c.opts.watchLimit)
+	}
+	for _, g := range groups {
+		c.presence[g] = client
+	}
+	c.watched = n
+	return nil
+}
+
+// UnwatchPresence stops reporting groups; their series go. A group not
+// watched is ignored.
+func (c *Collector) UnwatchPresence(groups ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, g := range groups {
+		if _, ok := c.presence[g]; ok {
+			delete(c.presence, g)
+			c.watched--
+		}
+	}
+	if len(c.presence) == 0 {
+		c.scrapeErrs.DeleteLabelValues(tq.PresencePartition)
 	}
 }
 
@@ -146,6 +212,10 @@ func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
 	for _, w := range c.partitions {
 		watches = append(watches, w)
 	}
+	groupsOf := map[*tq.Client][]string{} // the watched presence groups, by the client that reads them
+	for g, client := range c.presence {
+		groupsOf[client] = append(groupsOf[client], g)
+	}
 	stats := make(map[taskKey]tq.TaskStats, len(c.tasks))
 	for k, handles := range c.tasks {
 		var sum tq.TaskStats
@@ -182,7 +252,7 @@ func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.claimSkipped, prometheus.CounterValue, float64(s.Skipped), k.partition, k.task)
 		ch <- prometheus.MustNewConstMetric(c.claimDropped, prometheus.CounterValue, float64(s.Dropped), k.partition, k.task)
 	}
-	if len(watches) == 0 {
+	if len(watches) == 0 && len(groupsOf) == 0 {
 		return
 	}
 
@@ -190,21 +260,44 @@ func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
 	defer cancel()
 	statuses := make([]*tq.Status, len(watches))
 	errs := make([]error, len(watches))
+	readers := make([]*tq.Client, 0, len(groupsOf))
+	for client := range groupsOf {
+		readers = append(readers, client)
+	}
+	members := make([][]tq.Member, len(readers))
+	memberErrs := make([]error, len(readers))
 	sem := make(chan struct{}, scrapeConcurrency)
 	var wg sync.WaitGroup
-	for i, w := range watches {
+	run := func(f func() error, errp *error) {
 		wg.Go(func() {
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				errs[i] = ctx.Err()
+				*errp = ctx.Err()
 				return
 			}
 			defer func() { <-sem }()
-			statuses[i], errs[i] = w.client.Status(ctx, w.partition)
+			*errp = f()
 		})
 	}
+	for i, w := range watches {
+		run(func() (err error) {
+			statuses[i], err = w.client.Status(ctx, w.partition)
+			return err
+		}, &errs[i])
+	}
+	for i, client := range readers {
+		run(func() (err error) {
+			members[i], err = client.Members(ctx, "")
+			return err
+		}, &memberErrs[i])
+	}
 	wg.Wait()
+	now := time.Now()
+
+	for i, client := range readers {
+		c.collectPresence(ch, now, client, groupsOf[client], members[i], memberErrs[i])
+	}
 
 	for i, w := range watches {
 		if errs[i] != nil {
@@ -216,7 +309,7 @@ func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
 		for _, task := range w.tasks {
 			ts, ok := st.Tasks[task]
 			if !ok {
-				ts = tq.TaskStatus{Ready: st.Rows} // no state yet: every row as Status counts it
+				ts = tq.TaskStatus{Ready: st.Rows, OldestReady: st.OldestRow} // no state yet: every row as Status counts it
 			}
 			for j, n := range stateCounts(ts) {
 				ch <- prometheus.MustNewConstMetric(c.taskRows, prometheus.GaugeValue, float64(n), w.partition, task, taskStates[j])
@@ -224,10 +317,87 @@ func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.redelivered, prometheus.GaugeValue, float64(ts.Redelivered), w.partition, task)
 			ch <- prometheus.MustNewConstMetric(c.leases, prometheus.GaugeValue, float64(len(ts.Leases)), w.partition, task)
 			if len(ts.Leases) > 0 {
-				left := max(time.Until(ts.Leases[0].Until).Seconds(), 0)
+				left := max(ts.Leases[0].Until.Sub(now).Seconds(), 0)
 				ch <- prometheus.MustNewConstMetric(c.leaseLeft, prometheus.GaugeValue, left, w.partition, task)
 			}
+			ch <- prometheus.MustNewConstMetric(c.consumed, prometheus.CounterValue, float64(ts.Consumed), w.partition, task)
+			switch {
+			case ts.Ready == 0:
+				ch <- prometheus.MustNewConstMetric(c.readyAge, prometheus.GaugeValue, 0, w.partition, task)
+			case !ts.OldestReady.IsZero():
+				ch <- prometheus.MustNewConstMetric(c.readyAge, prometheus.GaugeValue, max(now.Sub(ts.OldestReady).Seconds(), 0), w.partition, task)
+			}
+			ch <- prometheus.MustNewConstMetric(c.leaseAge, prometheus.GaugeValue, c.oldestLease(w, task, ts.Leases, now), w.partition, task)
 		}
+	}
+}
+
+// oldestLease returns the age of the oldest of leases, the running leases
+// of task in w's partition, as the scrapes saw them: since the first
+// scrape that saw it (now for one not seen before). It keeps, for the next
+// scrape, when each of leases was first seen, and forgets the others
+// (leases that ended), unless w is no longer watched.
+func (c *Collector) oldestLease(w *partitionWatch, task string, leases []tq.LeaseStatus, now time.Time) float64 {
+	k := taskKey{w.partition, task}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.leaseSeen[k]
+	seen := make(map[string]time.Time, len(leases))
+	oldest := now
+	for _, l := range leases {
+		t, ok := old[l.ID]
+		if !ok || t.After(now) {
+			t = now
+		}
+		seen[l.ID] = t
+		oldest = minTime(oldest, t)
+	}
+	if c.partitions[w.partition] == w {
+		if len(seen) == 0 {
+			delete(c.leaseSeen, k)
+		} else {
+			c.leaseSeen[k] = seen
+		}
+	}
+	return now.Sub(oldest).Seconds()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// presenceStates are the values of tq_presence_members's state label.
+var presenceStates = []string{"alive", "gone", "left"}
+
+// collectPresence reports groups, read by client as members (or err).
+func (c *Collector) collectPresence(ch chan<- prometheus.Metric, now time.Time, client *tq.Client, groups []string, members []tq.Member, err error) {
+	if err != nil {
+		c.mu.Lock()
+		if slices.ContainsFunc(groups, func(g string) bool { return c.presence[g] == client }) {
+			c.scrapeErrs.WithLabelValues(tq.PresencePartition).Inc()
+		}
+		c.mu.Unlock()
+		return
+	}
+	for _, g := range groups {
+		count := map[string]int{}
+		var age float64
+		for _, m := range members {
+			if m.Group != g {
+				continue
+			}
+			count[m.State()]++
+			if !m.Left {
+				age = max(age, now.Sub(m.Seen).Seconds())
+			}
+		}
+		for _, state := range presenceStates {
+			ch <- prometheus.MustNewConstMetric(c.members, prometheus.GaugeValue, float64(count[state]), g, state)
+		}
+		ch <- prometheus.MustNewConstMetric(c.seenAge, prometheus.GaugeValue, age, g)
 	}
 }
 

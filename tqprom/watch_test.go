@@ -278,6 +278,14 @@ func TestLint(t *testing.T) {
 	if err := col.WatchTask(task); err != nil {
 		t.Fatal(err)
 	}
+	pres, err := c.Announce(ctx, "rollout", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pres.Close()
+	if err := col.WatchPresence(c, "rollout"); err != nil {
+		t.Fatal(err)
+	}
 	if err := col.Watch(connClient(t, backends.ConnStats{Open: 3, Idle: 1, Timeouts: 2}), "r"); err != nil {
 		t.Fatal(err)
 	}

@@ -455,6 +455,7 @@ func (m *MetaStore) View(ctx context.Context, partition string, tasks ...string)
 	v := metadata.View{Rows: slices.Clone(p.st.List()), Tasks: p.st.Consumption(m.now(), tasks...),
 		Mark: metadata.Mark{Seq: p.base + p.st.Seq(), Consumed: p.st.Consumed()}}
 	v.Inserted, v.Consumed = p.st.Counts(tasks...)
+	v.Since = p.st.Since(v.Rows)
 	v.Capacity, v.Used = p.st.Capacity()
 	v.Groups = p.st.GroupWaits(m.now(), tasks...)
 	return v, nil

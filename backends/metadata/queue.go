@@ -490,6 +490,12 @@ type View struct {
 	// counts a sample-to-insert ratio is taken on.
 	Inserted uint64
 	Consumed map[string]uint64
+	// Since is, for each of Rows (same positions), when the row last
+	// gained a field (its first commit, or one adding a field it had
+	// not): when it may have become ready for a task, as a time of this
+	// process. A store that does not keep it leaves Since nil (or a time
+	// zero): a reader takes it as unknown.
+	Since []time.Time
 	// Groups are, for each task of tasks (every task) whose claims take
 	// groups, the groups waiting incomplete: their id, ready rows, and
 	// since when (see GroupWait.Since); oldest first.

@@ -422,6 +422,10 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	}
 	v := metadata.View{Rows: rows, Tasks: out, Mark: metadata.Mark{Seq: p.mark(), Consumed: p.st.Consumed()}}
 	v.Inserted, v.Consumed = p.st.Counts(tasks...)
+	v.Since = p.st.Since(rows)
+	for i := range v.Since {
+		v.Since[i] = local(v.Since[i], p.skew)
+	}
 	v.Capacity, v.Used = p.st.Capacity()
 	v.Groups = p.st.GroupWaits(time.Now().Add(-p.skew).UnixMicro(), tasks...)
 	for _, ws := range v.Groups {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
@@ -408,6 +409,21 @@ func (p *Partition) Row(index uint64) *metadata.Row {
 
 // List returns the committed rows by index, shared: the caller must not
 // modify the slice. It is kept until the next change of the rows.
+// Since returns, for each of rows (committed rows of the partition, as
+// List returns them), when it last gained a field (its first commit, or
+// one adding a field it had not): when it may have become ready for a
+// task, as a time of the log. A row not committed here is zero. It
+// changes nothing.
+func (p *Partition) Since(rows []*metadata.Row) []time.Time {
+	out := make([]time.Time, len(rows))
+	for i, mr := range rows {
+		if r := p.byIndex[mr.Index]; r != nil && r.since != 0 {
+			out[i] = time.UnixMicro(r.since)
+		}
+	}
+	return out
+}
+
 func (p *Partition) List() []*metadata.Row {
 	if p.sorted != nil {
 		return p.sorted

@@ -31,6 +31,7 @@ func consumeCases() []testCase {
 		{"Consume/Invalid", consumeInvalid},
 		{"Consume/WithData", consumeWithData},
 		{"Consume/StatusAndClear", consumeStatusAndClear},
+		{"Consume/StatusHistory", consumeStatusHistory},
 		{"Consume/Reset", consumeReset},
 		{"Consume/ResetThenWait", consumeResetThenWait},
 		{"Consume/RanksClearedRow", consumeRanksClearedRow},

@@ -1000,6 +1000,7 @@ func sameLeaseOrder(ts tq.TaskStatus) tq.TaskStatus {
 	ls := slices.Clone(ts.Leases)
 	for i := range ls {
 		ls[i].Until = time.Time{}
+		ls[i].ID = "" // a digest of a token the model does not know
 	}
 	slices.SortFunc(ls, func(a, b tq.LeaseStatus) int {
 		return cmp.Or(strings.Compare(a.Holder, b.Holder), a.Rows-b.Rows, a.Deliveries-b.Deliveries)
@@ -1008,6 +1009,9 @@ func sameLeaseOrder(ts tq.TaskStatus) tq.TaskStatus {
 	// Waiting groups are the conformance suite's (GroupDeadline cases):
 	// the model keeps no group index.
 	ts.Groups = nil
+	// Times and counts of the past the model does not keep: when rows
+	// became ready, and the rows consumed ever (cleared ones included).
+	ts.OldestReady, ts.Consumed = time.Time{}, 0
 	return ts
 }
 
