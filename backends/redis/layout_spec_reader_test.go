@@ -875,18 +875,27 @@ func (p *srState) settle(task string, op uint64, token string, idx []uint64, del
 	if op == 6 {
 		t.standing = slices.DeleteFunc(t.standing, func(s *srStanding) bool { return s.a.token == token })
 		sv, ok := t.served[token]
-		if !ok {
-			return
+		var back []uint64
+		if ok {
+			delete(t.served, token)
+			back = append(back, sv.rows...)
 		}
-		delete(t.served, token)
-		for _, i := range sv.rows {
-			if e := t.entries[i]; e != nil && e.state == srLeased && e.token == token {
-				ne := &srEntry{state: srReady, deliveries: e.deliveries, token: token, max: e.max}
-				if e.max > 0 && e.deliveries >= e.max {
-					ne.state = srDead
-				}
-				t.entries[i] = ne
+		back = append(back, idx...)
+		bumped := ok
+		for _, i := range back {
+			e := t.entries[i]
+			if e == nil || e.state != srLeased || e.token != token {
+				continue
 			}
+			bumped = true
+			if e.deliveries <= 1 {
+				delete(t.entries, i)
+			} else {
+				t.entries[i] = &srEntry{state: srReady, deliveries: e.deliveries - 1, token: token, max: e.max}
+			}
+		}
+		if !bumped {
+			return
 		}
 		p.seq++
 		return

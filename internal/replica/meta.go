@@ -10,6 +10,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
+	"github.com/tqgo/tqgo/internal/hook"
 	"github.com/tqgo/tqgo/internal/rules"
 )
 
@@ -485,6 +486,7 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark metadata.Mark) e
 			p.wake = make(chan struct{})
 		}
 		ch := p.wake
+		hook.Waiting(partition)
 		p.mu.Unlock()
 		select {
 		case <-ch:

@@ -51,6 +51,7 @@ func cases() []testCase {
 	all = append(all, deadlineCases()...)
 	all = append(all, ratioCases()...)
 	all = append(all, fieldCases()...)
+	all = append(all, handBackCases()...)
 	return all
 }
 
