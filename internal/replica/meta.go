@@ -267,9 +267,11 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 				moved = len(rows) > 0
 			}
 			if req.Replaces != "" {
-				// Fulfilled before this claim's record, which then leased
-				// nothing: that lease is the answer.
-				if c, ok := p.fulfilled[req.Replaces]; ok {
+				// A rank's claim fulfilled before this claim's record,
+				// which then leased nothing: that share is the answer.
+				// (Any other fulfilment went back undelivered where this
+				// record landed, which leased afresh.)
+				if c, ok := p.fulfilled[req.Replaces]; ok && req.Batch != nil {
 					replaced = &c
 				}
 				delete(p.fulfilled, req.Replaces)

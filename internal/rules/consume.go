@@ -373,12 +373,18 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	p.configure(t, a.Select)
 	p.advance(t, now)
 	if a.Replaces != "" {
-		t.unstand(a.Replaces)
-		if _, ok := t.served[a.Replaces]; ok {
-			// The claim it replaces was fulfilled: that lease is the
-			// answer, and this one leases nothing.
+		if _, ok := t.served[a.Replaces]; ok && a.Batch != nil {
+			// The rank's claim it replaces took a share of a batch:
+			// that lease is the answer (its writer takes it), and this
+			// one leases nothing.
+			t.unstand(a.Replaces)
 			return Claimed{Mark: p.mark(t, now)}
 		}
+		// Else what the claim it replaces was fulfilled with goes back
+		// undelivered, and this claim leases afresh: its writer may
+		// never have seen that fulfilment (its copy restarted from a
+		// snapshot past it), and must not leave it held by nobody.
+		p.unwait(t, a.Replaces, nil)
 	}
 	if a.Batch != nil {
 		if c, ok := p.takeShare(t, a, now); ok {

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -76,10 +77,11 @@ func TestStandingClaims(t *testing.T) {
 	if len(served) != 0 {
 		t.Fatalf("a corrupt record fulfilled %v", served)
 	}
-	// a was fulfilled by the commit of k1: find it through a claim that
-	// replaces it, which leases nothing.
-	if c := claim(6, "a2", 1, 0, "a"); c.Lease != "" {
-		t.Fatalf("the claim replacing a fulfilled one leased %v", keysOf(c))
+	// a was fulfilled by the commit of k1. A claim replacing it (its
+	// writer's copy may never have seen that fulfilment) hands it back
+	// undelivered and leases afresh: k1, delivered once, not twice.
+	if c := claim(6, "a2", 1, 0, "a"); !slices.Equal(keysOf(c), []string{"k1"}) || c.Deliveries[0].Deliveries != 1 {
+		t.Fatalf("the claim replacing a fulfilled one leased %v (%+v), want k1 delivered once", keysOf(c), c.Deliveries)
 	}
 	// b needs two rows: one more commit fulfils it.
 	l.n++
