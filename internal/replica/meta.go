@@ -233,10 +233,11 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		full, moved := false, false
 		var skew time.Duration
 		var base, picked, restarts uint64
+		var pickMark uint64 // the copy's mark where the pick looked
 		var replaced *rules.Claimed
 		pp := m.part(partition)
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
-			picked, restarts = pp.pos.N, pp.restarts
+			picked, restarts, pickMark = pp.pos.N, pp.restarts, pp.mark()
 			a.Token = metadata.NewLease(req.Holder)
 			if a.Hold > 0 {
 				// Known before the record is sent: any record applied
@@ -310,7 +311,17 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		c.Dropped += dropped
 		c.Cleared = cleared // every attempt's: their cells are the caller's to delete
-		return localClaimed(c, skew, base), nil
+		out := localClaimed(c, skew, base)
+		if c.Lease == "" && a.Custom && moved {
+			// Picked on a copy that was behind, and registered (or
+			// replacing a registered claim): what came between may have
+			// made rows ready that the pick did not see, and the claim's
+			// own mark would let its Wait sleep past them. Its mark is
+			// where the pick looked: the Wait returns at once and picks
+			// again on the copy caught up.
+			out.Mark.Seq = pickMark
+		}
+		return out, nil
 	}
 }
 

@@ -401,3 +401,35 @@ func TestClearFieldsLostReply(t *testing.T) {
 		t.Fatalf("after a ClearFields whose reply was lost: fields %q, want x", got)
 	}
 }
+
+// A custom claim picks on its process's copy: when rows were committed
+// by another process between the copy the pick saw and where the claim's
+// record lands, a Wait must not sleep past them (on the claim's mark,
+// which counts them, until a lease or the registration's hold ends): it
+// picks again at once on the copy caught up.
+func TestWaitCustomPickedBehind(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	a, b := client(t, srv, nil), client(t, srv, nil)
+	// Offers rows only two at once, as an all-reduce's sampler does.
+	pair := tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
+		if len(ready) < 2 {
+			return nil, nil
+		}
+		return [][]int{{0, 1}}, nil
+	})
+	task, err := a.Task("p", "t", []string{"x"}, tq.WithSampler(pair), tq.LeaseFor(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, a, "p", "r0")
+	put(t, b, "p", "r1") // a's copy does not know it yet
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := task.Wait(ctx, 2, tq.AtLeast(2))
+	if err != nil {
+		t.Fatalf("Wait for the two rows committed before it: %v", err)
+	}
+	if !slices.Equal(l.Keys(), []string{"r0", "r1"}) {
+		t.Fatalf("Wait leased %q, want r0 and r1", l.Keys())
+	}
+}
