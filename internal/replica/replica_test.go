@@ -433,3 +433,75 @@ func TestWaitCustomPickedBehind(t *testing.T) {
 		t.Fatalf("Wait leased %q, want r0 and r1", l.Keys())
 	}
 }
+
+// slowReply is a Log whose next Append (when armed) applies, and its
+// reply takes delay: a request its caller's deadline may cut off.
+type slowReply struct {
+	backends.Log
+	mu    sync.Mutex
+	delay time.Duration
+}
+
+func (l *slowReply) Append(ctx context.Context, partition string, from backends.Pos, recs []backends.Record) (backends.Tail, error) {
+	l.mu.Lock()
+	d := l.delay
+	l.delay = 0
+	l.mu.Unlock()
+	t, err := l.Log.Append(ctx, partition, from, recs)
+	if d == 0 || err != nil {
+		return t, err
+	}
+	select {
+	case <-time.After(d):
+		return t, nil
+	case <-ctx.Done():
+		return backends.Tail{}, fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// A Wait whose deadline cuts off its claim's request returns the
+// deadline's error, never ErrOutcomeUnknown; the request goes on, and the
+// lease it took, which its caller never received, goes back undelivered
+// when its reply comes: another consumer claims the row long before the
+// lease would end, as delivered once.
+func TestWaitCutOffMidClaim(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	var slow *slowReply
+	a := client(t, srv, func(l backends.Log) backends.Log { slow = &slowReply{Log: l}; return slow })
+	b := client(t, srv, nil)
+	put(t, b, "p", "r0")
+	opts := []tq.TaskOption{tq.LeaseFor(time.Minute), tq.MaxDeliveries(1)}
+	ta, err := a.Task("p", "t", []string{"x"}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := b.Task("p", "t", []string{"x"}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.mu.Lock()
+	slow.delay = 500 * time.Millisecond
+	slow.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if l, err := ta.Wait(ctx, 1); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, tq.ErrOutcomeUnknown) {
+		t.Fatalf("a Wait cut off mid-claim: %v, %v; want context.DeadlineExceeded", l, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l, err := tb.Claim(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Len() == 1 {
+			if l.Deliveries[0] != 1 {
+				t.Fatalf("the row came back with %d deliveries, want 1 (this one)", l.Deliveries[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the row the cut-off claim leased did not come back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
