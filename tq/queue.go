@@ -292,7 +292,10 @@ func AtLeast(m int) ClaimOption {
 }
 
 // WithData makes a claim also read the leased rows' fields (the task's
-// fields when none are named) into Lease.Data.
+// fields when none are named) into Lease.Data. A claim whose read fails
+// returns its error and hands the rows back: ready again at once, their
+// delivery counts not raised by it (a rank's share of a batch lapses
+// with the batch's lease).
 func WithData(fields ...string) ClaimOption {
 	return func(o *claimOpts) error {
 		o.data, o.fields = true, fields
@@ -387,8 +390,13 @@ func (t *Task) Claim(ctx context.Context, n int, opts ...ClaimOption) (*Lease, e
 }
 
 // Wait is Claim that, with fewer than AtLeast's m rows ready (default 1),
-// waits until they are, or until ctx ends (then it returns ctx's error) or
-// the client is closed (ErrClosed). A rank's Wait returns once a batch
+// waits until they are, or until ctx ends (then it returns ctx's error,
+// never ErrOutcomeUnknown, at most about 100 ms after ctx ends, however
+// slow the engine) or the client is closed (ErrClosed). A lease that a
+// Wait whose ctx ended took without returning it (a request in flight, a
+// registered claim fulfilled as ctx ended) is handed back in the
+// background: its rows are ready again at once, their delivery counts not
+// raised by it. A rank's Wait returns once a batch
 // is there for it, its share possibly empty (see Claim): ranks that step
 // in lockstep (an all-reduce per batch) each get one Lease per batch.
 // It does not poll: a waiter on the memory engine wakes on the commit that
