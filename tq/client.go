@@ -37,6 +37,12 @@ type Client struct {
 	// so Close waits for them: a put is never cut off between its data and
 	// its commit or rollback, which would leave orphaned bytes.
 	life sync.RWMutex
+	// bg counts what a call left running in the background (handing back
+	// a lease its caller never received): Close waits for it.
+	bg sync.WaitGroup
+	// backs are the hand-backs in flight: a later call waits for them
+	// (see enter).
+	backs handBacks
 
 	retry *retrier
 
@@ -142,6 +148,7 @@ func (c *Client) Close() error {
 		c.endClosing() // waiting calls return
 		c.life.Lock()  // wait for calls in flight; new ones see closed and leave
 		defer c.life.Unlock()
+		c.bg.Wait() // hand-backs, bounded: the rows go back at once
 		err = c.packer.Close()
 		switch {
 		case c.owns:
@@ -174,7 +181,57 @@ func (c *Client) enter(ctx context.Context) (release func(), err error) {
 		c.life.RUnlock()
 		return nil, err
 	}
+	if err := c.backs.await(ctx); err != nil {
+		c.life.RUnlock()
+		return nil, err
+	}
 	return c.life.RUnlock, nil
+}
+
+// handBacks counts the hand-backs in flight (a lease or registered claim
+// a Wait's caller never received, going back in the background): the
+// client's later calls wait for them, so that what a call does lands
+// after the hand-backs of the calls that returned before it (a rank's
+// next claim after the cancel of its registered one, say), as it would
+// had they been made in the caller's time.
+type handBacks struct {
+	mu   sync.Mutex
+	n    int
+	done chan struct{} // closed when n drops to 0
+}
+
+func (h *handBacks) begin() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		h.done = make(chan struct{})
+	}
+	h.n++
+}
+
+func (h *handBacks) end() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n--; h.n == 0 {
+		close(h.done)
+	}
+}
+
+// await waits until no hand-back is in flight, or until ctx ends.
+func (h *handBacks) await(ctx context.Context) error {
+	h.mu.Lock()
+	if h.n == 0 {
+		h.mu.Unlock()
+		return nil
+	}
+	done := h.done
+	h.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (c *Client) check(ctx context.Context) error {

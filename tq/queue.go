@@ -300,7 +300,10 @@ func AtLeast(m int) ClaimOption {
 }
 
 // WithData makes a claim also read the leased rows' fields (the task's
-// fields when none are named) into Lease.Data.
+// fields when none are named) into Lease.Data. A claim whose read fails
+// returns its error and hands the rows back: ready again at once, their
+// delivery counts not raised by it (a rank's share of a batch lapses
+// with the batch's lease).
 func WithData(fields ...string) ClaimOption {
 	return func(o *claimOpts) error {
 		o.data, o.fields = true, fields
@@ -398,8 +401,13 @@ func (t *Task) Claim(ctx context.Context, n int, opts ...ClaimOption) (*Lease, e
 }
 
 // Wait is Claim that, with fewer than AtLeast's m rows ready (default 1),
-// waits until they are, or until ctx ends (then it returns ctx's error) or
-// the client is closed (ErrClosed). A rank's Wait returns once a batch
+// waits until they are, or until ctx ends (then it returns ctx's error,
+// never ErrOutcomeUnknown, at most about 100 ms after ctx ends, however
+// slow the engine) or the client is closed (ErrClosed). A lease that a
+// Wait whose ctx ended took without returning it (a request in flight, a
+// registered claim fulfilled as ctx ended) is handed back in the
+// background: its rows are ready again at once, their delivery counts not
+// raised by it. A rank's Wait returns once a batch
 // is there for it, its share possibly empty (see Claim): ranks that step
 // in lockstep (an all-reduce per batch) each get one Lease per batch.
 // It does not poll: a waiter on the memory engine wakes on the commit that
@@ -488,16 +496,28 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	for {
 		var skipped int64
 		picks := 0
-		got, err := q.Claim(ctx, t.partition, req, func(rows []*metadata.Row, ds []metadata.Delivery) (metadata.Picked, error) {
+		pick := func(rows []*metadata.Row, ds []metadata.Delivery) (metadata.Picked, error) {
 			picks++
 			return t.pick(rows, ds, askFor(n, picks, len(rows)), &skipped)
-		})
+		}
+		var got metadata.Claimed
+		left := false // the Wait left its claim in flight, to be handed back
+		if wait {
+			got, left, err = t.waitClaim(ctx, q, req, pick)
+		} else {
+			got, err = q.Claim(ctx, t.partition, req, pick)
+		}
 		if err != nil {
-			if req.Replaces != "" {
+			if !left && req.Replaces != "" {
 				// The claim that was to replace the registered one did
 				// not go through: cancel that one, or a commit would
 				// lease rows to a waiter that is gone.
 				t.unwait(ctx, q, req.Replaces)
+			}
+			if wait && ctx.Err() != nil {
+				// Cut off by its context: its error, never an outcome
+				// its deadline made unknown.
+				err = ctx.Err()
 			}
 			return nil, closedErr(ctx, err)
 		}
@@ -516,10 +536,14 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 					fields = t.fields
 				}
 				if l.Data, err = c.getFresh(ctx, tr, t.partition, l.Meta.Keys(), fields, nil); err != nil {
-					// Give the rows back rather than sit on them until the
-					// lease ends; if that fails too, the lease ends anyway.
-					_, _ = q.Settle(context.WithoutCancel(ctx), t.partition, metadata.SettleRequest{
-						Task: t.name, Op: metadata.Nack, Lease: l.token, Indexes: l.indexes(nil)})
+					// The caller never gets the lease: hand its rows back
+					// undelivered rather than sit on them until the lease
+					// ends (or, if that fails too, until it ends).
+					t.handBack(ctx, q, t.shareless(l.token, l.indexes(nil)))
+					_ = c.backs.await(ctx) // back before the error, unless ctx ends first
+					if wait && ctx.Err() != nil {
+						return nil, closedErr(ctx, ctx.Err())
+					}
 					return nil, err
 				}
 			}
@@ -534,6 +558,12 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		}
 		if err := t.waitFor(ctx, q, got, watch.deadline()); err != nil {
 			return nil, closedErr(ctx, err)
+		}
+		if ctx.Err() != nil {
+			// Ended as the wait did: the registered claim, fulfilled or
+			// not, goes back rather than to a caller that is gone.
+			t.unwait(ctx, q, got.Waiting)
+			return nil, closedErr(ctx, ctx.Err())
 		}
 		req.Replaces = got.Waiting // the next claim takes its lease, or replaces it
 	}
@@ -569,12 +599,151 @@ func (t *Task) waitFor(ctx context.Context, q metadata.MetaStore, got metadata.C
 }
 
 // unwait cancels the claim an empty claim registered (token; "" for
-// none).
+// none), and hands back the lease it was fulfilled with, if it was. It
+// waits for that up to handBackGrace, then leaves it to the background
+// (see handBack): a Wait whose context ended returns within the grace,
+// however slow the engine.
 func (t *Task) unwait(ctx context.Context, q metadata.MetaStore, token string) {
-	if token != "" {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if token == "" {
+		return
+	}
+	done := t.handBack(ctx, q, metadata.SettleRequest{Task: t.name, Op: metadata.Unwait, Lease: token})
+	grace := time.NewTimer(handBackGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+	}
+}
+
+// handBackGrace is how long a Wait whose context ended waits for the
+// cancel of its registered claim before leaving it to the background: a
+// healthy engine's one round trip, so that the claim is gone when the
+// Wait returns, as a caller expects.
+const handBackGrace = 100 * time.Millisecond
+
+// handBackFor bounds a hand-back of a lease its caller never received,
+// and a Wait's claim whose caller left while it was in flight: long
+// enough for a lost reply to be settled (a fence), bounded so that Close,
+// which waits for them, ends.
+const handBackFor = 15 * time.Second
+
+// shareless is the hand-back of the rows of indexes leased to token: none
+// for a rank's share of a batch, whose rows the other ranks hold under
+// the same lease (they lapse with it).
+func (t *Task) shareless(token string, indexes []uint64) metadata.SettleRequest {
+	if t.ranks != nil && t.ranks.Ranks > 1 {
+		indexes = nil
+	}
+	return metadata.SettleRequest{Task: t.name, Op: metadata.Unwait, Lease: token, Indexes: indexes}
+}
+
+// handBack sends req (an Unwait: see metadata.Unwait) in the background,
+// bounded by handBackFor, logging a failure (the rows then come back when
+// the lease ends), and returns a channel closed when it is done. The
+// client's later calls wait for it (handBacks). The caller holds the
+// client's life (c.enter): Close waits for it.
+func (t *Task) handBack(ctx context.Context, q metadata.MetaStore, req metadata.SettleRequest) <-chan struct{} {
+	c := t.c
+	c.bg.Add(1)
+	c.backs.begin()
+	done := make(chan struct{})
+	go func() {
+		defer c.bg.Done()
+		defer c.backs.end()
+		defer close(done)
+		t.handBackNow(ctx, q, req)
+	}()
+	return done
+}
+
+// handBackNow is handBack, in the caller's goroutine.
+func (t *Task) handBackNow(ctx context.Context, q metadata.MetaStore, req metadata.SettleRequest) {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackFor)
+	defer cancel()
+	if _, err := q.Settle(hctx, t.partition, req); err != nil {
+		t.c.opts.logger.Warn("tq: handing back a lease its caller never received; its rows come back when it ends",
+			"partition", t.partition, "task", t.name, "rows", len(req.Indexes), "err", err)
+	}
+}
+
+// waitClaim is q.Claim for a Wait. The claim runs on a context of its
+// own, bounded by handBackFor, and waitClaim returns ctx's error as soon
+// as ctx ends, never an outcome made unknown by the caller's deadline:
+// what the claim did then (a lease, a registered claim, the fulfilled
+// claim it replaced) is handed back undelivered in the background once
+// its reply, or the fence settling a lost one, tells.
+// It reports left when it returned without the claim's result.
+func (t *Task) waitClaim(ctx context.Context, q metadata.MetaStore, req metadata.ClaimRequest, pick metadata.Pick) (_ metadata.Claimed, left bool, _ error) {
+	if err := ctx.Err(); err != nil {
+		t.unwait(ctx, q, req.Replaces)
+		return metadata.Claimed{}, true, err
+	}
+	type result struct {
+		got metadata.Claimed
+		err error
+	}
+	var (
+		mu   sync.Mutex // guards gone, and the send on ch
+		gone bool       // the caller left: the claim's result is handed back
+	)
+	ch := make(chan result, 1)
+	c := t.c
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackFor)
 		defer cancel()
-		_, _ = q.Settle(uctx, t.partition, metadata.SettleRequest{Task: t.name, Op: metadata.Unwait, Lease: token})
+		got, err := q.Claim(cctx, t.partition, req, pick)
+		mu.Lock()
+		if !gone {
+			ch <- result{got, err}
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		defer c.backs.end()
+		t.abandoned(cctx, q, req, got, err)
+	}()
+	select {
+	case r := <-ch:
+		return r.got, false, r.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-ch:
+		return r.got, false, r.err // it came as ctx ended: the caller has it
+	default:
+	}
+	gone = true
+	c.backs.begin() // the claim and what it did, handed back: see abandoned
+	return metadata.Claimed{}, true, ctx.Err()
+}
+
+// abandoned hands back what a Wait's claim did after its caller left.
+func (t *Task) abandoned(ctx context.Context, q metadata.MetaStore, req metadata.ClaimRequest, got metadata.Claimed, err error) {
+	if err != nil {
+		if req.Replaces != "" {
+			t.handBackNow(ctx, q, metadata.SettleRequest{Task: t.name, Op: metadata.Unwait, Lease: req.Replaces})
+		}
+		if errors.Is(err, ErrOutcomeUnknown) {
+			t.c.opts.logger.Warn("tq: a Wait's claim in flight when the Wait ended has an unknown outcome; rows it may have leased come back when the lease ends",
+				"partition", t.partition, "task", t.name, "err", err)
+		}
+		return
+	}
+	t.c.cleared(ctx, nil, t.partition, got.Cleared)
+	if got.Lease != "" {
+		idx := make([]uint64, len(got.Rows))
+		for i, r := range got.Rows {
+			idx[i] = r.Index
+		}
+		t.handBackNow(ctx, q, t.shareless(got.Lease, idx))
+	}
+	if got.Waiting != "" && got.Waiting != got.Lease {
+		t.handBackNow(ctx, q, metadata.SettleRequest{Task: t.name, Op: metadata.Unwait, Lease: got.Waiting})
 	}
 }
 

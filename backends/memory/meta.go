@@ -11,6 +11,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
+	"github.com/tqgo/tqgo/internal/hook"
 	"github.com/tqgo/tqgo/internal/rules"
 )
 
@@ -504,8 +505,10 @@ func (m *MetaStore) Wait(ctx context.Context, partition string, mark metadata.Ma
 		defer timer.Stop()
 		wake = timer.C
 	}
+	hook.Waiting(partition)
 	select {
 	case <-ch:
+		hook.Served(partition)
 		return nil
 	case <-wake:
 		return nil

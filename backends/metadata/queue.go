@@ -343,9 +343,14 @@ const (
 	Retry
 	// Drop makes a ready or dead row dropped; req.Lease must be "".
 	Drop
-	// Unwait cancels the registered claim req.Lease (a Waiting token),
-	// and returns the rows it leased if it was fulfilled; req.Indexes
-	// are not used. A waiter that gives up sends it.
+	// Unwait hands back a lease its caller never received: it cancels
+	// the registered claim req.Lease (a Waiting token), and returns the
+	// rows it leased if it was fulfilled, and the rows of req.Indexes
+	// still leased to req.Lease (a claim whose caller gave up before its
+	// reply, or could not read its data). A row handed back is as before
+	// that delivery: ready at once, its delivery count not raised by it
+	// (so never dead for it). A row not leased to req.Lease is left as it
+	// is and not reported Lost. A waiter that gives up sends it.
 	Unwait
 )
 

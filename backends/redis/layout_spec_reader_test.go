@@ -666,10 +666,11 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 		t.indexed, t.sel, t.parked = true, a.sel, map[uint64]float64{}
 	}
 	if a.replaces != "" {
-		t.standing = slices.DeleteFunc(t.standing, func(s *srStanding) bool { return s.a.token == a.replaces })
-		if _, ok := t.served[a.replaces]; ok {
+		if _, ok := t.served[a.replaces]; ok && a.batch {
+			t.standing = slices.DeleteFunc(t.standing, func(s *srStanding) bool { return s.a.token == a.replaces })
 			return false, "", 0, nil
 		}
+		p.unwait(t, a.replaces, nil)
 	}
 	if a.batch {
 		held := func(b *srBatch, i uint64) *srEntry {
@@ -869,26 +870,39 @@ func (p *srState) serve() {
 	}
 }
 
+// unwait applies an unwait of token with indexes idx to t.
+func (p *srState) unwait(t *srTask, token string, idx []uint64) {
+	t.standing = slices.DeleteFunc(t.standing, func(s *srStanding) bool { return s.a.token == token })
+	sv, ok := t.served[token]
+	var back []uint64
+	if ok {
+		delete(t.served, token)
+		back = append(back, sv.rows...)
+	}
+	back = append(back, idx...)
+	bumped := ok
+	for _, i := range back {
+		e := t.entries[i]
+		if e == nil || e.state != srLeased || e.token != token {
+			continue
+		}
+		bumped = true
+		if e.deliveries <= 1 {
+			delete(t.entries, i)
+		} else {
+			t.entries[i] = &srEntry{state: srReady, deliveries: e.deliveries - 1, token: token, max: e.max}
+		}
+	}
+	if bumped {
+		p.seq++
+	}
+}
+
 func (p *srState) settle(task string, op uint64, token string, idx []uint64, delay int64) {
 	now := p.now
 	t := p.task(task)
 	if op == 6 {
-		t.standing = slices.DeleteFunc(t.standing, func(s *srStanding) bool { return s.a.token == token })
-		sv, ok := t.served[token]
-		if !ok {
-			return
-		}
-		delete(t.served, token)
-		for _, i := range sv.rows {
-			if e := t.entries[i]; e != nil && e.state == srLeased && e.token == token {
-				ne := &srEntry{state: srReady, deliveries: e.deliveries, token: token, max: e.max}
-				if e.max > 0 && e.deliveries >= e.max {
-					ne.state = srDead
-				}
-				t.entries[i] = ne
-			}
-		}
-		p.seq++
+		p.unwait(t, token, idx)
 		return
 	}
 	changed := false

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
+	"github.com/tqgo/tqgo/internal/hook"
 	"github.com/tqgo/tqgo/internal/rules"
 )
 
@@ -236,11 +237,11 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		full, moved := false, false
 		var skew time.Duration
 		var base, picked, restarts uint64
-		var seen uint64 // the copy's mark when the pick ran
+		var pickMark uint64 // the copy's mark where the pick looked
 		var replaced *rules.Claimed
 		pp := m.part(partition)
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
-			picked, restarts, seen = pp.pos.N, pp.restarts, pp.mark()
+			picked, restarts, pickMark = pp.pos.N, pp.restarts, pp.mark()
 			a.Token = metadata.NewLease(req.Holder)
 			if a.Custom {
 				rows, ds := st.Candidates(pp.serverNow(), req.Task, req.Select, req.Floor, window)
@@ -272,9 +273,11 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 				moved = len(rows) > 0
 			}
 			if req.Replaces != "" {
-				// Fulfilled before this claim's record, which then leased
-				// nothing: that lease is the answer.
-				if c, ok := p.fulfilled[req.Replaces]; ok {
+				// A rank's claim fulfilled before this claim's record,
+				// which then leased nothing: that share is the answer.
+				// (Any other fulfilment went back undelivered where this
+				// record landed, which leased afresh.)
+				if c, ok := p.fulfilled[req.Replaces]; ok && req.Batch != nil {
 					replaced = &c
 				}
 				delete(p.fulfilled, req.Replaces)
@@ -313,16 +316,17 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		c.Dropped += dropped
 		c.Cleared = cleared // every attempt's: their cells are the caller's to delete
-		lc := localClaimed(c, skew, base)
-		if c.Lease == "" && c.Waiting != "" && a.Custom && moved {
-			// Registered, but picked on a copy that was behind while a
-			// row is ready now: the registered claim holds the stale
-			// pick's units, so its mark is the copy's as the pick saw it,
-			// and a Wait on it returns at once to claim again (replacing
-			// it) with a pick on the copy caught up.
-			lc.Mark.Seq = seen
+		out := localClaimed(c, skew, base)
+		if c.Lease == "" && a.Custom && moved {
+			// Picked on a copy that was behind, and registered (or
+			// replacing a registered claim): what came between may have
+			// made rows ready that the pick did not see, and the claim's
+			// own mark would let its Wait sleep past them. Its mark is
+			// where the pick looked: the Wait returns at once and picks
+			// again on the copy caught up.
+			out.Mark.Seq = pickMark
 		}
-		return lc, nil
+		return out, nil
 	}
 }
 
@@ -504,6 +508,7 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark metadata.Mark) e
 			p.wake = make(chan struct{})
 		}
 		ch := p.wake
+		hook.Waiting(partition)
 		p.mu.Unlock()
 		select {
 		case <-ch:

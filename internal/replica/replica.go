@@ -23,6 +23,7 @@ import (
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
+	"github.com/tqgo/tqgo/internal/hook"
 	"github.com/tqgo/tqgo/internal/rules"
 )
 
@@ -259,6 +260,7 @@ func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, er
 					p.fulfilled = map[string]rules.Claimed{}
 				}
 				p.fulfilled[c.Waiting] = c
+				hook.Served(p.name)
 			}
 		}
 		p.pos = e.Pos()

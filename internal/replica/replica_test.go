@@ -477,3 +477,107 @@ func TestCorruptSnapshot(t *testing.T) {
 		t.Fatalf("List over a corrupt snapshot: %v, want ErrCorrupt naming the partition", err)
 	}
 }
+
+// A custom claim picks on its process's copy: when rows were committed
+// by another process between the copy the pick saw and where the claim's
+// record lands, a Wait must not sleep past them (on the claim's mark,
+// which counts them, until a lease or the registration's hold ends): it
+// picks again at once on the copy caught up.
+func TestWaitCustomPickedBehind(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	a, b := client(t, srv, nil), client(t, srv, nil)
+	// Offers rows only two at once, as an all-reduce's sampler does.
+	pair := tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
+		if len(ready) < 2 {
+			return nil, nil
+		}
+		return [][]int{{0, 1}}, nil
+	})
+	task, err := a.Task("p", "t", []string{"x"}, tq.WithSampler(pair), tq.LeaseFor(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, a, "p", "r0")
+	put(t, b, "p", "r1") // a's copy does not know it yet
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := task.Wait(ctx, 2, tq.AtLeast(2))
+	if err != nil {
+		t.Fatalf("Wait for the two rows committed before it: %v", err)
+	}
+	if !slices.Equal(l.Keys(), []string{"r0", "r1"}) {
+		t.Fatalf("Wait leased %q, want r0 and r1", l.Keys())
+	}
+}
+
+// slowReply is a Log whose next Append (when armed) applies, and its
+// reply takes delay: a request its caller's deadline may cut off.
+type slowReply struct {
+	backends.Log
+	mu    sync.Mutex
+	delay time.Duration
+}
+
+func (l *slowReply) Append(ctx context.Context, partition string, from backends.Pos, recs []backends.Record) (backends.Tail, error) {
+	l.mu.Lock()
+	d := l.delay
+	l.delay = 0
+	l.mu.Unlock()
+	t, err := l.Log.Append(ctx, partition, from, recs)
+	if d == 0 || err != nil {
+		return t, err
+	}
+	select {
+	case <-time.After(d):
+		return t, nil
+	case <-ctx.Done():
+		return backends.Tail{}, fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// A Wait whose deadline cuts off its claim's request returns the
+// deadline's error, never ErrOutcomeUnknown; the request goes on, and the
+// lease it took, which its caller never received, goes back undelivered
+// when its reply comes: another consumer claims the row long before the
+// lease would end, as delivered once.
+func TestWaitCutOffMidClaim(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	var slow *slowReply
+	a := client(t, srv, func(l backends.Log) backends.Log { slow = &slowReply{Log: l}; return slow })
+	b := client(t, srv, nil)
+	put(t, b, "p", "r0")
+	opts := []tq.TaskOption{tq.LeaseFor(time.Minute), tq.MaxDeliveries(1)}
+	ta, err := a.Task("p", "t", []string{"x"}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := b.Task("p", "t", []string{"x"}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.mu.Lock()
+	slow.delay = 500 * time.Millisecond
+	slow.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if l, err := ta.Wait(ctx, 1); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, tq.ErrOutcomeUnknown) {
+		t.Fatalf("a Wait cut off mid-claim: %v, %v; want context.DeadlineExceeded", l, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l, err := tb.Claim(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Len() == 1 {
+			if l.Deliveries[0] != 1 {
+				t.Fatalf("the row came back with %d deliveries, want 1 (this one)", l.Deliveries[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the row the cut-off claim leased did not come back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -377,12 +377,18 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	p.configure(t, a.Select)
 	p.advance(t, now)
 	if a.Replaces != "" {
-		t.unstand(a.Replaces)
-		if _, ok := t.served[a.Replaces]; ok {
-			// The claim it replaces was fulfilled: that lease is the
-			// answer, and this one leases nothing.
+		if _, ok := t.served[a.Replaces]; ok && a.Batch != nil {
+			// The rank's claim it replaces took a share of a batch:
+			// that lease is the answer (its writer takes it), and this
+			// one leases nothing.
+			t.unstand(a.Replaces)
 			return Claimed{Mark: p.mark(t, now)}
 		}
+		// Else what the claim it replaces was fulfilled with goes back
+		// undelivered, and this claim leases afresh: its writer may
+		// never have seen that fulfilment (its copy restarted from a
+		// snapshot past it), and must not leave it held by nobody.
+		p.unwait(t, a.Replaces, nil)
 	}
 	if a.Batch != nil {
 		if c, ok := p.takeShare(t, a, now); ok {
@@ -810,7 +816,7 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 		p.advance(t, now)
 	}
 	if req.Op == metadata.Unwait {
-		p.unwait(t, req.Lease, now)
+		p.unwait(t, req.Lease, req.Indexes)
 		return res
 	}
 	changed := false
@@ -907,25 +913,36 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 	return res
 }
 
-// unwait cancels the standing claim token, and returns the rows it
-// leased if it was fulfilled (its waiter gave up).
-func (p *Partition) unwait(t *task, token string, now int64) {
+// unwait cancels the standing claim token and hands back the rows leased
+// to token that its waiter never received: those of its served claim, if
+// it was fulfilled, and those of indexes (a lease whose caller gave up
+// before it learnt of it, or could not read its data). A row handed back
+// is as before its delivery: ready at once, its delivery count as it was
+// (so never dead for it), its entry forgotten if that was its first.
+func (p *Partition) unwait(t *task, token string, indexes []uint64) {
 	t.unstand(token)
-	sv, ok := t.served[token]
-	if !ok {
-		return
+	rows := indexes
+	sv, served := t.served[token]
+	if served {
+		delete(t.served, token)
+		rows = append(slices.Clip(sv.rows), indexes...)
 	}
-	delete(t.served, token)
-	for _, i := range sv.rows {
-		if e := t.entries[i]; e != nil && e.state == metadata.Leased && e.lease == token {
-			ne := &entry{state: metadata.Ready, deliveries: e.deliveries, lease: token, max: e.max}
-			if e.max > 0 && e.deliveries >= e.max {
-				ne.state = metadata.Dead
-			}
-			p.setEntry(t, i, e, ne)
+	changed := served
+	for _, i := range rows {
+		e := t.entries[i]
+		if e == nil || e.state != metadata.Leased || e.lease != token {
+			continue // settled, expired and delivered again, or never this token's
 		}
+		changed = true
+		if e.deliveries <= 1 {
+			p.setEntry(t, i, e, nil)
+			continue
+		}
+		p.setEntry(t, i, e, &entry{state: metadata.Ready, deliveries: e.deliveries - 1, lease: token, max: e.max})
 	}
-	p.bump()
+	if changed {
+		p.bump()
+	}
 }
 
 // unstand removes the standing claim token, if it is waiting.

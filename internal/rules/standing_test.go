@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -76,10 +77,11 @@ func TestStandingClaims(t *testing.T) {
 	if len(served) != 0 {
 		t.Fatalf("a corrupt record fulfilled %v", served)
 	}
-	// a was fulfilled by the commit of k1: find it through a claim that
-	// replaces it, which leases nothing.
-	if c := claim(6, "a2", 1, 0, "a"); c.Lease != "" {
-		t.Fatalf("the claim replacing a fulfilled one leased %v", keysOf(c))
+	// a was fulfilled by the commit of k1. A claim replacing it (its
+	// writer's copy may never have seen that fulfilment) hands it back
+	// undelivered and leases afresh: k1, delivered once, not twice.
+	if c := claim(6, "a2", 1, 0, "a"); !slices.Equal(keysOf(c), []string{"k1"}) || c.Deliveries[0].Deliveries != 1 {
+		t.Fatalf("the claim replacing a fulfilled one leased %v (%+v), want k1 delivered once", keysOf(c), c.Deliveries)
 	}
 	// b needs two rows: one more commit fulfils it.
 	l.n++
@@ -105,5 +107,79 @@ func TestStandingClaims(t *testing.T) {
 	l.put(t, 20, "k4")
 	if c := claim(21, "e", 1, 0, ""); keysOf(c) == nil || keysOf(c)[0] != "k4" {
 		t.Fatalf("after d lapsed, k4 should be ready: %v", keysOf(c))
+	}
+}
+
+// A lease its caller never received goes back undelivered: an Unwait of
+// a fulfilled standing claim, or of a lease's token with its indexes,
+// makes the rows ready at once with their delivery counts as before (so a
+// MaxDeliveries(1) row is not dead for it), while a row delivered before
+// keeps that earlier delivery.
+func TestUnwaitHandsBackUndelivered(t *testing.T) {
+	l := &logged{p: New()}
+	sel := Select{Fields: []string{"f"}}
+	claim := func(now int64, token string, n int, hold time.Duration) Claimed {
+		t.Helper()
+		r, _ := l.at(t, now, ClaimRecord(&ClaimArgs{Task: "t", Token: token, Lease: time.Minute, Rows: n, Min: 1, MaxDeliveries: 2, Select: sel, Hold: hold}))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r.Claimed
+	}
+	settle := func(now int64, op metadata.SettleOp, token string, idx ...uint64) metadata.SettleResult {
+		t.Helper()
+		r, _ := l.at(t, now, SettleRecord(&SettleArgs{Task: "t", Op: op, Lease: token, Indexes: idx}))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r.Settled
+	}
+	deliveries := func(now int64) map[uint64]metadata.Delivery {
+		out := map[uint64]metadata.Delivery{}
+		for _, d := range l.p.Consumption(now, "t")["t"] {
+			out[d.Index] = d
+		}
+		return out
+	}
+	if c := claim(1, "w", 2, 10*time.Second); c.Waiting != "w" {
+		t.Fatalf("a held claim of an empty partition: %+v", c)
+	}
+	l.put(t, 2, "k1")
+	ds := deliveries(3)
+	if len(ds) != 1 {
+		t.Fatalf("after the fill: %+v", ds)
+	}
+	// The waiter gave up as its claim was filled: the row goes back
+	// never delivered.
+	settle(4, metadata.Unwait, "w")
+	if ds := deliveries(5); len(ds) != 0 {
+		t.Fatalf("after the Unwait of a fulfilled claim: %+v, want no delivery", ds)
+	}
+	// Delivered once (nacked), then leased again and handed back: its one
+	// real delivery stays, and it is ready, not dead, under a max of 2.
+	c := claim(6, "a", 1, 0)
+	if len(c.Rows) != 1 || c.Deliveries[0].Deliveries != 1 {
+		t.Fatalf("claim a: %+v", c)
+	}
+	i := c.Rows[0].Index
+	settle(7, metadata.Nack, "a", i)
+	c = claim(8, "b", 1, 0)
+	if len(c.Rows) != 1 || c.Deliveries[0].Deliveries != 2 {
+		t.Fatalf("claim b: %+v", c)
+	}
+	if res := settle(9, metadata.Unwait, "b", i); len(res.Lost) != 0 {
+		t.Fatalf("hand-back reported lost %v", res.Lost)
+	}
+	if d := deliveries(10)[i]; d.State != metadata.Ready || d.Deliveries != 1 {
+		t.Fatalf("after the hand-back of b: %+v, want ready with 1 delivery", d)
+	}
+	// A hand-back by a token that does not hold the row changes nothing.
+	c = claim(11, "c", 1, 0)
+	if len(c.Rows) != 1 || c.Deliveries[0].Deliveries != 2 {
+		t.Fatalf("claim c: %+v", c)
+	}
+	settle(12, metadata.Unwait, "b", i)
+	if d := deliveries(13)[i]; d.State != metadata.Leased || d.Lease != "c" || d.Deliveries != 2 {
+		t.Fatalf("a stale hand-back changed c's lease: %+v", d)
 	}
 }

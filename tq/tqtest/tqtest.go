@@ -53,6 +53,7 @@ func cases() []testCase {
 	all = append(all, fieldCases()...)
 	all = append(all, badInputCases()...)
 	all = append(all, leaseCases()...)
+	all = append(all, handBackCases()...)
 	return all
 }
 

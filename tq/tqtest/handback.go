@@ -1,0 +1,127 @@
+package tqtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/internal/hook"
+	"github.com/tqgo/tqgo/tq"
+)
+
+func handBackCases() []testCase {
+	return []testCase{
+		{"HandBack/WaitEndsAsFilled", handBackWaitEndsAsFilled},
+		{"HandBack/DataUnread", handBackDataUnread},
+	}
+}
+
+// handBackWaitEndsAsFilled: a Wait whose context ends at the moment its
+// claim is filled (a hook ends it there: on a shared engine as a record
+// fulfils its standing claim, on memory as the commit wakes it) returns
+// its context's error, and the rows go back at once, undelivered: another
+// consumer claims them long before the lease would end, each with this
+// delivery only, none dead under MaxDeliveries(1).
+func handBackWaitEndsAsFilled(t *testing.T, e Engine) {
+	c, other := e.Open(t), e.Open(t)
+	p := "handback-wait"
+	opts := []tq.TaskOption{tq.MaxDeliveries(1), tq.LeaseFor(time.Minute)}
+	task := mustTask(t, c, p, "w", []string{"a"}, opts...)
+	taker := mustTask(t, other, p, "w", []string{"a"}, opts...)
+	for round := range 2 {
+		keys := []string{fmt.Sprintf("r%d-0", round), fmt.Sprintf("r%d-1", round)}
+		ctx, cancel := context.WithCancel(t.Context())
+		waiting := make(chan struct{}, 1)
+		restoreW := hook.SetWaiting(func(partition string) {
+			if partition == p {
+				select {
+				case waiting <- struct{}{}:
+				default:
+				}
+			}
+		})
+		restoreS := hook.SetServed(func(partition string) {
+			if partition == p {
+				cancel()
+			}
+		})
+		errc := make(chan error, 1)
+		go func() {
+			l, err := task.Wait(ctx, 2, tq.AtLeast(2))
+			if err == nil {
+				err = fmt.Errorf("leased %q", l.Keys())
+			}
+			errc <- err
+		}()
+		select {
+		case <-waiting:
+		case err := <-errc:
+			t.Fatalf("round %d: Wait returned before waiting: %v", round, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the Wait never waited", round)
+		}
+		putRows(t, other, p, keys, nil, "a")
+		var err error
+		select {
+		case err = <-errc:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the Wait did not return after its context ended", round)
+		}
+		restoreS()
+		restoreW()
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: Wait ended as its claim was filled: %v, want context.Canceled", round, err)
+		}
+		// Back at once: well before the minute's lease would end.
+		l := claimSoon(t, taker, 2, 15*time.Second)
+		if !slices.Equal(l.Keys(), keys) || !slices.Equal(l.Deliveries, []int{1, 1}) {
+			t.Fatalf("round %d: claim after the Wait left: %q deliveries %v, want %q with 1 each", round, l.Keys(), l.Deliveries, keys)
+		}
+		mustAck(t, l)
+		if st := mustStatus(t, taker); st.Dead != 0 {
+			t.Fatalf("round %d: %d dead rows, want none", round, st.Dead)
+		}
+	}
+}
+
+// claimSoon claims n rows of task until it leases some, for up to within.
+func claimSoon(t *testing.T, task *tq.Task, n int, within time.Duration, opts ...tq.ClaimOption) *tq.Lease {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		l := mustClaim(t, task, n, opts...)
+		if l.Len() > 0 {
+			return l
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no row came back within %v", within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// handBackDataUnread: a claim WithData whose read fails returns the error
+// and hands the rows back undelivered: they are claimable at once, not
+// dead under MaxDeliveries(1), with this delivery only.
+func handBackDataUnread(t *testing.T, e Engine) {
+	c := e.Open(t)
+	p := "handback-data"
+	keys := keysN(2)
+	putRows(t, c, p, keys, nil, "a")
+	task := mustTask(t, c, p, "w", []string{"a"}, tq.MaxDeliveries(1), tq.LeaseFor(time.Minute))
+	if l, err := task.Claim(t.Context(), 2, tq.WithData("missing")); err == nil {
+		t.Fatalf("a claim reading a field the rows lack leased %q with no error", l.Keys())
+	}
+	l := claimSoon(t, task, 2, 15*time.Second)
+	if !slices.Equal(l.Keys(), keys) || !slices.Equal(l.Deliveries, []int{1, 1}) {
+		t.Fatalf("claim after the failed read: %q deliveries %v, want %q with 1 each", l.Keys(), l.Deliveries, keys)
+	}
+	if st := mustStatus(t, task); st.Dead != 0 {
+		t.Fatalf("%d dead rows, want none", st.Dead)
+	}
+	mustAck(t, l)
+}
