@@ -8,26 +8,31 @@ import (
 )
 
 // Release returns the records that end every claim held in the partition:
-// for each task (by name), a K unwait per registered or served claim's
-// token, then a K nack (no delay) per lease token of the rows still
-// leased to it. A log whose every writer is known to be gone (an
-// embedded engine reopened under its directory's lock) appends them, so
-// that the rows of a dead consumer are ready at once, not when its
-// leases run out; each row keeps its deliveries (a nack), so the next
-// claim counts one more, and a row at its max deliveries is dead.
+// for each task (by name), a K unwait per registered claim's token (so
+// that none can lease the rows released next to its gone holder), then a
+// K nack (no delay) per lease token of the rows still leased to it, then
+// a K unwait per served claim's token (its rows, nacked already, are not
+// handed back: its holder may have received them). A log whose every
+// writer is known to be gone (an embedded engine reopened under its
+// directory's lock) appends them, so that the rows of a dead consumer are
+// ready at once, not when its leases run out; each row keeps its
+// deliveries (a nack), so the next claim counts one more, and a row at
+// its max deliveries is dead.
 func (p *Partition) Release() [][]byte {
 	var out [][]byte
+	unwait := func(name string, tokens []string) {
+		slices.Sort(tokens)
+		for _, token := range slices.Compact(tokens) {
+			out = append(out, SettleRecord(&SettleArgs{Task: name, Op: metadata.Unwait, Lease: token}))
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
 		t := p.tasks[name]
 		var waits []string
 		for _, s := range t.standing {
 			waits = append(waits, s.a.Token)
 		}
-		waits = append(waits, slices.Sorted(maps.Keys(t.served))...)
-		slices.Sort(waits)
-		for _, token := range slices.Compact(waits) {
-			out = append(out, SettleRecord(&SettleArgs{Task: name, Op: metadata.Unwait, Lease: token}))
-		}
+		unwait(name, waits)
 		leased := map[string][]uint64{}
 		for i, e := range t.entries {
 			if e.state == metadata.Leased {
@@ -39,6 +44,7 @@ func (p *Partition) Release() [][]byte {
 			slices.Sort(idx)
 			out = append(out, SettleRecord(&SettleArgs{Task: name, Op: metadata.Nack, Lease: token, Indexes: idx}))
 		}
+		unwait(name, slices.Collect(maps.Keys(t.served)))
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 )
 
 // Release ends every claim: the rows leased become ready at once, their
@@ -28,8 +29,14 @@ func TestReleaseEndsClaims(t *testing.T) {
 	if len(first.Rows) != 2 {
 		t.Fatalf("first claim leased %d rows", len(first.Rows))
 	}
-	claim("waiting", 3, 3, time.Hour) // 2 ready: it waits
-	if p.Ready("t") != 2 {
+	claim("served", 3, 3, time.Hour) // c and d ready: it waits for a third
+	putAll(t, p, &next, now, []string{"e"}, []string{"f"}, nil)
+	apply(SettleRecord(&SettleArgs{Task: "other", Op: metadata.Nack, Lease: "none"})) // any entry: the Wait is served after it
+	if got := p.TakeFulfilled(); len(got) != 1 || len(got[0].Rows) != 3 {
+		t.Fatalf("the standing claim was not served c, d and e: %+v", got)
+	}
+	claim("waiting", 1, 1, time.Hour) // nothing ready: it waits
+	if p.Ready("t") != 0 {
 		t.Fatalf("%d ready", p.Ready("t"))
 	}
 	recs := p.Release()
@@ -39,14 +46,17 @@ func TestReleaseEndsClaims(t *testing.T) {
 			t.Fatalf("a released claim was served: %+v", got)
 		}
 	}
-	got := p.Claim(now, &ClaimArgs{Task: "t", Token: "new", Lease: time.Hour, Rows: 4, Min: 1})
-	if len(got.Rows) != 4 {
-		t.Fatalf("after the release a claim leased %d rows, want 4 (records %q)", len(got.Rows), recs)
+	putAll(t, p, &next, now, []string{"g"}, []string{"f"}, nil)
+	got := p.Claim(now, &ClaimArgs{Task: "t", Token: "new", Lease: time.Hour, Rows: 6, Min: 1})
+	if len(got.Rows) != 6 {
+		t.Fatalf("after the release a claim leased %d rows, want 6 (records %q)", len(got.Rows), recs)
 	}
+	// Every row leased before (by a claim or to a served Wait, which its
+	// dead holder may have received) keeps its delivery: this is its second.
 	for i, r := range got.Rows {
-		want := 1
-		if r.Key == first.Rows[0].Key || r.Key == first.Rows[1].Key {
-			want = 2
+		want := 2
+		if r.Key == "g" {
+			want = 1
 		}
 		if got.Deliveries[i].Deliveries != want {
 			t.Errorf("row %s: delivery %d, want %d", r.Key, got.Deliveries[i].Deliveries, want)
