@@ -448,6 +448,7 @@ type srTask struct {
 	batches  []*srBatch
 	standing []*srStanding
 	served   map[string]srServed
+	count    uint64 // acks (of a row not acked before) and drops applied: LOG.md's per-task count
 }
 
 type srState struct {
@@ -733,6 +734,7 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 				ne.deliveries = e.deliveries
 			}
 			t.entries[i] = ne
+			t.count++
 			dropped = append(dropped, i)
 		}
 	}
@@ -859,11 +861,17 @@ func (p *srState) serve() {
 			if !p.mayLease(t, &s.a) {
 				continue
 			}
-			leased, tok, until, rows := p.claim(&s.a)
+			leased, _, until, rows := p.claim(&s.a)
 			if !leased {
 				continue
 			}
-			t.served[tok] = srServed{until: until, rows: rows}
+			// Filed under the standing claim's own token (the one its
+			// unwait and a replacing claim name); a claim with a batch
+			// keeps no rows: the other ranks hold the same rows.
+			if s.a.batch {
+				rows = nil
+			}
+			t.served[s.a.token] = srServed{until: until, rows: rows}
 			t.standing = slices.Delete(t.standing, k, k+1)
 			k--
 		}
@@ -912,6 +920,9 @@ func (p *srState) settle(task string, op uint64, token string, idx []uint64, del
 		switch op {
 		case 1:
 			if e != nil && (e.state == srLeased || e.state == srAcked) && e.token == token {
+				if e.state != srAcked {
+					t.count++
+				}
 				t.entries[i] = &srEntry{state: srAcked, deliveries: e.deliveries, token: e.token, max: e.max}
 				done = append(done, i)
 			}
@@ -943,6 +954,7 @@ func (p *srState) settle(task string, op uint64, token string, idx []uint64, del
 						ne.deliveries = e.deliveries
 					}
 					t.entries[i] = ne
+					t.count++
 					done = append(done, i)
 				}
 			}
@@ -1596,11 +1608,16 @@ func restoreSR(b []byte) (*srState, error) {
 				d.i()
 				d.bl()
 			}
-			d.u() // counts: not kept by this reader
+			d.u() // inserted and consumed: not kept by this reader
 			d.u()
-			for range d.arr() {
-				d.s()
-				d.u()
+			for range d.arr() { // each task's count
+				name := d.s()
+				n := d.u()
+				if t := p.tasks[name]; t != nil {
+					t.count = n
+				} else if d.err == nil {
+					d.fail(fmt.Errorf("count of task %q, not in the snapshot", name))
+				}
 			}
 			if len(d.b) != 0 {
 				for range d.arr() { // open batches' partial flags: not kept either
@@ -1733,7 +1750,7 @@ type srCounts struct{ ready, leased, acked, dead, dropped int }
 
 func (p *srState) counts(task string, at int64) (srCounts, bool) {
 	t := p.tasks[task]
-	if t == nil || len(t.entries) == 0 {
+	if t == nil || len(t.entries) == 0 && t.count == 0 {
 		return srCounts{}, false
 	}
 	var c srCounts
