@@ -38,7 +38,8 @@ type Client struct {
 	// its commit or rollback, which would leave orphaned bytes.
 	life sync.RWMutex
 
-	retry *retrier
+	retry  *retrier
+	events eventLog // see Client.event
 
 	// What the engine can do beyond the required interfaces, found once.
 	stager    backends.Stager // data encodes straight into the engine's memory
