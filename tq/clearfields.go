@@ -32,7 +32,7 @@ import (
 func (c *Client) ClearFields(ctx context.Context, partition string, keys []string, fields ...string) (err error) {
 	ctx, tr := c.trace(ctx, "ClearFields", partition, len(keys))
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "ClearFields", partition)
 	if err != nil {
 		return err
 	}

@@ -169,14 +169,31 @@ func (c *Client) PackStats() codec.Stats { return c.packer.Stats() }
 // enter admits a public call: it holds c.life shared until the returned
 // release is called. Public methods call it once and never call each other
 // while holding it (a shared lock taken twice can deadlock behind Close).
-func (c *Client) enter(ctx context.Context) (release func(), err error) {
+// A closed client's error names op and partition (see closedError).
+func (c *Client) enter(ctx context.Context, op, partition string) (release func(), err error) {
 	c.life.RLock()
 	if err := c.check(ctx); err != nil {
 		c.life.RUnlock()
+		if err == ErrClosed {
+			err = &closedError{op: op, partition: partition}
+		}
 		return nil, err
 	}
 	return c.life.RUnlock, nil
 }
+
+// closedError is a call made on a closed client: it names the call and
+// its partition, and matches ErrClosed.
+type closedError struct{ op, partition string }
+
+func (e *closedError) Error() string {
+	if e.partition == "" {
+		return fmt.Sprintf("tq: %s: client closed (Close was called on it; calls need an open client)", e.op)
+	}
+	return fmt.Sprintf("tq: %s on partition %q: client closed (Close was called on it; calls need an open client)", e.op, e.partition)
+}
+
+func (e *closedError) Is(target error) bool { return target == ErrClosed }
 
 func (c *Client) check(ctx context.Context) error {
 	if c.closed.Load() {

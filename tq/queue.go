@@ -33,12 +33,15 @@ var ErrLeaseLost = errors.New("tq: lease lost")
 
 // LeaseLostError names the rows a settle found its lease no longer holds.
 type LeaseLostError struct {
-	Op   string // "ack", "nack", "extend", "retry", "drop"
-	Keys []string
+	Op        string // "ack", "nack", "extend", "retry", "drop"
+	Partition string
+	Task      string
+	Keys      []string
 }
 
 func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("tq: %s: %d rows not held (%q...)", e.Op, len(e.Keys), e.Keys[0])
+	return fmt.Sprintf("tq: %s on partition %q task %q: lease lost on %d rows (%q...): the lease ended or was reset or cleared, and the rows are another consumer's (a handler slower than its lease: extend it, or LeaseFor a longer one)",
+		e.Op, e.Partition, e.Task, len(e.Keys), e.Keys[0])
 }
 func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
@@ -236,7 +239,7 @@ func (c *Client) Task(partition, name string, fields []string, opts ...TaskOptio
 		return nil, fmt.Errorf("%w: empty task name", ErrInvalid)
 	}
 	if len(fields) == 0 {
-		return nil, fmt.Errorf("%w: task %q names no fields", ErrInvalid, name)
+		return nil, fmt.Errorf("%w: task %q on partition %q names no fields (pass the fields its consumers read)", ErrInvalid, name, partition)
 	}
 	for _, f := range fields {
 		if err := checkField(f); err != nil {
@@ -447,7 +450,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 			return nil, err
 		}
 	}
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, op, t.partition)
 	if err != nil {
 		return nil, err
 	}
@@ -805,7 +808,7 @@ func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d 
 	if err != nil {
 		return err
 	}
-	release, err := t.c.enter(ctx)
+	release, err := t.c.enter(ctx, op, t.partition)
 	if err != nil {
 		return err
 	}
@@ -835,11 +838,11 @@ func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d 
 		}
 		l.mu.Unlock()
 	}
-	return lostError(strings.ToLower(op), res.Lost, l.Meta.Rows)
+	return lostError(strings.ToLower(op), t.partition, t.name, res.Lost, l.Meta.Rows)
 }
 
 // lostError names the rows of lost among rows, or is nil.
-func lostError(op string, lost []uint64, rows []RowInfo) error {
+func lostError(op, partition, task string, lost []uint64, rows []RowInfo) error {
 	if len(lost) == 0 {
 		return nil
 	}
@@ -847,7 +850,7 @@ func lostError(op string, lost []uint64, rows []RowInfo) error {
 	for _, r := range rows {
 		keyOf[r.Index] = r.Key
 	}
-	e := &LeaseLostError{Op: op}
+	e := &LeaseLostError{Op: op, Partition: partition, Task: task}
 	for _, i := range lost {
 		e.Keys = append(e.Keys, keyOf[i])
 	}
