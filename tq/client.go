@@ -125,7 +125,7 @@ func newClient(eng backends.Engine, meta metadata.MetaStore, o options, owns boo
 	}
 	c.closing, c.endClosing = context.WithCancel(context.Background())
 	c.retry = &retrier{policy: o.retry, log: o.logger, closing: c.closing}
-	c.data, c.meta = withRetry(c.data, c.meta, c.retry)
+	c.data, c.meta = withRetry(c.data, withPartitions(c.meta), c.retry)
 	c.stager, _ = eng.Data.(backends.Stager)
 	c.conns, _ = eng.Data.(backends.ConnStater)
 	c.colocated, _ = c.meta.(metadata.Colocated)
