@@ -40,7 +40,7 @@ func (c *Client) ClearFields(ctx context.Context, partition string, keys []strin
 	if err := checkPartition(partition); err != nil {
 		return err
 	}
-	if err := checkKeys(keys); err != nil {
+	if err := checkKeys(partition, keys); err != nil {
 		return err
 	}
 	if len(fields) == 0 {

@@ -80,6 +80,25 @@ func TestErrorsNameTheirSubject(t *testing.T) {
 			_, err := c.Task("p", "work", nil)
 			return err
 		}, []string{`"p"`, `"work"`, "field"}},
+		{"Invalid empty task name", tq.ErrInvalid, func() error {
+			_, err := c.Task("p", "", []string{"a"})
+			return err
+		}, []string{`"p"`, "task"}},
+		{"Invalid task option", tq.ErrInvalid, func() error {
+			_, err := c.Task("p", "work", []string{"a"}, tq.MaxDeliveries(-1))
+			return err
+		}, []string{`"p"`, `"work"`, "-1"}},
+		{"Invalid claim", tq.ErrInvalid, func() error {
+			_, err := tk.Claim(ctx, 0)
+			return err
+		}, []string{`"p"`, `"work"`, "0"}},
+		{"Invalid duplicate key", tq.ErrInvalid, func() error {
+			_, err := c.BatchGet(ctx, "p", []string{"k0", "k0"}, "a")
+			return err
+		}, []string{`"p"`, `"k0"`}},
+		{"Invalid key not leased", tq.ErrInvalid, func() error {
+			return l.Nack(ctx, 0, "stranger")
+		}, []string{`"p"`, `"work"`, `"stranger"`, "Lease.Keys"}},
 		{"Closed", tq.ErrClosed, func() error {
 			_, err := closed.BatchGet(ctx, "p", []string{"k0"})
 			return err

@@ -52,7 +52,7 @@ func (c *Client) getFresh(ctx context.Context, tr *callTrace, partition string, 
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
-	if err := checkKeys(keys); err != nil {
+	if err := checkKeys(partition, keys); err != nil {
 		return nil, err
 	}
 	asked, err := checkReadFields(fields)

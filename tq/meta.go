@@ -114,7 +114,7 @@ func (c *Client) lookupRows(ctx context.Context, partition string, keys []string
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
-	if err := checkKeys(keys); err != nil {
+	if err := checkKeys(partition, keys); err != nil {
 		return nil, err
 	}
 	return c.lookupValid(ctx, partition, keys)
@@ -167,7 +167,7 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) (er
 	if err := checkPartition(partition); err != nil {
 		return err
 	}
-	if err := checkKeys(keys); err != nil {
+	if err := checkKeys(partition, keys); err != nil {
 		return err
 	}
 	rows, err := c.meta.Delete(ctx, partition, keys)

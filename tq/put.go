@@ -89,7 +89,7 @@ func (c *Client) validatePut(partition string, keys []string, batch Batch, tags 
 	if len(keys) == 0 {
 		return nil, nil, invalidf("no keys")
 	}
-	if err := checkKeys(keys); err != nil {
+	if err := checkKeys(partition, keys); err != nil {
 		return nil, nil, err
 	}
 	if tags != nil && len(tags) != len(keys) {

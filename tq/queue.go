@@ -236,7 +236,7 @@ func (c *Client) Task(partition, name string, fields []string, opts ...TaskOptio
 		return nil, err
 	}
 	if name == "" {
-		return nil, fmt.Errorf("%w: empty task name", ErrInvalid)
+		return nil, fmt.Errorf("%w: empty task name on partition %q (name the task)", ErrInvalid, partition)
 	}
 	if len(fields) == 0 {
 		return nil, fmt.Errorf("%w: task %q on partition %q names no fields (pass the fields its consumers read)", ErrInvalid, name, partition)
@@ -249,10 +249,10 @@ func (c *Client) Task(partition, name string, fields []string, opts ...TaskOptio
 	t := &Task{c: c, partition: partition, name: name, fields: slices.Clone(fields), lease: DefaultLease, sampler: Sequential(), holder: c.opts.name}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil task option", ErrInvalid)
+			return nil, fmt.Errorf("%w: task %q on partition %q: nil task option", ErrInvalid, name, partition)
 		}
 		if err := o(t); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("task %q on partition %q: %w", name, partition, err)
 		}
 	}
 	if _, ok := t.sampler.(groups); t.deadline != nil && (!ok || t.budget != nil) {
@@ -426,7 +426,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	}
 	switch {
 	case n < 1 || n > MaxClaim:
-		return nil, fmt.Errorf("%w: claim of %d rows (1..%d)", ErrInvalid, n, MaxClaim)
+		return nil, fmt.Errorf("%w: task %q on partition %q: claim of %d rows (1..%d)", ErrInvalid, t.name, t.partition, n, MaxClaim)
 	case o.min < 1 || o.min > n:
 		return nil, fmt.Errorf("%w: at least %d of %d rows", ErrInvalid, o.min, n)
 	}
@@ -743,7 +743,7 @@ func (l *Lease) indexesOf(keys []string) ([]uint64, error) {
 	}
 	for _, k := range keys {
 		if _, ok := l.index[k]; !ok {
-			return nil, fmt.Errorf("%w: key %q is not in the lease", ErrInvalid, k)
+			return nil, fmt.Errorf("%w: task %q on partition %q: key %q is not in the lease (settle only the keys it holds: Lease.Keys)", ErrInvalid, l.task.name, l.task.partition, k)
 		}
 	}
 	return l.indexes(keys), nil
@@ -802,7 +802,7 @@ func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d 
 		if len(keys) == 0 {
 			return nil // an empty lease: nothing to settle
 		}
-		return fmt.Errorf("%w: key %q is not in the lease", ErrInvalid, keys[0])
+		return fmt.Errorf("%w: task %q on partition %q: key %q is not in the lease (an empty one)", ErrInvalid, t.name, t.partition, keys[0])
 	}
 	idx, err := l.indexesOf(keys)
 	if err != nil {
