@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/tqgo/tqgo/internal/childproc"
 	"os/exec"
 	"regexp"
 	"runtime"
@@ -268,6 +269,7 @@ func (b *redisBenchmark) run(ctx context.Context) (setRPS, getRPS float64, err e
 		args = append(args, "-a", b.opts.Password)
 	}
 	cmd := exec.CommandContext(ctx, b.path, args...)
+	childproc.Tie(cmd)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, tail(out))

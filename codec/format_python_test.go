@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"github.com/tqgo/tqgo/internal/childproc"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,7 +97,9 @@ for arg in sys.argv[1:]:
 		names = append(names, name)
 		args = append(args, hex.EncodeToString(buf))
 	}
-	out, err := exec.Command(py, append([]string{path}, args...)...).CombinedOutput()
+	cmd := exec.Command(py, append([]string{path}, args...)...)
+	childproc.Tie(cmd)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python3: %v\n%s", err, out)
 	}

@@ -103,7 +103,7 @@ func (c *Client) fullPolicy(ctx context.Context) (FullPolicy, error) {
 func (c *Client) SetCapacity(ctx context.Context, partition string, cp Capacity) (err error) {
 	ctx, tr := c.trace(ctx, "SetCapacity", partition, 0)
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "SetCapacity", partition)
 	if err != nil {
 		return err
 	}

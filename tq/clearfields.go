@@ -32,7 +32,7 @@ import (
 func (c *Client) ClearFields(ctx context.Context, partition string, keys []string, fields ...string) (err error) {
 	ctx, tr := c.trace(ctx, "ClearFields", partition, len(keys))
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "ClearFields", partition)
 	if err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func (c *Client) ClearFields(ctx context.Context, partition string, keys []strin
 	if err := checkPartition(partition); err != nil {
 		return err
 	}
-	if err := checkKeys(keys); err != nil {
+	if err := checkKeys(partition, keys); err != nil {
 		return err
 	}
 	if len(fields) == 0 {

@@ -44,7 +44,8 @@ type Client struct {
 	// (see enter).
 	backs handBacks
 
-	retry *retrier
+	retry  *retrier
+	events eventLog // see Client.event
 
 	// What the engine can do beyond the required interfaces, found once.
 	stager    backends.Stager // data encodes straight into the engine's memory
@@ -130,7 +131,7 @@ func newClient(eng backends.Engine, meta metadata.MetaStore, o options, owns boo
 	}
 	c.closing, c.endClosing = context.WithCancel(context.Background())
 	c.retry = &retrier{policy: o.retry, log: o.logger, closing: c.closing}
-	c.data, c.meta = withRetry(c.data, c.meta, c.retry)
+	c.data, c.meta = withRetry(c.data, withPartitions(c.meta), c.retry)
 	c.stager, _ = eng.Data.(backends.Stager)
 	c.conns, _ = eng.Data.(backends.ConnStater)
 	c.colocated, _ = c.meta.(metadata.Colocated)
@@ -175,10 +176,14 @@ func (c *Client) PackStats() codec.Stats { return c.packer.Stats() }
 // enter admits a public call: it holds c.life shared until the returned
 // release is called. Public methods call it once and never call each other
 // while holding it (a shared lock taken twice can deadlock behind Close).
-func (c *Client) enter(ctx context.Context) (release func(), err error) {
+// A closed client's error names op and partition (see closedError).
+func (c *Client) enter(ctx context.Context, op, partition string) (release func(), err error) {
 	c.life.RLock()
 	if err := c.check(ctx); err != nil {
 		c.life.RUnlock()
+		if err == ErrClosed {
+			err = &closedError{op: op, partition: partition}
+		}
 		return nil, err
 	}
 	if err := c.backs.await(ctx); err != nil {
@@ -233,6 +238,19 @@ func (h *handBacks) await(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// closedError is a call made on a closed client: it names the call and
+// its partition, and matches ErrClosed.
+type closedError struct{ op, partition string }
+
+func (e *closedError) Error() string {
+	if e.partition == "" {
+		return fmt.Sprintf("tq: %s: client closed (Close was called on it; calls need an open client)", e.op)
+	}
+	return fmt.Sprintf("tq: %s on partition %q: client closed (Close was called on it; calls need an open client)", e.op, e.partition)
+}
+
+func (e *closedError) Is(target error) bool { return target == ErrClosed }
 
 func (c *Client) check(ctx context.Context) error {
 	if c.closed.Load() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -131,11 +132,16 @@ func (t *Task) Consume(ctx context.Context, n int, h Handler, opts ...ConsumeOpt
 					return
 				case errors.Is(err, ErrOutcomeUnknown):
 					// Rows it may have leased come back when the lease ends.
-					t.c.opts.logger.Warn("tq: consume: a claim's outcome is unknown", "partition", t.partition, "task", t.name, "err", err)
+					t.c.event(slog.LevelWarn, "claim outcome unknown", t.partition, t.name, nil, err,
+						"tq: consume: a claim's outcome is unknown; rows it may have leased come back when the lease ends")
 					continue
 				case err != nil:
 					fail(err)
 					return
+				}
+				if again := maxDeliveries(l); again > 1 {
+					t.c.event(slog.LevelWarn, "redelivered", t.partition, t.name, l.Keys(), nil,
+						"tq: consume: rows delivered again", "deliveries", again)
 				}
 				if err := t.handle(ctx, l, h, &o); err != nil {
 					fail(err)
@@ -178,8 +184,8 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 	var serr error
 	switch {
 	case errors.Is(context.Cause(hctx), ErrLeaseLost):
-		t.c.opts.logger.Warn("tq: consume: lease lost while the handler ran; its rows are another's now",
-			"partition", t.partition, "task", t.name, "rows", l.Len(), "err", context.Cause(hctx))
+		t.c.event(slog.LevelWarn, "lease lost", t.partition, t.name, l.Keys(), context.Cause(hctx),
+			"tq: consume: lease lost while the handler ran; its rows are another's now (a handler slower than the lease the engine could not extend?)")
 		// Rows the lease may still hold go back at once; those it lost
 		// are reported lost, and are another's.
 		serr = l.Nack(sctx, 0, keys...)
@@ -188,8 +194,8 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 		// ctx, bounded by the lease).
 		serr = l.Ack(sctx, keys...)
 	case errors.Is(err, ErrPermanent):
-		t.c.opts.logger.Warn("tq: consume: handler failed for good; dropping its rows",
-			"partition", t.partition, "task", t.name, "rows", l.Len(), "err", err)
+		t.c.event(slog.LevelWarn, "gave up", t.partition, t.name, l.Keys(), err,
+			"tq: consume: handler failed for good (Permanent); dropping its rows")
 		// Nacked with a delay no other consumer claims through, then
 		// dropped: should the drop fail, the rows come back after it.
 		if serr = l.Nack(sctx, max(t.lease, time.Minute), keys...); serr == nil {
@@ -208,13 +214,21 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 			d *= 2
 		}
 		d = min(d, o.most)
-		t.c.opts.logger.Info("tq: consume: handler failed; rows delivered again after a backoff",
-			"partition", t.partition, "task", t.name, "rows", l.Len(), "deliveries", maxDeliveries(l), "backoff", d, "err", err)
+		if t.maxDel > 0 && maxDeliveries(l) >= t.maxDel {
+			t.c.event(slog.LevelWarn, "dead", t.partition, t.name, l.Keys(), err,
+				"tq: consume: handler failed on the rows' last delivery; they are dead (see Task.Dead, Task.Retry)",
+				"deliveries", maxDeliveries(l), "max_deliveries", t.maxDel)
+		} else {
+			t.c.event(slog.LevelWarn, "retry", t.partition, t.name, l.Keys(), err,
+				"tq: consume: handler failed; its rows are delivered again after a backoff",
+				"deliveries", maxDeliveries(l), "backoff", d)
+		}
 		serr = l.Nack(sctx, d, keys...)
 	}
 	if serr == nil || errors.Is(serr, ErrLeaseLost) || errors.Is(serr, ErrOutcomeUnknown) {
 		if serr != nil {
-			t.c.opts.logger.Warn("tq: consume: settling a lease", "partition", t.partition, "task", t.name, "err", serr)
+			t.c.event(slog.LevelWarn, "settle failed", t.partition, t.name, l.Keys(), serr,
+				"tq: consume: settling a lease failed; its rows come back when it ends")
 		}
 		return nil
 	}
@@ -233,8 +247,8 @@ func maxDeliveries(l *Lease) int {
 func (t *Task) runHandler(ctx context.Context, l *Lease, h Handler) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			t.c.opts.logger.Error("tq: consume: handler panicked", "partition", t.partition, "task", t.name,
-				"panic", p, "stack", string(debug.Stack()))
+			t.c.event(slog.LevelError, "panic", t.partition, t.name, l.Keys(), fmt.Errorf("%v", p),
+				"tq: consume: handler panicked", "stack", string(debug.Stack()))
 			err = fmt.Errorf("tq: handler panicked: %v", p)
 		}
 	}()
@@ -283,7 +297,8 @@ func (t *Task) keepLease(ctx context.Context, l *Lease, done <-chan struct{}, ca
 			cancel(fmt.Errorf("%w: could not extend it before it ended: %w", ErrLeaseLost, err))
 			return
 		default:
-			t.c.opts.logger.Warn("tq: consume: extending a lease", "partition", t.partition, "task", t.name, "err", err)
+			t.c.event(slog.LevelWarn, "extend failed", t.partition, t.name, l.Keys(), err,
+				"tq: consume: extending a lease failed; trying again before it ends")
 		}
 	}
 }

@@ -98,7 +98,12 @@
 //
 // # Engines
 //
-// Open picks an engine by URL scheme: "memory://" (or "") is embedded;
+// Open picks an engine by URL scheme: "memory://" (or "") is embedded
+// and private to the client: two Opens of "memory://" are two queues.
+// "memory://NAME" is the process's embedded queue of that name, shared by
+// every client opened on it (a Wait in one is woken by a put in another),
+// alive while one of them is open: once the last closes, its rows are
+// gone and the name starts empty again (see package backends/memory);
 // "file:///dir" is embedded and kept in a directory across crashes (see
 // package backends/file); "redis://" needs import _
 // "github.com/tqgo/tqgo/backends/redis";

@@ -33,7 +33,7 @@ var errVanished = fmt.Errorf("%w: cell missing from the backend", ErrNotFound)
 func (c *Client) BatchGet(ctx context.Context, partition string, keys []string, fields ...string) (_ Batch, err error) {
 	ctx, tr := c.trace(ctx, "BatchGet", partition, len(keys))
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "BatchGet", partition)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func (c *Client) getFresh(ctx context.Context, tr *callTrace, partition string, 
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
-	if err := checkKeys(keys); err != nil {
+	if err := checkKeys(partition, keys); err != nil {
 		return nil, err
 	}
 	asked, err := checkReadFields(fields)
@@ -160,7 +160,7 @@ func (c *Client) BatchGetByMeta(ctx context.Context, m *BatchMeta, fields ...str
 	}
 	ctx, tr := c.trace(ctx, "BatchGetByMeta", partition, keys)
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "BatchGetByMeta", partition)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ import (
 func (c *Client) BatchGetInto(ctx context.Context, partition string, keys []string, into Batch, fields ...string) (_ Batch, err error) {
 	ctx, tr := c.trace(ctx, "BatchGetInto", partition, len(keys))
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "BatchGetInto", partition)
 	if err != nil {
 		return nil, err
 	}

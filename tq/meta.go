@@ -62,7 +62,7 @@ func fieldShape(s []int64) []int {
 func (c *Client) List(ctx context.Context, partition string) (_ *BatchMeta, err error) {
 	ctx, tr := c.trace(ctx, "List", partition, 0)
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "List", partition)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (c *Client) List(ctx context.Context, partition string) (_ *BatchMeta, err 
 func (c *Client) Lookup(ctx context.Context, partition string, keys []string) (_ *BatchMeta, err error) {
 	ctx, tr := c.trace(ctx, "Lookup", partition, len(keys))
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "Lookup", partition)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (c *Client) lookupRows(ctx context.Context, partition string, keys []string
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
-	if err := checkKeys(keys); err != nil {
+	if err := checkKeys(partition, keys); err != nil {
 		return nil, err
 	}
 	return c.lookupValid(ctx, partition, keys)
@@ -141,7 +141,7 @@ func (c *Client) lookupValid(ctx context.Context, partition string, keys []strin
 func (c *Client) Partitions(ctx context.Context) (_ []string, err error) {
 	ctx, tr := c.trace(ctx, "Partitions", "", 0)
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "Partitions", "")
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func (c *Client) Partitions(ctx context.Context) (_ []string, err error) {
 func (c *Client) Clear(ctx context.Context, partition string, keys []string) (err error) {
 	ctx, tr := c.trace(ctx, "Clear", partition, len(keys))
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "Clear", partition)
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) (er
 	if err := checkPartition(partition); err != nil {
 		return err
 	}
-	if err := checkKeys(keys); err != nil {
+	if err := checkKeys(partition, keys); err != nil {
 		return err
 	}
 	rows, err := c.meta.Delete(ctx, partition, keys)
@@ -186,7 +186,7 @@ func (c *Client) Clear(ctx context.Context, partition string, keys []string) (er
 func (c *Client) ClearPartition(ctx context.Context, partition string) (err error) {
 	ctx, tr := c.trace(ctx, "ClearPartition", partition, 0)
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "ClearPartition", partition)
 	if err != nil {
 		return err
 	}

@@ -34,9 +34,10 @@ func TestOpenBadURLHidesPassword(t *testing.T) {
 	}
 }
 
-// memory:// names nothing: a host, path or option is refused, not ignored.
+// memory:// takes a name and nothing else: a port, path, user or option
+// is refused, not ignored.
 func TestOpenMemoryRefusesOptions(t *testing.T) {
-	for _, url := range []string{"memory://x", "memory://?prefix=job1", "memory:///path", "memory://u:p@"} {
+	for _, url := range []string{"memory://x:1", "memory://?prefix=job1", "memory:///path", "memory://x/path", "memory://u:p@"} {
 		c, err := tq.Open(context.Background(), url)
 		if err == nil {
 			c.Close()

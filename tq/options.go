@@ -37,7 +37,7 @@ func defaultOptions() options {
 		pack:      codec.DefaultOptions(),
 		keysLimit: DefaultKeysLimit,
 		ioDepth:   DefaultIODepth,
-		logger:    slog.New(slog.DiscardHandler),
+		logger:    defaultLogger(),
 		retry:     DefaultRetry,
 		name:      defaultName(),
 	}
@@ -118,9 +118,22 @@ func WithIODepth(n int) Option {
 	}
 }
 
-// WithLogger sets the logger (default: discard). Writes and rollbacks are
-// logged at Debug, failed cleanups and an engine found unavailable at
-// Warn (see RetryPolicy).
+// WithLogger sets the client's logger. By default a client logs warnings
+// and errors, and nothing below, through slog.Default()'s handler as it is
+// at each record (unless the program set another, the standard log
+// package's, on stderr); a logger given here gets every level it enables.
+// Quiet silences the client; a nil l fails with ErrInvalid.
+//
+// Writes and rollbacks are logged at Debug. At Warn, once per occurrence
+// and at most once a second per event, partition and task (the records
+// passed over are counted in the next one's "suppressed"): a Consume
+// handler's failure and its rows' redelivery, rows delivered again, a
+// lease lost, rows given up on (dropped as Permanent, or dead after
+// MaxDeliveries), a Wait that makes no progress (see DefaultStallWarn and Stall), failed
+// cleanups, and an engine found unavailable (once per outage: see
+// RetryPolicy). Such records carry the attributes "event", "partition",
+// "task", "keys" (the first few), "rows" and "cause". A panicking handler
+// or Sampler, and an engine given up on, are logged at Error.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
 		if l == nil {

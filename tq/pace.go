@@ -46,7 +46,7 @@ func (c *Client) Pace(ctx context.Context, partition, versionTag string, v, k in
 			return fmt.Errorf("%w: pace: empty task name", ErrInvalid)
 		}
 	}
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "Pace", partition)
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func (c *Client) awaitRatio(ctx context.Context, op, partition, task string, r R
 	if err := r.check(); err != nil {
 		return err
 	}
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, op, partition)
 	if err != nil {
 		return err
 	}

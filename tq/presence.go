@@ -151,7 +151,7 @@ func (c *Client) Members(ctx context.Context, group string) (_ []Member, err err
 			return nil, fmt.Errorf("presence group: %w", err)
 		}
 	}
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "Members", PresencePartition)
 	if err != nil {
 		return nil, err
 	}

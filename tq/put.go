@@ -56,7 +56,7 @@ func (c *Client) Put(ctx context.Context, partition, key string, fields map[stri
 func (c *Client) BatchPut(ctx context.Context, partition string, keys []string, batch Batch, tags []Tag) (err error) {
 	ctx, tr := c.trace(ctx, "BatchPut", partition, len(keys))
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "BatchPut", partition)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (c *Client) validatePut(partition string, keys []string, batch Batch, tags 
 	if len(keys) == 0 {
 		return nil, nil, invalidf("no keys")
 	}
-	if err := checkKeys(keys); err != nil {
+	if err := checkKeys(partition, keys); err != nil {
 		return nil, nil, err
 	}
 	if tags != nil && len(tags) != len(keys) {
@@ -115,7 +115,7 @@ func (c *Client) validatePut(partition string, keys []string, batch Batch, tags 
 			return nil, nil, invalidf("field %q: zero Column (use Stacked, Jagged or Values)", f)
 		}
 		if col.Len() != len(keys) {
-			return nil, nil, invalidf("field %q has %d rows for %d keys", f, col.Len(), len(keys))
+			return nil, nil, invalidf("partition %q: field %q has %d rows for %d keys (one row per key)", partition, f, col.Len(), len(keys))
 		}
 	}
 	normTags, err := normalizeTags(partition, keys, tags)

@@ -33,12 +33,15 @@ var ErrLeaseLost = errors.New("tq: lease lost")
 
 // LeaseLostError names the rows a settle found its lease no longer holds.
 type LeaseLostError struct {
-	Op   string // "ack", "nack", "extend", "retry", "drop"
-	Keys []string
+	Op        string // "ack", "nack", "extend", "retry", "drop"
+	Partition string
+	Task      string
+	Keys      []string
 }
 
 func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("tq: %s: %d rows not held (%q...)", e.Op, len(e.Keys), e.Keys[0])
+	return fmt.Sprintf("tq: %s on partition %q task %q: lease lost on %d rows (%q...): the lease ended or was reset or cleared, and the rows are another consumer's (a handler slower than its lease: extend it, or LeaseFor a longer one)",
+		e.Op, e.Partition, e.Task, len(e.Keys), e.Keys[0])
 }
 func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
@@ -233,10 +236,10 @@ func (c *Client) Task(partition, name string, fields []string, opts ...TaskOptio
 		return nil, err
 	}
 	if name == "" {
-		return nil, fmt.Errorf("%w: empty task name", ErrInvalid)
+		return nil, fmt.Errorf("%w: empty task name on partition %q (name the task)", ErrInvalid, partition)
 	}
 	if len(fields) == 0 {
-		return nil, fmt.Errorf("%w: task %q names no fields", ErrInvalid, name)
+		return nil, fmt.Errorf("%w: task %q on partition %q names no fields (pass the fields its consumers read)", ErrInvalid, name, partition)
 	}
 	for _, f := range fields {
 		if err := checkField(f); err != nil {
@@ -246,10 +249,10 @@ func (c *Client) Task(partition, name string, fields []string, opts ...TaskOptio
 	t := &Task{c: c, partition: partition, name: name, fields: slices.Clone(fields), lease: DefaultLease, sampler: Sequential(), holder: c.opts.name}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil task option", ErrInvalid)
+			return nil, fmt.Errorf("%w: task %q on partition %q: nil task option", ErrInvalid, name, partition)
 		}
 		if err := o(t); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("task %q on partition %q: %w", name, partition, err)
 		}
 	}
 	if _, ok := t.sampler.(groups); t.deadline != nil && (!ok || t.budget != nil) {
@@ -431,7 +434,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 	}
 	switch {
 	case n < 1 || n > MaxClaim:
-		return nil, fmt.Errorf("%w: claim of %d rows (1..%d)", ErrInvalid, n, MaxClaim)
+		return nil, fmt.Errorf("%w: task %q on partition %q: claim of %d rows (1..%d)", ErrInvalid, t.name, t.partition, n, MaxClaim)
 	case o.min < 1 || o.min > n:
 		return nil, fmt.Errorf("%w: at least %d of %d rows", ErrInvalid, o.min, n)
 	}
@@ -455,7 +458,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 			return nil, err
 		}
 	}
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, op, t.partition)
 	if err != nil {
 		return nil, err
 	}
@@ -909,7 +912,7 @@ func (l *Lease) indexesOf(keys []string) ([]uint64, error) {
 	}
 	for _, k := range keys {
 		if _, ok := l.index[k]; !ok {
-			return nil, fmt.Errorf("%w: key %q is not in the lease", ErrInvalid, k)
+			return nil, fmt.Errorf("%w: task %q on partition %q: key %q is not in the lease (settle only the keys it holds: Lease.Keys)", ErrInvalid, l.task.name, l.task.partition, k)
 		}
 	}
 	return l.indexes(keys), nil
@@ -968,13 +971,13 @@ func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d 
 		if len(keys) == 0 {
 			return nil // an empty lease: nothing to settle
 		}
-		return fmt.Errorf("%w: key %q is not in the lease", ErrInvalid, keys[0])
+		return fmt.Errorf("%w: task %q on partition %q: key %q is not in the lease (an empty one)", ErrInvalid, t.name, t.partition, keys[0])
 	}
 	idx, err := l.indexesOf(keys)
 	if err != nil {
 		return err
 	}
-	release, err := t.c.enter(ctx)
+	release, err := t.c.enter(ctx, op, t.partition)
 	if err != nil {
 		return err
 	}
@@ -1004,11 +1007,11 @@ func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d 
 		}
 		l.mu.Unlock()
 	}
-	return lostError(strings.ToLower(op), res.Lost, l.Meta.Rows)
+	return lostError(strings.ToLower(op), t.partition, t.name, res.Lost, l.Meta.Rows)
 }
 
 // lostError names the rows of lost among rows, or is nil.
-func lostError(op string, lost []uint64, rows []RowInfo) error {
+func lostError(op, partition, task string, lost []uint64, rows []RowInfo) error {
 	if len(lost) == 0 {
 		return nil
 	}
@@ -1016,7 +1019,7 @@ func lostError(op string, lost []uint64, rows []RowInfo) error {
 	for _, r := range rows {
 		keyOf[r.Index] = r.Key
 	}
-	e := &LeaseLostError{Op: op}
+	e := &LeaseLostError{Op: op, Partition: partition, Task: task}
 	for _, i := range lost {
 		e.Keys = append(e.Keys, keyOf[i])
 	}

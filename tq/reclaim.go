@@ -42,7 +42,7 @@ type ReclaimReport struct {
 func (c *Client) Reclaim(ctx context.Context, partition string, olderThan time.Duration) (_ ReclaimReport, err error) {
 	ctx, tr := c.trace(ctx, "Reclaim", partition, 0)
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "Reclaim", partition)
 	if err != nil {
 		return ReclaimReport{}, err
 	}

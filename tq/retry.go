@@ -115,7 +115,7 @@ func do[T any](ctx context.Context, r *retrier, op string, f func() (T, error)) 
 	backoff := r.policy.Initial
 	attempts := 1
 	if !r.failing.Swap(true) {
-		r.log.Warn("tq: engine unavailable; retrying", "op", op, "for", r.policy.For, "err", err)
+		r.log.Warn("tq: engine unavailable; retrying", "event", "unavailable", "op", op, "for", r.policy.For, "cause", err)
 	}
 	for {
 		wait := backoff/2 + rand.N(backoff/2+1)
@@ -124,7 +124,7 @@ func do[T any](ctx context.Context, r *retrier, op string, f func() (T, error)) 
 		}
 		if wait <= 0 {
 			r.failing.Store(false)
-			r.log.Error("tq: engine unavailable; gave up", "op", op, "attempts", attempts, "after", time.Since(first).Round(time.Millisecond), "err", err)
+			r.log.Error("tq: engine unavailable; gave up", "event", "gave up", "op", op, "attempts", attempts, "after", time.Since(first).Round(time.Millisecond), "cause", err)
 			return v, &retryError{op: op, attempts: attempts, elapsed: time.Since(first), err: err}
 		}
 		t := time.NewTimer(wait)

@@ -182,7 +182,8 @@ func (w *stallWatch) check(ctx context.Context, want int) error {
 	if t.stall != nil && (len(gone) > 0 || len(t.stall.peers) == 0) {
 		return e
 	}
-	t.c.opts.logger.Warn("tq: still waiting", "status", e.describe())
+	t.c.opts.logger.Warn("tq: still waiting", "event", "stalled", "partition", t.partition, "task", t.name,
+		"waited", waited.Round(time.Second), "status", e.describe())
 	w.since = now // warn again after another bound
 	return nil
 }

@@ -92,7 +92,7 @@ type LeaseStatus struct {
 func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err error) {
 	ctx, tr := c.trace(ctx, "Status", partition, 0)
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "Status", partition)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +240,7 @@ func (t *Task) view(ctx context.Context, op string) (_ metadata.View, err error)
 	c := t.c
 	ctx, tr := c.trace(ctx, op, t.partition, 0)
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, op, t.partition)
 	if err != nil {
 		return metadata.View{}, err
 	}
@@ -293,7 +293,7 @@ func (t *Task) mark(ctx context.Context, op string, sop metadata.SettleOp, keys 
 	c := t.c
 	ctx, tr := c.trace(ctx, op, t.partition, len(keys))
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, op, t.partition)
 	if err != nil {
 		return err
 	}
@@ -314,7 +314,7 @@ func (t *Task) mark(ctx context.Context, op string, sop metadata.SettleOp, keys 
 		return err
 	}
 	c.cleared(ctx, tr, t.partition, res.Cleared)
-	return lostError(strings.ToLower(op), res.Lost, infos)
+	return lostError(strings.ToLower(op), t.partition, t.name, res.Lost, infos)
 }
 
 // ResetConsumption forgets task's consumption of keys of partition (every
@@ -325,7 +325,7 @@ func (t *Task) mark(ctx context.Context, op string, sop metadata.SettleOp, keys 
 func (c *Client) ResetConsumption(ctx context.Context, partition, task string, keys ...string) (err error) {
 	ctx, tr := c.trace(ctx, "ResetConsumption", partition, len(keys))
 	defer func() { tr.done(err) }()
-	release, err := c.enter(ctx)
+	release, err := c.enter(ctx, "ResetConsumption", partition)
 	if err != nil {
 		return err
 	}

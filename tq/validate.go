@@ -52,7 +52,7 @@ func checkField(f string) error {
 }
 
 // checkKeys: keys are non-empty and unique within one call.
-func checkKeys(keys []string) error {
+func checkKeys(partition string, keys []string) error {
 	// An open-addressing set of key positions (plus one; 0 is free) at most
 	// half full: a batch of keys costs one allocation and a hash each, a few
 	// times less than a map[string]struct{}.
@@ -64,7 +64,7 @@ func checkKeys(keys []string) error {
 	mask := uint64(size - 1)
 	for i, k := range keys {
 		if k == "" {
-			return invalidf("key %d is empty", i)
+			return invalidf("partition %q: key %d is empty", partition, i)
 		}
 		for j := maphash.String(keySeed, k) & mask; ; j = (j + 1) & mask {
 			if set[j] == 0 {
@@ -72,7 +72,7 @@ func checkKeys(keys []string) error {
 				break
 			}
 			if keys[set[j]-1] == k {
-				return invalidf("key %q appears twice", k)
+				return invalidf("partition %q: key %q appears twice (a call names each key once)", partition, k)
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tqgo/tqgo/internal/childproc"
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
@@ -213,6 +214,7 @@ func TestKill(t *testing.T) {
 func killChild(t *testing.T, dir string, run int, policy string, after time.Duration, puts, acks, clears map[string]bool) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$")
+	childproc.Tie(cmd)
 	cmd.Env = append(os.Environ(), killDirEnv+"="+dir, killRunEnv+"="+strconv.Itoa(run), killSyncEnv+"="+policy)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"errors"
+	"github.com/tqgo/tqgo/internal/childproc"
 	"os"
 	"os/exec"
 	"slices"
@@ -29,6 +30,7 @@ func TestTwoProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	childproc.Tie(cmd)
 	cmd.Env = append(os.Environ(), helperEnv+"="+url)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "PASS") {

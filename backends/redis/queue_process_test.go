@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/tqgo/tqgo/internal/childproc"
 	"io"
 	"os"
 	"os/exec"
@@ -30,6 +31,7 @@ const (
 func startConsumer(t *testing.T, url, mode string) (*exec.Cmd, <-chan string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestQueueConsumerHelper$", "-test.count=1", "-test.timeout=60s")
+	childproc.Tie(cmd)
 	cmd.Env = append(os.Environ(), consumerURLEnv+"="+url, consumerModeEnv+"="+mode)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

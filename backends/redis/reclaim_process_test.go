@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tqgo/tqgo/internal/childproc"
 	"hash/fnv"
 	"io"
 	"maps"
@@ -166,6 +167,7 @@ func TestReclaimAfterKilledWriters(t *testing.T) {
 func runKilledWriter(t *testing.T, url string, child int, seed uint64, warm int, delay time.Duration) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledWriterHelper$", "-test.count=1", "-test.timeout=60s")
+	childproc.Tie(cmd)
 	cmd.Env = append(os.Environ(), killURLEnv+"="+url, killChildEnv+"="+strconv.Itoa(child), killSeedEnv+"="+strconv.FormatUint(seed, 10), killWarmEnv+"="+strconv.Itoa(warm))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tqgo/tqgo/internal/childproc"
 	"net"
 	"os"
 	"os/exec"
@@ -179,7 +180,7 @@ func (s *Server) start(ctx context.Context, extra ...string) error {
 	args = append(args, s.opts.Args...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
-	setDeathSignal(cmd)
+	childproc.Tie(cmd) // killed with the process that started it: a test binary killed by a timeout leaves no redis-server behind
 	out, err := os.Create(filepath.Join(s.dir, "stdout.log"))
 	if err != nil {
 		return fmt.Errorf("redisserver: %w", err)

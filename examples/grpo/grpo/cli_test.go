@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/tqgo/tqgo/internal/childproc"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +28,7 @@ type tqResult struct {
 func runTQ(t *testing.T, bin, url string, args ...string) tqResult {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), bin, args...)
+	childproc.Tie(cmd)
 	cmd.Env = append(os.Environ(), "TQ_URL="+url)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

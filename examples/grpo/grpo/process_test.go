@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tqgo/tqgo/internal/childproc"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,7 @@ func TestProcessesOverRedis(t *testing.T) {
 		p.cmd = exec.Command(exe, "-test.run=^$")
 		p.cmd.Env = append(os.Environ(), roleEnv+"="+role.role, configEnv+"="+string(js), resultEnv+"="+p.result)
 		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+		childproc.Tie(p.cmd) // killed with the test binary, should it die first
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ package grpo
 import (
 	"bytes"
 	"fmt"
+	"github.com/tqgo/tqgo/internal/childproc"
 	"math/rand/v2"
 	"os/exec"
 	"regexp"
@@ -241,7 +242,7 @@ func startProc(t *testing.T, name, bin string, args []string) *proc {
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	// Killed with the test binary, should it die first.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	childproc.Tie(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package childproc
+
+import "os/exec"
+
+func tie(*exec.Cmd) {}
