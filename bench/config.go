@@ -12,7 +12,7 @@ import (
 // Suites, in the order a report prints them.
 var allSuites = []string{"pack", "kv", "limit", "redis", "queue"}
 
-// Config is one run of the report. DefaultConfig is the README's report;
+// Config is one run of the report. DefaultConfig is the report of docs/performance.md;
 // QuickConfig shrinks every size so the whole run takes a second or two.
 type Config struct {
 	Suites []string // subset of allSuites

@@ -1,5 +1,5 @@
 // Command bench is tqgo's performance report: the measurements behind every
-// performance claim in the README.
+// performance claim in docs/performance.md.
 //
 //	go run ./bench                       # the full report, Markdown on stdout
 //	go run ./bench -suites pack -png sweep.png -csv sweep.csv

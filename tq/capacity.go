@@ -15,16 +15,47 @@ import (
 // FullPolicy), and nothing is ever evicted to make room. Room is made by
 // rows leaving: Clear, ClearPartition, or ClearAcked, which clears each
 // row as soon as every task it names has acknowledged (or dropped) it.
-// The zero Capacity bounds nothing. See metadata.Capacity for what each
-// bound counts.
+// The zero Capacity bounds nothing.
+//
+// It is metadata.Capacity, a struct with these fields:
+//
+//	Rows       int64    // rows of the partition: committed ones, and the new rows of
+//	                    // puts in progress; zero: no bound
+//	Bytes      int64    // bytes of its cells: each cell at its size once its newest
+//	                    // write committed, and while writes of it are in progress at
+//	                    // the largest of its and theirs; zero: no bound
+//	ClearAcked []string // tasks: a row is cleared as soon as every one of them has
+//	                    // acknowledged (or dropped) it; empty: rows stay until cleared
+//
+// and methods Bounded (whether it bounds anything), Zero (whether it is the
+// zero Capacity), Clears(task) (whether ClearAcked names task) and Check
+// (reports a malformed Capacity, which SetCapacity refuses: a negative
+// bound, an empty or repeated task name, more than metadata.MaxClearAcked
+// tasks).
 type Capacity = metadata.Capacity
 
 // Usage is what a partition holds, as Capacity counts it.
+//
+// It is metadata.Usage, a struct with these fields:
+//
+//	Rows  int64 // rows, as Capacity.Rows counts them
+//	Bytes int64 // bytes of cells, as Capacity.Bytes counts them
 type Usage = metadata.Usage
 
 // FullError is a put refused by the partition's Capacity: it names the
 // partition, its capacity, what it held and what the put asked for. It
 // matches ErrFull. Nothing of the put was written.
+//
+// It is metadata.FullError, a struct with these fields:
+//
+//	Partition string        // the partition that refused the put
+//	Capacity  Capacity      // its capacity
+//	Used      Usage         // what it held
+//	Asked     Usage         // what the put would have added: its new rows, its cells' growth in bytes
+//	Mark      metadata.Mark // the partition as the refusal saw it (what a blocked put waits on)
+//
+// and the method Never, which reports whether the put could not fit even in
+// an empty partition (waiting for room is pointless).
 type FullError = metadata.FullError
 
 // ErrFull: a put the partition's Capacity has no room for (a *FullError

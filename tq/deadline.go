@@ -8,7 +8,17 @@ import (
 	"github.com/tqgo/tqgo/backends/metadata"
 )
 
-// GroupWait is a group waiting for missing members (see TaskStatus.Groups).
+// GroupWait is a group waiting for missing members (see TaskStatus.Groups):
+// its ready rows past its whole groups of the task's group size, its
+// remainder.
+//
+// It is metadata.GroupWait, a struct with these fields:
+//
+//	ID      string    // the group's id: its GroupTag value after a letter for its kind ("sp0" for the
+//	                  // string "p0", "i7" for the integer 7), or "k" and its GroupKeyPrefix
+//	Rows    int       // ready rows of its remainder (fewer than the group size)
+//	Since   time.Time // when the remainder's oldest ready row became ready
+//	Overdue bool      // set once the group has waited its GroupDeadline
 type GroupWait = metadata.GroupWait
 
 type groupDeadline struct {

@@ -6,7 +6,7 @@ import (
 )
 
 // The reference model of RunModel: one partition and its consumption, as
-// README.md (Consuming), tq's doc comments (Task, Claim, Wait, Lease, Status,
+// docs/consuming.md, tq's doc comments (Task, Claim, Wait, Lease, Status,
 // ResetConsumption, the samplers) and metadata.Queue's contract (row states,
 // lazy expiry, Settle's ops, Batch for ranks) describe them. It is kept
 // plain on purpose: maps and slices, a clock that is a duration since the
