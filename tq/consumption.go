@@ -60,8 +60,10 @@ type KeyState struct {
 // partition: whether the task acknowledged it, how many times it was
 // delivered, and who holds it until when; as of one moment, as
 // TransferQueue's get_consumption_status tells per index. An unknown key
-// fails with a *KeyError matching ErrNotFound naming it; an unknown
-// partition, named no key, has no rows.
+// fails with a *KeyError matching ErrNotFound naming it, an empty or
+// repeated key with ErrInvalid, changing nothing; an unknown partition,
+// named no key, has no rows. It reads the partition's whole state, as
+// Status does, however few keys it names.
 func (c *Client) Consumption(ctx context.Context, partition string, keys ...string) (_ []KeyConsumption, err error) {
 	ctx, tr := c.trace(ctx, "Consumption", partition, len(keys))
 	defer func() { tr.done(err) }()

@@ -131,8 +131,9 @@ func consumptionPerKey(t *testing.T, e Engine) {
 	}
 }
 
-// consumptionUnknownKey: an unknown key fails with ErrNotFound naming it;
-// an unknown partition has no rows.
+// consumptionUnknownKey: an unknown key fails with ErrNotFound naming it,
+// an empty or repeated one with ErrInvalid; an unknown partition has no
+// rows.
 func consumptionUnknownKey(t *testing.T, e Engine) {
 	c := e.Open(t)
 	p := "consumption-unknown"
@@ -148,6 +149,9 @@ func consumptionUnknownKey(t *testing.T, e Engine) {
 	}
 	if _, err := c.Consumption(t.Context(), p, ""); !errors.Is(err, tq.ErrInvalid) {
 		t.Fatalf("Consumption of an empty key: %v, want ErrInvalid", err)
+	}
+	if _, err := c.Consumption(t.Context(), p, "a", "a"); !errors.Is(err, tq.ErrInvalid) {
+		t.Fatalf("Consumption of a key named twice: %v, want ErrInvalid", err)
 	}
 	if kcs, err := c.Consumption(t.Context(), "no-such-partition"); err != nil || len(kcs) != 0 {
 		t.Fatalf("Consumption of an unknown partition: %v, %v; want no rows", kcs, err)
