@@ -300,3 +300,52 @@ func TestTopUntilInterrupted(t *testing.T) {
 		t.Errorf("top interrupted after 1s: %d frames (escapes: %v)", n, strings.Contains(out.String(), "\x1b["))
 	}
 }
+
+// top's rates: between two frames, the deliveries made (a claim of one
+// row) and the rows acked, over the time between them.
+func TestTopRates(t *testing.T) {
+	url := sharedQueue(t)
+	liveQueue(t, url)
+	var out bytes.Buffer
+	s := &session{url: url, stdout: &out, stderr: &out}
+	defer func() {
+		if s.client != nil {
+			s.client.Close()
+		}
+	}()
+	_, first, err := s.topFrame(t.Context(), []string{"p"}, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tq.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tk, err := c.Task("p", "reward", []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tk.Claim(t.Context(), 1)
+	if err != nil || l.Len() != 1 {
+		t.Fatalf("claim: %v, %v", l, err)
+	}
+	if err := l.Ack(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := s.topFrame(t.Context(), []string{"p"}, first, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs := f.Time.Sub(first.at).Seconds()
+	tj := f.Partitions[0].Tasks[0]
+	if tj.ClaimsPerSec == nil || tj.AcksPerSec == nil {
+		t.Fatalf("second frame without rates: %+v", tj)
+	}
+	if got := *tj.ClaimsPerSec * secs; got < 0.99 || got > 1.01 {
+		t.Errorf("claims per second × %.3fs = %.3f, want 1 (one row claimed)", secs, got)
+	}
+	if got := *tj.AcksPerSec * secs; got < 0.99 || got > 1.01 {
+		t.Errorf("acks per second × %.3fs = %.3f, want 1 (one row acked)", secs, got)
+	}
+}
