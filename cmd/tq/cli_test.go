@@ -181,6 +181,8 @@ func TestTimeout(t *testing.T) {
 			"dead":       {"p", "t"},
 			"retry":      {"p", "t", "k"},
 			"drop":       {"-yes", "p", "t", "k"},
+			"leases":     {"p", "t"},
+			"top":        {"-once", "p"},
 		}[c.name]
 		for _, line := range [][]string{
 			append([]string{"-timeout", "100ms", c.name}, args...),

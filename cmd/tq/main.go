@@ -1,5 +1,8 @@
-// Command tq inspects a queue: its partitions, the rows of one, the cells
-// of a row, a partition's production and consumption (status), and clears
+// Command tq inspects a queue: its partitions, the rows of one (with
+// -task, that task's state and deliveries of each), the cells of a row, a
+// partition's production and consumption (status), a task's running
+// leases with their holders and rows (leases), a live view of
+// consumption with rates (top), and clears
 // a partition, sets its capacity, resets a task's consumption or retries
 // and drops its dead rows. It opens the same URLs as tq.Open
 // (memory://, file:///dir, redis://…, rediss://…, redis+cluster://…, yuanrong://).
@@ -13,7 +16,8 @@
 // ends them, for a key that starts with "-". The URL comes from -url, else
 // from the environment variable TQ_URL. -timeout (default 30s, 0 for
 // none; a negative one is a usage error) bounds the whole command, opening
-// the queue included. A -fields flag, given, names at least one field
+// the queue included (top's, each frame: top runs until interrupted, or
+// for -n frames). A -fields flag, given, names at least one field
 // (an empty -fields is a usage error). Output is
 // an aligned table, or with -json one JSON document per command.
 //
@@ -37,6 +41,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -91,7 +96,7 @@ func noFlags(a action) func(*flag.FlagSet) action {
 // commands is the subcommand table, in the order usage lists them.
 var commands = []command{
 	{"partitions", "", "list the partitions that have rows", 0, 0, noFlags(runPartitions)},
-	{"rows", "<partition>", "list a partition's rows: index, key, fields, tags", 1, 1, noFlags(runRows)},
+	{"rows", "[-task T [-fields f1,f2]] <partition>", "list a partition's rows: index, key, fields, tags; with -task, the task's state and deliveries of each", 1, 1, defineRows},
 	{"dump", "[-n N] <partition> <key> [field...]", "print a row's cells (every field when none is named)", 2, -1, defineDump},
 	{"clear", "-yes [-fields f1,f2] <partition>", "remove every row of a partition (ClearPartition), or with -fields those fields of every row (ClearFields)", 1, 1, defineClear},
 	{"status", "[-task T -fields f1,f2] <partition>", "production per field and consumption per task (ready, waiting, leased, acked, dead, dropped)", 1, 1, defineStatus},
@@ -100,6 +105,8 @@ var commands = []command{
 	{"dead", "[-fields f1,f2] <partition> <task>", "list the rows a task gave up on (delivered its MaxDeliveries times)", 2, 2, defineDead},
 	{"retry", "[-fields f1,f2] <partition> <task> <key...>", "make dead rows of a task ready again", 3, -1, defineMark("retry")},
 	{"drop", "-yes [-new-task] [-fields f1,f2] <partition> <task> <key...>", "consume ready or dead rows of a task without delivery", 3, -1, defineMark("drop")},
+	{"leases", "<partition> <task>", "list a task's running leases: holder, rows and their keys, deliveries, until when", 2, 2, defineLeases},
+	{"top", "[-n N | -once] [-interval D] [partition...]", "a live view of partitions' consumption (every partition's when none is named): per task its rows by state, claims and acks per second, lag, leases and their holders; refreshed in place on a terminal", 0, -1, defineTop},
 }
 
 func lookupCommand(name string) (command, bool) {
@@ -136,6 +143,9 @@ type session struct {
 	stdout  io.Writer
 	stderr  io.Writer
 	client  *tq.Client
+	// perFrame: -timeout bounds each of the command's steps, not the
+	// whole command (see perFrame).
+	perFrame bool
 }
 
 // globalFlags adds -url, -json and -timeout to fs, defaulting to their
@@ -323,6 +333,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if s.url == "" {
 			s.url = os.Getenv(urlEnv)
 		}
+		s.perFrame = perFrame[name]
 		err = s.runAction(ctx, act, rest)
 	}
 	var ue *usageError
@@ -346,7 +357,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // says when the command ran out of time or was interrupted.
 func (s *session) runAction(ctx context.Context, act action, args []string) error {
 	cctx, cancel := ctx, context.CancelFunc(func() {})
-	if s.timeout > 0 {
+	if s.timeout > 0 && !s.perFrame {
 		cctx, cancel = context.WithTimeout(ctx, s.timeout)
 	}
 	defer cancel()
@@ -521,6 +532,9 @@ type rowJSON struct {
 	Key    string               `json:"key"`
 	Fields map[string]fieldJSON `json:"fields"`
 	Tag    map[string]any       `json:"tag"`
+	// Consumption is, with -task, the task's state of the row (absent
+	// for a row put after the states were read).
+	Consumption *keyStateJSON `json:"consumption,omitempty"`
 }
 
 func fieldOf(fi tq.FieldInfo) fieldJSON {
@@ -530,11 +544,31 @@ func fieldOf(fi tq.FieldInfo) fieldJSON {
 	return fieldJSON{Kind: "tensor", DType: fi.DType, Shape: append([]int{}, fi.Shape...)}
 }
 
-func runRows(ctx context.Context, s *session, args []string) error {
-	partition := args[0]
+func defineRows(fs *flag.FlagSet) action {
+	taskName := fs.String("task", "", "show this task's state (ready, waiting, leased, acked, dead, dropped) and deliveries of each row")
+	fieldsFlag, given := fieldsVar(fs, "with -task: the fields the task waits for, comma-separated, to tell waiting rows from ready ones")
+	return func(ctx context.Context, s *session, args []string) error {
+		fields, err := fieldList(*fieldsFlag)
+		if err != nil {
+			return err
+		}
+		if *given && *taskName == "" {
+			return usagef("-fields needs -task")
+		}
+		return runRows(ctx, s, args[0], *taskName, fields)
+	}
+}
+
+func runRows(ctx context.Context, s *session, partition, task string, fields []string) error {
 	c, err := s.openPartition(ctx, partition)
 	if err != nil {
 		return err
+	}
+	var states map[string]tq.KeyState
+	if task != "" {
+		if states, err = s.taskConsumption(ctx, c, partition, task, fields); err != nil {
+			return err
+		}
 	}
 	m, err := c.List(ctx, partition)
 	if err != nil {
@@ -547,6 +581,9 @@ func runRows(ctx context.Context, s *session, args []string) error {
 			for f, fi := range r.Fields {
 				rows[i].Fields[f] = fieldOf(fi)
 			}
+			if ks, ok := states[r.Key]; ok {
+				rows[i].Consumption = keyStateOf(task, ks)
+			}
 		}
 		return s.emitJSON(struct {
 			Partition string    `json:"partition"`
@@ -554,15 +591,32 @@ func runRows(ctx context.Context, s *session, args []string) error {
 		}{partition, rows})
 	}
 	tw := s.table()
-	fmt.Fprintln(tw, "INDEX\tKEY\tFIELDS\tTAG")
-	for _, r := range m.Rows {
-		fields := make([]string, 0, len(r.Fields))
-		for _, f := range sortedKeys(r.Fields) {
-			fields = append(fields, f+"="+fieldText(r.Fields[f]))
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", r.Index, strconvQuote(r.Key), strings.Join(fields, " "), formatValue(map[string]any(r.Tag)))
+	if task != "" {
+		fmt.Fprintln(tw, "INDEX\tKEY\tSTATE\tDELIVERIES\tFIELDS\tTAG")
+	} else {
+		fmt.Fprintln(tw, "INDEX\tKEY\tFIELDS\tTAG")
 	}
-	return tw.Flush()
+	for _, r := range m.Rows {
+		cols := make([]string, 0, len(r.Fields))
+		for _, f := range sortedKeys(r.Fields) {
+			cols = append(cols, f+"="+fieldText(r.Fields[f]))
+		}
+		consumption := ""
+		if task != "" {
+			consumption = "-\t-\t"
+			if ks, ok := states[r.Key]; ok {
+				consumption = stateText(ks) + "\t" + strconv.Itoa(ks.Deliveries) + "\t"
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s%s\t%s\n", r.Index, strconvQuote(r.Key), consumption, strings.Join(cols, " "), formatValue(map[string]any(r.Tag)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if task != "" && len(fields) == 0 {
+		fmt.Fprintln(s.stdout, "\nready: every row in no other state: -fields f1,f2 tells waiting rows")
+	}
+	return nil
 }
 
 // fieldText is a field as the rows table shows it: "float32[2 3]", or

@@ -54,6 +54,7 @@ func cases() []testCase {
 	all = append(all, badInputCases()...)
 	all = append(all, leaseCases()...)
 	all = append(all, handBackCases()...)
+	all = append(all, consumptionCases()...)
 	return all
 }
 
