@@ -30,7 +30,15 @@ type View struct {
 	Tries int
 }
 
+// String says what the view is and how fresh: "a read-only view of DIR
+// as of 04:27:59.372 UTC (2026-12-07), log position wal-….log offset 473".
 func (v View) String() string {
+	return fmt.Sprintf("a read-only view of %s %s", v.Dir, v.Freshness())
+}
+
+// Freshness says how fresh the view is: "as of 04:27:59.372 UTC
+// (2026-12-07), log position wal-….log offset 473".
+func (v View) Freshness() string {
 	at := "no record"
 	if !v.AsOf.IsZero() {
 		at = v.AsOf.UTC().Format("15:04:05.000 UTC (2006-01-02)")
@@ -39,7 +47,7 @@ func (v View) String() string {
 	if v.Segment != "" {
 		pos = fmt.Sprintf("%s offset %d", filepath.Base(v.Segment), v.Offset)
 	}
-	return fmt.Sprintf("a read-only view of %s as of %s, log position %s", v.Dir, at, pos)
+	return fmt.Sprintf("as of %s, log position %s", at, pos)
 }
 
 // ViewOf returns the View of eng if Open opened it read-only (false
