@@ -78,8 +78,11 @@ var registry = struct {
 // and recovering its state (the newest checkpoint and the log after it)
 // if it holds one. In this process, every Open of one directory shares
 // one engine, closed when the last client closes it; another process
-// holding the directory makes Open fail with ErrLocked. Recovery is not
-// cancelled by ctx: Open checks ctx once, before it begins.
+// holding the directory makes Open fail with a *LockedError (matching
+// ErrLocked) naming it. With o.ReadOnly, Open takes no lock and opens a
+// view of the existing directory of its own (see View), whose writes fail
+// with ErrReadOnly. Recovery is not cancelled by ctx: Open checks ctx
+// once, before it begins.
 func Open(ctx context.Context, dir string, o Options) (backends.Engine, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.Engine{}, err

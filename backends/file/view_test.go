@@ -185,6 +185,19 @@ func TestViewWhileInUse(t *testing.T) {
 		if st.Rows != 10 || ts.Acked != 2 || ts.Leased != 2 || ts.Ready != 6 {
 			t.Fatalf("open %d: status rows %d, train %+v; want 10 rows, 2 acked, 2 leased, 6 ready", i, st.Rows, ts)
 		}
+		task, err := c.Task("p", "train", []string{"a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ts, err := task.Status(ctx); err != nil || ts.Acked != 2 || ts.Leased != 2 || ts.Ready != 6 {
+			t.Fatalf("open %d: the task's status %+v, %v; want 2 acked, 2 leased, 6 ready", i, ts, err)
+		}
+		if dead, err := task.Dead(ctx); err != nil || len(dead) != 0 {
+			t.Fatalf("open %d: the task's dead rows %v, %v", i, dead, err)
+		}
+		if _, err := task.Claim(ctx, 1); !errors.Is(err, file.ErrReadOnly) {
+			t.Fatalf("open %d: a claim on the view: %v, want ErrReadOnly", i, err)
+		}
 		err = c.Put(ctx, "p", "new", map[string]any{"a": []int64{1}}, nil)
 		if !errors.Is(err, file.ErrReadOnly) || !errors.Is(err, backends.ErrInvalid) {
 			t.Fatalf("a put on the view: %v, want ErrReadOnly", err)
