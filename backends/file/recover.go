@@ -240,6 +240,11 @@ func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error
 			}
 			e.truncated = append(e.truncated, fmt.Sprintf("%s at %d", path, fr.off))
 			return fr.off, nil
+		case err != nil && e.readOnly && last && errors.Is(err, io.ErrUnexpectedEOF):
+			// Cut back under the view's read (the holder undoing a failed
+			// write): the view ends where the file now does.
+			e.view.Segment, e.view.Offset = path, fr.off
+			return fr.off, nil
 		case err != nil:
 			return 0, err
 		}
