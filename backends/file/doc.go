@@ -16,6 +16,7 @@
 //	sync=never       leave fsyncs to the OS
 //	sync=250ms       fsync every interval (any Go duration)
 //	checkpoint=64MiB the log beyond twice the live data that triggers a checkpoint
+//	mode=ro          a read-only view of a directory, in use or not (see below; mode=rw: the default)
 //
 // # The engine
 //
@@ -156,13 +157,36 @@
 // # One process per directory
 //
 // Open takes an exclusive flock on the directory's LOCK file (released by
-// the OS when the process dies, kill -9 included); another process's Open
-// fails with ErrLocked. Within a process, every Open of one directory (by
+// the OS when the process dies, kill -9 included) and writes into LOCK
+// who holds it (PID, host, time); another process's Open fails with a
+// *LockedError matching ErrLocked that names the holder ("file: /dir is
+// in use by pid 1234 on host h since ...") and says how to look at the
+// directory meanwhile. Within a process, every Open of one directory (by
 // its absolute path, symlinks resolved) shares one engine, refcounted and
 // closed with its last client, so clients of one process share a queue as
 // clients of a server do; an Open with other options fails with
 // backends.ErrInvalid. To share a queue between processes, use a server
 // engine (redis://).
+//
+// # A read-only view
+//
+// Open with mode=ro (Options.ReadOnly) looks at a directory another
+// process may hold and be writing: it takes no lock (the holder is not
+// blocked), reads the newest checkpoint and the segments after it as Open
+// does, and writes, cuts, renames, removes and fsyncs nothing. It sees
+// the state as of the open (every write acknowledged before it; a record
+// the holder is still writing, at the end of the newest segment, is
+// where the view stops) and never updates it: open again for a newer one.
+// View (ViewOf) says how fresh it is: the time of the last record read
+// and where in the log the view stopped. A checkpoint of the holder's
+// that replaces files as the view reads them makes it read again (up to
+// 8 times, then an error saying so). Reads work as on any engine (List,
+// BatchGet, Status, Dead); every write (and so every tq write: Put,
+// Clear, a claim, an ack) fails with an error matching ErrReadOnly and
+// backends.ErrInvalid, and changes nothing. The claims of the holder's
+// consumers are shown as they stand (the view does not end them). The
+// directory must exist (else backends.ErrInvalid). Each read-only Open is
+// a view of its own, not shared with a writer of the same process.
 //
 // A damaged length field of a record in the newest segment reads as a
 // torn tail unless a whole note after it (found by scanning the rest of

@@ -57,6 +57,9 @@ type engine struct {
 	reused      atomic.Int64 // segments started in a recycled file
 	truncated   []string     // torn tails cut at open: "path at offset"
 
+	readOnly bool // a view (Options.ReadOnly): no lock, no writer, writes refused
+	view     View // what a view read
+
 	stop chan struct{} // closed by close: the syncer and a checkpoint stop
 	wg   sync.WaitGroup
 
@@ -75,8 +78,11 @@ var registry = struct {
 // and recovering its state (the newest checkpoint and the log after it)
 // if it holds one. In this process, every Open of one directory shares
 // one engine, closed when the last client closes it; another process
-// holding the directory makes Open fail with ErrLocked. Recovery is not
-// cancelled by ctx: Open checks ctx once, before it begins.
+// holding the directory makes Open fail with a *LockedError (matching
+// ErrLocked) naming it. With o.ReadOnly, Open takes no lock and opens a
+// view of the existing directory of its own (see View), whose writes fail
+// with ErrReadOnly. Recovery is not cancelled by ctx: Open checks ctx
+// once, before it begins.
 func Open(ctx context.Context, dir string, o Options) (backends.Engine, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.Engine{}, err
@@ -86,6 +92,14 @@ func Open(ctx context.Context, dir string, o Options) (backends.Engine, error) {
 	}
 	if dir == "" {
 		return backends.Engine{}, fmt.Errorf("%w: file: no directory", backends.ErrInvalid)
+	}
+	if o.ReadOnly {
+		e, err := openView(dir, o)
+		if err != nil {
+			return backends.Engine{}, err
+		}
+		e.refs = 2
+		return backends.Engine{Data: &store{handle: newHandle(e)}, Log: &log{handle: newHandle(e)}, Local: true}, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return backends.Engine{}, fmt.Errorf("file: %w", err)
@@ -150,6 +164,9 @@ func (e *engine) release() error {
 	defer registry.mu.Unlock()
 	if e.refs--; e.refs > 0 {
 		return nil
+	}
+	if e.readOnly {
+		return e.closeView()
 	}
 	delete(registry.m, e.dir)
 	return e.close()

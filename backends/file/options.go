@@ -75,6 +75,13 @@ type Options struct {
 	// 3 × live + CheckpointMin bytes (a checkpoint, the log after it, a
 	// checkpoint being written).
 	CheckpointMin int64
+	// ReadOnly opens a view of the directory (URL parameter mode=ro):
+	// no lock taken, so another process may hold and write the
+	// directory meanwhile; the state of the newest checkpoint and the log
+	// after it as of the open, read without writing, cutting, renaming,
+	// removing or fsyncing anything; every write refused with ErrReadOnly.
+	// See View. Sync and CheckpointMin do not apply.
+	ReadOnly bool
 
 	clock func() time.Time // entries' stamps (nil: time.Now); for tests
 }
@@ -113,6 +120,9 @@ func (o Options) same(p Options) bool {
 
 func (o Options) String() string {
 	o = o.withDefaults()
+	if o.ReadOnly {
+		return "mode=ro"
+	}
 	return fmt.Sprintf("sync=%s checkpoint=%d", o.Sync, o.CheckpointMin)
 }
 
@@ -124,7 +134,8 @@ func (o Options) String() string {
 //
 // Parameters: sync=always|everysec|never|<Go duration> (default
 // everysec), checkpoint=<bytes> (CheckpointMin, with an optional KiB,
-// MiB or GiB suffix; default 64MiB). Anything else, or a parameter given
+// MiB or GiB suffix; default 64MiB), mode=rw|ro (default rw; ro: a
+// read-only view, Options.ReadOnly). Anything else, or a parameter given
 // twice, is an error matching backends.ErrInvalid.
 func ParseURL(u *url.URL) (string, Options, error) {
 	var o Options
@@ -182,8 +193,16 @@ func ParseURL(u *url.URL) (string, Options, error) {
 				return bad("checkpoint=%q: want a size in bytes (64MiB)", v)
 			}
 			o.CheckpointMin = n
+		case "mode":
+			switch v {
+			case "rw":
+			case "ro":
+				o.ReadOnly = true
+			default:
+				return bad("mode=%q: want rw (read and write, the default) or ro (a read-only view)", v)
+			}
 		default:
-			return bad("unknown parameter %q (have sync, checkpoint)", k)
+			return bad("unknown parameter %q (have sync, checkpoint, mode)", k)
 		}
 	}
 	return dir, o, nil

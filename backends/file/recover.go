@@ -15,6 +15,10 @@ import (
 // it into e.st, cuts a torn tail off the newest segment, removes what the
 // checkpoint replaced, and returns the sequence number of the next
 // segment to write.
+//
+// A read-only engine's (e.readOnly) changes nothing in the directory: it
+// stops at a torn tail or a segment whose header is not written yet (a
+// writer may be writing them), and notes where in e.view.
 func (e *engine) recoverDir() (uint64, error) {
 	entries, err := e.fs.ReadDir(e.dir)
 	if err != nil {
@@ -55,6 +59,9 @@ func (e *engine) recoverDir() (uint64, error) {
 		}
 		e.walBytes.Add(size)
 		next = n + 1
+	}
+	if e.readOnly {
+		return next, nil
 	}
 	if err := e.removeBefore(first); err != nil {
 		return 0, err
@@ -186,7 +193,12 @@ func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error
 			// Created (or a recycled file renamed), its header not on the
 			// disk (short, a former life's, or zeros: the size reached the
 			// disk before the bytes; under sync=never, records after it),
-			// and no record after it saying it was: a crash at its start.
+			// and no record after it saying it was: a crash at its start
+			// (or, seen read-only, a segment its writer is starting).
+			if e.readOnly {
+				e.view.Segment, e.view.Offset = path, 0
+				return 0, nil
+			}
 			return 0, e.fs.Remove(path)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -202,6 +214,10 @@ func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error
 		payload, err := fr.next()
 		switch {
 		case err == io.EOF:
+			if e.readOnly {
+				e.view.Segment, e.view.Offset = path, fr.off
+				return fr.off, nil
+			}
 			if last {
 				if err := truncate(e.fs, path, fr.off, true); err != nil {
 					return 0, err
@@ -215,10 +231,19 @@ func (e *engine) replaySegment(path string, seq uint64, last bool) (int64, error
 			if e.vouched(path, fr.off, fr.size, fr.salt) {
 				return 0, fr.corrupt("bad record where a later record says the log was on the disk: damage, not a torn write")
 			}
+			if e.readOnly {
+				e.view.Segment, e.view.Offset = path, fr.off
+				return fr.off, nil
+			}
 			if err := truncate(e.fs, path, fr.off, true); err != nil {
 				return 0, err
 			}
 			e.truncated = append(e.truncated, fmt.Sprintf("%s at %d", path, fr.off))
+			return fr.off, nil
+		case err != nil && e.readOnly && last && errors.Is(err, io.ErrUnexpectedEOF):
+			// Cut back under the view's read (the holder undoing a failed
+			// write): the view ends where the file now does.
+			e.view.Segment, e.view.Offset = path, fr.off
 			return fr.off, nil
 		case err != nil:
 			return 0, err

@@ -29,6 +29,9 @@ const coalesce = 256 << 10
 // channel closed when it applied (or failed). The stamp is taken under
 // the queue's lock, so stamps rise in the log's order.
 func (e *engine) enqueue(f *builder, partial uint32, o *op) error {
+	if e.readOnly {
+		return readOnlyError(e.dir)
+	}
 	e.qmu.Lock()
 	switch {
 	case e.closed:

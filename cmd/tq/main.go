@@ -7,6 +7,13 @@
 // and drops its dead rows. It opens the same URLs as tq.Open
 // (memory://, file:///dir, redis://…, rediss://…, redis+cluster://…, yuanrong://).
 //
+// A file:///dir another process holds is shown read-only: partitions,
+// rows, dump, status, dead and capacity (printing it) run on a read-only
+// view of the directory (as with file:///dir?mode=ro), saying on stderr
+// who holds it and how fresh the view is (the time of the last record it
+// read, its log position); the commands that write fail, naming the
+// holder's PID and host.
+//
 // Usage:
 //
 //	tq [-url URL] [-json] [-timeout D] <command> [flags] [args]
@@ -48,7 +55,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	_ "github.com/tqgo/tqgo/backends/file"  // file:///dir: the durable embedded engine (a directory no running process holds)
+	"github.com/tqgo/tqgo/backends/file"    // file:///dir: the durable embedded engine (a read-only view of a directory another process holds)
 	_ "github.com/tqgo/tqgo/backends/redis" // redis://, rediss://, redis+cluster://
 	"github.com/tqgo/tqgo/tq"
 	_ "github.com/tqgo/tqgo/yuanrong" // yuanrong://
@@ -146,6 +153,10 @@ type session struct {
 	// perFrame: -timeout bounds each of the command's steps, not the
 	// whole command (see perFrame).
 	perFrame bool
+	// view: the command only reads, and may run on a read-only view of a
+	// file:// directory another process holds (see readsOnly).
+	view        bool
+	closeEngine func() error // closes the engine of a read-only view, after client
 }
 
 // globalFlags adds -url, -json and -timeout to fs, defaulting to their
@@ -191,7 +202,13 @@ func (s *session) open(ctx context.Context) (*tq.Client, error) {
 	if s.url == "" {
 		return nil, usagef("no queue URL: set -url or %s", urlEnv)
 	}
+	if readOnlyURL(s.url) {
+		return s.openView(ctx, s.url, nil)
+	}
 	c, err := tq.Open(ctx, s.url)
+	if err != nil && s.view && errors.Is(err, file.ErrLocked) {
+		return s.openView(ctx, withReadOnly(s.url), err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +346,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfs := s.flags(cmd)
 	act := cmd.define(cfs)
 	rest, err := parse(cfs, fs.Args()[1:], cmd.min, cmd.max)
+	s.view = err == nil && readsOnly(cmd, cfs)
 	if err == nil {
 		if s.url == "" {
 			s.url = os.Getenv(urlEnv)
@@ -364,6 +382,11 @@ func (s *session) runAction(ctx context.Context, act action, args []string) erro
 	err := act(cctx, s, args)
 	if s.client != nil {
 		if cerr := s.client.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}
+	if s.closeEngine != nil {
+		if cerr := s.closeEngine(); err == nil && cerr != nil {
 			err = cerr
 		}
 	}
