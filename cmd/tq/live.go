@@ -314,7 +314,9 @@ func runTop(ctx context.Context, s *session, partitions []string, frames int, in
 }
 
 // topFrame reads one frame, within s.timeout, and rates since prev (nil:
-// none). The first frame checks that each named partition exists.
+// none). The first frame checks that each named partition exists; with
+// none named, a partition cleared between the listing and its read is
+// left out.
 func (s *session) topFrame(ctx context.Context, partitions []string, prev *topSample, first bool) (*topFrameJSON, *topSample, error) {
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
@@ -333,7 +335,8 @@ func (s *session) readFrame(ctx context.Context, partitions []string, prev *topS
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(partitions) == 0 {
+	named := len(partitions) > 0
+	if !named {
 		if partitions, err = c.Partitions(ctx); err != nil {
 			return nil, nil, err
 		}
@@ -345,6 +348,9 @@ func (s *session) readFrame(ctx context.Context, partitions []string, prev *topS
 		st, err := c.Status(ctx, p)
 		if err != nil {
 			return nil, nil, err
+		}
+		if !named && !hasPartition(st) {
+			continue // listed, then cleared before its Status: no longer there
 		}
 		if first && !hasPartition(st) {
 			return nil, nil, noPartition(ctx, c, p)
@@ -437,7 +443,7 @@ func (s *session) printTop(f *topFrameJSON, interval time.Duration) error {
 	fmt.Fprintln(tw, "PARTITION\tROWS\tTASK\tREADY*\tLEASED\tACKED\tDEAD\tDROPPED\tCLAIMS/S\tACKS/S\tLAG\tNEXT LEASE END")
 	for _, p := range f.Partitions {
 		if len(p.Tasks) == 0 {
-			fmt.Fprintf(tw, "%s\t%d\t-\n", p.Partition, p.Rows)
+			fmt.Fprintf(tw, "%s\t%d\t-\t\t\t\t\t\t\t\t\t\n", p.Partition, p.Rows) // every cell, so that the columns after it stay aligned
 		}
 		for _, t := range p.Tasks {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Partition, p.Rows, t.Task,
