@@ -17,7 +17,7 @@ var ops = []string{
 	"BatchPut", "BatchGet", "BatchGetInto", "BatchGetByMeta",
 	"List", "Lookup", "Partitions", "Clear", "ClearPartition", "ClearFields", "Reclaim", "SetCapacity",
 	"Claim", "Wait", "Ack", "Nack", "Extend",
-	"Status", "TaskStatus", "Dead", "Retry", "Drop", "ResetConsumption", "Stragglers", "Members", "Pace", "AwaitInsert", "AwaitSample",
+	"Status", "TaskStatus", "Consumption", "TaskConsumption", "Dead", "Retry", "Drop", "ResetConsumption", "Stragglers", "Members", "Pace", "AwaitInsert", "AwaitSample",
 	opOther,
 }
 

@@ -75,9 +75,9 @@
 //
 // # Cardinality
 //
-// Label values never come from keys or data. op takes one of 29 values
-// and class one of 11, so tq_calls_total has at most 319 series, each
-// other call counter 29, and the histogram 22 per op with the default
+// Label values never come from keys or data. op takes one of 31 values
+// and class one of 11, so tq_calls_total has at most 341 series, each
+// other call counter 31, and the histogram 22 per op with the default
 // buckets (19 bounds, +Inf, sum and count). partition, task and group
 // take only the values the caller watched: at most WithWatchLimit label
 // sets (default 256), each watched partition counting one (its 2
