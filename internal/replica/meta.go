@@ -418,6 +418,7 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	for _, ds := range out {
 		for i := range ds {
 			ds[i].Until = local(ds[i].Until, p.skew)
+			ds[i].At = local(ds[i].At, p.skew)
 		}
 	}
 	rows := slices.Clone(p.st.List())
