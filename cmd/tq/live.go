@@ -25,7 +25,7 @@ type keyStateJSON struct {
 	State      string     `json:"state"` // ready, waiting, leased, acked, dead, dropped
 	Deliveries int        `json:"deliveries"`
 	Holder     string     `json:"holder,omitempty"`
-	Until      *time.Time `json:"until,omitempty"` // leased: its lease's end; ready after a delayed nack: when claimable
+	Until      *time.Time `json:"until,omitempty"`  // leased: its lease's end; ready after a delayed nack: when claimable
 	Reason     string     `json:"reason,omitempty"` // its last error (a nack's reason, or "lease ended")
 	At         *time.Time `json:"at,omitempty"`     // when
 }
