@@ -504,7 +504,7 @@ type specRecord struct {
 	Indexes []uint64
 	Delay   int64
 	Reason  string // a nack's, when its record gives one
-	All     bool // R: nil (every row)
+	All     bool   // R: nil (every row)
 	// L
 	CapRows, CapBytes int64
 	CapTasks          []string
