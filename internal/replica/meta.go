@@ -337,6 +337,7 @@ func localClaimed(c rules.Claimed, skew time.Duration, base uint64) metadata.Cla
 	c.Deliveries = slices.Clone(c.Deliveries)
 	for i := range c.Deliveries {
 		c.Deliveries[i].Until = local(c.Deliveries[i].Until, skew)
+		c.Deliveries[i].At = local(c.Deliveries[i].At, skew)
 	}
 	c.Mark = metadata.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
 	return c
