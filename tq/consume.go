@@ -12,10 +12,12 @@ import (
 
 // Handler processes the rows of one lease for Task.Consume. It returns nil
 // when every row is done (Consume acknowledges them), an error to have
-// them delivered again after a backoff (Consume nacks them), or an error
-// wrapped by Permanent to give up on them (Consume drops them for the
-// task: consumed, never delivered again, counted in TaskStatus.Dropped).
-// A panic is taken for an error, its stack logged. ctx ends when Consume's
+// them delivered again after a backoff (Consume nacks them, the error's
+// text their reason: see Lease.NackErr), or an error wrapped by Permanent
+// to give up on them (Consume drops them for the task: consumed, never
+// delivered again, counted in TaskStatus.Dropped; the dropped rows keep
+// the error as their reason). A panic is taken for an error, its stack
+// logged, its value the reason. ctx ends when Consume's
 // does, or with cause ErrLeaseLost when the lease could not be kept
 // (another consumer may have the rows now: stop, and return). The handler
 // may Ack rows itself as it finishes them; it should not Nack or Extend.
@@ -198,7 +200,7 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 			"tq: consume: handler failed for good (Permanent); dropping its rows")
 		// Nacked with a delay no other consumer claims through, then
 		// dropped: should the drop fail, the rows come back after it.
-		if serr = l.Nack(sctx, max(t.lease, time.Minute), keys...); serr == nil {
+		if serr = l.NackErr(sctx, max(t.lease, time.Minute), err, keys...); serr == nil {
 			if all {
 				keys = l.Keys()
 			}
@@ -223,7 +225,7 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 				"tq: consume: handler failed; its rows are delivered again after a backoff",
 				"deliveries", maxDeliveries(l), "backoff", d)
 		}
-		serr = l.Nack(sctx, d, keys...)
+		serr = l.NackErr(sctx, d, err, keys...)
 	}
 	if serr == nil || errors.Is(serr, ErrLeaseLost) || errors.Is(serr, ErrOutcomeUnknown) {
 		if serr != nil {

@@ -53,6 +53,11 @@ type KeyState struct {
 	// When a lease began is not kept: the rules record a lease's end, not
 	// its start.
 	Until time.Time
+	// Reason is the row's last error for the task, At when (see
+	// DeadRow.Reason): kept through later deliveries until an ack or a
+	// Retry; "" and zero for none.
+	Reason string
+	At     time.Time
 }
 
 // Consumption returns, for each of keys of partition (every row, by
@@ -170,7 +175,7 @@ func keyState(r *metadata.Row, d *metadata.Delivery, fields []string) KeyState {
 		}
 		return KeyState{State: StateReady}
 	}
-	ks := KeyState{Deliveries: d.Deliveries}
+	ks := KeyState{Deliveries: d.Deliveries, Reason: d.Reason, At: d.At}
 	switch d.State {
 	case metadata.Ready:
 		ks.State = StateReady

@@ -939,7 +939,7 @@ func (l *Lease) indexes(keys []string) []uint64 {
 // holds give a *LeaseLostError (ErrLeaseLost), the others acknowledged.
 // Acking a row twice is not an error.
 func (l *Lease) Ack(ctx context.Context, keys ...string) error {
-	return l.settle(ctx, "Ack", metadata.Ack, 0, keys)
+	return l.settle(ctx, "Ack", metadata.Ack, 0, "", keys)
 }
 
 // Nack gives keys (every row when none are named) back: ready for the
@@ -949,7 +949,34 @@ func (l *Lease) Nack(ctx context.Context, delay time.Duration, keys ...string) e
 	if delay < 0 {
 		return fmt.Errorf("%w: nack delay %v", ErrInvalid, delay)
 	}
-	return l.settle(ctx, "Nack", metadata.Nack, delay, keys)
+	return l.settle(ctx, "Nack", metadata.Nack, delay, "", keys)
+}
+
+// NackErr is Nack giving why: cause's text (cut to MaxReason bytes at a
+// UTF-8 boundary) is kept with the rows as their last error, until a
+// later NackErr, an ack or Task.Retry: DeadRow.Reason and
+// KeyState.Reason show it. A nil cause is Nack's (the rows keep the
+// reason they had). Errors as Nack's.
+func (l *Lease) NackErr(ctx context.Context, delay time.Duration, cause error, keys ...string) error {
+	if delay < 0 {
+		return fmt.Errorf("%w: nack delay %v", ErrInvalid, delay)
+	}
+	return l.settle(ctx, "Nack", metadata.Nack, delay, reasonOf(cause), keys)
+}
+
+// MaxReason is the most bytes of a reason NackErr keeps.
+const MaxReason = metadata.MaxReason
+
+// reasonOf is the reason NackErr keeps for cause ("" for nil).
+func reasonOf(cause error) string {
+	if cause == nil {
+		return ""
+	}
+	s := metadata.CutReason(cause.Error())
+	if s == "" {
+		s = fmt.Sprintf("%T", cause) // an error with no text still names a failure
+	}
+	return s
 }
 
 // Extend renews the lease of keys (every row when none are named) to now
@@ -960,10 +987,10 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration, keys ...string) err
 	if d < MinLease {
 		return fmt.Errorf("%w: extend by %v, less than %v", ErrInvalid, d, MinLease)
 	}
-	return l.settle(ctx, "Extend", metadata.Extend, d, keys)
+	return l.settle(ctx, "Extend", metadata.Extend, d, "", keys)
 }
 
-func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d time.Duration, keys []string) (err error) {
+func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d time.Duration, reason string, keys []string) (err error) {
 	t := l.task
 	ctx, tr := t.c.trace(ctx, op, t.partition, len(keys))
 	defer func() { tr.done(err) }()
@@ -983,7 +1010,7 @@ func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d 
 	}
 	defer release()
 	q := t.c.meta
-	res, err := q.Settle(ctx, t.partition, metadata.SettleRequest{Task: t.name, Op: sop, Lease: l.token, Indexes: idx, Delay: d})
+	res, err := q.Settle(ctx, t.partition, metadata.SettleRequest{Task: t.name, Op: sop, Lease: l.token, Indexes: idx, Delay: d, Reason: reason})
 	if err != nil {
 		return err
 	}

@@ -253,6 +253,12 @@ type DeadRow struct {
 	Key        string
 	Index      uint64
 	Deliveries int
+	// Reason is the row's last error: the reason of the last
+	// Lease.NackErr (a Consume handler's error) that gave one, or "lease
+	// ended" when its last lease ended unsettled; At is when. "" and
+	// zero when no nack gave a reason.
+	Reason string
+	At     time.Time
 }
 
 // Dead lists the task's dead rows, by index.
@@ -268,7 +274,7 @@ func (t *Task) Dead(ctx context.Context) ([]DeadRow, error) {
 	var out []DeadRow
 	for _, d := range ds {
 		if k, ok := keyOf[d.Index]; ok && d.State == metadata.Dead {
-			out = append(out, DeadRow{Key: k, Index: d.Index, Deliveries: d.Deliveries})
+			out = append(out, DeadRow{Key: k, Index: d.Index, Deliveries: d.Deliveries, Reason: d.Reason, At: d.At})
 		}
 	}
 	return out, nil

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ---- MessagePack, as LOG.md's conventions say it is written ----
@@ -502,7 +503,8 @@ type specRecord struct {
 	Token   string
 	Indexes []uint64
 	Delay   int64
-	All     bool // R: nil (every row)
+	Reason  string // a nack's, when its record gives one
+	All     bool   // R: nil (every row)
 	// L
 	CapRows, CapBytes int64
 	CapTasks          []string
@@ -624,6 +626,11 @@ func decodeSpecRecord(data []byte) (*specRecord, error) {
 		rec.Claim = r.claim()
 	case 'K':
 		rec.Task, rec.Op, rec.Token, rec.Indexes, rec.Delay = r.s(), r.u(), r.s(), r.idx(), r.i()
+		if r.err == nil && len(r.b) > 0 { // a nack's reason
+			if rec.Reason = r.s(); r.err == nil && (rec.Op != 2 || len(rec.Reason) > 512 || !utf8.ValidString(rec.Reason)) {
+				r.failf("reason %q of op %d", rec.Reason, rec.Op)
+			}
+		}
 	case 'R':
 		rec.Task = r.s()
 		if r.null() {
@@ -676,6 +683,8 @@ type specEntry struct {
 	Deliveries int64
 	Token      string
 	Until, Max int64
+	Reason     string // its last error ("" none), At when
+	At         int64
 }
 
 type specBatchRow struct {
@@ -810,10 +819,17 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 		t.Fields = r.strs()
 		t.GroupTag, t.GroupSep, t.GroupSize, t.StaleTag, t.StaleDrop = r.s(), r.s(), r.i(), r.s(), r.bl()
 		for range r.arr() {
-			if n := r.arr(); n != 6 {
+			n := r.arr()
+			if n != 6 && n != 8 {
 				r.failf("entry of %d parts", n)
 			}
-			t.Entries = append(t.Entries, specEntry{Index: r.u(), State: r.u(), Deliveries: r.i(), Token: r.s(), Until: r.i(), Max: r.i()})
+			e := specEntry{Index: r.u(), State: r.u(), Deliveries: r.i(), Token: r.s(), Until: r.i(), Max: r.i()}
+			if n == 8 {
+				if e.Reason, e.At = r.s(), r.i(); e.Reason == "" || len(e.Reason) > 512 {
+					r.failf("entry reason of %d bytes", len(e.Reason))
+				}
+			}
+			t.Entries = append(t.Entries, e)
 		}
 		for range r.arr() { // flat: index, version
 			i := r.u()

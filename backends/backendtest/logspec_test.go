@@ -225,8 +225,8 @@ func (w *specWorkload) settle(req metadata.SettleRequest) {
 	_, err := w.m.Settle(w.ctx, w.part, req)
 	w.must(err)
 	w.expect("settle of "+req.Task, 'K', func(rec *specRecord) error {
-		if rec.Task != req.Task || rec.Op != uint64(req.Op) || rec.Token != req.Lease || !slices.Equal(rec.Indexes, req.Indexes) || rec.Delay != req.Delay.Microseconds() {
-			return errorf("settle %q op %d token %q rows %v delay %d, want %+v", rec.Task, rec.Op, rec.Token, rec.Indexes, rec.Delay, req)
+		if rec.Task != req.Task || rec.Op != uint64(req.Op) || rec.Token != req.Lease || !slices.Equal(rec.Indexes, req.Indexes) || rec.Delay != req.Delay.Microseconds() || rec.Reason != req.Reason {
+			return errorf("settle %q op %d token %q rows %v delay %d reason %q, want %+v", rec.Task, rec.Op, rec.Token, rec.Indexes, rec.Delay, rec.Reason, req)
 		}
 		return nil
 	})
@@ -318,9 +318,16 @@ func TestLogSpecDecoder(t *testing.T) {
 	tok = c.Lease
 	w.settle(metadata.SettleRequest{Task: "t", Op: metadata.Extend, Lease: tok, Indexes: []uint64{i1, i2}, Delay: 40 * time.Second})
 	w.settle(metadata.SettleRequest{Task: "t", Op: metadata.Ack, Lease: tok, Indexes: []uint64{i1}})
-	w.settle(metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: tok, Indexes: []uint64{i2}})
+	w.settle(metadata.SettleRequest{Task: "t", Op: metadata.Nack, Lease: tok, Indexes: []uint64{i2}, Reason: "bad row"})
 	w.settle(metadata.SettleRequest{Task: "t", Op: metadata.Retry, Indexes: []uint64{i2}})
 	w.settle(metadata.SettleRequest{Task: "t", Op: metadata.Drop, Indexes: []uint64{i2}})
+	// A row dead of a nack with a reason keeps it in the snapshot.
+	why := w.claim(metadata.ClaimRequest{Task: "why", Lease: 30 * time.Second, Rows: 1, Min: 1, MaxDeliveries: 1,
+		Select: metadata.Select{Fields: specFields("x")}, Holder: "w1"}, nil, nil)
+	if len(why.Rows) != 1 {
+		t.Fatalf("claim of task why leased %d rows", len(why.Rows))
+	}
+	w.settle(metadata.SettleRequest{Task: "why", Op: metadata.Nack, Lease: why.Lease, Indexes: []uint64{why.Rows[0].Index}, Reason: "boom: é"})
 
 	// A task with a stale tag parks rows below its floor.
 	w.claim(metadata.ClaimRequest{Task: "st", Lease: 30 * time.Second, Rows: 1, Min: 1,
@@ -678,7 +685,8 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 		for k, e := range st.Entries {
 			d := ds[k]
 			if e.Index != d.Index || e.State != uint64(d.State) || e.Deliveries != int64(d.Deliveries) || e.Token != d.Lease ||
-				specHolder(e.Token) != d.Holder || e.Max != int64(d.Max) || (e.Until > 0) != !d.Until.IsZero() {
+				specHolder(e.Token) != d.Holder || e.Max != int64(d.Max) || (e.Until > 0) != !d.Until.IsZero() ||
+				e.Reason != d.Reason || (e.At > 0) != !d.At.IsZero() {
 				t.Errorf("task %q: entry %+v, the client's %+v", name, e, d)
 			}
 		}
@@ -687,6 +695,9 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 		tt.Entries[0] != (specEntry{Index: f.i1, State: uint64(metadata.Acked), Deliveries: 1, Token: f.tok, Max: 1}) ||
 		tt.Entries[1] != (specEntry{Index: f.i2, State: uint64(metadata.Dropped), Deliveries: 0}) {
 		t.Errorf("task t: %+v, want row %d acked by %q and row %d dropped with no token, time or max", tt, f.i1, f.tok, f.i2)
+	}
+	if wt := tasks["why"]; wt == nil || len(wt.Entries) != 1 || wt.Entries[0].State != uint64(metadata.Dead) || wt.Entries[0].Reason != "boom: é" || wt.Entries[0].At <= 0 {
+		t.Errorf("task why: %+v, want its row dead with reason %q and when", wt, "boom: é")
 	}
 	if st := tasks["st"]; st == nil || !st.Indexed || st.StaleTag != "v" || !maps.Equal(st.Parked, map[uint64]float64{f.i1: 1, f.i3: 2}) {
 		t.Errorf("task st: %+v, want rows %d and %d parked", st, f.i1, f.i3)

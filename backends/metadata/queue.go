@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/tqgo/tqgo/backends"
 )
@@ -146,6 +147,12 @@ type Delivery struct {
 	// Max is the MaxDeliveries of the claim that last leased the row (0:
 	// no limit).
 	Max int
+	// Reason is why the row last went back: the Reason of the last Nack
+	// that gave one, or "lease ended" for a lease that ended unsettled;
+	// At is when, a time as Until is. An ack or a Retry clears them; a
+	// drop keeps them. "" and zero: none.
+	Reason string
+	At     time.Time
 }
 
 // ClaimRequest says what a Claim may lease.
@@ -361,6 +368,32 @@ type SettleRequest struct {
 	Lease   string // the lease token, for Ack, Nack and Extend
 	Indexes []uint64
 	Delay   time.Duration // Nack: delay before ready (>= 0); Extend: new lease (at least a microsecond)
+	// Reason, for Nack only, is why the rows go back (a handler's
+	// error): the rows' Delivery.Reason from then on. Valid UTF-8 of at
+	// most MaxReason bytes; "" keeps the reason the rows had.
+	Reason string
+}
+
+// ReasonLeaseEnded is the Delivery.Reason of a row whose lease ended
+// unsettled.
+const ReasonLeaseEnded = "lease ended"
+
+// MaxReason is the most bytes of a SettleRequest.Reason (CutReason cuts
+// a longer text to it).
+const MaxReason = 512
+
+// CutReason returns s cut to at most MaxReason bytes at a UTF-8
+// boundary, invalid UTF-8 replaced: a valid SettleRequest.Reason.
+func CutReason(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= MaxReason {
+		return s
+	}
+	n := MaxReason
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // SettleResult reports rows Settle did not change.
@@ -437,6 +470,10 @@ func (r *SettleRequest) Check() error {
 		return invalidf("settle: extend by %v, less than a microsecond (a record's unit)", r.Delay)
 	case r.Delay < 0:
 		return invalidf("settle: delay %v < 0", r.Delay)
+	case r.Reason != "" && r.Op != Nack:
+		return invalidf("settle: a reason for an op other than nack")
+	case len(r.Reason) > MaxReason || !utf8.ValidString(r.Reason):
+		return invalidf("settle: reason of %d bytes (at most %d of UTF-8)", len(r.Reason), MaxReason)
 	}
 	return nil
 }

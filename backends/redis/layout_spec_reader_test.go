@@ -1304,6 +1304,9 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 		p.claim(a)
 	case 'K':
 		task, op, token, idx, delay := d.s(), d.u(), d.s(), d.idx(), d.i()
+		if d.err == nil && len(d.b) > 0 {
+			d.s() // a nack's reason: this reader keeps no reasons
+		}
 		if d.err != nil || task == "" || op < 1 || op > 6 || (op == 4 || op == 5) != (token == "") ||
 			op == 3 && delay <= 0 || delay < 0 {
 			return
@@ -1533,11 +1536,16 @@ func restoreSR(b []byte) (*srState, error) {
 		t.sel.gtag, t.sel.gsep, t.sel.gsize, t.sel.stag, t.sel.sdrop = d.s(), d.s(), d.i(), d.s(), d.bl()
 		ne := d.arr()
 		for range ne {
-			if d.arr() != 6 {
-				d.fail(fmt.Errorf("entry not of 6"))
+			n := d.arr()
+			if n != 6 && n != 8 {
+				d.fail(fmt.Errorf("entry not of 6 or 8"))
 			}
 			i := d.u()
 			t.entries[i] = &srEntry{state: int(d.u()), deliveries: d.i(), token: d.s(), until: d.i(), max: d.i()}
+			if n == 8 { // the row's last error and when: this reader keeps no reasons
+				d.s()
+				d.i()
+			}
 		}
 		np := d.arr()
 		for range np {

@@ -25,14 +25,20 @@ type keyStateJSON struct {
 	State      string     `json:"state"` // ready, waiting, leased, acked, dead, dropped
 	Deliveries int        `json:"deliveries"`
 	Holder     string     `json:"holder,omitempty"`
-	Until      *time.Time `json:"until,omitempty"` // leased: its lease's end; ready after a delayed nack: when claimable
+	Until      *time.Time `json:"until,omitempty"`  // leased: its lease's end; ready after a delayed nack: when claimable
+	Reason     string     `json:"reason,omitempty"` // its last error (a nack's reason, or "lease ended")
+	At         *time.Time `json:"at,omitempty"`     // when
 }
 
 func keyStateOf(task string, ks tq.KeyState) *keyStateJSON {
-	j := &keyStateJSON{Task: task, State: string(ks.State), Deliveries: ks.Deliveries, Holder: ks.Holder}
+	j := &keyStateJSON{Task: task, State: string(ks.State), Deliveries: ks.Deliveries, Holder: ks.Holder, Reason: ks.Reason}
 	if !ks.Until.IsZero() {
 		u := ks.Until
 		j.Until = &u
+	}
+	if !ks.At.IsZero() {
+		a := ks.At
+		j.At = &a
 	}
 	return j
 }

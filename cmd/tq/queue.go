@@ -439,13 +439,19 @@ func runDead(ctx context.Context, s *session, fieldsFlag, partition, task string
 	}
 	if s.json {
 		type deadJSON struct {
-			Index      uint64 `json:"index"`
-			Key        string `json:"key"`
-			Deliveries int    `json:"deliveries"`
+			Index      uint64     `json:"index"`
+			Key        string     `json:"key"`
+			Deliveries int        `json:"deliveries"`
+			Reason     string     `json:"reason,omitempty"` // its last error
+			At         *time.Time `json:"at,omitempty"`     // when
 		}
 		rows := make([]deadJSON, len(dead))
 		for i, d := range dead {
-			rows[i] = deadJSON{d.Index, d.Key, d.Deliveries}
+			rows[i] = deadJSON{Index: d.Index, Key: d.Key, Deliveries: d.Deliveries, Reason: d.Reason}
+			if !d.At.IsZero() {
+				at := d.At
+				rows[i].At = &at
+			}
 		}
 		return s.emitJSON(struct {
 			Partition string     `json:"partition"`
@@ -458,9 +464,16 @@ func runDead(ctx context.Context, s *session, fieldsFlag, partition, task string
 		return nil
 	}
 	tw := s.table()
-	fmt.Fprintln(tw, "INDEX\tKEY\tDELIVERIES")
+	fmt.Fprintln(tw, "INDEX\tKEY\tDELIVERIES\tAT\tREASON")
 	for _, d := range dead {
-		fmt.Fprintf(tw, "%d\t%s\t%d\n", d.Index, strconvQuote(d.Key), d.Deliveries)
+		at, reason := "-", "-"
+		if !d.At.IsZero() {
+			at = d.At.UTC().Format(time.RFC3339)
+		}
+		if d.Reason != "" {
+			reason = strconvQuote(d.Reason)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", d.Index, strconvQuote(d.Key), d.Deliveries, at, reason)
 	}
 	return tw.Flush()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"strings"
 	"sync"
@@ -101,7 +102,7 @@ func TestDeadRetryDrop(t *testing.T) {
 	if err != nil || l.Len() != 2 || l.Keys()[0] != "a" {
 		t.Fatalf("claim: %v, %v", l, err)
 	}
-	if err := l.Nack(ctx, 0, "a"); err != nil { // dead
+	if err := l.NackErr(ctx, 0, errors.New("bad input: row a"), "a"); err != nil { // dead
 		t.Fatal(err)
 	}
 	if err := l.Ack(ctx, "b"); err != nil {
@@ -109,17 +110,21 @@ func TestDeadRetryDrop(t *testing.T) {
 	}
 
 	r := runTQ(t, url, "dead", "p", "work")
-	if r.code != 0 || !strings.Contains(r.stdout, `"a"`) || strings.Contains(r.stdout, `"b"`) {
-		t.Fatalf("dead: %+v, want a alone", r)
+	if r.code != 0 || !strings.Contains(r.stdout, `"a"`) || strings.Contains(r.stdout, `"b"`) ||
+		!strings.Contains(r.stdout, "REASON") || !strings.Contains(r.stdout, `"bad input: row a"`) {
+		t.Fatalf("dead: %+v, want a alone, with its reason", r)
 	}
 	r = runTQ(t, url, "-json", "dead", "p", "work")
 	var doc struct {
 		Dead []struct {
 			Key        string
 			Deliveries int
+			Reason     string
+			At         time.Time
 		}
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Dead) != 1 || doc.Dead[0].Key != "a" || doc.Dead[0].Deliveries != 1 {
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Dead) != 1 || doc.Dead[0].Key != "a" || doc.Dead[0].Deliveries != 1 ||
+		doc.Dead[0].Reason != "bad input: row a" || doc.Dead[0].At.IsZero() {
 		t.Fatalf("dead -json: %+v, %v", r, err)
 	}
 	if r := runTQ(t, url, "retry", "p", "work", "a"); r.code != 0 || !strings.Contains(r.stdout, "retried 1 rows") {

@@ -337,6 +337,7 @@ func localClaimed(c rules.Claimed, skew time.Duration, base uint64) metadata.Cla
 	c.Deliveries = slices.Clone(c.Deliveries)
 	for i := range c.Deliveries {
 		c.Deliveries[i].Until = local(c.Deliveries[i].Until, skew)
+		c.Deliveries[i].At = local(c.Deliveries[i].At, skew)
 	}
 	c.Mark = metadata.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
 	return c
@@ -418,6 +419,7 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	for _, ds := range out {
 		for i := range ds {
 			ds[i].Until = local(ds[i].Until, p.skew)
+			ds[i].At = local(ds[i].At, p.skew)
 		}
 	}
 	rows := slices.Clone(p.st.List())

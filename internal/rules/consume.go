@@ -70,6 +70,11 @@ type entry struct {
 	lease      string
 	until      int64 // Leased: the lease's end; Ready: the end of a Nack's delay (0: none)
 	max        int
+	// reason is why the row last went back (a Nack's reason; "" none),
+	// at when: kept through later deliveries, cleared by an ack. A lease
+	// that ended reads as metadata.ReasonLeaseEnded at its until.
+	reason string
+	at     int64
 }
 
 // seen returns the entry as a claim at now finds it: an expired lease is
@@ -78,6 +83,7 @@ type entry struct {
 func (e entry) seen(now int64) entry {
 	switch {
 	case e.state == metadata.Leased && now >= e.until:
+		e.reason, e.at = metadata.ReasonLeaseEnded, e.until
 		e.lease, e.until = "", 0
 		e.state = metadata.Ready
 		if e.max > 0 && e.deliveries >= e.max {
@@ -104,6 +110,9 @@ func (e *entry) delivery(index uint64, now int64) metadata.Delivery {
 	d := metadata.Delivery{Index: index, State: s.state, Deliveries: s.deliveries, Lease: s.lease, Holder: metadata.HolderOf(s.lease), Max: s.max}
 	if s.until != 0 {
 		d.Until = time.UnixMicro(s.until)
+	}
+	if s.reason != "" {
+		d.Reason, d.At = s.reason, time.UnixMicro(s.at)
 	}
 	// A Nack's token stays on a returned row until it is delivered again
 	// (a nack resent finds its own); seen clears only an expired lease's.
@@ -408,7 +417,8 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 		if e := t.entries[i]; p.byIndex[i] != nil && claimable(e, now) {
 			ne := &entry{state: metadata.Dropped}
 			if e != nil {
-				ne.deliveries = e.deliveries
+				s := e.seen(now)
+				ne.deliveries, ne.reason, ne.at = e.deliveries, s.reason, s.at
 			}
 			p.setEntry(t, i, e, ne)
 			p.consume(t)
@@ -525,7 +535,8 @@ func (p *Partition) lease(t *task, take []uint64, plain bool, a *ClaimArgs, unti
 		*e = entry{state: metadata.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
 		old := t.entries[i]
 		if old != nil {
-			e.deliveries = old.deliveries
+			s := old.seen(p.now)
+			e.deliveries, e.reason, e.at = old.deliveries, s.reason, s.at
 		}
 		e.deliveries++
 		if !plain {
@@ -868,7 +879,10 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 			}
 		case metadata.Nack:
 			old := *e
-			*e = entry{state: metadata.Ready, deliveries: e.deliveries, lease: e.lease, max: e.max}
+			*e = entry{state: metadata.Ready, deliveries: e.deliveries, lease: e.lease, max: e.max, reason: e.reason, at: e.at}
+			if req.Reason != "" {
+				e.reason, e.at = req.Reason, now
+			}
 			if e.max > 0 && e.deliveries >= e.max {
 				e.state = metadata.Dead
 			} else if req.Delay > 0 {
@@ -888,7 +902,8 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 		case metadata.Drop:
 			ne := &entry{state: metadata.Dropped}
 			if e != nil {
-				ne.deliveries = e.deliveries
+				s := e.seen(now)
+				ne.deliveries, ne.reason, ne.at = e.deliveries, s.reason, s.at
 			}
 			p.setEntry(t, i, e, ne)
 			p.consume(t)
@@ -938,7 +953,7 @@ func (p *Partition) unwait(t *task, token string, indexes []uint64) {
 			p.setEntry(t, i, e, nil)
 			continue
 		}
-		p.setEntry(t, i, e, &entry{state: metadata.Ready, deliveries: e.deliveries - 1, lease: token, max: e.max})
+		p.setEntry(t, i, e, &entry{state: metadata.Ready, deliveries: e.deliveries - 1, lease: token, max: e.max, reason: e.reason, at: e.at})
 	}
 	if changed {
 		p.bump()

@@ -245,7 +245,11 @@ func SettleRecord(req *SettleArgs) []byte {
 	b = msgp.AppendUint8(b, uint8(req.Op))
 	b = msgp.AppendString(b, req.Lease)
 	b = appendIndexes(b, req.Indexes)
-	return msgp.AppendInt64(b, req.Delay.Microseconds())
+	b = msgp.AppendInt64(b, req.Delay.Microseconds())
+	if req.Reason != "" {
+		b = msgp.AppendString(b, req.Reason)
+	}
+	return b
 }
 
 // ResetRecord is a Reset of task's rows of indexes (nil: every row).
@@ -645,13 +649,18 @@ func (p *Partition) readSettle(b []byte) (*SettleArgs, error) {
 	if req.Lease == "" {
 		req.Lease = string(token)
 	}
-	if delay, _, err = msgp.ReadInt64Bytes(b); err != nil {
+	if delay, b, err = msgp.ReadInt64Bytes(b); err != nil {
 		return nil, err
 	}
 	if delay < 0 || delay > math.MaxInt64/1000 {
 		return nil, fmt.Errorf("settle delay %d µs", delay)
 	}
 	req.Delay = time.Duration(delay) * time.Microsecond
+	if len(b) > 0 { // a nack's reason (Check bounds it)
+		if req.Reason, _, err = msgp.ReadStringBytes(b); err != nil {
+			return nil, err
+		}
+	}
 	return &req, nil
 }
 

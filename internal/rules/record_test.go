@@ -209,8 +209,12 @@ func recordHistory(t *testing.T, seed uint64) {
 				}
 			}
 			op := []metadata.SettleOp{metadata.Ack, metadata.Nack, metadata.Extend}[rng.IntN(3)]
+			reason := ""
+			if op == metadata.Nack && rng.IntN(2) == 0 {
+				reason = fmt.Sprint("why ", rng.IntN(3))
+			}
 			l.apply(SettleRecord(&SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: op, Lease: tokens[rng.IntN(len(tokens))],
-				Indexes: idx, Delay: time.Second}), 0)
+				Indexes: idx, Delay: time.Second, Reason: reason}), 0)
 			if len(waiting) > 0 && rng.IntN(3) == 0 {
 				l.apply(SettleRecord(&SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: metadata.Unwait, Lease: waiting[rng.IntN(len(waiting))]}), 0)
 			}

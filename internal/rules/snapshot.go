@@ -64,13 +64,21 @@ func (p *Partition) Snapshot() ([]byte, error) {
 		b = msgp.AppendArrayHeader(b, uint32(len(t.entries)))
 		for _, i := range slices.Sorted(maps.Keys(t.entries)) {
 			e := t.entries[i]
-			b = msgp.AppendArrayHeader(b, 6)
+			if e.reason == "" {
+				b = msgp.AppendArrayHeader(b, 6)
+			} else {
+				b = msgp.AppendArrayHeader(b, 8) // its reason and when
+			}
 			b = msgp.AppendUint64(b, i)
 			b = msgp.AppendUint8(b, uint8(e.state))
 			b = msgp.AppendInt64(b, int64(e.deliveries))
 			b = msgp.AppendString(b, e.lease)
 			b = msgp.AppendInt64(b, e.until)
 			b = msgp.AppendInt64(b, int64(e.max))
+			if e.reason != "" {
+				b = msgp.AppendString(b, e.reason)
+				b = msgp.AppendInt64(b, e.at)
+			}
 		}
 		b = msgp.AppendArrayHeader(b, uint32(len(t.parked)))
 		for _, i := range slices.Sorted(maps.Keys(t.parked)) {
@@ -474,7 +482,7 @@ func restore(b []byte) (*Partition, error) {
 			if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
 				return nil, err
 			}
-			if parts != 6 {
+			if parts != 6 && parts != 8 {
 				return nil, fmt.Errorf("entry of %d parts", parts)
 			}
 			var i uint64
@@ -498,6 +506,17 @@ func restore(b []byte) (*Partition, error) {
 			}
 			if mx, b, err = msgp.ReadInt64Bytes(b); err != nil {
 				return nil, err
+			}
+			if parts == 8 {
+				if e.reason, b, err = msgp.ReadStringBytes(b); err != nil {
+					return nil, err
+				}
+				if e.at, b, err = msgp.ReadInt64Bytes(b); err != nil {
+					return nil, err
+				}
+				if e.reason == "" || len(e.reason) > metadata.MaxReason {
+					return nil, fmt.Errorf("entry of row %d: reason of %d bytes", i, len(e.reason))
+				}
 			}
 			if st < uint8(metadata.Ready) || st > uint8(metadata.Dropped) || dl < 0 || dl > math.MaxInt32 || mx < 0 || mx > math.MaxInt32 {
 				return nil, fmt.Errorf("entry of row %d out of range", i)

@@ -55,6 +55,7 @@ func cases() []testCase {
 	all = append(all, leaseCases()...)
 	all = append(all, handBackCases()...)
 	all = append(all, consumptionCases()...)
+	all = append(all, deadWhyCases()...)
 	return all
 }
 
