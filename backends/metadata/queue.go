@@ -359,6 +359,13 @@ const (
 	// (so never dead for it). A row not leased to req.Lease is left as it
 	// is and not reported Lost. A waiter that gives up sends it.
 	Unwait
+	// EndBatch forgets the task's open batch (see Batch) whose lease
+	// token is req.Lease, whatever ranks have not taken their share:
+	// their next claims open a new batch. Its rows keep their state. Sent
+	// only where every holder of the batch is known to be gone (an
+	// embedded engine reopened under its directory's lock), so that the
+	// ranks of the next process start in step.
+	EndBatch
 )
 
 // SettleRequest names rows of one task and what to do with them.
@@ -459,7 +466,7 @@ func (r *SettleRequest) Check() error {
 	switch {
 	case r.Task == "":
 		return invalidf("settle: empty task name")
-	case r.Op < Ack || r.Op > Unwait:
+	case r.Op < Ack || r.Op > EndBatch:
 		return invalidf("settle: unknown op %d", r.Op)
 	case (r.Op == Retry || r.Op == Drop) != (r.Lease == ""):
 		if r.Lease == "" {

@@ -913,6 +913,13 @@ func (p *srState) settle(task string, op uint64, token string, idx []uint64, del
 		p.unwait(t, token, idx)
 		return
 	}
+	if op == 7 { // end batch: the open batch of the token is forgotten
+		n := len(t.batches)
+		if t.batches = slices.DeleteFunc(t.batches, func(b *srBatch) bool { return b.token == token }); len(t.batches) < n {
+			p.seq++
+		}
+		return
+	}
 	changed := false
 	var done []uint64 // acked or dropped
 	for _, i := range idx {
@@ -1307,7 +1314,7 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 		if d.err == nil && len(d.b) > 0 {
 			d.s() // a nack's reason: this reader keeps no reasons
 		}
-		if d.err != nil || task == "" || op < 1 || op > 6 || (op == 4 || op == 5) != (token == "") ||
+		if d.err != nil || task == "" || op < 1 || op > 7 || (op == 4 || op == 5) != (token == "") ||
 			op == 3 && delay <= 0 || delay < 0 {
 			return
 		}

@@ -830,6 +830,13 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 		p.unwait(t, req.Lease, req.Indexes)
 		return res
 	}
+	if req.Op == metadata.EndBatch {
+		n := len(t.batches)
+		if t.batches = slices.DeleteFunc(t.batches, func(b *openBatch) bool { return b.lease == req.Lease }); len(t.batches) < n {
+			p.seq++
+		}
+		return res
+	}
 	changed := false
 	var until int64
 	var timed []uint64 // rows whose lease or delay now ends later

@@ -9,7 +9,10 @@ import (
 
 // Release returns the records that end every claim held in the partition:
 // for each task (by name), a K unwait per registered claim's token (so
-// that none can lease the rows released next to its gone holder), then a
+// that none can lease the rows released next to its gone holder), a K
+// end-batch per open batch (so that the next process's ranks open a new
+// batch together, rather than one rank taking a dead batch's share while
+// another leases its rows afresh), then a
 // K nack (no delay) per lease token of the rows still leased to it, then
 // a K unwait per served claim's token (its rows, nacked already, are not
 // handed back: its holder may have received them). A log whose every
@@ -33,6 +36,9 @@ func (p *Partition) Release() [][]byte {
 			waits = append(waits, s.a.Token)
 		}
 		unwait(name, waits)
+		for _, b := range t.batches {
+			out = append(out, SettleRecord(&SettleArgs{Task: name, Op: metadata.EndBatch, Lease: b.lease}))
+		}
 		leased := map[string][]uint64{}
 		for i, e := range t.entries {
 			if e.state == metadata.Leased {
