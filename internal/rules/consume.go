@@ -385,6 +385,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	t := p.task(a.Task)
 	p.configure(t, a.Select)
 	p.advance(t, now)
+	before := p.seq // the count before this claim's own hand-back, if any
 	if a.Replaces != "" {
 		if _, ok := t.served[a.Replaces]; ok && a.Batch != nil {
 			// The rank's claim it replaces took a share of a batch:
@@ -470,6 +471,13 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	}
 	if len(take) < a.Min {
 		c.Mark = p.mark(t, now)
+		if a.Custom && p.seq != before {
+			// Its units were picked before the rows the claim it
+			// replaces held went back ready here: a mark counting that
+			// hand-back would let its Wait sleep past them. The mark
+			// before it wakes the Wait at once, to pick again.
+			c.Mark.Seq = before
+		}
 		if a.Hold > 0 {
 			st := &standing{a: *a, until: now + a.Hold.Microseconds()}
 			st.a.Hold, st.a.Replaces = 0, ""
