@@ -817,10 +817,10 @@ func (p *Partition) readCounts(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-// readBatchEnds reads the ends of tasks' open batches' leases (see
-// openBatch.until), in the order of the batches; a snapshot without them
-// leaves them 0 (a batch closes once none of its rows is leased).
-func (p *Partition) readBatchEnds(b []byte) ([]byte, error) {
+// readPerBatch reads a snapshot part of tasks' open batches: flat, per
+// task, its name and an array of one value per open batch, in the order
+// of the batches, each read by read; what names the part in errors.
+func (p *Partition) readPerBatch(b []byte, what string, read func(ob *openBatch, b []byte) ([]byte, error)) ([]byte, error) {
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
 		return b, err
@@ -836,10 +836,10 @@ func (p *Partition) readBatchEnds(b []byte) ([]byte, error) {
 			return b, err
 		}
 		if t == nil || int(nb) != len(t.batches) {
-			return b, fmt.Errorf("ends of %d batches of task %q", nb, name)
+			return b, fmt.Errorf("%s of %d batches of task %q", what, nb, name)
 		}
 		for _, ob := range t.batches {
-			if ob.until, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			if b, err = read(ob, b); err != nil {
 				return b, err
 			}
 		}
@@ -847,44 +847,33 @@ func (p *Partition) readBatchEnds(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-// readBatchPartials reads the partial flags of tasks' open batches, in
-// the order of the batches.
-func (p *Partition) readBatchPartials(b []byte) ([]byte, error) {
-	n, b, err := msgp.ReadArrayHeaderBytes(b)
-	if err != nil {
+// readBatchEnds reads the ends of tasks' open batches' leases (see
+// openBatch.until); a snapshot without them leaves them 0 (a batch
+// closes once none of its rows is leased).
+func (p *Partition) readBatchEnds(b []byte) ([]byte, error) {
+	return p.readPerBatch(b, "ends", func(ob *openBatch, b []byte) (_ []byte, err error) {
+		ob.until, b, err = msgp.ReadInt64Bytes(b)
 		return b, err
-	}
-	for range n {
-		var name string
-		if name, b, err = msgp.ReadStringBytes(b); err != nil {
+	})
+}
+
+// readBatchPartials reads the partial flags of tasks' open batches (an
+// empty array for a batch without flags).
+func (p *Partition) readBatchPartials(b []byte) ([]byte, error) {
+	return p.readPerBatch(b, "partial flags", func(ob *openBatch, b []byte) ([]byte, error) {
+		nf, b, err := msgp.ReadArrayHeaderBytes(b)
+		if err != nil || nf == 0 {
 			return b, err
 		}
-		t := p.tasks[name]
-		var nb uint32
-		if nb, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
-			return b, err
+		if int(nf) != len(ob.units) {
+			return b, fmt.Errorf("partial flags of %d units, batch of %d", nf, len(ob.units))
 		}
-		if t == nil || int(nb) != len(t.batches) {
-			return b, fmt.Errorf("partial flags of %d batches of task %q", nb, name)
-		}
-		for _, ob := range t.batches {
-			var nf uint32
-			if nf, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+		ob.partial = make([]bool, nf)
+		for k := range ob.partial {
+			if ob.partial[k], b, err = msgp.ReadBoolBytes(b); err != nil {
 				return b, err
 			}
-			if nf == 0 {
-				continue
-			}
-			if int(nf) != len(ob.units) {
-				return b, fmt.Errorf("partial flags of %d units, batch of %d", nf, len(ob.units))
-			}
-			ob.partial = make([]bool, nf)
-			for k := range ob.partial {
-				if ob.partial[k], b, err = msgp.ReadBoolBytes(b); err != nil {
-					return b, err
-				}
-			}
 		}
-	}
-	return b, nil
+		return b, nil
+	})
 }
