@@ -1,0 +1,140 @@
+package tqserve
+
+import (
+	"context"
+	"slices"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/tqserve/tqpb"
+)
+
+// cellServer carries cells for clients that cannot reach the engine's
+// data themselves (file://, memory://).
+type cellServer struct {
+	tqpb.UnimplementedCellsServer
+	data backends.Store
+}
+
+func (s *cellServer) Write(ctx context.Context, r *tqpb.WriteCellsRequest) (*tqpb.WriteCellsReply, error) {
+	cells := make([]backends.Cell, len(r.GetCells()))
+	for i, c := range r.GetCells() {
+		cells[i] = backends.Cell{Key: c.GetKey(), Body: c.GetValue()}
+	}
+	if err := s.data.Write(ctx, cells); err != nil {
+		return nil, toStatus(err)
+	}
+	tags := make([]string, len(cells))
+	for i, c := range cells {
+		tags[i] = c.Tag
+	}
+	return &tqpb.WriteCellsReply{Tags: tags}, nil
+}
+
+func (s *cellServer) Read(ctx context.Context, r *tqpb.ReadCellsRequest) (*tqpb.ReadCellsReply, error) {
+	cells := make([]backends.ReadCell, len(r.GetCells()))
+	for i, c := range r.GetCells() {
+		cells[i] = backends.ReadCell{Key: c.GetKey(), Tag: c.GetTag()}
+	}
+	if err := s.data.Read(ctx, cells); err != nil {
+		return nil, toStatus(err)
+	}
+	out := make([]*tqpb.ReadCell, len(cells))
+	for i, c := range cells {
+		v := c.Value
+		if c.Found && v == nil {
+			v = slices.Concat(c.Head, c.Body)
+		}
+		out[i] = &tqpb.ReadCell{Found: c.Found, Value: v}
+	}
+	return &tqpb.ReadCellsReply{Cells: out}, nil
+}
+
+func (s *cellServer) Delete(ctx context.Context, r *tqpb.DeleteCellsRequest) (*tqpb.Empty, error) {
+	cells := make([]backends.Cell, len(r.GetCells()))
+	for i, c := range r.GetCells() {
+		cells[i] = backends.Cell{Key: c.GetKey(), Tag: c.GetTag()}
+	}
+	return &tqpb.Empty{}, toStatus(s.data.Delete(ctx, cells))
+}
+
+// remoteCells is the Store of a client whose server carries its cells.
+type remoteCells struct {
+	c      tqpb.CellsClient
+	closed func() bool
+	close  func() error
+}
+
+func (s *remoteCells) Write(ctx context.Context, cells []backends.Cell) error {
+	if len(cells) == 0 {
+		return nil
+	}
+	req := &tqpb.WriteCellsRequest{Cells: make([]*tqpb.Cell, len(cells))}
+	for i, c := range cells {
+		v := c.Body
+		if len(c.Head) > 0 {
+			v = slices.Concat(c.Head, c.Body)
+		}
+		req.Cells[i] = &tqpb.Cell{Key: c.Key, Value: v}
+	}
+	r, err := s.c.Write(ctx, req)
+	if err != nil {
+		return fromStatus(ctx, "write cells", write, 0, err)
+	}
+	if len(r.GetTags()) != len(cells) {
+		return errProtocol
+	}
+	for i := range cells {
+		cells[i].Tag = r.GetTags()[i]
+	}
+	return nil
+}
+
+func (s *remoteCells) Read(ctx context.Context, cells []backends.ReadCell) error {
+	if len(cells) == 0 {
+		return nil
+	}
+	req := &tqpb.ReadCellsRequest{Cells: make([]*tqpb.Cell, len(cells))}
+	for i, c := range cells {
+		req.Cells[i] = &tqpb.Cell{Key: c.Key, Tag: c.Tag}
+	}
+	r, err := s.c.Read(ctx, req)
+	if err != nil {
+		return fromStatus(ctx, "read cells", read, 0, err)
+	}
+	if len(r.GetCells()) != len(cells) {
+		return errProtocol
+	}
+	for i, rc := range r.GetCells() {
+		c := &cells[i]
+		c.Found = rc.GetFound()
+		c.Value = nil
+		if !c.Found {
+			continue
+		}
+		v := rc.GetValue()
+		if len(v) == len(c.Head)+len(c.Body) && len(v) > 0 {
+			n := copy(c.Head, v)
+			copy(c.Body, v[n:])
+			continue
+		}
+		if v == nil {
+			v = []byte{}
+		}
+		c.Value = v
+	}
+	return nil
+}
+
+func (s *remoteCells) Delete(ctx context.Context, cells []backends.Cell) error {
+	if len(cells) == 0 {
+		return nil
+	}
+	req := &tqpb.DeleteCellsRequest{Cells: make([]*tqpb.Cell, len(cells))}
+	for i, c := range cells {
+		req.Cells[i] = &tqpb.Cell{Key: c.Key, Tag: c.Tag}
+	}
+	_, err := s.c.Delete(ctx, req)
+	return fromStatus(ctx, "delete cells", write, 0, err)
+}
+
+func (s *remoteCells) Close() error { return s.close() }

@@ -1,0 +1,437 @@
+package tqserve
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
+	"github.com/tqgo/tqgo/tqserve/tqpb"
+)
+
+// Scheme is the URL scheme of a tq server: tq://[:TOKEN@]HOST:PORT[,HOST:PORT...][?tls=1&ca=FILE&servername=NAME].
+const Scheme = "tq"
+
+func init() { backends.Register(Scheme, open) }
+
+// open dials the servers of u and asks where the cells are.
+func open(ctx context.Context, u *url.URL) (backends.Engine, error) {
+	hosts := strings.Split(u.Host, ",")
+	for _, h := range hosts {
+		if h == "" || !strings.Contains(h, ":") {
+			return backends.Engine{}, fmt.Errorf("%w: tq:// URL: server %q is not HOST:PORT", backends.ErrInvalid, h)
+		}
+	}
+	q := u.Query()
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	if q.Get("tls") == "1" || q.Get("ca") != "" {
+		cfg := &tls.Config{ServerName: q.Get("servername"), MinVersion: tls.VersionTLS12}
+		if ca := q.Get("ca"); ca != "" {
+			pem, err := os.ReadFile(ca)
+			if err != nil {
+				return backends.Engine{}, fmt.Errorf("%w: tq:// URL: CA file: %w", backends.ErrInvalid, err)
+			}
+			cfg.RootCAs = x509.NewCertPool()
+			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+				return backends.Engine{}, fmt.Errorf("%w: tq:// URL: CA file %s holds no PEM certificate", backends.ErrInvalid, ca)
+			}
+		}
+		creds = credentials.NewTLS(cfg)
+	}
+	token, _ := u.User.Password()
+	if token == "" {
+		token = os.Getenv("TQ_TOKEN")
+	}
+	r := manual.NewBuilderWithScheme("tqserve")
+	addrs := make([]resolver.Address, len(hosts))
+	for i, h := range hosts {
+		addrs[i] = resolver.Address{Addr: h}
+	}
+	r.InitialState(resolver.State{Addresses: addrs})
+	opts := []grpc.DialOption{
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
+	}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: creds.Info().SecurityProtocol != "insecure"}))
+	}
+	conn, err := grpc.NewClient(r.Scheme()+":///"+u.Host, opts...)
+	if err != nil {
+		return backends.Engine{}, fmt.Errorf("%w: tq:// URL: %w", backends.ErrInvalid, err)
+	}
+	m := &Meta{conn: conn, c: tqpb.NewMetaClient(conn)}
+	sent := time.Now()
+	info, err := m.c.Info(ctx, &tqpb.InfoRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		_ = conn.Close()
+		return backends.Engine{}, fromStatus(ctx, "info", read, 0, err)
+	}
+	// The server's clock minus this process's, taken at the middle of the
+	// round trip: times travel by the server's clock.
+	got := time.Now()
+	m.skew = time.Unix(0, info.GetNow().GetUnixNs()).Sub(sent.Add(got.Sub(sent) / 2))
+	if info.GetCellsUrl() == "" {
+		cells := &remoteCells{c: tqpb.NewCellsClient(conn), close: func() error { return nil }}
+		return backends.Engine{Data: cells, Meta: m}, nil
+	}
+	eng, err := backends.Open(ctx, info.GetCellsUrl())
+	if err != nil {
+		_ = conn.Close()
+		return backends.Engine{}, fmt.Errorf("tq server %s: its cells at %s: %w", info.GetServer(), redact(info.GetCellsUrl()), err)
+	}
+	// Only the engine's cells: its metadata is the server's.
+	if eng.Log != nil {
+		_ = eng.Log.Close()
+	}
+	if eng.Meta != nil {
+		_ = eng.Meta.Close()
+	}
+	return backends.Engine{Data: eng.Data, Meta: m}, nil
+}
+
+// bearer sends the token with every call.
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return false }
+
+// Meta is the metadata.MetaStore of a client of a tq server: each call is
+// one gRPC call to the server that owns the partition.
+type Meta struct {
+	conn   *grpc.ClientConn
+	c      tqpb.MetaClient
+	closed atomic.Bool
+	once   sync.Once
+	skew   time.Duration // the server's clock minus this process's
+}
+
+var _ metadata.MetaStore = (*Meta)(nil)
+
+// Close closes the connection; later calls return backends.ErrClosed.
+func (m *Meta) Close() error {
+	var err error
+	m.once.Do(func() {
+		m.closed.Store(true)
+		err = m.conn.Close()
+	})
+	return err
+}
+
+func (m *Meta) fail(ctx context.Context, op string, kind callKind, err error) error {
+	if m.closed.Load() {
+		return fmt.Errorf("tq server: %s: %w", op, backends.ErrClosed)
+	}
+	return fromStatus(ctx, op, kind, m.skew, err)
+}
+
+func (m *Meta) check(op string) error {
+	if m.closed.Load() {
+		return fmt.Errorf("tq server: %s: %w", op, backends.ErrClosed)
+	}
+	return nil
+}
+
+func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
+	if err := m.check("prepare"); err != nil {
+		return nil, err
+	}
+	r, err := m.c.Prepare(ctx, &tqpb.PrepareRequest{Partition: partition, Keys: keys, Fields: fields, Sizes: sizes})
+	if err != nil {
+		return nil, m.fail(ctx, "prepare", write, err)
+	}
+	if len(r.GetReservations()) != len(keys) {
+		return nil, errProtocol
+	}
+	out := make([]metadata.Reservation, len(keys))
+	for i, rv := range r.GetReservations() {
+		gens := rv.GetGens()
+		if gens == nil {
+			gens = map[string]uint64{}
+		}
+		out[i] = metadata.Reservation{Index: rv.GetIndex(), Gens: gens}
+	}
+	return out, nil
+}
+
+func (m *Meta) rows(ctx context.Context, op string, kind callKind, call func() (*tqpb.RowsReply, error)) ([]*metadata.Row, error) {
+	if err := m.check(op); err != nil {
+		return nil, err
+	}
+	r, err := call()
+	if err != nil {
+		return nil, m.fail(ctx, op, kind, err)
+	}
+	return fromRows(r.GetRows())
+}
+
+func (m *Meta) SetCapacity(ctx context.Context, partition string, c metadata.Capacity) ([]*metadata.Row, error) {
+	return m.rows(ctx, "set capacity", write, func() (*tqpb.RowsReply, error) {
+		return m.c.SetCapacity(ctx, &tqpb.SetCapacityRequest{Partition: partition, Capacity: toCapacity(c)})
+	})
+}
+
+func (m *Meta) Commit(ctx context.Context, partition string, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+	if err := m.check("commit"); err != nil {
+		return metadata.CommitResult{}, err
+	}
+	us, err := toUpdates(updates)
+	if err != nil {
+		return metadata.CommitResult{}, fmt.Errorf("%w: commit to partition %q: %w", backends.ErrInvalid, partition, err)
+	}
+	r, err := m.c.Commit(ctx, &tqpb.CommitRequest{Partition: partition, Updates: us})
+	if err != nil {
+		return metadata.CommitResult{}, m.fail(ctx, "commit", write, err)
+	}
+	return metadata.CommitResult{Superseded: fromRefs(r.GetSuperseded()), Stale: fromRefs(r.GetStale())}, nil
+}
+
+func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
+	if err := m.check("lookup"); err != nil {
+		return nil, err
+	}
+	r, err := m.c.Lookup(ctx, &tqpb.KeysRequest{Partition: partition, Keys: keys})
+	if err != nil {
+		return nil, m.fail(ctx, "lookup", read, err)
+	}
+	if len(r.GetRows()) != len(keys) {
+		return nil, errProtocol
+	}
+	out := make([]*metadata.Row, len(keys))
+	for i, mr := range r.GetRows() {
+		if mr.GetRow() == nil {
+			continue
+		}
+		row, err := fromRow(mr.GetRow())
+		if err != nil {
+			return nil, err
+		}
+		out[i] = row
+	}
+	return out, nil
+}
+
+func (m *Meta) List(ctx context.Context, partition string) ([]*metadata.Row, error) {
+	return m.rows(ctx, "list", read, func() (*tqpb.RowsReply, error) {
+		return m.c.List(ctx, &tqpb.PartitionRequest{Partition: partition})
+	})
+}
+
+func (m *Meta) Partitions(ctx context.Context) ([]string, error) {
+	if err := m.check("partitions"); err != nil {
+		return nil, err
+	}
+	r, err := m.c.Partitions(ctx, &tqpb.PartitionsRequest{})
+	if err != nil {
+		return nil, m.fail(ctx, "partitions", read, err)
+	}
+	return r.GetPartitions(), nil
+}
+
+func (m *Meta) Delete(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
+	return m.rows(ctx, "delete", write, func() (*tqpb.RowsReply, error) {
+		return m.c.Delete(ctx, &tqpb.KeysRequest{Partition: partition, Keys: keys})
+	})
+}
+
+func (m *Meta) DeletePartition(ctx context.Context, partition string) ([]*metadata.Row, error) {
+	return m.rows(ctx, "delete partition", write, func() (*tqpb.RowsReply, error) {
+		return m.c.DeletePartition(ctx, &tqpb.PartitionRequest{Partition: partition})
+	})
+}
+
+func (m *Meta) refs(ctx context.Context, op string, call func() (*tqpb.RefsReply, error)) ([]metadata.Ref, error) {
+	if err := m.check(op); err != nil {
+		return nil, err
+	}
+	r, err := call()
+	if err != nil {
+		return nil, m.fail(ctx, op, write, err)
+	}
+	return fromRefs(r.GetRefs()), nil
+}
+
+func (m *Meta) Garbage(ctx context.Context, partition string, olderThan time.Duration) ([]metadata.Ref, error) {
+	return m.refs(ctx, "garbage", func() (*tqpb.RefsReply, error) {
+		return m.c.Garbage(ctx, &tqpb.GarbageRequest{Partition: partition, OlderThanNs: int64(olderThan)})
+	})
+}
+
+func (m *Meta) DeleteFields(ctx context.Context, partition string, keys, fields []string) ([]metadata.Ref, error) {
+	return m.refs(ctx, "delete fields", func() (*tqpb.RefsReply, error) {
+		return m.c.DeleteFields(ctx, &tqpb.DeleteFieldsRequest{Partition: partition, Keys: keys, Fields: fields})
+	})
+}
+
+func (m *Meta) Swept(ctx context.Context, partition string, refs []metadata.Ref) error {
+	if err := m.check("swept"); err != nil {
+		return err
+	}
+	_, err := m.c.Swept(ctx, &tqpb.RefsRequest{Partition: partition, Refs: toRefs(refs)})
+	if err != nil {
+		return m.fail(ctx, "swept", write, err)
+	}
+	return nil
+}
+
+func (m *Meta) Abandon(ctx context.Context, partition string, refs []metadata.Ref) error {
+	if err := m.check("abandon"); err != nil {
+		return err
+	}
+	_, err := m.c.Abandon(ctx, &tqpb.RefsRequest{Partition: partition, Refs: toRefs(refs)})
+	if err != nil {
+		return m.fail(ctx, "abandon", write, err)
+	}
+	return nil
+}
+
+// Claim implements metadata.Queue. A Custom claim takes two calls: the
+// candidates, picked here, then the claim of the picked rows by index
+// (a unit with a row taken meanwhile is skipped, as Claim skips one).
+func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRequest, pick metadata.Pick) (metadata.Claimed, error) {
+	if err := m.check("claim"); err != nil {
+		return metadata.Claimed{}, err
+	}
+	if err := req.Check(); err != nil {
+		return metadata.Claimed{}, err
+	}
+	pr := toClaimRequest(partition, &req)
+	if req.Custom {
+		// A replaced claim fulfilled meanwhile returns its lease with no
+		// pick; the server knows, so ask it first without candidates.
+		cr, err := m.c.Candidates(ctx, pr)
+		if err != nil {
+			return metadata.Claimed{}, m.fail(ctx, "claim candidates", read, err)
+		}
+		rows, err := fromRows(cr.GetRows())
+		if err != nil {
+			return metadata.Claimed{}, err
+		}
+		if rows == nil {
+			rows = []*metadata.Row{}
+		}
+		p, err := pick(rows, fromDeliveries(cr.GetDeliveries(), m.skew))
+		if err != nil {
+			return metadata.Claimed{}, err
+		}
+		if err := metadata.CheckPicked(p, len(rows)); err != nil {
+			return metadata.Claimed{}, err
+		}
+		for _, u := range p.Units {
+			ix := make([]uint64, len(u))
+			for j, i := range u {
+				ix[j] = rows[i].Index
+			}
+			pr.Picked = append(pr.Picked, &tqpb.Unit{Indexes: ix})
+		}
+		for _, i := range p.Drop {
+			pr.Drop = append(pr.Drop, rows[i].Index)
+		}
+	}
+	r, err := m.c.Claim(ctx, pr)
+	if err != nil {
+		return metadata.Claimed{}, m.fail(ctx, "claim", write, err)
+	}
+	return fromClaimed(r, m.skew)
+}
+
+func (m *Meta) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (metadata.SettleResult, error) {
+	if err := m.check("settle"); err != nil {
+		return metadata.SettleResult{}, err
+	}
+	r, err := m.c.Settle(ctx, &tqpb.SettleRequest{Partition: partition, Task: req.Task, Op: tqpb.SettleRequest_Op(req.Op),
+		Lease: req.Lease, Indexes: req.Indexes, DelayNs: int64(req.Delay), Reason: req.Reason})
+	if err != nil {
+		return metadata.SettleResult{}, m.fail(ctx, "settle", write, err)
+	}
+	cleared, err := fromRows(r.GetCleared())
+	if err != nil {
+		return metadata.SettleResult{}, err
+	}
+	return metadata.SettleResult{Lost: r.GetLost(), Until: fromMoment(r.GetUntil(), m.skew), Cleared: cleared}, nil
+}
+
+func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]metadata.Delivery, error) {
+	if err := m.check("consumption"); err != nil {
+		return nil, err
+	}
+	r, err := m.c.Consumption(ctx, &tqpb.TasksRequest{Partition: partition, Tasks: tasks})
+	if err != nil {
+		return nil, m.fail(ctx, "consumption", read, err)
+	}
+	return fromTasks(r.GetTasks(), m.skew), nil
+}
+
+func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (metadata.View, error) {
+	if err := m.check("view"); err != nil {
+		return metadata.View{}, err
+	}
+	r, err := m.c.View(ctx, &tqpb.TasksRequest{Partition: partition, Tasks: tasks})
+	if err != nil {
+		return metadata.View{}, m.fail(ctx, "view", read, err)
+	}
+	return fromView(r, m.skew)
+}
+
+func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {
+	if err := m.check("reset"); err != nil {
+		return err
+	}
+	_, err := m.c.Reset(ctx, &tqpb.ResetRequest{Partition: partition, Task: task, Indexes: indexes, AllRows: indexes == nil})
+	if err != nil {
+		return m.fail(ctx, "reset", write, err)
+	}
+	return nil
+}
+
+// Wait implements metadata.Queue with one long call, which the server
+// ends when the partition may have changed; a call cut short (the
+// server restarting) returns nil, a spurious wake-up the contract allows,
+// after a pause.
+func (m *Meta) Wait(ctx context.Context, partition string, mark metadata.Mark) error {
+	if err := m.check("wait"); err != nil {
+		return err
+	}
+	_, err := m.c.Wait(ctx, &tqpb.WaitRequest{Partition: partition, Mark: toMark(mark, m.skew)})
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	err = m.fail(ctx, "wait", read, err)
+	if errors.Is(err, backends.ErrUnavailable) {
+		// Not a change: wait a moment before the caller looks again.
+		t := time.NewTimer(200 * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,504 @@
+package tqserve
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tqgo/tqgo/backends/metadata"
+	"github.com/tqgo/tqgo/tqserve/tqpb"
+)
+
+// The conversions between package metadata's types and the wire's. Times
+// travel by the server's clock (see tqpb.Moment); skew is the server's
+// clock minus this process's (zero on the server).
+
+func toMoment(t time.Time, skew time.Duration) *tqpb.Moment {
+	if t.IsZero() {
+		return nil
+	}
+	return &tqpb.Moment{UnixNs: t.Add(skew).UnixNano()}
+}
+
+func fromMoment(m *tqpb.Moment, skew time.Duration) time.Time {
+	if m == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, m.UnixNs).Add(-skew)
+}
+
+// Tags.
+
+func toTagMap(m map[string]any) (*tqpb.TagMap, error) {
+	if m == nil {
+		return nil, nil
+	}
+	out := &tqpb.TagMap{Values: make(map[string]*tqpb.TagValue, len(m))}
+	for k, v := range m {
+		tv, err := toTagValue(v)
+		if err != nil {
+			return nil, fmt.Errorf("tag %q: %w", k, err)
+		}
+		out.Values[k] = tv
+	}
+	return out, nil
+}
+
+func toTagValue(v any) (*tqpb.TagValue, error) {
+	switch x := v.(type) {
+	case nil:
+		return &tqpb.TagValue{Kind: &tqpb.TagValue_IsNil{IsNil: true}}, nil
+	case bool:
+		return &tqpb.TagValue{Kind: &tqpb.TagValue_BoolValue{BoolValue: x}}, nil
+	case string:
+		return &tqpb.TagValue{Kind: &tqpb.TagValue_StringValue{StringValue: x}}, nil
+	case int64:
+		return &tqpb.TagValue{Kind: &tqpb.TagValue_IntValue{IntValue: x}}, nil
+	case uint64:
+		return &tqpb.TagValue{Kind: &tqpb.TagValue_UintValue{UintValue: x}}, nil
+	case float64:
+		return &tqpb.TagValue{Kind: &tqpb.TagValue_FloatValue{FloatValue: x}}, nil
+	case []byte:
+		return &tqpb.TagValue{Kind: &tqpb.TagValue_BytesValue{BytesValue: x}}, nil
+	case []any:
+		l := &tqpb.TagList{Values: make([]*tqpb.TagValue, len(x))}
+		for i, e := range x {
+			tv, err := toTagValue(e)
+			if err != nil {
+				return nil, err
+			}
+			l.Values[i] = tv
+		}
+		return &tqpb.TagValue{Kind: &tqpb.TagValue_ListValue{ListValue: l}}, nil
+	case map[string]any:
+		m, err := toTagMap(x)
+		if err != nil {
+			return nil, err
+		}
+		return &tqpb.TagValue{Kind: &tqpb.TagValue_MapValue{MapValue: m}}, nil
+	}
+	return nil, fmt.Errorf("tag value of type %T (want nil, bool, string, int64, uint64, float64, []byte, []any or map[string]any)", v)
+}
+
+func fromTagMap(m *tqpb.TagMap) (map[string]any, error) {
+	if m == nil {
+		return nil, nil
+	}
+	out := make(map[string]any, len(m.Values))
+	for k, v := range m.Values {
+		x, err := fromTagValue(v)
+		if err != nil {
+			return nil, fmt.Errorf("tag %q: %w", k, err)
+		}
+		out[k] = x
+	}
+	return out, nil
+}
+
+func fromTagValue(v *tqpb.TagValue) (any, error) {
+	switch x := v.GetKind().(type) {
+	case *tqpb.TagValue_IsNil:
+		return nil, nil
+	case *tqpb.TagValue_BoolValue:
+		return x.BoolValue, nil
+	case *tqpb.TagValue_StringValue:
+		return x.StringValue, nil
+	case *tqpb.TagValue_IntValue:
+		return x.IntValue, nil
+	case *tqpb.TagValue_UintValue:
+		return x.UintValue, nil
+	case *tqpb.TagValue_FloatValue:
+		return x.FloatValue, nil
+	case *tqpb.TagValue_BytesValue:
+		if x.BytesValue == nil {
+			return []byte{}, nil
+		}
+		return x.BytesValue, nil
+	case *tqpb.TagValue_ListValue:
+		l := make([]any, len(x.ListValue.GetValues()))
+		for i, e := range x.ListValue.GetValues() {
+			y, err := fromTagValue(e)
+			if err != nil {
+				return nil, err
+			}
+			l[i] = y
+		}
+		return l, nil
+	case *tqpb.TagValue_MapValue:
+		m, err := fromTagMap(x.MapValue)
+		if err != nil {
+			return nil, err
+		}
+		if m == nil {
+			m = map[string]any{}
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("tag value of no kind")
+}
+
+// Rows.
+
+func toFields(m map[string]metadata.FieldInfo) map[string]*tqpb.FieldInfo {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*tqpb.FieldInfo, len(m))
+	for f, fi := range m {
+		out[f] = &tqpb.FieldInfo{Dtype: fi.DType, Shape: fi.Shape, HasShape: fi.Shape != nil, Gen: fi.Gen, BackendTag: fi.BackendTag}
+	}
+	return out
+}
+
+func fromFields(m map[string]*tqpb.FieldInfo) map[string]metadata.FieldInfo {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]metadata.FieldInfo, len(m))
+	for f, fi := range m {
+		shape := fi.GetShape()
+		if fi.GetHasShape() && shape == nil {
+			shape = []int64{}
+		}
+		out[f] = metadata.FieldInfo{DType: fi.GetDtype(), Shape: shape, Gen: fi.GetGen(), BackendTag: fi.GetBackendTag()}
+	}
+	return out
+}
+
+func toRow(r *metadata.Row) (*tqpb.Row, error) {
+	tag, err := toTagMap(r.Tag)
+	if err != nil {
+		return nil, fmt.Errorf("row %q: %w", r.Key, err)
+	}
+	return &tqpb.Row{Key: r.Key, Index: r.Index, Fields: toFields(r.Fields), Tag: tag}, nil
+}
+
+func fromRow(r *tqpb.Row) (*metadata.Row, error) {
+	tag, err := fromTagMap(r.GetTag())
+	if err != nil {
+		return nil, fmt.Errorf("row %q: %w", r.GetKey(), err)
+	}
+	return &metadata.Row{Key: r.GetKey(), Index: r.GetIndex(), Fields: fromFields(r.GetFields()), Tag: tag}, nil
+}
+
+func toRows(rows []*metadata.Row) ([]*tqpb.Row, error) {
+	out := make([]*tqpb.Row, len(rows))
+	for i, r := range rows {
+		if r == nil {
+			return nil, fmt.Errorf("a nil row among rows")
+		}
+		pr, err := toRow(r)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = pr
+	}
+	return out, nil
+}
+
+func fromRows(rows []*tqpb.Row) ([]*metadata.Row, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	out := make([]*metadata.Row, len(rows))
+	for i, r := range rows {
+		mr, err := fromRow(r)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = mr
+	}
+	return out, nil
+}
+
+func toRefs(refs []metadata.Ref) []*tqpb.Ref {
+	out := make([]*tqpb.Ref, len(refs))
+	for i, r := range refs {
+		out[i] = &tqpb.Ref{Index: r.Index, Field: r.Field, Gen: r.Gen, Tag: r.Tag}
+	}
+	return out
+}
+
+func fromRefs(refs []*tqpb.Ref) []metadata.Ref {
+	if len(refs) == 0 {
+		return nil
+	}
+	out := make([]metadata.Ref, len(refs))
+	for i, r := range refs {
+		out[i] = metadata.Ref{Index: r.GetIndex(), Field: r.GetField(), Gen: r.GetGen(), Tag: r.GetTag()}
+	}
+	return out
+}
+
+func toUpdates(us []metadata.RowUpdate) ([]*tqpb.RowUpdate, error) {
+	out := make([]*tqpb.RowUpdate, len(us))
+	for i, u := range us {
+		tag, err := toTagMap(u.Tag)
+		if err != nil {
+			return nil, fmt.Errorf("row %q: %w", u.Key, err)
+		}
+		out[i] = &tqpb.RowUpdate{Key: u.Key, Index: u.Index, Fields: toFields(u.Fields), Tag: tag}
+	}
+	return out, nil
+}
+
+func fromUpdates(us []*tqpb.RowUpdate) ([]metadata.RowUpdate, error) {
+	out := make([]metadata.RowUpdate, len(us))
+	for i, u := range us {
+		tag, err := fromTagMap(u.GetTag())
+		if err != nil {
+			return nil, fmt.Errorf("row %q: %w", u.GetKey(), err)
+		}
+		out[i] = metadata.RowUpdate{Key: u.GetKey(), Index: u.GetIndex(), Fields: fromFields(u.GetFields()), Tag: tag}
+	}
+	return out, nil
+}
+
+// Capacity, usage, marks.
+
+func toCapacity(c metadata.Capacity) *tqpb.Capacity {
+	return &tqpb.Capacity{Rows: c.Rows, Bytes: c.Bytes, ClearAcked: c.ClearAcked}
+}
+
+func fromCapacity(c *tqpb.Capacity) metadata.Capacity {
+	return metadata.Capacity{Rows: c.GetRows(), Bytes: c.GetBytes(), ClearAcked: c.GetClearAcked()}
+}
+
+func toUsage(u metadata.Usage) *tqpb.Usage { return &tqpb.Usage{Rows: u.Rows, Bytes: u.Bytes} }
+
+func fromUsage(u *tqpb.Usage) metadata.Usage {
+	return metadata.Usage{Rows: u.GetRows(), Bytes: u.GetBytes()}
+}
+
+func toMark(m metadata.Mark, skew time.Duration) *tqpb.Mark {
+	return &tqpb.Mark{Seq: m.Seq, Wake: toMoment(m.Wake, skew), Consumed: m.Consumed, Consume: m.Consume, Token: m.Token}
+}
+
+func fromMark(m *tqpb.Mark, skew time.Duration) metadata.Mark {
+	return metadata.Mark{Seq: m.GetSeq(), Wake: fromMoment(m.GetWake(), skew), Consumed: m.GetConsumed(), Consume: m.GetConsume(), Token: m.GetToken()}
+}
+
+// Consumption.
+
+func toDeliveries(ds []metadata.Delivery, skew time.Duration) []*tqpb.Delivery {
+	out := make([]*tqpb.Delivery, len(ds))
+	for i, d := range ds {
+		out[i] = &tqpb.Delivery{
+			Index: d.Index, State: tqpb.Delivery_State(d.State), Deliveries: int64(d.Deliveries),
+			Lease: d.Lease, Holder: d.Holder, Until: toMoment(d.Until, skew), Max: int64(d.Max),
+			Reason: d.Reason, At: toMoment(d.At, skew),
+		}
+	}
+	return out
+}
+
+func fromDeliveries(ds []*tqpb.Delivery, skew time.Duration) []metadata.Delivery {
+	out := make([]metadata.Delivery, len(ds))
+	for i, d := range ds {
+		out[i] = metadata.Delivery{
+			Index: d.GetIndex(), State: metadata.State(d.GetState()), Deliveries: int(d.GetDeliveries()),
+			Lease: d.GetLease(), Holder: d.GetHolder(), Until: fromMoment(d.GetUntil(), skew), Max: int(d.GetMax()),
+			Reason: d.GetReason(), At: fromMoment(d.GetAt(), skew),
+		}
+	}
+	return out
+}
+
+func toTasks(m map[string][]metadata.Delivery, skew time.Duration) map[string]*tqpb.Deliveries {
+	out := make(map[string]*tqpb.Deliveries, len(m))
+	for t, ds := range m {
+		out[t] = &tqpb.Deliveries{Deliveries: toDeliveries(ds, skew)}
+	}
+	return out
+}
+
+func fromTasks(m map[string]*tqpb.Deliveries, skew time.Duration) map[string][]metadata.Delivery {
+	out := make(map[string][]metadata.Delivery, len(m))
+	for t, ds := range m {
+		out[t] = fromDeliveries(ds.GetDeliveries(), skew)
+	}
+	return out
+}
+
+// Claims.
+
+func toClaimRequest(partition string, r *metadata.ClaimRequest) *tqpb.ClaimRequest {
+	out := &tqpb.ClaimRequest{
+		Partition: partition, Task: r.Task, LeaseNs: int64(r.Lease), Rows: int64(r.Rows), Min: int64(r.Min),
+		MaxDeliveries: int64(r.MaxDeliveries), Floor: r.Floor, Custom: r.Custom, HoldNs: int64(r.Hold),
+		Holder: r.Holder, Replaces: r.Replaces,
+		Select: &tqpb.Select{
+			Fields: r.Select.Fields,
+			Group: &tqpb.Group{Tag: r.Select.Group.Tag, Sep: r.Select.Group.Sep, Size: int64(r.Select.Group.Size),
+				DeadlineNs: int64(r.Select.Group.Deadline), Partial: r.Select.Group.Partial},
+			StaleTag: r.Select.Stale.Tag, StaleDrop: r.Select.Stale.Drop,
+		},
+	}
+	if r.Batch != nil {
+		out.Batch = &tqpb.Batch{Ranks: int64(r.Batch.Ranks), Rank: int64(r.Batch.Rank)}
+	}
+	return out
+}
+
+// fromClaimRequest converts a request off the wire; counts that do not fit
+// an int are refused here (Check bounds the rest).
+func fromClaimRequest(r *tqpb.ClaimRequest) (metadata.ClaimRequest, error) {
+	ints := []int64{r.GetRows(), r.GetMin(), r.GetMaxDeliveries(), r.GetSelect().GetGroup().GetSize(), r.GetBatch().GetRanks(), r.GetBatch().GetRank()}
+	for _, n := range ints {
+		if n != int64(int32(n)) {
+			return metadata.ClaimRequest{}, invalidf("claim: count %d out of range", n)
+		}
+	}
+	g := r.GetSelect().GetGroup()
+	out := metadata.ClaimRequest{
+		Task: r.GetTask(), Lease: time.Duration(r.GetLeaseNs()), Rows: int(r.GetRows()), Min: int(r.GetMin()),
+		MaxDeliveries: int(r.GetMaxDeliveries()), Floor: r.GetFloor(), Custom: r.GetCustom(),
+		Hold: time.Duration(r.GetHoldNs()), Holder: r.GetHolder(), Replaces: r.GetReplaces(),
+		Select: metadata.Select{
+			Fields: r.GetSelect().GetFields(),
+			Group: metadata.Group{Tag: g.GetTag(), Sep: g.GetSep(), Size: int(g.GetSize()),
+				Deadline: time.Duration(g.GetDeadlineNs()), Partial: g.GetPartial()},
+			Stale: metadata.Stale{Tag: r.GetSelect().GetStaleTag(), Drop: r.GetSelect().GetStaleDrop()},
+		},
+	}
+	if b := r.GetBatch(); b != nil {
+		out.Batch = &metadata.Batch{Ranks: int(b.GetRanks()), Rank: int(b.GetRank())}
+	}
+	return out, nil
+}
+
+func toClaimed(c *metadata.Claimed, skew time.Duration) (*tqpb.ClaimReply, error) {
+	rows, err := toRows(c.Rows)
+	if err != nil {
+		return nil, err
+	}
+	cleared, err := toRows(c.Cleared)
+	if err != nil {
+		return nil, err
+	}
+	units := make([]*tqpb.Positions, len(c.Units))
+	for i, u := range c.Units {
+		p := make([]int64, len(u))
+		for j, x := range u {
+			p[j] = int64(x)
+		}
+		units[i] = &tqpb.Positions{Positions: p}
+	}
+	return &tqpb.ClaimReply{
+		Lease: c.Lease, Rows: rows, Deliveries: toDeliveries(c.Deliveries, skew), Units: units,
+		Until: toMoment(c.Until, skew), Dropped: int64(c.Dropped), Skipped: int64(c.Skipped),
+		Cleared: cleared, Partial: c.Partial, HasPartial: c.Partial != nil, Waiting: c.Waiting,
+		Mark: toMark(c.Mark, skew),
+	}, nil
+}
+
+func fromClaimed(r *tqpb.ClaimReply, skew time.Duration) (metadata.Claimed, error) {
+	rows, err := fromRows(r.GetRows())
+	if err != nil {
+		return metadata.Claimed{}, err
+	}
+	cleared, err := fromRows(r.GetCleared())
+	if err != nil {
+		return metadata.Claimed{}, err
+	}
+	var units [][]int
+	if len(r.GetUnits()) > 0 {
+		units = make([][]int, len(r.GetUnits()))
+	}
+	for i, u := range r.GetUnits() {
+		p := make([]int, len(u.GetPositions()))
+		for j, x := range u.GetPositions() {
+			if x < 0 || x >= int64(len(rows)) {
+				return metadata.Claimed{}, fmt.Errorf("%w: claim reply: position %d of %d rows", errProtocol, x, len(rows))
+			}
+			p[j] = int(x)
+		}
+		units[i] = p
+	}
+	out := metadata.Claimed{
+		Lease: r.GetLease(), Rows: rows, Units: units, Until: fromMoment(r.GetUntil(), skew),
+		Dropped: int(r.GetDropped()), Skipped: int(r.GetSkipped()), Cleared: cleared,
+		Waiting: r.GetWaiting(), Mark: fromMark(r.GetMark(), skew),
+	}
+	if len(r.GetDeliveries()) > 0 {
+		out.Deliveries = fromDeliveries(r.GetDeliveries(), skew)
+	}
+	if r.GetHasPartial() {
+		out.Partial = r.GetPartial()
+		if out.Partial == nil {
+			out.Partial = []bool{}
+		}
+	}
+	return out, nil
+}
+
+func toView(v *metadata.View, skew time.Duration) (*tqpb.ViewReply, error) {
+	rows, err := toRows(v.Rows)
+	if err != nil {
+		return nil, err
+	}
+	out := &tqpb.ViewReply{
+		Rows: rows, Tasks: toTasks(v.Tasks, skew), Mark: toMark(v.Mark, skew),
+		Capacity: toCapacity(v.Capacity), Used: toUsage(v.Used), Inserted: v.Inserted, Consumed: v.Consumed,
+	}
+	if v.Since != nil {
+		out.Since = make([]*tqpb.Moment, len(v.Since))
+		for i, t := range v.Since {
+			out.Since[i] = toMoment(t, skew)
+			if out.Since[i] == nil {
+				out.Since[i] = &tqpb.Moment{UnixNs: zeroMoment}
+			}
+		}
+	}
+	if v.Groups != nil {
+		out.Groups = make(map[string]*tqpb.GroupWaits, len(v.Groups))
+		for t, gs := range v.Groups {
+			pg := make([]*tqpb.GroupWait, len(gs))
+			for i, g := range gs {
+				pg[i] = &tqpb.GroupWait{Id: g.ID, Rows: int64(g.Rows), Since: toMoment(g.Since, skew), Overdue: g.Overdue}
+			}
+			out.Groups[t] = &tqpb.GroupWaits{Groups: pg}
+		}
+	}
+	return out, nil
+}
+
+// zeroMoment stands for a zero time inside a list whose entries must all
+// be present (View.Since).
+const zeroMoment = -1 << 63
+
+func fromView(r *tqpb.ViewReply, skew time.Duration) (metadata.View, error) {
+	rows, err := fromRows(r.GetRows())
+	if err != nil {
+		return metadata.View{}, err
+	}
+	if rows == nil {
+		rows = []*metadata.Row{}
+	}
+	out := metadata.View{
+		Rows: rows, Tasks: fromTasks(r.GetTasks(), skew), Mark: fromMark(r.GetMark(), skew),
+		Capacity: fromCapacity(r.GetCapacity()), Used: fromUsage(r.GetUsed()), Inserted: r.GetInserted(),
+		Consumed: r.GetConsumed(),
+	}
+	if out.Consumed == nil {
+		out.Consumed = map[string]uint64{}
+	}
+	if len(r.GetSince()) > 0 {
+		out.Since = make([]time.Time, len(r.GetSince()))
+		for i, m := range r.GetSince() {
+			if m.GetUnixNs() != zeroMoment {
+				out.Since[i] = fromMoment(m, skew)
+			}
+		}
+	}
+	if r.GetGroups() != nil {
+		out.Groups = make(map[string][]metadata.GroupWait, len(r.GetGroups()))
+		for t, gs := range r.GetGroups() {
+			mg := make([]metadata.GroupWait, len(gs.GetGroups()))
+			for i, g := range gs.GetGroups() {
+				mg[i] = metadata.GroupWait{ID: g.GetId(), Rows: int(g.GetRows()), Since: fromMoment(g.GetSince(), skew), Overdue: g.GetOverdue()}
+			}
+			out.Groups[t] = mg
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,500 @@
+package tqserve
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcmd "google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tqgo/tqgo/backends"
+	_ "github.com/tqgo/tqgo/backends/file"
+	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
+	_ "github.com/tqgo/tqgo/backends/redis"
+	"github.com/tqgo/tqgo/internal/replica"
+	"github.com/tqgo/tqgo/tqserve/tqpb"
+)
+
+// Server serves the metadata of an engine's partitions, and its cells
+// when clients cannot reach them themselves, over gRPC: one process that
+// runs the partitions' rules once for every client (see PROTOCOL.md).
+// Make one with NewServer; serve with Serve; stop with Stop or
+// GracefulStop, then Close.
+type Server struct {
+	tqpb.UnimplementedMetaServer
+	cells cellServer
+
+	eng      backends.Engine
+	meta     metadata.MetaStore
+	cellsURL string
+	name     string
+	opts     serverOptions
+
+	grpc   *grpc.Server
+	health *health.Server
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*serverOptions) error
+
+type serverOptions struct {
+	token    string
+	creds    credentials.TransportCredentials
+	cellsURL *string
+	maxMsg   int
+}
+
+// WithToken makes the server refuse every call that does not carry token
+// as its bearer token (Unauthenticated). Empty: no token asked.
+func WithToken(token string) ServerOption {
+	return func(o *serverOptions) error { o.token = token; return nil }
+}
+
+// WithTLS serves over TLS with the certificate and key in these PEM files.
+func WithTLS(certFile, keyFile string) ServerOption {
+	return func(o *serverOptions) error {
+		c, err := credentials.NewServerTLSFromFile(certFile, keyFile)
+		if err != nil {
+			return fmt.Errorf("%w: TLS certificate %s, key %s: %w", backends.ErrInvalid, certFile, keyFile, err)
+		}
+		o.creds = c
+		return nil
+	}
+}
+
+// WithCellsURL is the engine URL the server tells clients to read and
+// write cells at themselves (the engine as the clients reach it: another
+// host name, say). By default it is the engine's URL for an engine whose
+// cells live on a server (redis://, redis+cluster://), and "" for one
+// whose cells live in the server's process or directory (file://,
+// memory://), whose cells the server then carries. "" makes the server
+// carry every engine's cells.
+func WithCellsURL(url string) ServerOption {
+	return func(o *serverOptions) error { o.cellsURL = &url; return nil }
+}
+
+// WithMaxMessage bounds the bytes of one request the server accepts
+// (default 64 MiB); a larger one fails with ResourceExhausted and
+// changes nothing.
+func WithMaxMessage(n int) ServerOption {
+	return func(o *serverOptions) error {
+		if n < 1<<10 {
+			return fmt.Errorf("%w: max message %d bytes, under 1 KiB", backends.ErrInvalid, 0)
+		}
+		o.maxMsg = n
+		return nil
+	}
+}
+
+// NewServer opens the engine at engineURL (any scheme an imported engine
+// registered, but tq://) and makes a server of its partitions.
+func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Server, error) {
+	o := serverOptions{maxMsg: 64 << 20}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if strings.HasPrefix(engineURL, Scheme+"://") {
+		return nil, fmt.Errorf("%w: a tq server serves an engine, not another tq server (%s)", backends.ErrInvalid, Scheme)
+	}
+	eng, err := backends.Open(ctx, engineURL)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{eng: eng, opts: o}
+	switch {
+	case eng.Meta != nil:
+		m, ok := eng.Meta.(metadata.MetaStore)
+		if !ok {
+			closeEngine(eng)
+			return nil, fmt.Errorf("%w: engine metadata is not a MetaStore", backends.ErrInvalid)
+		}
+		s.meta = m
+	case eng.Log != nil:
+		s.meta = replica.NewStore(eng.Log, eng.Data, replica.OwnsLog())
+	case eng.Local:
+		s.meta = memory.NewMetaStore()
+	default:
+		closeEngine(eng)
+		return nil, fmt.Errorf("%w: engine %s keeps no metadata a server could serve", backends.ErrInvalid, redact(engineURL))
+	}
+	switch {
+	case o.cellsURL != nil:
+		s.cellsURL = *o.cellsURL
+	case strings.HasPrefix(engineURL, "redis"):
+		s.cellsURL = engineURL
+	}
+	s.cells = cellServer{data: eng.Data}
+	host, _ := os.Hostname()
+	s.name = fmt.Sprintf("%s/%d", host, os.Getpid())
+
+	sopts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(o.maxMsg),
+		grpc.MaxSendMsgSize(1 << 30),
+		grpc.ChainUnaryInterceptor(s.authorize),
+	}
+	if o.creds != nil {
+		sopts = append(sopts, grpc.Creds(o.creds))
+	}
+	s.grpc = grpc.NewServer(sopts...)
+	tqpb.RegisterMetaServer(s.grpc, s)
+	tqpb.RegisterCellsServer(s.grpc, &s.cells)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(tqpb.Meta_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// Serve accepts connections on lis until Stop or GracefulStop.
+func (s *Server) Serve(lis net.Listener) error { return s.grpc.Serve(lis) }
+
+// GracefulStop marks the server not serving, lets calls in flight finish
+// (a Wait ends early, as Wait may), and stops.
+func (s *Server) GracefulStop() {
+	s.health.Shutdown()
+	s.grpc.GracefulStop()
+}
+
+// Stop ends every connection and call at once.
+func (s *Server) Stop() { s.grpc.Stop() }
+
+// Close stops the server (Stop) and closes its engine.
+func (s *Server) Close() error {
+	s.grpc.Stop()
+	return errors.Join(s.meta.Close(), s.eng.Data.Close())
+}
+
+// Serve serves engineURL's partitions on lis until ctx ends, then stops
+// gracefully and closes the engine: an owner embedded in a program.
+func Serve(ctx context.Context, lis net.Listener, engineURL string, opts ...ServerOption) error {
+	s, err := NewServer(ctx, engineURL, opts...)
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.GracefulStop()
+		case <-done:
+		}
+	}()
+	err = s.Serve(lis)
+	close(done)
+	return errors.Join(err, s.Close())
+}
+
+func (s *Server) authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if s.opts.token != "" && !strings.HasPrefix(info.FullMethod, "/grpc.health.") {
+		md, _ := grpcmd.FromIncomingContext(ctx)
+		got := ""
+		if v := md.Get("authorization"); len(v) == 1 {
+			got, _ = strings.CutPrefix(v[0], "Bearer ")
+		}
+		if subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.token)) != 1 {
+			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
+		}
+	}
+	return next(ctx, req)
+}
+
+func closeEngine(e backends.Engine) {
+	if e.Meta != nil {
+		_ = e.Meta.Close()
+	}
+	if e.Log != nil {
+		_ = e.Log.Close()
+	}
+	_ = e.Data.Close()
+}
+
+func redact(url string) string {
+	if at := strings.LastIndexByte(url, '@'); at >= 0 {
+		if i := strings.Index(url, "://"); i >= 0 && i < at {
+			return url[:i+3] + "xxxxx" + url[at:]
+		}
+	}
+	return url
+}
+
+// The Meta service: each call converts, calls the MetaStore, converts back.
+
+func (s *Server) Info(context.Context, *tqpb.InfoRequest) (*tqpb.InfoReply, error) {
+	return &tqpb.InfoReply{CellsUrl: s.cellsURL, Server: s.name, Version: 1, Now: &tqpb.Moment{UnixNs: time.Now().UnixNano()}}, nil
+}
+
+func (s *Server) Prepare(ctx context.Context, r *tqpb.PrepareRequest) (*tqpb.PrepareReply, error) {
+	res, err := s.meta.Prepare(ctx, r.GetPartition(), r.GetKeys(), r.GetFields(), nilIfEmpty(r.GetSizes()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := make([]*tqpb.Reservation, len(res))
+	for i, rv := range res {
+		out[i] = &tqpb.Reservation{Index: rv.Index, Gens: rv.Gens}
+	}
+	return &tqpb.PrepareReply{Reservations: out}, nil
+}
+
+func nilIfEmpty[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+func rowsReply(rows []*metadata.Row, err error) (*tqpb.RowsReply, error) {
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	pr, err := toRows(rows)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &tqpb.RowsReply{Rows: pr}, nil
+}
+
+func (s *Server) SetCapacity(ctx context.Context, r *tqpb.SetCapacityRequest) (*tqpb.RowsReply, error) {
+	return rowsReply(s.meta.SetCapacity(ctx, r.GetPartition(), fromCapacity(r.GetCapacity())))
+}
+
+func (s *Server) Commit(ctx context.Context, r *tqpb.CommitRequest) (*tqpb.CommitReply, error) {
+	us, err := fromUpdates(r.GetUpdates())
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("%w: commit: %w", backends.ErrInvalid, err))
+	}
+	res, err := s.meta.Commit(ctx, r.GetPartition(), us)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &tqpb.CommitReply{Superseded: toRefs(res.Superseded), Stale: toRefs(res.Stale)}, nil
+}
+
+func (s *Server) Lookup(ctx context.Context, r *tqpb.KeysRequest) (*tqpb.LookupReply, error) {
+	rows, err := s.meta.Lookup(ctx, r.GetPartition(), r.GetKeys())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := make([]*tqpb.MaybeRow, len(rows))
+	for i, row := range rows {
+		out[i] = &tqpb.MaybeRow{}
+		if row != nil {
+			pr, err := toRow(row)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			out[i].Row = pr
+		}
+	}
+	return &tqpb.LookupReply{Rows: out}, nil
+}
+
+func (s *Server) List(ctx context.Context, r *tqpb.PartitionRequest) (*tqpb.RowsReply, error) {
+	return rowsReply(s.meta.List(ctx, r.GetPartition()))
+}
+
+func (s *Server) Partitions(ctx context.Context, _ *tqpb.PartitionsRequest) (*tqpb.PartitionsReply, error) {
+	ps, err := s.meta.Partitions(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &tqpb.PartitionsReply{Partitions: ps}, nil
+}
+
+func (s *Server) Delete(ctx context.Context, r *tqpb.KeysRequest) (*tqpb.RowsReply, error) {
+	return rowsReply(s.meta.Delete(ctx, r.GetPartition(), r.GetKeys()))
+}
+
+func (s *Server) DeletePartition(ctx context.Context, r *tqpb.PartitionRequest) (*tqpb.RowsReply, error) {
+	return rowsReply(s.meta.DeletePartition(ctx, r.GetPartition()))
+}
+
+func (s *Server) Garbage(ctx context.Context, r *tqpb.GarbageRequest) (*tqpb.RefsReply, error) {
+	refs, err := s.meta.Garbage(ctx, r.GetPartition(), time.Duration(r.GetOlderThanNs()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &tqpb.RefsReply{Refs: toRefs(refs)}, nil
+}
+
+func (s *Server) Swept(ctx context.Context, r *tqpb.RefsRequest) (*tqpb.Empty, error) {
+	return &tqpb.Empty{}, toStatus(s.meta.Swept(ctx, r.GetPartition(), fromRefs(r.GetRefs())))
+}
+
+func (s *Server) Abandon(ctx context.Context, r *tqpb.RefsRequest) (*tqpb.Empty, error) {
+	return &tqpb.Empty{}, toStatus(s.meta.Abandon(ctx, r.GetPartition(), fromRefs(r.GetRefs())))
+}
+
+func (s *Server) DeleteFields(ctx context.Context, r *tqpb.DeleteFieldsRequest) (*tqpb.RefsReply, error) {
+	refs, err := s.meta.DeleteFields(ctx, r.GetPartition(), r.GetKeys(), r.GetFields())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &tqpb.RefsReply{Refs: toRefs(refs)}, nil
+}
+
+// errCaptured ends the claim Candidates makes once its pick has seen the
+// candidates: a pick's error applies nothing.
+var errCaptured = errors.New("candidates captured")
+
+func (s *Server) Candidates(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.CandidatesReply, error) {
+	req, err := fromClaimRequest(r)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !req.Custom {
+		return nil, toStatus(invalidf("candidates of a claim that is not custom"))
+	}
+	// Only the rows: no registration, no replaced claim, no rank's share
+	// of an open batch (each would change state without a pick).
+	req.Hold, req.Replaces, req.Batch = 0, "", nil
+	var rows []*metadata.Row
+	var ds []metadata.Delivery
+	c, err := s.meta.Claim(ctx, r.GetPartition(), req, func(rs []*metadata.Row, d []metadata.Delivery) (metadata.Picked, error) {
+		rows, ds = rs, d
+		return metadata.Picked{}, errCaptured
+	})
+	if err != nil && !errors.Is(err, errCaptured) {
+		return nil, toStatus(err)
+	}
+	if err == nil && c.Lease != "" {
+		// Not reached: the pick refused. Keep nothing leased.
+		return nil, toStatus(fmt.Errorf("candidates: the claim leased rows"))
+	}
+	if w := int(r.GetWindow()); w > 0 && len(rows) > w {
+		rows, ds = rows[:w], ds[:w]
+	}
+	pr, err := toRows(rows)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &tqpb.CandidatesReply{Rows: pr, Deliveries: toDeliveries(ds, 0), Mark: toMark(c.Mark, 0)}, nil
+}
+
+func (s *Server) Claim(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.ClaimReply, error) {
+	req, err := fromClaimRequest(r)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	var pick metadata.Pick
+	if req.Custom {
+		pick = pickByIndex(r.GetPicked(), r.GetDrop())
+	}
+	c, err := s.meta.Claim(ctx, r.GetPartition(), req, pick)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out, err := toClaimed(&c, 0)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return out, nil
+}
+
+// pickByIndex is the pick of a custom claim whose client picked by row
+// index: the units and drops among the rows the store offers, in the
+// client's order; a unit with a row not offered (no longer ready) is left
+// out, as a claim skips a unit with a row no longer ready.
+func pickByIndex(units []*tqpb.Unit, drop []uint64) metadata.Pick {
+	return func(rows []*metadata.Row, _ []metadata.Delivery) (metadata.Picked, error) {
+		pos := make(map[uint64]int, len(rows))
+		for i, r := range rows {
+			pos[r.Index] = i
+		}
+		used := make(map[int]bool)
+		var p metadata.Picked
+	units:
+		for _, u := range units {
+			ps := make([]int, 0, len(u.GetIndexes()))
+			for _, ix := range u.GetIndexes() {
+				i, ok := pos[ix]
+				if !ok || used[i] || slices.Contains(ps, i) {
+					continue units
+				}
+				ps = append(ps, i)
+			}
+			if len(ps) == 0 {
+				continue
+			}
+			for _, i := range ps {
+				used[i] = true
+			}
+			p.Units = append(p.Units, ps)
+		}
+		for _, ix := range drop {
+			if i, ok := pos[ix]; ok && !used[i] {
+				used[i] = true
+				p.Drop = append(p.Drop, i)
+			}
+		}
+		return p, nil
+	}
+}
+
+func (s *Server) Settle(ctx context.Context, r *tqpb.SettleRequest) (*tqpb.SettleReply, error) {
+	req := metadata.SettleRequest{Task: r.GetTask(), Op: metadata.SettleOp(r.GetOp()), Lease: r.GetLease(),
+		Indexes: r.GetIndexes(), Delay: time.Duration(r.GetDelayNs()), Reason: r.GetReason()}
+	res, err := s.meta.Settle(ctx, r.GetPartition(), req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	cleared, err := toRows(res.Cleared)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &tqpb.SettleReply{Lost: res.Lost, Until: toMoment(res.Until, 0), Cleared: cleared}, nil
+}
+
+func (s *Server) Consumption(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.ConsumptionReply, error) {
+	m, err := s.meta.Consumption(ctx, r.GetPartition(), r.GetTasks()...)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &tqpb.ConsumptionReply{Tasks: toTasks(m, 0)}, nil
+}
+
+func (s *Server) View(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.ViewReply, error) {
+	v, err := s.meta.View(ctx, r.GetPartition(), r.GetTasks()...)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out, err := toView(&v, 0)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return out, nil
+}
+
+func (s *Server) Reset(ctx context.Context, r *tqpb.ResetRequest) (*tqpb.Empty, error) {
+	var ix []uint64
+	if !r.GetAllRows() {
+		ix = r.GetIndexes()
+		if ix == nil {
+			ix = []uint64{}
+		}
+	}
+	return &tqpb.Empty{}, toStatus(s.meta.Reset(ctx, r.GetPartition(), r.GetTask(), ix))
+}
+
+func (s *Server) Wait(ctx context.Context, r *tqpb.WaitRequest) (*tqpb.Empty, error) {
+	err := s.meta.Wait(ctx, r.GetPartition(), fromMark(r.GetMark(), 0))
+	if err != nil && ctx.Err() != nil {
+		// The caller's deadline: the call's own status says so.
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return &tqpb.Empty{}, toStatus(err)
+}

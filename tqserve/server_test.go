@@ -1,0 +1,170 @@
+package tqserve_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/backendtest"
+	"github.com/tqgo/tqgo/backends/metadata"
+	"github.com/tqgo/tqgo/internal/redisserver"
+	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/tq"
+	"github.com/tqgo/tqgo/tq/tqtest"
+	"github.com/tqgo/tqgo/tqserve"
+)
+
+// server is a tq server started for a test on a free loopback port.
+type server struct {
+	URL string // tq://127.0.0.1:PORT
+	srv *tqserve.Server
+}
+
+// startServer serves engineURL on a free loopback port until t ends.
+func startServer(t testing.TB, engineURL string, opts ...tqserve.ServerOption) *server {
+	t.Helper()
+	s, err := tqserve.NewServer(t.Context(), engineURL, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(lis) }()
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("server close: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return &server{URL: "tq://" + lis.Addr().String(), srv: s}
+}
+
+// engines are the engines a server is tested over: one whose cells it
+// carries (file://) and one whose cells clients reach themselves (redis).
+func engines(t *testing.T) map[string]func(t *testing.T) string {
+	var n atomic.Int64
+	out := map[string]func(t *testing.T) string{
+		"file": func(t *testing.T) string { return "file://" + t.TempDir() + "?sync=never" },
+		"memory": func(t *testing.T) string {
+			return fmt.Sprintf("memory://tqserve-%d", n.Add(1))
+		},
+	}
+	var once sync.Once
+	var rs *redisserver.Server
+	parent := t
+	out["redis"] = func(t *testing.T) string {
+		redistest.Available(t)
+		once.Do(func() { rs = redistest.Start(parent) })
+		return fmt.Sprintf("%s?prefix=t%d", rs.URL(), n.Add(1))
+	}
+	return out
+}
+
+func openMeta(t *testing.T, url string) metadata.MetaStore {
+	t.Helper()
+	eng, err := backends.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Meta.Close(); _ = eng.Data.Close() })
+	m, ok := eng.Meta.(metadata.MetaStore)
+	if !ok {
+		t.Fatalf("%s: engine metadata %T is not a MetaStore", url, eng.Meta)
+	}
+	return m
+}
+
+// The metadata and consumption suites, every call through a server.
+func TestMetaQueue(t *testing.T) {
+	for name, eng := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			newMeta := func(t *testing.T) metadata.MetaStore { return openMeta(t, startServer(t, eng(t)).URL) }
+			t.Run("Meta", func(t *testing.T) { backendtest.RunMeta(t, newMeta) })
+			t.Run("Queue", func(t *testing.T) { backendtest.RunQueue(t, newMeta) })
+		})
+	}
+}
+
+// The client suite: every client a tq.Open of the server's URL, as
+// processes of a job are.
+func TestClient(t *testing.T) {
+	for name, eng := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			tqtest.Run(t, func(t *testing.T) tqtest.Engine {
+				s := startServer(t, eng(t))
+				e, err := backends.Open(t.Context(), s.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = e.Meta.Close(); _ = e.Data.Close() })
+				return tqtest.Engine{
+					Open: func(t *testing.T) *tq.Client { return openClient(t, s.URL) },
+					Data: e.Data, Meta: e.Meta.(metadata.MetaStore),
+				}
+			})
+		})
+	}
+}
+
+// The model: random histories of two clients, each a tq.Open of the
+// server, closed mid-history as killed consumers are.
+func TestModel(t *testing.T) {
+	for name, eng := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			if t.Name() != "TestModel/memory" {
+				t.Setenv("TQ_MODEL_HISTORIES", "40")
+			}
+			tqtest.RunModel(t, func(t *testing.T) tqtest.ModelEnv {
+				s := startServer(t, eng(t))
+				return tqtest.ModelEnv{Open: func(t *testing.T) *tq.Client { return openClient(t, s.URL) }}
+			})
+		})
+	}
+}
+
+func openClient(t *testing.T, url string) *tq.Client {
+	t.Helper()
+	c, err := tq.Open(t.Context(), url, tq.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// A client's calls carry the server's token; a wrong or missing one is
+// refused with an error matching ErrInvalid that says to check it, and
+// changes nothing.
+func TestToken(t *testing.T) {
+	s := startServer(t, "memory://tqserve-token", tqserve.WithToken("s3cret"))
+	u, _ := url.Parse(s.URL)
+	good := openClient(t, "tq://:s3cret@"+u.Host)
+	ctx := context.Background()
+	if err := good.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"tq://" + u.Host, "tq://:wrong@" + u.Host} {
+		_, err := tq.Open(ctx, bad, tq.Quiet())
+		if err == nil {
+			t.Fatalf("%s: opened without the token", bad)
+		}
+		if !errors.Is(err, backends.ErrInvalid) {
+			t.Fatalf("%s: %v, want ErrInvalid", bad, err)
+		}
+	}
+	rows, err := good.List(ctx, "p")
+	if err != nil || len(rows.Rows) != 1 {
+		t.Fatalf("after refused clients: %v, %v", rows, err)
+	}
+}
