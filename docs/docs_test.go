@@ -137,7 +137,7 @@ func TestReadmeIsShort(t *testing.T) {
 	}
 	for _, cmd := range []string{
 		"go run ./examples/grpo",
-		"go test ./... ./bench/... ./tqprom/... ./tqserve/... ./examples/...",
+		"go test ./... ./bench/... ./tqprom/... ./tqserve/... ./cmd/tq/... ./examples/...",
 		"apt-get install redis-server redis-tools",
 	} {
 		if !strings.Contains(string(text), cmd) {

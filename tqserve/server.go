@@ -51,6 +51,7 @@ type Server struct {
 type ServerOption func(*serverOptions) error
 
 type serverOptions struct {
+	inter    []grpc.UnaryServerInterceptor
 	token    string
 	creds    credentials.TransportCredentials
 	cellsURL *string
@@ -84,6 +85,12 @@ func WithTLS(certFile, keyFile string) ServerOption {
 // carry every engine's cells.
 func WithCellsURL(url string) ServerOption {
 	return func(o *serverOptions) error { o.cellsURL = &url; return nil }
+}
+
+// WithInterceptor runs f around every call the server answers, after
+// the token check (metrics, logs).
+func WithInterceptor(f grpc.UnaryServerInterceptor) ServerOption {
+	return func(o *serverOptions) error { o.inter = append(o.inter, f); return nil }
 }
 
 // WithMaxMessage bounds the bytes of one request the server accepts
@@ -145,7 +152,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 	sopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(o.maxMsg),
 		grpc.MaxSendMsgSize(1 << 30),
-		grpc.ChainUnaryInterceptor(s.authorize),
+		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.authorize}, o.inter...)...),
 	}
 	if o.creds != nil {
 		sopts = append(sopts, grpc.Creds(o.creds))

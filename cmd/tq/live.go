@@ -509,4 +509,4 @@ func untilText(now time.Time, t *time.Time) string {
 
 // perFrame lists the commands whose -timeout bounds each step (top's
 // frames) rather than the whole run, which lasts until interrupted.
-var perFrame = map[string]bool{"top": true}
+var perFrame = map[string]bool{"top": true, "serve": true}

@@ -5,7 +5,8 @@
 // consumption with rates (top), and clears
 // a partition, sets its capacity, resets a task's consumption or retries
 // and drops its dead rows. It opens the same URLs as tq.Open
-// (memory://, file:///dir, redis://…, rediss://…, redis+cluster://…, yuanrong://).
+// (memory://, file:///dir, redis://…, rediss://…, redis+cluster://…,
+// tq://host:port, yuanrong://). tq serve serves an engine to tq:// clients.
 //
 // A file:///dir another process holds is shown read-only: partitions,
 // rows, dump, status, dead and capacity (printing it) run on a read-only
@@ -58,6 +59,7 @@ import (
 	"github.com/tqgo/tqgo/backends/file"    // file:///dir: the durable embedded engine (a read-only view of a directory another process holds)
 	_ "github.com/tqgo/tqgo/backends/redis" // redis://, rediss://, redis+cluster://
 	"github.com/tqgo/tqgo/tq"
+	_ "github.com/tqgo/tqgo/tqserve"  // tq://host:port: a tq server
 	_ "github.com/tqgo/tqgo/yuanrong" // yuanrong://
 )
 
@@ -113,6 +115,7 @@ var commands = []command{
 	{"retry", "[-fields f1,f2] <partition> <task> <key...>", "make dead rows of a task ready again", 3, -1, defineMark("retry")},
 	{"drop", "-yes [-new-task] [-fields f1,f2] <partition> <task> <key...>", "consume ready or dead rows of a task without delivery", 3, -1, defineMark("drop")},
 	{"leases", "<partition> <task>", "list a task's running leases: holder, rows and their keys, deliveries, until when", 2, 2, defineLeases},
+	{"serve", "-engine URL [-listen ADDR] [-token T] [-tls-cert F -tls-key F] [-cells-url URL] [-metrics ADDR]", "serve an engine's partitions to tq:// clients over gRPC (one process runs their rules for every client) until SIGTERM", 0, 0, defineServe},
 	{"top", "[-n N | -once] [-interval D] [partition...]", "a live view of partitions' consumption (every partition's when none is named): per task its rows by state, claims and acks per second, lag, leases and their holders; refreshed in place on a terminal", 0, -1, defineTop},
 }
 

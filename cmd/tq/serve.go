@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/tqgo/tqgo/tqserve"
+)
+
+// defineServe: tq serve -listen ADDR -engine URL. It serves until
+// SIGTERM or SIGINT, then stops gracefully: calls in flight finish, and
+// Waits end early (clients look again).
+func defineServe(fs *flag.FlagSet) action {
+	listen := fs.String("listen", "127.0.0.1:7070", "`ADDR` to serve gRPC on (HOST:PORT; :PORT for every interface)")
+	engine := fs.String("engine", "", "the engine `URL` to serve (redis://…, redis+cluster://…, file:///dir, memory://)")
+	token := fs.String("token", os.Getenv("TQ_TOKEN"), "bearer `TOKEN` every call must carry (default $TQ_TOKEN; empty: none)")
+	cert := fs.String("tls-cert", "", "TLS certificate `FILE` (PEM); with -tls-key, serve over TLS")
+	key := fs.String("tls-key", "", "TLS key `FILE` (PEM)")
+	cells := fs.String("cells-url", "", "the engine `URL` clients reach cells at themselves (default: -engine for redis, none for file and memory, whose cells the server carries)")
+	metrics := fs.String("metrics", "", "`ADDR` to serve Prometheus metrics on at /metrics (empty: none)")
+	return func(ctx context.Context, s *session, _ []string) error {
+		if *engine == "" {
+			return usagef("serve: no -engine URL")
+		}
+		if (*cert == "") != (*key == "") {
+			return usagef("serve: -tls-cert and -tls-key go together")
+		}
+		var opts []tqserve.ServerOption
+		if *token != "" {
+			opts = append(opts, tqserve.WithToken(*token))
+		}
+		if *cert != "" {
+			opts = append(opts, tqserve.WithTLS(*cert, *key))
+		}
+		if *cells != "" {
+			opts = append(opts, tqserve.WithCellsURL(*cells))
+		}
+		reg := prometheus.NewRegistry()
+		if *metrics != "" {
+			m := newServeMetrics()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.calls, m.seconds)
+			opts = append(opts, tqserve.WithInterceptor(m.intercept))
+		}
+		ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		srv, err := tqserve.NewServer(ctx, *engine, opts...)
+		if err != nil {
+			return err
+		}
+		lis, err := net.Listen("tcp", *listen)
+		if err != nil {
+			_ = srv.Close()
+			return err
+		}
+		var hs *http.Server
+		if *metrics != "" {
+			ml, err := net.Listen("tcp", *metrics)
+			if err != nil {
+				_ = srv.Close()
+				_ = lis.Close()
+				return err
+			}
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			go func() { _ = hs.Serve(ml) }()
+			fmt.Fprintf(s.stderr, "tq serve: metrics on http://%s/metrics\n", ml.Addr())
+		}
+		fmt.Fprintf(s.stderr, "tq serve: serving %s on %s (pid %d)\n", s.redact(*engine), lis.Addr(), os.Getpid())
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(lis) }()
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			fmt.Fprintf(s.stderr, "tq serve: stopping: letting calls in flight finish\n")
+			srv.GracefulStop()
+			err = <-done
+		}
+		if hs != nil {
+			_ = hs.Close()
+		}
+		return errors.Join(err, srv.Close())
+	}
+}
+
+// serveMetrics count the server's calls by method and outcome.
+type serveMetrics struct {
+	calls   *prometheus.CounterVec
+	seconds *prometheus.HistogramVec
+}
+
+func newServeMetrics() *serveMetrics {
+	return &serveMetrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tq_server_calls_total", Help: "Calls the tq server answered, by method and gRPC status code.",
+		}, []string{"method", "code"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tq_server_call_seconds", Help: "Time the tq server took to answer a call, by method (Wait: how long it waited).",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10),
+		}, []string{"method"}),
+	}
+}
+
+func (m *serveMetrics) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := next(ctx, req)
+	m.seconds.WithLabelValues(info.FullMethod).Observe(time.Since(start).Seconds())
+	m.calls.WithLabelValues(info.FullMethod, grpcstatus.Code(err).String()).Inc()
+	return resp, err
+}

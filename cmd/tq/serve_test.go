@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/tq"
+)
+
+// A child process running "tq serve" (this test binary re-executed).
+func init() {
+	if os.Getenv("TQ_SERVE_CHILD") == "1" {
+		args := strings.Split(os.Getenv("TQ_SERVE_ARGS"), "\x1f")
+		os.Exit(run(context.Background(), args, os.Stdout, os.Stderr))
+	}
+}
+
+// serveChild starts "tq serve" with args as a process of its own and
+// waits until it says it is serving.
+func serveChild(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TQ_SERVE_CHILD=1", "TQ_SERVE_ARGS="+strings.Join(append([]string{"serve"}, args...), "\x1f"))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("tq serve exited before serving")
+			}
+			if strings.Contains(l, "serving") {
+				go func() {
+					for range lines {
+					}
+				}()
+				return cmd
+			}
+		case <-deadline:
+			t.Fatal("tq serve did not say it was serving within 20s")
+		}
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// tq serve as its users run it: a process serving a directory, clients
+// in this one; killed with SIGKILL and started again, its clients go on
+// by themselves (no call of theirs fails), nothing acknowledged comes
+// back, what was not is delivered again; stopped with SIGTERM, it exits 0.
+func TestServeKillRestart(t *testing.T) {
+	dir, addr := t.TempDir(), freePort(t)
+	args := []string{"-engine", "file://" + dir, "-listen", addr}
+	srv := serveChild(t, args...)
+	ctx := t.Context()
+	c, err := tq.Open(ctx, "tq://"+addr, tq.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 6 {
+		if err := c.Put(ctx, "p", fmt.Sprintf("k%d", i), map[string]any{"x": int64(i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	task, err := c.Task("p", "work", []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := task.Claim(ctx, 2)
+	if err != nil || l == nil {
+		t.Fatalf("claim: %v, %v", l, err)
+	}
+	acked := l.Keys()
+	if err := l.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := srv.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = srv.Wait()
+	restarted := make(chan *exec.Cmd, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond) // calls meanwhile find no server
+		restarted <- serveChild(t, args...)
+	}()
+	// Served again by the restarted process, through the same client.
+	got := map[string]bool{}
+	for len(got) < 4 {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		l, err := task.Wait(wctx, 4)
+		cancel()
+		if err != nil {
+			t.Fatalf("wait across the restart: %v", err)
+		}
+		for _, k := range l.Keys() {
+			if got[k] {
+				t.Fatalf("%s delivered twice", k)
+			}
+			got[k] = true
+		}
+		if err := l.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range acked {
+		if got[k] {
+			t.Fatalf("acknowledged %s delivered again after the restart", k)
+		}
+	}
+	srv = <-restarted
+	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("tq serve after SIGTERM: %v, want exit status 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("tq serve did not exit within 15s of SIGTERM")
+	}
+}
