@@ -21,12 +21,13 @@ import (
 	"github.com/tqgo/tqgo/tqserve"
 )
 
-// defineServe: tq serve -listen ADDR -engine URL. It serves until
+// defineServe: tq serve -listen ADDR -engine URL. -timeout bounds opening
+// the engine. It serves until
 // SIGTERM or SIGINT, then stops gracefully: calls in flight finish, and
 // Waits end early (clients look again).
 func defineServe(fs *flag.FlagSet) action {
 	listen := fs.String("listen", "127.0.0.1:7070", "`ADDR` to serve gRPC on (HOST:PORT; :PORT for every interface)")
-	engine := fs.String("engine", "", "the engine `URL` to serve (redis://…, redis+cluster://…, file:///dir, memory://)")
+	engine := fs.String("engine", "", "the engine `URL` to serve (redis://…, redis+cluster://…, file:///dir, memory://; default -url, $TQ_URL)")
 	token := fs.String("token", os.Getenv("TQ_TOKEN"), "bearer `TOKEN` every call must carry (default $TQ_TOKEN; empty: none)")
 	cert := fs.String("tls-cert", "", "TLS certificate `FILE` (PEM); with -tls-key, serve over TLS")
 	key := fs.String("tls-key", "", "TLS key `FILE` (PEM)")
@@ -34,7 +35,10 @@ func defineServe(fs *flag.FlagSet) action {
 	metrics := fs.String("metrics", "", "`ADDR` to serve Prometheus metrics on at /metrics (empty: none)")
 	return func(ctx context.Context, s *session, _ []string) error {
 		if *engine == "" {
-			return usagef("serve: no -engine URL")
+			*engine = s.url
+		}
+		if *engine == "" {
+			return usagef("serve: no -engine URL (nor -url, $%s)", urlEnv)
 		}
 		if (*cert == "") != (*key == "") {
 			return usagef("serve: -tls-cert and -tls-key go together")
@@ -57,8 +61,18 @@ func defineServe(fs *flag.FlagSet) action {
 		}
 		ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 		defer stop()
-		srv, err := tqserve.NewServer(ctx, *engine, opts...)
+		// -timeout bounds opening the engine; serving lasts until a signal.
+		octx, cancel := ctx, context.CancelFunc(func() {})
+		if s.timeout > 0 {
+			octx, cancel = context.WithTimeout(ctx, s.timeout)
+		}
+		srv, err := tqserve.NewServer(octx, *engine, opts...)
+		timedOut := errors.Is(octx.Err(), context.DeadlineExceeded)
+		cancel()
 		if err != nil {
+			if timedOut {
+				return fmt.Errorf("timed out after %v (-timeout) opening the engine: %w", s.timeout, err)
+			}
 			return err
 		}
 		lis, err := net.Listen("tcp", *listen)
