@@ -133,3 +133,22 @@ type LogCells interface {
 	// the returned Tail ends.
 	ReadCells(ctx context.Context, partition string, from Pos, cells []ReadCell) (Tail, error)
 }
+
+// Owners is an optional interface of a shared engine's Log: expiring,
+// exclusive ownership of a partition's name, which tq servers sharing an
+// engine use so that one of them serves each partition (see package
+// tqserve). Ownership decides who serves a partition, not what is right:
+// every change is decided where its record lands in the log, so two
+// servers that both believe they own a partition (one's ownership lapsed
+// while it was paused) still agree on its state.
+type Owners interface {
+	// Own makes holder the owner of partition for ttl (at least a
+	// millisecond) when the partition has no owner, holder owns it (a
+	// renewal), or its owner's name begins with takeover (non-empty: a
+	// former life of the caller, known dead). It returns the owner after
+	// the call, holder or another, and how long that ownership lasts.
+	Own(ctx context.Context, partition, holder, takeover string, ttl time.Duration) (owner string, left time.Duration, err error)
+	// Disown ends holder's ownership of partition, at once; another's is
+	// left as it is.
+	Disown(ctx context.Context, partition, holder string) error
+}

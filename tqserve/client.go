@@ -65,18 +65,22 @@ func open(ctx context.Context, u *url.URL) (backends.Engine, error) {
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
 	opts := []grpc.DialOption{
-		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
 	}
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: creds.Info().SecurityProtocol != "insecure"}))
 	}
-	conn, err := grpc.NewClient(r.Scheme()+":///"+u.Host, opts...)
+	// Partitions owned by servers the URL does not name (or not first)
+	// are reached by their own connections, made as MOVED replies say.
+	rt := newRouter(func(addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient("passthrough:///"+addr, opts...)
+	})
+	conn, err := grpc.NewClient(r.Scheme()+":///"+u.Host, append(opts, grpc.WithResolvers(r), grpc.WithChainUnaryInterceptor(rt.intercept))...)
 	if err != nil {
 		return backends.Engine{}, fmt.Errorf("%w: tq:// URL: %w", backends.ErrInvalid, err)
 	}
-	m := &Meta{conn: conn, c: tqpb.NewMetaClient(conn)}
+	m := &Meta{conn: conn, c: tqpb.NewMetaClient(conn), router: rt}
 	sent := time.Now()
 	info, err := m.c.Info(ctx, &tqpb.InfoRequest{}, grpc.WaitForReady(true))
 	if err != nil {
@@ -123,6 +127,7 @@ func (b bearer) RequireTransportSecurity() bool { return false }
 type Meta struct {
 	conn   *grpc.ClientConn
 	c      tqpb.MetaClient
+	router *router
 	closed atomic.Bool
 	once   sync.Once
 	skew   time.Duration // the server's clock minus this process's
@@ -135,6 +140,7 @@ func (m *Meta) Close() error {
 	var err error
 	m.once.Do(func() {
 		m.closed.Store(true)
+		m.router.close()
 		err = m.conn.Close()
 	})
 	return err

@@ -41,6 +41,8 @@ var kinds = []struct {
 	{tqpb.Failure_INVALID, codes.InvalidArgument, []error{backends.ErrInvalid}},
 	{tqpb.Failure_UNAVAILABLE, codes.Unavailable, []error{backends.ErrUnavailable}},
 	{tqpb.Failure_CLOSED, codes.Unavailable, []error{backends.ErrUnavailable}},
+	// Sent to another server more times than a call follows.
+	{tqpb.Failure_MOVED, codes.FailedPrecondition, []error{backends.ErrUnavailable}},
 }
 
 // toStatus is a call's error as the server sends it: a status whose
@@ -58,7 +60,10 @@ func toStatus(err error) error {
 	f := &tqpb.Failure{Message: err.Error()}
 	code := codes.Unknown
 	var full *metadata.FullError
-	if errors.As(err, &full) {
+	var moved *movedError
+	if errors.As(err, &moved) {
+		f.Kind, f.Owner, code = tqpb.Failure_MOVED, moved.owner, codes.FailedPrecondition
+	} else if errors.As(err, &full) {
 		f.Kind, code = tqpb.Failure_FULL, codes.ResourceExhausted
 		f.Full = &tqpb.Full{Partition: full.Partition, Capacity: toCapacity(full.Capacity),
 			Used: toUsage(full.Used), Asked: toUsage(full.Asked), Mark: toMark(full.Mark, 0)}

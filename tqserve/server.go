@@ -5,10 +5,12 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -45,17 +47,27 @@ type Server struct {
 
 	grpc   *grpc.Server
 	health *health.Server
+
+	// own is set by Serve (the address clients reach is known then).
+	ownMu sync.Mutex
+	own   *ownership
+	// stopping ends Waits in flight when the server stops.
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // ServerOption configures a Server.
 type ServerOption func(*serverOptions) error
 
 type serverOptions struct {
-	inter    []grpc.UnaryServerInterceptor
-	token    string
-	creds    credentials.TransportCredentials
-	cellsURL *string
-	maxMsg   int
+	advertise string
+	ttl       time.Duration
+	log       *slog.Logger
+	inter     []grpc.UnaryServerInterceptor
+	token     string
+	creds     credentials.TransportCredentials
+	cellsURL  *string
+	maxMsg    int
 }
 
 // WithToken makes the server refuse every call that does not carry token
@@ -87,6 +99,33 @@ func WithCellsURL(url string) ServerOption {
 	return func(o *serverOptions) error { o.cellsURL = &url; return nil }
 }
 
+// WithAdvertise is the address (HOST:PORT) clients reach the server at,
+// which it gives callers it sends to another server's partitions. Default:
+// the listener's address (its host name when it listens on every
+// interface).
+func WithAdvertise(addr string) ServerOption {
+	return func(o *serverOptions) error { o.advertise = addr; return nil }
+}
+
+// WithOwnership is how long the server's ownership of a partition lasts
+// unless renewed (default DefaultOwnership): how long a partition of a
+// server that died goes unserved. At least 100ms.
+func WithOwnership(ttl time.Duration) ServerOption {
+	return func(o *serverOptions) error {
+		if ttl < 100*time.Millisecond {
+			return fmt.Errorf("%w: ownership %v, under 100ms", backends.ErrInvalid, ttl)
+		}
+		o.ttl = ttl
+		return nil
+	}
+}
+
+// WithLogger sets where the server logs what an operator should know
+// (partitions taken and lost, hand-overs): default slog.Default().
+func WithLogger(l *slog.Logger) ServerOption {
+	return func(o *serverOptions) error { o.log = l; return nil }
+}
+
 // WithInterceptor runs f around every call the server answers, after
 // the token check (metrics, logs).
 func WithInterceptor(f grpc.UnaryServerInterceptor) ServerOption {
@@ -109,7 +148,7 @@ func WithMaxMessage(n int) ServerOption {
 // NewServer opens the engine at engineURL (any scheme an imported engine
 // registered, but tq://) and makes a server of its partitions.
 func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Server, error) {
-	o := serverOptions{maxMsg: 64 << 20}
+	o := serverOptions{maxMsg: 64 << 20, ttl: DefaultOwnership, log: slog.Default()}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -123,6 +162,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 		return nil, err
 	}
 	s := &Server{eng: eng, opts: o}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	switch {
 	case eng.Meta != nil:
 		m, ok := eng.Meta.(metadata.MetaStore)
@@ -167,21 +207,94 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 	return s, nil
 }
 
-// Serve accepts connections on lis until Stop or GracefulStop.
-func (s *Server) Serve(lis net.Listener) error { return s.grpc.Serve(lis) }
+// Serve accepts connections on lis until Stop or GracefulStop. On an
+// engine that other servers may share (backends.Owners), the server
+// serves the partitions it owns, taking each free one at its first call.
+func (s *Server) Serve(lis net.Listener) error {
+	s.ownMu.Lock()
+	if s.own == nil {
+		var owners backends.Owners
+		if o, ok := s.eng.Log.(backends.Owners); ok {
+			owners = o
+		}
+		s.own = newOwnership(owners, advertised(s.opts.advertise, lis.Addr()), s.opts.ttl, s.opts.log)
+	}
+	s.ownMu.Unlock()
+	return s.grpc.Serve(lis)
+}
 
-// GracefulStop marks the server not serving, lets calls in flight finish
-// (a Wait ends early, as Wait may), and stops.
+// advertised is the address clients reach a listener at.
+func advertised(given string, a net.Addr) string {
+	if given != "" {
+		return given
+	}
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func (s *Server) ownership() *ownership {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	return s.own
+}
+
+// owns returns nil when the server serves partition, else the error that
+// sends the caller elsewhere.
+func (s *Server) owns(ctx context.Context, partition string) error {
+	o := s.ownership()
+	if o == nil {
+		return nil // not serving yet: a call made in-process
+	}
+	return o.check(ctx, partition)
+}
+
+// GracefulStop hands the server's partitions over (other servers take
+// them at their next call), marks it not serving, ends Waits (as a Wait
+// may end early), lets the other calls in flight finish, and stops.
 func (s *Server) GracefulStop() {
+	if o := s.ownership(); o != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		o.handOver(ctx)
+		cancel()
+	}
 	s.health.Shutdown()
+	s.stop()
 	s.grpc.GracefulStop()
 }
 
-// Stop ends every connection and call at once.
-func (s *Server) Stop() { s.grpc.Stop() }
+// Stop ends every connection and call at once; the partitions it owned
+// are handed over.
+func (s *Server) Stop() {
+	if o := s.ownership(); o != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		o.handOver(ctx)
+		cancel()
+	}
+	s.stop()
+	s.grpc.Stop()
+}
 
 // Close stops the server (Stop) and closes its engine.
 func (s *Server) Close() error {
+	s.Stop()
+	return errors.Join(s.meta.Close(), s.eng.Data.Close())
+}
+
+// kill stops the server as SIGKILL would: nothing handed over, its
+// ownerships left to end by themselves (tests).
+func (s *Server) kill() error {
+	if o := s.ownership(); o != nil {
+		o.abandon()
+	}
+	s.stop()
 	s.grpc.Stop()
 	return errors.Join(s.meta.Close(), s.eng.Data.Close())
 }
@@ -246,6 +359,9 @@ func (s *Server) Info(context.Context, *tqpb.InfoRequest) (*tqpb.InfoReply, erro
 }
 
 func (s *Server) Prepare(ctx context.Context, r *tqpb.PrepareRequest) (*tqpb.PrepareReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	res, err := s.meta.Prepare(ctx, r.GetPartition(), r.GetKeys(), r.GetFields(), nilIfEmpty(r.GetSizes()))
 	if err != nil {
 		return nil, toStatus(err)
@@ -276,10 +392,16 @@ func rowsReply(rows []*metadata.Row, err error) (*tqpb.RowsReply, error) {
 }
 
 func (s *Server) SetCapacity(ctx context.Context, r *tqpb.SetCapacityRequest) (*tqpb.RowsReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	return rowsReply(s.meta.SetCapacity(ctx, r.GetPartition(), fromCapacity(r.GetCapacity())))
 }
 
 func (s *Server) Commit(ctx context.Context, r *tqpb.CommitRequest) (*tqpb.CommitReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	us, err := fromUpdates(r.GetUpdates())
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("%w: commit: %w", backends.ErrInvalid, err))
@@ -292,6 +414,9 @@ func (s *Server) Commit(ctx context.Context, r *tqpb.CommitRequest) (*tqpb.Commi
 }
 
 func (s *Server) Lookup(ctx context.Context, r *tqpb.KeysRequest) (*tqpb.LookupReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	rows, err := s.meta.Lookup(ctx, r.GetPartition(), r.GetKeys())
 	if err != nil {
 		return nil, toStatus(err)
@@ -311,6 +436,9 @@ func (s *Server) Lookup(ctx context.Context, r *tqpb.KeysRequest) (*tqpb.LookupR
 }
 
 func (s *Server) List(ctx context.Context, r *tqpb.PartitionRequest) (*tqpb.RowsReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	return rowsReply(s.meta.List(ctx, r.GetPartition()))
 }
 
@@ -323,14 +451,23 @@ func (s *Server) Partitions(ctx context.Context, _ *tqpb.PartitionsRequest) (*tq
 }
 
 func (s *Server) Delete(ctx context.Context, r *tqpb.KeysRequest) (*tqpb.RowsReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	return rowsReply(s.meta.Delete(ctx, r.GetPartition(), r.GetKeys()))
 }
 
 func (s *Server) DeletePartition(ctx context.Context, r *tqpb.PartitionRequest) (*tqpb.RowsReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	return rowsReply(s.meta.DeletePartition(ctx, r.GetPartition()))
 }
 
 func (s *Server) Garbage(ctx context.Context, r *tqpb.GarbageRequest) (*tqpb.RefsReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	refs, err := s.meta.Garbage(ctx, r.GetPartition(), time.Duration(r.GetOlderThanNs()))
 	if err != nil {
 		return nil, toStatus(err)
@@ -339,14 +476,23 @@ func (s *Server) Garbage(ctx context.Context, r *tqpb.GarbageRequest) (*tqpb.Ref
 }
 
 func (s *Server) Swept(ctx context.Context, r *tqpb.RefsRequest) (*tqpb.Empty, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	return &tqpb.Empty{}, toStatus(s.meta.Swept(ctx, r.GetPartition(), fromRefs(r.GetRefs())))
 }
 
 func (s *Server) Abandon(ctx context.Context, r *tqpb.RefsRequest) (*tqpb.Empty, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	return &tqpb.Empty{}, toStatus(s.meta.Abandon(ctx, r.GetPartition(), fromRefs(r.GetRefs())))
 }
 
 func (s *Server) DeleteFields(ctx context.Context, r *tqpb.DeleteFieldsRequest) (*tqpb.RefsReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	refs, err := s.meta.DeleteFields(ctx, r.GetPartition(), r.GetKeys(), r.GetFields())
 	if err != nil {
 		return nil, toStatus(err)
@@ -359,6 +505,9 @@ func (s *Server) DeleteFields(ctx context.Context, r *tqpb.DeleteFieldsRequest) 
 var errCaptured = errors.New("candidates captured")
 
 func (s *Server) Candidates(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.CandidatesReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	req, err := fromClaimRequest(r)
 	if err != nil {
 		return nil, toStatus(err)
@@ -393,6 +542,9 @@ func (s *Server) Candidates(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.Ca
 }
 
 func (s *Server) Claim(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.ClaimReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	req, err := fromClaimRequest(r)
 	if err != nil {
 		return nil, toStatus(err)
@@ -453,6 +605,9 @@ func pickByIndex(units []*tqpb.Unit, drop []uint64) metadata.Pick {
 }
 
 func (s *Server) Settle(ctx context.Context, r *tqpb.SettleRequest) (*tqpb.SettleReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	req := metadata.SettleRequest{Task: r.GetTask(), Op: metadata.SettleOp(r.GetOp()), Lease: r.GetLease(),
 		Indexes: r.GetIndexes(), Delay: time.Duration(r.GetDelayNs()), Reason: r.GetReason()}
 	res, err := s.meta.Settle(ctx, r.GetPartition(), req)
@@ -467,6 +622,9 @@ func (s *Server) Settle(ctx context.Context, r *tqpb.SettleRequest) (*tqpb.Settl
 }
 
 func (s *Server) Consumption(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.ConsumptionReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	m, err := s.meta.Consumption(ctx, r.GetPartition(), r.GetTasks()...)
 	if err != nil {
 		return nil, toStatus(err)
@@ -475,6 +633,9 @@ func (s *Server) Consumption(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.C
 }
 
 func (s *Server) View(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.ViewReply, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	v, err := s.meta.View(ctx, r.GetPartition(), r.GetTasks()...)
 	if err != nil {
 		return nil, toStatus(err)
@@ -487,6 +648,9 @@ func (s *Server) View(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.ViewRepl
 }
 
 func (s *Server) Reset(ctx context.Context, r *tqpb.ResetRequest) (*tqpb.Empty, error) {
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
 	var ix []uint64
 	if !r.GetAllRows() {
 		ix = r.GetIndexes()
@@ -498,7 +662,18 @@ func (s *Server) Reset(ctx context.Context, r *tqpb.ResetRequest) (*tqpb.Empty, 
 }
 
 func (s *Server) Wait(ctx context.Context, r *tqpb.WaitRequest) (*tqpb.Empty, error) {
-	err := s.meta.Wait(ctx, r.GetPartition(), fromMark(r.GetMark(), 0))
+	if err := s.owns(ctx, r.GetPartition()); err != nil {
+		return nil, toStatus(err)
+	}
+	// A stopping server ends its Waits: the callers look again, elsewhere.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.stopping, cancel)
+	defer stop()
+	err := s.meta.Wait(wctx, r.GetPartition(), fromMark(r.GetMark(), 0))
+	if err != nil && ctx.Err() == nil && s.stopping.Err() != nil {
+		return &tqpb.Empty{}, nil
+	}
 	if err != nil && ctx.Err() != nil {
 		// The caller's deadline: the call's own status says so.
 		return nil, status.FromContextError(ctx.Err()).Err()

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/tqgo/tqgo/backends/file"
 	"github.com/tqgo/tqgo/tqserve"
 )
 
@@ -32,6 +33,9 @@ func defineServe(fs *flag.FlagSet) action {
 	cert := fs.String("tls-cert", "", "TLS certificate `FILE` (PEM); with -tls-key, serve over TLS")
 	key := fs.String("tls-key", "", "TLS key `FILE` (PEM)")
 	cells := fs.String("cells-url", "", "the engine `URL` clients reach cells at themselves (default: -engine for redis, none for file and memory, whose cells the server carries)")
+	advertise := fs.String("advertise", "", "the `HOST:PORT` clients reach this server at, which it gives callers it sends to another server (default: -listen, its host name for every interface)")
+	ownership := fs.Duration("ownership", tqserve.DefaultOwnership, "how long this server's ownership of a partition lasts unless renewed: how long a killed server's partitions go unserved (servers sharing a Redis)")
+	standby := fs.Bool("standby", true, "file:// held by another server: wait for it and take over when it stops or dies")
 	metrics := fs.String("metrics", "", "`ADDR` to serve Prometheus metrics on at /metrics (empty: none)")
 	return func(ctx context.Context, s *session, _ []string) error {
 		if *engine == "" {
@@ -43,7 +47,10 @@ func defineServe(fs *flag.FlagSet) action {
 		if (*cert == "") != (*key == "") {
 			return usagef("serve: -tls-cert and -tls-key go together")
 		}
-		var opts []tqserve.ServerOption
+		opts := []tqserve.ServerOption{tqserve.WithOwnership(*ownership)}
+		if *advertise != "" {
+			opts = append(opts, tqserve.WithAdvertise(*advertise))
+		}
 		if *token != "" {
 			opts = append(opts, tqserve.WithToken(*token))
 		}
@@ -69,6 +76,18 @@ func defineServe(fs *flag.FlagSet) action {
 		srv, err := tqserve.NewServer(octx, *engine, opts...)
 		timedOut := errors.Is(octx.Err(), context.DeadlineExceeded)
 		cancel()
+		for said := false; err != nil && *standby && errors.Is(err, file.ErrLocked); said = true {
+			// Another server holds the directory: serve once it is gone
+			// (the kernel releases a dead process's lock). Clients that
+			// name both servers reach whichever listens.
+			if !said {
+				fmt.Fprintf(s.stderr, "tq serve: standing by: %v\n", err)
+			}
+			if werr := sleepCtx(ctx, time.Second); werr != nil {
+				return nil // stopped while standing by
+			}
+			srv, err = tqserve.NewServer(ctx, *engine, opts...)
+		}
 		if err != nil {
 			if timedOut {
 				return fmt.Errorf("timed out after %v (-timeout) opening the engine: %w", s.timeout, err)
@@ -108,6 +127,17 @@ func defineServe(fs *flag.FlagSet) action {
 			_ = hs.Close()
 		}
 		return errors.Join(err, srv.Close())
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

@@ -27,6 +27,13 @@ func init() {
 // waits until it says it is serving.
 func serveChild(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
+	return serveChildUntil(t, "serving", args...)
+}
+
+// serveChildUntil starts "tq serve" with args and waits for a line of its
+// stderr holding want.
+func serveChildUntil(t *testing.T, want string, args ...string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "TQ_SERVE_CHILD=1", "TQ_SERVE_ARGS="+strings.Join(append([]string{"serve"}, args...), "\x1f"))
 	stderr, err := cmd.StderrPipe()
@@ -52,7 +59,7 @@ func serveChild(t *testing.T, args ...string) *exec.Cmd {
 			if !ok {
 				t.Fatal("tq serve exited before serving")
 			}
-			if strings.Contains(l, "serving") {
+			if strings.Contains(l, want) {
 				go func() {
 					for range lines {
 					}
@@ -60,7 +67,7 @@ func serveChild(t *testing.T, args ...string) *exec.Cmd {
 				return cmd
 			}
 		case <-deadline:
-			t.Fatal("tq serve did not say it was serving within 20s")
+			t.Fatalf("tq serve did not say %q within 20s", want)
 		}
 	}
 }
@@ -154,4 +161,34 @@ func TestServeKillRestart(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("tq serve did not exit within 15s of SIGTERM")
 	}
+}
+
+// Two servers for one directory: the second stands by and serves once the
+// first is killed; a client naming both goes on by itself.
+func TestServeStandby(t *testing.T) {
+	dir, a1, a2 := t.TempDir(), freePort(t), freePort(t)
+	first := serveChild(t, "-engine", "file://"+dir, "-listen", a1)
+	serveChildUntil(t, "standing by", "-engine", "file://"+dir, "-listen", a2)
+	ctx := t.Context()
+	c, err := tq.Open(ctx, "tq://"+a1+","+a2, tq.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Put(ctx, "p", "k0", map[string]any{"x": int64(0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	start := time.Now()
+	if err := c.Put(ctx, "p", "k1", map[string]any{"x": int64(1)}, nil); err != nil {
+		t.Fatalf("put after the first server was killed: %v", err)
+	}
+	rows, err := c.List(ctx, "p")
+	if err != nil || len(rows.Rows) != 2 {
+		t.Fatalf("after the takeover: %v, %v; want both rows", rows, err)
+	}
+	t.Logf("standby served the directory %v after the kill", time.Since(start))
 }

@@ -1,0 +1,27 @@
+package tqserve
+
+import (
+	"slices"
+	"time"
+)
+
+// Kill stops s as SIGKILL would: its ownerships are left to end.
+func Kill(s *Server) error { return s.kill() }
+
+// Owned lists the partitions s owns now.
+func Owned(s *Server) []string {
+	o := s.ownership()
+	if o == nil {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []string
+	for p, until := range o.owned {
+		if time.Until(until) > 0 {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,188 @@
+package tqserve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// DefaultOwnership is how long a server's ownership of a partition lasts
+// unless renewed: after a server dies without handing its partitions
+// over, another takes them once this has passed.
+const DefaultOwnership = 10 * time.Second
+
+// ownership is which partitions this server serves. On an engine with
+// backends.Owners, a partition is served by the server that owns it; a
+// server that does not owns it at its first call when it is free, and
+// otherwise sends the caller to its owner (movedError). On any other
+// engine (one directory, one process's memory) the server serves every
+// partition: no other server can open the engine.
+type ownership struct {
+	owners backends.Owners // nil: every partition is this server's
+	self   string          // "ADDR ID"
+	addr   string          // ADDR: former lives at it are known dead
+	ttl    time.Duration
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	owned  map[string]time.Time // partition -> when this ownership ends (local clock), renewed before
+	closed bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newOwnership(owners backends.Owners, addr string, ttl time.Duration, log *slog.Logger) *ownership {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	o := &ownership{owners: owners, addr: addr, self: addr + " " + hex.EncodeToString(id[:]), ttl: ttl, log: log,
+		owned: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if owners == nil {
+		close(o.done)
+		return o
+	}
+	go o.renew()
+	return o
+}
+
+// movedError says another server owns a partition: the caller goes there.
+type movedError struct {
+	partition, owner string // owner: its address
+	left             time.Duration
+}
+
+func (e *movedError) Error() string {
+	return fmt.Sprintf("partition %q is served by the tq server at %s (for %v unless renewed): call it there", e.partition, e.owner, e.left.Round(time.Millisecond))
+}
+
+// errHandingOver: the server is handing its partitions over (stopping).
+var errHandingOver = fmt.Errorf("%w: the tq server is stopping: call another", backends.ErrClosed)
+
+// check returns nil when this server serves partition (owning it, taking
+// it if free), else a *movedError naming its owner.
+func (o *ownership) check(ctx context.Context, partition string) error {
+	if o.owners == nil {
+		return nil
+	}
+	o.mu.Lock()
+	closed := o.closed
+	until, ok := o.owned[partition]
+	o.mu.Unlock()
+	if closed {
+		return errHandingOver
+	}
+	if ok && time.Until(until) > 0 {
+		return nil
+	}
+	return o.own(ctx, partition)
+}
+
+// own asks the engine for partition's ownership.
+func (o *ownership) own(ctx context.Context, partition string) error {
+	start := time.Now()
+	owner, left, err := o.owners.Own(ctx, partition, o.self, o.addr+" ", o.ttl)
+	if err != nil {
+		return err
+	}
+	if owner == o.self {
+		o.mu.Lock()
+		if !o.closed {
+			if _, had := o.owned[partition]; !had {
+				o.log.Info("tq server: serving partition", "partition", partition, "server", o.self)
+			}
+			// The ownership began no later than the request did.
+			o.owned[partition] = start.Add(left)
+		}
+		o.mu.Unlock()
+		return nil
+	}
+	o.mu.Lock()
+	if _, had := o.owned[partition]; had {
+		delete(o.owned, partition)
+		o.log.Warn("tq server: partition taken by another server", "partition", partition, "owner", owner)
+	}
+	o.mu.Unlock()
+	addr, _, _ := strings.Cut(owner, " ")
+	return &movedError{partition: partition, owner: addr, left: left}
+}
+
+// renew renews every owned partition a third of the way through its
+// ownership, so that a renewal that fails once is made again in time.
+func (o *ownership) renew() {
+	defer close(o.done)
+	t := time.NewTicker(o.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-t.C:
+		}
+		o.mu.Lock()
+		parts := make([]string, 0, len(o.owned))
+		for p := range o.owned {
+			parts = append(parts, p)
+		}
+		o.mu.Unlock()
+		for _, p := range parts {
+			ctx, cancel := context.WithTimeout(context.Background(), o.ttl/3)
+			err := o.own(ctx, p)
+			cancel()
+			var moved *movedError
+			if err != nil && !errors.As(err, &moved) {
+				o.log.Warn("tq server: renewing ownership failed; retrying", "partition", p, "err", err)
+			}
+		}
+	}
+}
+
+// handOver stops serving and gives up every owned partition at once, so
+// that other servers take them at their next call.
+func (o *ownership) handOver(ctx context.Context) {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return
+	}
+	o.closed = true
+	parts := make([]string, 0, len(o.owned))
+	for p := range o.owned {
+		parts = append(parts, p)
+	}
+	o.owned = map[string]time.Time{}
+	o.mu.Unlock()
+	if o.owners == nil {
+		return
+	}
+	close(o.stop)
+	<-o.done
+	for _, p := range parts {
+		if err := o.owners.Disown(ctx, p, o.self); err != nil {
+			o.log.Warn("tq server: handing partition over failed: it passes to another server when its ownership ends", "partition", p, "err", err)
+		}
+	}
+}
+
+// abandon stops renewing without handing over: what a killed server
+// leaves (tests).
+func (o *ownership) abandon() {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return
+	}
+	o.closed = true
+	o.mu.Unlock()
+	if o.owners != nil {
+		close(o.stop)
+		<-o.done
+	}
+}
