@@ -131,6 +131,11 @@ type part struct {
 	// until the claim replacing them takes the lease.
 	waits     map[string]bool
 	fulfilled map[string]rules.Claimed
+	// appending is set while an append of this process's records is in
+	// flight; next gathers the records of the calls that come meanwhile
+	// (see appendGrouped).
+	appending bool
+	next      *group
 }
 
 // keepParts is how many partitions' copies a Meta keeps; beyond it, the
@@ -360,49 +365,153 @@ func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell
 		}
 		p.mu.Unlock()
 	}()
-	for {
-		from, restarts := p.pos, p.restarts
-		p.mu.Unlock()
-		sent := time.Now()
-		var t backends.Tail
-		var err error
-		if cells != nil && m.cells != nil {
-			t, err = m.cells.AppendCells(ctx, name, from, cells, out)
-		} else {
-			t, err = m.log.Append(ctx, name, from, out)
-		}
-		p.mu.Lock()
-		if err != nil {
+	if cells == nil || m.cells == nil {
+		// Records alone: grouped with other calls' (see appendGrouped).
+		restarts := p.restarts
+		if err := m.appendGrouped(ctx, p, out); err != nil {
 			if errors.Is(err, backends.ErrOutcomeUnknown) && !errors.Is(err, backends.ErrNotDurable) {
 				return m.settle(ctx, p, recs, restarts, err)
 			}
 			return nil, err
 		}
-		if n := len(t.Entries); n > 0 {
-			p.skew = sent.Sub(time.UnixMicro(t.Entries[n-1].Time))
-		}
-		ok, err := m.applyTail(p, from, &t)
-		if err != nil {
-			return nil, err
-		}
-		if res, done := results(p, recs); done {
-			m.maybeCompact(p)
-			return res, nil
-		}
-		if !ok {
-			// The tail did not join the copy: read on from the copy.
-			if err := m.catchUp(ctx, p); err != nil {
-				return m.settle(ctx, p, recs, restarts, err)
-			}
-			if res, done := results(p, recs); done {
-				return res, nil
-			}
-		}
-		// Appended, yet not found where the log was read after: the log
-		// was replaced (compacted past them) in between. Their outcome is
-		// in the log only.
-		return nil, fmt.Errorf("%w: partition %q: the write's entries are not in the log read after it", backends.ErrOutcomeUnknown, name)
+		return m.found(ctx, p, recs, restarts)
 	}
+	from, restarts := p.pos, p.restarts
+	p.mu.Unlock()
+	sent := time.Now()
+	t, err := m.cells.AppendCells(ctx, name, from, cells, out)
+	p.mu.Lock()
+	if err != nil {
+		if errors.Is(err, backends.ErrOutcomeUnknown) && !errors.Is(err, backends.ErrNotDurable) {
+			return m.settle(ctx, p, recs, restarts, err)
+		}
+		return nil, err
+	}
+	if n := len(t.Entries); n > 0 {
+		p.skew = sent.Sub(time.UnixMicro(t.Entries[n-1].Time))
+	}
+	if _, err := m.applyTail(p, from, &t); err != nil {
+		return nil, err
+	}
+	return m.found(ctx, p, recs, restarts)
+}
+
+// found returns the results of recs, appended: from the copy as the
+// append's reply left it, or else read on from the log. The caller holds
+// p.mu.
+func (m *Meta) found(ctx context.Context, p *part, recs []record, restarts uint64) ([]*rules.Result, error) {
+	if res, done := results(p, recs); done {
+		m.maybeCompact(p)
+		return res, nil
+	}
+	// The tail did not join the copy: read on from the copy.
+	if err := m.catchUp(ctx, p); err != nil {
+		return m.settle(ctx, p, recs, restarts, err)
+	}
+	if res, done := results(p, recs); done {
+		return res, nil
+	}
+	// Appended, yet not found where the log was read after: the log
+	// was replaced (compacted past them) in between. Their outcome is
+	// in the log only.
+	return nil, fmt.Errorf("%w: partition %q: the write's entries are not in the log read after it", backends.ErrOutcomeUnknown, p.name)
+}
+
+// A group is the records of calls that came while an append of the
+// partition was in flight: they go in the next append, together (group
+// commit), so that a partition has one append in flight at a time and
+// each append's reply brings only what other processes appended, not a
+// record per concurrent call of this one.
+type group struct {
+	recs []backends.Record
+	sent bool          // taken by the flusher: no call may leave it
+	done chan struct{} // closed once the append ended and its tail applied
+	err  error
+}
+
+// groupFor bounds an append of a group: its calls wait for it whatever
+// their contexts (their records may be in it), so it ends on its own.
+const groupFor = 15 * time.Second
+
+// appendGrouped appends recs to p's log and applies the reply to the
+// copy: at once when no append of p is in flight, else in the group that
+// goes when the one in flight returns. An error matching
+// backends.ErrOutcomeUnknown may have appended them; any other did not.
+// The caller holds p.mu, which appendGrouped releases while it waits and
+// holds again when it returns.
+func (m *Meta) appendGrouped(ctx context.Context, p *part, recs []backends.Record) error {
+	if !p.appending {
+		p.appending = true
+		err := m.appendLocked(ctx, p, recs)
+		if p.next != nil {
+			go m.flushGroups(p) // p.appending stays set
+		} else {
+			p.appending = false
+		}
+		return err
+	}
+	g := p.next
+	if g == nil {
+		g = &group{done: make(chan struct{})}
+		p.next = g
+	}
+	g.recs = append(g.recs, recs...)
+	p.mu.Unlock()
+	select {
+	case <-g.done:
+		p.mu.Lock()
+		return g.err
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if !g.sent {
+		// Not sent yet: leave the group, nothing appended.
+		g.recs = slices.DeleteFunc(g.recs, func(r backends.Record) bool {
+			return slices.ContainsFunc(recs, func(o backends.Record) bool { return o.ID == r.ID })
+		})
+		return ctx.Err()
+	}
+	p.mu.Unlock()
+	<-g.done // bounded by groupFor
+	p.mu.Lock()
+	return g.err
+}
+
+// appendLocked appends recs from the copy's position and applies the
+// reply. The caller holds p.mu, released during the append.
+func (m *Meta) appendLocked(ctx context.Context, p *part, recs []backends.Record) error {
+	from := p.pos
+	p.mu.Unlock()
+	sent := time.Now()
+	t, err := m.log.Append(ctx, p.name, from, recs)
+	p.mu.Lock()
+	if err != nil {
+		return err
+	}
+	if n := len(t.Entries); n > 0 {
+		p.skew = sent.Sub(time.UnixMicro(t.Entries[n-1].Time))
+	}
+	_, err = m.applyTail(p, from, &t)
+	return err
+}
+
+// flushGroups appends the groups that gather while it appends, one after
+// another, until none is waiting; then p has no append in flight.
+func (m *Meta) flushGroups(p *part) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.next != nil {
+		g := p.next
+		p.next = nil
+		g.sent = true
+		if len(g.recs) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), groupFor)
+			g.err = m.appendLocked(ctx, p, g.recs)
+			cancel()
+		}
+		close(g.done)
+	}
+	p.appending = false
 }
 
 // buildLocked locks p and runs build under the lock, which it returns
