@@ -60,6 +60,11 @@ func (m partMeta) Claim(ctx context.Context, partition string, req metadata.Clai
 	return v, inPartition("claim", partition, err)
 }
 
+func (m partMeta) SettleClaim(ctx context.Context, partition string, sr metadata.SettleRequest, req metadata.ClaimRequest, pick metadata.Pick) (metadata.SettleResult, metadata.Claimed, error) {
+	s, c, err := metadata.SettleClaim(ctx, m.MetaStore, partition, sr, req, pick)
+	return s, c, inPartition("claim", partition, err)
+}
+
 func (m partMeta) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (metadata.SettleResult, error) {
 	v, err := m.MetaStore.Settle(ctx, partition, req)
 	return v, inPartition("settle", partition, err)

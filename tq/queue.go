@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -290,6 +291,22 @@ type claimOpts struct {
 	min    int
 	data   bool
 	fields []string
+	acking *Lease
+}
+
+// Acking makes the claim first acknowledge every row of l, a lease of the
+// same Task (as l.Ack() does), in the claim's own request where the
+// engine allows: through a tq server a worker's loop is then one call per
+// claim, where Ack then Claim take two (a Wait acks first, then waits).
+// If the ack fails the claim leases nothing and returns the ack's error
+// (a *LeaseLostError is not a failure here: rows l no longer held went to
+// another consumer when its lease ended; they are logged, not returned).
+// A nil l, or an empty lease, acks nothing.
+func Acking(l *Lease) ClaimOption {
+	return func(o *claimOpts) error {
+		o.acking = l
+		return nil
+	}
 }
 
 // AtLeast makes a claim lease nothing unless m rows are ready (for a group
@@ -458,6 +475,21 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 			return nil, err
 		}
 	}
+	var ack *metadata.SettleRequest // the ack riding on the first claim
+	if a := o.acking; a != nil {
+		if a.task != t {
+			return nil, fmt.Errorf("%w: task %q on partition %q: Acking a lease of another Task (%q on %q)", ErrInvalid, t.name, t.partition, a.task.name, a.task.partition)
+		}
+		if a.token != "" {
+			ack = &metadata.SettleRequest{Task: t.name, Op: metadata.Ack, Lease: a.token, Indexes: a.indexes(nil)}
+		}
+		if ack != nil && wait {
+			if err := a.Ack(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+				return nil, err
+			}
+			ack = nil
+		}
+	}
 	release, err := c.enter(ctx, op, t.partition)
 	if err != nil {
 		return nil, err
@@ -505,9 +537,13 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		}
 		var got metadata.Claimed
 		left := false // the Wait left its claim in flight, to be handed back
-		if wait {
+		switch {
+		case wait:
 			got, left, err = t.waitClaim(ctx, q, req, pick)
-		} else {
+		case ack != nil:
+			got, err = t.ackClaim(ctx, tr, q, o.acking, *ack, req, pick)
+			ack = nil
+		default:
 			got, err = q.Claim(ctx, t.partition, req, pick)
 		}
 		if err != nil {
@@ -570,6 +606,33 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		}
 		req.Replaces = got.Waiting // the next claim takes its lease, or replaces it
 	}
+}
+
+// ackClaim acknowledges the rows of ack (a's) and claims, in one request
+// where q can. An ack that failed alone hands back what the claim leased.
+func (t *Task) ackClaim(ctx context.Context, tr *callTrace, q metadata.MetaStore, a *Lease, ack metadata.SettleRequest, req metadata.ClaimRequest, pick metadata.Pick) (metadata.Claimed, error) {
+	res, got, err := metadata.SettleClaim(ctx, q, t.partition, ack, req, pick)
+	if err != nil {
+		if got.Lease != "" {
+			t.handBack(ctx, q, t.shareless(got.Lease, leasedIndexes(got)))
+		}
+		return metadata.Claimed{}, err
+	}
+	a.noteAcked(ack.Indexes, res.Lost)
+	t.c.cleared(ctx, tr, t.partition, res.Cleared)
+	if lost := lostError("ack", t.partition, t.name, res.Lost, a.Meta.Rows); lost != nil {
+		t.c.event(slog.LevelWarn, "ack lost", t.partition, t.name, nil, lost, "tq: rows acked with a claim were no longer held")
+	}
+	return got, nil
+}
+
+// leasedIndexes are the indexes of a claim's rows.
+func leasedIndexes(c metadata.Claimed) []uint64 {
+	out := make([]uint64, len(c.Rows))
+	for i, r := range c.Rows {
+		out[i] = r.Index
+	}
+	return out
 }
 
 // waitHold is how long a Wait's claim stays registered with a shared
@@ -1022,19 +1085,25 @@ func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d 
 		l.mu.Unlock()
 	}
 	if sop == metadata.Ack {
-		l.mu.Lock()
-		if l.acked == nil {
-			l.acked = map[uint64]bool{}
-		}
-		for _, i := range idx {
-			l.acked[i] = true
-		}
-		for _, i := range res.Lost {
-			delete(l.acked, i)
-		}
-		l.mu.Unlock()
+		l.noteAcked(idx, res.Lost)
 	}
 	return lostError(strings.ToLower(op), t.partition, t.name, res.Lost, l.Meta.Rows)
+}
+
+// noteAcked records that the rows of idx, but lost, were acknowledged
+// through l.
+func (l *Lease) noteAcked(idx, lost []uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.acked == nil {
+		l.acked = map[uint64]bool{}
+	}
+	for _, i := range idx {
+		l.acked[i] = true
+	}
+	for _, i := range lost {
+		delete(l.acked, i)
+	}
 }
 
 // lostError names the rows of lost among rows, or is nil.

@@ -210,6 +210,19 @@ func (m retryMeta) Claim(ctx context.Context, partition string, req metadata.Cla
 	return do(ctx, m.r, "claim", func() (metadata.Claimed, error) { return m.MetaStore.Claim(ctx, partition, req, pick) })
 }
 
+// SettleClaim retries as Claim does: a settle and a claim that applied
+// nothing may be made again (an ack may be sent twice).
+func (m retryMeta) SettleClaim(ctx context.Context, partition string, sr metadata.SettleRequest, req metadata.ClaimRequest, pick metadata.Pick) (metadata.SettleResult, metadata.Claimed, error) {
+	var settled metadata.SettleResult
+	c, err := do(ctx, m.r, "claim", func() (metadata.Claimed, error) {
+		var c metadata.Claimed
+		var err error
+		settled, c, err = metadata.SettleClaim(ctx, m.MetaStore, partition, sr, req, pick)
+		return c, err
+	})
+	return settled, c, err
+}
+
 func (m retryMeta) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (metadata.SettleResult, error) {
 	return do(ctx, m.r, "settle", func() (metadata.SettleResult, error) { return m.MetaStore.Settle(ctx, partition, req) })
 }

@@ -317,33 +317,51 @@ func (m *Meta) Abandon(ctx context.Context, partition string, refs []metadata.Re
 // candidates, picked here, then the claim of the picked rows by index
 // (a unit with a row taken meanwhile is skipped, as Claim skips one).
 func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRequest, pick metadata.Pick) (metadata.Claimed, error) {
+	_, c, err := m.claim(ctx, partition, req, pick, nil)
+	return c, err
+}
+
+// SettleClaim implements metadata.SettleClaimer: the settle rides on the
+// claim's call.
+func (m *Meta) SettleClaim(ctx context.Context, partition string, s metadata.SettleRequest, req metadata.ClaimRequest, pick metadata.Pick) (metadata.SettleResult, metadata.Claimed, error) {
+	if err := s.Check(); err != nil {
+		return metadata.SettleResult{}, metadata.Claimed{}, err
+	}
+	return m.claim(ctx, partition, req, pick, &s)
+}
+
+func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRequest, pick metadata.Pick, pre *metadata.SettleRequest) (metadata.SettleResult, metadata.Claimed, error) {
+	var none metadata.SettleResult
 	if err := m.check("claim"); err != nil {
-		return metadata.Claimed{}, err
+		return none, metadata.Claimed{}, err
 	}
 	if err := req.Check(); err != nil {
-		return metadata.Claimed{}, err
+		return none, metadata.Claimed{}, err
 	}
 	pr := toClaimRequest(partition, &req)
+	if pre != nil {
+		pr.SettleFirst = toSettleRequest(partition, *pre)
+	}
 	if req.Custom {
 		// A replaced claim fulfilled meanwhile returns its lease with no
 		// pick; the server knows, so ask it first without candidates.
 		cr, err := m.c.Candidates(ctx, pr)
 		if err != nil {
-			return metadata.Claimed{}, m.fail(ctx, "claim candidates", read, err)
+			return none, metadata.Claimed{}, m.fail(ctx, "claim candidates", read, err)
 		}
 		rows, err := fromRows(cr.GetRows())
 		if err != nil {
-			return metadata.Claimed{}, err
+			return none, metadata.Claimed{}, err
 		}
 		if rows == nil {
 			rows = []*metadata.Row{}
 		}
 		p, err := pick(rows, fromDeliveries(cr.GetDeliveries(), m.skew))
 		if err != nil {
-			return metadata.Claimed{}, err
+			return none, metadata.Claimed{}, err
 		}
 		if err := metadata.CheckPicked(p, len(rows)); err != nil {
-			return metadata.Claimed{}, err
+			return none, metadata.Claimed{}, err
 		}
 		for _, u := range p.Units {
 			ix := make([]uint64, len(u))
@@ -358,25 +376,44 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 	}
 	r, err := m.c.Claim(ctx, pr)
 	if err != nil {
-		return metadata.Claimed{}, m.fail(ctx, "claim", write, err)
+		return none, metadata.Claimed{}, m.fail(ctx, "claim", write, err)
 	}
-	return fromClaimed(r, m.skew)
+	c, err := fromClaimed(r, m.skew)
+	if err != nil || pre == nil {
+		return none, c, err
+	}
+	settled, err := fromSettleReply(r.GetSettled(), m.skew)
+	if err != nil {
+		return none, c, err
+	}
+	if f := r.GetSettleFailure(); f != nil {
+		return settled, c, fromFailure(f)
+	}
+	return settled, c, nil
 }
 
 func (m *Meta) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (metadata.SettleResult, error) {
 	if err := m.check("settle"); err != nil {
 		return metadata.SettleResult{}, err
 	}
-	r, err := m.c.Settle(ctx, &tqpb.SettleRequest{Partition: partition, Task: req.Task, Op: tqpb.SettleRequest_Op(req.Op),
-		Lease: req.Lease, Indexes: req.Indexes, DelayNs: int64(req.Delay), Reason: req.Reason})
+	r, err := m.c.Settle(ctx, toSettleRequest(partition, req))
 	if err != nil {
 		return metadata.SettleResult{}, m.fail(ctx, "settle", write, err)
 	}
+	return fromSettleReply(r, m.skew)
+}
+
+func toSettleRequest(partition string, req metadata.SettleRequest) *tqpb.SettleRequest {
+	return &tqpb.SettleRequest{Partition: partition, Task: req.Task, Op: tqpb.SettleRequest_Op(req.Op),
+		Lease: req.Lease, Indexes: req.Indexes, DelayNs: int64(req.Delay), Reason: req.Reason}
+}
+
+func fromSettleReply(r *tqpb.SettleReply, skew time.Duration) (metadata.SettleResult, error) {
 	cleared, err := fromRows(r.GetCleared())
 	if err != nil {
 		return metadata.SettleResult{}, err
 	}
-	return metadata.SettleResult{Lost: r.GetLost(), Until: fromMoment(r.GetUntil(), m.skew), Cleared: cleared}, nil
+	return metadata.SettleResult{Lost: r.GetLost(), Until: fromMoment(r.GetUntil(), skew), Cleared: cleared}, nil
 }
 
 func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]metadata.Delivery, error) {

@@ -45,6 +45,28 @@ var kinds = []struct {
 	{tqpb.Failure_MOVED, codes.FailedPrecondition, []error{backends.ErrUnavailable}},
 }
 
+// failureOf is err as a Failure (of a part of a call that went on).
+func failureOf(err error) *tqpb.Failure {
+	st, _ := status.FromError(toStatus(err))
+	for _, d := range st.Details() {
+		if f, ok := d.(*tqpb.Failure); ok {
+			return f
+		}
+	}
+	return &tqpb.Failure{Message: err.Error()}
+}
+
+// fromFailure is the error a client returns for a Failure of a part of a
+// call.
+func fromFailure(f *tqpb.Failure) error {
+	for _, k := range kinds {
+		if k.kind == f.GetKind() {
+			return &remoteError{msg: "tq server: " + f.GetMessage(), errs: k.errs}
+		}
+	}
+	return &remoteError{msg: "tq server: " + f.GetMessage()}
+}
+
 // toStatus is a call's error as the server sends it: a status whose
 // detail is a Failure of the error's kind.
 func toStatus(err error) error {

@@ -553,6 +553,23 @@ func (s *Server) Claim(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.ClaimRe
 	if req.Custom {
 		pick = pickByIndex(r.GetPicked(), r.GetDrop())
 	}
+	if sf := r.GetSettleFirst(); sf != nil {
+		res, c, err := metadata.SettleClaim(ctx, s.meta, r.GetPartition(), settleRequest(sf), req, pick)
+		if err != nil && c.Lease == "" && c.Waiting == "" {
+			return nil, toStatus(err)
+		}
+		out, cerr := toClaimed(&c, 0)
+		if cerr != nil {
+			return nil, toStatus(cerr)
+		}
+		if out.Settled, cerr = settleReply(res); cerr != nil {
+			return nil, toStatus(cerr)
+		}
+		if err != nil {
+			out.SettleFailure = failureOf(err)
+		}
+		return out, nil
+	}
 	c, err := s.meta.Claim(ctx, r.GetPartition(), req, pick)
 	if err != nil {
 		return nil, toStatus(err)
@@ -608,15 +625,26 @@ func (s *Server) Settle(ctx context.Context, r *tqpb.SettleRequest) (*tqpb.Settl
 	if err := s.owns(ctx, r.GetPartition()); err != nil {
 		return nil, toStatus(err)
 	}
-	req := metadata.SettleRequest{Task: r.GetTask(), Op: metadata.SettleOp(r.GetOp()), Lease: r.GetLease(),
-		Indexes: r.GetIndexes(), Delay: time.Duration(r.GetDelayNs()), Reason: r.GetReason()}
-	res, err := s.meta.Settle(ctx, r.GetPartition(), req)
+	res, err := s.meta.Settle(ctx, r.GetPartition(), settleRequest(r))
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	cleared, err := toRows(res.Cleared)
+	out, err := settleReply(res)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	return out, nil
+}
+
+func settleRequest(r *tqpb.SettleRequest) metadata.SettleRequest {
+	return metadata.SettleRequest{Task: r.GetTask(), Op: metadata.SettleOp(r.GetOp()), Lease: r.GetLease(),
+		Indexes: r.GetIndexes(), Delay: time.Duration(r.GetDelayNs()), Reason: r.GetReason()}
+}
+
+func settleReply(res metadata.SettleResult) (*tqpb.SettleReply, error) {
+	cleared, err := toRows(res.Cleared)
+	if err != nil {
+		return nil, err
 	}
 	return &tqpb.SettleReply{Lost: res.Lost, Until: toMoment(res.Until, 0), Cleared: cleared}, nil
 }

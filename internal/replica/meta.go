@@ -208,8 +208,33 @@ func (m *Meta) Abandon(ctx context.Context, partition string, refs []metadata.Re
 // Wait claims again on the copy caught up rather than pass over a row
 // its pick did not see.
 func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRequest, pick metadata.Pick) (metadata.Claimed, error) {
+	_, c, err := m.claim(ctx, partition, req, pick, nil)
+	return c, err
+}
+
+// SettleClaim implements metadata.SettleClaimer: the settle's record goes
+// before the claim's, in one append.
+func (m *Meta) SettleClaim(ctx context.Context, partition string, s metadata.SettleRequest, req metadata.ClaimRequest, pick metadata.Pick) (metadata.SettleResult, metadata.Claimed, error) {
+	if err := s.Check(); err != nil {
+		return metadata.SettleResult{}, metadata.Claimed{}, err
+	}
+	return m.claim(ctx, partition, req, pick, &s)
+}
+
+// claim is Claim, after pre (if not nil) in the first append.
+func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRequest, pick metadata.Pick, pre *metadata.SettleRequest) (settled metadata.SettleResult, _ metadata.Claimed, _ error) {
 	if err := req.Check(); err != nil {
-		return metadata.Claimed{}, err
+		return settled, metadata.Claimed{}, err
+	}
+	var settleErr error
+	if pre != nil && req.Replaces != "" {
+		// The replaced claim may be fulfilled already, answered with no
+		// request: settle on its own first.
+		res, err := m.Settle(ctx, partition, *pre)
+		if err != nil {
+			return res, metadata.Claimed{}, err
+		}
+		settled, pre = res, nil
 	}
 	a := rules.ClaimArgs{Task: req.Task, Lease: req.Lease, Rows: req.Rows, Min: req.Min,
 		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom,
@@ -227,7 +252,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		skew, base := p.skew, p.base
 		p.mu.Unlock()
 		if ok {
-			return localClaimed(c, skew, base), nil
+			return settled, localClaimed(c, skew, base), settleErr
 		}
 	}
 	stale := 0                  // picks made again because the copy was behind
@@ -239,8 +264,9 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		var base, picked, restarts uint64
 		var pickMark uint64 // the copy's mark where the pick looked
 		var replaced *rules.Claimed
+		own := 1 // this attempt's records
 		pp := m.part(partition)
-		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
+		rs, err := m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
 			picked, restarts, pickMark = pp.pos.N, pp.restarts, pp.mark()
 			a.Token = metadata.NewLease(req.Holder)
 			if a.Custom {
@@ -261,12 +287,22 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 				// fail or panic.)
 				pp.waits[a.Token] = true
 			}
-			return []record{{id: newID(), data: rules.ClaimRecord(&a)}}, nil
+			q := record{id: newID(), data: rules.ClaimRecord(&a)}
+			own = 1
+			if pre != nil {
+				own = 2
+				return []record{{id: newID(), data: rules.SettleRecord(pre)}, q}, nil
+			}
+			return []record{q}, nil
 		}, func(p *part) {
 			skew, base = p.skew, p.base
+			if pre != nil && pre.Op == metadata.Unwait {
+				delete(p.waits, pre.Lease)
+				delete(p.fulfilled, pre.Lease)
+			}
 			// Records came between the copy the pick saw and the claim:
 			// the pick may have missed ready rows, or picked taken ones.
-			moved = p.pos.N > picked+1 || p.restarts != restarts
+			moved = p.pos.N > picked+uint64(own) || p.restarts != restarts
 			if moved && a.Custom {
 				// Worth another pick only if some row is ready now.
 				rows, _ := p.st.Candidates(p.serverNow(), req.Task, req.Select, req.Floor, 1)
@@ -283,20 +319,33 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 				delete(p.fulfilled, req.Replaces)
 				delete(p.waits, req.Replaces)
 			}
-		}))
+		})
+		var r *rules.Result
+		if err == nil {
+			if len(rs) != own {
+				err = fmt.Errorf("replica: %d results of %d records", len(rs), own)
+			} else {
+				r = rs[own-1]
+				if pre != nil {
+					settled, settleErr = rs[0].Settled, rs[0].Err
+					settled.Until = local(settled.Until, skew)
+					pre = nil // applied: later attempts claim alone
+				}
+			}
+		}
 		if err != nil || r.Err != nil || r.Claimed.Waiting == "" {
 			pp.mu.Lock()
 			delete(pp.waits, a.Token)
 			pp.mu.Unlock()
 		}
 		if err != nil {
-			return metadata.Claimed{}, err
+			return settled, metadata.Claimed{}, err
 		}
 		if r.Err != nil {
-			return metadata.Claimed{}, r.Err
+			return settled, metadata.Claimed{}, r.Err
 		}
 		if replaced != nil {
-			return localClaimed(*replaced, skew, base), nil
+			return settled, localClaimed(*replaced, skew, base), settleErr
 		}
 		c := r.Claimed
 		cleared = append(cleared, c.Cleared...)
@@ -326,7 +375,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			// again on the copy caught up.
 			out.Mark.Seq = pickMark
 		}
-		return out, nil
+		return settled, out, settleErr
 	}
 }
 

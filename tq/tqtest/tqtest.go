@@ -56,6 +56,7 @@ func cases() []testCase {
 	all = append(all, handBackCases()...)
 	all = append(all, consumptionCases()...)
 	all = append(all, deadWhyCases()...)
+	all = append(all, ackingCases()...)
 	return all
 }
 

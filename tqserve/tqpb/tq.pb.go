@@ -2437,7 +2437,11 @@ type ClaimRequest struct {
 	Picked []*Unit  `protobuf:"bytes,14,rep,name=picked,proto3" json:"picked,omitempty"`
 	Drop   []uint64 `protobuf:"varint,15,rep,packed,name=drop,proto3" json:"drop,omitempty"`
 	// Candidates only: the most rows to return (0: the server's default).
-	Window        int64 `protobuf:"varint,16,opt,name=window,proto3" json:"window,omitempty"`
+	Window int64 `protobuf:"varint,16,opt,name=window,proto3" json:"window,omitempty"`
+	// A settle applied before the claim, in the same request (a worker's
+	// acks riding on its next claim; its partition is the claim's). Its
+	// result is ClaimReply.settled.
+	SettleFirst   *SettleRequest `protobuf:"bytes,17,opt,name=settle_first,json=settleFirst,proto3" json:"settle_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2582,6 +2586,13 @@ func (x *ClaimRequest) GetWindow() int64 {
 		return x.Window
 	}
 	return 0
+}
+
+func (x *ClaimRequest) GetSettleFirst() *SettleRequest {
+	if x != nil {
+		return x.SettleFirst
+	}
+	return nil
 }
 
 type Delivery struct {
@@ -2764,10 +2775,14 @@ type ClaimReply struct {
 	Skipped int64        `protobuf:"varint,7,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	Cleared []*Row       `protobuf:"bytes,8,rep,name=cleared,proto3" json:"cleared,omitempty"`
 	// Empty, or one per unit.
-	Partial       []bool `protobuf:"varint,9,rep,packed,name=partial,proto3" json:"partial,omitempty"`
-	HasPartial    bool   `protobuf:"varint,13,opt,name=has_partial,json=hasPartial,proto3" json:"has_partial,omitempty"`
-	Waiting       string `protobuf:"bytes,10,opt,name=waiting,proto3" json:"waiting,omitempty"`
-	Mark          *Mark  `protobuf:"bytes,11,opt,name=mark,proto3" json:"mark,omitempty"`
+	Partial    []bool `protobuf:"varint,9,rep,packed,name=partial,proto3" json:"partial,omitempty"`
+	HasPartial bool   `protobuf:"varint,13,opt,name=has_partial,json=hasPartial,proto3" json:"has_partial,omitempty"`
+	Waiting    string `protobuf:"bytes,10,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Mark       *Mark  `protobuf:"bytes,11,opt,name=mark,proto3" json:"mark,omitempty"`
+	// The result of settle_first, and its failure if it failed alone (the
+	// claim applied).
+	Settled       *SettleReply `protobuf:"bytes,14,opt,name=settled,proto3" json:"settled,omitempty"`
+	SettleFailure *Failure     `protobuf:"bytes,15,opt,name=settle_failure,json=settleFailure,proto3" json:"settle_failure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2882,6 +2897,20 @@ func (x *ClaimReply) GetWaiting() string {
 func (x *ClaimReply) GetMark() *Mark {
 	if x != nil {
 		return x.Mark
+	}
+	return nil
+}
+
+func (x *ClaimReply) GetSettled() *SettleReply {
+	if x != nil {
+		return x.Settled
+	}
+	return nil
+}
+
+func (x *ClaimReply) GetSettleFailure() *Failure {
+	if x != nil {
+		return x.SettleFailure
 	}
 	return nil
 }
@@ -4071,7 +4100,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x05ranks\x18\x01 \x01(\x03R\x05ranks\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x03R\x04rank\" \n" +
 	"\x04Unit\x12\x18\n" +
-	"\aindexes\x18\x01 \x03(\x04R\aindexes\"\xc5\x03\n" +
+	"\aindexes\x18\x01 \x03(\x04R\aindexes\"\x80\x04\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x19\n" +
@@ -4089,7 +4118,8 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\breplaces\x18\r \x01(\tR\breplaces\x12%\n" +
 	"\x06picked\x18\x0e \x03(\v2\r.tqgo.v1.UnitR\x06picked\x12\x12\n" +
 	"\x04drop\x18\x0f \x03(\x04R\x04drop\x12\x16\n" +
-	"\x06window\x18\x10 \x01(\x03R\x06window\"\xd1\x02\n" +
+	"\x06window\x18\x10 \x01(\x03R\x06window\x129\n" +
+	"\fsettle_first\x18\x11 \x01(\v2\x16.tqgo.v1.SettleRequestR\vsettleFirst\"\xd1\x02\n" +
 	"\bDelivery\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.tqgo.v1.Delivery.StateR\x05state\x12\x1e\n" +
@@ -4114,7 +4144,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x02 \x03(\v2\x11.tqgo.v1.DeliveryR\n" +
 	"deliveries\x12!\n" +
-	"\x04mark\x18\x03 \x01(\v2\r.tqgo.v1.MarkR\x04mark\"\x9c\x03\n" +
+	"\x04mark\x18\x03 \x01(\v2\r.tqgo.v1.MarkR\x04mark\"\x85\x04\n" +
 	"\n" +
 	"ClaimReply\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\tR\x05lease\x12 \n" +
@@ -4132,7 +4162,9 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"hasPartial\x12\x18\n" +
 	"\awaiting\x18\n" +
 	" \x01(\tR\awaiting\x12!\n" +
-	"\x04mark\x18\v \x01(\v2\r.tqgo.v1.MarkR\x04mark\")\n" +
+	"\x04mark\x18\v \x01(\v2\r.tqgo.v1.MarkR\x04mark\x12.\n" +
+	"\asettled\x18\x0e \x01(\v2\x14.tqgo.v1.SettleReplyR\asettled\x127\n" +
+	"\x0esettle_failure\x18\x0f \x01(\v2\x10.tqgo.v1.FailureR\rsettleFailure\")\n" +
 	"\tPositions\x12\x1c\n" +
 	"\tpositions\x18\x01 \x03(\x03R\tpositions\"\xb8\x02\n" +
 	"\rSettleRequest\x12\x1c\n" +
@@ -4371,95 +4403,98 @@ var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	38, // 28: tqgo.v1.ClaimRequest.batch:type_name -> tqgo.v1.Batch
 	37, // 29: tqgo.v1.ClaimRequest.select:type_name -> tqgo.v1.Select
 	39, // 30: tqgo.v1.ClaimRequest.picked:type_name -> tqgo.v1.Unit
-	1,  // 31: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
-	4,  // 32: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
-	4,  // 33: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
-	13, // 34: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
-	41, // 35: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
-	20, // 36: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
-	13, // 37: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
-	41, // 38: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
-	44, // 39: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
-	4,  // 40: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
-	13, // 41: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
-	20, // 42: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
-	2,  // 43: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
-	4,  // 44: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
-	13, // 45: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
-	41, // 46: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
-	66, // 47: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
-	4,  // 48: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
-	50, // 49: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
-	13, // 50: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
-	67, // 51: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
-	20, // 52: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
-	18, // 53: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
-	19, // 54: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
-	68, // 55: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
-	4,  // 56: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
-	69, // 57: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
-	20, // 58: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
-	55, // 59: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	55, // 60: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
-	59, // 61: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
-	55, // 62: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	9,  // 63: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
-	12, // 64: tqgo.v1.Row.FieldsEntry.value:type_name -> tqgo.v1.FieldInfo
-	12, // 65: tqgo.v1.RowUpdate.FieldsEntry.value:type_name -> tqgo.v1.FieldInfo
-	48, // 66: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	48, // 67: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	51, // 68: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
-	7,  // 69: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
-	21, // 70: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
-	23, // 71: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
-	25, // 72: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
-	27, // 73: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
-	29, // 74: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
-	30, // 75: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
-	27, // 76: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
-	29, // 77: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
-	32, // 78: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
-	33, // 79: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
-	33, // 80: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
-	35, // 81: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
-	40, // 82: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
-	40, // 83: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
-	45, // 84: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
-	47, // 85: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
-	47, // 86: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
-	53, // 87: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
-	54, // 88: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
-	56, // 89: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
-	58, // 90: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
-	61, // 91: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
-	8,  // 92: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
-	22, // 93: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
-	24, // 94: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
-	26, // 95: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
-	28, // 96: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
-	24, // 97: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
-	31, // 98: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
-	24, // 99: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
-	24, // 100: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
-	34, // 101: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
-	3,  // 102: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
-	3,  // 103: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
-	34, // 104: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
-	42, // 105: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
-	43, // 106: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
-	46, // 107: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
-	49, // 108: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
-	52, // 109: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
-	3,  // 110: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
-	3,  // 111: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.Empty
-	57, // 112: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
-	60, // 113: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
-	3,  // 114: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
-	92, // [92:115] is the sub-list for method output_type
-	69, // [69:92] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	45, // 31: tqgo.v1.ClaimRequest.settle_first:type_name -> tqgo.v1.SettleRequest
+	1,  // 32: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
+	4,  // 33: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
+	4,  // 34: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
+	13, // 35: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
+	41, // 36: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
+	20, // 37: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
+	13, // 38: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
+	41, // 39: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
+	44, // 40: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
+	4,  // 41: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
+	13, // 42: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
+	20, // 43: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
+	46, // 44: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
+	5,  // 45: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
+	2,  // 46: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
+	4,  // 47: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
+	13, // 48: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
+	41, // 49: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
+	66, // 50: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
+	4,  // 51: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
+	50, // 52: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
+	13, // 53: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
+	67, // 54: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
+	20, // 55: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
+	18, // 56: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
+	19, // 57: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
+	68, // 58: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
+	4,  // 59: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
+	69, // 60: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
+	20, // 61: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
+	55, // 62: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	55, // 63: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
+	59, // 64: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
+	55, // 65: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	9,  // 66: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
+	12, // 67: tqgo.v1.Row.FieldsEntry.value:type_name -> tqgo.v1.FieldInfo
+	12, // 68: tqgo.v1.RowUpdate.FieldsEntry.value:type_name -> tqgo.v1.FieldInfo
+	48, // 69: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	48, // 70: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	51, // 71: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
+	7,  // 72: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
+	21, // 73: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
+	23, // 74: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
+	25, // 75: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
+	27, // 76: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
+	29, // 77: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
+	30, // 78: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
+	27, // 79: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
+	29, // 80: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
+	32, // 81: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
+	33, // 82: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
+	33, // 83: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
+	35, // 84: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
+	40, // 85: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
+	40, // 86: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
+	45, // 87: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
+	47, // 88: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
+	47, // 89: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
+	53, // 90: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
+	54, // 91: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
+	56, // 92: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
+	58, // 93: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
+	61, // 94: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
+	8,  // 95: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
+	22, // 96: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
+	24, // 97: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
+	26, // 98: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
+	28, // 99: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
+	24, // 100: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
+	31, // 101: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
+	24, // 102: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
+	24, // 103: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
+	34, // 104: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
+	3,  // 105: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
+	3,  // 106: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
+	34, // 107: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
+	42, // 108: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
+	43, // 109: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
+	46, // 110: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
+	49, // 111: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
+	52, // 112: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
+	3,  // 113: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
+	3,  // 114: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.Empty
+	57, // 115: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
+	60, // 116: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
+	3,  // 117: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
+	95, // [95:118] is the sub-list for method output_type
+	72, // [72:95] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_tqgo_v1_tq_proto_init() }
