@@ -10,6 +10,13 @@ require (
 )
 
 require (
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/grpc v1.85.0 // indirect
+)
+
+require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/btree v1.1.3 // indirect
@@ -20,8 +27,9 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/tinylib/msgp v1.6.5 // indirect
+	github.com/tqgo/tqgo/tqserve v0.0.0-00010101000000-000000000000
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
@@ -29,3 +37,5 @@ require (
 replace github.com/tqgo/tqgo => ../
 
 replace github.com/tqgo/tqgo/tqprom => ../tqprom
+
+replace github.com/tqgo/tqgo/tqserve => ../tqserve

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/tqgo/tqgo/internal/childproc"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/internal/redistest"
+	"github.com/tqgo/tqgo/tqserve"
 )
 
 // The test binary is also one role of a multi-process run: with roleEnv
@@ -58,7 +60,38 @@ func TestMain(m *testing.M) {
 // in one process, and both ranks saw the same steps.
 func TestProcessesOverRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	url := srv.URL() + "?prefix=grpoproc"
+	runProcesses(t, srv.URL()+"?prefix=grpoproc")
+}
+
+// TestProcessesOverServer is TestProcessesOverRedis with every process a
+// client of a tq server over the Redis (tq://): one process runs the
+// partitions' rules for all, the others' cells go straight to Redis.
+func TestProcessesOverServer(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := tqserve.NewServer(t.Context(), srv.URL()+"?prefix=grposerve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(lis) }()
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("server close: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	runProcesses(t, "tq://"+lis.Addr().String())
+}
+
+// runProcesses runs the job's roles as processes of their own on url and
+// checks what they learned.
+func runProcesses(t *testing.T, url string) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
