@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ func defineServe(fs *flag.FlagSet) action {
 	key := fs.String("tls-key", "", "TLS key `FILE` (PEM)")
 	cells := fs.String("cells-url", "", "the engine `URL` clients reach cells at themselves (default: -engine for redis, none for file and memory, whose cells the server carries)")
 	metrics := fs.String("metrics", "", "`ADDR` to serve Prometheus metrics on at /metrics (empty: none)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving to `FILE` (go tool pprof), complete once the server stops")
 	return func(ctx context.Context, s *session, _ []string) error {
 		if *engine == "" {
 			*engine = s.url
@@ -94,6 +96,18 @@ func defineServe(fs *flag.FlagSet) action {
 			go func() { _ = hs.Serve(ml) }()
 			fmt.Fprintf(s.stderr, "tq serve: metrics on http://%s/metrics\n", ml.Addr())
 		}
+		if *cpuprofile != "" {
+			stopProfile, err := startCPUProfile(*cpuprofile)
+			if err != nil {
+				if hs != nil {
+					_ = hs.Close()
+				}
+				_ = srv.Close()
+				_ = lis.Close()
+				return err
+			}
+			defer stopProfile()
+		}
 		fmt.Fprintf(s.stderr, "tq serve: serving %s on %s (pid %d)\n", s.redact(*engine), lis.Addr(), os.Getpid())
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(lis) }()
@@ -109,6 +123,23 @@ func defineServe(fs *flag.FlagSet) action {
 		}
 		return errors.Join(err, srv.Close())
 	}
+}
+
+// startCPUProfile profiles this process's CPU into path until the
+// returned stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("-cpuprofile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // serveMetrics count the server's calls by method and outcome.
