@@ -415,6 +415,7 @@ func TestServedQuick(t *testing.T) {
 	cfg := QuickConfig()
 	cfg.Suites = []string{"queue"}
 	cfg.URLs = []string{privateServeURL}
+	cfg.Consumers, cfg.QueueSizes = []int{2}, []int{sizeMinRows}
 	var out bytes.Buffer
 	rep, err := Run(t.Context(), cfg, &out)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +53,7 @@ type sweepSample struct {
 	latency   float64 // median seconds of one claim+ack (read+ack)
 	serverCPU float64 // tq server process, seconds per claim (0: no server)
 	redisCPU  float64 // Redis main thread, seconds per claim
+	redisOut  float64 // bytes Redis sent its clients, per claim
 	benchCPU  float64 // this process, seconds per claim
 }
 
@@ -85,12 +87,13 @@ func sweepTable(cfg Config) *Table {
 			"latency: the median time of one claim with its ack (read with its XACK) over the sample's claims; claims/s: "+
 			"the claims that returned rows over the wall time; time per claim: its inverse. CPU per claim: user + system time "+
 			"of the tq server process (/proc/PID/stat), of the Redis server's main thread (INFO cpu) and of the bench process "+
-			"(every consumer's client; /proc/self/stat), each over the sample, divided by its claims. The arms of one C rotate "+
+			"(every consumer's client; /proc/self/stat), each over the sample, divided by its claims; Redis bytes out per claim: "+
+			"what the Redis server sent all its clients (INFO stats total_net_output_bytes) over the sample, per claim. The arms of one C rotate "+
 			"(interleaved repetitions); median [min–max] of %[6]d repetitions; \"÷ Streams\" is the median over the Streams "+
 			"arm's at the same C. Two shared cores run the bench, the tq server and Redis together.",
 			queueBatch, sweepDirectMax, cfg.SweepTime, sweepHeadroom, fmtCount(sweepMaxRows), cfg.Reps),
 		Header: []string{"consumers", "consumer", "claim+ack latency", "claims/s", "time per claim", "latency ÷ Streams",
-			"time per claim ÷ Streams", "tq server CPU per claim", "Redis CPU per claim", "bench CPU per claim"},
+			"time per claim ÷ Streams", "tq server CPU per claim", "Redis CPU per claim", "bench CPU per claim", "Redis bytes out per claim"},
 	}
 }
 
@@ -243,8 +246,8 @@ func (s *sweepArm) streamsRun(ctx context.Context, cfg Config, rig *queueRig, k,
 }
 
 // sweepCPU is the CPU seconds used so far by the tq server, Redis's main
-// thread and this process.
-type sweepCPU struct{ server, redis, bench float64 }
+// thread and this process, and the bytes Redis has sent its clients.
+type sweepCPU struct{ server, redis, bench, redisOut float64 }
 
 func readSweepCPU(ctx context.Context, rig *queueRig, pid int) (sweepCPU, error) {
 	var c sweepCPU
@@ -253,6 +256,9 @@ func readSweepCPU(ctx context.Context, rig *queueRig, pid int) (sweepCPU, error)
 		return c, err
 	}
 	c.redis = snap.cpu
+	if c.redisOut, err = redisOutBytes(ctx, rig.info); err != nil {
+		return c, err
+	}
 	if c.server, err = procCPU(pid); err != nil {
 		return c, err
 	}
@@ -305,7 +311,8 @@ func (s *sweepArm) run(ctx context.Context, cfg Config, rig *queueRig, k, pid in
 	}
 	n := float64(len(all))
 	smp := sweepSample{claims: len(all), wall: wall.Seconds(), latency: summarize(all).Median,
-		serverCPU: (after.server - before.server) / n, redisCPU: (after.redis - before.redis) / n, benchCPU: (after.bench - before.bench) / n}
+		serverCPU: (after.server - before.server) / n, redisCPU: (after.redis - before.redis) / n, benchCPU: (after.bench - before.bench) / n,
+		redisOut: (after.redisOut - before.redisOut) / n}
 	s.runs = append(s.runs, smp)
 	s.rate = n / wall.Seconds()
 	return wall / time.Duration(len(all)), nil
@@ -314,15 +321,15 @@ func (s *sweepArm) run(ctx context.Context, cfg Config, rig *queueRig, k, pid in
 // addSweepRows adds the rows of k consumers: one per arm, the ratios over
 // the Streams arm's.
 func addSweepRows(cfg Config, t *target, k int, arms []*sweepArm, streams *sweepArm, tbl *Table, rep *Report) {
-	type dists struct{ lat, rate, per, server, redis, bench Dist }
+	type dists struct{ lat, rate, per, server, redis, bench, out Dist }
 	get := func(s *sweepArm) dists {
-		var d [6][]float64
+		var d [7][]float64
 		for _, r := range s.last(cfg.Reps) {
-			for i, v := range []float64{r.latency, float64(r.claims) / r.wall, r.wall / float64(r.claims), r.serverCPU, r.redisCPU, r.benchCPU} {
+			for i, v := range []float64{r.latency, float64(r.claims) / r.wall, r.wall / float64(r.claims), r.serverCPU, r.redisCPU, r.benchCPU, r.redisOut} {
 				d[i] = append(d[i], v)
 			}
 		}
-		return dists{summarize(d[0]), summarize(d[1]), summarize(d[2]), summarize(d[3]), summarize(d[4]), summarize(d[5])}
+		return dists{summarize(d[0]), summarize(d[1]), summarize(d[2]), summarize(d[3]), summarize(d[4]), summarize(d[5]), summarize(d[6])}
 	}
 	lim := get(streams)
 	for _, s := range arms {
@@ -336,19 +343,51 @@ func addSweepRows(cfg Config, t *target, k int, arms []*sweepArm, streams *sweep
 			server = fmtTime(d.server)
 		}
 		tbl.Rows = append(tbl.Rows, []string{strconv.Itoa(k), s.label, fmtTime(d.lat), fmtCountDist(d.rate), fmtTime(d.per),
-			latRatio, perRatio, server, fmtTime(d.redis), fmtTime(d.bench)})
+			latRatio, perRatio, server, fmtTime(d.redis), fmtTime(d.bench), fmtBytesDist(d.out)})
 		row := t.name + " " + strconv.Itoa(k)
 		rep.Records = append(rep.Records,
 			Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": claim+ack latency", Unit: "s", Dist: d.lat},
 			Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": claims per second", Unit: "1/s", Dist: d.rate},
 			Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": time per claim", Unit: "s", Dist: d.per},
 			Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": Redis CPU per claim", Unit: "s", Dist: d.redis},
-			Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": bench CPU per claim", Unit: "s", Dist: d.bench})
+			Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": bench CPU per claim", Unit: "s", Dist: d.bench},
+			Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": Redis bytes out per claim", Unit: "B", Dist: d.out})
 		if s == arms[0] {
 			rep.Records = append(rep.Records,
 				Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": tq server CPU per claim", Unit: "s", Dist: d.server})
 		}
 	}
+}
+
+// redisOutBytes is the bytes the Redis server has sent its clients
+// (INFO stats total_net_output_bytes).
+func redisOutBytes(ctx context.Context, c *redis.Client) (float64, error) {
+	info, err := c.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_net_output_bytes:"); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("INFO stats: no total_net_output_bytes")
+}
+
+// fmtBytesDist prints byte counts as "median [min–max]" in the median's
+// unit: 1.2 KiB [1.1–1.4].
+func fmtBytesDist(d Dist) string {
+	if d.N == 0 || math.IsNaN(d.Median) {
+		return "n/a"
+	}
+	scale, unit := 1.0, "B"
+	switch {
+	case d.Median >= 1<<20:
+		scale, unit = 1.0/(1<<20), "MiB"
+	case d.Median >= 1<<10:
+		scale, unit = 1.0/(1<<10), "KiB"
+	}
+	return fmt.Sprintf("%s %s [%s–%s]", sig3(d.Median*scale), unit, sig3(d.Min*scale), sig3(d.Max*scale))
 }
 
 // fmtCountDist prints a rate as "median [min–max]" with thousands
