@@ -4,6 +4,7 @@
 //	go run ./bench                       # the full report, Markdown on stdout
 //	go run ./bench -suites pack -png sweep.png -csv sweep.csv
 //	go run ./bench -urls memory://,redis://127.0.0.1:6379/0
+//	go run ./bench -suites queue -urls tq+redis -consumers 8,64,256,1000 -reps 3
 //
 // Suites: pack (TransferQueue PR #153's object-size and object-count sweeps: serial,
 // TransferQueue's pool of 16, and the size-aware default, against copy()),
@@ -14,7 +15,9 @@
 // key) and queue (claim and ack of a step, wake-up to a row in hand, many
 // consumers, claim cost against partition size and, on Redis, the server's
 // time per claim, each beside Redis Streams consumer groups on Redis and
-// beside a List, a channel, BLPOP or LPOP). The method is
+// beside a List, a channel, BLPOP or LPOP; on a tq server, -urls tq+redis,
+// a consumer sweep of tq:// clients beside Redis Streams consumers and tq
+// on redis:// directly). The method is
 // FlashPack PR #31's: warm-up, interleaved arms, medians and ranges over -reps.
 package main
 
