@@ -117,7 +117,8 @@ func TestRunQuick(t *testing.T) {
 	}
 	for _, r := range rep.Records {
 		d := r.Dist
-		low := d.Min > 0 || r.Table == "queue" && strings.Contains(r.Series, "wake-up") && d.Min == 0
+		low := d.Min > 0 || r.Table == "queue" && strings.Contains(r.Series, "wake-up") && d.Min == 0 ||
+			r.Table == "queue-sweep" && strings.Contains(r.Series, "CPU") && d.Min == 0 // /proc counts 10 ms ticks
 		if d.N != cfg.Reps || !low || d.Min > d.Median || d.Median > d.Max || math.IsInf(d.Max, 0) {
 			t.Errorf("record %s/%s/%s: bad distribution %+v", r.Table, r.Row, r.Series, d)
 		}
@@ -397,5 +398,65 @@ func TestRedisSuiteOnURLWithQuery(t *testing.T) {
 		if !strings.HasSuffix(k, ":next") {
 			t.Errorf("key %q left on the server after the suite", k)
 		}
+	}
+}
+
+// TestServedQuick runs the queue suite on a tq server process in front of
+// a private redis-server (-urls tq+redis) at toy sizes: every measure runs
+// through tq:// clients, the consumer sweep has a row per consumer kind
+// and count, and the server process is gone when Run returns.
+func TestServedQuick(t *testing.T) {
+	if err := redisserver.Available(); err != nil {
+		if os.Getenv(redistest.RequireEnv) == "1" {
+			t.Fatalf("%s=1 but redis-server is not installed: %v", redistest.RequireEnv, err)
+		}
+		t.Skip("redis-server not installed")
+	}
+	cfg := QuickConfig()
+	cfg.Suites = []string{"queue"}
+	cfg.URLs = []string{privateServeURL}
+	cfg.Consumers, cfg.QueueSizes = []int{2}, []int{sizeMinRows}
+	var out bytes.Buffer
+	rep, err := Run(t.Context(), cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := out.String()
+	var rows []string
+	for _, k := range cfg.Consumers {
+		for _, c := range []string{"tq:// (tq serve)", "tq on redis:// (no server)", "XREADGROUP COUNT 8 + XACK"} {
+			rows = append(rows, fmt.Sprintf("%d %s", k, c))
+		}
+	}
+	sweep := checkTable(t, rep, md, "queue-sweep", rows, func(r []string) string { return r[0] + " " + r[1] })
+	for _, r := range sweep.Rows {
+		if slices.Contains(r, "n/a") {
+			t.Errorf("queue-sweep row %v: a measurement is missing", r)
+		}
+		served := r[1] == "tq:// (tq serve)"
+		if served == (r[7] == "—") || (r[5] == "—") != strings.HasPrefix(r[1], "XREADGROUP") {
+			t.Errorf("queue-sweep row %v: the server's CPU or the ratios are in the wrong rows", r)
+		}
+	}
+	var sizeRows []string
+	for _, n := range cfg.QueueSizes {
+		sizeRows = append(sizeRows, "tq+redis "+fmtCount(n))
+	}
+	checkTable(t, rep, md, "queue-size", sizeRows, func(r []string) string { return r[0] + " " + r[1] })
+	if rep.Table("limit-redis") != nil || rep.Table("redis-targets") != nil {
+		t.Error("a served Redis server got the Redis limits or targets of its own")
+	}
+
+	var pid int
+	for _, l := range rep.Machine {
+		if _, rest, ok := strings.Cut(l, "served by tq serve (pid "); ok {
+			pid, _ = strconv.Atoi(rest[:strings.IndexByte(rest, ')')])
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("the machine lines do not name the tq server: %q", rep.Machine)
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+		t.Errorf("tq serve (pid %d) still runs after Run returned", pid)
 	}
 }

@@ -39,8 +39,15 @@ type Config struct {
 	RedisShapes []redisShape // batch shapes measured against the Redis engine's targets
 
 	// queue (its step is Samples rows)
-	Consumers  []int // consumer counts of the contention measure
+	Consumers  []int // consumer counts of the contention measure and of the served targets' consumer sweep
 	QueueSizes []int // ready rows of the claim-cost-vs-partition-size measure
+	// SweepTime bounds one sample of the consumer sweep (served targets):
+	// its consumers claim until it has passed.
+	SweepTime time.Duration
+
+	// served targets (tq+redis)
+	ServeBin     string // a tq binary to run `tq serve` with ("": build cmd/tq)
+	ServeProfile string // the tq server's CPU profile goes here ("": none)
 
 	// Quick marks the toy preset: outside tools (redis-benchmark) run at
 	// their lightest too.
@@ -72,6 +79,7 @@ func DefaultConfig() Config {
 		RedisShapes: []redisShape{{1024, 512}, {1024, 8 << 10}, {64, 1 << 20}},
 		Consumers:   []int{8, 64},
 		QueueSizes:  []int{1_000, 10_000, 100_000},
+		SweepTime:   2 * time.Second,
 	}
 }
 
@@ -91,6 +99,7 @@ func QuickConfig() Config {
 	c.RedisBytes = 64 << 10
 	c.RedisShapes = []redisShape{{16, 512}, {8, 4 << 10}}
 	c.Consumers = []int{2, 4}
+	c.SweepTime = 50 * time.Millisecond
 	// The fewest rows a sample of claim cost needs: 100,000 rows take
 	// seconds to write and to claim from.
 	c.QueueSizes = []int{sizeMinRows, 2 * sizeMinRows}
@@ -129,6 +138,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("consumers %v: want counts >= 1", c.Consumers)
 	case len(c.QueueSizes) > 0 && slices.Min(c.QueueSizes) < sizeMinRows:
 		return fmt.Errorf("queue sizes %v: each must be >= %d rows (the claims of one sample)", c.QueueSizes, sizeMinRows)
+	case c.SweepTime <= 0:
+		return fmt.Errorf("sweep time %v: want > 0", c.SweepTime)
 	case c.RedisBytes < 1:
 		return fmt.Errorf("redis limit bytes %d < 1", c.RedisBytes)
 	}

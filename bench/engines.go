@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -50,21 +51,43 @@ type target struct {
 	kv      bool   // tq.Open knows the scheme (else only the raw limits run)
 
 	redisOpts *redis.Options // set for redis URLs: the raw go-redis limits
-	stop      func() error
+	// serve is the tq server of a served target (tq+redis): url is its
+	// tq:// URL, redisURL the Redis server it serves, on which the raw
+	// limits run and tq on redis:// directly is set beside it.
+	serve    *serveProc
+	redisURL string
+	stop     func() error
 }
 
 // isRedis reports whether the target is a Redis server (raw limits apply).
 func (t *target) isRedis() bool { return t.redisOpts != nil }
 
+// isServed reports whether the target is a tq server in front of Redis.
+func (t *target) isServed() bool { return t.serve != nil }
+
 // resolveTargets turns -urls into targets, starting a private redis-server
-// for "redis". An engine that this binary cannot open is skipped with a
+// for "redis", and a private redis-server and a tq server in front of it
+// for "tq+redis" (tq+redis://host:port/db: a tq server in front of that
+// Redis server). An engine that this binary cannot open is skipped with a
 // note in the report rather than failing the run, so the default URL list
 // works in every build. Call stopTargets when done.
-func resolveTargets(ctx context.Context, urls []string, rep *Report) ([]*target, error) {
+func resolveTargets(ctx context.Context, cfg Config, rep *Report) ([]*target, error) {
 	var out []*target
 	schemes := backends.Schemes()
-	for _, raw := range urls {
+	for _, raw := range cfg.URLs {
 		switch {
+		case raw == privateServeURL || strings.HasPrefix(raw, servePrefix+"redis://") || strings.HasPrefix(raw, servePrefix+"rediss://"):
+			t, err := servedTarget(ctx, cfg, raw)
+			if err != nil {
+				stopTargets(out)
+				return nil, err
+			}
+			if t == nil {
+				rep.note("%s: skipped, redis-server is not installed (pass -urls tq+redis://host:port/db)", raw)
+				continue
+			}
+			out = append(out, t)
+			continue
 		case raw == privateRedisURL:
 			if err := redisserver.Available(); err != nil {
 				rep.note("redis: skipped, redis-server is not installed (apt-get install redis-server redis-tools, or pass -urls redis://host:port/db): %v", err)
@@ -133,6 +156,45 @@ func resolveTargets(ctx context.Context, urls []string, rep *Report) ([]*target,
 		}
 	}
 	return out, nil
+}
+
+// servedTarget starts what a tq+redis entry names: a tq server process in
+// front of a private redis-server (nil when none is installed) or of the
+// Redis server of the URL after "tq+".
+func servedTarget(ctx context.Context, cfg Config, raw string) (*target, error) {
+	t := &target{name: privateServeURL, kv: true}
+	var stops []func() error
+	stop := func() error {
+		var err error
+		for _, f := range slices.Backward(stops) {
+			err = errors.Join(err, f())
+		}
+		return err
+	}
+	if raw == privateServeURL {
+		if redisserver.Available() != nil {
+			return nil, nil
+		}
+		srv, err := redisserver.Start(ctx, redisserver.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("starting a private redis-server: %w", err)
+		}
+		stops = append(stops, srv.Stop)
+		t.redisURL, t.private = srv.URL(), true
+	} else {
+		t.redisURL = strings.TrimPrefix(raw, servePrefix)
+		t.name = servePrefix + redact(t.redisURL)
+	}
+	var err error
+	if t.redisOpts, err = redisOptions(t.redisURL); err != nil {
+		return nil, errors.Join(err, stop())
+	}
+	if t.serve, err = startServe(ctx, cfg.ServeBin, t.redisURL, cfg.ServeProfile); err != nil {
+		return nil, errors.Join(err, stop())
+	}
+	stops = append(stops, t.serve.stop)
+	t.url, t.stop = t.serve.url, stop
+	return t, nil
 }
 
 func stopTargets(ts []*target) {

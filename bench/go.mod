@@ -5,7 +5,16 @@ go 1.26.2 // the root module's floor: see ../go.mod
 require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tqgo/tqgo v0.0.0-00010101000000-000000000000
+	github.com/tqgo/tqgo/tqserve v0.0.0-00010101000000-000000000000
 	gonum.org/v1/plot v0.17.0
+)
+
+require (
+	github.com/google/btree v1.1.3 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/grpc v1.85.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 require (
@@ -21,9 +30,11 @@ require (
 	github.com/tinylib/msgp v1.6.5 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/sync v0.16.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.28.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 )
 
 replace github.com/tqgo/tqgo => ../
+
+replace github.com/tqgo/tqgo/tqserve => ../tqserve

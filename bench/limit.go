@@ -54,7 +54,7 @@ func limitSteps(cfg Config, targets []*target, havePack bool, m *meter) int {
 		n += len(cfg.Sizes) * m.planSteps(1)
 	}
 	for _, t := range targets {
-		if t.isRedis() {
+		if t.isRedis() && !t.isServed() {
 			n += len(cfg.Sizes) * m.planSteps(3)
 		}
 	}
@@ -69,7 +69,7 @@ func runLimit(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 		return err
 	}
 	for _, t := range targets {
-		if t.isRedis() {
+		if t.isRedis() && !t.isServed() { // a served Redis server's limits are its own
 			if err := limitRedis(ctx, cfg, m, t, rep); err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@
 //	go run ./bench                       # the full report, Markdown on stdout
 //	go run ./bench -suites pack -png sweep.png -csv sweep.csv
 //	go run ./bench -urls memory://,redis://127.0.0.1:6379/0
+//	go run ./bench -suites queue -urls tq+redis -consumers 8,64,256,1000 -reps 3
 //
 // Suites: pack (TransferQueue PR #153's object-size and object-count sweeps: serial,
 // TransferQueue's pool of 16, and the size-aware default, against copy()),
@@ -14,7 +15,9 @@
 // key) and queue (claim and ack of a step, wake-up to a row in hand, many
 // consumers, claim cost against partition size and, on Redis, the server's
 // time per claim, each beside Redis Streams consumer groups on Redis and
-// beside a List, a channel, BLPOP or LPOP). The method is
+// beside a List, a channel, BLPOP or LPOP; on a tq server, -urls tq+redis,
+// a consumer sweep of tq:// clients beside Redis Streams consumers and tq
+// on redis:// directly). The method is
 // FlashPack PR #31's: warm-up, interleaved arms, medians and ranges over -reps.
 package main
 
@@ -44,11 +47,14 @@ func run(args []string) error {
 	countSize := fs.String("count-size", fmtSize(def.CountSize), "object size of the pack count sweep")
 	reps := fs.Int("reps", def.Reps, "repetitions per arm: medians and ranges are over these")
 	minSample := fs.Duration("sample", def.MinSample, "minimum duration of one sample (fast operations repeat within it)")
-	urls := fs.String("urls", strings.Join(def.URLs, ","), `engines for the kv and limit suites: URLs, "redis" for a private redis-server, and "file" (or "file?sync=always") for the file engine in a temporary directory`)
+	urls := fs.String("urls", strings.Join(def.URLs, ","), `engines for the kv, limit and queue suites: URLs, "redis" for a private redis-server, "file" (or "file?sync=always") for the file engine in a temporary directory, and "tq+redis" for a private redis-server served by a tq server process (tq serve; "tq+redis://host:port/db" serves that Redis), whose clients open tq:// URLs`)
 	samples := fs.Int("samples", def.Samples, "GRPO batch size of the kv suite (rows)")
 	L := fs.Int("L", def.L, "sequence length of the kv suite's [L] fields")
 	consumers := fs.String("consumers", joinInts(def.Consumers), "consumer counts of the queue suite's contention measure")
 	queueSizes := fs.String("queue-sizes", joinInts(def.QueueSizes), "ready rows of the queue suite's claim cost vs partition size")
+	sweepTime := fs.Duration("sweep-time", def.SweepTime, "duration of one sample of the queue suite's consumer sweep (tq+redis targets: tq:// clients beside Redis Streams and tq on redis://)")
+	serveBin := fs.String("serve-bin", "", "tq binary `FILE` that runs \"tq serve\" for tq+redis targets (default: go build of cmd/tq, from the repository)")
+	serveProfile := fs.String("serve-cpuprofile", "", "write the CPU profile of the tq server of a tq+redis target to this `FILE` (go tool pprof FILE)")
 	redisBytes := fs.String("redis-bytes", fmtSize(def.RedisBytes), "bytes per batch of the raw Redis limits")
 	csvPath := fs.String("csv", "", "also write every measurement to this CSV file")
 	pngPath := fs.String("png", "", "also plot the pack size sweep (throughput vs object size) to this PNG file")
@@ -100,6 +106,8 @@ func run(args []string) error {
 			cfg.Reps = *reps
 		case "urls":
 			cfg.URLs = parseList(*urls)
+		case "sweep-time":
+			cfg.SweepTime = *sweepTime
 		}
 		if err != nil {
 			err = fmt.Errorf("-%s: %w", f.Name, err)
@@ -109,6 +117,7 @@ func run(args []string) error {
 		return err
 	}
 	cfg.CSV, cfg.PNG = *csvPath, *pngPath
+	cfg.ServeBin, cfg.ServeProfile = *serveBin, *serveProfile
 	cfg.Command = "go run ./bench"
 	if len(args) > 0 {
 		cfg.Command += " " + strings.Join(args, " ")

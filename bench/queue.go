@@ -80,9 +80,12 @@ func queueTargets(targets []*target) []*target {
 func queueSteps(cfg Config, targets []*target, m *meter) int {
 	n := 0
 	for _, t := range queueTargets(targets) {
-		if t.isRedis() {
+		switch {
+		case t.isServed(): // its contention is the consumer sweep
+			n += 9 + 2*len(cfg.QueueSizes) + sweepSteps(cfg)
+		case t.isRedis():
 			n += 9 + 3*len(cfg.Consumers) + 2*len(cfg.QueueSizes)
-		} else {
+		default:
 			n += 7 + 2*len(cfg.Consumers) + len(cfg.QueueSizes)
 		}
 	}
@@ -183,12 +186,12 @@ func (r *queueRig) close() {
 		// The full partition's capacity first: a server given by -urls
 		// keeps no trace of the run.
 		r.clients[0].SetCapacity(ctx, fullPartition, tq.Capacity{})
-		for _, p := range []string{queuePartition, queuePartition + "/wake", fullPartition, queuePartition + "/contend"} {
+		for _, p := range []string{queuePartition, queuePartition + "/wake", fullPartition, queuePartition + "/contend", sweepPartition} {
 			r.clients[0].ClearPartition(ctx, p)
 		}
 	}
 	if r.raw != nil {
-		r.raw.Del(ctx, streamStep, streamWake, streamContend, listWake, listContend)
+		r.raw.Del(ctx, streamStep, streamWake, streamContend, listWake, listContend, streamSweep)
 		r.raw.Close()
 		r.info.Close()
 	}
@@ -247,12 +250,13 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 	}
 	size := sizeTable(cfg)
 	server := serverTable(cfg)
+	sweep := sweepTable(cfg)
 	for _, t := range ts {
-		if err := runQueueTarget(ctx, cfg, m, t, step, size, server, rep); err != nil {
+		if err := runQueueTarget(ctx, cfg, m, t, step, size, server, sweep, rep); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
-	for _, t := range []*Table{step, size, server} {
+	for _, t := range []*Table{step, size, server, sweep} {
 		if len(t.Rows) > 0 {
 			rep.Tables = append(rep.Tables, t)
 		}
@@ -260,7 +264,7 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 	return nil
 }
 
-func runQueueTarget(ctx context.Context, cfg Config, m *meter, t *target, step, size, server *Table, rep *Report) error {
+func runQueueTarget(ctx context.Context, cfg Config, m *meter, t *target, step, size, server, sweep *Table, rep *Report) error {
 	rig, err := openRig(ctx, cfg, t)
 	if err != nil {
 		return err
@@ -291,6 +295,9 @@ func runQueueTarget(ctx context.Context, cfg Config, m *meter, t *target, step, 
 		return err
 	}
 	addServerRows(cfg, t, srows, server, rep)
+	if t.isServed() {
+		return runSweep(ctx, cfg, m, rig, sweep, rep)
+	}
 	return nil
 }
 
@@ -415,8 +422,11 @@ func queueArms(ctx context.Context, cfg Config, rig *queueRig) (arms []*arm, row
 	rows = append(rows, queueRow{unblocked, "tq wake-up (Task.Wait, above)", bput, wake},
 		queueRow{"blocked put wake-up from the Ack's call: BatchPut returns", "the Ack alone (call to return)", bcall, back})
 
-	// Contention.
+	// Contention (a served target's is the consumer sweep, runSweep).
 	for _, k := range cfg.Consumers {
+		if rig.t.isServed() {
+			break
+		}
 		total := contentionRows(cfg, k)
 		measure := fmt.Sprintf("contention: %d consumers, per claim", k)
 		cm := meter(true)

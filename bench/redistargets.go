@@ -72,7 +72,7 @@ func redisArmsFor(s redisShape) []string {
 func runRedis(ctx context.Context, cfg Config, m *meter, targets []*target, rep *Report) error {
 	var t *target
 	for _, c := range targets {
-		if c.kv && c.isRedis() {
+		if c.kv && c.isRedis() && !c.isServed() {
 			t = c
 			break
 		}

@@ -19,7 +19,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 	var targets []*target
 	if cfg.has("kv") || cfg.has("limit") || cfg.has("redis") || cfg.has("queue") {
 		var err error
-		if targets, err = resolveTargets(ctx, cfg.URLs, rep); err != nil {
+		if targets, err = resolveTargets(ctx, cfg, rep); err != nil {
 			return nil, err
 		}
 		defer stopTargets(targets)
@@ -48,7 +48,12 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 	for _, t := range targets {
 		if t.isRedis() {
 			how := "given by -urls"
-			if t.private {
+			if t.isServed() {
+				how = fmt.Sprintf("served by tq serve (pid %d) at %s", t.serve.pid(), t.url)
+				if t.private {
+					how += ", in front of a private redis-server started for this run"
+				}
+			} else if t.private {
 				how = "private, started for this run"
 			}
 			rep.Machine = append(rep.Machine, fmt.Sprintf("Redis (%s): %s, %s", t.name, serverVersion(ctx, t.redisOpts), how))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -37,6 +38,7 @@ func defineServe(fs *flag.FlagSet) action {
 	ownership := fs.Duration("ownership", tqserve.DefaultOwnership, "how long this server's ownership of a partition lasts unless renewed: how long a killed server's partitions go unserved (servers sharing a Redis)")
 	standby := fs.Bool("standby", true, "file:// held by another server: wait for it and take over when it stops or dies")
 	metrics := fs.String("metrics", "", "`ADDR` to serve Prometheus metrics on at /metrics (empty: none)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving to `FILE` (go tool pprof), complete once the server stops")
 	return func(ctx context.Context, s *session, _ []string) error {
 		if *engine == "" {
 			*engine = s.url
@@ -113,6 +115,18 @@ func defineServe(fs *flag.FlagSet) action {
 			go func() { _ = hs.Serve(ml) }()
 			fmt.Fprintf(s.stderr, "tq serve: metrics on http://%s/metrics\n", ml.Addr())
 		}
+		if *cpuprofile != "" {
+			stopProfile, err := startCPUProfile(*cpuprofile)
+			if err != nil {
+				if hs != nil {
+					_ = hs.Close()
+				}
+				_ = srv.Close()
+				_ = lis.Close()
+				return err
+			}
+			defer stopProfile()
+		}
 		fmt.Fprintf(s.stderr, "tq serve: serving %s on %s (pid %d)\n", s.redact(*engine), lis.Addr(), os.Getpid())
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(lis) }()
@@ -139,6 +153,23 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// startCPUProfile profiles this process's CPU into path until the
+// returned stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("-cpuprofile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // serveMetrics count the server's calls by method and outcome.

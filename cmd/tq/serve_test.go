@@ -192,3 +192,42 @@ func TestServeStandby(t *testing.T) {
 	}
 	t.Logf("standby served the directory %v after the kill", time.Since(start))
 }
+
+// tq serve -cpuprofile: once the server stops on SIGTERM, the file holds
+// a CPU profile (gzipped, as pprof writes it).
+func TestServeCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	prof := dir + "/cpu.prof"
+	addr := freePort(t)
+	srv := serveChild(t, "-engine", "memory://", "-listen", addr, "-cpuprofile", prof)
+	c, err := tq.Open(t.Context(), "tq://"+addr, tq.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(t.Context(), "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("tq serve -cpuprofile after SIGTERM: %v, want exit status 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("tq serve did not exit within 15s of SIGTERM")
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("-cpuprofile wrote %d bytes that are not a gzipped profile", len(b))
+	}
+}
