@@ -209,12 +209,17 @@ func (s *sweepArm) tqRun(ctx context.Context, cfg Config, rig *queueRig, clients
 			return 0, err
 		}
 	}
+	// Each consumer's loop acks its previous lease with its next claim
+	// (tq.Acking): one call per claim through a tq server, as a worker
+	// does; the claim that finds nothing acks the last.
+	prev := make([]*tq.Lease, len(clients))
 	return s.run(ctx, cfg, rig, len(clients), pid, func(i int) (int, error) {
-		l, err := tasks[i].Claim(ctx, queueBatch)
-		if err != nil || l.Len() == 0 {
+		l, err := tasks[i].Claim(ctx, queueBatch, tq.Acking(prev[i]))
+		if err != nil {
 			return 0, err
 		}
-		return l.Len(), l.Ack(ctx)
+		prev[i] = l
+		return l.Len(), nil
 	})
 }
 
