@@ -69,8 +69,8 @@ var errHandingOver = fmt.Errorf("%w: the tq server is stopping: call another", b
 // check returns nil when this server serves partition (owning it, taking
 // it if free), else a *movedError naming its owner.
 func (o *ownership) check(ctx context.Context, partition string) error {
-	if o.owners == nil {
-		return nil
+	if o.owners == nil || partition == "" {
+		return nil // "" is no partition: the call itself refuses it
 	}
 	o.mu.Lock()
 	closed := o.closed
@@ -96,7 +96,7 @@ func (o *ownership) own(ctx context.Context, partition string) error {
 		o.mu.Lock()
 		if !o.closed {
 			if _, had := o.owned[partition]; !had {
-				o.log.Info("tq server: serving partition", "partition", partition, "server", o.self)
+				o.log.Debug("tq server: serving partition", "partition", partition, "server", o.self)
 			}
 			// The ownership began no later than the request did.
 			o.owned[partition] = start.Add(left)
