@@ -160,7 +160,11 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 	}
 	r, err := m.c.Prepare(ctx, &tqpb.PrepareRequest{Partition: partition, Keys: keys, Fields: fields, Sizes: sizes})
 	if err != nil {
-		return nil, m.fail(ctx, "prepare", write, err)
+		// Classed as a read's: what a Prepare whose reply was lost
+		// reserved stays invisible, so its errors never match
+		// ErrOutcomeUnknown (the MetaStore contract), and one that
+		// failed on its way may be made again.
+		return nil, m.fail(ctx, "prepare", read, err)
 	}
 	if len(r.GetReservations()) != len(keys) {
 		return nil, errProtocol

@@ -156,8 +156,15 @@ func fromStatus(ctx context.Context, op string, kind callKind, skew time.Duratio
 }
 
 // neverSent reports whether a transport failure's text says the request
-// never left: no connection could be made.
+// never left: no connection could be made (a dial, a handshake or the
+// HTTP/2 prefaces failed, or no address was resolved). "connection
+// error" alone says nothing of the kind: a call in flight on a connection
+// that breaks fails with that text too, after the server may have run it.
 func neverSent(msg string) bool {
-	return strings.Contains(msg, "connection error") || strings.Contains(msg, "while dialing") ||
-		strings.Contains(msg, "connection refused") || strings.Contains(msg, "name resolver")
+	for _, s := range []string{"while dialing", "connection refused", "name resolver", "handshake failed", "preface"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
