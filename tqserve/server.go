@@ -99,7 +99,7 @@ func WithInterceptor(f grpc.UnaryServerInterceptor) ServerOption {
 func WithMaxMessage(n int) ServerOption {
 	return func(o *serverOptions) error {
 		if n < 1<<10 {
-			return fmt.Errorf("%w: max message %d bytes, under 1 KiB", backends.ErrInvalid, 0)
+			return fmt.Errorf("%w: max message %d bytes, under 1 KiB", backends.ErrInvalid, n)
 		}
 		o.maxMsg = n
 		return nil
@@ -152,7 +152,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 	sopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(o.maxMsg),
 		grpc.MaxSendMsgSize(1 << 30),
-		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.authorize}, o.inter...)...),
+		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.authorize, validate}, o.inter...)...),
 	}
 	if o.creds != nil {
 		sopts = append(sopts, grpc.Creds(o.creds))
@@ -211,7 +211,9 @@ func (s *Server) authorize(ctx context.Context, req any, info *grpc.UnaryServerI
 		md, _ := grpcmd.FromIncomingContext(ctx)
 		got := ""
 		if v := md.Get("authorization"); len(v) == 1 {
-			got, _ = strings.CutPrefix(v[0], "Bearer ")
+			if t, ok := strings.CutPrefix(v[0], "Bearer "); ok {
+				got = t
+			}
 		}
 		if subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.token)) != 1 {
 			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
