@@ -2,6 +2,7 @@ package tqserve
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/tqgo/tqgo/backends"
@@ -81,7 +82,7 @@ func (s *remoteCells) Write(ctx context.Context, cells []backends.Cell) error {
 		return fromStatus(ctx, "write cells", write, 0, err)
 	}
 	if len(r.GetTags()) != len(cells) {
-		return errProtocol
+		return malformed("write cells", write, fmt.Errorf("%d tags for %d cells", len(r.GetTags()), len(cells)))
 	}
 	for i := range cells {
 		cells[i].Tag = r.GetTags()[i]
@@ -102,7 +103,7 @@ func (s *remoteCells) Read(ctx context.Context, cells []backends.ReadCell) error
 		return fromStatus(ctx, "read cells", read, 0, err)
 	}
 	if len(r.GetCells()) != len(cells) {
-		return errProtocol
+		return malformed("read cells", read, fmt.Errorf("%d cells for %d asked", len(r.GetCells()), len(cells)))
 	}
 	for i, rc := range r.GetCells() {
 		c := &cells[i]

@@ -167,7 +167,7 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 		return nil, m.fail(ctx, "prepare", read, err)
 	}
 	if len(r.GetReservations()) != len(keys) {
-		return nil, errProtocol
+		return nil, malformed("prepare", read, fmt.Errorf("%d reservations for %d keys", len(r.GetReservations()), len(keys)))
 	}
 	out := make([]metadata.Reservation, len(keys))
 	for i, rv := range r.GetReservations() {
@@ -188,7 +188,11 @@ func (m *Meta) rows(ctx context.Context, op string, kind callKind, call func() (
 	if err != nil {
 		return nil, m.fail(ctx, op, kind, err)
 	}
-	return fromRows(r.GetRows())
+	rows, err := fromRows(r.GetRows())
+	if err != nil {
+		return nil, malformed(op, kind, err)
+	}
+	return rows, nil
 }
 
 func (m *Meta) SetCapacity(ctx context.Context, partition string, c metadata.Capacity) ([]*metadata.Row, error) {
@@ -221,7 +225,7 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 		return nil, m.fail(ctx, "lookup", read, err)
 	}
 	if len(r.GetRows()) != len(keys) {
-		return nil, errProtocol
+		return nil, malformed("lookup", read, fmt.Errorf("%d rows for %d keys", len(r.GetRows()), len(keys)))
 	}
 	out := make([]*metadata.Row, len(keys))
 	for i, mr := range r.GetRows() {
@@ -230,7 +234,7 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 		}
 		row, err := fromRow(mr.GetRow())
 		if err != nil {
-			return nil, err
+			return nil, malformed("lookup", read, err)
 		}
 		out[i] = row
 	}
@@ -331,7 +335,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		rows, err := fromRows(cr.GetRows())
 		if err != nil {
-			return metadata.Claimed{}, err
+			return metadata.Claimed{}, malformed("claim candidates", read, err)
 		}
 		if rows == nil {
 			rows = []*metadata.Row{}
@@ -358,7 +362,11 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 	if err != nil {
 		return metadata.Claimed{}, m.fail(ctx, "claim", write, err)
 	}
-	return fromClaimed(r, m.skew)
+	c, err := fromClaimed(r, m.skew)
+	if err != nil {
+		return metadata.Claimed{}, malformed("claim", write, err)
+	}
+	return c, nil
 }
 
 func (m *Meta) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (metadata.SettleResult, error) {
@@ -372,7 +380,7 @@ func (m *Meta) Settle(ctx context.Context, partition string, req metadata.Settle
 	}
 	cleared, err := fromRows(r.GetCleared())
 	if err != nil {
-		return metadata.SettleResult{}, err
+		return metadata.SettleResult{}, malformed("settle", write, err)
 	}
 	return metadata.SettleResult{Lost: r.GetLost(), Until: fromMoment(r.GetUntil(), m.skew), Cleared: cleared}, nil
 }
@@ -396,7 +404,11 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	if err != nil {
 		return metadata.View{}, m.fail(ctx, "view", read, err)
 	}
-	return fromView(r, m.skew)
+	v, err := fromView(r, m.skew)
+	if err != nil {
+		return metadata.View{}, malformed("view", read, err)
+	}
+	return v, nil
 }
 
 func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {

@@ -20,6 +20,16 @@ import (
 // version, or something that is not a tq server.
 var errProtocol = errors.New("tqserve: malformed reply")
 
+// malformed is the error of call op whose reply broke the protocol (err
+// says how). A write's matches ErrOutcomeUnknown too: the server may
+// have applied it.
+func malformed(op string, kind callKind, err error) error {
+	if kind == write {
+		return fmt.Errorf("tq server: %s: %w: %w: %w", op, errProtocol, err, backends.ErrOutcomeUnknown)
+	}
+	return fmt.Errorf("tq server: %s: %w: %w", op, errProtocol, err)
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", backends.ErrInvalid, fmt.Sprintf(format, args...))
 }
@@ -151,6 +161,14 @@ func fromStatus(ctx context.Context, op string, kind callKind, skew time.Duratio
 			return fmt.Errorf("tq server: %s: %s: %w", op, msg, backends.ErrOutcomeUnknown)
 		}
 		return fmt.Errorf("tq server: %s: %s: %w", op, msg, backends.ErrUnavailable)
+	case codes.Unimplemented:
+		// A call the server does not know, refused before it ran.
+		return fmt.Errorf("tq server: %s: %s (a server of another version?): %w", op, msg, backends.ErrInvalid)
+	}
+	// A status no tq server sends without a Failure (something between
+	// the client and the server, say): a write may have applied.
+	if kind == write {
+		return fmt.Errorf("tq server: %s: %w: %w", op, st.Err(), backends.ErrOutcomeUnknown)
 	}
 	return fmt.Errorf("tq server: %s: %s", op, st.Err())
 }

@@ -40,3 +40,29 @@ func TestTransportFailureClass(t *testing.T) {
 		}
 	}
 }
+
+// A status without a Failure is classed too: a call the server does not
+// know (Unimplemented) applied nothing and is not worth retrying
+// (ErrInvalid); any other status a tq server never sends leaves a write's
+// outcome unknown.
+func TestBareStatusClass(t *testing.T) {
+	for _, c := range []struct {
+		code          codes.Code
+		kind          callKind
+		invalid, unkn bool
+	}{
+		{codes.Unimplemented, write, true, false},
+		{codes.Unimplemented, read, true, false},
+		{codes.Aborted, write, false, true},
+		{codes.FailedPrecondition, write, false, true},
+		{codes.NotFound, write, false, true},
+		{codes.Aborted, read, false, false},
+		{codes.Internal, write, false, true},
+		{codes.Unknown, write, false, true},
+	} {
+		err := fromStatus(context.Background(), "settle", c.kind, 0, status.Error(c.code, "x"))
+		if errors.Is(err, backends.ErrInvalid) != c.invalid || errors.Is(err, backends.ErrOutcomeUnknown) != c.unkn {
+			t.Errorf("%v (write %v): %v, want invalid %v, outcome unknown %v", c.code, c.kind, err, c.invalid, c.unkn)
+		}
+	}
+}
