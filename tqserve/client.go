@@ -68,6 +68,7 @@ func open(ctx context.Context, u *url.URL) (backends.Engine, error) {
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
+		clientKeepalive(),
 	}
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: creds.Info().SecurityProtocol != "insecure"}))

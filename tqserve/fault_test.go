@@ -565,3 +565,37 @@ func (r *restartable) close() error {
 	r.once.Do(func() { r.err = errors.Join(r.srv.Close(), <-r.done) })
 	return r.err
 }
+
+// A server that stops answering without closing the connection (the
+// proxy holds its replies, as a frozen host would) does not make a call
+// with no deadline wait for ever: the client's keepalive finds the
+// connection dead and the call fails, a write with ErrOutcomeUnknown.
+// It takes the keepalive's time, so -short skips it.
+func TestFaultUnanswered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes the keepalive's time (about 15 s)")
+	}
+	e := newFaultEnv(t, "memory://tqserve-fault-unanswered")
+	res, err := e.d.Prepare(callCtx(t), "p", []string{"k"}, []string{"x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := e.p.arm(mCommit, proxyDelayReply, time.Hour)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.m.Commit(context.Background(), "p", []metadata.RowUpdate{{Key: "k", Index: res[0].Index,
+			Fields: map[string]metadata.FieldInfo{"x": {Gen: res[0].Gens["x"]}}}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		fired(t, ch)
+		if !errors.Is(err, backends.ErrOutcomeUnknown) {
+			t.Fatalf("commit to a server that stopped answering: %v, want ErrOutcomeUnknown", err)
+		}
+	case <-time.After(30 * time.Second):
+		e.p.cutAll()
+		<-done
+		t.Fatal("a commit with no deadline waited 30 s on a server that stopped answering")
+	}
+}

@@ -152,6 +152,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 	sopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(o.maxMsg),
 		grpc.MaxSendMsgSize(1 << 30),
+		serverKeepalive(),
 		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.authorize, validate}, o.inter...)...),
 	}
 	if o.creds != nil {
