@@ -323,6 +323,17 @@ var badCases = []badCase{
 		return err
 	}},
 
+	// Claims of the most rows allowed: they lease what there is (none
+	// here: rows at least min), without allocating for what they may.
+	{"claim the most rows", codes.OK, claim(with(lease(), func(r *tqpb.ClaimRequest) { r.Rows, r.Min = metadata.MaxClaimRows, metadata.MaxClaimRows }))},
+	{"candidates of the most rows", codes.OK, candidates(with(lease(), func(r *tqpb.ClaimRequest) { r.Custom, r.Rows = true, metadata.MaxClaimRows }))},
+	{"custom claim of the most rows", codes.OK, claim(with(lease(), func(r *tqpb.ClaimRequest) {
+		r.Custom, r.Rows, r.Min = true, metadata.MaxClaimRows, metadata.MaxClaimRows
+	}))},
+	{"claim of the most ranks", codes.OK, claim(with(lease(), func(r *tqpb.ClaimRequest) {
+		r.Rows, r.Min, r.Batch = metadata.MaxClaimRows, metadata.MaxClaimRows, &tqpb.Batch{Ranks: metadata.MaxRanks, Rank: metadata.MaxRanks - 1}
+	}))},
+
 	// Sizes: a request over the server's limit.
 	{"prepare over the message limit", codes.ResourceExhausted, prepare("p", []string{strings.Repeat("k", badMaxMsg)}, []string{"x"}, nil)},
 }
@@ -421,4 +432,44 @@ func TestBadOversized(t *testing.T) {
 		t.Errorf("refused calls changed the server's state:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	e.alive(t, "oversized calls")
+}
+
+// rawCodec sends bytes as they are: messages no protobuf encoder makes.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return v.([]byte), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), data...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// Bytes that do not decode as the request (garbage, a length past the
+// end, a string of invalid UTF-8) are refused by the server's gRPC layer
+// before any handler runs: an error status, nothing changed, the server
+// serving on.
+func TestBadBytes(t *testing.T) {
+	e := newBadEnv(t)
+	before := e.state(t)
+	for _, c := range []struct {
+		name    string
+		payload []byte
+	}{
+		{"garbage", []byte{0xff, 0xff, 0xff, 0xff}},
+		{"a length past the end", []byte{0x0a, 0x10, 'p'}},
+		{"a partition name of invalid UTF-8", []byte{0x0a, 0x01, 0xff}},
+		{"a varint that never ends", []byte{0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}},
+	} {
+		for _, method := range []string{mSettle, mCommit, mClaim, mPrepare} {
+			var out []byte
+			err := e.conn.Invoke(authed(callCtx(t)), method, c.payload, &out, grpc.ForceCodec(rawCodec{}))
+			if err == nil {
+				t.Errorf("%s to %s: no error", c.name, method)
+			}
+			if after := e.state(t); after != before {
+				t.Fatalf("%s to %s changed the server's state:\nbefore:\n%s\nafter:\n%s", c.name, method, before, after)
+			}
+			e.alive(t, c.name+" to "+method)
+		}
+	}
 }
