@@ -599,3 +599,36 @@ func TestFaultUnanswered(t *testing.T) {
 		t.Fatal("a commit with no deadline waited 30 s on a server that stopped answering")
 	}
 }
+
+// A graceful stop ends the Waits in flight (a spurious wake-up each, as
+// Wait may return) rather than waiting for their deadlines, and the
+// waiters return nil or their context's error, not a failure.
+func TestFaultGracefulStopWait(t *testing.T) {
+	r, err := newServerAt(t, "memory://tqserve-fault-graceful")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := openMeta(t, "tq://"+r.addr)
+	commitRow(t, m, "p", "seed")
+	v, err := m.View(callCtx(t), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.Wait(ctx, "p", v.Mark) }()
+	time.Sleep(100 * time.Millisecond) // the Wait at the server
+	stopped := make(chan struct{})
+	go func() { r.srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		cancel()
+		<-stopped
+		t.Fatal("a graceful stop waited on a Wait in flight (5 s)")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("wait across a graceful stop: %v, want nil", err)
+	}
+}

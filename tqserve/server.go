@@ -45,6 +45,7 @@ type Server struct {
 
 	grpc   *grpc.Server
 	health *health.Server
+	waits  waitStop // ends Waits at a graceful stop
 }
 
 // ServerOption configures a Server.
@@ -175,6 +176,7 @@ func (s *Server) Serve(lis net.Listener) error { return s.grpc.Serve(lis) }
 // (a Wait ends early, as Wait may), and stops.
 func (s *Server) GracefulStop() {
 	s.health.Shutdown()
+	s.waits.stop()
 	s.grpc.GracefulStop()
 }
 
@@ -501,10 +503,15 @@ func (s *Server) Reset(ctx context.Context, r *tqpb.ResetRequest) (*tqpb.Empty, 
 }
 
 func (s *Server) Wait(ctx context.Context, r *tqpb.WaitRequest) (*tqpb.Empty, error) {
-	err := s.meta.Wait(ctx, r.GetPartition(), fromMark(r.GetMark(), 0))
-	if err != nil && ctx.Err() != nil {
+	wctx, stop := s.waits.bound(ctx)
+	defer stop()
+	err := s.meta.Wait(wctx, r.GetPartition(), fromMark(r.GetMark(), 0))
+	switch {
+	case err != nil && ctx.Err() != nil:
 		// The caller's deadline: the call's own status says so.
 		return nil, status.FromContextError(ctx.Err()).Err()
+	case err != nil && s.waits.stopping():
+		return &tqpb.Empty{}, nil // a graceful stop: a spurious wake-up
 	}
 	return &tqpb.Empty{}, toStatus(err)
 }
