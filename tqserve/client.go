@@ -78,16 +78,12 @@ func open(ctx context.Context, u *url.URL) (backends.Engine, error) {
 		return backends.Engine{}, fmt.Errorf("%w: tq:// URL: %w", backends.ErrInvalid, err)
 	}
 	m := &Meta{conn: conn, c: tqpb.NewMetaClient(conn)}
-	sent := time.Now()
-	info, err := m.c.Info(ctx, &tqpb.InfoRequest{}, grpc.WaitForReady(true))
+	info, skew, err := hello(ctx, m.c, u.Host)
 	if err != nil {
 		_ = conn.Close()
-		return backends.Engine{}, fromStatus(ctx, "info", read, 0, err)
+		return backends.Engine{}, err
 	}
-	// The server's clock minus this process's, taken at the middle of the
-	// round trip: times travel by the server's clock.
-	got := time.Now()
-	m.skew = time.Unix(0, info.GetNow().GetUnixNs()).Sub(sent.Add(got.Sub(sent) / 2))
+	m.skew = skew
 	if info.GetCellsUrl() == "" {
 		cells := &remoteCells{c: tqpb.NewCellsClient(conn), close: func() error { return nil }}
 		return backends.Engine{Data: cells, Meta: m}, nil
