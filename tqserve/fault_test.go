@@ -632,3 +632,170 @@ func TestFaultGracefulStopWait(t *testing.T) {
 		t.Fatalf("wait across a graceful stop: %v, want nil", err)
 	}
 }
+
+// Producers and a consumer go on through a proxy that cuts every
+// connection every few tens of milliseconds. Each Put succeeds or fails
+// with ErrOutcomeUnknown (tq retries what applied nothing); afterwards a
+// key whose put succeeded reads back whole, one whose outcome is unknown
+// reads back whole or is absent, and no other key is listed. Every row
+// is consumed in the end: acked by the consumer, or claimed once the
+// leases its lost claims took end.
+func TestFaultChurn(t *testing.T) {
+	s := startServer(t, "memory://tqserve-fault-churn")
+	p := startGRPCProxy(t, strings.TrimPrefix(s.URL, "tq://"))
+	c := openClient(t, "tq://"+p.addr())
+	direct := openClient(t, s.URL)
+	const part, producers, perProducer = "p", 3, 25
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	stop := make(chan struct{})
+	cutter := make(chan struct{})
+	go func() {
+		defer close(cutter)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(60 * time.Millisecond):
+				p.cutAll()
+			}
+		}
+	}()
+
+	type outcome struct {
+		key string
+		err error
+	}
+	results := make(chan outcome, producers*perProducer)
+	var wg sync.WaitGroup
+	for i := range producers {
+		wg.Go(func() {
+			for j := range perProducer {
+				key := fmt.Sprintf("k%d", i*perProducer+j)
+				err := c.Put(ctx, part, key, map[string]any{"x": int64(i*perProducer + j)}, nil)
+				results <- outcome{key, err}
+			}
+		})
+	}
+	task, err := c.Task(part, "t", []string{"x"}, tq.LeaseFor(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked, maybeAcked := map[string]bool{}, map[string]bool{}
+	consumed := make(chan error, 1)
+	go func() {
+		defer close(consumed)
+		deadline := time.Now().Add(1500 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			l, err := task.Wait(wctx, 5)
+			wcancel()
+			switch {
+			case err == nil:
+				err := l.Ack(ctx)
+				for _, k := range l.Keys() {
+					switch {
+					case err == nil:
+						acked[k] = true
+					case errors.Is(err, tq.ErrOutcomeUnknown):
+						maybeAcked[k] = true
+					}
+				}
+				if err != nil && !errors.Is(err, tq.ErrOutcomeUnknown) && !errors.Is(err, tq.ErrLeaseLost) {
+					consumed <- fmt.Errorf("ack: %w", err)
+					return
+				}
+			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, tq.ErrOutcomeUnknown):
+			default:
+				consumed <- fmt.Errorf("wait: %w", err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	if err := <-consumed; err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-cutter
+	close(results)
+
+	succeeded, unknown := map[string]bool{}, map[string]bool{}
+	for r := range results {
+		switch {
+		case r.err == nil:
+			succeeded[r.key] = true
+		case errors.Is(r.err, tq.ErrOutcomeUnknown):
+			unknown[r.key] = true
+		default:
+			t.Errorf("put %q across cut connections: %v, want success or ErrOutcomeUnknown", r.key, r.err)
+		}
+	}
+	rows, err := direct.List(ctx, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, k := range rows.Keys() {
+		listed[k] = true
+		if !succeeded[k] && !unknown[k] {
+			t.Errorf("%q listed, and its put failed as having applied nothing", k)
+		}
+	}
+	for k := range succeeded {
+		if !listed[k] {
+			t.Errorf("put %q succeeded, and the partition does not list it", k)
+		}
+	}
+	b, err := direct.BatchGet(ctx, part, rows.Keys(), "x")
+	if err != nil {
+		t.Fatalf("read of the rows listed: %v: a row visible without its cells", err)
+	}
+	for i, k := range rows.Keys() {
+		if got, want := b["x"].Row(i), int64(mustAtoi(t, k[1:])); got != want {
+			t.Errorf("%q: x = %v, want %d", k, got, want)
+		}
+	}
+	t.Logf("%d puts succeeded, %d outcome unknown (%d of those applied); %d rows acked under churn, %d maybe",
+		len(succeeded), len(unknown), len(rows.Rows)-len(succeeded), len(acked), len(maybeAcked))
+
+	// The rest of the rows, claimed straight at the server once the leases
+	// of claims whose replies were lost end.
+	dt, err := direct.Task(part, "t", []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(acked) < len(rows.Rows) {
+		// Longer than the leases the lost claims took.
+		wctx, wcancel := context.WithTimeout(ctx, time.Second)
+		l, err := dt.Wait(wctx, len(rows.Rows))
+		wcancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range l.Keys() {
+			if acked[k] {
+				t.Errorf("%q delivered again after its ack succeeded", k)
+			}
+			acked[k] = true
+		}
+		if err := l.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Rows not claimable are those whose ack's outcome was unknown, and
+	// that ack applied.
+	cs, err := direct.Consumption(ctx, part, rows.Keys()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kc := range cs {
+		if st := kc.Tasks["t"].State; !acked[kc.Key] && (!maybeAcked[kc.Key] || st != tq.StateAcked) {
+			t.Errorf("%q: %s for the task, and neither claimable nor acked by an ack whose outcome was unknown", kc.Key, st)
+		}
+	}
+}
