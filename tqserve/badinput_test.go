@@ -473,3 +473,35 @@ func TestBadBytes(t *testing.T) {
 		}
 	}
 }
+
+// Cell calls of no cells, or of cells with no key, do not stop the
+// server, and change no metadata.
+func TestBadCells(t *testing.T) {
+	e := newBadEnv(t)
+	before := e.state(t)
+	for _, c := range []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"write no cells", func(ctx context.Context) error { _, err := e.cells.Write(ctx, &tqpb.WriteCellsRequest{}); return err }},
+		{"write a cell of no key", func(ctx context.Context) error {
+			_, err := e.cells.Write(ctx, &tqpb.WriteCellsRequest{Cells: []*tqpb.Cell{{}}})
+			return err
+		}},
+		{"read a cell of no key", func(ctx context.Context) error {
+			_, err := e.cells.Read(ctx, &tqpb.ReadCellsRequest{Cells: []*tqpb.Cell{{}, {Key: "1@x#1", Tag: "no such tag"}}})
+			return err
+		}},
+		{"delete a cell of no key", func(ctx context.Context) error {
+			_, err := e.cells.Delete(ctx, &tqpb.DeleteCellsRequest{Cells: []*tqpb.Cell{{}}})
+			return err
+		}},
+	} {
+		err := c.call(authed(callCtx(t)))
+		t.Logf("%s: %v", c.name, err)
+		if after := e.state(t); after != before {
+			t.Fatalf("%s changed the server's metadata:\nbefore:\n%s\nafter:\n%s", c.name, before, after)
+		}
+		e.alive(t, c.name)
+	}
+}

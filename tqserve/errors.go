@@ -148,8 +148,12 @@ func fromStatus(ctx context.Context, op string, kind callKind, skew time.Duratio
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return fmt.Errorf("tq server: %s: %s (check the token in the tq:// URL): %w", op, msg, backends.ErrInvalid)
 	case codes.ResourceExhausted, codes.InvalidArgument:
-		// A request or reply over the size limit, refused before it was
-		// applied.
+		if kind == write && strings.Contains(msg, "trying to send") {
+			// The server's reply over its limit (this client's is
+			// far above it): the call ran.
+			return fmt.Errorf("tq server: %s: %s: %w", op, msg, backends.ErrOutcomeUnknown)
+		}
+		// A request over the size limit, refused before it was applied.
 		return fmt.Errorf("tq server: %s: %s: %w", op, msg, backends.ErrInvalid)
 	case codes.Unavailable:
 		if kind == read || neverSent(msg) {

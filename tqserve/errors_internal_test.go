@@ -66,3 +66,16 @@ func TestBareStatusClass(t *testing.T) {
 		}
 	}
 }
+
+// A request over the server's size limit was refused before it ran
+// (ErrInvalid); a write whose reply was over it ran (ErrOutcomeUnknown).
+func TestSizeLimitClass(t *testing.T) {
+	err := fromStatus(context.Background(), "commit", write, 0, status.Error(codes.ResourceExhausted, "grpc: received message larger than max (2000 vs. 1024)"))
+	if !errors.Is(err, backends.ErrInvalid) || errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Errorf("request over the limit: %v, want ErrInvalid alone", err)
+	}
+	err = fromStatus(context.Background(), "delete partition", write, 0, status.Error(codes.ResourceExhausted, "trying to send message larger than max (2000 vs. 1024)"))
+	if !errors.Is(err, backends.ErrOutcomeUnknown) || errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("reply over the limit: %v, want ErrOutcomeUnknown", err)
+	}
+}
