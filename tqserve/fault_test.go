@@ -645,7 +645,7 @@ func TestFaultChurn(t *testing.T) {
 	p := startGRPCProxy(t, strings.TrimPrefix(s.URL, "tq://"))
 	c := openClient(t, "tq://"+p.addr())
 	direct := openClient(t, s.URL)
-	const part, producers, perProducer = "p", 3, 25
+	const part, producers, perProducer = "p", 3, 15
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 
@@ -686,7 +686,7 @@ func TestFaultChurn(t *testing.T) {
 	consumed := make(chan error, 1)
 	go func() {
 		defer close(consumed)
-		deadline := time.Now().Add(1500 * time.Millisecond)
+		deadline := time.Now().Add(time.Second)
 		for time.Now().Before(deadline) {
 			wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			l, err := task.Wait(wctx, 5)

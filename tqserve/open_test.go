@@ -54,7 +54,7 @@ func TestOpenBeforeServer(t *testing.T) {
 		eng, err := backends.Open(callCtx(t), "tq://"+addr)
 		ch <- opened{eng, err}
 	}()
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
 	s, err := tqserve.NewServer(t.Context(), "memory://tqserve-open-before")
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestOpenBeforeServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if off := time.Until(c.Until) - time.Minute; off < -300*time.Millisecond || off > 300*time.Millisecond {
+	if off := time.Until(c.Until) - time.Minute; off < -150*time.Millisecond || off > 150*time.Millisecond {
 		t.Fatalf("a lease of a minute ends in %v: the server's clock taken %v off", time.Until(c.Until), off)
 	}
 }
