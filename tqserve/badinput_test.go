@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,9 @@ type badEnv struct {
 	d     metadata.MetaStore
 	lease string // the lease of row "a" of task "t"
 	ixA   uint64 // row "a"'s index
+	// refused counts the calls an interceptor of the server's saw fail
+	// with InvalidArgument.
+	refused atomic.Int64
 }
 
 const (
@@ -44,15 +48,23 @@ const (
 
 func newBadEnv(t *testing.T) *badEnv {
 	t.Helper()
-	s := startServer(t, "memory://tqserve-badinput", tqserve.WithToken(badToken), tqserve.WithMaxMessage(badMaxMsg))
+	e := &badEnv{}
+	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		resp, err := next(ctx, req)
+		if status.Code(err) == codes.InvalidArgument {
+			e.refused.Add(1)
+		}
+		return resp, err
+	}
+	s := startServer(t, "memory://tqserve-badinput", tqserve.WithToken(badToken), tqserve.WithMaxMessage(badMaxMsg), tqserve.WithInterceptor(count))
 	host := strings.TrimPrefix(s.URL, "tq://")
 	conn, err := grpc.NewClient(host, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	e := &badEnv{srv: s, conn: conn, raw: tqpb.NewMetaClient(conn), cells: tqpb.NewCellsClient(conn),
-		d: openMeta(t, "tq://:"+badToken+"@"+host)}
+	e.srv, e.conn, e.raw, e.cells = s, conn, tqpb.NewMetaClient(conn), tqpb.NewCellsClient(conn)
+	e.d = openMeta(t, "tq://:"+badToken+"@"+host)
 	ctx := callCtx(t)
 	res, err := e.d.Prepare(ctx, "p", []string{"a", "b", "c"}, []string{"x"}, nil)
 	if err != nil {
@@ -344,11 +356,16 @@ var badCases = []badCase{
 // a request over the limit), or, where the protocol defines the call as
 // harmless, succeeds; none changes anything, and the server goes on
 // serving other clients (a panic in a handler would end its process,
-// and this test with it).
+// and this test with it). The server's interceptors (metrics, logs) see
+// the refusals.
 func TestBadInput(t *testing.T) {
 	e := newBadEnv(t)
 	before := e.state(t)
+	invalid := 0
 	for _, c := range badCases {
+		if c.code == codes.InvalidArgument {
+			invalid++
+		}
 		ctx := authed(callCtx(t))
 		err := c.call(ctx, e)
 		st, _ := status.FromError(err)
@@ -363,6 +380,9 @@ func TestBadInput(t *testing.T) {
 			before = after
 		}
 		e.alive(t, c.name)
+	}
+	if n := e.refused.Load(); n != int64(invalid) {
+		t.Errorf("the server's interceptor saw %d calls refused as invalid, want %d", n, invalid)
 	}
 }
 

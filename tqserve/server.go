@@ -154,7 +154,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 		grpc.MaxRecvMsgSize(o.maxMsg),
 		grpc.MaxSendMsgSize(1 << 30),
 		serverKeepalive(),
-		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.authorize, validate}, o.inter...)...),
+		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{s.authorize}, o.inter...), validate)...),
 	}
 	if o.creds != nil {
 		sopts = append(sopts, grpc.Creds(o.creds))
