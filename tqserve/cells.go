@@ -2,6 +2,7 @@ package tqserve
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/tqgo/tqgo/backends"
@@ -78,10 +79,15 @@ func (s *remoteCells) Write(ctx context.Context, cells []backends.Cell) error {
 	}
 	r, err := s.c.Write(ctx, req)
 	if err != nil {
-		return fromStatus(ctx, "write cells", write, 0, err)
+		// Classed as a read's: a failed Write may have written some
+		// cells, which its caller deletes (the Store contract), and
+		// writing them again is harmless, so a lost reply is
+		// ErrUnavailable alone (as Redis's store has it), which tq
+		// retries.
+		return fromStatus(ctx, "write cells", read, 0, err)
 	}
 	if len(r.GetTags()) != len(cells) {
-		return errProtocol
+		return malformed("write cells", read, fmt.Errorf("%d tags for %d cells", len(r.GetTags()), len(cells)))
 	}
 	for i := range cells {
 		cells[i].Tag = r.GetTags()[i]
@@ -102,7 +108,7 @@ func (s *remoteCells) Read(ctx context.Context, cells []backends.ReadCell) error
 		return fromStatus(ctx, "read cells", read, 0, err)
 	}
 	if len(r.GetCells()) != len(cells) {
-		return errProtocol
+		return malformed("read cells", read, fmt.Errorf("%d cells for %d asked", len(r.GetCells()), len(cells)))
 	}
 	for i, rc := range r.GetCells() {
 		c := &cells[i]
@@ -134,7 +140,7 @@ func (s *remoteCells) Delete(ctx context.Context, cells []backends.Cell) error {
 		req.Cells[i] = &tqpb.Cell{Key: c.Key, Tag: c.Tag}
 	}
 	_, err := s.c.Delete(ctx, req)
-	return fromStatus(ctx, "delete cells", write, 0, err)
+	return fromStatus(ctx, "delete cells", read, 0, err) // as Write's: deleting again is harmless
 }
 
 func (s *remoteCells) Close() error { return s.close() }

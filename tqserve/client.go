@@ -67,6 +67,7 @@ func open(ctx context.Context, u *url.URL) (backends.Engine, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
+		clientKeepalive(),
 	}
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: creds.Info().SecurityProtocol != "insecure"}))
@@ -81,16 +82,12 @@ func open(ctx context.Context, u *url.URL) (backends.Engine, error) {
 		return backends.Engine{}, fmt.Errorf("%w: tq:// URL: %w", backends.ErrInvalid, err)
 	}
 	m := &Meta{conn: conn, c: tqpb.NewMetaClient(conn), router: rt}
-	sent := time.Now()
-	info, err := m.c.Info(ctx, &tqpb.InfoRequest{}, grpc.WaitForReady(true))
+	info, skew, err := hello(ctx, m.c, u.Host)
 	if err != nil {
 		_ = conn.Close()
-		return backends.Engine{}, fromStatus(ctx, "info", read, 0, err)
+		return backends.Engine{}, err
 	}
-	// The server's clock minus this process's, taken at the middle of the
-	// round trip: times travel by the server's clock.
-	got := time.Now()
-	m.skew = time.Unix(0, info.GetNow().GetUnixNs()).Sub(sent.Add(got.Sub(sent) / 2))
+	m.skew = skew
 	if info.GetCellsUrl() == "" {
 		cells := &remoteCells{c: tqpb.NewCellsClient(conn), close: func() error { return nil }}
 		return backends.Engine{Data: cells, Meta: m}, nil
@@ -166,10 +163,14 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 	}
 	r, err := m.c.Prepare(ctx, &tqpb.PrepareRequest{Partition: partition, Keys: keys, Fields: fields, Sizes: sizes})
 	if err != nil {
-		return nil, m.fail(ctx, "prepare", write, err)
+		// Classed as a read's: what a Prepare whose reply was lost
+		// reserved stays invisible, so its errors never match
+		// ErrOutcomeUnknown (the MetaStore contract), and one that
+		// failed on its way may be made again.
+		return nil, m.fail(ctx, "prepare", read, err)
 	}
 	if len(r.GetReservations()) != len(keys) {
-		return nil, errProtocol
+		return nil, malformed("prepare", read, fmt.Errorf("%d reservations for %d keys", len(r.GetReservations()), len(keys)))
 	}
 	out := make([]metadata.Reservation, len(keys))
 	for i, rv := range r.GetReservations() {
@@ -190,7 +191,11 @@ func (m *Meta) rows(ctx context.Context, op string, kind callKind, call func() (
 	if err != nil {
 		return nil, m.fail(ctx, op, kind, err)
 	}
-	return fromRows(r.GetRows())
+	rows, err := fromRows(r.GetRows())
+	if err != nil {
+		return nil, malformed(op, kind, err)
+	}
+	return rows, nil
 }
 
 func (m *Meta) SetCapacity(ctx context.Context, partition string, c metadata.Capacity) ([]*metadata.Row, error) {
@@ -223,7 +228,7 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 		return nil, m.fail(ctx, "lookup", read, err)
 	}
 	if len(r.GetRows()) != len(keys) {
-		return nil, errProtocol
+		return nil, malformed("lookup", read, fmt.Errorf("%d rows for %d keys", len(r.GetRows()), len(keys)))
 	}
 	out := make([]*metadata.Row, len(keys))
 	for i, mr := range r.GetRows() {
@@ -232,7 +237,7 @@ func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*
 		}
 		row, err := fromRow(mr.GetRow())
 		if err != nil {
-			return nil, err
+			return nil, malformed("lookup", read, err)
 		}
 		out[i] = row
 	}
@@ -351,7 +356,7 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		rows, err := fromRows(cr.GetRows())
 		if err != nil {
-			return none, metadata.Claimed{}, err
+			return none, metadata.Claimed{}, malformed("claim candidates", read, err)
 		}
 		if rows == nil {
 			rows = []*metadata.Row{}
@@ -379,8 +384,11 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		return none, metadata.Claimed{}, m.fail(ctx, "claim", write, err)
 	}
 	c, err := fromClaimed(r, m.skew)
-	if err != nil || pre == nil {
-		return none, c, err
+	if err != nil {
+		return none, metadata.Claimed{}, malformed("claim", write, err)
+	}
+	if pre == nil {
+		return none, c, nil
 	}
 	settled, err := fromSettleReply(r.GetSettled(), m.skew)
 	if err != nil {
@@ -411,7 +419,7 @@ func toSettleRequest(partition string, req metadata.SettleRequest) *tqpb.SettleR
 func fromSettleReply(r *tqpb.SettleReply, skew time.Duration) (metadata.SettleResult, error) {
 	cleared, err := fromRows(r.GetCleared())
 	if err != nil {
-		return metadata.SettleResult{}, err
+		return metadata.SettleResult{}, malformed("settle", write, err)
 	}
 	return metadata.SettleResult{Lost: r.GetLost(), Until: fromMoment(r.GetUntil(), skew), Cleared: cleared}, nil
 }
@@ -435,7 +443,11 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	if err != nil {
 		return metadata.View{}, m.fail(ctx, "view", read, err)
 	}
-	return fromView(r, m.skew)
+	v, err := fromView(r, m.skew)
+	if err != nil {
+		return metadata.View{}, malformed("view", read, err)
+	}
+	return v, nil
 }
 
 func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {

@@ -408,7 +408,7 @@ func fromClaimed(r *tqpb.ClaimReply, skew time.Duration) (metadata.Claimed, erro
 		p := make([]int, len(u.GetPositions()))
 		for j, x := range u.GetPositions() {
 			if x < 0 || x >= int64(len(rows)) {
-				return metadata.Claimed{}, fmt.Errorf("%w: claim reply: position %d of %d rows", errProtocol, x, len(rows))
+				return metadata.Claimed{}, fmt.Errorf("position %d of %d rows", x, len(rows))
 			}
 			p[j] = int(x)
 		}

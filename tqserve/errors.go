@@ -20,6 +20,16 @@ import (
 // version, or something that is not a tq server.
 var errProtocol = errors.New("tqserve: malformed reply")
 
+// malformed is the error of call op whose reply broke the protocol (err
+// says how). A write's matches ErrOutcomeUnknown too: the server may
+// have applied it.
+func malformed(op string, kind callKind, err error) error {
+	if kind == write {
+		return fmt.Errorf("tq server: %s: %w: %w: %w", op, errProtocol, err, backends.ErrOutcomeUnknown)
+	}
+	return fmt.Errorf("tq server: %s: %w: %w", op, errProtocol, err)
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", backends.ErrInvalid, fmt.Sprintf(format, args...))
 }
@@ -165,8 +175,12 @@ func fromStatus(ctx context.Context, op string, kind callKind, skew time.Duratio
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return fmt.Errorf("tq server: %s: %s (check the token in the tq:// URL): %w", op, msg, backends.ErrInvalid)
 	case codes.ResourceExhausted, codes.InvalidArgument:
-		// A request or reply over the size limit, refused before it was
-		// applied.
+		if kind == write && strings.Contains(msg, "trying to send") {
+			// The server's reply over its limit (this client's is
+			// far above it): the call ran.
+			return fmt.Errorf("tq server: %s: %s: %w", op, msg, backends.ErrOutcomeUnknown)
+		}
+		// A request over the size limit, refused before it was applied.
 		return fmt.Errorf("tq server: %s: %s: %w", op, msg, backends.ErrInvalid)
 	case codes.Unavailable:
 		if kind == read || neverSent(msg) {
@@ -178,13 +192,28 @@ func fromStatus(ctx context.Context, op string, kind callKind, skew time.Duratio
 			return fmt.Errorf("tq server: %s: %s: %w", op, msg, backends.ErrOutcomeUnknown)
 		}
 		return fmt.Errorf("tq server: %s: %s: %w", op, msg, backends.ErrUnavailable)
+	case codes.Unimplemented:
+		// A call the server does not know, refused before it ran.
+		return fmt.Errorf("tq server: %s: %s (a server of another version?): %w", op, msg, backends.ErrInvalid)
+	}
+	// A status no tq server sends without a Failure (something between
+	// the client and the server, say): a write may have applied.
+	if kind == write {
+		return fmt.Errorf("tq server: %s: %w: %w", op, st.Err(), backends.ErrOutcomeUnknown)
 	}
 	return fmt.Errorf("tq server: %s: %s", op, st.Err())
 }
 
 // neverSent reports whether a transport failure's text says the request
-// never left: no connection could be made.
+// never left: no connection could be made (a dial, a handshake or the
+// HTTP/2 prefaces failed, or no address was resolved). "connection
+// error" alone says nothing of the kind: a call in flight on a connection
+// that breaks fails with that text too, after the server may have run it.
 func neverSent(msg string) bool {
-	return strings.Contains(msg, "connection error") || strings.Contains(msg, "while dialing") ||
-		strings.Contains(msg, "connection refused") || strings.Contains(msg, "name resolver")
+	for _, s := range []string{"while dialing", "connection refused", "name resolver", "handshake failed", "preface"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }

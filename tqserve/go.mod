@@ -4,6 +4,7 @@ go 1.26.2 // the root module's floor: see ../go.mod
 
 require (
 	github.com/tqgo/tqgo v0.0.0-00010101000000-000000000000
+	golang.org/x/net v0.60.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -16,7 +17,6 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/tinylib/msgp v1.6.5 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

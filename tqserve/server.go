@@ -138,7 +138,7 @@ func WithInterceptor(f grpc.UnaryServerInterceptor) ServerOption {
 func WithMaxMessage(n int) ServerOption {
 	return func(o *serverOptions) error {
 		if n < 1<<10 {
-			return fmt.Errorf("%w: max message %d bytes, under 1 KiB", backends.ErrInvalid, 0)
+			return fmt.Errorf("%w: max message %d bytes, under 1 KiB", backends.ErrInvalid, n)
 		}
 		o.maxMsg = n
 		return nil
@@ -192,7 +192,8 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 	sopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(o.maxMsg),
 		grpc.MaxSendMsgSize(1 << 30),
-		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.authorize}, o.inter...)...),
+		serverKeepalive(),
+		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{s.authorize}, o.inter...), validate)...),
 	}
 	if o.creds != nil {
 		sopts = append(sopts, grpc.Creds(o.creds))
@@ -324,7 +325,9 @@ func (s *Server) authorize(ctx context.Context, req any, info *grpc.UnaryServerI
 		md, _ := grpcmd.FromIncomingContext(ctx)
 		got := ""
 		if v := md.Get("authorization"); len(v) == 1 {
-			got, _ = strings.CutPrefix(v[0], "Bearer ")
+			if t, ok := strings.CutPrefix(v[0], "Bearer "); ok {
+				got = t
+			}
 		}
 		if subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.token)) != 1 {
 			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
@@ -699,12 +702,12 @@ func (s *Server) Wait(ctx context.Context, r *tqpb.WaitRequest) (*tqpb.Empty, er
 	stop := context.AfterFunc(s.stopping, cancel)
 	defer stop()
 	err := s.meta.Wait(wctx, r.GetPartition(), fromMark(r.GetMark(), 0))
-	if err != nil && ctx.Err() == nil && s.stopping.Err() != nil {
-		return &tqpb.Empty{}, nil
-	}
-	if err != nil && ctx.Err() != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
 		// The caller's deadline: the call's own status says so.
 		return nil, status.FromContextError(ctx.Err()).Err()
+	case err != nil && s.stopping.Err() != nil:
+		return &tqpb.Empty{}, nil // a graceful stop: a spurious wake-up
 	}
 	return &tqpb.Empty{}, toStatus(err)
 }

@@ -1,0 +1,344 @@
+package tqserve_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2/hpack"
+)
+
+// grpcProxy forwards TCP between gRPC clients and one tq server, and
+// reads the HTTP/2 frames it forwards, so that it can act on one call of
+// a method although gRPC multiplexes every call on one connection. It
+// decodes the header blocks clients send (HPACK) to learn each stream's
+// method, and follows the server's frames by stream. Once armed for a
+// method, it does one of, to the next call of it:
+//
+//   - proxyDropRequest: close the connection before the call's headers
+//     reach the server (the server never sees the call);
+//   - proxyDropReply: forward the call, let the server run it, and close
+//     the connection when the first frame of its reply reaches the proxy
+//     (the server ran the call; the client never learns how it ended);
+//   - proxyDelayReply: hold the call's reply, and everything after it on
+//     that connection (header blocks must arrive in order), for a while.
+//
+// cutAll closes every connection, as a server restart does; setTarget
+// points new connections at another server. Everything closes, and its
+// goroutines end, with the test.
+type grpcProxy struct {
+	ln net.Listener
+	wg sync.WaitGroup
+
+	mu     sync.Mutex // guards the fields below
+	target string
+	conns  map[*proxyConn]struct{}
+	armed  map[string]*proxyFault // by method ("/tqgo.v1.Meta/Commit")
+	calls  map[string]int         // calls seen by method
+	closed bool
+}
+
+type proxyFaultKind int
+
+const (
+	proxyDropRequest proxyFaultKind = iota + 1
+	proxyDropReply
+	proxyDelayReply
+)
+
+// proxyFault is an armed fault; fired is closed once it acted.
+type proxyFault struct {
+	kind  proxyFaultKind
+	delay time.Duration
+	fired chan struct{}
+}
+
+// proxyConn is one client connection and its connection to the server.
+type proxyConn struct {
+	client, server net.Conn
+	once           sync.Once
+	closed         chan struct{} // closed with the connection: ends a delay
+
+	mu      sync.Mutex
+	pending map[uint32]*proxyFault // reply faults by stream
+}
+
+func (c *proxyConn) close() {
+	c.once.Do(func() {
+		close(c.closed)
+		_ = c.client.Close()
+		_ = c.server.Close()
+	})
+}
+
+func startGRPCProxy(t testing.TB, target string) *grpcProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &grpcProxy{ln: ln, target: target, conns: map[*proxyConn]struct{}{},
+		armed: map[string]*proxyFault{}, calls: map[string]int{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		p.cutAll()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// addr is the proxy's "host:port".
+func (p *grpcProxy) addr() string { return p.ln.Addr().String() }
+
+// arm makes the proxy act on the next call of method; the channel is
+// closed once it did.
+func (p *grpcProxy) arm(method string, kind proxyFaultKind, delay time.Duration) <-chan struct{} {
+	f := &proxyFault{kind: kind, delay: delay, fired: make(chan struct{})}
+	p.mu.Lock()
+	p.armed[method] = f
+	p.mu.Unlock()
+	return f.fired
+}
+
+// disarm forgets the faults not yet fired.
+func (p *grpcProxy) disarm() {
+	p.mu.Lock()
+	clear(p.armed)
+	p.mu.Unlock()
+}
+
+// seen is how many calls of method went through the proxy (or were
+// dropped by it).
+func (p *grpcProxy) seen(method string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[method]
+}
+
+// cutAll closes every open connection.
+func (p *grpcProxy) cutAll() {
+	p.mu.Lock()
+	conns := make([]*proxyConn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	clear(p.conns)
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
+
+// setTarget points new connections at target ("" refuses them) and
+// closes the open ones.
+func (p *grpcProxy) setTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.cutAll()
+}
+
+func (p *grpcProxy) accept() {
+	defer p.wg.Done()
+	for {
+		cc, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		target, closed := p.target, p.closed
+		p.mu.Unlock()
+		if closed || target == "" {
+			_ = cc.Close()
+			continue
+		}
+		sc, err := net.DialTimeout("tcp", target, time.Second)
+		if err != nil {
+			_ = cc.Close()
+			continue
+		}
+		c := &proxyConn{client: cc, server: sc, closed: make(chan struct{}), pending: map[uint32]*proxyFault{}}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.close()
+			continue
+		}
+		p.conns[c] = struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.requests(c)
+		go p.replies(c)
+	}
+}
+
+// HTTP/2 frame types and flags the proxy reads.
+const (
+	h2Data         = 0x0
+	h2Headers      = 0x1
+	h2RSTStream    = 0x3
+	h2Continuation = 0x9
+
+	h2EndHeaders = 0x4
+	h2Padded     = 0x8
+	h2Priority   = 0x20
+)
+
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// frame is one HTTP/2 frame: its 9-byte header and payload.
+type frame struct {
+	raw    []byte
+	typ    byte
+	flags  byte
+	stream uint32
+}
+
+func readFrame(r io.Reader) (frame, error) {
+	var h [9]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return frame{}, err
+	}
+	n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+	raw := make([]byte, 9+n)
+	copy(raw, h[:])
+	if _, err := io.ReadFull(r, raw[9:]); err != nil {
+		return frame{}, err
+	}
+	return frame{raw: raw, typ: h[3], flags: h[4], stream: binary.BigEndian.Uint32(h[5:9]) & 0x7fffffff}, nil
+}
+
+// fragment is the header block fragment a HEADERS or CONTINUATION frame
+// carries.
+func (f frame) fragment() []byte {
+	b := f.raw[9:]
+	if f.typ != h2Headers {
+		return b
+	}
+	pad := 0
+	if f.flags&h2Padded != 0 && len(b) > 0 {
+		pad = int(b[0])
+		b = b[1:]
+	}
+	if f.flags&h2Priority != 0 && len(b) >= 5 {
+		b = b[5:]
+	}
+	if pad > len(b) {
+		return nil
+	}
+	return b[:len(b)-pad]
+}
+
+// requests forwards the client's frames, decoding the header blocks to
+// learn each call's method.
+func (p *grpcProxy) requests(c *proxyConn) {
+	defer p.wg.Done()
+	defer c.close()
+	pre := make([]byte, len(h2Preface))
+	if _, err := io.ReadFull(c.client, pre); err != nil || !bytes.Equal(pre, []byte(h2Preface)) {
+		return
+	}
+	if _, err := c.server.Write(pre); err != nil {
+		return
+	}
+	var path string
+	dec := hpack.NewDecoder(4096, func(f hpack.HeaderField) {
+		if f.Name == ":path" {
+			path = f.Value
+		}
+	})
+	var block []byte // the raw frames of a header block not yet ended
+	for {
+		f, err := readFrame(c.client)
+		if err != nil {
+			return
+		}
+		if f.typ != h2Headers && f.typ != h2Continuation {
+			if _, err := c.server.Write(f.raw); err != nil {
+				return
+			}
+			continue
+		}
+		if f.typ == h2Headers {
+			path = ""
+		}
+		if _, err := dec.Write(f.fragment()); err != nil {
+			return
+		}
+		block = append(block, f.raw...)
+		if f.flags&h2EndHeaders == 0 {
+			continue
+		}
+		if err := dec.Close(); err != nil {
+			return
+		}
+		p.mu.Lock()
+		fault := p.armed[path]
+		delete(p.armed, path)
+		if path != "" {
+			p.calls[path]++
+		}
+		p.mu.Unlock()
+		if fault != nil && fault.kind == proxyDropRequest {
+			close(fault.fired) // first: the client learns of it from the close
+			c.close()
+			return
+		}
+		if fault != nil {
+			c.mu.Lock()
+			c.pending[f.stream] = fault
+			c.mu.Unlock()
+		}
+		if _, err := c.server.Write(block); err != nil {
+			return
+		}
+		block = block[:0]
+	}
+}
+
+// replies forwards the server's frames, acting on the first frame of a
+// reply a fault waits for.
+func (p *grpcProxy) replies(c *proxyConn) {
+	defer p.wg.Done()
+	defer c.close()
+	for {
+		f, err := readFrame(c.server)
+		if err != nil {
+			return
+		}
+		if f.stream != 0 && (f.typ == h2Headers || f.typ == h2Data || f.typ == h2RSTStream) {
+			c.mu.Lock()
+			fault := c.pending[f.stream]
+			delete(c.pending, f.stream)
+			c.mu.Unlock()
+			switch {
+			case fault == nil:
+			case fault.kind == proxyDropReply:
+				close(fault.fired)
+				c.close()
+				return
+			case fault.kind == proxyDelayReply:
+				close(fault.fired)
+				t := time.NewTimer(fault.delay)
+				select {
+				case <-t.C:
+				case <-c.closed:
+					t.Stop()
+					return
+				}
+			}
+		}
+		if _, err := c.client.Write(f.raw); err != nil {
+			return
+		}
+	}
+}
