@@ -238,7 +238,6 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		var skew time.Duration
 		var base, picked, restarts uint64
 		var pickMark uint64 // the copy's mark where the pick looked
-		var replaced *rules.Claimed
 		pp := m.part(partition)
 		r, err := one(m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
 			picked, restarts, pickMark = pp.pos.N, pp.restarts, pp.mark()
@@ -273,13 +272,9 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 				moved = len(rows) > 0
 			}
 			if req.Replaces != "" {
-				// A rank's claim fulfilled before this claim's record,
-				// which then leased nothing: that share is the answer.
-				// (Any other fulfilment went back undelivered where this
-				// record landed, which leased afresh.)
-				if c, ok := p.fulfilled[req.Replaces]; ok && req.Batch != nil {
-					replaced = &c
-				}
+				// A fulfilment before this claim's record went back
+				// undelivered where the record landed, which leased
+				// afresh.
 				delete(p.fulfilled, req.Replaces)
 				delete(p.waits, req.Replaces)
 			}
@@ -294,9 +289,6 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		if r.Err != nil {
 			return metadata.Claimed{}, r.Err
-		}
-		if replaced != nil {
-			return localClaimed(*replaced, skew, base), nil
 		}
 		c := r.Claimed
 		cleared = append(cleared, c.Cleared...)

@@ -16,6 +16,7 @@ import (
 	"github.com/tqgo/tqgo/backends/backendtest/toylog"
 	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/replica"
+	"github.com/tqgo/tqgo/internal/rules"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -579,5 +580,121 @@ func TestWaitCutOffMidClaim(t *testing.T) {
 			t.Fatal("the row the cut-off claim leased did not come back")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// gatedReads is a Log whose blocking reads (a watcher's) wait, once
+// closed, until it is opened; at tells of each read so held.
+type gatedReads struct {
+	backends.Log
+	mu     sync.Mutex
+	closed bool
+	open   chan struct{}
+	at     chan struct{}
+}
+
+func (l *gatedReads) Read(ctx context.Context, partition string, from backends.Pos, wait time.Duration) (backends.Tail, error) {
+	l.mu.Lock()
+	held := l.closed && wait > 0
+	l.mu.Unlock()
+	if held {
+		select {
+		case l.at <- struct{}{}:
+		default:
+		}
+		select {
+		case <-l.open:
+		case <-ctx.Done():
+			return backends.Tail{}, ctx.Err()
+		}
+	}
+	return l.Log.Read(ctx, partition, from, wait)
+}
+
+// compactAll replaces partition's whole log with a snapshot of the state
+// it holds, as a writer's compaction does.
+func compactAll(t *testing.T, l backends.Log, partition string) {
+	t.Helper()
+	ctx := context.Background()
+	tail, err := l.Read(ctx, partition, backends.Pos{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tail.Restart || len(tail.Entries) == 0 {
+		t.Fatalf("log of %q: restart %v, %d entries; want its entries from the first", partition, tail.Restart, len(tail.Entries))
+	}
+	st := rules.New()
+	for i := range tail.Entries {
+		st.Replay(&tail.Entries[i])
+	}
+	snap, err := st.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Compact(ctx, partition, tail.Entries[len(tail.Entries)-1].Pos(), snap); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A rank's Wait whose share of a batch another rank opened was given it
+// by a record its process never read (the log was compacted past that
+// record before its watcher read on, so its copy restarted from the
+// snapshot) still takes its share at once: it does not wait for the
+// batch's lease to end, while the other rank, which holds its share,
+// waits for it (an all-reduce).
+func TestRankShareAcrossCompaction(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	gate := &gatedReads{open: make(chan struct{}), at: make(chan struct{}, 1), closed: true}
+	a := client(t, srv, nil)
+	b := client(t, srv, func(l backends.Log) backends.Log { gate.Log = l; return gate })
+	// As the GRPO trainer's sampler: the ready rows, once there are 4.
+	four := tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
+		if len(ready) < 4 {
+			return nil, nil
+		}
+		return [][]int{{0}, {1}, {2}, {3}}, nil
+	})
+	rank := func(c *tq.Client, r int) *tq.Task {
+		task, err := c.Task("p", "t", []string{"x"}, tq.WithSampler(four), tq.Ranks(2, r, ""), tq.LeaseFor(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	ta, tb := rank(a, 0), rank(b, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type result struct {
+		l   *tq.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := tb.Wait(ctx, 4, tq.AtLeast(4))
+		got <- result{l, err}
+	}()
+	select {
+	case <-gate.at: // registered, and its watcher about to read the log
+	case r := <-got:
+		t.Fatalf("rank 1's Wait returned before any row: %v, %v", r.l, r.err)
+	}
+	put(t, a, "p", "r0", "r1", "r2", "r3")
+	la, err := ta.Claim(ctx, 4, tq.AtLeast(4))
+	if err != nil || la.Len() == 0 {
+		t.Fatalf("rank 0's claim: %v, %v; want its share of the 4 rows", la, err)
+	}
+	compactAll(t, srv.Engine().Log, "p")
+	gate.mu.Lock()
+	gate.closed = false
+	close(gate.open)
+	gate.mu.Unlock()
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("rank 1's Wait, rank 0 holding its share of the batch under a lease of a minute: %v", r.err)
+	}
+	all := append(la.Keys(), r.l.Keys()...)
+	slices.Sort(all)
+	if !slices.Equal(all, []string{"r0", "r1", "r2", "r3"}) {
+		t.Fatalf("rank 0's share %q and rank 1's %q, want the 4 rows between them", la.Keys(), r.l.Keys())
 	}
 }
