@@ -231,6 +231,7 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 	}
 	stale := 0                  // picks made again because the copy was behind
+	undone := 0                 // claims whose result the copy lost, handed back and made again
 	dropped := 0                // rows dropped by attempts that leased nothing, then made again
 	var cleared []*metadata.Row // rows cleared by any attempt (Capacity.ClearAcked)
 	for window := 4*req.Rows + 64; ; window *= 4 {
@@ -284,6 +285,13 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 			delete(pp.waits, a.Token)
 			pp.mu.Unlock()
 		}
+		var past *pastWrite
+		if errors.As(err, &past) && undone < 3 && m.undo(ctx, partition, &a) {
+			// What it did is handed back: claim afresh.
+			undone++
+			window /= 4
+			continue
+		}
 		if err != nil {
 			return metadata.Claimed{}, err
 		}
@@ -320,6 +328,26 @@ func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		return out, nil
 	}
+}
+
+// undo hands back what claim a did where its record landed, its result
+// lost to its writer (the copy restarted from a snapshot past it, so the
+// state holds its effect): the rows the state shows leased to its token,
+// and its standing claim or what that was served, all ready again
+// undelivered. Else they would be held by no one until the lease ended,
+// and a Wait's standing claim would lease rows committed later to no one.
+// It reports whether the claim is undone: never a rank's, whose batch the
+// other ranks share.
+func (m *Meta) undo(ctx context.Context, partition string, a *rules.ClaimArgs) bool {
+	if a.Batch != nil && a.Batch.Ranks > 1 {
+		return false
+	}
+	var rows []uint64
+	if err := m.view(ctx, partition, func(st *rules.Partition) { rows = st.LeasedTo(a.Task, a.Token) }); err != nil {
+		return false
+	}
+	_, err := m.Settle(ctx, partition, metadata.SettleRequest{Task: a.Task, Op: metadata.Unwait, Lease: a.Token, Indexes: rows})
+	return err == nil
 }
 
 // localClaimed is c, a claim's result by the server's clock, in this

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -615,25 +616,35 @@ func (l *gatedReads) Read(ctx context.Context, partition string, from backends.P
 // it holds, as a writer's compaction does.
 func compactAll(t *testing.T, l backends.Log, partition string) {
 	t.Helper()
+	if err := compactLog(l, partition); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func compactLog(l backends.Log, partition string) error {
 	ctx := context.Background()
 	tail, err := l.Read(ctx, partition, backends.Pos{}, 0)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if tail.Restart || len(tail.Entries) == 0 {
-		t.Fatalf("log of %q: restart %v, %d entries; want its entries from the first", partition, tail.Restart, len(tail.Entries))
+	st, at := rules.New(), tail.Start
+	if tail.Snapshot != nil {
+		if st, err = rules.Restore(tail.Snapshot); err != nil {
+			return err
+		}
 	}
-	st := rules.New()
 	for i := range tail.Entries {
 		st.Replay(&tail.Entries[i])
+		at = tail.Entries[i].Pos()
+	}
+	if at == (backends.Pos{}) {
+		return fmt.Errorf("log of %q: empty", partition)
 	}
 	snap, err := st.Snapshot()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := l.Compact(ctx, partition, tail.Entries[len(tail.Entries)-1].Pos(), snap); err != nil {
-		t.Fatal(err)
-	}
+	return l.Compact(ctx, partition, at, snap)
 }
 
 // A rank's Wait whose share of a batch another rank opened was given it
@@ -696,5 +707,67 @@ func TestRankShareAcrossCompaction(t *testing.T) {
 	slices.Sort(all)
 	if !slices.Equal(all, []string{"r0", "r1", "r2", "r3"}) {
 		t.Fatalf("rank 0's share %q and rank 1's %q, want the 4 rows between them", la.Keys(), r.l.Keys())
+	}
+}
+
+// compactingLoss is a Log whose next Append, when armed, applies, then has
+// the log compacted past it, and loses its reply: the writer's copy
+// restarts from a snapshot holding the record, so the record's result is
+// gone.
+type compactingLoss struct {
+	backends.Log
+	armed atomic.Bool
+}
+
+func (l *compactingLoss) Append(ctx context.Context, partition string, from backends.Pos, recs []backends.Record) (backends.Tail, error) {
+	tail, err := l.Log.Append(ctx, partition, from, recs)
+	if err != nil || !l.armed.Swap(false) {
+		return tail, err
+	}
+	if err := compactLog(l.Log, partition); err != nil {
+		return backends.Tail{}, err
+	}
+	return backends.Tail{}, fmt.Errorf("%w: the reply was lost", backends.ErrOutcomeUnknown)
+}
+
+// A claim whose record leased rows where it landed, its result lost to
+// its writer (the log compacted past the record before the writer read it
+// back), does not leave them held by no one until the lease ends: what it
+// did is handed back undelivered and the claim is made again, so a Wait
+// takes the row at once, delivered once. (The GRPO example's advantage
+// worker waited for such a lease, a step of one lease.)
+func TestClaimResultLostToCompaction(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	var lossy *compactingLoss
+	a := client(t, srv, func(l backends.Log) backends.Log { lossy = &compactingLoss{Log: l}; return lossy })
+	put(t, a, "p", "r0")
+	for _, wait := range []bool{false, true} {
+		task, err := a.Task("p", fmt.Sprint("t", wait), []string{"x"}, tq.LeaseFor(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		lossy.armed.Store(true)
+		var l *tq.Lease
+		if wait {
+			l, err = task.Wait(ctx, 1)
+		} else {
+			l, err = task.Claim(ctx, 1)
+		}
+		if lossy.armed.Load() {
+			t.Fatalf("wait %v: the claim's append was not the one losing its result", wait)
+		}
+		if errors.Is(err, tq.ErrOutcomeUnknown) {
+			// Made again, as a caller does: the row must not be held
+			// by the lost claim's lease.
+			l, err = task.Wait(ctx, 1)
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("wait %v: a claim whose result the copy lost, then a Wait: %v (the row held by no one for a minute's lease)", wait, err)
+		}
+		if !slices.Equal(l.Keys(), []string{"r0"}) || l.Deliveries[0] != 1 {
+			t.Fatalf("wait %v: leased %q, deliveries %v; want r0 delivered once", wait, l.Keys(), l.Deliveries)
+		}
 	}
 }

@@ -977,6 +977,24 @@ func (p *Partition) unwait(t *task, token string, indexes []uint64) {
 	}
 }
 
+// LeasedTo returns the rows of the task leased to token (their lease
+// ended or not), by index: what a claim of that token leased, for a writer
+// that lost its result. It changes nothing.
+func (p *Partition) LeasedTo(taskName, token string) []uint64 {
+	t := p.tasks[taskName]
+	if t == nil || token == "" {
+		return nil
+	}
+	var out []uint64
+	for i, e := range t.entries {
+		if e.state == metadata.Leased && e.lease == token {
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // unstand removes the standing claim token, if it is waiting.
 func (t *task) unstand(token string) {
 	t.standing = slices.DeleteFunc(t.standing, func(s *standing) bool { return s.a.Token == token })
