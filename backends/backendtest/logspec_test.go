@@ -190,6 +190,11 @@ func (w *specWorkload) claim(req metadata.ClaimRequest, pick metadata.Pick, chec
 		if token == "" {
 			token = c.Mark.Token
 		}
+		if token == "" {
+			// It leased nothing and does not stand: its token is
+			// the record's alone.
+			token = q.Token
+		}
 		sel := req.Select
 		var batch []int64
 		if req.Batch != nil {
@@ -383,12 +388,12 @@ func TestLogSpecDecoder(t *testing.T) {
 	zc := w.claim(metadata.ClaimRequest{Task: "z", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour,
 		Select: metadata.Select{Fields: specFields("z")}, Holder: "w5"}, nil, nil)
 	iz := w.put([]string{"z/1"}, map[string]metadata.FieldInfo{"z": {}}, []map[string]any{nil}, nil)[0]
-	// Two ranks' standing claims, served by one commit: the first opens
-	// a batch, the second takes its share; each is filed under its own
-	// token, with no rows.
-	b0 := w.claim(metadata.ClaimRequest{Task: "bz", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour, Batch: &metadata.Batch{Ranks: 2, Rank: 0},
+	// Two ranks' claims with a hold: a claim with a batch never stands,
+	// so the commit of a row they wait for serves neither, and the row
+	// stays ready.
+	w.claim(metadata.ClaimRequest{Task: "bz", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour, Batch: &metadata.Batch{Ranks: 2, Rank: 0},
 		Select: metadata.Select{Fields: specFields("bzf")}, Holder: "r0"}, nil, nil)
-	b1 := w.claim(metadata.ClaimRequest{Task: "bz", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour, Batch: &metadata.Batch{Ranks: 2, Rank: 1},
+	w.claim(metadata.ClaimRequest{Task: "bz", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour, Batch: &metadata.Batch{Ranks: 2, Rank: 1},
 		Select: metadata.Select{Fields: specFields("bzf")}, Holder: "r1"}, nil, nil)
 	ibz := w.put([]string{"bz/1"}, map[string]metadata.FieldInfo{"bzf": {}}, []map[string]any{nil}, nil)[0]
 	uc := w.claim(metadata.ClaimRequest{Task: "un", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour,
@@ -519,7 +524,7 @@ func TestLogSpecDecoder(t *testing.T) {
 		capacity: capy, i1: i1, i2: i2, i3: i3, iz: iz, ifar: ifar, idel: id, tok: tok,
 		orphan: metadata.Ref{Index: ores[0].Index, Field: "x", Gen: ores[0].Gens["x"]}, abandoned: abandoned,
 		cleared: cells[0], groupClaim: gc, served: zc.Mark.Token, standing: wc2.Mark.Token, lost: lg.lost,
-		ibz: ibz, rank0: b0.Mark.Token, rank1: b1.Mark.Token,
+		ibz: ibz,
 	})
 }
 
@@ -532,7 +537,6 @@ type specFacts struct {
 	groupClaim                 metadata.Claimed
 	served, standing           string
 	ibz                        uint64
-	rank0, rank1               string
 	lost                       []uint64
 }
 
@@ -754,18 +758,8 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 	if z := tasks["z"]; z == nil || !reflect.DeepEqual(z.Served, []specServed{{Token: f.served, Until: z.Served[0].Until, Rows: []uint64{f.iz}}}) {
 		t.Errorf("task z: %+v, want a served claim under %q of row %d", z, f.served, f.iz)
 	}
-	if bz := tasks["bz"]; bz == nil || len(bz.Served) != 2 || len(bz.Entries) != 1 ||
-		bz.Entries[0].Index != f.ibz || bz.Entries[0].Token != f.rank0 || bz.Entries[0].State != uint64(metadata.Leased) {
-		t.Errorf("task bz: %+v, want row %d leased to rank 0's token", bz, f.ibz)
-	} else {
-		for _, sv := range bz.Served {
-			if sv.Token != f.rank0 && sv.Token != f.rank1 || len(sv.Rows) != 0 || sv.Until <= s.Now {
-				t.Errorf("task bz: served %+v, want each rank's claim under its own token, with no rows", sv)
-			}
-		}
-		if bz.Served[0].Token == bz.Served[1].Token {
-			t.Errorf("task bz: served %+v", bz.Served)
-		}
+	if bz := tasks["bz"]; bz == nil || len(bz.Standing) != 0 || len(bz.Served) != 0 || len(bz.Entries) != 0 {
+		t.Errorf("task bz: %+v, want no standing or served claim, and row %d never delivered", bz, f.ibz)
 	}
 	for _, id := range f.lost {
 		if _, ok := s.Voids[id]; !ok {

@@ -183,6 +183,8 @@ type ClaimRequest struct {
 	// (Claimed.Waiting) for up to Hold: a store whose writers learn of
 	// changes from a log fulfils it with the change that makes rows ready
 	// (the waiter then needs no second request); others may ignore it.
+	// A claim with a Batch is never registered: a rank's Wait wakes on
+	// the change that gives it a share (its Mark) and claims again.
 	Hold time.Duration
 	// Holder names the consumer the lease is for (a process, a worker:
 	// the caller's choice), for people: Consumption reports it with each

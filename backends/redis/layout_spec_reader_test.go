@@ -667,10 +667,6 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 		t.indexed, t.sel, t.parked = true, a.sel, map[uint64]float64{}
 	}
 	if a.replaces != "" {
-		if _, ok := t.served[a.replaces]; ok && a.batch {
-			t.standing = slices.DeleteFunc(t.standing, func(s *srStanding) bool { return s.a.token == a.replaces })
-			return false, "", 0, nil
-		}
 		p.unwait(t, a.replaces, nil)
 	}
 	if a.batch {
@@ -784,7 +780,7 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 		}
 	}
 	if int64(len(take)) < a.min {
-		if a.hold > 0 {
+		if a.hold > 0 && !a.batch { // a claim with a batch never stands
 			st := &srStanding{a: *a, until: now + a.hold}
 			st.a.hold, st.a.replaces = 0, ""
 			t.standing = append(t.standing, st)
@@ -819,9 +815,6 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 }
 
 func (p *srState) mayLease(t *srTask, a *srClaim) bool {
-	if a.batch && slices.ContainsFunc(t.batches, func(b *srBatch) bool { return !b.taken[a.rank] }) {
-		return true
-	}
 	if t.sel.gsize > 0 {
 		return p.groupUnitsAll(t)*t.sel.gsize >= a.min
 	}
@@ -858,7 +851,7 @@ func (p *srState) serve() {
 		}
 		for k := 0; k < len(t.standing); k++ {
 			s := t.standing[k]
-			if !p.mayLease(t, &s.a) {
+			if s.a.batch || !p.mayLease(t, &s.a) {
 				continue
 			}
 			leased, _, until, rows := p.claim(&s.a)
@@ -866,11 +859,7 @@ func (p *srState) serve() {
 				continue
 			}
 			// Filed under the standing claim's own token (the one its
-			// unwait and a replacing claim name); a claim with a batch
-			// keeps no rows: the other ranks hold the same rows.
-			if s.a.batch {
-				rows = nil
-			}
+			// unwait and a replacing claim name).
 			t.served[s.a.token] = srServed{until: until, rows: rows}
 			t.standing = slices.Delete(t.standing, k, k+1)
 			k--

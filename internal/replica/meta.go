@@ -256,6 +256,7 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 	}
 	stale := 0                  // picks made again because the copy was behind
+	undone := 0                 // claims whose result the copy lost, handed back and made again
 	dropped := 0                // rows dropped by attempts that leased nothing, then made again
 	var cleared []*metadata.Row // rows cleared by any attempt (Capacity.ClearAcked)
 	for window := 4*req.Rows + 64; ; window *= 4 {
@@ -263,8 +264,7 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		var skew time.Duration
 		var base, picked, restarts uint64
 		var pickMark uint64 // the copy's mark where the pick looked
-		var replaced *rules.Claimed
-		own := 1 // this attempt's records
+		own := 1            // this attempt's records
 		pp := m.part(partition)
 		rs, err := m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
 			picked, restarts, pickMark = pp.pos.N, pp.restarts, pp.mark()
@@ -309,13 +309,9 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 				moved = len(rows) > 0
 			}
 			if req.Replaces != "" {
-				// A rank's claim fulfilled before this claim's record,
-				// which then leased nothing: that share is the answer.
-				// (Any other fulfilment went back undelivered where this
-				// record landed, which leased afresh.)
-				if c, ok := p.fulfilled[req.Replaces]; ok && req.Batch != nil {
-					replaced = &c
-				}
+				// A fulfilment before this claim's record went back
+				// undelivered where the record landed, which leased
+				// afresh.
 				delete(p.fulfilled, req.Replaces)
 				delete(p.waits, req.Replaces)
 			}
@@ -338,14 +334,18 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 			delete(pp.waits, a.Token)
 			pp.mu.Unlock()
 		}
+		var past *pastWrite
+		if errors.As(err, &past) && undone < 3 && m.undo(ctx, partition, &a) {
+			// What it did is handed back: claim afresh.
+			undone++
+			window /= 4
+			continue
+		}
 		if err != nil {
 			return settled, metadata.Claimed{}, err
 		}
 		if r.Err != nil {
 			return settled, metadata.Claimed{}, r.Err
-		}
-		if replaced != nil {
-			return settled, localClaimed(*replaced, skew, base), settleErr
 		}
 		c := r.Claimed
 		cleared = append(cleared, c.Cleared...)
@@ -377,6 +377,26 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		return settled, out, settleErr
 	}
+}
+
+// undo hands back what claim a did where its record landed, its result
+// lost to its writer (the copy restarted from a snapshot past it, so the
+// state holds its effect): the rows the state shows leased to its token,
+// and its standing claim or what that was served, all ready again
+// undelivered. Else they would be held by no one until the lease ended,
+// and a Wait's standing claim would lease rows committed later to no one.
+// It reports whether the claim is undone: never a rank's, whose batch the
+// other ranks share.
+func (m *Meta) undo(ctx context.Context, partition string, a *rules.ClaimArgs) bool {
+	if a.Batch != nil && a.Batch.Ranks > 1 {
+		return false
+	}
+	var rows []uint64
+	if err := m.view(ctx, partition, func(st *rules.Partition) { rows = st.LeasedTo(a.Task, a.Token) }); err != nil {
+		return false
+	}
+	_, err := m.Settle(ctx, partition, metadata.SettleRequest{Task: a.Task, Op: metadata.Unwait, Lease: a.Token, Indexes: rows})
+	return err == nil
 }
 
 // localClaimed is c, a claim's result by the server's clock, in this

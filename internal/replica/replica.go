@@ -414,7 +414,7 @@ func (m *Meta) found(ctx context.Context, p *part, recs []record, restarts uint6
 	// Appended, yet not found where the log was read after: the log
 	// was replaced (compacted past them) in between. Their outcome is
 	// in the log only.
-	return nil, fmt.Errorf("%w: partition %q: the write's entries are not in the log read after it", backends.ErrOutcomeUnknown, p.name)
+	return nil, &pastWrite{fmt.Errorf("%w: partition %q: the write's entries are not in the log read after it", backends.ErrOutcomeUnknown, p.name)}
 }
 
 // A group is the records of calls that came while an append of the
@@ -588,7 +588,7 @@ func (m *Meta) settle(ctx context.Context, p *part, recs []record, restarts uint
 				return res, nil
 			}
 			if p.restarts != restarts {
-				return nil, fmt.Errorf("%w: partition %q: the log was compacted before the write's entries were read: %w", backends.ErrOutcomeUnknown, p.name, cause)
+				return nil, &pastWrite{fmt.Errorf("%w: partition %q: the log was compacted before the write's entries were read: %w", backends.ErrOutcomeUnknown, p.name, cause)}
 			}
 			return nil, fmt.Errorf("partition %q: not applied (its reply was lost, and a fence voided it): %w", p.name, errNotApplied(cause))
 		}
@@ -609,6 +609,14 @@ func (m *Meta) settle(ctx context.Context, p *part, recs []record, restarts uint
 		}
 	}
 }
+
+// pastWrite is an outcome unknown because the copy restarted from a
+// snapshot past the write's records (or the fence after them): the state
+// holds whatever they did, their results are gone.
+type pastWrite struct{ err error }
+
+func (e *pastWrite) Error() string { return e.err.Error() }
+func (e *pastWrite) Unwrap() error { return e.err }
 
 // errNotApplied strips ErrOutcomeUnknown from an error whose outcome is
 // now known (nothing applied), keeping every other error it matches.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/tqgo/tqgo/backends/backendtest/toylog"
 	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/replica"
+	"github.com/tqgo/tqgo/internal/rules"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -579,5 +581,193 @@ func TestWaitCutOffMidClaim(t *testing.T) {
 			t.Fatal("the row the cut-off claim leased did not come back")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// gatedReads is a Log whose blocking reads (a watcher's) wait, once
+// closed, until it is opened; at tells of each read so held.
+type gatedReads struct {
+	backends.Log
+	mu     sync.Mutex
+	closed bool
+	open   chan struct{}
+	at     chan struct{}
+}
+
+func (l *gatedReads) Read(ctx context.Context, partition string, from backends.Pos, wait time.Duration) (backends.Tail, error) {
+	l.mu.Lock()
+	held := l.closed && wait > 0
+	l.mu.Unlock()
+	if held {
+		select {
+		case l.at <- struct{}{}:
+		default:
+		}
+		select {
+		case <-l.open:
+		case <-ctx.Done():
+			return backends.Tail{}, ctx.Err()
+		}
+	}
+	return l.Log.Read(ctx, partition, from, wait)
+}
+
+// compactAll replaces partition's whole log with a snapshot of the state
+// it holds, as a writer's compaction does.
+func compactAll(t *testing.T, l backends.Log, partition string) {
+	t.Helper()
+	if err := compactLog(l, partition); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func compactLog(l backends.Log, partition string) error {
+	ctx := context.Background()
+	tail, err := l.Read(ctx, partition, backends.Pos{}, 0)
+	if err != nil {
+		return err
+	}
+	st, at := rules.New(), tail.Start
+	if tail.Snapshot != nil {
+		if st, err = rules.Restore(tail.Snapshot); err != nil {
+			return err
+		}
+	}
+	for i := range tail.Entries {
+		st.Replay(&tail.Entries[i])
+		at = tail.Entries[i].Pos()
+	}
+	if at == (backends.Pos{}) {
+		return fmt.Errorf("log of %q: empty", partition)
+	}
+	snap, err := st.Snapshot()
+	if err != nil {
+		return err
+	}
+	return l.Compact(ctx, partition, at, snap)
+}
+
+// A rank's Wait whose share of a batch another rank opened was given it
+// by a record its process never read (the log was compacted past that
+// record before its watcher read on, so its copy restarted from the
+// snapshot) still takes its share at once: it does not wait for the
+// batch's lease to end, while the other rank, which holds its share,
+// waits for it (an all-reduce).
+func TestRankShareAcrossCompaction(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	gate := &gatedReads{open: make(chan struct{}), at: make(chan struct{}, 1), closed: true}
+	a := client(t, srv, nil)
+	b := client(t, srv, func(l backends.Log) backends.Log { gate.Log = l; return gate })
+	// As the GRPO trainer's sampler: the ready rows, once there are 4.
+	four := tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
+		if len(ready) < 4 {
+			return nil, nil
+		}
+		return [][]int{{0}, {1}, {2}, {3}}, nil
+	})
+	rank := func(c *tq.Client, r int) *tq.Task {
+		task, err := c.Task("p", "t", []string{"x"}, tq.WithSampler(four), tq.Ranks(2, r, ""), tq.LeaseFor(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	ta, tb := rank(a, 0), rank(b, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type result struct {
+		l   *tq.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := tb.Wait(ctx, 4, tq.AtLeast(4))
+		got <- result{l, err}
+	}()
+	select {
+	case <-gate.at: // registered, and its watcher about to read the log
+	case r := <-got:
+		t.Fatalf("rank 1's Wait returned before any row: %v, %v", r.l, r.err)
+	}
+	put(t, a, "p", "r0", "r1", "r2", "r3")
+	la, err := ta.Claim(ctx, 4, tq.AtLeast(4))
+	if err != nil || la.Len() == 0 {
+		t.Fatalf("rank 0's claim: %v, %v; want its share of the 4 rows", la, err)
+	}
+	compactAll(t, srv.Engine().Log, "p")
+	gate.mu.Lock()
+	gate.closed = false
+	close(gate.open)
+	gate.mu.Unlock()
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("rank 1's Wait, rank 0 holding its share of the batch under a lease of a minute: %v", r.err)
+	}
+	all := append(la.Keys(), r.l.Keys()...)
+	slices.Sort(all)
+	if !slices.Equal(all, []string{"r0", "r1", "r2", "r3"}) {
+		t.Fatalf("rank 0's share %q and rank 1's %q, want the 4 rows between them", la.Keys(), r.l.Keys())
+	}
+}
+
+// compactingLoss is a Log whose next Append, when armed, applies, then has
+// the log compacted past it, and loses its reply: the writer's copy
+// restarts from a snapshot holding the record, so the record's result is
+// gone.
+type compactingLoss struct {
+	backends.Log
+	armed atomic.Bool
+}
+
+func (l *compactingLoss) Append(ctx context.Context, partition string, from backends.Pos, recs []backends.Record) (backends.Tail, error) {
+	tail, err := l.Log.Append(ctx, partition, from, recs)
+	if err != nil || !l.armed.Swap(false) {
+		return tail, err
+	}
+	if err := compactLog(l.Log, partition); err != nil {
+		return backends.Tail{}, err
+	}
+	return backends.Tail{}, fmt.Errorf("%w: the reply was lost", backends.ErrOutcomeUnknown)
+}
+
+// A claim whose record leased rows where it landed, its result lost to
+// its writer (the log compacted past the record before the writer read it
+// back), does not leave them held by no one until the lease ends: what it
+// did is handed back undelivered and the claim is made again, so a Wait
+// takes the row at once, delivered once. (The GRPO example's advantage
+// worker waited for such a lease, a step of one lease.)
+func TestClaimResultLostToCompaction(t *testing.T) {
+	srv := toylog.NewServer(nil)
+	var lossy *compactingLoss
+	a := client(t, srv, func(l backends.Log) backends.Log { lossy = &compactingLoss{Log: l}; return lossy })
+	put(t, a, "p", "r0")
+	for _, wait := range []bool{false, true} {
+		task, err := a.Task("p", fmt.Sprint("t", wait), []string{"x"}, tq.LeaseFor(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		lossy.armed.Store(true)
+		var l *tq.Lease
+		if wait {
+			l, err = task.Wait(ctx, 1)
+		} else {
+			l, err = task.Claim(ctx, 1)
+		}
+		if lossy.armed.Load() {
+			t.Fatalf("wait %v: the claim's append was not the one losing its result", wait)
+		}
+		if errors.Is(err, tq.ErrOutcomeUnknown) {
+			// Made again, as a caller does: the row must not be held
+			// by the lost claim's lease.
+			l, err = task.Wait(ctx, 1)
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("wait %v: a claim whose result the copy lost, then a Wait: %v (the row held by no one for a minute's lease)", wait, err)
+		}
+		if !slices.Equal(l.Keys(), []string{"r0"}) || l.Deliveries[0] != 1 {
+			t.Fatalf("wait %v: leased %q, deliveries %v; want r0 delivered once", wait, l.Keys(), l.Deliveries)
+		}
 	}
 }

@@ -387,14 +387,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	p.advance(t, now)
 	before := p.seq // the count before this claim's own hand-back, if any
 	if a.Replaces != "" {
-		if _, ok := t.served[a.Replaces]; ok && a.Batch != nil {
-			// The rank's claim it replaces took a share of a batch:
-			// that lease is the answer (its writer takes it), and this
-			// one leases nothing.
-			t.unstand(a.Replaces)
-			return Claimed{Mark: p.mark(t, now)}
-		}
-		// Else what the claim it replaces was fulfilled with goes back
+		// What the claim it replaces was fulfilled with goes back
 		// undelivered, and this claim leases afresh: its writer may
 		// never have seen that fulfilment (its copy restarted from a
 		// snapshot past it), and must not leave it held by nobody.
@@ -478,7 +471,16 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 			// before it wakes the Wait at once, to pick again.
 			c.Mark.Seq = before
 		}
-		if a.Hold > 0 {
+		if a.Hold > 0 && a.Batch == nil {
+			// A rank's claim never stands: its share is served to no
+			// one. A share served to a standing claim whose writer
+			// never saw the fulfilment (its copy restarted from a
+			// snapshot past it) could not be handed back, the other
+			// ranks holding its rows, and the rank would wait for the
+			// batch's lease to end. The change that gives it a share
+			// (a batch opened, rows ready) raises the count, which
+			// wakes its Wait, whose next claim takes the share in its
+			// own record.
 			st := &standing{a: *a, until: now + a.Hold.Microseconds()}
 			st.a.Hold, st.a.Replaces = 0, ""
 			t.standing = append(t.standing, st)
@@ -975,6 +977,24 @@ func (p *Partition) unwait(t *task, token string, indexes []uint64) {
 	}
 }
 
+// LeasedTo returns the rows of the task leased to token (their lease
+// ended or not), by index: what a claim of that token leased, for a writer
+// that lost its result. It changes nothing.
+func (p *Partition) LeasedTo(taskName, token string) []uint64 {
+	t := p.tasks[taskName]
+	if t == nil || token == "" {
+		return nil
+	}
+	var out []uint64
+	for i, e := range t.entries {
+		if e.state == metadata.Leased && e.lease == token {
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // unstand removes the standing claim token, if it is waiting.
 func (t *task) unstand(token string) {
 	t.standing = slices.DeleteFunc(t.standing, func(s *standing) bool { return s.a.Token == token })
@@ -1009,7 +1029,9 @@ func (p *Partition) serve() {
 		p.advance(t, now)
 		for k := 0; k < len(t.standing); k++ {
 			s := t.standing[k]
-			if !p.mayLease(t, &s.a) {
+			if s.a.Batch != nil || !p.mayLease(t, &s.a) {
+				// A rank's claim never stands (see Claim); one that a
+				// snapshot written otherwise holds is not served either.
 				continue
 			}
 			quiet := p.quiet
@@ -1027,14 +1049,8 @@ func (p *Partition) serve() {
 				rows[j] = r.Index
 			}
 			// Filed under the waiter's token, which its replacing claim
-			// or its Unwait names. A rank's share of a batch is not
-			// returned by an Unwait (the other ranks hold the same rows
-			// under the same lease): its rows lapse with the lease.
-			sv := served{until: c.Until.UnixMicro()}
-			if s.a.Batch == nil {
-				sv.rows = rows
-			}
-			t.served[s.a.Token] = sv
+			// or its Unwait names.
+			t.served[s.a.Token] = served{until: c.Until.UnixMicro(), rows: rows}
 			c.Waiting = s.a.Token
 			p.fulfilled = append(p.fulfilled, c)
 			t.standing = slices.Delete(t.standing, k, k+1)
@@ -1045,9 +1061,6 @@ func (p *Partition) serve() {
 
 // mayLease reports, cheaply, whether a claim of a might lease now.
 func (p *Partition) mayLease(t *task, a *ClaimArgs) bool {
-	if a.Batch != nil && slices.ContainsFunc(t.batches, func(b *openBatch) bool { return !b.taken[a.Batch.Rank] }) {
-		return true
-	}
 	if t.groups != nil {
 		if !t.sel.Group.Partial {
 			return t.groups.chunks*t.sel.Group.Size >= a.Min

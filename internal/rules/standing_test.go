@@ -183,3 +183,50 @@ func TestUnwaitHandsBackUndelivered(t *testing.T) {
 		t.Fatalf("a stale hand-back changed c's lease: %+v", d)
 	}
 }
+
+// A rank's claim with a Hold never stands, so no record serves it a
+// share that its writer might never read (its copy restarted from a
+// snapshot past that record) and could not hand back: the record that
+// opens the batch raises the count past the rank's mark, and the rank's
+// next claim takes its share in its own result, in a copy restored from
+// a snapshot as in the one that applied every record.
+func TestRankClaimNeverStands(t *testing.T) {
+	rank := func(l *logged, now int64, r int, token string) Claimed {
+		t.Helper()
+		res, served := l.at(t, now, ClaimRecord(&ClaimArgs{Task: "t", Token: token, Lease: time.Minute, Rows: 2, Min: 2,
+			Batch: &metadata.Batch{Ranks: 2, Rank: r}, Select: Select{Fields: []string{"f"}}, Hold: 30 * time.Second}))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		if len(served) != 0 {
+			t.Fatalf("rank %d's claim %q served %+v", r, token, served)
+		}
+		return res.Claimed
+	}
+	l := &logged{p: New()}
+	waited := rank(l, 1, 1, "w1")
+	if waited.Lease != "" || waited.Waiting != "" {
+		t.Fatalf("rank 1's held claim of an empty partition: %+v, want nothing leased and nothing standing", waited)
+	}
+	l.put(t, 2, "k1", "k2")
+	opened := rank(l, 3, 0, "r0")
+	if opened.Lease != "r0" || len(opened.Rows) != 2 {
+		t.Fatalf("rank 0 opened %+v, want the batch of k1 and k2", opened)
+	}
+	if l.p.Seq() <= waited.Mark.Seq {
+		t.Fatalf("the batch opened at count %d, rank 1 waits past %d: its Wait would not wake", l.p.Seq(), waited.Mark.Seq)
+	}
+	snap, err := l.p.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]*Partition{"applied": l.p, "restored": restored} {
+		if c := rank(&logged{p: p, n: l.n}, 4, 1, "w2"); c.Lease != "r0" || len(c.Rows) != 2 {
+			t.Errorf("%s copy: rank 1's claim after the batch opened: %+v, want its share of batch r0", name, c)
+		}
+	}
+}
