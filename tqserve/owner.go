@@ -35,6 +35,8 @@ type ownership struct {
 	mu     sync.Mutex
 	owned  map[string]owned // by partition
 	closed bool
+	// abandoned: closed with nothing handed over (abandon).
+	abandoned bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -107,16 +109,29 @@ func (o *ownership) own(ctx context.Context, partition string) error {
 	}
 	if owner == o.self {
 		o.mu.Lock()
-		if !o.closed {
-			own, had := o.owned[partition]
-			if !had {
-				o.log.Debug("tq server: serving partition", "partition", partition, "server", o.self)
-				own.used = start
+		if o.closed {
+			// Taken as the server hands its partitions over, after it
+			// listed them: hand this one over too, else it stays
+			// unserved until the ownership ends.
+			handing := !o.abandoned
+			o.mu.Unlock()
+			if handing {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ttl/3)
+				defer cancel()
+				if err := o.owners.Disown(dctx, partition, o.self); err != nil {
+					o.log.Warn("tq server: handing partition over failed: it passes to another server when its ownership ends", "partition", partition, "err", err)
+				}
 			}
-			// The ownership began no later than the request did.
-			own.until = start.Add(left)
-			o.owned[partition] = own
+			return errHandingOver
 		}
+		own, had := o.owned[partition]
+		if !had {
+			o.log.Debug("tq server: serving partition", "partition", partition, "server", o.self)
+			own.used = start
+		}
+		// The ownership began no later than the request did.
+		own.until = start.Add(left)
+		o.owned[partition] = own
 		o.mu.Unlock()
 		return nil
 	}
@@ -161,7 +176,7 @@ func (o *ownership) renew() {
 			err := o.own(ctx, p)
 			cancel()
 			var moved *movedError
-			if err != nil && !errors.As(err, &moved) {
+			if err != nil && !errors.As(err, &moved) && !errors.Is(err, errHandingOver) {
 				o.log.Warn("tq server: renewing ownership failed; retrying", "partition", p, "err", err)
 			}
 		}
@@ -203,7 +218,7 @@ func (o *ownership) abandon() {
 		o.mu.Unlock()
 		return
 	}
-	o.closed = true
+	o.closed, o.abandoned = true, true
 	o.mu.Unlock()
 	if o.owners != nil {
 		close(o.stop)
