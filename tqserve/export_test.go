@@ -17,8 +17,8 @@ func Owned(s *Server) []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var out []string
-	for p, until := range o.owned {
-		if time.Until(until) > 0 {
+	for p, own := range o.owned {
+		if time.Until(own.until) > 0 {
 			out = append(out, p)
 		}
 	}

@@ -33,8 +33,10 @@ type ownership struct {
 	log    *slog.Logger
 
 	mu     sync.Mutex
-	owned  map[string]time.Time // partition -> when this ownership ends (local clock), renewed before
+	owned  map[string]owned // by partition
 	closed bool
+	// abandoned: closed with nothing handed over (abandon).
+	abandoned bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -44,13 +46,21 @@ func newOwnership(owners backends.Owners, addr string, ttl time.Duration, log *s
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	o := &ownership{owners: owners, addr: addr, self: addr + " " + hex.EncodeToString(id[:]), ttl: ttl, log: log,
-		owned: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+		owned: map[string]owned{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if owners == nil {
 		close(o.done)
 		return o
 	}
 	go o.renew()
 	return o
+}
+
+// owned is one partition's ownership: until when (local clock; renewed
+// before), and when a call last reached it. One that no call reached for
+// a whole ownership is not renewed: it lapses, so that a server does not
+// hold every partition it ever served (a job that makes one per step).
+type owned struct {
+	until, used time.Time
 }
 
 // movedError says another server owns a partition: the caller goes there.
@@ -72,14 +82,19 @@ func (o *ownership) check(ctx context.Context, partition string) error {
 	if o.owners == nil || partition == "" {
 		return nil // "" is no partition: the call itself refuses it
 	}
+	now := time.Now()
 	o.mu.Lock()
 	closed := o.closed
-	until, ok := o.owned[partition]
+	own, ok := o.owned[partition]
+	if ok {
+		own.used = now
+		o.owned[partition] = own
+	}
 	o.mu.Unlock()
 	if closed {
 		return errHandingOver
 	}
-	if ok && time.Until(until) > 0 {
+	if ok && own.until.After(now) {
 		return nil
 	}
 	return o.own(ctx, partition)
@@ -94,13 +109,29 @@ func (o *ownership) own(ctx context.Context, partition string) error {
 	}
 	if owner == o.self {
 		o.mu.Lock()
-		if !o.closed {
-			if _, had := o.owned[partition]; !had {
-				o.log.Debug("tq server: serving partition", "partition", partition, "server", o.self)
+		if o.closed {
+			// Taken as the server hands its partitions over, after it
+			// listed them: hand this one over too, else it stays
+			// unserved until the ownership ends.
+			handing := !o.abandoned
+			o.mu.Unlock()
+			if handing {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ttl/3)
+				defer cancel()
+				if err := o.owners.Disown(dctx, partition, o.self); err != nil {
+					o.log.Warn("tq server: handing partition over failed: it passes to another server when its ownership ends", "partition", partition, "err", err)
+				}
 			}
-			// The ownership began no later than the request did.
-			o.owned[partition] = start.Add(left)
+			return errHandingOver
 		}
+		own, had := o.owned[partition]
+		if !had {
+			o.log.Debug("tq server: serving partition", "partition", partition, "server", o.self)
+			own.used = start
+		}
+		// The ownership began no later than the request did.
+		own.until = start.Add(left)
+		o.owned[partition] = own
 		o.mu.Unlock()
 		return nil
 	}
@@ -115,7 +146,9 @@ func (o *ownership) own(ctx context.Context, partition string) error {
 }
 
 // renew renews every owned partition a third of the way through its
-// ownership, so that a renewal that fails once is made again in time.
+// ownership, so that a renewal that fails once is made again in time;
+// one that no call reached for a whole ownership is let lapse (not
+// disowned: a call that takes it again meanwhile keeps it).
 func (o *ownership) renew() {
 	defer close(o.done)
 	t := time.NewTicker(o.ttl / 3)
@@ -126,9 +159,15 @@ func (o *ownership) renew() {
 			return
 		case <-t.C:
 		}
+		idle := time.Now().Add(-o.ttl)
 		o.mu.Lock()
 		parts := make([]string, 0, len(o.owned))
-		for p := range o.owned {
+		for p, own := range o.owned {
+			if own.used.Before(idle) {
+				delete(o.owned, p)
+				o.log.Debug("tq server: letting an idle partition go", "partition", p, "server", o.self)
+				continue
+			}
 			parts = append(parts, p)
 		}
 		o.mu.Unlock()
@@ -137,7 +176,7 @@ func (o *ownership) renew() {
 			err := o.own(ctx, p)
 			cancel()
 			var moved *movedError
-			if err != nil && !errors.As(err, &moved) {
+			if err != nil && !errors.As(err, &moved) && !errors.Is(err, errHandingOver) {
 				o.log.Warn("tq server: renewing ownership failed; retrying", "partition", p, "err", err)
 			}
 		}
@@ -157,7 +196,7 @@ func (o *ownership) handOver(ctx context.Context) {
 	for p := range o.owned {
 		parts = append(parts, p)
 	}
-	o.owned = map[string]time.Time{}
+	o.owned = map[string]owned{}
 	o.mu.Unlock()
 	if o.owners == nil {
 		return
@@ -179,7 +218,7 @@ func (o *ownership) abandon() {
 		o.mu.Unlock()
 		return
 	}
-	o.closed = true
+	o.closed, o.abandoned = true, true
 	o.mu.Unlock()
 	if o.owners != nil {
 		close(o.stop)

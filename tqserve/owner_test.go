@@ -198,3 +198,41 @@ func TestAdvertisedOnMoved(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A partition no call reaches for a whole ownership is let go: a server
+// does not renew every partition it ever served for as long as it runs
+// (a job that makes a partition per step), and another server takes the
+// partition at its next call without a MOVED.
+func TestIdleOwnershipLapses(t *testing.T) {
+	redistest.Available(t)
+	rs := redistest.Start(t)
+	engine := rs.URL() + "?prefix=idle"
+	const ttl = 300 * time.Millisecond
+	quiet := tqserve.WithLogger(discardLogger())
+	s1 := serveOn(t, engine, tqserve.WithOwnership(ttl), quiet)
+	s2 := serveOn(t, engine, tqserve.WithOwnership(ttl), quiet)
+	a := openClient(t, "tq://"+s1.addr)
+	if err := a.Put(t.Context(), "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := tqserve.Owned(s1.srv); !slices.Equal(got, []string{"p"}) {
+		t.Fatalf("s1 owns %v, want [p]", got)
+	}
+	deadline := time.Now().Add(20 * ttl)
+	for len(tqserve.Owned(s1.srv)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("s1 still owns %v after %v with no call", tqserve.Owned(s1.srv), 20*ttl)
+		}
+		time.Sleep(ttl / 3)
+	}
+	// Let go, not renewed since: its owner key ends within an ownership.
+	time.Sleep(ttl)
+	b := openClient(t, "tq://"+s2.addr)
+	rows, err := b.List(t.Context(), "p")
+	if err != nil || len(rows.Rows) != 1 {
+		t.Fatalf("list through s2: %v, %v", rows, err)
+	}
+	if got := tqserve.Owned(s2.srv); !slices.Equal(got, []string{"p"}) {
+		t.Fatalf("s2 owns %v after p lapsed at s1, want [p]", got)
+	}
+}

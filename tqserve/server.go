@@ -521,6 +521,14 @@ func (s *Server) Candidates(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.Ca
 	// Only the rows: no registration, no replaced claim, no rank's share
 	// of an open batch (each would change state without a pick).
 	req.Hold, req.Replaces, req.Batch = 0, "", nil
+	// A claim picks on the server's copy as it is (a claim's append
+	// catches it up, and a pick made here picks again then), which may
+	// be behind the log (another server owned the partition, another
+	// process wrote to it): the client picks once, so the candidates are
+	// the log's. A lookup of no key catches the copy up.
+	if _, err := s.meta.Lookup(ctx, r.GetPartition(), nil); err != nil {
+		return nil, toStatus(err)
+	}
 	var rows []*metadata.Row
 	var ds []metadata.Delivery
 	c, err := s.meta.Claim(ctx, r.GetPartition(), req, func(rs []*metadata.Row, d []metadata.Delivery) (metadata.Picked, error) {
