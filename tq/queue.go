@@ -612,6 +612,7 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 // where q can. An ack that failed alone hands back what the claim leased.
 func (t *Task) ackClaim(ctx context.Context, tr *callTrace, q metadata.MetaStore, a *Lease, ack metadata.SettleRequest, req metadata.ClaimRequest, pick metadata.Pick) (metadata.Claimed, error) {
 	res, got, err := metadata.SettleClaim(ctx, q, t.partition, ack, req, pick)
+	t.c.cleared(ctx, tr, t.partition, res.Cleared) // an ack that applied cleared them, whatever followed
 	if err != nil {
 		if got.Lease != "" {
 			t.handBack(ctx, q, t.shareless(got.Lease, leasedIndexes(got)))
@@ -619,7 +620,6 @@ func (t *Task) ackClaim(ctx context.Context, tr *callTrace, q metadata.MetaStore
 		return metadata.Claimed{}, err
 	}
 	a.noteAcked(ack.Indexes, res.Lost)
-	t.c.cleared(ctx, tr, t.partition, res.Cleared)
 	if lost := lostError("ack", t.partition, t.name, res.Lost, a.Meta.Rows); lost != nil {
 		t.c.event(slog.LevelWarn, "ack lost", t.partition, t.name, nil, lost, "tq: rows acked with a claim were no longer held")
 	}

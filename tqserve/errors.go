@@ -99,7 +99,7 @@ func toStatus(err error) error {
 		f.Kind, code = tqpb.Failure_FULL, codes.ResourceExhausted
 		f.Full = &tqpb.Full{Partition: full.Partition, Capacity: toCapacity(full.Capacity),
 			Used: toUsage(full.Used), Asked: toUsage(full.Asked), Mark: toMark(full.Mark, 0)}
-	} else if errors.Is(err, backends.ErrClosed) {
+	} else if errors.Is(err, backends.ErrClosed) && !errors.Is(err, backends.ErrOutcomeUnknown) {
 		f.Kind, code = tqpb.Failure_CLOSED, codes.Unavailable
 	} else {
 		for _, k := range kinds {

@@ -34,7 +34,7 @@ func defineServe(fs *flag.FlagSet) action {
 	cert := fs.String("tls-cert", "", "TLS certificate `FILE` (PEM); with -tls-key, serve over TLS")
 	key := fs.String("tls-key", "", "TLS key `FILE` (PEM)")
 	cells := fs.String("cells-url", "", "the engine `URL` clients reach cells at themselves (default: -engine for redis, none for file and memory, whose cells the server carries)")
-	advertise := fs.String("advertise", "", "the `HOST:PORT` clients reach this server at, which it gives callers it sends to another server (default: -listen, its host name for every interface)")
+	advertise := fs.String("advertise", "", "the `HOST:PORT` clients reach this server at, its own (not a load balancer's), which it gives callers it sends to another server (default: -listen, its host name for every interface)")
 	ownership := fs.Duration("ownership", tqserve.DefaultOwnership, "how long this server's ownership of a partition lasts unless renewed: how long a killed server's partitions go unserved (servers sharing a Redis)")
 	standby := fs.Bool("standby", true, "file:// held by another server: wait for it and take over when it stops or dies")
 	metrics := fs.String("metrics", "", "`ADDR` to serve Prometheus metrics on at /metrics (empty: none)")
