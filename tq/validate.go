@@ -7,45 +7,23 @@ import (
 	"github.com/tqgo/tqgo/backends/metadata"
 )
 
-// maxNameLen bounds partition names, which become parts of metadata keys.
-// maxFieldLen bounds field names tighter: a storage key
-// "<index>@<field>#<gen>" adds up to 42 bytes, and must fit the 255-byte key
-// limit of datasystems such as openYuanrong's.
+// The bounds of partition and field names: see metadata.ValidName.
 const (
-	maxNameLen  = 255
-	maxFieldLen = 200
+	maxNameLen  = metadata.MaxPartitionName
+	maxFieldLen = metadata.MaxFieldName
 )
 
 func parseURL(raw string) (*url.URL, error) { return url.Parse(raw) }
 
-// validName: field and partition names are 1 to maxLen bytes of letters,
-// digits and "_.-:/" (no "@" or "#", which storage keys use as separators,
-// no spaces, no braces, which Redis Cluster reads as hash tags).
-func validName(s string, maxLen int) bool {
-	if len(s) == 0 || len(s) > maxLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c == '_', c == '.', c == '-', c == ':', c == '/':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 func checkPartition(p string) error {
-	if !validName(p, maxNameLen) {
+	if !metadata.ValidName(p, maxNameLen) {
 		return invalidf("partition name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", p, maxNameLen)
 	}
 	return nil
 }
 
 func checkField(f string) error {
-	if !validName(f, maxFieldLen) {
+	if !metadata.ValidName(f, maxFieldLen) {
 		return invalidf("field name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", f, maxFieldLen)
 	}
 	return nil

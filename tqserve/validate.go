@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/tqserve/tqpb"
 )
 
@@ -17,31 +18,14 @@ import (
 // field once. Each fails with InvalidArgument, changing nothing.
 
 const (
-	maxPartitionName = 255
-	maxFieldName     = 200
+	maxPartitionName = metadata.MaxPartitionName
+	maxFieldName     = metadata.MaxFieldName
 )
-
-// validName reports whether s is 1 to maxLen bytes of [A-Za-z0-9_.:/-].
-func validName(s string, maxLen int) bool {
-	if len(s) == 0 || len(s) > maxLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c == '_', c == '.', c == '-', c == ':', c == '/':
-		default:
-			return false
-		}
-	}
-	return true
-}
 
 func checkFields(partition string, fields []string) error {
 	seen := make(map[string]bool, len(fields))
 	for _, f := range fields {
-		if !validName(f, maxFieldName) {
+		if !metadata.ValidName(f, maxFieldName) {
 			return invalidf("partition %q: field name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", partition, f, maxFieldName)
 		}
 		if seen[f] {
@@ -73,7 +57,7 @@ func checkRequest(req any) error {
 		return nil // not a Meta request of a partition (Info, Partitions, Cells)
 	}
 	partition := p.GetPartition()
-	if !validName(partition, maxPartitionName) {
+	if !metadata.ValidName(partition, maxPartitionName) {
 		return invalidf("partition name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", partition, maxPartitionName)
 	}
 	switch r := req.(type) {
@@ -87,7 +71,7 @@ func checkRequest(req any) error {
 		for i, u := range r.GetUpdates() {
 			keys[i] = u.GetKey()
 			for f := range u.GetFields() {
-				if !validName(f, maxFieldName) {
+				if !metadata.ValidName(f, maxFieldName) {
 					return invalidf("partition %q: row %q: field name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", partition, u.GetKey(), f, maxFieldName)
 				}
 			}
