@@ -193,7 +193,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 		grpc.MaxRecvMsgSize(o.maxMsg),
 		grpc.MaxSendMsgSize(1 << 30),
 		serverKeepalive(),
-		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{s.authorize}, o.inter...), validate)...),
+		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{s.authorize}, o.inter...), validate, s.served)...),
 	}
 	if o.creds != nil {
 		sopts = append(sopts, grpc.Creds(o.creds))
@@ -245,6 +245,17 @@ func (s *Server) ownership() *ownership {
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
 	return s.own
+}
+
+// served is the interceptor that sends a call naming a partition this
+// server does not serve to the one that does (MOVED), before its handler.
+func (s *Server) served(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if p, ok := req.(interface{ GetPartition() string }); ok {
+		if err := s.owns(ctx, p.GetPartition()); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	return next(ctx, req)
 }
 
 // owns returns nil when the server serves partition, else the error that
@@ -362,9 +373,6 @@ func (s *Server) Info(context.Context, *tqpb.InfoRequest) (*tqpb.InfoReply, erro
 }
 
 func (s *Server) Prepare(ctx context.Context, r *tqpb.PrepareRequest) (*tqpb.PrepareReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	res, err := s.meta.Prepare(ctx, r.GetPartition(), r.GetKeys(), r.GetFields(), nilIfEmpty(r.GetSizes()))
 	if err != nil {
 		return nil, toStatus(err)
@@ -395,16 +403,10 @@ func rowsReply(rows []*metadata.Row, err error) (*tqpb.RowsReply, error) {
 }
 
 func (s *Server) SetCapacity(ctx context.Context, r *tqpb.SetCapacityRequest) (*tqpb.RowsReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	return rowsReply(s.meta.SetCapacity(ctx, r.GetPartition(), fromCapacity(r.GetCapacity())))
 }
 
 func (s *Server) Commit(ctx context.Context, r *tqpb.CommitRequest) (*tqpb.CommitReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	us, err := fromUpdates(r.GetUpdates())
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("%w: commit: %w", backends.ErrInvalid, err))
@@ -417,9 +419,6 @@ func (s *Server) Commit(ctx context.Context, r *tqpb.CommitRequest) (*tqpb.Commi
 }
 
 func (s *Server) Lookup(ctx context.Context, r *tqpb.KeysRequest) (*tqpb.LookupReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	rows, err := s.meta.Lookup(ctx, r.GetPartition(), r.GetKeys())
 	if err != nil {
 		return nil, toStatus(err)
@@ -439,9 +438,6 @@ func (s *Server) Lookup(ctx context.Context, r *tqpb.KeysRequest) (*tqpb.LookupR
 }
 
 func (s *Server) List(ctx context.Context, r *tqpb.PartitionRequest) (*tqpb.RowsReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	return rowsReply(s.meta.List(ctx, r.GetPartition()))
 }
 
@@ -454,23 +450,14 @@ func (s *Server) Partitions(ctx context.Context, _ *tqpb.PartitionsRequest) (*tq
 }
 
 func (s *Server) Delete(ctx context.Context, r *tqpb.KeysRequest) (*tqpb.RowsReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	return rowsReply(s.meta.Delete(ctx, r.GetPartition(), r.GetKeys()))
 }
 
 func (s *Server) DeletePartition(ctx context.Context, r *tqpb.PartitionRequest) (*tqpb.RowsReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	return rowsReply(s.meta.DeletePartition(ctx, r.GetPartition()))
 }
 
 func (s *Server) Garbage(ctx context.Context, r *tqpb.GarbageRequest) (*tqpb.RefsReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	refs, err := s.meta.Garbage(ctx, r.GetPartition(), time.Duration(r.GetOlderThanNs()))
 	if err != nil {
 		return nil, toStatus(err)
@@ -479,23 +466,14 @@ func (s *Server) Garbage(ctx context.Context, r *tqpb.GarbageRequest) (*tqpb.Ref
 }
 
 func (s *Server) Swept(ctx context.Context, r *tqpb.RefsRequest) (*tqpb.Empty, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	return &tqpb.Empty{}, toStatus(s.meta.Swept(ctx, r.GetPartition(), fromRefs(r.GetRefs())))
 }
 
 func (s *Server) Abandon(ctx context.Context, r *tqpb.RefsRequest) (*tqpb.Empty, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	return &tqpb.Empty{}, toStatus(s.meta.Abandon(ctx, r.GetPartition(), fromRefs(r.GetRefs())))
 }
 
 func (s *Server) DeleteFields(ctx context.Context, r *tqpb.DeleteFieldsRequest) (*tqpb.RefsReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	refs, err := s.meta.DeleteFields(ctx, r.GetPartition(), r.GetKeys(), r.GetFields())
 	if err != nil {
 		return nil, toStatus(err)
@@ -508,9 +486,6 @@ func (s *Server) DeleteFields(ctx context.Context, r *tqpb.DeleteFieldsRequest) 
 var errCaptured = errors.New("candidates captured")
 
 func (s *Server) Candidates(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.CandidatesReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	req, err := fromClaimRequest(r)
 	if err != nil {
 		return nil, toStatus(err)
@@ -553,9 +528,6 @@ func (s *Server) Candidates(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.Ca
 }
 
 func (s *Server) Claim(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.ClaimReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	req, err := fromClaimRequest(r)
 	if err != nil {
 		return nil, toStatus(err)
@@ -633,9 +605,6 @@ func pickByIndex(units []*tqpb.Unit, drop []uint64) metadata.Pick {
 }
 
 func (s *Server) Settle(ctx context.Context, r *tqpb.SettleRequest) (*tqpb.SettleReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	res, err := s.meta.Settle(ctx, r.GetPartition(), settleRequest(r))
 	if err != nil {
 		return nil, toStatus(err)
@@ -661,9 +630,6 @@ func settleReply(res metadata.SettleResult) (*tqpb.SettleReply, error) {
 }
 
 func (s *Server) Consumption(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.ConsumptionReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	m, err := s.meta.Consumption(ctx, r.GetPartition(), r.GetTasks()...)
 	if err != nil {
 		return nil, toStatus(err)
@@ -672,9 +638,6 @@ func (s *Server) Consumption(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.C
 }
 
 func (s *Server) View(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.ViewReply, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	v, err := s.meta.View(ctx, r.GetPartition(), r.GetTasks()...)
 	if err != nil {
 		return nil, toStatus(err)
@@ -687,9 +650,6 @@ func (s *Server) View(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.ViewRepl
 }
 
 func (s *Server) Reset(ctx context.Context, r *tqpb.ResetRequest) (*tqpb.Empty, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	var ix []uint64
 	if !r.GetAllRows() {
 		ix = r.GetIndexes()
@@ -701,9 +661,6 @@ func (s *Server) Reset(ctx context.Context, r *tqpb.ResetRequest) (*tqpb.Empty, 
 }
 
 func (s *Server) Wait(ctx context.Context, r *tqpb.WaitRequest) (*tqpb.Empty, error) {
-	if err := s.owns(ctx, r.GetPartition()); err != nil {
-		return nil, toStatus(err)
-	}
 	// A stopping server ends its Waits: the callers look again, elsewhere.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
