@@ -72,6 +72,25 @@ func serveChildUntil(t *testing.T, want string, args ...string) *exec.Cmd {
 	}
 }
 
+// terminate stops a tq serve child with SIGTERM and checks it exits 0
+// within 15s.
+func terminate(t *testing.T, srv *exec.Cmd) {
+	t.Helper()
+	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("tq serve after SIGTERM: %v, want exit status 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("tq serve did not exit within 15s of SIGTERM")
+	}
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -148,19 +167,7 @@ func TestServeKillRestart(t *testing.T) {
 		}
 	}
 	srv = <-restarted
-	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("tq serve after SIGTERM: %v, want exit status 0", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("tq serve did not exit within 15s of SIGTERM")
-	}
+	terminate(t, srv)
 }
 
 // Two servers for one directory: the second stands by and serves once the
@@ -210,19 +217,7 @@ func TestServeCPUProfile(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("tq serve -cpuprofile after SIGTERM: %v, want exit status 0", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("tq serve did not exit within 15s of SIGTERM")
-	}
+	terminate(t, srv)
 	b, err := os.ReadFile(prof)
 	if err != nil {
 		t.Fatal(err)
