@@ -114,7 +114,7 @@ func Open(ctx context.Context, rawURL string) (Engine, error) {
 		return Engine{}, err
 	}
 	if err := eng.Check(); err != nil {
-		closeEngine(eng)
+		_ = eng.Close()
 		return Engine{}, fmt.Errorf("scheme %q: %w", u.Scheme, err)
 	}
 	return eng, nil
@@ -168,14 +168,18 @@ func (e *noSchemeError) Error() string {
 
 func (e *noSchemeError) Unwrap() error { return ErrInvalid }
 
-func closeEngine(e Engine) {
+// Close closes what the engine holds: its Meta, its Log and its Store
+// (those that are set), returning their errors joined.
+func (e Engine) Close() error {
+	var errs []error
 	if e.Meta != nil {
-		_ = e.Meta.Close()
+		errs = append(errs, e.Meta.Close())
 	}
 	if e.Log != nil {
-		_ = e.Log.Close()
+		errs = append(errs, e.Log.Close())
 	}
 	if e.Data != nil {
-		_ = e.Data.Close()
+		errs = append(errs, e.Data.Close())
 	}
+	return errors.Join(errs...)
 }

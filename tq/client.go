@@ -75,7 +75,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	}
 	meta, err := metadata.Of(eng)
 	if err != nil {
-		closeEngine(eng)
+		_ = eng.Close()
 		return nil, &openError{url: redactURL(url), err: err}
 	}
 	return newClient(eng, meta, o, true), nil
@@ -96,17 +96,6 @@ func New(eng backends.Engine, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	return newClient(eng, meta, o, false), nil
-}
-
-// closeEngine closes what an engine Open opened, for an engine tq refuses.
-func closeEngine(eng backends.Engine) {
-	if eng.Meta != nil {
-		_ = eng.Meta.Close()
-	}
-	if eng.Log != nil {
-		_ = eng.Log.Close()
-	}
-	_ = eng.Data.Close()
 }
 
 // newClient makes the client over eng and its MetaStore meta (nil: the

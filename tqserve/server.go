@@ -167,7 +167,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 	case eng.Meta != nil:
 		m, ok := eng.Meta.(metadata.MetaStore)
 		if !ok {
-			closeEngine(eng)
+			_ = eng.Close()
 			return nil, fmt.Errorf("%w: engine metadata is not a MetaStore", backends.ErrInvalid)
 		}
 		s.meta = m
@@ -176,7 +176,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 	case eng.Local:
 		s.meta = memory.NewMetaStore()
 	default:
-		closeEngine(eng)
+		_ = eng.Close()
 		return nil, fmt.Errorf("%w: engine %s keeps no metadata a server could serve", backends.ErrInvalid, redact(engineURL))
 	}
 	switch {
@@ -345,16 +345,6 @@ func (s *Server) authorize(ctx context.Context, req any, info *grpc.UnaryServerI
 		}
 	}
 	return next(ctx, req)
-}
-
-func closeEngine(e backends.Engine) {
-	if e.Meta != nil {
-		_ = e.Meta.Close()
-	}
-	if e.Log != nil {
-		_ = e.Log.Close()
-	}
-	_ = e.Data.Close()
 }
 
 func redact(url string) string {
