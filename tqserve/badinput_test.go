@@ -265,7 +265,7 @@ var badCases = []badCase{
 		return commit(&tqpb.RowUpdate{Key: "a", Index: e.ixA}, &tqpb.RowUpdate{Key: "a", Index: e.ixA})(ctx, e)
 	}},
 	{"commit a field of no valid name", codes.InvalidArgument, func(ctx context.Context, e *badEnv) error {
-		return commit(&tqpb.RowUpdate{Key: "a", Index: e.ixA, Fields: map[string]*tqpb.FieldInfo{"": {Gen: 1}}})(ctx, e)
+		return commit(&tqpb.RowUpdate{Key: "a", Index: e.ixA, Fields: []*tqpb.FieldEntry{{Name: "", Info: &tqpb.FieldInfo{Gen: 1}}}})(ctx, e)
 	}},
 	{"commit to an empty partition name", codes.InvalidArgument, func(ctx context.Context, e *badEnv) error {
 		_, err := e.raw.Commit(ctx, &tqpb.CommitRequest{Updates: []*tqpb.RowUpdate{{Key: "a", Index: e.ixA}}})

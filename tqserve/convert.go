@@ -2,6 +2,7 @@ package tqserve
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tqgo/tqgo/backends/metadata"
@@ -138,28 +139,38 @@ func fromTagValue(v *tqpb.TagValue) (any, error) {
 
 // Rows.
 
-func toFields(m map[string]metadata.FieldInfo) map[string]*tqpb.FieldInfo {
+func toFields(m map[string]metadata.FieldInfo) []*tqpb.FieldEntry {
 	if m == nil {
 		return nil
 	}
-	out := make(map[string]*tqpb.FieldInfo, len(m))
+	// One allocation for the entries and one for their infos.
+	out := make([]*tqpb.FieldEntry, 0, len(m))
+	entries := make([]tqpb.FieldEntry, len(m))
+	infos := make([]tqpb.FieldInfo, len(m))
+	i := 0
 	for f, fi := range m {
-		out[f] = &tqpb.FieldInfo{Dtype: fi.DType, Shape: fi.Shape, HasShape: fi.Shape != nil, Gen: fi.Gen, BackendTag: fi.BackendTag}
+		infos[i] = tqpb.FieldInfo{Dtype: fi.DType, Shape: fi.Shape, HasShape: fi.Shape != nil, Gen: fi.Gen, BackendTag: fi.BackendTag}
+		entries[i] = tqpb.FieldEntry{Name: f, Info: &infos[i]}
+		out = append(out, &entries[i])
+		i++
 	}
 	return out
 }
 
-func fromFields(m map[string]*tqpb.FieldInfo) map[string]metadata.FieldInfo {
-	if m == nil {
+// fromFields is the fields of a row as the wire lists them (a name given
+// twice: the last counts, as in a map).
+func fromFields(es []*tqpb.FieldEntry) map[string]metadata.FieldInfo {
+	if es == nil {
 		return nil
 	}
-	out := make(map[string]metadata.FieldInfo, len(m))
-	for f, fi := range m {
+	out := make(map[string]metadata.FieldInfo, len(es))
+	for _, e := range es {
+		fi := e.GetInfo()
 		shape := fi.GetShape()
 		if fi.GetHasShape() && shape == nil {
 			shape = []int64{}
 		}
-		out[f] = metadata.FieldInfo{DType: fi.GetDtype(), Shape: shape, Gen: fi.GetGen(), BackendTag: fi.GetBackendTag()}
+		out[e.GetName()] = metadata.FieldInfo{DType: fi.GetDtype(), Shape: shape, Gen: fi.GetGen(), BackendTag: fi.GetBackendTag()}
 	}
 	return out
 }
@@ -173,11 +184,40 @@ func toRow(r *metadata.Row) (*tqpb.Row, error) {
 }
 
 func fromRow(r *tqpb.Row) (*metadata.Row, error) {
+	return fromRowSharing(r, nil, nil)
+}
+
+// fromRowSharing is fromRow, giving the row prev's Fields map when r's
+// fields are prevFields' (rows are read-only and may share their maps:
+// the rows of a claim or a listing mostly hold the same fields alike).
+func fromRowSharing(r *tqpb.Row, prev *metadata.Row, prevFields []*tqpb.FieldEntry) (*metadata.Row, error) {
 	tag, err := fromTagMap(r.GetTag())
 	if err != nil {
 		return nil, fmt.Errorf("row %q: %w", r.GetKey(), err)
 	}
-	return &metadata.Row{Key: r.GetKey(), Index: r.GetIndex(), Fields: fromFields(r.GetFields()), Tag: tag}, nil
+	out := &metadata.Row{Key: r.GetKey(), Index: r.GetIndex(), Tag: tag}
+	if prev != nil && sameFields(r.GetFields(), prevFields) {
+		out.Fields = prev.Fields
+	} else {
+		out.Fields = fromFields(r.GetFields())
+	}
+	return out, nil
+}
+
+// sameFields reports whether a and b list the same fields alike, in the
+// same order.
+func sameFields(a, b []*tqpb.FieldEntry) bool {
+	if len(a) != len(b) || (a == nil) != (b == nil) {
+		return false
+	}
+	for i, e := range a {
+		x, y := e.GetInfo(), b[i].GetInfo()
+		if e.GetName() != b[i].GetName() || x.GetDtype() != y.GetDtype() || x.GetHasShape() != y.GetHasShape() ||
+			x.GetGen() != y.GetGen() || x.GetBackendTag() != y.GetBackendTag() || !slices.Equal(x.GetShape(), y.GetShape()) {
+			return false
+		}
+	}
+	return true
 }
 
 func toRows(rows []*metadata.Row) ([]*tqpb.Row, error) {
@@ -201,7 +241,12 @@ func fromRows(rows []*tqpb.Row) ([]*metadata.Row, error) {
 	}
 	out := make([]*metadata.Row, len(rows))
 	for i, r := range rows {
-		mr, err := fromRow(r)
+		var prev *metadata.Row
+		var prevFields []*tqpb.FieldEntry
+		if i > 0 {
+			prev, prevFields = out[i-1], rows[i-1].GetFields()
+		}
+		mr, err := fromRowSharing(r, prev, prevFields)
 		if err != nil {
 			return nil, err
 		}

@@ -70,8 +70,8 @@ func checkRequest(req any) error {
 		keys := make([]string, len(r.GetUpdates()))
 		for i, u := range r.GetUpdates() {
 			keys[i] = u.GetKey()
-			for f := range u.GetFields() {
-				if !metadata.ValidName(f, maxFieldName) {
+			for _, e := range u.GetFields() {
+				if f := e.GetName(); !metadata.ValidName(f, maxFieldName) {
 					return invalidf("partition %q: row %q: field name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", partition, u.GetKey(), f, maxFieldName)
 				}
 			}

@@ -175,7 +175,7 @@ func (x Delivery_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Delivery_State.Descriptor instead.
 func (Delivery_State) EnumDescriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{38, 0}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{39, 0}
 }
 
 type SettleRequest_Op int32
@@ -239,7 +239,7 @@ func (x SettleRequest_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SettleRequest_Op.Descriptor instead.
 func (SettleRequest_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{42, 0}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{43, 0}
 }
 
 type Empty struct {
@@ -941,11 +941,67 @@ func (x *FieldInfo) GetBackendTag() string {
 	return ""
 }
 
+// A field of a row: its name and what the row holds of it. A row's fields
+// are a list of these with distinct names (on the wire the same bytes as
+// a map<string, FieldInfo>, which a reader may decode them as; a name
+// given twice: the last counts).
+type FieldEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Info          *FieldInfo             `protobuf:"bytes,2,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldEntry) Reset() {
+	*x = FieldEntry{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldEntry) ProtoMessage() {}
+
+func (x *FieldEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldEntry.ProtoReflect.Descriptor instead.
+func (*FieldEntry) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FieldEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FieldEntry) GetInfo() *FieldInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
 type Row struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Index  uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Fields map[string]*FieldInfo  `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Fields []*FieldEntry          `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty"`
 	// Absent: no tag.
 	Tag           *TagMap `protobuf:"bytes,4,opt,name=tag,proto3" json:"tag,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -954,7 +1010,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[10]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1022,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[10]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1035,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{10}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Row) GetKey() string {
@@ -996,7 +1052,7 @@ func (x *Row) GetIndex() uint64 {
 	return 0
 }
 
-func (x *Row) GetFields() map[string]*FieldInfo {
+func (x *Row) GetFields() []*FieldEntry {
 	if x != nil {
 		return x.Fields
 	}
@@ -1020,7 +1076,7 @@ type MaybeRow struct {
 
 func (x *MaybeRow) Reset() {
 	*x = MaybeRow{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[11]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1088,7 @@ func (x *MaybeRow) String() string {
 func (*MaybeRow) ProtoMessage() {}
 
 func (x *MaybeRow) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[11]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1101,7 @@ func (x *MaybeRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaybeRow.ProtoReflect.Descriptor instead.
 func (*MaybeRow) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{11}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MaybeRow) GetRow() *Row {
@@ -1065,7 +1121,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[12]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1133,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[12]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1146,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{12}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Reservation) GetIndex() uint64 {
@@ -1111,7 +1167,7 @@ type RowUpdate struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Index  uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Fields map[string]*FieldInfo  `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Fields []*FieldEntry          `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty"`
 	// Absent: the tag is left as it is.
 	Tag           *TagMap `protobuf:"bytes,4,opt,name=tag,proto3" json:"tag,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1120,7 +1176,7 @@ type RowUpdate struct {
 
 func (x *RowUpdate) Reset() {
 	*x = RowUpdate{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[13]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1188,7 @@ func (x *RowUpdate) String() string {
 func (*RowUpdate) ProtoMessage() {}
 
 func (x *RowUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[13]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1201,7 @@ func (x *RowUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowUpdate.ProtoReflect.Descriptor instead.
 func (*RowUpdate) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{13}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RowUpdate) GetKey() string {
@@ -1162,7 +1218,7 @@ func (x *RowUpdate) GetIndex() uint64 {
 	return 0
 }
 
-func (x *RowUpdate) GetFields() map[string]*FieldInfo {
+func (x *RowUpdate) GetFields() []*FieldEntry {
 	if x != nil {
 		return x.Fields
 	}
@@ -1188,7 +1244,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[14]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1256,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[14]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1269,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{14}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Ref) GetIndex() uint64 {
@@ -1255,7 +1311,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[15]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1323,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[15]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1336,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{15}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Capacity) GetRows() int64 {
@@ -1314,7 +1370,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[16]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1382,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[16]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1395,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{16}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Usage) GetRows() int64 {
@@ -1369,7 +1425,7 @@ type Mark struct {
 
 func (x *Mark) Reset() {
 	*x = Mark{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[17]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1437,7 @@ func (x *Mark) String() string {
 func (*Mark) ProtoMessage() {}
 
 func (x *Mark) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[17]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1450,7 @@ func (x *Mark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mark.ProtoReflect.Descriptor instead.
 func (*Mark) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{17}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Mark) GetSeq() uint64 {
@@ -1445,7 +1501,7 @@ type PrepareRequest struct {
 
 func (x *PrepareRequest) Reset() {
 	*x = PrepareRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[18]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1513,7 @@ func (x *PrepareRequest) String() string {
 func (*PrepareRequest) ProtoMessage() {}
 
 func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[18]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1526,7 @@ func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareRequest.ProtoReflect.Descriptor instead.
 func (*PrepareRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{18}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PrepareRequest) GetPartition() string {
@@ -1510,7 +1566,7 @@ type PrepareReply struct {
 
 func (x *PrepareReply) Reset() {
 	*x = PrepareReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[19]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1578,7 @@ func (x *PrepareReply) String() string {
 func (*PrepareReply) ProtoMessage() {}
 
 func (x *PrepareReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[19]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1591,7 @@ func (x *PrepareReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareReply.ProtoReflect.Descriptor instead.
 func (*PrepareReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{19}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PrepareReply) GetReservations() []*Reservation {
@@ -1555,7 +1611,7 @@ type SetCapacityRequest struct {
 
 func (x *SetCapacityRequest) Reset() {
 	*x = SetCapacityRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[20]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1623,7 @@ func (x *SetCapacityRequest) String() string {
 func (*SetCapacityRequest) ProtoMessage() {}
 
 func (x *SetCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[20]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1636,7 @@ func (x *SetCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCapacityRequest.ProtoReflect.Descriptor instead.
 func (*SetCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{20}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetCapacityRequest) GetPartition() string {
@@ -1606,7 +1662,7 @@ type RowsReply struct {
 
 func (x *RowsReply) Reset() {
 	*x = RowsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[21]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1674,7 @@ func (x *RowsReply) String() string {
 func (*RowsReply) ProtoMessage() {}
 
 func (x *RowsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[21]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1687,7 @@ func (x *RowsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowsReply.ProtoReflect.Descriptor instead.
 func (*RowsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{21}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RowsReply) GetRows() []*Row {
@@ -1651,7 +1707,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[22]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1719,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[22]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1732,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{22}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommitRequest) GetPartition() string {
@@ -1703,7 +1759,7 @@ type CommitReply struct {
 
 func (x *CommitReply) Reset() {
 	*x = CommitReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[23]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1771,7 @@ func (x *CommitReply) String() string {
 func (*CommitReply) ProtoMessage() {}
 
 func (x *CommitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[23]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1784,7 @@ func (x *CommitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitReply.ProtoReflect.Descriptor instead.
 func (*CommitReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{23}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CommitReply) GetSuperseded() []*Ref {
@@ -1755,7 +1811,7 @@ type KeysRequest struct {
 
 func (x *KeysRequest) Reset() {
 	*x = KeysRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[24]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1823,7 @@ func (x *KeysRequest) String() string {
 func (*KeysRequest) ProtoMessage() {}
 
 func (x *KeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[24]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1836,7 @@ func (x *KeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysRequest.ProtoReflect.Descriptor instead.
 func (*KeysRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{24}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KeysRequest) GetPartition() string {
@@ -1806,7 +1862,7 @@ type LookupReply struct {
 
 func (x *LookupReply) Reset() {
 	*x = LookupReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[25]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1874,7 @@ func (x *LookupReply) String() string {
 func (*LookupReply) ProtoMessage() {}
 
 func (x *LookupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[25]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1887,7 @@ func (x *LookupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReply.ProtoReflect.Descriptor instead.
 func (*LookupReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{25}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LookupReply) GetRows() []*MaybeRow {
@@ -1850,7 +1906,7 @@ type PartitionRequest struct {
 
 func (x *PartitionRequest) Reset() {
 	*x = PartitionRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[26]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1918,7 @@ func (x *PartitionRequest) String() string {
 func (*PartitionRequest) ProtoMessage() {}
 
 func (x *PartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[26]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1931,7 @@ func (x *PartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRequest.ProtoReflect.Descriptor instead.
 func (*PartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{26}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PartitionRequest) GetPartition() string {
@@ -1893,7 +1949,7 @@ type PartitionsRequest struct {
 
 func (x *PartitionsRequest) Reset() {
 	*x = PartitionsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +1961,7 @@ func (x *PartitionsRequest) String() string {
 func (*PartitionsRequest) ProtoMessage() {}
 
 func (x *PartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +1974,7 @@ func (x *PartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionsRequest.ProtoReflect.Descriptor instead.
 func (*PartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{27}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{28}
 }
 
 type PartitionsReply struct {
@@ -1930,7 +1986,7 @@ type PartitionsReply struct {
 
 func (x *PartitionsReply) Reset() {
 	*x = PartitionsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +1998,7 @@ func (x *PartitionsReply) String() string {
 func (*PartitionsReply) ProtoMessage() {}
 
 func (x *PartitionsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2011,7 @@ func (x *PartitionsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionsReply.ProtoReflect.Descriptor instead.
 func (*PartitionsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{28}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PartitionsReply) GetPartitions() []string {
@@ -1975,7 +2031,7 @@ type GarbageRequest struct {
 
 func (x *GarbageRequest) Reset() {
 	*x = GarbageRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2043,7 @@ func (x *GarbageRequest) String() string {
 func (*GarbageRequest) ProtoMessage() {}
 
 func (x *GarbageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2056,7 @@ func (x *GarbageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbageRequest.ProtoReflect.Descriptor instead.
 func (*GarbageRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{29}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GarbageRequest) GetPartition() string {
@@ -2027,7 +2083,7 @@ type RefsRequest struct {
 
 func (x *RefsRequest) Reset() {
 	*x = RefsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2095,7 @@ func (x *RefsRequest) String() string {
 func (*RefsRequest) ProtoMessage() {}
 
 func (x *RefsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2108,7 @@ func (x *RefsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefsRequest.ProtoReflect.Descriptor instead.
 func (*RefsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{30}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RefsRequest) GetPartition() string {
@@ -2078,7 +2134,7 @@ type RefsReply struct {
 
 func (x *RefsReply) Reset() {
 	*x = RefsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2146,7 @@ func (x *RefsReply) String() string {
 func (*RefsReply) ProtoMessage() {}
 
 func (x *RefsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2159,7 @@ func (x *RefsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefsReply.ProtoReflect.Descriptor instead.
 func (*RefsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{31}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RefsReply) GetRefs() []*Ref {
@@ -2124,7 +2180,7 @@ type DeleteFieldsRequest struct {
 
 func (x *DeleteFieldsRequest) Reset() {
 	*x = DeleteFieldsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2192,7 @@ func (x *DeleteFieldsRequest) String() string {
 func (*DeleteFieldsRequest) ProtoMessage() {}
 
 func (x *DeleteFieldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2205,7 @@ func (x *DeleteFieldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFieldsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFieldsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{32}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteFieldsRequest) GetPartition() string {
@@ -2186,7 +2242,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2254,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2267,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{33}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Group) GetTag() string {
@@ -2261,7 +2317,7 @@ type Select struct {
 
 func (x *Select) Reset() {
 	*x = Select{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2329,7 @@ func (x *Select) String() string {
 func (*Select) ProtoMessage() {}
 
 func (x *Select) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2342,7 @@ func (x *Select) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Select.ProtoReflect.Descriptor instead.
 func (*Select) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{34}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Select) GetFields() []string {
@@ -2327,7 +2383,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2395,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2408,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{35}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Batch) GetRanks() int64 {
@@ -2379,7 +2435,7 @@ type Unit struct {
 
 func (x *Unit) Reset() {
 	*x = Unit{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2447,7 @@ func (x *Unit) String() string {
 func (*Unit) ProtoMessage() {}
 
 func (x *Unit) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2460,7 @@ func (x *Unit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unit.ProtoReflect.Descriptor instead.
 func (*Unit) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{36}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Unit) GetIndexes() []uint64 {
@@ -2448,7 +2504,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2516,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2529,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{37}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ClaimRequest) GetPartition() string {
@@ -2612,7 +2668,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +2680,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +2693,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{38}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Delivery) GetIndex() uint64 {
@@ -2714,7 +2770,7 @@ type CandidatesReply struct {
 
 func (x *CandidatesReply) Reset() {
 	*x = CandidatesReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2782,7 @@ func (x *CandidatesReply) String() string {
 func (*CandidatesReply) ProtoMessage() {}
 
 func (x *CandidatesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2795,7 @@ func (x *CandidatesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidatesReply.ProtoReflect.Descriptor instead.
 func (*CandidatesReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{39}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CandidatesReply) GetRows() []*Row {
@@ -2789,7 +2845,7 @@ type ClaimReply struct {
 
 func (x *ClaimReply) Reset() {
 	*x = ClaimReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +2857,7 @@ func (x *ClaimReply) String() string {
 func (*ClaimReply) ProtoMessage() {}
 
 func (x *ClaimReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +2870,7 @@ func (x *ClaimReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimReply.ProtoReflect.Descriptor instead.
 func (*ClaimReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{40}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ClaimReply) GetLease() string {
@@ -2924,7 +2980,7 @@ type Positions struct {
 
 func (x *Positions) Reset() {
 	*x = Positions{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +2992,7 @@ func (x *Positions) String() string {
 func (*Positions) ProtoMessage() {}
 
 func (x *Positions) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3005,7 @@ func (x *Positions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Positions.ProtoReflect.Descriptor instead.
 func (*Positions) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{41}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Positions) GetPositions() []int64 {
@@ -2974,7 +3030,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2986,7 +3042,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2999,7 +3055,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{42}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SettleRequest) GetPartition() string {
@@ -3062,7 +3118,7 @@ type SettleReply struct {
 
 func (x *SettleReply) Reset() {
 	*x = SettleReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3130,7 @@ func (x *SettleReply) String() string {
 func (*SettleReply) ProtoMessage() {}
 
 func (x *SettleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3143,7 @@ func (x *SettleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleReply.ProtoReflect.Descriptor instead.
 func (*SettleReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{43}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SettleReply) GetLost() []uint64 {
@@ -3121,7 +3177,7 @@ type TasksRequest struct {
 
 func (x *TasksRequest) Reset() {
 	*x = TasksRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3189,7 @@ func (x *TasksRequest) String() string {
 func (*TasksRequest) ProtoMessage() {}
 
 func (x *TasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3202,7 @@ func (x *TasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TasksRequest.ProtoReflect.Descriptor instead.
 func (*TasksRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{44}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TasksRequest) GetPartition() string {
@@ -3172,7 +3228,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3240,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3253,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{45}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Deliveries) GetDeliveries() []*Delivery {
@@ -3216,7 +3272,7 @@ type ConsumptionReply struct {
 
 func (x *ConsumptionReply) Reset() {
 	*x = ConsumptionReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3284,7 @@ func (x *ConsumptionReply) String() string {
 func (*ConsumptionReply) ProtoMessage() {}
 
 func (x *ConsumptionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3297,7 @@ func (x *ConsumptionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumptionReply.ProtoReflect.Descriptor instead.
 func (*ConsumptionReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{46}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ConsumptionReply) GetTasks() map[string]*Deliveries {
@@ -3263,7 +3319,7 @@ type GroupWait struct {
 
 func (x *GroupWait) Reset() {
 	*x = GroupWait{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3331,7 @@ func (x *GroupWait) String() string {
 func (*GroupWait) ProtoMessage() {}
 
 func (x *GroupWait) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3344,7 @@ func (x *GroupWait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupWait.ProtoReflect.Descriptor instead.
 func (*GroupWait) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{47}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GroupWait) GetId() string {
@@ -3328,7 +3384,7 @@ type GroupWaits struct {
 
 func (x *GroupWaits) Reset() {
 	*x = GroupWaits{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3396,7 @@ func (x *GroupWaits) String() string {
 func (*GroupWaits) ProtoMessage() {}
 
 func (x *GroupWaits) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3409,7 @@ func (x *GroupWaits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupWaits.ProtoReflect.Descriptor instead.
 func (*GroupWaits) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{48}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GroupWaits) GetGroups() []*GroupWait {
@@ -3381,7 +3437,7 @@ type ViewReply struct {
 
 func (x *ViewReply) Reset() {
 	*x = ViewReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +3449,7 @@ func (x *ViewReply) String() string {
 func (*ViewReply) ProtoMessage() {}
 
 func (x *ViewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +3462,7 @@ func (x *ViewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewReply.ProtoReflect.Descriptor instead.
 func (*ViewReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{49}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ViewReply) GetRows() []*Row {
@@ -3486,7 +3542,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3498,7 +3554,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3511,7 +3567,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{50}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ResetRequest) GetPartition() string {
@@ -3552,7 +3608,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3620,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3633,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{51}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WaitRequest) GetPartition() string {
@@ -3605,7 +3661,7 @@ type Cell struct {
 
 func (x *Cell) Reset() {
 	*x = Cell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +3673,7 @@ func (x *Cell) String() string {
 func (*Cell) ProtoMessage() {}
 
 func (x *Cell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +3686,7 @@ func (x *Cell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cell.ProtoReflect.Descriptor instead.
 func (*Cell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{52}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Cell) GetKey() string {
@@ -3663,7 +3719,7 @@ type WriteCellsRequest struct {
 
 func (x *WriteCellsRequest) Reset() {
 	*x = WriteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3675,7 +3731,7 @@ func (x *WriteCellsRequest) String() string {
 func (*WriteCellsRequest) ProtoMessage() {}
 
 func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3688,7 +3744,7 @@ func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsRequest.ProtoReflect.Descriptor instead.
 func (*WriteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{53}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WriteCellsRequest) GetCells() []*Cell {
@@ -3708,7 +3764,7 @@ type WriteCellsReply struct {
 
 func (x *WriteCellsReply) Reset() {
 	*x = WriteCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3720,7 +3776,7 @@ func (x *WriteCellsReply) String() string {
 func (*WriteCellsReply) ProtoMessage() {}
 
 func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3733,7 +3789,7 @@ func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsReply.ProtoReflect.Descriptor instead.
 func (*WriteCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WriteCellsReply) GetTags() []string {
@@ -3752,7 +3808,7 @@ type ReadCellsRequest struct {
 
 func (x *ReadCellsRequest) Reset() {
 	*x = ReadCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +3820,7 @@ func (x *ReadCellsRequest) String() string {
 func (*ReadCellsRequest) ProtoMessage() {}
 
 func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +3833,7 @@ func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsRequest.ProtoReflect.Descriptor instead.
 func (*ReadCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReadCellsRequest) GetCells() []*Cell {
@@ -3797,7 +3853,7 @@ type ReadCell struct {
 
 func (x *ReadCell) Reset() {
 	*x = ReadCell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3809,7 +3865,7 @@ func (x *ReadCell) String() string {
 func (*ReadCell) ProtoMessage() {}
 
 func (x *ReadCell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3822,7 +3878,7 @@ func (x *ReadCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCell.ProtoReflect.Descriptor instead.
 func (*ReadCell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReadCell) GetFound() bool {
@@ -3848,7 +3904,7 @@ type ReadCellsReply struct {
 
 func (x *ReadCellsReply) Reset() {
 	*x = ReadCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3860,7 +3916,7 @@ func (x *ReadCellsReply) String() string {
 func (*ReadCellsReply) ProtoMessage() {}
 
 func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3873,7 +3929,7 @@ func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsReply.ProtoReflect.Descriptor instead.
 func (*ReadCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReadCellsReply) GetCells() []*ReadCell {
@@ -3892,7 +3948,7 @@ type DeleteCellsRequest struct {
 
 func (x *DeleteCellsRequest) Reset() {
 	*x = DeleteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3904,7 +3960,7 @@ func (x *DeleteCellsRequest) String() string {
 func (*DeleteCellsRequest) ProtoMessage() {}
 
 func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3917,7 +3973,7 @@ func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCellsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteCellsRequest) GetCells() []*Cell {
@@ -3995,15 +4051,16 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\thas_shape\x18\x05 \x01(\bR\bhasShape\x12\x10\n" +
 	"\x03gen\x18\x03 \x01(\x04R\x03gen\x12\x1f\n" +
 	"\vbackend_tag\x18\x04 \x01(\tR\n" +
-	"backendTag\"\xd1\x01\n" +
+	"backendTag\"H\n" +
+	"\n" +
+	"FieldEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
+	"\x04info\x18\x02 \x01(\v2\x12.tqgo.v1.FieldInfoR\x04info\"}\n" +
 	"\x03Row\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\x120\n" +
-	"\x06fields\x18\x03 \x03(\v2\x18.tqgo.v1.Row.FieldsEntryR\x06fields\x12!\n" +
-	"\x03tag\x18\x04 \x01(\v2\x0f.tqgo.v1.TagMapR\x03tag\x1aM\n" +
-	"\vFieldsEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.tqgo.v1.FieldInfoR\x05value:\x028\x01\"*\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12+\n" +
+	"\x06fields\x18\x03 \x03(\v2\x13.tqgo.v1.FieldEntryR\x06fields\x12!\n" +
+	"\x03tag\x18\x04 \x01(\v2\x0f.tqgo.v1.TagMapR\x03tag\"*\n" +
 	"\bMaybeRow\x12\x1e\n" +
 	"\x03row\x18\x01 \x01(\v2\f.tqgo.v1.RowR\x03row\"\x90\x01\n" +
 	"\vReservation\x12\x14\n" +
@@ -4011,15 +4068,12 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x04gens\x18\x02 \x03(\v2\x1e.tqgo.v1.Reservation.GensEntryR\x04gens\x1a7\n" +
 	"\tGensEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xdd\x01\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x83\x01\n" +
 	"\tRowUpdate\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\x126\n" +
-	"\x06fields\x18\x03 \x03(\v2\x1e.tqgo.v1.RowUpdate.FieldsEntryR\x06fields\x12!\n" +
-	"\x03tag\x18\x04 \x01(\v2\x0f.tqgo.v1.TagMapR\x03tag\x1aM\n" +
-	"\vFieldsEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.tqgo.v1.FieldInfoR\x05value:\x028\x01\"U\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12+\n" +
+	"\x06fields\x18\x03 \x03(\v2\x13.tqgo.v1.FieldEntryR\x06fields\x12!\n" +
+	"\x03tag\x18\x04 \x01(\v2\x0f.tqgo.v1.TagMapR\x03tag\"U\n" +
 	"\x03Ref\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x10\n" +
@@ -4298,7 +4352,7 @@ func file_tqgo_v1_tq_proto_rawDescGZIP() []byte {
 }
 
 var file_tqgo_v1_tq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_tqgo_v1_tq_proto_goTypes = []any{
 	(Failure_Kind)(0),           // 0: tqgo.v1.Failure.Kind
 	(Delivery_State)(0),         // 1: tqgo.v1.Delivery.State
@@ -4313,188 +4367,186 @@ var file_tqgo_v1_tq_proto_goTypes = []any{
 	(*TagList)(nil),             // 10: tqgo.v1.TagList
 	(*TagMap)(nil),              // 11: tqgo.v1.TagMap
 	(*FieldInfo)(nil),           // 12: tqgo.v1.FieldInfo
-	(*Row)(nil),                 // 13: tqgo.v1.Row
-	(*MaybeRow)(nil),            // 14: tqgo.v1.MaybeRow
-	(*Reservation)(nil),         // 15: tqgo.v1.Reservation
-	(*RowUpdate)(nil),           // 16: tqgo.v1.RowUpdate
-	(*Ref)(nil),                 // 17: tqgo.v1.Ref
-	(*Capacity)(nil),            // 18: tqgo.v1.Capacity
-	(*Usage)(nil),               // 19: tqgo.v1.Usage
-	(*Mark)(nil),                // 20: tqgo.v1.Mark
-	(*PrepareRequest)(nil),      // 21: tqgo.v1.PrepareRequest
-	(*PrepareReply)(nil),        // 22: tqgo.v1.PrepareReply
-	(*SetCapacityRequest)(nil),  // 23: tqgo.v1.SetCapacityRequest
-	(*RowsReply)(nil),           // 24: tqgo.v1.RowsReply
-	(*CommitRequest)(nil),       // 25: tqgo.v1.CommitRequest
-	(*CommitReply)(nil),         // 26: tqgo.v1.CommitReply
-	(*KeysRequest)(nil),         // 27: tqgo.v1.KeysRequest
-	(*LookupReply)(nil),         // 28: tqgo.v1.LookupReply
-	(*PartitionRequest)(nil),    // 29: tqgo.v1.PartitionRequest
-	(*PartitionsRequest)(nil),   // 30: tqgo.v1.PartitionsRequest
-	(*PartitionsReply)(nil),     // 31: tqgo.v1.PartitionsReply
-	(*GarbageRequest)(nil),      // 32: tqgo.v1.GarbageRequest
-	(*RefsRequest)(nil),         // 33: tqgo.v1.RefsRequest
-	(*RefsReply)(nil),           // 34: tqgo.v1.RefsReply
-	(*DeleteFieldsRequest)(nil), // 35: tqgo.v1.DeleteFieldsRequest
-	(*Group)(nil),               // 36: tqgo.v1.Group
-	(*Select)(nil),              // 37: tqgo.v1.Select
-	(*Batch)(nil),               // 38: tqgo.v1.Batch
-	(*Unit)(nil),                // 39: tqgo.v1.Unit
-	(*ClaimRequest)(nil),        // 40: tqgo.v1.ClaimRequest
-	(*Delivery)(nil),            // 41: tqgo.v1.Delivery
-	(*CandidatesReply)(nil),     // 42: tqgo.v1.CandidatesReply
-	(*ClaimReply)(nil),          // 43: tqgo.v1.ClaimReply
-	(*Positions)(nil),           // 44: tqgo.v1.Positions
-	(*SettleRequest)(nil),       // 45: tqgo.v1.SettleRequest
-	(*SettleReply)(nil),         // 46: tqgo.v1.SettleReply
-	(*TasksRequest)(nil),        // 47: tqgo.v1.TasksRequest
-	(*Deliveries)(nil),          // 48: tqgo.v1.Deliveries
-	(*ConsumptionReply)(nil),    // 49: tqgo.v1.ConsumptionReply
-	(*GroupWait)(nil),           // 50: tqgo.v1.GroupWait
-	(*GroupWaits)(nil),          // 51: tqgo.v1.GroupWaits
-	(*ViewReply)(nil),           // 52: tqgo.v1.ViewReply
-	(*ResetRequest)(nil),        // 53: tqgo.v1.ResetRequest
-	(*WaitRequest)(nil),         // 54: tqgo.v1.WaitRequest
-	(*Cell)(nil),                // 55: tqgo.v1.Cell
-	(*WriteCellsRequest)(nil),   // 56: tqgo.v1.WriteCellsRequest
-	(*WriteCellsReply)(nil),     // 57: tqgo.v1.WriteCellsReply
-	(*ReadCellsRequest)(nil),    // 58: tqgo.v1.ReadCellsRequest
-	(*ReadCell)(nil),            // 59: tqgo.v1.ReadCell
-	(*ReadCellsReply)(nil),      // 60: tqgo.v1.ReadCellsReply
-	(*DeleteCellsRequest)(nil),  // 61: tqgo.v1.DeleteCellsRequest
-	nil,                         // 62: tqgo.v1.TagMap.ValuesEntry
-	nil,                         // 63: tqgo.v1.Row.FieldsEntry
+	(*FieldEntry)(nil),          // 13: tqgo.v1.FieldEntry
+	(*Row)(nil),                 // 14: tqgo.v1.Row
+	(*MaybeRow)(nil),            // 15: tqgo.v1.MaybeRow
+	(*Reservation)(nil),         // 16: tqgo.v1.Reservation
+	(*RowUpdate)(nil),           // 17: tqgo.v1.RowUpdate
+	(*Ref)(nil),                 // 18: tqgo.v1.Ref
+	(*Capacity)(nil),            // 19: tqgo.v1.Capacity
+	(*Usage)(nil),               // 20: tqgo.v1.Usage
+	(*Mark)(nil),                // 21: tqgo.v1.Mark
+	(*PrepareRequest)(nil),      // 22: tqgo.v1.PrepareRequest
+	(*PrepareReply)(nil),        // 23: tqgo.v1.PrepareReply
+	(*SetCapacityRequest)(nil),  // 24: tqgo.v1.SetCapacityRequest
+	(*RowsReply)(nil),           // 25: tqgo.v1.RowsReply
+	(*CommitRequest)(nil),       // 26: tqgo.v1.CommitRequest
+	(*CommitReply)(nil),         // 27: tqgo.v1.CommitReply
+	(*KeysRequest)(nil),         // 28: tqgo.v1.KeysRequest
+	(*LookupReply)(nil),         // 29: tqgo.v1.LookupReply
+	(*PartitionRequest)(nil),    // 30: tqgo.v1.PartitionRequest
+	(*PartitionsRequest)(nil),   // 31: tqgo.v1.PartitionsRequest
+	(*PartitionsReply)(nil),     // 32: tqgo.v1.PartitionsReply
+	(*GarbageRequest)(nil),      // 33: tqgo.v1.GarbageRequest
+	(*RefsRequest)(nil),         // 34: tqgo.v1.RefsRequest
+	(*RefsReply)(nil),           // 35: tqgo.v1.RefsReply
+	(*DeleteFieldsRequest)(nil), // 36: tqgo.v1.DeleteFieldsRequest
+	(*Group)(nil),               // 37: tqgo.v1.Group
+	(*Select)(nil),              // 38: tqgo.v1.Select
+	(*Batch)(nil),               // 39: tqgo.v1.Batch
+	(*Unit)(nil),                // 40: tqgo.v1.Unit
+	(*ClaimRequest)(nil),        // 41: tqgo.v1.ClaimRequest
+	(*Delivery)(nil),            // 42: tqgo.v1.Delivery
+	(*CandidatesReply)(nil),     // 43: tqgo.v1.CandidatesReply
+	(*ClaimReply)(nil),          // 44: tqgo.v1.ClaimReply
+	(*Positions)(nil),           // 45: tqgo.v1.Positions
+	(*SettleRequest)(nil),       // 46: tqgo.v1.SettleRequest
+	(*SettleReply)(nil),         // 47: tqgo.v1.SettleReply
+	(*TasksRequest)(nil),        // 48: tqgo.v1.TasksRequest
+	(*Deliveries)(nil),          // 49: tqgo.v1.Deliveries
+	(*ConsumptionReply)(nil),    // 50: tqgo.v1.ConsumptionReply
+	(*GroupWait)(nil),           // 51: tqgo.v1.GroupWait
+	(*GroupWaits)(nil),          // 52: tqgo.v1.GroupWaits
+	(*ViewReply)(nil),           // 53: tqgo.v1.ViewReply
+	(*ResetRequest)(nil),        // 54: tqgo.v1.ResetRequest
+	(*WaitRequest)(nil),         // 55: tqgo.v1.WaitRequest
+	(*Cell)(nil),                // 56: tqgo.v1.Cell
+	(*WriteCellsRequest)(nil),   // 57: tqgo.v1.WriteCellsRequest
+	(*WriteCellsReply)(nil),     // 58: tqgo.v1.WriteCellsReply
+	(*ReadCellsRequest)(nil),    // 59: tqgo.v1.ReadCellsRequest
+	(*ReadCell)(nil),            // 60: tqgo.v1.ReadCell
+	(*ReadCellsReply)(nil),      // 61: tqgo.v1.ReadCellsReply
+	(*DeleteCellsRequest)(nil),  // 62: tqgo.v1.DeleteCellsRequest
+	nil,                         // 63: tqgo.v1.TagMap.ValuesEntry
 	nil,                         // 64: tqgo.v1.Reservation.GensEntry
-	nil,                         // 65: tqgo.v1.RowUpdate.FieldsEntry
-	nil,                         // 66: tqgo.v1.ConsumptionReply.TasksEntry
-	nil,                         // 67: tqgo.v1.ViewReply.TasksEntry
-	nil,                         // 68: tqgo.v1.ViewReply.ConsumedEntry
-	nil,                         // 69: tqgo.v1.ViewReply.GroupsEntry
+	nil,                         // 65: tqgo.v1.ConsumptionReply.TasksEntry
+	nil,                         // 66: tqgo.v1.ViewReply.TasksEntry
+	nil,                         // 67: tqgo.v1.ViewReply.ConsumedEntry
+	nil,                         // 68: tqgo.v1.ViewReply.GroupsEntry
 }
 var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	0,  // 0: tqgo.v1.Failure.kind:type_name -> tqgo.v1.Failure.Kind
 	6,  // 1: tqgo.v1.Failure.full:type_name -> tqgo.v1.Full
-	18, // 2: tqgo.v1.Full.capacity:type_name -> tqgo.v1.Capacity
-	19, // 3: tqgo.v1.Full.used:type_name -> tqgo.v1.Usage
-	19, // 4: tqgo.v1.Full.asked:type_name -> tqgo.v1.Usage
-	20, // 5: tqgo.v1.Full.mark:type_name -> tqgo.v1.Mark
+	19, // 2: tqgo.v1.Full.capacity:type_name -> tqgo.v1.Capacity
+	20, // 3: tqgo.v1.Full.used:type_name -> tqgo.v1.Usage
+	20, // 4: tqgo.v1.Full.asked:type_name -> tqgo.v1.Usage
+	21, // 5: tqgo.v1.Full.mark:type_name -> tqgo.v1.Mark
 	4,  // 6: tqgo.v1.InfoReply.now:type_name -> tqgo.v1.Moment
 	10, // 7: tqgo.v1.TagValue.list_value:type_name -> tqgo.v1.TagList
 	11, // 8: tqgo.v1.TagValue.map_value:type_name -> tqgo.v1.TagMap
 	9,  // 9: tqgo.v1.TagList.values:type_name -> tqgo.v1.TagValue
-	62, // 10: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
-	63, // 11: tqgo.v1.Row.fields:type_name -> tqgo.v1.Row.FieldsEntry
-	11, // 12: tqgo.v1.Row.tag:type_name -> tqgo.v1.TagMap
-	13, // 13: tqgo.v1.MaybeRow.row:type_name -> tqgo.v1.Row
-	64, // 14: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
-	65, // 15: tqgo.v1.RowUpdate.fields:type_name -> tqgo.v1.RowUpdate.FieldsEntry
-	11, // 16: tqgo.v1.RowUpdate.tag:type_name -> tqgo.v1.TagMap
-	4,  // 17: tqgo.v1.Mark.wake:type_name -> tqgo.v1.Moment
-	15, // 18: tqgo.v1.PrepareReply.reservations:type_name -> tqgo.v1.Reservation
-	18, // 19: tqgo.v1.SetCapacityRequest.capacity:type_name -> tqgo.v1.Capacity
-	13, // 20: tqgo.v1.RowsReply.rows:type_name -> tqgo.v1.Row
-	16, // 21: tqgo.v1.CommitRequest.updates:type_name -> tqgo.v1.RowUpdate
-	17, // 22: tqgo.v1.CommitReply.superseded:type_name -> tqgo.v1.Ref
-	17, // 23: tqgo.v1.CommitReply.stale:type_name -> tqgo.v1.Ref
-	14, // 24: tqgo.v1.LookupReply.rows:type_name -> tqgo.v1.MaybeRow
-	17, // 25: tqgo.v1.RefsRequest.refs:type_name -> tqgo.v1.Ref
-	17, // 26: tqgo.v1.RefsReply.refs:type_name -> tqgo.v1.Ref
-	36, // 27: tqgo.v1.Select.group:type_name -> tqgo.v1.Group
-	38, // 28: tqgo.v1.ClaimRequest.batch:type_name -> tqgo.v1.Batch
-	37, // 29: tqgo.v1.ClaimRequest.select:type_name -> tqgo.v1.Select
-	39, // 30: tqgo.v1.ClaimRequest.picked:type_name -> tqgo.v1.Unit
-	45, // 31: tqgo.v1.ClaimRequest.settle_first:type_name -> tqgo.v1.SettleRequest
-	1,  // 32: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
-	4,  // 33: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
-	4,  // 34: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
-	13, // 35: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
-	41, // 36: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
-	20, // 37: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
-	13, // 38: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
-	41, // 39: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
-	44, // 40: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
-	4,  // 41: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
-	13, // 42: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
-	20, // 43: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
-	46, // 44: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
-	5,  // 45: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
-	2,  // 46: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
-	4,  // 47: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
-	13, // 48: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
-	41, // 49: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
-	66, // 50: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
-	4,  // 51: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
-	50, // 52: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
-	13, // 53: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
-	67, // 54: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
-	20, // 55: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
-	18, // 56: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
-	19, // 57: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
-	68, // 58: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
-	4,  // 59: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
-	69, // 60: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
-	20, // 61: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
-	55, // 62: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	55, // 63: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
-	59, // 64: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
-	55, // 65: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	9,  // 66: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
-	12, // 67: tqgo.v1.Row.FieldsEntry.value:type_name -> tqgo.v1.FieldInfo
-	12, // 68: tqgo.v1.RowUpdate.FieldsEntry.value:type_name -> tqgo.v1.FieldInfo
-	48, // 69: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	48, // 70: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	51, // 71: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
-	7,  // 72: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
-	21, // 73: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
-	23, // 74: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
-	25, // 75: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
-	27, // 76: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
-	29, // 77: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
-	30, // 78: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
-	27, // 79: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
-	29, // 80: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
-	32, // 81: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
-	33, // 82: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
-	33, // 83: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
-	35, // 84: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
-	40, // 85: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
-	40, // 86: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
-	45, // 87: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
-	47, // 88: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
-	47, // 89: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
-	53, // 90: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
-	54, // 91: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
-	56, // 92: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
-	58, // 93: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
-	61, // 94: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
-	8,  // 95: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
-	22, // 96: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
-	24, // 97: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
-	26, // 98: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
-	28, // 99: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
-	24, // 100: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
-	31, // 101: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
-	24, // 102: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
-	24, // 103: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
-	34, // 104: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
-	3,  // 105: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
-	3,  // 106: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
-	34, // 107: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
-	42, // 108: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
-	43, // 109: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
-	46, // 110: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
-	49, // 111: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
-	52, // 112: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
-	3,  // 113: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
-	3,  // 114: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.Empty
-	57, // 115: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
-	60, // 116: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
-	3,  // 117: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
-	95, // [95:118] is the sub-list for method output_type
-	72, // [72:95] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	63, // 10: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
+	12, // 11: tqgo.v1.FieldEntry.info:type_name -> tqgo.v1.FieldInfo
+	13, // 12: tqgo.v1.Row.fields:type_name -> tqgo.v1.FieldEntry
+	11, // 13: tqgo.v1.Row.tag:type_name -> tqgo.v1.TagMap
+	14, // 14: tqgo.v1.MaybeRow.row:type_name -> tqgo.v1.Row
+	64, // 15: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
+	13, // 16: tqgo.v1.RowUpdate.fields:type_name -> tqgo.v1.FieldEntry
+	11, // 17: tqgo.v1.RowUpdate.tag:type_name -> tqgo.v1.TagMap
+	4,  // 18: tqgo.v1.Mark.wake:type_name -> tqgo.v1.Moment
+	16, // 19: tqgo.v1.PrepareReply.reservations:type_name -> tqgo.v1.Reservation
+	19, // 20: tqgo.v1.SetCapacityRequest.capacity:type_name -> tqgo.v1.Capacity
+	14, // 21: tqgo.v1.RowsReply.rows:type_name -> tqgo.v1.Row
+	17, // 22: tqgo.v1.CommitRequest.updates:type_name -> tqgo.v1.RowUpdate
+	18, // 23: tqgo.v1.CommitReply.superseded:type_name -> tqgo.v1.Ref
+	18, // 24: tqgo.v1.CommitReply.stale:type_name -> tqgo.v1.Ref
+	15, // 25: tqgo.v1.LookupReply.rows:type_name -> tqgo.v1.MaybeRow
+	18, // 26: tqgo.v1.RefsRequest.refs:type_name -> tqgo.v1.Ref
+	18, // 27: tqgo.v1.RefsReply.refs:type_name -> tqgo.v1.Ref
+	37, // 28: tqgo.v1.Select.group:type_name -> tqgo.v1.Group
+	39, // 29: tqgo.v1.ClaimRequest.batch:type_name -> tqgo.v1.Batch
+	38, // 30: tqgo.v1.ClaimRequest.select:type_name -> tqgo.v1.Select
+	40, // 31: tqgo.v1.ClaimRequest.picked:type_name -> tqgo.v1.Unit
+	46, // 32: tqgo.v1.ClaimRequest.settle_first:type_name -> tqgo.v1.SettleRequest
+	1,  // 33: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
+	4,  // 34: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
+	4,  // 35: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
+	14, // 36: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
+	42, // 37: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
+	21, // 38: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
+	14, // 39: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
+	42, // 40: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
+	45, // 41: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
+	4,  // 42: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
+	14, // 43: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
+	21, // 44: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
+	47, // 45: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
+	5,  // 46: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
+	2,  // 47: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
+	4,  // 48: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
+	14, // 49: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
+	42, // 50: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
+	65, // 51: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
+	4,  // 52: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
+	51, // 53: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
+	14, // 54: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
+	66, // 55: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
+	21, // 56: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
+	19, // 57: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
+	20, // 58: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
+	67, // 59: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
+	4,  // 60: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
+	68, // 61: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
+	21, // 62: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
+	56, // 63: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	56, // 64: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
+	60, // 65: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
+	56, // 66: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	9,  // 67: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
+	49, // 68: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	49, // 69: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	52, // 70: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
+	7,  // 71: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
+	22, // 72: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
+	24, // 73: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
+	26, // 74: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
+	28, // 75: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
+	30, // 76: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
+	31, // 77: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
+	28, // 78: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
+	30, // 79: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
+	33, // 80: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
+	34, // 81: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
+	34, // 82: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
+	36, // 83: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
+	41, // 84: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
+	41, // 85: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
+	46, // 86: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
+	48, // 87: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
+	48, // 88: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
+	54, // 89: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
+	55, // 90: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
+	57, // 91: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
+	59, // 92: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
+	62, // 93: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
+	8,  // 94: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
+	23, // 95: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
+	25, // 96: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
+	27, // 97: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
+	29, // 98: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
+	25, // 99: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
+	32, // 100: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
+	25, // 101: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
+	25, // 102: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
+	35, // 103: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
+	3,  // 104: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
+	3,  // 105: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
+	35, // 106: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
+	43, // 107: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
+	44, // 108: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
+	47, // 109: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
+	50, // 110: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
+	53, // 111: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
+	3,  // 112: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
+	3,  // 113: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.Empty
+	58, // 114: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
+	61, // 115: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
+	3,  // 116: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
+	94, // [94:117] is the sub-list for method output_type
+	71, // [71:94] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_tqgo_v1_tq_proto_init() }
@@ -4519,7 +4571,7 @@ func file_tqgo_v1_tq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tqgo_v1_tq_proto_rawDesc), len(file_tqgo_v1_tq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   67,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
