@@ -65,6 +65,10 @@ func (m partMeta) SettleClaim(ctx context.Context, partition string, sr metadata
 	return s, c, inPartition("claim", partition, err)
 }
 
+func (m partMeta) WaitTake(ctx context.Context, partition string, mark metadata.Mark) (metadata.Claimed, bool, error) {
+	return metadata.WaitTake(ctx, m.MetaStore, partition, mark) // a Wait's errors as they are
+}
+
 func (m partMeta) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (metadata.SettleResult, error) {
 	v, err := m.MetaStore.Settle(ctx, partition, req)
 	return v, inPartition("settle", partition, err)

@@ -527,7 +527,8 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		// the lease needs no second request.
 		req.Hold = waitHold
 	}
-	var watch *stallWatch // a Wait's progress, once it has waited
+	var watch *stallWatch      // a Wait's progress, once it has waited
+	var next *metadata.Claimed // the registered claim's lease, taken by its wake-up
 	for {
 		var skipped int64
 		picks := 0
@@ -538,6 +539,8 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		var got metadata.Claimed
 		left := false // the Wait left its claim in flight, to be handed back
 		switch {
+		case next != nil:
+			got, next, err = *next, nil, nil
 		case wait:
 			got, left, err = t.waitClaim(ctx, q, req, pick)
 		case ack != nil:
@@ -595,7 +598,8 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 			t.unwait(ctx, q, got.Waiting)
 			return nil, err
 		}
-		if err := t.waitFor(ctx, q, got, watch.deadline()); err != nil {
+		taken, took, err := t.waitFor(ctx, q, got, watch.deadline())
+		if err != nil {
 			return nil, closedErr(ctx, err)
 		}
 		if ctx.Err() != nil {
@@ -603,6 +607,11 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 			// not, goes back rather than to a caller that is gone.
 			t.unwait(ctx, q, got.Waiting)
 			return nil, closedErr(ctx, ctx.Err())
+		}
+		if took {
+			// The wake-up brought the registered claim's lease: it is
+			// the next claim's answer.
+			next = &taken
 		}
 		req.Replaces = got.Waiting // the next claim takes its lease, or replaces it
 	}
@@ -642,8 +651,10 @@ const waitHold = 30 * time.Second
 // waitFor waits for what an empty claim's mark says may change: until the
 // hold of its registered claim is nearly over, or until look (if not
 // zero), at most. If ctx ends first, the registered claim is cancelled
-// (and its lease, had it just been fulfilled, returned).
-func (t *Task) waitFor(ctx context.Context, q metadata.MetaStore, got metadata.Claimed, look time.Time) error {
+// (and its lease, had it just been fulfilled, returned). Where q hands
+// over the registered claim's lease with the wake-up (a
+// metadata.WaitTaker), waitFor returns it (took).
+func (t *Task) waitFor(ctx context.Context, q metadata.MetaStore, got metadata.Claimed, look time.Time) (_ metadata.Claimed, took bool, _ error) {
 	wctx := ctx
 	end := look
 	if got.Waiting != "" {
@@ -656,12 +667,12 @@ func (t *Task) waitFor(ctx context.Context, q metadata.MetaStore, got metadata.C
 		wctx, cancel = context.WithDeadline(ctx, end)
 		defer cancel()
 	}
-	err := q.Wait(wctx, t.partition, got.Mark)
+	taken, took, err := metadata.WaitTake(wctx, q, t.partition, got.Mark)
 	if err == nil || ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		return nil // changed, or the hold is ending: claim (again)
+		return taken, took, nil // changed, or the hold is ending: claim (again)
 	}
 	t.unwait(ctx, q, got.Waiting)
-	return err
+	return metadata.Claimed{}, false, err
 }
 
 // unwait cancels the claim an empty claim registered (token; "" for

@@ -223,6 +223,21 @@ func (m retryMeta) SettleClaim(ctx context.Context, partition string, sr metadat
 	return settled, c, err
 }
 
+// WaitTake retries as Wait does: a lease a lost reply took is handed
+// back where the claim replacing the registered one lands (see
+// metadata.WaitTaker).
+func (m retryMeta) WaitTake(ctx context.Context, partition string, mark metadata.Mark) (metadata.Claimed, bool, error) {
+	type taken struct {
+		c    metadata.Claimed
+		took bool
+	}
+	v, err := do(ctx, m.r, "wait", func() (taken, error) {
+		c, took, err := metadata.WaitTake(ctx, m.MetaStore, partition, mark)
+		return taken{c, took}, err
+	})
+	return v.c, v.took, err
+}
+
 func (m retryMeta) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (metadata.SettleResult, error) {
 	return do(ctx, m.r, "settle", func() (metadata.SettleResult, error) { return m.MetaStore.Settle(ctx, partition, req) })
 }

@@ -466,15 +466,34 @@ func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint
 // server restarting) returns nil, a spurious wake-up the contract allows,
 // after a pause.
 func (m *Meta) Wait(ctx context.Context, partition string, mark metadata.Mark) error {
+	_, _, err := m.wait(ctx, partition, mark, false)
+	return err
+}
+
+// WaitTake implements metadata.WaitTaker: the lease of the registered
+// claim comes in the Wait's reply.
+func (m *Meta) WaitTake(ctx context.Context, partition string, mark metadata.Mark) (metadata.Claimed, bool, error) {
+	return m.wait(ctx, partition, mark, mark.Token != "")
+}
+
+func (m *Meta) wait(ctx context.Context, partition string, mark metadata.Mark, take bool) (metadata.Claimed, bool, error) {
 	if err := m.check("wait"); err != nil {
-		return err
+		return metadata.Claimed{}, false, err
 	}
-	_, err := m.c.Wait(ctx, &tqpb.WaitRequest{Partition: partition, Mark: toMark(mark, m.skew)})
+	r, err := m.c.Wait(ctx, &tqpb.WaitRequest{Partition: partition, Mark: toMark(mark, m.skew), Take: take})
 	if err == nil {
-		return nil
+		if r.GetTaken() == nil {
+			return metadata.Claimed{}, false, nil
+		}
+		c, err := fromClaimed(r.GetTaken(), m.skew)
+		if err != nil {
+			// The lease is the caller's to hand back (an Unwait).
+			return metadata.Claimed{}, false, malformed("wait", read, err)
+		}
+		return c, true, nil
 	}
 	if cerr := ctx.Err(); cerr != nil {
-		return cerr
+		return metadata.Claimed{}, false, cerr
 	}
 	err = m.fail(ctx, "wait", read, err)
 	if errors.Is(err, backends.ErrUnavailable) {
@@ -483,10 +502,10 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark metadata.Mark) e
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return metadata.Claimed{}, false, ctx.Err()
 		case <-t.C:
 		}
-		return nil
+		return metadata.Claimed{}, false, nil
 	}
-	return err
+	return metadata.Claimed{}, false, err
 }

@@ -650,19 +650,35 @@ func (s *Server) Reset(ctx context.Context, r *tqpb.ResetRequest) (*tqpb.Empty, 
 	return &tqpb.Empty{}, toStatus(s.meta.Reset(ctx, r.GetPartition(), r.GetTask(), ix))
 }
 
-func (s *Server) Wait(ctx context.Context, r *tqpb.WaitRequest) (*tqpb.Empty, error) {
+func (s *Server) Wait(ctx context.Context, r *tqpb.WaitRequest) (*tqpb.WaitReply, error) {
 	// A stopping server ends its Waits: the callers look again, elsewhere.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(s.stopping, cancel)
 	defer stop()
-	err := s.meta.Wait(wctx, r.GetPartition(), fromMark(r.GetMark(), 0))
+	mark := fromMark(r.GetMark(), 0)
+	var c metadata.Claimed
+	var took bool
+	var err error
+	if r.GetTake() {
+		c, took, err = metadata.WaitTake(wctx, s.meta, r.GetPartition(), mark)
+	} else {
+		err = s.meta.Wait(wctx, r.GetPartition(), mark)
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The caller's deadline: the call's own status says so.
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case err != nil && s.stopping.Err() != nil:
-		return &tqpb.Empty{}, nil // a graceful stop: a spurious wake-up
+		return &tqpb.WaitReply{}, nil // a graceful stop: a spurious wake-up
+	case err != nil:
+		return nil, toStatus(err)
 	}
-	return &tqpb.Empty{}, toStatus(err)
+	out := &tqpb.WaitReply{}
+	if took {
+		if out.Taken, err = toClaimed(&c, 0); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	return out, nil
 }

@@ -242,17 +242,8 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 	if req.Replaces != "" {
 		// The standing claim it replaces may be fulfilled already: its
 		// lease is the answer, with no request.
-		p := m.part(partition)
-		p.mu.Lock()
-		c, ok := p.fulfilled[req.Replaces]
-		if ok {
-			delete(p.fulfilled, req.Replaces)
-			delete(p.waits, req.Replaces)
-		}
-		skew, base := p.skew, p.base
-		p.mu.Unlock()
-		if ok {
-			return settled, localClaimed(c, skew, base), settleErr
+		if c, ok := m.take(partition, req.Replaces); ok {
+			return settled, c, settleErr
 		}
 	}
 	stale := 0                  // picks made again because the copy was behind
@@ -592,6 +583,30 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark metadata.Mark) e
 		}
 		p.mu.Lock()
 	}
+}
+
+// WaitTake implements metadata.WaitTaker.
+func (m *Meta) WaitTake(ctx context.Context, partition string, mark metadata.Mark) (metadata.Claimed, bool, error) {
+	if err := m.Wait(ctx, partition, mark); err != nil || mark.Token == "" {
+		return metadata.Claimed{}, false, err
+	}
+	c, ok := m.take(partition, mark.Token)
+	return c, ok, nil
+}
+
+// take returns the lease the registered claim token was fulfilled with,
+// if it was, and forgets the claim.
+func (m *Meta) take(partition, token string) (metadata.Claimed, bool) {
+	p := m.part(partition)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.fulfilled[token]
+	if !ok {
+		return metadata.Claimed{}, false
+	}
+	delete(p.fulfilled, token)
+	delete(p.waits, token)
+	return localClaimed(c, p.skew, p.base), true
 }
 
 // watchRound is how long a watcher's read blocks on the log, and how long

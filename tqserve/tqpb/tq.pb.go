@@ -3599,9 +3599,13 @@ func (x *ResetRequest) GetAllRows() bool {
 }
 
 type WaitRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Partition     string                 `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
-	Mark          *Mark                  `protobuf:"bytes,2,opt,name=mark,proto3" json:"mark,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition string                 `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Mark      *Mark                  `protobuf:"bytes,2,opt,name=mark,proto3" json:"mark,omitempty"`
+	// With mark.token set: once that registered claim is fulfilled, return
+	// its lease in WaitReply.taken, the claim no longer registered (no
+	// Claim replacing it follows).
+	Take          bool `protobuf:"varint,3,opt,name=take,proto3" json:"take,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3650,6 +3654,59 @@ func (x *WaitRequest) GetMark() *Mark {
 	return nil
 }
 
+func (x *WaitRequest) GetTake() bool {
+	if x != nil {
+		return x.Take
+	}
+	return false
+}
+
+type WaitReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease of mark.token's claim, fulfilled, when the request asked to
+	// take it; absent otherwise.
+	Taken         *ClaimReply `protobuf:"bytes,1,opt,name=taken,proto3" json:"taken,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitReply) Reset() {
+	*x = WaitReply{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitReply) ProtoMessage() {}
+
+func (x *WaitReply) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitReply.ProtoReflect.Descriptor instead.
+func (*WaitReply) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *WaitReply) GetTaken() *ClaimReply {
+	if x != nil {
+		return x.Taken
+	}
+	return nil
+}
+
 type Cell struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -3661,7 +3718,7 @@ type Cell struct {
 
 func (x *Cell) Reset() {
 	*x = Cell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +3730,7 @@ func (x *Cell) String() string {
 func (*Cell) ProtoMessage() {}
 
 func (x *Cell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +3743,7 @@ func (x *Cell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cell.ProtoReflect.Descriptor instead.
 func (*Cell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{53}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Cell) GetKey() string {
@@ -3719,7 +3776,7 @@ type WriteCellsRequest struct {
 
 func (x *WriteCellsRequest) Reset() {
 	*x = WriteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3731,7 +3788,7 @@ func (x *WriteCellsRequest) String() string {
 func (*WriteCellsRequest) ProtoMessage() {}
 
 func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3744,7 +3801,7 @@ func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsRequest.ProtoReflect.Descriptor instead.
 func (*WriteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WriteCellsRequest) GetCells() []*Cell {
@@ -3764,7 +3821,7 @@ type WriteCellsReply struct {
 
 func (x *WriteCellsReply) Reset() {
 	*x = WriteCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +3833,7 @@ func (x *WriteCellsReply) String() string {
 func (*WriteCellsReply) ProtoMessage() {}
 
 func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +3846,7 @@ func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsReply.ProtoReflect.Descriptor instead.
 func (*WriteCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WriteCellsReply) GetTags() []string {
@@ -3808,7 +3865,7 @@ type ReadCellsRequest struct {
 
 func (x *ReadCellsRequest) Reset() {
 	*x = ReadCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3820,7 +3877,7 @@ func (x *ReadCellsRequest) String() string {
 func (*ReadCellsRequest) ProtoMessage() {}
 
 func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3833,7 +3890,7 @@ func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsRequest.ProtoReflect.Descriptor instead.
 func (*ReadCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReadCellsRequest) GetCells() []*Cell {
@@ -3853,7 +3910,7 @@ type ReadCell struct {
 
 func (x *ReadCell) Reset() {
 	*x = ReadCell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3865,7 +3922,7 @@ func (x *ReadCell) String() string {
 func (*ReadCell) ProtoMessage() {}
 
 func (x *ReadCell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3878,7 +3935,7 @@ func (x *ReadCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCell.ProtoReflect.Descriptor instead.
 func (*ReadCell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReadCell) GetFound() bool {
@@ -3904,7 +3961,7 @@ type ReadCellsReply struct {
 
 func (x *ReadCellsReply) Reset() {
 	*x = ReadCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3916,7 +3973,7 @@ func (x *ReadCellsReply) String() string {
 func (*ReadCellsReply) ProtoMessage() {}
 
 func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3929,7 +3986,7 @@ func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsReply.ProtoReflect.Descriptor instead.
 func (*ReadCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReadCellsReply) GetCells() []*ReadCell {
@@ -3948,7 +4005,7 @@ type DeleteCellsRequest struct {
 
 func (x *DeleteCellsRequest) Reset() {
 	*x = DeleteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3960,7 +4017,7 @@ func (x *DeleteCellsRequest) String() string {
 func (*DeleteCellsRequest) ProtoMessage() {}
 
 func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3973,7 +4030,7 @@ func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCellsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteCellsRequest) GetCells() []*Cell {
@@ -4290,10 +4347,13 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x18\n" +
 	"\aindexes\x18\x03 \x03(\x04R\aindexes\x12\x19\n" +
-	"\ball_rows\x18\x04 \x01(\bR\aallRows\"N\n" +
+	"\ball_rows\x18\x04 \x01(\bR\aallRows\"b\n" +
 	"\vWaitRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12!\n" +
-	"\x04mark\x18\x02 \x01(\v2\r.tqgo.v1.MarkR\x04mark\"@\n" +
+	"\x04mark\x18\x02 \x01(\v2\r.tqgo.v1.MarkR\x04mark\x12\x12\n" +
+	"\x04take\x18\x03 \x01(\bR\x04take\"6\n" +
+	"\tWaitReply\x12)\n" +
+	"\x05taken\x18\x01 \x01(\v2\x13.tqgo.v1.ClaimReplyR\x05taken\"@\n" +
 	"\x04Cell\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x10\n" +
@@ -4310,7 +4370,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x0eReadCellsReply\x12'\n" +
 	"\x05cells\x18\x01 \x03(\v2\x11.tqgo.v1.ReadCellR\x05cells\"9\n" +
 	"\x12DeleteCellsRequest\x12#\n" +
-	"\x05cells\x18\x01 \x03(\v2\r.tqgo.v1.CellR\x05cells2\xea\b\n" +
+	"\x05cells\x18\x01 \x03(\v2\r.tqgo.v1.CellR\x05cells2\xee\b\n" +
 	"\x04Meta\x120\n" +
 	"\x04Info\x12\x14.tqgo.v1.InfoRequest\x1a\x12.tqgo.v1.InfoReply\x129\n" +
 	"\aPrepare\x12\x17.tqgo.v1.PrepareRequest\x1a\x15.tqgo.v1.PrepareReply\x12>\n" +
@@ -4332,8 +4392,8 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x06Settle\x12\x16.tqgo.v1.SettleRequest\x1a\x14.tqgo.v1.SettleReply\x12?\n" +
 	"\vConsumption\x12\x15.tqgo.v1.TasksRequest\x1a\x19.tqgo.v1.ConsumptionReply\x121\n" +
 	"\x04View\x12\x15.tqgo.v1.TasksRequest\x1a\x12.tqgo.v1.ViewReply\x12.\n" +
-	"\x05Reset\x12\x15.tqgo.v1.ResetRequest\x1a\x0e.tqgo.v1.Empty\x12,\n" +
-	"\x04Wait\x12\x14.tqgo.v1.WaitRequest\x1a\x0e.tqgo.v1.Empty2\xb9\x01\n" +
+	"\x05Reset\x12\x15.tqgo.v1.ResetRequest\x1a\x0e.tqgo.v1.Empty\x120\n" +
+	"\x04Wait\x12\x14.tqgo.v1.WaitRequest\x1a\x12.tqgo.v1.WaitReply2\xb9\x01\n" +
 	"\x05Cells\x12=\n" +
 	"\x05Write\x12\x1a.tqgo.v1.WriteCellsRequest\x1a\x18.tqgo.v1.WriteCellsReply\x12:\n" +
 	"\x04Read\x12\x19.tqgo.v1.ReadCellsRequest\x1a\x17.tqgo.v1.ReadCellsReply\x125\n" +
@@ -4352,7 +4412,7 @@ func file_tqgo_v1_tq_proto_rawDescGZIP() []byte {
 }
 
 var file_tqgo_v1_tq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_tqgo_v1_tq_proto_goTypes = []any{
 	(Failure_Kind)(0),           // 0: tqgo.v1.Failure.Kind
 	(Delivery_State)(0),         // 1: tqgo.v1.Delivery.State
@@ -4410,19 +4470,20 @@ var file_tqgo_v1_tq_proto_goTypes = []any{
 	(*ViewReply)(nil),           // 53: tqgo.v1.ViewReply
 	(*ResetRequest)(nil),        // 54: tqgo.v1.ResetRequest
 	(*WaitRequest)(nil),         // 55: tqgo.v1.WaitRequest
-	(*Cell)(nil),                // 56: tqgo.v1.Cell
-	(*WriteCellsRequest)(nil),   // 57: tqgo.v1.WriteCellsRequest
-	(*WriteCellsReply)(nil),     // 58: tqgo.v1.WriteCellsReply
-	(*ReadCellsRequest)(nil),    // 59: tqgo.v1.ReadCellsRequest
-	(*ReadCell)(nil),            // 60: tqgo.v1.ReadCell
-	(*ReadCellsReply)(nil),      // 61: tqgo.v1.ReadCellsReply
-	(*DeleteCellsRequest)(nil),  // 62: tqgo.v1.DeleteCellsRequest
-	nil,                         // 63: tqgo.v1.TagMap.ValuesEntry
-	nil,                         // 64: tqgo.v1.Reservation.GensEntry
-	nil,                         // 65: tqgo.v1.ConsumptionReply.TasksEntry
-	nil,                         // 66: tqgo.v1.ViewReply.TasksEntry
-	nil,                         // 67: tqgo.v1.ViewReply.ConsumedEntry
-	nil,                         // 68: tqgo.v1.ViewReply.GroupsEntry
+	(*WaitReply)(nil),           // 56: tqgo.v1.WaitReply
+	(*Cell)(nil),                // 57: tqgo.v1.Cell
+	(*WriteCellsRequest)(nil),   // 58: tqgo.v1.WriteCellsRequest
+	(*WriteCellsReply)(nil),     // 59: tqgo.v1.WriteCellsReply
+	(*ReadCellsRequest)(nil),    // 60: tqgo.v1.ReadCellsRequest
+	(*ReadCell)(nil),            // 61: tqgo.v1.ReadCell
+	(*ReadCellsReply)(nil),      // 62: tqgo.v1.ReadCellsReply
+	(*DeleteCellsRequest)(nil),  // 63: tqgo.v1.DeleteCellsRequest
+	nil,                         // 64: tqgo.v1.TagMap.ValuesEntry
+	nil,                         // 65: tqgo.v1.Reservation.GensEntry
+	nil,                         // 66: tqgo.v1.ConsumptionReply.TasksEntry
+	nil,                         // 67: tqgo.v1.ViewReply.TasksEntry
+	nil,                         // 68: tqgo.v1.ViewReply.ConsumedEntry
+	nil,                         // 69: tqgo.v1.ViewReply.GroupsEntry
 }
 var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	0,  // 0: tqgo.v1.Failure.kind:type_name -> tqgo.v1.Failure.Kind
@@ -4435,12 +4496,12 @@ var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	10, // 7: tqgo.v1.TagValue.list_value:type_name -> tqgo.v1.TagList
 	11, // 8: tqgo.v1.TagValue.map_value:type_name -> tqgo.v1.TagMap
 	9,  // 9: tqgo.v1.TagList.values:type_name -> tqgo.v1.TagValue
-	63, // 10: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
+	64, // 10: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
 	12, // 11: tqgo.v1.FieldEntry.info:type_name -> tqgo.v1.FieldInfo
 	13, // 12: tqgo.v1.Row.fields:type_name -> tqgo.v1.FieldEntry
 	11, // 13: tqgo.v1.Row.tag:type_name -> tqgo.v1.TagMap
 	14, // 14: tqgo.v1.MaybeRow.row:type_name -> tqgo.v1.Row
-	64, // 15: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
+	65, // 15: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
 	13, // 16: tqgo.v1.RowUpdate.fields:type_name -> tqgo.v1.FieldEntry
 	11, // 17: tqgo.v1.RowUpdate.tag:type_name -> tqgo.v1.TagMap
 	4,  // 18: tqgo.v1.Mark.wake:type_name -> tqgo.v1.Moment
@@ -4476,77 +4537,78 @@ var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	4,  // 48: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
 	14, // 49: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
 	42, // 50: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
-	65, // 51: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
+	66, // 51: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
 	4,  // 52: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
 	51, // 53: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
 	14, // 54: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
-	66, // 55: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
+	67, // 55: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
 	21, // 56: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
 	19, // 57: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
 	20, // 58: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
-	67, // 59: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
+	68, // 59: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
 	4,  // 60: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
-	68, // 61: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
+	69, // 61: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
 	21, // 62: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
-	56, // 63: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	56, // 64: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
-	60, // 65: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
-	56, // 66: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	9,  // 67: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
-	49, // 68: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	49, // 69: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	52, // 70: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
-	7,  // 71: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
-	22, // 72: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
-	24, // 73: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
-	26, // 74: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
-	28, // 75: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
-	30, // 76: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
-	31, // 77: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
-	28, // 78: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
-	30, // 79: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
-	33, // 80: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
-	34, // 81: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
-	34, // 82: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
-	36, // 83: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
-	41, // 84: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
-	41, // 85: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
-	46, // 86: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
-	48, // 87: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
-	48, // 88: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
-	54, // 89: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
-	55, // 90: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
-	57, // 91: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
-	59, // 92: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
-	62, // 93: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
-	8,  // 94: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
-	23, // 95: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
-	25, // 96: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
-	27, // 97: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
-	29, // 98: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
-	25, // 99: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
-	32, // 100: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
-	25, // 101: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
-	25, // 102: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
-	35, // 103: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
-	3,  // 104: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
-	3,  // 105: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
-	35, // 106: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
-	43, // 107: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
-	44, // 108: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
-	47, // 109: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
-	50, // 110: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
-	53, // 111: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
-	3,  // 112: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
-	3,  // 113: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.Empty
-	58, // 114: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
-	61, // 115: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
-	3,  // 116: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
-	94, // [94:117] is the sub-list for method output_type
-	71, // [71:94] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	44, // 63: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
+	57, // 64: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	57, // 65: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
+	61, // 66: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
+	57, // 67: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	9,  // 68: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
+	49, // 69: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	49, // 70: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	52, // 71: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
+	7,  // 72: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
+	22, // 73: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
+	24, // 74: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
+	26, // 75: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
+	28, // 76: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
+	30, // 77: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
+	31, // 78: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
+	28, // 79: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
+	30, // 80: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
+	33, // 81: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
+	34, // 82: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
+	34, // 83: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
+	36, // 84: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
+	41, // 85: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
+	41, // 86: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
+	46, // 87: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
+	48, // 88: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
+	48, // 89: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
+	54, // 90: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
+	55, // 91: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
+	58, // 92: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
+	60, // 93: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
+	63, // 94: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
+	8,  // 95: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
+	23, // 96: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
+	25, // 97: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
+	27, // 98: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
+	29, // 99: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
+	25, // 100: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
+	32, // 101: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
+	25, // 102: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
+	25, // 103: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
+	35, // 104: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
+	3,  // 105: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
+	3,  // 106: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
+	35, // 107: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
+	43, // 108: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
+	44, // 109: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
+	47, // 110: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
+	50, // 111: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
+	53, // 112: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
+	3,  // 113: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
+	56, // 114: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
+	59, // 115: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
+	62, // 116: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
+	3,  // 117: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
+	95, // [95:118] is the sub-list for method output_type
+	72, // [72:95] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_tqgo_v1_tq_proto_init() }
@@ -4571,7 +4633,7 @@ func file_tqgo_v1_tq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tqgo_v1_tq_proto_rawDesc), len(file_tqgo_v1_tq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -92,7 +92,7 @@ type MetaClient interface {
 	// Wait returns once the partition may have rows for a claim that it had
 	// not at mark (see Mark), or when the caller's deadline ends (the call's
 	// own DEADLINE_EXCEEDED). It may return early; it changes nothing.
-	Wait(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*Empty, error)
+	Wait(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*WaitReply, error)
 }
 
 type metaClient struct {
@@ -293,9 +293,9 @@ func (c *metaClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.C
 	return out, nil
 }
 
-func (c *metaClient) Wait(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*Empty, error) {
+func (c *metaClient) Wait(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*WaitReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Empty)
+	out := new(WaitReply)
 	err := c.cc.Invoke(ctx, Meta_Wait_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -338,7 +338,7 @@ type MetaServer interface {
 	// Wait returns once the partition may have rows for a claim that it had
 	// not at mark (see Mark), or when the caller's deadline ends (the call's
 	// own DEADLINE_EXCEEDED). It may return early; it changes nothing.
-	Wait(context.Context, *WaitRequest) (*Empty, error)
+	Wait(context.Context, *WaitRequest) (*WaitReply, error)
 	mustEmbedUnimplementedMetaServer()
 }
 
@@ -406,7 +406,7 @@ func (UnimplementedMetaServer) View(context.Context, *TasksRequest) (*ViewReply,
 func (UnimplementedMetaServer) Reset(context.Context, *ResetRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
 }
-func (UnimplementedMetaServer) Wait(context.Context, *WaitRequest) (*Empty, error) {
+func (UnimplementedMetaServer) Wait(context.Context, *WaitRequest) (*WaitReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Wait not implemented")
 }
 func (UnimplementedMetaServer) mustEmbedUnimplementedMetaServer() {}

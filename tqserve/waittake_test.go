@@ -1,0 +1,163 @@
+package tqserve_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tqgo/tqgo/tq"
+	"github.com/tqgo/tqgo/tqserve"
+	"github.com/tqgo/tqgo/tqserve/tqpb"
+)
+
+// skipMemory skips the memory engine, whose claims never stand (a Wait
+// there wakes on the change in process and then claims): it has no
+// registered claim to take.
+func skipMemory(t *testing.T, engine string) {
+	if engine == "memory" {
+		t.Skip("memory: claims never stand, a Wait has no registered claim to take")
+	}
+}
+
+// waitWhile returns once a Wait call is in the server, or fails t.
+func waitWhile(t *testing.T, inWait func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !inWait(); {
+		if time.Now().After(end) {
+			t.Fatal("the consumer's Wait never reached the server")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // parked in the server, past its mark check
+}
+
+// Through a tq server, a Wait whose registered claim is fulfilled has its
+// rows with the wake-up: each Wait call is answered by a lease or
+// followed by one claim, never both (a claim replacing the registered
+// one is not sent once the Wait's reply brought the lease).
+func TestWaitTakesLeaseWithWakeUp(t *testing.T) {
+	for name, engine := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			skipMemory(t, name)
+			cc := &callCounter{n: map[string]int{}}
+			var mu sync.Mutex
+			waiting := 0
+			track := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+				if strings.HasSuffix(info.FullMethod, "/Wait") {
+					mu.Lock()
+					waiting++
+					mu.Unlock()
+				}
+				return next(ctx, req)
+			}
+			s := startServer(t, engine(t), tqserve.WithInterceptor(cc.intercept), tqserve.WithInterceptor(track))
+			producer, consumer := openClient(t, s.URL), openClient(t, s.URL)
+			ctx := t.Context()
+			task, err := consumer.Task("p", "w", []string{"x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				l   *tq.Lease
+				err error
+			}
+			done := make(chan result, 1)
+			cc.take()
+			go func() {
+				l, err := task.Wait(ctx, 1)
+				done <- result{l, err}
+			}()
+			waitWhile(t, func() bool { mu.Lock(); defer mu.Unlock(); return waiting > 0 })
+			if err := producer.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil || r.l.Len() != 1 || r.l.Keys()[0] != "k" || r.l.Deliveries[0] != 1 {
+				t.Fatalf("Wait: %v, %v; want the row k, delivered once", r.l, r.err)
+			}
+			got := cc.take()
+			if got["Wait"] < 1 || got["Claim"] != got["Wait"] {
+				t.Fatalf("calls %v: want as many Claims as Waits (the registering claim, then one per wake-up without a lease)", got)
+			}
+			if err := r.l.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A Wait's reply that took the registered claim's lease and was lost: the
+// Wait still returns the row, delivered once (the lease taken for the
+// lost reply goes back undelivered where the claim replacing the
+// registered one lands).
+func TestWaitTakeReplyLost(t *testing.T) {
+	for name, engine := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			skipMemory(t, name)
+			var mu sync.Mutex
+			waiting, dropped := 0, 0
+			drop := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+				if !strings.HasSuffix(info.FullMethod, "/Wait") {
+					return next(ctx, req)
+				}
+				mu.Lock()
+				waiting++
+				mu.Unlock()
+				resp, err := next(ctx, req)
+				if r, ok := resp.(*tqpb.WaitReply); ok && err == nil && r.GetTaken() != nil {
+					mu.Lock()
+					defer mu.Unlock()
+					if dropped == 0 {
+						dropped++
+						return nil, status.Error(codes.Unavailable, "test: the reply is lost")
+					}
+				}
+				return resp, err
+			}
+			s := startServer(t, engine(t), tqserve.WithInterceptor(drop))
+			producer, consumer := openClient(t, s.URL), openClient(t, s.URL)
+			ctx := t.Context()
+			task, err := consumer.Task("p", "w", []string{"x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				l   *tq.Lease
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				l, err := task.Wait(ctx, 1)
+				done <- result{l, err}
+			}()
+			waitWhile(t, func() bool { mu.Lock(); defer mu.Unlock(); return waiting > 0 })
+			if err := producer.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the Wait did not return after its reply was lost")
+			}
+			mu.Lock()
+			n := dropped
+			mu.Unlock()
+			if n != 1 {
+				t.Fatalf("%d Wait replies with a lease dropped, want 1", n)
+			}
+			if r.err != nil || r.l.Len() != 1 || r.l.Keys()[0] != "k" || r.l.Deliveries[0] != 1 {
+				t.Fatalf("Wait: %v, %v; want the row k, delivered once", r.l, r.err)
+			}
+			if err := r.l.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
