@@ -420,6 +420,26 @@ func (m *Meta) caughtUp(ctx context.Context, p *part, picked, restarts uint64) (
 	return p.pos.N != picked || p.restarts != restarts, nil
 }
 
+// Inherit cancels the standing claims of partition's log that no call of
+// this process registered (rules.Partition.Unheld): for a server that
+// takes the partition over from one that died, whose clients' Waits
+// ended with it (they claim afresh), so that no row is leased to a claim
+// nobody waits on. It appends nothing when there are none.
+func (m *Meta) Inherit(ctx context.Context, partition string) error {
+	if err := m.view(ctx, partition, func(*rules.Partition) {}); err != nil {
+		return err
+	}
+	p := m.part(partition)
+	_, err := m.exec(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
+		var out []record
+		for _, data := range st.Unheld(func(token string) bool { return p.waits[token] }) {
+			out = append(out, record{id: newID(), data: data})
+		}
+		return out, nil
+	})
+	return err
+}
+
 // undo hands back what claim a did where its record landed, its result
 // lost to its writer (the copy restarted from a snapshot past it, so the
 // state holds its effect): the rows the state shows leased to its token,
