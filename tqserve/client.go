@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
@@ -82,19 +84,21 @@ func open(ctx context.Context, u *url.URL) (backends.Engine, error) {
 		return backends.Engine{}, fmt.Errorf("%w: tq:// URL: %w", backends.ErrInvalid, err)
 	}
 	m := &Meta{conn: conn, c: tqpb.NewMetaClient(conn), router: rt}
+	m.life, m.end = context.WithCancel(context.Background())
 	info, skew, err := hello(ctx, m.c, u.Host)
 	if err != nil {
+		m.end()
 		_ = conn.Close()
 		return backends.Engine{}, err
 	}
-	m.skew = skew
+	m.setSkew(skew)
 	if info.GetCellsUrl() == "" {
 		cells := &remoteCells{c: tqpb.NewCellsClient(conn), close: func() error { return nil }}
 		return backends.Engine{Data: cells, Meta: m}, nil
 	}
 	eng, err := backends.Open(ctx, info.GetCellsUrl())
 	if err != nil {
-		_ = conn.Close()
+		_ = m.Close()
 		return backends.Engine{}, fmt.Errorf("tq server %s: its cells at %s: %w", info.GetServer(), redact(info.GetCellsUrl()), err)
 	}
 	// Only the engine's cells: its metadata is the server's.
@@ -127,7 +131,17 @@ type Meta struct {
 	router *router
 	closed atomic.Bool
 	once   sync.Once
-	skew   time.Duration // the server's clock minus this process's
+	life   context.Context // ends at Close: the context of what runs in the background
+	end    context.CancelFunc
+
+	// The server's clock minus this process's (see clock), taken at
+	// skewAt (UnixNano; 0: to take again); skewing is set while it is
+	// being taken.
+	skew, skewAt atomic.Int64
+	skewing      atomic.Bool
+
+	bgMu sync.Mutex     // orders bg.Add before Close's bg.Wait
+	bg   sync.WaitGroup // the takings of the clock
 }
 
 var _ metadata.MetaStore = (*Meta)(nil)
@@ -136,7 +150,11 @@ var _ metadata.MetaStore = (*Meta)(nil)
 func (m *Meta) Close() error {
 	var err error
 	m.once.Do(func() {
+		m.bgMu.Lock()
 		m.closed.Store(true)
+		m.bgMu.Unlock()
+		m.end()
+		m.bg.Wait()
 		m.router.close()
 		err = m.conn.Close()
 	})
@@ -147,7 +165,12 @@ func (m *Meta) fail(ctx context.Context, op string, kind callKind, err error) er
 	if m.closed.Load() {
 		return fmt.Errorf("tq server: %s: %w", op, backends.ErrClosed)
 	}
-	return fromStatus(ctx, op, kind, m.skew, err)
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+		// The server may come back another (restarted elsewhere, or
+		// another of the URL's): take its clock again at the next call.
+		m.skewAt.Store(0)
+	}
+	return fromStatus(ctx, op, kind, time.Duration(m.skew.Load()), err)
 }
 
 func (m *Meta) check(op string) error {
@@ -361,7 +384,7 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		if rows == nil {
 			rows = []*metadata.Row{}
 		}
-		p, err := pick(rows, fromDeliveries(cr.GetDeliveries(), m.skew))
+		p, err := pick(rows, fromDeliveries(cr.GetDeliveries(), m.clock()))
 		if err != nil {
 			return none, metadata.Claimed{}, err
 		}
@@ -383,14 +406,14 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 	if err != nil {
 		return none, metadata.Claimed{}, m.fail(ctx, "claim", write, err)
 	}
-	c, err := fromClaimed(r, m.skew)
+	c, err := fromClaimed(r, m.clock())
 	if err != nil {
 		return none, metadata.Claimed{}, malformed("claim", write, err)
 	}
 	if pre == nil {
 		return none, c, nil
 	}
-	settled, err := fromSettleReply(r.GetSettled(), m.skew)
+	settled, err := fromSettleReply(r.GetSettled(), m.clock())
 	if err != nil {
 		return none, c, err
 	}
@@ -408,7 +431,7 @@ func (m *Meta) Settle(ctx context.Context, partition string, req metadata.Settle
 	if err != nil {
 		return metadata.SettleResult{}, m.fail(ctx, "settle", write, err)
 	}
-	return fromSettleReply(r, m.skew)
+	return fromSettleReply(r, m.clock())
 }
 
 func toSettleRequest(partition string, req metadata.SettleRequest) *tqpb.SettleRequest {
@@ -432,7 +455,7 @@ func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...strin
 	if err != nil {
 		return nil, m.fail(ctx, "consumption", read, err)
 	}
-	return fromTasks(r.GetTasks(), m.skew), nil
+	return fromTasks(r.GetTasks(), m.clock()), nil
 }
 
 func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (metadata.View, error) {
@@ -443,7 +466,7 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	if err != nil {
 		return metadata.View{}, m.fail(ctx, "view", read, err)
 	}
-	v, err := fromView(r, m.skew)
+	v, err := fromView(r, m.clock())
 	if err != nil {
 		return metadata.View{}, malformed("view", read, err)
 	}
@@ -480,12 +503,12 @@ func (m *Meta) wait(ctx context.Context, partition string, mark metadata.Mark, t
 	if err := m.check("wait"); err != nil {
 		return metadata.Claimed{}, false, err
 	}
-	r, err := m.c.Wait(ctx, &tqpb.WaitRequest{Partition: partition, Mark: toMark(mark, m.skew), Take: take})
+	r, err := m.c.Wait(ctx, &tqpb.WaitRequest{Partition: partition, Mark: toMark(mark, m.clock()), Take: take})
 	if err == nil {
 		if r.GetTaken() == nil {
 			return metadata.Claimed{}, false, nil
 		}
-		c, err := fromClaimed(r.GetTaken(), m.skew)
+		c, err := fromClaimed(r.GetTaken(), m.clock())
 		if err != nil {
 			// The lease is the caller's to hand back (an Unwait).
 			return metadata.Claimed{}, false, malformed("wait", read, err)

@@ -25,3 +25,14 @@ func Owned(s *Server) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Skew is m's estimate of its server's clock less this process's, as a
+// call converting times takes it.
+func Skew(m *Meta) time.Duration { return m.clock() }
+
+// SetSkewEvery sets how often a client takes its server's clock again,
+// and returns a function restoring the former period.
+func SetSkewEvery(d time.Duration) (restore func()) {
+	old := skewEvery.Swap(int64(d))
+	return func() { skewEvery.Store(old) }
+}

@@ -31,9 +31,14 @@ type ownership struct {
 	addr   string          // ADDR: former lives at it are known dead
 	ttl    time.Duration
 	log    *slog.Logger
+	// inherit settles what a partition's former owner left, once per
+	// ownership taken, before the partition's first call is served (nil:
+	// nothing to settle).
+	inherit func(ctx context.Context, partition string) error
 
 	mu     sync.Mutex
 	owned  map[string]owned // by partition
+	takes  uint64           // ownerships taken: owned.take
 	closed bool
 	// abandoned: closed with nothing handed over (abandon).
 	abandoned bool
@@ -42,10 +47,10 @@ type ownership struct {
 	done chan struct{}
 }
 
-func newOwnership(owners backends.Owners, addr string, ttl time.Duration, log *slog.Logger) *ownership {
+func newOwnership(owners backends.Owners, addr string, ttl time.Duration, log *slog.Logger, inherit func(ctx context.Context, partition string) error) *ownership {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	o := &ownership{owners: owners, addr: addr, self: addr + " " + hex.EncodeToString(id[:]), ttl: ttl, log: log,
+	o := &ownership{owners: owners, addr: addr, self: addr + " " + hex.EncodeToString(id[:]), ttl: ttl, log: log, inherit: inherit,
 		owned: map[string]owned{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if owners == nil {
 		close(o.done)
@@ -59,8 +64,12 @@ func newOwnership(owners backends.Owners, addr string, ttl time.Duration, log *s
 // before), and when a call last reached it. One that no call reached for
 // a whole ownership is not renewed: it lapses, so that a server does not
 // hold every partition it ever served (a job that makes one per step).
+// take tells one taking of the partition from another; inherited, that
+// what its former owner left is settled (ownership.inherit).
 type owned struct {
 	until, used time.Time
+	take        uint64
+	inherited   bool
 }
 
 // movedError says another server owns a partition: the caller goes there.
@@ -95,9 +104,37 @@ func (o *ownership) check(ctx context.Context, partition string) error {
 		return errHandingOver
 	}
 	if ok && own.until.After(now) {
-		return nil
+		if own.inherited {
+			return nil
+		}
+		return o.settle(ctx, partition)
 	}
-	return o.own(ctx, partition)
+	if err := o.own(ctx, partition); err != nil {
+		return err
+	}
+	return o.settle(ctx, partition)
+}
+
+// settle runs inherit for partition, once per ownership taken: each call
+// until one succeeds (concurrent first calls may each run it). An error
+// fails the call, which the client makes again.
+func (o *ownership) settle(ctx context.Context, partition string) error {
+	o.mu.Lock()
+	own, ok := o.owned[partition]
+	o.mu.Unlock()
+	if !ok || own.inherited {
+		return nil // lost meanwhile: the log decides what the call does
+	}
+	if err := o.inherit(ctx, partition); err != nil {
+		return fmt.Errorf("taking partition %q over: %w", partition, err)
+	}
+	o.mu.Lock()
+	if cur, ok := o.owned[partition]; ok && cur.take == own.take {
+		cur.inherited = true
+		o.owned[partition] = cur
+	}
+	o.mu.Unlock()
+	return nil
 }
 
 // own asks the engine for partition's ownership.
@@ -128,6 +165,8 @@ func (o *ownership) own(ctx context.Context, partition string) error {
 		if !had {
 			o.log.Debug("tq server: serving partition", "partition", partition, "server", o.self)
 			own.used = start
+			o.takes++
+			own.take, own.inherited = o.takes, o.inherit == nil
 		}
 		// The ownership began no later than the request did.
 		own.until = start.Add(left)

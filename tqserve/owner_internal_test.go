@@ -42,7 +42,7 @@ func (g *gatedOwners) Disown(_ context.Context, partition, holder string) error 
 // server's, unserved, until its ownership ends.
 func TestOwnDuringHandOver(t *testing.T) {
 	g := &gatedOwners{entered: make(chan struct{}), release: make(chan struct{}), owner: map[string]string{}}
-	o := newOwnership(g, "127.0.0.1:1", time.Hour, slog.New(slog.DiscardHandler))
+	o := newOwnership(g, "127.0.0.1:1", time.Hour, slog.New(slog.DiscardHandler), nil)
 	done := make(chan error, 1)
 	go func() { done <- o.check(t.Context(), "p") }()
 	<-g.entered // the call's Own is on its way

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tqserve"
@@ -169,6 +170,77 @@ func TestOwnership(t *testing.T) {
 	}
 	if got := st.Tasks["work"]; got.Acked != 8 || got.Leased != 0 {
 		t.Fatalf("status after takeover: %+v, want 8 acked", got)
+	}
+}
+
+// A claim registered to wait (a Wait's standing claim) lives in the
+// server that holds it for its client: when that server is killed, the
+// client's Wait ends with the connection, and the client claims afresh
+// (or is gone with it). The server that takes the partition over cancels
+// such claims, so that rows committed after are not leased to a claim
+// nobody waits on, held from every live consumer until that lease ends.
+func TestTakeoverCancelsStandingClaims(t *testing.T) {
+	redistest.Available(t)
+	rs := redistest.Start(t)
+	engine := rs.URL() + "?prefix=stand"
+	const ttl = 500 * time.Millisecond
+	quiet := tqserve.WithLogger(discardLogger())
+	s1 := serveOn(t, engine, tqserve.WithOwnership(ttl), quiet)
+	s2 := serveOn(t, engine, tqserve.WithOwnership(ttl), quiet)
+	ctx := t.Context()
+
+	// A consumer of s1 found nothing and stands; it never calls again.
+	gone := openMeta(t, "tq://"+s1.addr)
+	sel := metadata.Select{Fields: []string{"x"}}
+	got, err := gone.Claim(ctx, "p", metadata.ClaimRequest{Task: "work", Lease: time.Hour, Rows: 4, Min: 1, Hold: time.Hour, Select: sel}, nil)
+	if err != nil || got.Waiting == "" {
+		t.Fatalf("claim on an empty partition: %+v, %v; want it registered", got, err)
+	}
+	if got := tqserve.Owned(s1.srv); !slices.Equal(got, []string{"p"}) {
+		t.Fatalf("s1 owns %v, want [p]", got)
+	}
+	s1.kill(t)
+
+	// A live consumer of s2, once s2 serves p, is registered too: the
+	// takeover cancels the dead server's claims, not the live ones.
+	c := openClient(t, "tq://"+s2.addr)
+	live := openMeta(t, "tq://"+s2.addr)
+	var waiting metadata.Claimed
+	deadline := time.Now().Add(10 * ttl)
+	for {
+		waiting, err = live.Claim(ctx, "p", metadata.ClaimRequest{Task: "other", Lease: time.Hour, Rows: 1, Min: 1, Hold: time.Hour, Select: sel}, nil)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(ttl / 10) // p unserved until s1's ownership ends: try again
+	}
+	if err != nil || waiting.Waiting == "" {
+		t.Fatalf("claim through s2 after s1 was killed: %+v, %v; want it registered", waiting, err)
+	}
+	for i := range 4 {
+		if err := c.Put(ctx, "p", fmt.Sprintf("k%d", i), map[string]any{"x": int64(i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	task, err := c.Task("p", "work", []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := task.Claim(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := l.Len(); n != 4 {
+		st, _ := c.Status(ctx, "p")
+		t.Fatalf("claim of 4 rows after the takeover leased %d (status %+v): rows went to the dead server's standing claim", n, st.Tasks["work"])
+	}
+	// The live claim was served: its replacing claim takes the row.
+	if err := live.Wait(ctx, "p", waiting.Mark); err != nil {
+		t.Fatal(err)
+	}
+	served, err := live.Claim(ctx, "p", metadata.ClaimRequest{Task: "other", Lease: time.Hour, Rows: 1, Min: 1, Select: sel, Replaces: waiting.Waiting}, nil)
+	if err != nil || len(served.Rows) != 1 {
+		t.Fatalf("the live standing claim after the takeover: %+v, %v; want it served one row", served, err)
 	}
 }
 

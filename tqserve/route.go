@@ -15,22 +15,37 @@ import (
 // falls back from an owner it cannot reach.
 const maxHops = 4
 
+// maxRoutes bounds the partitions whose owners a client remembers; past
+// it, one route is forgotten for each new one (its partition's next call
+// goes to the URL's servers, which send it on again).
+const maxRoutes = 1024
+
 // router sends each call naming a partition to the server that owns it,
 // as it learned from MOVED replies; other calls, and a partition's calls
 // before any MOVED, go to the connection of the URL's servers. It is a
 // unary client interceptor on that connection, so each call of Meta is
-// routed without knowing it.
+// routed without knowing it. A connection it dialled is closed once no
+// route leads to it and no call is in flight on it: servers that come
+// and go leave no connection behind. Safe for concurrent use.
 type router struct {
 	dial func(addr string) (*grpc.ClientConn, error)
 
 	mu     sync.Mutex
-	routes map[string]*grpc.ClientConn // partition -> its owner's connection
-	conns  map[string]*grpc.ClientConn // address -> connection
+	routes map[string]*peer // partition -> its owner
+	peers  map[string]*peer // address -> its connection
 	closed bool
 }
 
+// peer is a connection the router dialled, and what holds it open.
+type peer struct {
+	addr   string
+	cc     *grpc.ClientConn
+	routes int // partitions routed to it
+	calls  int // calls in flight on it
+}
+
 func newRouter(dial func(addr string) (*grpc.ClientConn, error)) *router {
-	return &router{dial: dial, routes: map[string]*grpc.ClientConn{}, conns: map[string]*grpc.ClientConn{}}
+	return &router{dial: dial, routes: map[string]*peer{}, peers: map[string]*peer{}}
 }
 
 func (r *router) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -45,7 +60,8 @@ func (r *router) intercept(ctx context.Context, method string, req, reply any, c
 		if target == nil {
 			err = invoker(ctx, method, req, reply, cc, opts...)
 		} else {
-			err = target.Invoke(ctx, method, req, reply, opts...)
+			err = target.cc.Invoke(ctx, method, req, reply, opts...)
+			r.done(target)
 		}
 		if err == nil || hop >= maxHops || ctx.Err() != nil {
 			return err
@@ -66,48 +82,98 @@ func (r *router) intercept(ctx context.Context, method string, req, reply any, c
 	}
 }
 
-func (r *router) route(part string) *grpc.ClientConn {
+// route returns the owner part is routed to (nil: the URL's servers),
+// counting a call on it until done.
+func (r *router) route(part string) *peer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.routes[part]
+	p := r.routes[part]
+	if p != nil {
+		p.calls++
+	}
+	return p
 }
 
-// setRoute routes part to the server at addr, dialling it once; false if
-// it could not.
+// done ends a call route counted.
+func (r *router) done(p *peer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.calls--
+	r.release(p)
+}
+
+// setRoute routes part to the server at addr, dialling it unless a
+// connection to it is open; false if it could not.
 func (r *router) setRoute(part, addr string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed || addr == "" {
 		return false
 	}
-	c := r.conns[addr]
-	if c == nil {
-		var err error
-		if c, err = r.dial(addr); err != nil {
+	p := r.peers[addr]
+	if p == nil {
+		cc, err := r.dial(addr)
+		if err != nil {
 			return false
 		}
-		r.conns[addr] = c
+		p = &peer{addr: addr, cc: cc}
+		r.peers[addr] = p
 	}
-	r.routes[part] = c
+	old, had := r.routes[part]
+	if old == p {
+		return true
+	}
+	if !had && len(r.routes) >= maxRoutes {
+		for q, o := range r.routes { // any one
+			delete(r.routes, q)
+			o.routes--
+			r.release(o)
+			break
+		}
+	}
+	r.routes[part] = p
+	p.routes++
+	if old != nil {
+		old.routes--
+		r.release(old)
+	}
 	return true
 }
 
-func (r *router) dropRoute(part string, c *grpc.ClientConn) {
+// dropRoute sends part's calls back to the URL's servers, if it is routed
+// to p.
+func (r *router) dropRoute(part string, p *peer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.routes[part] == c {
+	if r.routes[part] == p {
 		delete(r.routes, part)
+		p.routes--
+		r.release(p)
 	}
 }
 
+// release closes p's connection if nothing holds it. The caller holds
+// r.mu.
+func (r *router) release(p *peer) {
+	if p.routes > 0 || p.calls > 0 {
+		return
+	}
+	if r.peers[p.addr] == p {
+		delete(r.peers, p.addr)
+	}
+	_ = p.cc.Close()
+}
+
+// close closes every connection the router dialled; calls in flight on
+// them end.
 func (r *router) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
-	for _, c := range r.conns {
-		_ = c.Close()
+	for _, p := range r.peers {
+		_ = p.cc.Close()
 	}
-	r.conns, r.routes = map[string]*grpc.ClientConn{}, map[string]*grpc.ClientConn{}
+	r.peers, r.routes = map[string]*peer{}, map[string]*peer{}
 }
 
 // movedTo returns the owner's address of a MOVED failure.

@@ -218,10 +218,21 @@ func (s *Server) Serve(lis net.Listener) error {
 		if o, ok := s.eng.Log.(backends.Owners); ok {
 			owners = o
 		}
-		s.own = newOwnership(owners, advertised(s.opts.advertise, lis.Addr()), s.opts.ttl, s.opts.log)
+		var inherit func(context.Context, string) error
+		if h, ok := s.meta.(inheritor); ok {
+			inherit = h.Inherit
+		}
+		s.own = newOwnership(owners, advertised(s.opts.advertise, lis.Addr()), s.opts.ttl, s.opts.log, inherit)
 	}
 	s.ownMu.Unlock()
 	return s.grpc.Serve(lis)
+}
+
+// inheritor is a MetaStore that settles, for a server taking a partition
+// over, what the partition's former owner left: the standing claims it
+// held for clients whose Waits ended with it (replica.Meta.Inherit).
+type inheritor interface {
+	Inherit(ctx context.Context, partition string) error
 }
 
 // advertised is the address clients reach a listener at.

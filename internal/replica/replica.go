@@ -43,7 +43,7 @@ type Meta struct {
 	done   chan struct{}
 	life   context.Context // ends at Close: the context of what runs in the background
 	end    context.CancelFunc
-	wg     sync.WaitGroup // watchers and compactions
+	wg     sync.WaitGroup // watchers, compactions and group appends
 
 	mu    sync.Mutex // guards parts and tick
 	parts map[string]*part
@@ -443,10 +443,17 @@ func (m *Meta) appendGrouped(ctx context.Context, p *part, recs []backends.Recor
 	if !p.appending {
 		p.appending = true
 		err := m.appendLocked(ctx, p, recs)
-		if p.next != nil {
-			go m.flushGroups(p) // p.appending stays set
-		} else {
+		switch {
+		case p.next == nil:
 			p.appending = false
+		case m.closed.Load():
+			// Close waits for the goroutines started before it: start
+			// none, fail the groups.
+			m.failGroups(p)
+		default:
+			// Close, which locks p after it sets closed, waits for it.
+			m.wg.Add(1)
+			go m.flushGroups(p) // p.appending stays set
 		}
 		return err
 	}
@@ -496,19 +503,39 @@ func (m *Meta) appendLocked(ctx context.Context, p *part, recs []backends.Record
 }
 
 // flushGroups appends the groups that gather while it appends, one after
-// another, until none is waiting; then p has no append in flight.
+// another, until none is waiting; then p has no append in flight. Close
+// ends the append in flight (its calls' outcome is unknown) and fails
+// the groups after it; it waits for flushGroups to return.
 func (m *Meta) flushGroups(p *part) {
+	defer m.wg.Done()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for p.next != nil {
+		if m.closed.Load() {
+			m.failGroups(p)
+			return
+		}
 		g := p.next
 		p.next = nil
 		g.sent = true
 		if len(g.recs) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), groupFor)
+			ctx, cancel := context.WithTimeout(m.life, groupFor)
 			g.err = m.appendLocked(ctx, p, g.recs)
 			cancel()
 		}
+		close(g.done)
+	}
+	p.appending = false
+}
+
+// failGroups ends the groups waiting to be appended with ErrClosed,
+// nothing of them appended, and leaves p with no append in flight. The
+// caller holds p.mu.
+func (m *Meta) failGroups(p *part) {
+	for g := p.next; g != nil; g = p.next {
+		p.next = nil
+		g.sent = true
+		g.err = fmt.Errorf("partition %q: %w", p.name, backends.ErrClosed)
 		close(g.done)
 	}
 	p.appending = false

@@ -54,3 +54,29 @@ func (p *Partition) Release() [][]byte {
 	}
 	return out
 }
+
+// Unheld returns the records that cancel the standing claims (registered
+// by claims that leased nothing, see ClaimArgs.Hold) whose token held
+// reports false: a K unwait each. Claims already fulfilled are left (a
+// served claim's lease may be in its caller's hands); one fulfilled
+// between this state and where its unwait lands is handed back by it. A
+// writer that
+// takes a partition over from one that died appends them, for the
+// claims that writer held for callers whose Waits ended with it, so
+// that no row is leased to a claim nobody waits on.
+func (p *Partition) Unheld(held func(token string) bool) [][]byte {
+	var out [][]byte
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		var tokens []string
+		for _, s := range p.tasks[name].standing {
+			if s.until > p.now && !held(s.a.Token) {
+				tokens = append(tokens, s.a.Token)
+			}
+		}
+		slices.Sort(tokens)
+		for _, token := range slices.Compact(tokens) {
+			out = append(out, SettleRecord(&SettleArgs{Task: name, Op: metadata.Unwait, Lease: token}))
+		}
+	}
+	return out
+}

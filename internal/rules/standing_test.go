@@ -230,3 +230,47 @@ func TestRankClaimNeverStands(t *testing.T) {
 		}
 	}
 }
+
+// Unheld cancels the standing claims whose tokens its caller does not
+// hold, and only those: not a held one, not one fulfilled already (its
+// lease may be in its caller's hands), not one lapsed.
+func TestUnheld(t *testing.T) {
+	l := &logged{p: New()}
+	sel := Select{Fields: []string{"f"}}
+	claim := func(now int64, token string, hold time.Duration) Claimed {
+		t.Helper()
+		r, _ := l.at(t, now, ClaimRecord(&ClaimArgs{Task: "t", Token: token, Lease: time.Minute, Rows: 1, Min: 1, Select: sel, Hold: hold}))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r.Claimed
+	}
+	claim(1, "served", 10*time.Second)
+	l.put(t, 2, "k1") // fulfils "served"
+	claim(3, "lapsed", time.Microsecond)
+	claim(4, "gone", 10*time.Second)
+	claim(5, "held", 10*time.Second)
+	recs := l.p.Unheld(func(token string) bool { return token == "held" })
+	if len(recs) != 1 {
+		t.Fatalf("%d records, want one: an unwait of gone", len(recs))
+	}
+	if r, _ := l.at(t, 6, recs[0]); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if got := l.p.Unheld(func(string) bool { return false }); len(got) != 1 {
+		t.Fatalf("after gone's unwait, %d records for every token unheld, want one (held's)", len(got))
+	}
+	// The next row goes to held, not gone; served keeps k1.
+	l.n++
+	pr := l.p.Apply(&backends.Entry{N: l.n, ID: l.n, Time: 7, Base: 1000, Data: PrepareRecord([]string{"k2"}, []string{"f"}, nil, 1)})
+	rec, _ := CommitRecord([]metadata.RowUpdate{{Key: "k2", Index: pr.Reservations[0].Index, Fields: map[string]metadata.FieldInfo{"f": {}}}})
+	_, served := l.at(t, 8, rec)
+	if len(served) != 1 || served[0].Waiting != "held" || !slices.Equal(keysOf(served[0]), []string{"k2"}) {
+		t.Fatalf("the commit of k2 fulfilled %+v, want held with k2", served)
+	}
+	for _, d := range l.p.Consumption(9, "t")["t"] {
+		if d.State != metadata.Leased {
+			t.Fatalf("row %d: %v, want leased (k1 to served, k2 to held)", d.Index, d.State)
+		}
+	}
+}
