@@ -31,6 +31,9 @@ import (
 )
 
 func main() {
+	if child, code := runChild(); child {
+		os.Exit(code)
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -59,7 +59,8 @@ type sweepSample struct {
 
 // sweepArm is one kind of consumer at one count.
 type sweepArm struct {
-	label string
+	label  string
+	served bool // through the tq server: its CPU is the arm's
 	a     *arm
 	runs  []sweepSample
 	rate  float64 // claims per second of the last sample
@@ -80,7 +81,8 @@ func sweepTable(cfg Config) *Table {
 			"writes and reads cells on the Redis server itself and makes its metadata calls to the tq server; one Task name) "+
 			"each loop Claim(%[1]d) and the Ack of the lease on a partition of one-field rows; beside them, on the same Redis "+
 			"server, C Redis Streams consumers of one group (a connection each) loop XREADGROUP COUNT %[1]d and the XACK of the "+
-			"IDs read; and, up to %[2]d consumers, C tq clients of the redis:// engine itself (no server: each replays the "+
+			"IDs read; up to %[7]d consumers, the tq loop again in C OS processes of their own (the bench binary run as a "+
+			"consumer, each a tq:// client; the bench CPU column is then theirs, from the start signal to their loop's end); and, up to %[2]d consumers, C tq clients of the redis:// engine itself (no server: each replays the "+
 			"partition's log), under a key prefix of their own. A sample lasts %[3]v: the rows (entries) are written "+
 			"beforehand, untimed, %.2[4]fx what the arm's previous sample consumed in that time (its warm-up's: 4 claims per "+
 			"consumer), at most %[5]s; the consumers stop at the first claim that ends after %[3]v or returns no rows. "+
@@ -91,7 +93,7 @@ func sweepTable(cfg Config) *Table {
 			"what the Redis server sent all its clients (INFO stats total_net_output_bytes) over the sample, per claim. The arms of one C rotate "+
 			"(interleaved repetitions); median [min–max] of %[6]d repetitions; \"÷ Streams\" is the median over the Streams "+
 			"arm's at the same C. Two shared cores run the bench, the tq server and Redis together.",
-			queueBatch, sweepDirectMax, cfg.SweepTime, sweepHeadroom, fmtCount(sweepMaxRows), cfg.Reps),
+			queueBatch, sweepDirectMax, cfg.SweepTime, sweepHeadroom, fmtCount(sweepMaxRows), cfg.Reps, sweepProcMax),
 		Header: []string{"consumers", "consumer", "claim+ack latency", "claims/s", "time per claim", "latency ÷ Streams",
 			"time per claim ÷ Streams", "tq server CPU per claim", "Redis CPU per claim", "bench CPU per claim", "Redis bytes out per claim"},
 	}
@@ -103,6 +105,9 @@ func sweepSteps(cfg Config) int {
 	for _, k := range cfg.Consumers {
 		n += 2
 		if k <= sweepDirectMax {
+			n++
+		}
+		if k <= sweepProcMax {
 			n++
 		}
 	}
@@ -148,11 +153,18 @@ func runSweep(ctx context.Context, cfg Config, m *meter, rig *queueRig, tbl *Tab
 	}
 	pid := t.serve.pid()
 	for _, k := range cfg.Consumers {
-		served := &sweepArm{label: "tq:// (tq serve)"}
+		served := &sweepArm{label: "tq:// (tq serve)", served: true}
 		served.a = &arm{name: fmt.Sprintf("%s sweep %d", t.name, k), calls: 1, timed: func() (time.Duration, error) {
 			return served.tqRun(ctx, cfg, rig, rig.clients[:k], pid)
 		}}
 		arms := []*sweepArm{served}
+		if k <= sweepProcMax {
+			procs := &sweepArm{label: "tq:// (tq serve), OS processes", served: true}
+			procs.a = &arm{name: fmt.Sprintf("%s sweep processes %d", t.name, k), calls: 1, timed: func() (time.Duration, error) {
+				return procs.procRun(ctx, cfg, rig, k, pid)
+			}}
+			arms = append(arms, procs)
+		}
 		if k <= sweepDirectMax {
 			d := &sweepArm{label: "tq on redis:// (no server)"}
 			d.a = &arm{name: fmt.Sprintf("%s sweep direct %d", t.name, k), calls: 1, timed: func() (time.Duration, error) {
@@ -344,7 +356,7 @@ func addSweepRows(cfg Config, t *target, k int, arms []*sweepArm, streams *sweep
 			latRatio, perRatio = fmtRatio(d.lat.Median/lim.lat.Median), fmtRatio(d.per.Median/lim.per.Median)
 		}
 		server := "—"
-		if s == arms[0] {
+		if s.served {
 			server = fmtTime(d.server)
 		}
 		tbl.Rows = append(tbl.Rows, []string{strconv.Itoa(k), s.label, fmtTime(d.lat), fmtCountDist(d.rate), fmtTime(d.per),
@@ -357,7 +369,7 @@ func addSweepRows(cfg Config, t *target, k int, arms []*sweepArm, streams *sweep
 			Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": Redis CPU per claim", Unit: "s", Dist: d.redis},
 			Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": bench CPU per claim", Unit: "s", Dist: d.bench},
 			Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": Redis bytes out per claim", Unit: "B", Dist: d.out})
-		if s == arms[0] {
+		if s.served {
 			rep.Records = append(rep.Records,
 				Record{Suite: "queue", Table: tbl.ID, Row: row, Series: s.label + ": tq server CPU per claim", Unit: "s", Dist: d.server})
 		}
