@@ -61,9 +61,9 @@ type sweepSample struct {
 type sweepArm struct {
 	label  string
 	served bool // through the tq server: its CPU is the arm's
-	a     *arm
-	runs  []sweepSample
-	rate  float64 // claims per second of the last sample
+	a      *arm
+	runs   []sweepSample
+	rate   float64 // claims per second of the last sample
 }
 
 // last is the arm's repetitions: its runs after the warm-up.
