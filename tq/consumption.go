@@ -49,10 +49,10 @@ type KeyState struct {
 	// Until is, for a leased row, when its lease ends unless extended; for
 	// a ready row that a Nack delayed, when it may be claimed again; zero
 	// otherwise. A time of this process.
-	//
-	// When a lease began is not kept: the rules record a lease's end, not
-	// its start.
 	Until time.Time
+	// Granted is, for a leased row, when the claim holding it leased it
+	// (an Extend keeps it); zero otherwise. A time of this process.
+	Granted time.Time
 	// Reason is the row's last error for the task, At when (see
 	// DeadRow.Reason): kept through later deliveries until an ack or a
 	// Retry; "" and zero for none.
@@ -184,7 +184,7 @@ func keyState(r *metadata.Row, d *metadata.Delivery, fields []string) KeyState {
 		}
 		ks.Until = d.Until
 	case metadata.Leased:
-		ks.State, ks.Holder, ks.Lease, ks.Until = StateLeased, d.Holder, leaseID(d.Lease), d.Until
+		ks.State, ks.Holder, ks.Lease, ks.Until, ks.Granted = StateLeased, d.Holder, leaseID(d.Lease), d.Until, d.Granted
 	case metadata.Acked:
 		ks.State = StateAcked
 	case metadata.Dead:

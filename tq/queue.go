@@ -350,9 +350,10 @@ type Lease struct {
 	// it (a GRPO advantage over fewer responses).
 	Partial []bool
 
-	mu    sync.Mutex // guards until and acked
-	until time.Time
-	acked map[uint64]bool // rows acknowledged through this Lease; nil: none
+	granted time.Time  // when the claim leased the rows (see Granted)
+	mu      sync.Mutex // guards until and acked
+	until   time.Time
+	acked   map[uint64]bool // rows acknowledged through this Lease; nil: none
 
 	indexOnce sync.Once
 	index     map[string]uint64 // key -> index, made when first needed
@@ -365,6 +366,10 @@ func (l *Lease) Until() time.Time {
 	defer l.mu.Unlock()
 	return l.until
 }
+
+// Granted is when the claim leased the rows (as a time of this process,
+// as Until is); zero for a lease of no rows.
+func (l *Lease) Granted() time.Time { return l.granted }
 
 // Len is the number of leased rows; 0 for a claim that found none ready.
 func (l *Lease) Len() int { return len(l.Meta.Rows) }
@@ -963,6 +968,9 @@ func (t *Task) leaseOf(got metadata.Claimed) *Lease {
 	l.Deliveries = make([]int, len(dels))
 	for i, d := range dels {
 		l.Deliveries[i] = d.Deliveries
+		if l.granted.IsZero() || d.Granted.Before(l.granted) {
+			l.granted = d.Granted
+		}
 	}
 	return l
 }

@@ -78,6 +78,9 @@ type LeaseStatus struct {
 	// Until is when the lease of its first rows ends, unless extended, as
 	// a time of this process.
 	Until time.Time
+	// Granted is when its claim leased its rows (its age: time.Since),
+	// as a time of this process.
+	Granted time.Time
 	// Deliveries is the highest delivery count among its rows.
 	Deliveries int
 	// ID names the lease, the same in every Status while it runs (an
@@ -179,13 +182,16 @@ func countStates(rows []*metadata.Row, since []time.Time, ds []metadata.Delivery
 			}
 			l := leases[d.Lease]
 			if l == nil {
-				l = &LeaseStatus{Holder: d.Holder, Until: d.Until, ID: leaseID(d.Lease)}
+				l = &LeaseStatus{Holder: d.Holder, Until: d.Until, Granted: d.Granted, ID: leaseID(d.Lease)}
 				leases[d.Lease] = l
 			}
 			l.Rows++
 			l.Deliveries = max(l.Deliveries, d.Deliveries)
 			if d.Until.Before(l.Until) {
 				l.Until = d.Until
+			}
+			if d.Granted.Before(l.Granted) {
+				l.Granted = d.Granted
 			}
 		case metadata.Acked:
 			ts.Acked++

@@ -160,7 +160,7 @@ func New(opts ...Option) (*Collector, error) {
 			"Seconds since the oldest row ready for a watched task became ready (its last commit adding a field): how long produced rows have waited; 0 with none ready, absent when the engine does not tell.",
 			[]string{"partition", "task"}, nil),
 		leaseAge: prometheus.NewDesc("tq_task_oldest_lease_age_seconds",
-			"Seconds since a scrape first saw the oldest running lease of a watched task (a lease running at the collector's first scrape counts from it); 0 with none.",
+			"Seconds since the oldest running lease of a watched task was granted (a lease whose grant time the engine does not know: since a scrape first saw it); 0 with none.",
 			[]string{"partition", "task"}, nil),
 		members: prometheus.NewDesc("tq_presence_members",
 			"Members of a watched presence group (tq.Client.Announce) by state: alive, gone (not seen for three intervals) or left (closed its presence).",

@@ -43,8 +43,8 @@
 //	tq_task_leases{partition,task}           gauge: running leases, each held by one consumer (Watch)
 //	tq_task_lease_remaining_seconds{partition,task}  gauge: until the earliest running lease ends
 //	                                         unless extended; absent with none (Watch)
-//	tq_task_oldest_lease_age_seconds{partition,task}  gauge: since a scrape first saw the oldest
-//	                                         running lease; 0 with none (Watch)
+//	tq_task_oldest_lease_age_seconds{partition,task}  gauge: since the oldest running lease was
+//	                                         granted (tq.LeaseStatus.Granted); 0 with none (Watch)
 //	tq_task_oldest_ready_age_seconds{partition,task}  gauge: lag, since the oldest ready row became
 //	                                         ready (tq.TaskStatus.OldestReady; ready as Status counts it,
 //	                                         rows waiting for a field included); 0 with none (Watch)
@@ -66,10 +66,11 @@
 //	tq_presence_last_seen_age_seconds{group} gauge: since the least recently seen member that has
 //	                                         not left renewed its presence; 0 with none
 //
-// A lease's age is as the scrapes saw it: tq keeps when a lease ends, not
-// when it began, so the collector remembers the scrape that first saw each
-// running lease (by tq.LeaseStatus.ID), and a lease running at its first
-// scrape counts from that scrape. The consumed counter goes down only
+// A lease's age counts from its claim (tq.LeaseStatus.Granted). A lease
+// whose grant time the engine does not know (one in a log written before
+// grant times were kept) counts from the first scrape that saw it: the
+// collector remembers that scrape per running lease (by
+// tq.LeaseStatus.ID). The consumed counter goes down only
 // when the partition is cleared whole (ClearPartition), which Prometheus
 // takes for a counter reset.
 //

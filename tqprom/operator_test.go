@@ -114,8 +114,8 @@ func TestOldestReadyAge(t *testing.T) {
 	}
 }
 
-// The oldest lease's age counts from the first scrape that saw it, goes
-// on across an Extend, and restarts with a new lease once the old ends.
+// The oldest lease's age counts from its claim, goes on across an
+// Extend, and restarts with a younger lease once the old ends.
 func TestOldestLeaseAge(t *testing.T) {
 	col, reg, c := setup(t)
 	ctx := t.Context()
@@ -130,24 +130,24 @@ func TestOldestLeaseAge(t *testing.T) {
 	if got := value(t, reg, "tq_task_oldest_lease_age_seconds", "partition", "p", "task", "t"); got != 0 {
 		t.Errorf("with no lease: %v, want 0", got)
 	}
+	first := time.Now()
 	l, err := task.Claim(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := value(t, reg, "tq_task_oldest_lease_age_seconds", "partition", "p", "task", "t"); got != 0 {
-		t.Errorf("at the scrape that first sees the lease: %v, want 0", got)
+	if got, most := value(t, reg, "tq_task_oldest_lease_age_seconds", "partition", "p", "task", "t"), time.Since(first).Seconds(); got > most {
+		t.Errorf("right after the claim: %v s, want at most the %v s since it", got, most)
 	}
-	first := time.Now()
 	const wait = 100 * time.Millisecond
 	time.Sleep(wait)
 	if err := l.Extend(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	second := time.Now() // l2 is granted after this
 	l2, err := task.Claim(ctx, 1) // a younger lease: the oldest is still the first
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := time.Now() // l2 is first seen after this
 	got := value(t, reg, "tq_task_oldest_lease_age_seconds", "partition", "p", "task", "t")
 	if most := time.Since(first).Seconds() + 1; got < wait.Seconds() || got > most {
 		t.Errorf("after %v and an Extend: %v s, want between %v and %v", wait, got, wait.Seconds(), most)
@@ -155,11 +155,11 @@ func TestOldestLeaseAge(t *testing.T) {
 	if err := l.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The oldest running is l2, first seen at the last scrape, after
-	// second (l1's age would be more, by at least wait).
+	// The oldest running is l2, granted after second (l1's age would be
+	// more, by at least wait).
 	got2 := value(t, reg, "tq_task_oldest_lease_age_seconds", "partition", "p", "task", "t")
 	if most := time.Since(second).Seconds(); got2 > most {
-		t.Errorf("after the oldest lease ended: %v s, want at most the %v since the scrape that first saw the other", got2, most)
+		t.Errorf("after the oldest lease ended: %v s, want at most the %v s since the other's claim", got2, most)
 	}
 	if err := l2.Ack(ctx); err != nil {
 		t.Fatal(err)

@@ -333,10 +333,12 @@ func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
 }
 
 // oldestLease returns the age of the oldest of leases, the running leases
-// of task in w's partition, as the scrapes saw them: since the first
-// scrape that saw it (now for one not seen before). It keeps, for the next
-// scrape, when each of leases was first seen, and forgets the others
-// (leases that ended), unless w is no longer watched.
+// of task in w's partition: since its claim granted it or, for a lease
+// whose grant time the engine does not know (a log written before grant
+// times), since the first scrape that saw it (now for one not seen
+// before). It keeps, for the next scrape, when each such lease was first
+// seen, and forgets the others (leases that ended), unless w is no longer
+// watched.
 func (c *Collector) oldestLease(w *partitionWatch, task string, leases []tq.LeaseStatus, now time.Time) float64 {
 	k := taskKey{w.partition, task}
 	c.mu.Lock()
@@ -345,6 +347,11 @@ func (c *Collector) oldestLease(w *partitionWatch, task string, leases []tq.Leas
 	seen := make(map[string]time.Time, len(leases))
 	oldest := now
 	for _, l := range leases {
+		if !l.Granted.IsZero() {
+			// The engine keeps when it was granted.
+			oldest = minTime(oldest, l.Granted)
+			continue
+		}
 		t, ok := old[l.ID]
 		if !ok || t.After(now) {
 			t = now
@@ -359,7 +366,7 @@ func (c *Collector) oldestLease(w *partitionWatch, task string, leases []tq.Leas
 			c.leaseSeen[k] = seen
 		}
 	}
-	return now.Sub(oldest).Seconds()
+	return max(now.Sub(oldest).Seconds(), 0)
 }
 
 func minTime(a, b time.Time) time.Time {

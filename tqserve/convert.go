@@ -330,7 +330,7 @@ func toDeliveries(ds []metadata.Delivery, skew time.Duration) []*tqpb.Delivery {
 		out[i] = &tqpb.Delivery{
 			Index: d.Index, State: tqpb.Delivery_State(d.State), Deliveries: int64(d.Deliveries),
 			Lease: d.Lease, Holder: d.Holder, Until: toMoment(d.Until, skew), Max: int64(d.Max),
-			Reason: d.Reason, At: toMoment(d.At, skew),
+			Reason: d.Reason, At: toMoment(d.At, skew), Granted: toMoment(d.Granted, skew),
 		}
 	}
 	return out
@@ -342,7 +342,7 @@ func fromDeliveries(ds []*tqpb.Delivery, skew time.Duration) []metadata.Delivery
 		out[i] = metadata.Delivery{
 			Index: d.GetIndex(), State: metadata.State(d.GetState()), Deliveries: int(d.GetDeliveries()),
 			Lease: d.GetLease(), Holder: d.GetHolder(), Until: fromMoment(d.GetUntil(), skew), Max: int(d.GetMax()),
-			Reason: d.GetReason(), At: fromMoment(d.GetAt(), skew),
+			Reason: d.GetReason(), At: fromMoment(d.GetAt(), skew), Granted: fromMoment(d.GetGranted(), skew),
 		}
 	}
 	return out

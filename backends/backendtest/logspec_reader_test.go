@@ -685,6 +685,7 @@ type specEntry struct {
 	Until, Max int64
 	Reason     string // its last error ("" none), At when
 	At         int64
+	Granted    int64 // a leased row's claim time (0 none)
 }
 
 type specBatchRow struct {
@@ -820,13 +821,18 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 		t.GroupTag, t.GroupSep, t.GroupSize, t.StaleTag, t.StaleDrop = r.s(), r.s(), r.i(), r.s(), r.bl()
 		for range r.arr() {
 			n := r.arr()
-			if n != 6 && n != 8 {
+			if n < 6 || n > 9 {
 				r.failf("entry of %d parts", n)
 			}
 			e := specEntry{Index: r.u(), State: r.u(), Deliveries: r.i(), Token: r.s(), Until: r.i(), Max: r.i()}
-			if n == 8 {
+			if n >= 8 {
 				if e.Reason, e.At = r.s(), r.i(); e.Reason == "" || len(e.Reason) > 512 {
 					r.failf("entry reason of %d bytes", len(e.Reason))
+				}
+			}
+			if n == 7 || n == 9 {
+				if e.Granted = r.i(); e.Granted <= 0 || e.State != 1 {
+					r.failf("entry grant time %d on state %d", e.Granted, e.State)
 				}
 			}
 			t.Entries = append(t.Entries, e)

@@ -690,7 +690,7 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 			d := ds[k]
 			if e.Index != d.Index || e.State != uint64(d.State) || e.Deliveries != int64(d.Deliveries) || e.Token != d.Lease ||
 				specHolder(e.Token) != d.Holder || e.Max != int64(d.Max) || (e.Until > 0) != !d.Until.IsZero() ||
-				e.Reason != d.Reason || (e.At > 0) != !d.At.IsZero() {
+				e.Reason != d.Reason || (e.At > 0) != !d.At.IsZero() || (e.Granted > 0) != !d.Granted.IsZero() {
 				t.Errorf("task %q: entry %+v, the client's %+v", name, e, d)
 			}
 		}

@@ -144,6 +144,9 @@ type Delivery struct {
 	// It is a time of the process that received it: a store with a
 	// server converts the server's remaining time into local time.
 	Until time.Time
+	// Granted is, for a Leased row, when the claim that holds it leased
+	// it (an Extend keeps it), a time as Until is; zero otherwise.
+	Granted time.Time
 	// Max is the MaxDeliveries of the claim that last leased the row (0:
 	// no limit).
 	Max int

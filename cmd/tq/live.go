@@ -26,6 +26,7 @@ type keyStateJSON struct {
 	Deliveries int        `json:"deliveries"`
 	Holder     string     `json:"holder,omitempty"`
 	Until      *time.Time `json:"until,omitempty"`  // leased: its lease's end; ready after a delayed nack: when claimable
+	Granted    *time.Time `json:"granted,omitempty"` // leased: when its claim leased it
 	Reason     string     `json:"reason,omitempty"` // its last error (a nack's reason, or "lease ended")
 	At         *time.Time `json:"at,omitempty"`     // when
 }
@@ -39,6 +40,10 @@ func keyStateOf(task string, ks tq.KeyState) *keyStateJSON {
 	if !ks.At.IsZero() {
 		a := ks.At
 		j.At = &a
+	}
+	if !ks.Granted.IsZero() {
+		g := ks.Granted
+		j.Granted = &g
 	}
 	return j
 }
@@ -88,6 +93,7 @@ type leaseRowsJSON struct {
 	Keys       []string  `json:"keys"`       // by index
 	Deliveries int       `json:"deliveries"` // the most among its rows
 	Until      time.Time `json:"until"`      // its first rows' end
+	Granted    time.Time `json:"granted"`    // when its claim leased its rows (zero: unknown)
 }
 
 // shownKeys is how many of a lease's keys the leases table shows.
@@ -120,7 +126,7 @@ func runLeases(ctx context.Context, s *session, partition, task string) error {
 		}
 		l := leases[ks.Lease]
 		if l == nil {
-			l = &leaseRowsJSON{ID: ks.Lease, Holder: ks.Holder, Until: ks.Until}
+			l = &leaseRowsJSON{ID: ks.Lease, Holder: ks.Holder, Until: ks.Until, Granted: ks.Granted}
 			leases[ks.Lease] = l
 		}
 		l.Rows++
@@ -128,6 +134,9 @@ func runLeases(ctx context.Context, s *session, partition, task string) error {
 		l.Deliveries = max(l.Deliveries, ks.Deliveries)
 		if ks.Until.Before(l.Until) {
 			l.Until = ks.Until
+		}
+		if ks.Granted.Before(l.Granted) {
+			l.Granted = ks.Granted
 		}
 	}
 	list := make([]leaseRowsJSON, 0, len(leases))
@@ -156,9 +165,13 @@ func runLeases(ctx context.Context, s *session, partition, task string) error {
 	}
 	now := time.Now()
 	tw := s.table()
-	fmt.Fprintln(tw, "HOLDER\tROWS\tKEYS\tDELIVERIES\tUNTIL\tLEFT")
+	fmt.Fprintln(tw, "HOLDER\tROWS\tKEYS\tDELIVERIES\tHELD\tUNTIL\tLEFT")
 	for _, l := range list {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%v\n", holderText(l.Holder), l.Rows, keysText(l.Keys), l.Deliveries,
+		held := "-" // a lease of a log written before grant times
+		if !l.Granted.IsZero() {
+			held = now.Sub(l.Granted).Round(100 * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%v\n", holderText(l.Holder), l.Rows, keysText(l.Keys), l.Deliveries, held,
 			l.Until.UTC().Format(time.RFC3339), l.Until.Sub(now).Round(100*time.Millisecond))
 	}
 	return tw.Flush()

@@ -27,6 +27,7 @@ type consumed struct {
 	acked, ready  string
 	lacking       string
 	until         time.Time
+	granted       time.Time
 	leaseDelivery int
 }
 
@@ -67,7 +68,7 @@ func liveQueue(t *testing.T, url string) consumed {
 	}
 	leased := slices.Clone(got[1:])
 	slices.Sort(leased)
-	return consumed{leased: leased, acked: got[0], ready: ready, lacking: "r4", until: l.Until(), leaseDelivery: 1}
+	return consumed{leased: leased, acked: got[0], ready: ready, lacking: "r4", until: l.Until(), granted: l.Granted(), leaseDelivery: 1}
 }
 
 // leases lists a task's leases as XPENDING does: the holder, its rows and
@@ -81,8 +82,8 @@ func TestLeases(t *testing.T) {
 			t.Fatalf("leases: %+v", r)
 		}
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-		if len(lines) != 2 || !strings.HasPrefix(lines[0], "HOLDER") {
-			t.Fatalf("leases: want a header and one lease:\n%s", r.stdout)
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], "HOLDER") || !strings.Contains(lines[0], "HELD") {
+			t.Fatalf("leases: want a header (with HELD) and one lease:\n%s", r.stdout)
 		}
 		for _, want := range []string{"worker-a", `"` + q.leased[0] + `" "` + q.leased[1] + `"`, q.until.UTC().Format(time.RFC3339)[:16]} {
 			if !strings.Contains(lines[1], want) {
@@ -98,10 +99,14 @@ func TestLeases(t *testing.T) {
 				Keys       []string
 				Deliveries int
 				Until      time.Time
+				Granted    time.Time
 			}
 		}
 		if err := json.Unmarshal([]byte(r.stdout), &doc); r.code != 0 || err != nil {
 			t.Fatalf("leases -json: %+v: %v", r, err)
+		}
+		if len(doc.Leases) == 1 && (q.granted.IsZero() || doc.Leases[0].Granted.Sub(q.granted).Abs() > time.Second) {
+			t.Errorf("lease granted at %v, the claim's lease says %v", doc.Leases[0].Granted, q.granted)
 		}
 		if len(doc.Leases) != 1 {
 			t.Fatalf("leases -json: %+v, want one lease", doc)

@@ -459,6 +459,7 @@ func localClaimed(c rules.Claimed, skew time.Duration, base uint64) metadata.Cla
 	for i := range c.Deliveries {
 		c.Deliveries[i].Until = local(c.Deliveries[i].Until, skew)
 		c.Deliveries[i].At = local(c.Deliveries[i].At, skew)
+		c.Deliveries[i].Granted = local(c.Deliveries[i].Granted, skew)
 	}
 	c.Mark = metadata.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
 	return c
@@ -541,6 +542,7 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 		for i := range ds {
 			ds[i].Until = local(ds[i].Until, p.skew)
 			ds[i].At = local(ds[i].At, p.skew)
+			ds[i].Granted = local(ds[i].Granted, p.skew)
 		}
 	}
 	rows := slices.Clone(p.st.List())

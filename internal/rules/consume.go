@@ -69,6 +69,7 @@ type entry struct {
 	deliveries int
 	lease      string
 	until      int64 // Leased: the lease's end; Ready: the end of a Nack's delay (0: none)
+	granted    int64 // Leased: when its claim leased it (an Extend keeps it); 0 otherwise
 	max        int
 	// reason is why the row last went back (a Nack's reason; "" none),
 	// at when: kept through later deliveries, cleared by an ack. A lease
@@ -84,7 +85,7 @@ func (e entry) seen(now int64) entry {
 	switch {
 	case e.state == metadata.Leased && now >= e.until:
 		e.reason, e.at = metadata.ReasonLeaseEnded, e.until
-		e.lease, e.until = "", 0
+		e.lease, e.until, e.granted = "", 0, 0
 		e.state = metadata.Ready
 		if e.max > 0 && e.deliveries >= e.max {
 			e.state = metadata.Dead
@@ -110,6 +111,9 @@ func (e *entry) delivery(index uint64, now int64) metadata.Delivery {
 	d := metadata.Delivery{Index: index, State: s.state, Deliveries: s.deliveries, Lease: s.lease, Holder: metadata.HolderOf(s.lease), Max: s.max}
 	if s.until != 0 {
 		d.Until = time.UnixMicro(s.until)
+	}
+	if s.state == metadata.Leased && s.granted != 0 {
+		d.Granted = time.UnixMicro(s.granted)
 	}
 	if s.reason != "" {
 		d.Reason, d.At = s.reason, time.UnixMicro(s.at)
@@ -542,7 +546,7 @@ func (p *Partition) lease(t *task, take []uint64, plain bool, a *ClaimArgs, unti
 	states := make([]entry, len(take)) // one allocation
 	for j, i := range take {
 		e := &states[j]
-		*e = entry{state: metadata.Leased, lease: a.Token, until: until, max: a.MaxDeliveries}
+		*e = entry{state: metadata.Leased, lease: a.Token, until: until, granted: p.now, max: a.MaxDeliveries}
 		old := t.entries[i]
 		if old != nil {
 			s := old.seen(p.now)

@@ -64,11 +64,14 @@ func (p *Partition) Snapshot() ([]byte, error) {
 		b = msgp.AppendArrayHeader(b, uint32(len(t.entries)))
 		for _, i := range slices.Sorted(maps.Keys(t.entries)) {
 			e := t.entries[i]
-			if e.reason == "" {
-				b = msgp.AppendArrayHeader(b, 6)
-			} else {
-				b = msgp.AppendArrayHeader(b, 8) // its reason and when
+			parts := uint32(6)
+			if e.reason != "" {
+				parts += 2 // its reason and when
 			}
+			if e.granted != 0 {
+				parts++ // when its lease was granted
+			}
+			b = msgp.AppendArrayHeader(b, parts)
 			b = msgp.AppendUint64(b, i)
 			b = msgp.AppendUint8(b, uint8(e.state))
 			b = msgp.AppendInt64(b, int64(e.deliveries))
@@ -78,6 +81,9 @@ func (p *Partition) Snapshot() ([]byte, error) {
 			if e.reason != "" {
 				b = msgp.AppendString(b, e.reason)
 				b = msgp.AppendInt64(b, e.at)
+			}
+			if e.granted != 0 {
+				b = msgp.AppendInt64(b, e.granted)
 			}
 		}
 		b = msgp.AppendArrayHeader(b, uint32(len(t.parked)))
@@ -482,7 +488,7 @@ func restore(b []byte) (*Partition, error) {
 			if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
 				return nil, err
 			}
-			if parts != 6 && parts != 8 {
+			if parts < 6 || parts > 9 {
 				return nil, fmt.Errorf("entry of %d parts", parts)
 			}
 			var i uint64
@@ -507,7 +513,7 @@ func restore(b []byte) (*Partition, error) {
 			if mx, b, err = msgp.ReadInt64Bytes(b); err != nil {
 				return nil, err
 			}
-			if parts == 8 {
+			if parts >= 8 {
 				if e.reason, b, err = msgp.ReadStringBytes(b); err != nil {
 					return nil, err
 				}
@@ -516,6 +522,14 @@ func restore(b []byte) (*Partition, error) {
 				}
 				if e.reason == "" || len(e.reason) > metadata.MaxReason {
 					return nil, fmt.Errorf("entry of row %d: reason of %d bytes", i, len(e.reason))
+				}
+			}
+			if parts == 7 || parts == 9 {
+				if e.granted, b, err = msgp.ReadInt64Bytes(b); err != nil {
+					return nil, err
+				}
+				if e.granted <= 0 || metadata.State(st) != metadata.Leased {
+					return nil, fmt.Errorf("entry of row %d: a grant time on a row not leased", i)
 				}
 			}
 			if st < uint8(metadata.Ready) || st > uint8(metadata.Dropped) || dl < 0 || dl > math.MaxInt32 || mx < 0 || mx > math.MaxInt32 {

@@ -36,7 +36,7 @@ func stateOf(t *testing.T, c *tq.Client, partition string) partitionState {
 	for name, ts := range st.Tasks {
 		leases := make([]tq.LeaseStatus, len(ts.Leases))
 		for i, l := range ts.Leases {
-			l.Until = time.Time{}
+			l.Until, l.Granted = time.Time{}, time.Time{}
 			leases[i] = l
 		}
 		ts.Leases = leases

@@ -994,11 +994,20 @@ func (r *runner) statusOf(task string, fields []string) tq.TaskStatus {
 	return sameLeaseOrder(ts)
 }
 
-// sameLeaseOrder is ts with its Leases' Until cleared (the model keeps
-// no wall clock) and the leases in one order, for comparing.
+// sameLeaseOrder is ts with its Leases' Until and Granted cleared (the
+// model keeps no wall clock) and the leases in one order, for comparing.
+// An engine's lease with no Granted, or one after its Until, keeps a
+// time: it shows as a divergence.
 func sameLeaseOrder(ts tq.TaskStatus) tq.TaskStatus {
 	ls := slices.Clone(ts.Leases)
 	for i := range ls {
+		switch {
+		case ls[i].Until.IsZero(): // the model's: no clock
+		case !ls[i].Granted.IsZero() && !ls[i].Granted.After(ls[i].Until):
+			ls[i].Granted = time.Time{}
+		case ls[i].Granted.IsZero():
+			ls[i].Granted = time.Unix(0, 0) // none: not the model's zero
+		}
 		ls[i].Until = time.Time{}
 		ls[i].ID = "" // a digest of a token the model does not know
 	}

@@ -57,6 +57,7 @@ func cases() []testCase {
 	all = append(all, consumptionCases()...)
 	all = append(all, deadWhyCases()...)
 	all = append(all, ackingCases()...)
+	all = append(all, grantedCases()...)
 	return all
 }
 

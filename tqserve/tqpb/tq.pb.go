@@ -2652,16 +2652,18 @@ func (x *ClaimRequest) GetSettleFirst() *SettleRequest {
 }
 
 type Delivery struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	State         Delivery_State         `protobuf:"varint,2,opt,name=state,proto3,enum=tqgo.v1.Delivery_State" json:"state,omitempty"`
-	Deliveries    int64                  `protobuf:"varint,3,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
-	Lease         string                 `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
-	Holder        string                 `protobuf:"bytes,5,opt,name=holder,proto3" json:"holder,omitempty"`
-	Until         *Moment                `protobuf:"bytes,6,opt,name=until,proto3" json:"until,omitempty"`
-	Max           int64                  `protobuf:"varint,7,opt,name=max,proto3" json:"max,omitempty"`
-	Reason        string                 `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
-	At            *Moment                `protobuf:"bytes,9,opt,name=at,proto3" json:"at,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Index      uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	State      Delivery_State         `protobuf:"varint,2,opt,name=state,proto3,enum=tqgo.v1.Delivery_State" json:"state,omitempty"`
+	Deliveries int64                  `protobuf:"varint,3,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
+	Lease      string                 `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	Holder     string                 `protobuf:"bytes,5,opt,name=holder,proto3" json:"holder,omitempty"`
+	Until      *Moment                `protobuf:"bytes,6,opt,name=until,proto3" json:"until,omitempty"`
+	Max        int64                  `protobuf:"varint,7,opt,name=max,proto3" json:"max,omitempty"`
+	Reason     string                 `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	At         *Moment                `protobuf:"bytes,9,opt,name=at,proto3" json:"at,omitempty"`
+	// LEASED: when the claim holding the row leased it; absent otherwise.
+	Granted       *Moment `protobuf:"bytes,10,opt,name=granted,proto3" json:"granted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2755,6 +2757,13 @@ func (x *Delivery) GetReason() string {
 func (x *Delivery) GetAt() *Moment {
 	if x != nil {
 		return x.At
+	}
+	return nil
+}
+
+func (x *Delivery) GetGranted() *Moment {
+	if x != nil {
+		return x.Granted
 	}
 	return nil
 }
@@ -4230,7 +4239,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x06picked\x18\x0e \x03(\v2\r.tqgo.v1.UnitR\x06picked\x12\x12\n" +
 	"\x04drop\x18\x0f \x03(\x04R\x04drop\x12\x16\n" +
 	"\x06window\x18\x10 \x01(\x03R\x06window\x129\n" +
-	"\fsettle_first\x18\x11 \x01(\v2\x16.tqgo.v1.SettleRequestR\vsettleFirst\"\xd1\x02\n" +
+	"\fsettle_first\x18\x11 \x01(\v2\x16.tqgo.v1.SettleRequestR\vsettleFirst\"\xfc\x02\n" +
 	"\bDelivery\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.tqgo.v1.Delivery.StateR\x05state\x12\x1e\n" +
@@ -4242,7 +4251,9 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x05until\x18\x06 \x01(\v2\x0f.tqgo.v1.MomentR\x05until\x12\x10\n" +
 	"\x03max\x18\a \x01(\x03R\x03max\x12\x16\n" +
 	"\x06reason\x18\b \x01(\tR\x06reason\x12\x1f\n" +
-	"\x02at\x18\t \x01(\v2\x0f.tqgo.v1.MomentR\x02at\"@\n" +
+	"\x02at\x18\t \x01(\v2\x0f.tqgo.v1.MomentR\x02at\x12)\n" +
+	"\agranted\x18\n" +
+	" \x01(\v2\x0f.tqgo.v1.MomentR\agranted\"@\n" +
 	"\x05State\x12\t\n" +
 	"\x05READY\x10\x00\x12\n" +
 	"\n" +
@@ -4522,93 +4533,94 @@ var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	1,  // 33: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
 	4,  // 34: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
 	4,  // 35: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
-	14, // 36: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
-	42, // 37: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
-	21, // 38: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
-	14, // 39: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
-	42, // 40: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
-	45, // 41: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
-	4,  // 42: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
-	14, // 43: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
-	21, // 44: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
-	47, // 45: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
-	5,  // 46: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
-	2,  // 47: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
-	4,  // 48: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
-	14, // 49: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
-	42, // 50: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
-	66, // 51: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
-	4,  // 52: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
-	51, // 53: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
-	14, // 54: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
-	67, // 55: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
-	21, // 56: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
-	19, // 57: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
-	20, // 58: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
-	68, // 59: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
-	4,  // 60: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
-	69, // 61: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
-	21, // 62: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
-	44, // 63: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
-	57, // 64: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	57, // 65: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
-	61, // 66: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
-	57, // 67: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	9,  // 68: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
-	49, // 69: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	49, // 70: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	52, // 71: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
-	7,  // 72: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
-	22, // 73: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
-	24, // 74: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
-	26, // 75: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
-	28, // 76: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
-	30, // 77: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
-	31, // 78: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
-	28, // 79: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
-	30, // 80: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
-	33, // 81: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
-	34, // 82: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
-	34, // 83: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
-	36, // 84: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
-	41, // 85: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
-	41, // 86: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
-	46, // 87: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
-	48, // 88: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
-	48, // 89: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
-	54, // 90: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
-	55, // 91: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
-	58, // 92: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
-	60, // 93: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
-	63, // 94: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
-	8,  // 95: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
-	23, // 96: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
-	25, // 97: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
-	27, // 98: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
-	29, // 99: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
-	25, // 100: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
-	32, // 101: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
-	25, // 102: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
-	25, // 103: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
-	35, // 104: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
-	3,  // 105: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
-	3,  // 106: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
-	35, // 107: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
-	43, // 108: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
-	44, // 109: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
-	47, // 110: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
-	50, // 111: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
-	53, // 112: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
-	3,  // 113: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
-	56, // 114: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
-	59, // 115: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
-	62, // 116: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
-	3,  // 117: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
-	95, // [95:118] is the sub-list for method output_type
-	72, // [72:95] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	4,  // 36: tqgo.v1.Delivery.granted:type_name -> tqgo.v1.Moment
+	14, // 37: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
+	42, // 38: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
+	21, // 39: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
+	14, // 40: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
+	42, // 41: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
+	45, // 42: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
+	4,  // 43: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
+	14, // 44: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
+	21, // 45: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
+	47, // 46: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
+	5,  // 47: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
+	2,  // 48: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
+	4,  // 49: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
+	14, // 50: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
+	42, // 51: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
+	66, // 52: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
+	4,  // 53: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
+	51, // 54: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
+	14, // 55: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
+	67, // 56: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
+	21, // 57: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
+	19, // 58: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
+	20, // 59: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
+	68, // 60: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
+	4,  // 61: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
+	69, // 62: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
+	21, // 63: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
+	44, // 64: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
+	57, // 65: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	57, // 66: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
+	61, // 67: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
+	57, // 68: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	9,  // 69: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
+	49, // 70: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	49, // 71: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	52, // 72: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
+	7,  // 73: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
+	22, // 74: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
+	24, // 75: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
+	26, // 76: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
+	28, // 77: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
+	30, // 78: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
+	31, // 79: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
+	28, // 80: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
+	30, // 81: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
+	33, // 82: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
+	34, // 83: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
+	34, // 84: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
+	36, // 85: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
+	41, // 86: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
+	41, // 87: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
+	46, // 88: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
+	48, // 89: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
+	48, // 90: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
+	54, // 91: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
+	55, // 92: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
+	58, // 93: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
+	60, // 94: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
+	63, // 95: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
+	8,  // 96: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
+	23, // 97: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
+	25, // 98: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
+	27, // 99: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
+	29, // 100: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
+	25, // 101: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
+	32, // 102: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
+	25, // 103: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
+	25, // 104: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
+	35, // 105: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
+	3,  // 106: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
+	3,  // 107: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
+	35, // 108: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
+	43, // 109: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
+	44, // 110: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
+	47, // 111: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
+	50, // 112: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
+	53, // 113: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
+	3,  // 114: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
+	56, // 115: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
+	59, // 116: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
+	62, // 117: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
+	3,  // 118: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
+	96, // [96:119] is the sub-list for method output_type
+	73, // [73:96] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_tqgo_v1_tq_proto_init() }
