@@ -143,7 +143,7 @@ func TestOldestLeaseAge(t *testing.T) {
 	if err := l.Extend(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	second := time.Now() // l2 is granted after this
+	second := time.Now()          // l2 is granted after this
 	l2, err := task.Claim(ctx, 1) // a younger lease: the oldest is still the first
 	if err != nil {
 		t.Fatal(err)

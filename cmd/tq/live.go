@@ -25,10 +25,10 @@ type keyStateJSON struct {
 	State      string     `json:"state"` // ready, waiting, leased, acked, dead, dropped
 	Deliveries int        `json:"deliveries"`
 	Holder     string     `json:"holder,omitempty"`
-	Until      *time.Time `json:"until,omitempty"`  // leased: its lease's end; ready after a delayed nack: when claimable
+	Until      *time.Time `json:"until,omitempty"`   // leased: its lease's end; ready after a delayed nack: when claimable
 	Granted    *time.Time `json:"granted,omitempty"` // leased: when its claim leased it
-	Reason     string     `json:"reason,omitempty"` // its last error (a nack's reason, or "lease ended")
-	At         *time.Time `json:"at,omitempty"`     // when
+	Reason     string     `json:"reason,omitempty"`  // its last error (a nack's reason, or "lease ended")
+	At         *time.Time `json:"at,omitempty"`      // when
 }
 
 func keyStateOf(task string, ks tq.KeyState) *keyStateJSON {
