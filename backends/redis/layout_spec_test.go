@@ -265,7 +265,7 @@ func specWorkload(t *testing.T, c *tq.Client, rc *goredis.Client, prefix string)
 	specMust(t, err)
 
 	// A partition cleared whole: its log is emptied, once its state has
-	// stayed empty a moment (the writer's keepFor).
+	// stayed empty a moment (a second: the writer's rule).
 	specMust(t, c.Put(ctx, "spec/gone", "k", map[string]any{"uid": "u"}, nil))
 	specMust(t, c.ClearPartition(ctx, "spec/gone"))
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {

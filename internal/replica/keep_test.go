@@ -2,6 +2,7 @@ package replica_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -159,5 +160,74 @@ func TestRankClaimReplyOutlivesCompaction(t *testing.T) {
 	}
 	if !tail.Restart || tail.Snapshot == nil {
 		t.Fatalf("after the compaction, a read from the start is %+v; want a snapshot", tail)
+	}
+}
+
+// A process that closes while a snapshot of a partition waits to be
+// stored, the partition cleared meanwhile, still leaves no log of it: the
+// snapshot is stored, then the log emptied, as Close empties a log whose
+// state is empty.
+func TestCloseEmptiesAfterWaitingSnapshot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv := toylog.NewServer(nil)
+	e := srv.Engine()
+	defer e.Close()
+	m := replica.NewStore(e.Log, e.Data, replica.CompactAfter(1))
+	c, err := tq.New(backends.Engine{Data: e.Data, Meta: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deferred, proceed := make(chan struct{}, 16), make(chan struct{})
+	defer hook.SetCompactWait(func(string) {
+		select {
+		case deferred <- struct{}{}:
+		default:
+		}
+		<-proceed
+	})()
+	proceeded := false
+	defer func() {
+		if !proceeded {
+			close(proceed)
+		}
+		_ = m.Close()
+	}()
+	put(t, c, "p", "r0", "r1")
+	select {
+	case <-deferred:
+	case <-ctx.Done():
+		t.Fatal("no compaction after a put")
+	}
+	if err := c.Clear(ctx, "p", []string{"r0", "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	// A Wait on another partition tells when Close has begun.
+	task, err := c.Task("q", "t", []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := task.Wait(ctx, 1)
+		waited <- err
+	}()
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close() }()
+	if err := <-waited; !errors.Is(err, tq.ErrClosed) && !errors.Is(err, backends.ErrClosed) {
+		t.Fatalf("a Wait as its client's metadata closes: %v", err)
+	}
+	proceeded = true
+	close(proceed)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	parts, err := srv.Engine().Log.Partitions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(parts, "p") {
+		t.Fatalf("partitions with a log after the closed process cleared p: %q; want p's emptied", parts)
 	}
 }

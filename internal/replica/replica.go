@@ -714,14 +714,20 @@ func (m *Meta) compact(p *part, snap []byte, keep bool) {
 			// What was applied meanwhile is the log after the snapshot.
 			p.logBytes, p.snapBytes = max(p.logBytes-covered, 0), len(snap)
 		}
-		if err == nil && p.pos != at {
+		switch {
+		case err != nil || p.pos == at:
+		case m.closed.Load() && p.st.Empty():
+			m.compact(p, nil, false) // emptied past at: as Close empties
+		default:
 			m.maybeCompact(p) // grown or emptied again past at
 		}
 	}()
 }
 
 // Close implements metadata.MetaStore: waiting calls return ErrClosed, the
-// watchers stop, and, if the Meta owns it, the log is closed.
+// watchers stop, the compactions under way end (a snapshot waiting for
+// its keepFor is stored after it: Close may take that second), and, if
+// the Meta owns it, the log is closed.
 func (m *Meta) Close() error {
 	if m.closed.Swap(true) {
 		return nil
@@ -734,7 +740,9 @@ func (m *Meta) Close() error {
 		p.changed()
 		if p.emptyTimer != nil && p.emptyTimer.Stop() && p.st.Empty() && !p.compacting {
 			// This process's calls are over: empty the log now rather
-			// than leave it.
+			// than leave it (the one exception to keepFor, which
+			// backends/LOG.md states: an empty state leases nothing, so
+			// a record whose result this loses holds no row).
 			m.compact(p, nil, false)
 		}
 		p.mu.Unlock()
