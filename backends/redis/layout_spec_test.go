@@ -27,6 +27,7 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/codec"
+	"github.com/tqgo/tqgo/internal/hook"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
@@ -102,6 +103,9 @@ func TestSpecReaderMatchesTq(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// A snapshot after every write, stored at once (not a
+				// second after): the reader meets many.
+				t.Cleanup(hook.SetCompactWait(func(string) {}))
 				meta := replica.NewStore(s.Log(), s, replica.CompactAfter(1))
 				if c, err = tq.New(backends.Engine{Data: s, Meta: meta}); err != nil {
 					t.Fatal(err)
