@@ -184,7 +184,7 @@ func keyState(r *metadata.Row, d *metadata.Delivery, fields []string) KeyState {
 		}
 		ks.Until = d.Until
 	case metadata.Leased:
-		ks.State, ks.Holder, ks.Lease, ks.Until, ks.Granted = StateLeased, d.Holder, leaseID(d.Lease), d.Until, d.Granted
+		ks.State, ks.Holder, ks.Lease, ks.Until, ks.Granted = StateLeased, d.Holder, metadata.LeaseID(d.Lease), d.Until, d.Granted
 	case metadata.Acked:
 		ks.State = StateAcked
 	case metadata.Dead:

@@ -26,8 +26,10 @@ import (
 //
 // It waits for a change of the partition (a commit, a clear, a nack) or
 // of its consumption (an acknowledgement or a drop, which wake a paced
-// producer as they wake no Wait), then looks again, reading the
-// partition's state each time (a cost that grows with its rows). It
+// producer as they wake no Wait), then looks again: each look is a
+// summary of the partition taken where its rows are (a tq server's
+// reply holds a few numbers, however many rows the partition has; the
+// server's work, or an in-process store's, still grows with them). It
 // returns ctx's error when ctx ends first,
 // ErrClosed when the client is closed, and fails with ErrInvalid for an
 // empty versionTag or task name, a negative k, no tasks, or a v - k below
@@ -54,19 +56,20 @@ func (c *Client) Pace(ctx context.Context, partition, versionTag string, v, k in
 	ctx, stop := c.untilClosed(ctx)
 	defer stop()
 	floor := float64(v - k)
-	return c.awaitView(ctx, partition, tasks, func(view metadata.View) bool {
-		return oldestUnconsumed(view, versionTag, tasks) >= floor
+	return c.awaitSummary(ctx, partition, metadata.SummaryRequest{Tasks: tasks, Version: versionTag}, func(s metadata.Summary) bool {
+		return s.Oldest >= floor
 	})
 }
 
-// awaitView looks at partition (and tasks' consumption) until ok says so,
+// awaitSummary looks at partition's summary of req until ok says so,
 // waiting between looks for a change of the partition or of its
 // consumption.
-func (c *Client) awaitView(ctx context.Context, partition string, tasks []string, ok func(metadata.View) bool) error {
+func (c *Client) awaitSummary(ctx context.Context, partition string, req metadata.SummaryRequest, ok func(metadata.Summary) bool) error {
 	var last time.Time
 	for {
-		// A look reads the partition (a cost that grows with its rows):
-		// at most one per paceLookEvery, however fast acks come.
+		// A look summarizes the partition (where its rows are, a cost
+		// that grows with them): at most one per paceLookEvery, however
+		// fast acks come.
 		if d := time.Until(last.Add(paceLookEvery)); d > 0 {
 			t := time.NewTimer(d)
 			select {
@@ -77,14 +80,14 @@ func (c *Client) awaitView(ctx context.Context, partition string, tasks []string
 			}
 		}
 		last = time.Now()
-		view, err := c.meta.View(ctx, partition, tasks...)
+		sum, err := metadata.Summarize(ctx, c.meta, partition, req)
 		if err != nil {
 			return closedErr(ctx, err)
 		}
-		if ok(view) {
+		if ok(sum) {
 			return nil
 		}
-		mark := view.Mark
+		mark := sum.Mark
 		mark.Consume = true
 		wctx, cancel := context.WithTimeout(ctx, paceRecheck)
 		err = c.meta.Wait(wctx, partition, mark)
@@ -175,35 +178,7 @@ func (c *Client) awaitRatio(ctx context.Context, op, partition, task string, r R
 	defer release()
 	ctx, stop := c.untilClosed(ctx)
 	defer stop()
-	return c.awaitView(ctx, partition, []string{task}, func(v metadata.View) bool {
-		return ok(float64(v.Inserted), float64(v.Consumed[task]))
+	return c.awaitSummary(ctx, partition, metadata.SummaryRequest{Tasks: []string{task}}, func(s metadata.Summary) bool {
+		return ok(float64(s.Inserted), float64(s.Tasks[task].Consumed))
 	})
-}
-
-// oldestUnconsumed is the lowest versionTag among the rows of view some of
-// tasks has still to consume (+Inf for none).
-func oldestUnconsumed(view metadata.View, versionTag string, tasks []string) float64 {
-	oldest := math.Inf(1)
-	done := make([]map[uint64]bool, len(tasks))
-	for i, t := range tasks {
-		done[i] = map[uint64]bool{}
-		for _, d := range view.Tasks[t] {
-			if d.State == metadata.Acked || d.State == metadata.Dropped || d.State == metadata.Dead {
-				done[i][d.Index] = true
-			}
-		}
-	}
-	for _, r := range view.Rows {
-		ver, ok := tagNumber(r.Tag[versionTag])
-		if !ok || ver >= oldest {
-			continue
-		}
-		for i := range tasks {
-			if !done[i][r.Index] {
-				oldest = ver
-				break
-			}
-		}
-	}
-	return oldest
 }

@@ -79,6 +79,11 @@ func (m partMeta) View(ctx context.Context, partition string, tasks ...string) (
 	return v, inPartition("view", partition, err)
 }
 
+func (m partMeta) Summarize(ctx context.Context, partition string, req metadata.SummaryRequest) (metadata.Summary, error) {
+	v, err := metadata.Summarize(ctx, m.MetaStore, partition, req)
+	return v, inPartition("summary", partition, err)
+}
+
 func (m partMeta) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]metadata.Delivery, error) {
 	v, err := m.MetaStore.Consumption(ctx, partition, tasks...)
 	return v, inPartition("consumption", partition, err)

@@ -246,6 +246,10 @@ func (m retryMeta) View(ctx context.Context, partition string, tasks ...string) 
 	return do(ctx, m.r, "view", func() (metadata.View, error) { return m.MetaStore.View(ctx, partition, tasks...) })
 }
 
+func (m retryMeta) Summarize(ctx context.Context, partition string, req metadata.SummaryRequest) (metadata.Summary, error) {
+	return do(ctx, m.r, "summary", func() (metadata.Summary, error) { return metadata.Summarize(ctx, m.MetaStore, partition, req) })
+}
+
 func (m retryMeta) Consumption(ctx context.Context, partition string, tasks ...string) (map[string][]metadata.Delivery, error) {
 	return do(ctx, m.r, "consumption", func() (map[string][]metadata.Delivery, error) {
 		return m.MetaStore.Consumption(ctx, partition, tasks...)

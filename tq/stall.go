@@ -2,10 +2,8 @@ package tq
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -146,18 +144,22 @@ func (w *stallWatch) check(ctx context.Context, want int) error {
 		w.since, w.unseen = now, true
 		return nil
 	}
-	v, err := t.c.meta.View(ctx, t.partition, t.name)
+	sum, err := metadata.Summarize(ctx, t.c.meta, t.partition,
+		metadata.SummaryRequest{Tasks: []string{t.name}, Fields: t.fields, Counts: true, Progress: true})
 	if err != nil {
 		w.since, w.unseen = now, true // look again after another bound
 		return nil                    // the Wait's own next request says what is wrong
 	}
-	print := fingerprint(v, t.name)
-	if w.since.IsZero() || w.unseen || print != w.print {
-		w.since, w.print, w.unseen = now, print, false
+	ts := sum.Tasks[t.name]
+	if w.since.IsZero() || w.unseen || ts.Progress != w.print {
+		w.since, w.print, w.unseen = now, ts.Progress, false
 		return nil
 	}
-	st := countStates(v.Rows, nil, v.Tasks[t.name], t.fields)
-	missing := missingFields(v, t.name, t.fields)
+	st := taskStatus(ts)
+	missing := ts.Missing
+	if missing == nil {
+		missing = map[string]int{}
+	}
 	waited := now.Sub(w.since)
 	var peers []Member
 	var gone []string
@@ -186,49 +188,4 @@ func (w *stallWatch) check(ctx context.Context, want int) error {
 		"waited", waited.Round(time.Second), "status", e.describe())
 	w.since = now // warn again after another bound
 	return nil
-}
-
-// fingerprint sums up what a Wait counts as progress: the rows and their
-// fields, and the task's states and leases.
-func fingerprint(v metadata.View, task string) uint64 {
-	h := fnv.New64a()
-	var b []byte
-	for _, r := range v.Rows {
-		b = binary.LittleEndian.AppendUint64(b[:0], r.Index)
-		b = binary.LittleEndian.AppendUint64(b, uint64(len(r.Fields)))
-		h.Write(b)
-	}
-	for _, d := range v.Tasks[task] {
-		b = binary.LittleEndian.AppendUint64(b[:0], d.Index)
-		b = append(b, byte(d.State))
-		b = binary.LittleEndian.AppendUint64(b, uint64(d.Deliveries))
-		// Coarse: a server engine's times move with the clock skew it
-		// measures at each request; a lease extended moves by more.
-		b = binary.LittleEndian.AppendUint64(b, uint64(d.Until.UnixMilli()/250))
-		h.Write(b)
-	}
-	return h.Sum64()
-}
-
-// missingFields counts, for each of fields, the rows not consumed by the
-// task that lack it.
-func missingFields(v metadata.View, task string, fields []string) map[string]int {
-	done := map[uint64]bool{}
-	for _, d := range v.Tasks[task] {
-		if d.State == metadata.Acked || d.State == metadata.Dropped {
-			done[d.Index] = true
-		}
-	}
-	out := map[string]int{}
-	for _, r := range v.Rows {
-		if done[r.Index] {
-			continue
-		}
-		for _, f := range fields {
-			if _, ok := r.Fields[f]; !ok {
-				out[f]++
-			}
-		}
-	}
-	return out
 }

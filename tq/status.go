@@ -3,9 +3,6 @@ package tq
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -103,135 +100,47 @@ func (c *Client) Status(ctx context.Context, partition string) (_ *Status, err e
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
-	v, err := c.meta.View(ctx, partition)
+	sum, err := metadata.Summarize(ctx, c.meta, partition, metadata.SummaryRequest{Counts: true})
 	if err != nil {
 		return nil, err
 	}
-	st := &Status{Partition: partition, Rows: len(v.Rows), Fields: map[string]int{}, Tasks: map[string]TaskStatus{},
-		Capacity: v.Capacity, Used: v.Used}
-	for i, r := range v.Rows {
-		for f := range r.Fields {
-			st.Fields[f]++
-		}
-		if i < len(v.Since) && !v.Since[i].IsZero() && (st.OldestRow.IsZero() || v.Since[i].Before(st.OldestRow)) {
-			st.OldestRow = v.Since[i]
-		}
+	st := &Status{Partition: partition, Rows: sum.Rows, Fields: sum.Fields, Tasks: make(map[string]TaskStatus, len(sum.Tasks)),
+		Capacity: sum.Capacity, Used: sum.Used, OldestRow: sum.OldestRow}
+	if st.Fields == nil {
+		st.Fields = map[string]int{}
 	}
-	for task, ds := range v.Tasks {
-		ts := countStates(v.Rows, v.Since, ds, nil)
-		ts.Groups = v.Groups[task]
-		ts.Consumed = v.Consumed[task]
-		st.Tasks[task] = ts
+	for task, ts := range sum.Tasks {
+		st.Tasks[task] = taskStatus(ts)
 	}
-	for task, gs := range v.Groups {
-		if _, listed := st.Tasks[task]; !listed && len(gs) > 0 {
-			// A group task that has leased nothing yet is waiting on
-			// its groups: listed, with them.
-			ts := countStates(v.Rows, v.Since, nil, nil)
-			ts.Groups = gs
-			ts.Consumed = v.Consumed[task]
-			st.Tasks[task] = ts
-		}
-	}
-	for task, n := range v.Consumed {
-		if _, listed := st.Tasks[task]; !listed && n > 0 {
-			// A task whose consumed rows were all cleared keeps its
-			// count: listed, with it.
-			ts := countStates(v.Rows, v.Since, nil, nil)
-			ts.Consumed = n
-			st.Tasks[task] = ts
-		}
-	}
-	tr.add(len(v.Rows), 0, 0)
+	tr.add(sum.Rows, 0, 0)
 	return st, nil
 }
 
-// countStates counts rows by their state in ds; a row with no state is
-// Ready, or Waiting when it lacks one of fields. since is when each of
-// rows became ready (see metadata.View.Since), nil if unknown.
-func countStates(rows []*metadata.Row, since []time.Time, ds []metadata.Delivery, fields []string) TaskStatus {
-	byIndex := make(map[uint64]*metadata.Delivery, len(ds))
-	for i := range ds {
-		byIndex[ds[i].Index] = &ds[i]
+// taskStatus is a task's summary as TaskStatus tells it.
+func taskStatus(ts metadata.TaskSummary) TaskStatus {
+	out := TaskStatus{Ready: ts.Ready, Waiting: ts.Waiting, Leased: ts.Leased, Acked: ts.Acked, Dead: ts.Dead,
+		Dropped: ts.Dropped, Redelivered: ts.Redelivered, Consumed: ts.Consumed, OldestReady: ts.OldestReady, Groups: ts.Groups}
+	for _, l := range ts.Leases {
+		out.Leases = append(out.Leases, LeaseStatus(l))
 	}
-	var ts TaskStatus
-	leases := map[string]*LeaseStatus{}
-	for i, r := range rows {
-		s := metadata.Ready
-		d := byIndex[r.Index]
-		if d != nil {
-			s = d.State
-		}
-		switch s {
-		case metadata.Ready:
-			if hasFields(r, fields) {
-				ts.Ready++
-				if i < len(since) && !since[i].IsZero() && (ts.OldestReady.IsZero() || since[i].Before(ts.OldestReady)) {
-					ts.OldestReady = since[i]
-				}
-			} else {
-				ts.Waiting++
-			}
-			if d != nil && d.Deliveries > 0 {
-				ts.Redelivered++
-			}
-		case metadata.Leased:
-			ts.Leased++
-			if d.Deliveries > 1 {
-				ts.Redelivered++
-			}
-			l := leases[d.Lease]
-			if l == nil {
-				l = &LeaseStatus{Holder: d.Holder, Until: d.Until, Granted: d.Granted, ID: leaseID(d.Lease)}
-				leases[d.Lease] = l
-			}
-			l.Rows++
-			l.Deliveries = max(l.Deliveries, d.Deliveries)
-			if d.Until.Before(l.Until) {
-				l.Until = d.Until
-			}
-			if d.Granted.Before(l.Granted) {
-				l.Granted = d.Granted
-			}
-		case metadata.Acked:
-			ts.Acked++
-		case metadata.Dead:
-			ts.Dead++
-		case metadata.Dropped:
-			ts.Dropped++
-		}
-	}
-	for _, l := range leases {
-		ts.Leases = append(ts.Leases, *l)
-	}
-	slices.SortFunc(ts.Leases, func(a, b LeaseStatus) int {
-		if c := a.Until.Compare(b.Until); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Holder, b.Holder)
-	})
-	return ts
+	return out
 }
 
 // Status counts the task's rows by state, Ready and Waiting by the task's
 // fields, as of one moment.
 func (t *Task) Status(ctx context.Context) (_ TaskStatus, err error) {
-	v, err := t.view(ctx, "TaskStatus")
+	ctx, tr := t.c.trace(ctx, "TaskStatus", t.partition, 0)
+	defer func() { tr.done(err) }()
+	release, err := t.c.enter(ctx, "TaskStatus", t.partition)
 	if err != nil {
 		return TaskStatus{}, err
 	}
-	ts := countStates(v.Rows, v.Since, v.Tasks[t.name], t.fields)
-	ts.Groups = v.Groups[t.name]
-	ts.Consumed = v.Consumed[t.name]
-	return ts, nil
-}
-
-// leaseID is LeaseStatus.ID of the lease of token: a digest, so that
-// Status does not hand out the token that acks the lease's rows.
-func leaseID(token string) string {
-	h := fnv.New64a()
-	h.Write([]byte(token))
-	return strconv.FormatUint(h.Sum64(), 16)
+	defer release()
+	sum, err := metadata.Summarize(ctx, t.c.meta, t.partition, metadata.SummaryRequest{Tasks: []string{t.name}, Fields: t.fields, Counts: true})
+	if err != nil {
+		return TaskStatus{}, err
+	}
+	return taskStatus(sum.Tasks[t.name]), nil
 }
 
 // consumption returns the partition's rows and the task's deliveries, as

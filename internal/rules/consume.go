@@ -3,7 +3,6 @@ package rules
 import (
 	"container/heap"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -267,7 +266,7 @@ func (t *task) add(i uint64, r *metadata.Row) {
 		t.groups.add(i, r)
 	}
 	if t.vers != nil {
-		if v, ok := tagNumber(r.Tag[t.sel.Stale.Tag]); ok {
+		if v, ok := metadata.TagNumber(r.Tag[t.sel.Stale.Tag]); ok {
 			t.vers.ReplaceOrInsert(verKey{v, i})
 			t.verOf[i] = v
 		}
@@ -658,7 +657,7 @@ func (p *Partition) unpark(t *task, floor float64) {
 		if r == nil {
 			continue
 		}
-		if v, ok := tagNumber(r.view.Tag[t.sel.Stale.Tag]); ok && v < floor {
+		if v, ok := metadata.TagNumber(r.view.Tag[t.sel.Stale.Tag]); ok && v < floor {
 			t.parked[pr.index] = v // its tag moved since: still stale
 			heap.Push(&t.parkq, parkedRow{index: pr.index, version: v})
 			continue
@@ -787,7 +786,7 @@ func (p *Partition) Candidates(now int64, taskName string, sel Select, floor flo
 		if sel.Stale.Tag == "" {
 			return false
 		}
-		v, ok := tagNumber(r.Tag[sel.Stale.Tag])
+		v, ok := metadata.TagNumber(r.Tag[sel.Stale.Tag])
 		return ok && v < floor
 	}
 	take := func(i uint64, r *metadata.Row) bool {
@@ -1183,18 +1182,6 @@ func (p *Partition) Wake(taskName string) time.Time {
 		return time.Time{}
 	}
 	return p.mark(t, p.now).Wake
-}
-
-func tagNumber(v any) (float64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return float64(x), true
-	case uint64:
-		return float64(x), true
-	case float64:
-		return x, !math.IsNaN(x)
-	}
-	return 0, false
 }
 
 // groupID returns the row's group id (a string naming the value and its

@@ -36,7 +36,7 @@ func checkIndex(t *testing.T, p *Partition, step string) {
 		}
 		if tk.vers != nil {
 			for _, i := range got {
-				v, ok := tagNumber(p.byIndex[i].view.Tag[tk.sel.Stale.Tag])
+				v, ok := metadata.TagNumber(p.byIndex[i].view.Tag[tk.sel.Stale.Tag])
 				if w, filed := tk.verOf[i]; ok != filed || ok && (v != w || !tk.vers.Has(verKey{v, i})) {
 					t.Fatalf("%s: task %q ready row %d of version %v (%v) filed %v (%v)", step, name, i, v, ok, w, filed)
 				}

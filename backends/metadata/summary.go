@@ -1,0 +1,383 @@
+package metadata
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/fnv"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Summarizer is an optional interface of a MetaStore that summarizes a
+// partition where its rows are, so that what reaches the caller grows
+// with the partition's tasks and leases, not with its rows (a tq server's
+// clients: a status, a paced producer's look).
+type Summarizer interface {
+	// Summarize returns what View(partition, req.Tasks...).Summary(req)
+	// would, as of one moment. Errors as View's; a malformed req (see
+	// SummaryRequest.Check) fails with backends.ErrInvalid.
+	Summarize(ctx context.Context, partition string, req SummaryRequest) (Summary, error)
+}
+
+// Summarize returns the Summary of req of partition through q: in one
+// request where the rows are when q is a Summarizer, else from q's View.
+func Summarize(ctx context.Context, q Queue, partition string, req SummaryRequest) (Summary, error) {
+	if s, ok := q.(Summarizer); ok {
+		return s.Summarize(ctx, partition, req)
+	}
+	if err := req.Check(); err != nil {
+		return Summary{}, err
+	}
+	v, err := q.View(ctx, partition, req.Tasks...)
+	if err != nil {
+		return Summary{}, err
+	}
+	return v.Summary(req), nil
+}
+
+// SummaryRequest says what a Summary holds.
+type SummaryRequest struct {
+	// Tasks are the tasks summarized. None: every task with state in the
+	// partition (View's), every task claiming groups some of which wait,
+	// and every task that consumed rows since cleared (a Consumed count).
+	Tasks []string
+	// Fields are the fields the tasks wait for: a row in no other state
+	// that lacks one is Waiting, not Ready. None: every such row is Ready.
+	Fields []string
+	// Counts asks for the counts that take a pass over the rows:
+	// Summary.Fields and OldestRow, and each task's counts by state,
+	// Leases and OldestReady. Without it a Summary holds Rows, the
+	// partition's counters and each task's Consumed and Groups.
+	Counts bool
+	// Version, if set, asks for Summary.Oldest over the tag of that name.
+	// It needs Tasks.
+	Version string
+	// Progress asks for each task's Progress and Missing (a Wait's look
+	// for a stall).
+	Progress bool
+}
+
+// Check reports a malformed request with an error wrapping
+// backends.ErrInvalid.
+func (r *SummaryRequest) Check() error {
+	for _, t := range r.Tasks {
+		if t == "" {
+			return invalidf("summary: empty task name")
+		}
+	}
+	for _, f := range r.Fields {
+		if !ValidName(f, MaxFieldName) {
+			return invalidf("summary: field name %q (want 1-%d bytes of [A-Za-z0-9_.:/-])", f, MaxFieldName)
+		}
+	}
+	if r.Version != "" && len(r.Tasks) == 0 {
+		return invalidf("summary: version tag %q without tasks", r.Version)
+	}
+	return nil
+}
+
+// Summary is a partition's rows counted for its tasks, as of one moment:
+// what a status, a paced producer and a rate limiter read of it.
+type Summary struct {
+	Rows int // committed rows
+	// Fields counts the rows that have each field, and OldestRow is when
+	// the row that became ready longest ago did (its last commit adding a
+	// field, as a time of this process; zero with no row, or a store that
+	// does not tell). Counts only.
+	Fields    map[string]int
+	OldestRow time.Time
+	// Tasks are the tasks of SummaryRequest.Tasks.
+	Tasks map[string]TaskSummary
+	// Capacity, Used, Inserted and Mark are View's.
+	Capacity Capacity
+	Used     Usage
+	Inserted uint64
+	Mark     Mark
+	// Oldest is, with SummaryRequest.Version, the lowest number in that
+	// tag among the rows some of the tasks has still to consume (not
+	// acknowledged, dropped or dead); +Inf with none, or no Version. A
+	// value that is not a number (see TagNumber) counts as none.
+	Oldest float64
+}
+
+// TaskSummary counts a task's rows by state. A lease that ended is
+// counted as the next claim will find it (ready, or dead).
+type TaskSummary struct {
+	// The counts by state (Counts only). A row with no state is Ready,
+	// or Waiting when it lacks one of SummaryRequest.Fields.
+	Ready, Waiting, Leased, Acked, Dead, Dropped int
+	// Redelivered counts the rows ready or leased that were delivered
+	// before without an ack.
+	Redelivered int
+	// Leases are the running leases, earliest end first (Counts only).
+	Leases []LeaseSummary
+	// OldestReady is when the oldest of the Ready rows became ready (see
+	// Summary.OldestRow; Counts only).
+	OldestReady time.Time
+	// Consumed is View.Consumed's count of the task, and Groups
+	// View.Groups' groups of it.
+	Consumed uint64
+	Groups   []GroupWait
+	// Progress sums up what a waiter counts as progress: the rows and
+	// their fields, and the task's states and leases. Two Summaries with
+	// the same Progress (but for a digest's collisions) saw none between
+	// them. Missing counts, for each of SummaryRequest.Fields, the rows
+	// the task has not acknowledged or dropped that lack it. Progress
+	// only.
+	Progress uint64
+	Missing  map[string]int
+}
+
+// LeaseSummary is one running lease of a task.
+type LeaseSummary struct {
+	Holder string // the ClaimRequest.Holder of its claim
+	Rows   int
+	// Until is when the lease of its first rows ends, and Granted when
+	// its claim leased its rows, as times of this process.
+	Until   time.Time
+	Granted time.Time
+	// Deliveries is the highest delivery count among its rows.
+	Deliveries int
+	// ID is LeaseID of its token.
+	ID string
+}
+
+// LeaseID names a lease without revealing its token (which settles its
+// rows): a digest, the same for one token wherever it is taken.
+func LeaseID(token string) string {
+	h := fnv.New64a()
+	h.Write([]byte(token))
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+// TagNumber returns a tag value as a number: an int64, a uint64 or a
+// float64 that is not NaN; false for any other value.
+func TagNumber(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case float64:
+		return x, !math.IsNaN(x)
+	}
+	return 0, false
+}
+
+// Summary computes req's Summary of the view, a view of req.Tasks (every
+// task when none is named). It is where every Summary is computed:
+// a Summarizer computes it from a View where the rows are.
+func (v *View) Summary(req SummaryRequest) Summary {
+	s := Summary{Rows: len(v.Rows), Fields: map[string]int{}, Tasks: map[string]TaskSummary{},
+		Capacity: v.Capacity, Used: v.Used, Inserted: v.Inserted, Mark: v.Mark, Oldest: math.Inf(1)}
+	if req.Counts {
+		for i, r := range v.Rows {
+			for f := range r.Fields {
+				s.Fields[f]++
+			}
+			if t := v.since(i); !t.IsZero() && (s.OldestRow.IsZero() || t.Before(s.OldestRow)) {
+				s.OldestRow = t
+			}
+		}
+	}
+	tasks := req.Tasks
+	if len(tasks) == 0 {
+		seen := map[string]bool{}
+		add := func(task string, listed bool) {
+			if listed && !seen[task] {
+				seen[task] = true
+				tasks = append(tasks, task)
+			}
+		}
+		for task := range v.Tasks {
+			add(task, true)
+		}
+		for task, gs := range v.Groups {
+			// A group task that has leased nothing yet is waiting on
+			// its groups.
+			add(task, len(gs) > 0)
+		}
+		for task, n := range v.Consumed {
+			// A task whose consumed rows were all cleared keeps its
+			// count.
+			add(task, n > 0)
+		}
+	}
+	for _, task := range tasks {
+		var ts TaskSummary
+		if req.Counts {
+			ts = v.countStates(v.Tasks[task], req.Fields)
+		}
+		ts.Consumed = v.Consumed[task]
+		ts.Groups = v.Groups[task]
+		if req.Progress {
+			ts.Progress = v.progress(task)
+			ts.Missing = v.missing(task, req.Fields)
+		}
+		s.Tasks[task] = ts
+	}
+	if req.Version != "" {
+		s.Oldest = v.oldestUnconsumed(req.Version, req.Tasks)
+	}
+	return s
+}
+
+// since is when row i became ready (see View.Since), zero if unknown.
+func (v *View) since(i int) time.Time {
+	if i < len(v.Since) {
+		return v.Since[i]
+	}
+	return time.Time{}
+}
+
+// countStates counts the rows by their state in ds; a row with no state
+// is Ready, or Waiting when it lacks one of fields.
+func (v *View) countStates(ds []Delivery, fields []string) TaskSummary {
+	byIndex := make(map[uint64]*Delivery, len(ds))
+	for i := range ds {
+		byIndex[ds[i].Index] = &ds[i]
+	}
+	var ts TaskSummary
+	leases := map[string]*LeaseSummary{}
+	for i, r := range v.Rows {
+		s := Ready
+		d := byIndex[r.Index]
+		if d != nil {
+			s = d.State
+		}
+		switch s {
+		case Ready:
+			if hasFields(r, fields) {
+				ts.Ready++
+				if t := v.since(i); !t.IsZero() && (ts.OldestReady.IsZero() || t.Before(ts.OldestReady)) {
+					ts.OldestReady = t
+				}
+			} else {
+				ts.Waiting++
+			}
+			if d != nil && d.Deliveries > 0 {
+				ts.Redelivered++
+			}
+		case Leased:
+			ts.Leased++
+			if d.Deliveries > 1 {
+				ts.Redelivered++
+			}
+			l := leases[d.Lease]
+			if l == nil {
+				l = &LeaseSummary{Holder: d.Holder, Until: d.Until, Granted: d.Granted, ID: LeaseID(d.Lease)}
+				leases[d.Lease] = l
+			}
+			l.Rows++
+			l.Deliveries = max(l.Deliveries, d.Deliveries)
+			if d.Until.Before(l.Until) {
+				l.Until = d.Until
+			}
+			if d.Granted.Before(l.Granted) {
+				l.Granted = d.Granted
+			}
+		case Acked:
+			ts.Acked++
+		case Dead:
+			ts.Dead++
+		case Dropped:
+			ts.Dropped++
+		}
+	}
+	for _, l := range leases {
+		ts.Leases = append(ts.Leases, *l)
+	}
+	slices.SortFunc(ts.Leases, func(a, b LeaseSummary) int {
+		if c := a.Until.Compare(b.Until); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Holder, b.Holder); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return ts
+}
+
+func hasFields(r *Row, fields []string) bool {
+	for _, f := range fields {
+		if _, ok := r.Fields[f]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// progress is TaskSummary.Progress of task.
+func (v *View) progress(task string) uint64 {
+	h := fnv.New64a()
+	var b []byte
+	for _, r := range v.Rows {
+		b = binary.LittleEndian.AppendUint64(b[:0], r.Index)
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(r.Fields)))
+		h.Write(b)
+	}
+	for _, d := range v.Tasks[task] {
+		b = binary.LittleEndian.AppendUint64(b[:0], d.Index)
+		b = append(b, byte(d.State))
+		b = binary.LittleEndian.AppendUint64(b, uint64(d.Deliveries))
+		// Coarse: a store with a server moves its times with the clock
+		// skew it measures at each request; a lease extended moves by
+		// more.
+		b = binary.LittleEndian.AppendUint64(b, uint64(d.Until.UnixMilli()/250))
+		h.Write(b)
+	}
+	return h.Sum64()
+}
+
+// missing is TaskSummary.Missing of task.
+func (v *View) missing(task string, fields []string) map[string]int {
+	done := map[uint64]bool{}
+	for _, d := range v.Tasks[task] {
+		if d.State == Acked || d.State == Dropped {
+			done[d.Index] = true
+		}
+	}
+	out := map[string]int{}
+	for _, r := range v.Rows {
+		if done[r.Index] {
+			continue
+		}
+		for _, f := range fields {
+			if _, ok := r.Fields[f]; !ok {
+				out[f]++
+			}
+		}
+	}
+	return out
+}
+
+// oldestUnconsumed is Summary.Oldest.
+func (v *View) oldestUnconsumed(versionTag string, tasks []string) float64 {
+	oldest := math.Inf(1)
+	done := make([]map[uint64]bool, len(tasks))
+	for i, t := range tasks {
+		done[i] = map[uint64]bool{}
+		for _, d := range v.Tasks[t] {
+			if d.State == Acked || d.State == Dropped || d.State == Dead {
+				done[i][d.Index] = true
+			}
+		}
+	}
+	for _, r := range v.Rows {
+		ver, ok := TagNumber(r.Tag[versionTag])
+		if !ok || ver >= oldest {
+			continue
+		}
+		for i := range tasks {
+			if !done[i][r.Index] {
+				oldest = ver
+				break
+			}
+		}
+	}
+	return oldest
+}
