@@ -299,6 +299,18 @@ var badCases = []badCase{
 		_, err := e.raw.View(ctx, &tqpb.TasksRequest{Partition: "p", Tasks: []string{""}})
 		return err
 	}},
+	{"summarize an empty task", codes.InvalidArgument, func(ctx context.Context, e *badEnv) error {
+		_, err := e.raw.Summary(ctx, &tqpb.SummaryRequest{Partition: "p", Tasks: []string{""}})
+		return err
+	}},
+	{"summarize a field of no valid name", codes.InvalidArgument, func(ctx context.Context, e *badEnv) error {
+		_, err := e.raw.Summary(ctx, &tqpb.SummaryRequest{Partition: "p", Tasks: []string{"t"}, Fields: []string{"x@1"}})
+		return err
+	}},
+	{"summarize a version of no task", codes.InvalidArgument, func(ctx context.Context, e *badEnv) error {
+		_, err := e.raw.Summary(ctx, &tqpb.SummaryRequest{Partition: "p", Version: "v"})
+		return err
+	}},
 	{"reset an empty task", codes.InvalidArgument, func(ctx context.Context, e *badEnv) error {
 		_, err := e.raw.Reset(ctx, &tqpb.ResetRequest{Partition: "p", AllRows: true})
 		return err
@@ -321,6 +333,13 @@ var badCases = []badCase{
 	}},
 	{"view an unknown partition", codes.OK, func(ctx context.Context, e *badEnv) error {
 		_, err := e.raw.View(ctx, &tqpb.TasksRequest{Partition: "nope", Tasks: []string{"t"}})
+		return err
+	}},
+	{"summarize an unknown partition", codes.OK, func(ctx context.Context, e *badEnv) error {
+		r, err := e.raw.Summary(ctx, &tqpb.SummaryRequest{Partition: "nope", Tasks: []string{"t"}, Counts: true})
+		if err == nil && (r.GetRows() != 0 || r.GetTasks()["t"] == nil) {
+			return fmt.Errorf("summary of an unknown partition: %v", r)
+		}
 		return err
 	}},
 	{"settle in an unknown partition", codes.OK, func(ctx context.Context, e *badEnv) error {

@@ -144,7 +144,10 @@ type Meta struct {
 	bg   sync.WaitGroup // the takings of the clock
 }
 
-var _ metadata.MetaStore = (*Meta)(nil)
+var (
+	_ metadata.MetaStore  = (*Meta)(nil)
+	_ metadata.Summarizer = (*Meta)(nil)
+)
 
 // Close closes the connection; later calls return backends.ErrClosed.
 func (m *Meta) Close() error {
@@ -471,6 +474,26 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 		return metadata.View{}, malformed("view", read, err)
 	}
 	return v, nil
+}
+
+// Summarize implements metadata.Summarizer: the server summarizes the
+// partition, and its reply carries counts, not rows.
+func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.SummaryRequest) (metadata.Summary, error) {
+	if err := m.check("summary"); err != nil {
+		return metadata.Summary{}, err
+	}
+	if err := req.Check(); err != nil {
+		return metadata.Summary{}, err
+	}
+	r, err := m.c.Summary(ctx, toSummaryRequest(partition, &req))
+	if err != nil {
+		return metadata.Summary{}, m.fail(ctx, "summary", read, err)
+	}
+	s, err := fromSummary(r, &req, m.clock())
+	if err != nil {
+		return metadata.Summary{}, malformed("summary", read, err)
+	}
+	return s, nil
 }
 
 func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint64) error {

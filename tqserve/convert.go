@@ -497,14 +497,34 @@ func toView(v *metadata.View, skew time.Duration) (*tqpb.ViewReply, error) {
 	if v.Groups != nil {
 		out.Groups = make(map[string]*tqpb.GroupWaits, len(v.Groups))
 		for t, gs := range v.Groups {
-			pg := make([]*tqpb.GroupWait, len(gs))
-			for i, g := range gs {
-				pg[i] = &tqpb.GroupWait{Id: g.ID, Rows: int64(g.Rows), Since: toMoment(g.Since, skew), Overdue: g.Overdue}
-			}
-			out.Groups[t] = &tqpb.GroupWaits{Groups: pg}
+			out.Groups[t] = toGroupWaits(gs, skew)
 		}
 	}
 	return out, nil
+}
+
+// toGroupWaits is nil for nil gs.
+func toGroupWaits(gs []metadata.GroupWait, skew time.Duration) *tqpb.GroupWaits {
+	if gs == nil {
+		return nil
+	}
+	pg := make([]*tqpb.GroupWait, len(gs))
+	for i, g := range gs {
+		pg[i] = &tqpb.GroupWait{Id: g.ID, Rows: int64(g.Rows), Since: toMoment(g.Since, skew), Overdue: g.Overdue}
+	}
+	return &tqpb.GroupWaits{Groups: pg}
+}
+
+// fromGroupWaits is nil for an absent gs.
+func fromGroupWaits(gs *tqpb.GroupWaits, skew time.Duration) []metadata.GroupWait {
+	if gs == nil {
+		return nil
+	}
+	mg := make([]metadata.GroupWait, len(gs.GetGroups()))
+	for i, g := range gs.GetGroups() {
+		mg[i] = metadata.GroupWait{ID: g.GetId(), Rows: int(g.GetRows()), Since: fromMoment(g.GetSince(), skew), Overdue: g.GetOverdue()}
+	}
+	return mg
 }
 
 // zeroMoment stands for a zero time inside a list whose entries must all
@@ -538,12 +558,121 @@ func fromView(r *tqpb.ViewReply, skew time.Duration) (metadata.View, error) {
 	if r.GetGroups() != nil {
 		out.Groups = make(map[string][]metadata.GroupWait, len(r.GetGroups()))
 		for t, gs := range r.GetGroups() {
-			mg := make([]metadata.GroupWait, len(gs.GetGroups()))
-			for i, g := range gs.GetGroups() {
-				mg[i] = metadata.GroupWait{ID: g.GetId(), Rows: int(g.GetRows()), Since: fromMoment(g.GetSince(), skew), Overdue: g.GetOverdue()}
+			out.Groups[t] = fromGroupWaits(gs, skew)
+			if out.Groups[t] == nil {
+				out.Groups[t] = []metadata.GroupWait{}
 			}
-			out.Groups[t] = mg
 		}
 	}
 	return out, nil
 }
+
+func toSummaryRequest(partition string, r *metadata.SummaryRequest) *tqpb.SummaryRequest {
+	return &tqpb.SummaryRequest{Partition: partition, Tasks: r.Tasks, Fields: r.Fields, Counts: r.Counts,
+		Version: r.Version, Progress: r.Progress}
+}
+
+func fromSummaryRequest(r *tqpb.SummaryRequest) metadata.SummaryRequest {
+	return metadata.SummaryRequest{Tasks: r.GetTasks(), Fields: r.GetFields(), Counts: r.GetCounts(),
+		Version: r.GetVersion(), Progress: r.GetProgress()}
+}
+
+func toSummary(s *metadata.Summary, skew time.Duration) *tqpb.SummaryReply {
+	out := &tqpb.SummaryReply{
+		Rows: int64(s.Rows), OldestRow: toMoment(s.OldestRow, skew), Capacity: toCapacity(s.Capacity),
+		Used: toUsage(s.Used), Inserted: s.Inserted, Mark: toMark(s.Mark, skew), Oldest: s.Oldest,
+	}
+	if len(s.Fields) > 0 {
+		out.Fields = make(map[string]int64, len(s.Fields))
+		for f, n := range s.Fields {
+			out.Fields[f] = int64(n)
+		}
+	}
+	if len(s.Tasks) > 0 {
+		out.Tasks = make(map[string]*tqpb.TaskSummary, len(s.Tasks))
+	}
+	for t, ts := range s.Tasks {
+		pt := &tqpb.TaskSummary{
+			Ready: int64(ts.Ready), Waiting: int64(ts.Waiting), Leased: int64(ts.Leased), Acked: int64(ts.Acked),
+			Dead: int64(ts.Dead), Dropped: int64(ts.Dropped), Redelivered: int64(ts.Redelivered),
+			OldestReady: toMoment(ts.OldestReady, skew), Consumed: ts.Consumed, Groups: toGroupWaits(ts.Groups, skew),
+			Progress: ts.Progress,
+		}
+		for _, l := range ts.Leases {
+			pt.Leases = append(pt.Leases, &tqpb.LeaseSummary{Holder: l.Holder, Rows: int64(l.Rows),
+				Until: toMoment(l.Until, skew), Granted: toMoment(l.Granted, skew), Deliveries: int64(l.Deliveries), Id: l.ID})
+		}
+		if len(ts.Missing) > 0 {
+			pt.Missing = make(map[string]int64, len(ts.Missing))
+			for f, n := range ts.Missing {
+				pt.Missing[f] = int64(n)
+			}
+		}
+		out.Tasks[t] = pt
+	}
+	return out
+}
+
+// fromSummary is the reply to req, its maps made as View.Summary makes
+// them (the wire does not tell an empty map from none).
+func fromSummary(r *tqpb.SummaryReply, req *metadata.SummaryRequest, skew time.Duration) (metadata.Summary, error) {
+	count := func(what string, n int64) (int, error) {
+		if n < 0 || n > maxCount {
+			return 0, fmt.Errorf("%s %d", what, n)
+		}
+		return int(n), nil
+	}
+	rows, err := count("rows", r.GetRows())
+	if err != nil {
+		return metadata.Summary{}, err
+	}
+	out := metadata.Summary{
+		Rows: rows, Fields: make(map[string]int, len(r.GetFields())), OldestRow: fromMoment(r.GetOldestRow(), skew),
+		Tasks: make(map[string]metadata.TaskSummary, len(r.GetTasks())), Capacity: fromCapacity(r.GetCapacity()),
+		Used: fromUsage(r.GetUsed()), Inserted: r.GetInserted(), Mark: fromMark(r.GetMark(), skew), Oldest: r.GetOldest(),
+	}
+	for f, n := range r.GetFields() {
+		if out.Fields[f], err = count("rows of field "+f, n); err != nil {
+			return metadata.Summary{}, err
+		}
+	}
+	for t, pt := range r.GetTasks() {
+		ts := metadata.TaskSummary{OldestReady: fromMoment(pt.GetOldestReady(), skew), Consumed: pt.GetConsumed(),
+			Groups: fromGroupWaits(pt.GetGroups(), skew), Progress: pt.GetProgress()}
+		for _, c := range []struct {
+			to *int
+			n  int64
+		}{{&ts.Ready, pt.GetReady()}, {&ts.Waiting, pt.GetWaiting()}, {&ts.Leased, pt.GetLeased()}, {&ts.Acked, pt.GetAcked()},
+			{&ts.Dead, pt.GetDead()}, {&ts.Dropped, pt.GetDropped()}, {&ts.Redelivered, pt.GetRedelivered()}} {
+			if *c.to, err = count("task "+t+" rows", c.n); err != nil {
+				return metadata.Summary{}, err
+			}
+		}
+		for _, l := range pt.GetLeases() {
+			n, err := count("lease rows", l.GetRows())
+			if err != nil {
+				return metadata.Summary{}, err
+			}
+			d, err := count("lease deliveries", l.GetDeliveries())
+			if err != nil {
+				return metadata.Summary{}, err
+			}
+			ts.Leases = append(ts.Leases, metadata.LeaseSummary{Holder: l.GetHolder(), Rows: n,
+				Until: fromMoment(l.GetUntil(), skew), Granted: fromMoment(l.GetGranted(), skew), Deliveries: d, ID: l.GetId()})
+		}
+		if req.Progress {
+			ts.Missing = make(map[string]int, len(pt.GetMissing()))
+			for f, n := range pt.GetMissing() {
+				if ts.Missing[f], err = count("rows missing "+f, n); err != nil {
+					return metadata.Summary{}, err
+				}
+			}
+		}
+		out.Tasks[t] = ts
+	}
+	return out, nil
+}
+
+// maxCount bounds a count of rows a reply may carry: well within an int
+// of any platform.
+const maxCount = 1<<31 - 1

@@ -21,6 +21,7 @@ const (
 	mLookup  = "/tqgo.v1.Meta/Lookup"
 	mList    = "/tqgo.v1.Meta/List"
 	mView    = "/tqgo.v1.Meta/View"
+	mSummary = "/tqgo.v1.Meta/Summary"
 	mPrepare = "/tqgo.v1.Meta/Prepare"
 	mCommit  = "/tqgo.v1.Meta/Commit"
 	mClaim   = "/tqgo.v1.Meta/Claim"
@@ -156,6 +157,10 @@ func TestFaultDropped(t *testing.T) {
 				mLookup: func(ctx context.Context) error { _, err := e.m.Lookup(ctx, part, []string{"seed"}); return err },
 				mList:   func(ctx context.Context) error { _, err := e.m.List(ctx, part); return err },
 				mView:   func(ctx context.Context) error { _, err := e.m.View(ctx, part, "t"); return err },
+				mSummary: func(ctx context.Context) error {
+					_, err := metadata.Summarize(ctx, e.m, part, metadata.SummaryRequest{Tasks: []string{"t"}, Counts: true})
+					return err
+				},
 			}
 			for method, call := range reads {
 				ch := e.p.arm(method, kind, 0)

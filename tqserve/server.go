@@ -650,6 +650,17 @@ func (s *Server) View(ctx context.Context, r *tqpb.TasksRequest) (*tqpb.ViewRepl
 	return out, nil
 }
 
+// Summary computes the summary from the server's own view of the
+// partition: the rows stay here.
+func (s *Server) Summary(ctx context.Context, r *tqpb.SummaryRequest) (*tqpb.SummaryReply, error) {
+	req := fromSummaryRequest(r)
+	sum, err := metadata.Summarize(ctx, s.meta, r.GetPartition(), req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return toSummary(&sum, 0), nil
+}
+
 func (s *Server) Reset(ctx context.Context, r *tqpb.ResetRequest) (*tqpb.Empty, error) {
 	var ix []uint64
 	if !r.GetAllRows() {

@@ -54,6 +54,7 @@ var queueTests = []struct {
 	{"Batch", testBatch},
 	{"BatchOrder", testBatchOrder},
 	{"View", testView},
+	{"Summary", testSummary},
 }
 
 // qt is one queue subtest.

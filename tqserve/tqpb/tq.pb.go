@@ -3537,6 +3537,438 @@ func (x *ViewReply) GetGroups() map[string]*GroupWaits {
 	return nil
 }
 
+// SummaryRequest mirrors metadata.SummaryRequest.
+type SummaryRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition string                 `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Empty: every task with state, claiming groups some of which wait, or
+	// having consumed rows.
+	Tasks []string `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// The fields the tasks wait for: a row in no other state that lacks one
+	// is waiting, not ready.
+	Fields []string `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty"`
+	// The counts that take a pass over the rows: fields and oldest_row of
+	// the reply, and each task's counts by state, leases and oldest_ready.
+	Counts bool `protobuf:"varint,4,opt,name=counts,proto3" json:"counts,omitempty"`
+	// If set (with tasks), the reply's oldest over the tag of this name.
+	Version string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	// Each task's progress and missing.
+	Progress      bool `protobuf:"varint,6,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummaryRequest) Reset() {
+	*x = SummaryRequest{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummaryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummaryRequest) ProtoMessage() {}
+
+func (x *SummaryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummaryRequest.ProtoReflect.Descriptor instead.
+func (*SummaryRequest) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *SummaryRequest) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
+func (x *SummaryRequest) GetTasks() []string {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *SummaryRequest) GetFields() []string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+func (x *SummaryRequest) GetCounts() bool {
+	if x != nil {
+		return x.Counts
+	}
+	return false
+}
+
+func (x *SummaryRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *SummaryRequest) GetProgress() bool {
+	if x != nil {
+		return x.Progress
+	}
+	return false
+}
+
+type LeaseSummary struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Holder     string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	Rows       int64                  `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	Until      *Moment                `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	Deliveries int64                  `protobuf:"varint,4,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
+	// A digest of the lease's token, which the reply never carries.
+	Id string `protobuf:"bytes,5,opt,name=id,proto3" json:"id,omitempty"`
+	// When its claim leased its rows (the earliest among them).
+	Granted       *Moment `protobuf:"bytes,6,opt,name=granted,proto3" json:"granted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseSummary) Reset() {
+	*x = LeaseSummary{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseSummary) ProtoMessage() {}
+
+func (x *LeaseSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseSummary.ProtoReflect.Descriptor instead.
+func (*LeaseSummary) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *LeaseSummary) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *LeaseSummary) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *LeaseSummary) GetUntil() *Moment {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *LeaseSummary) GetDeliveries() int64 {
+	if x != nil {
+		return x.Deliveries
+	}
+	return 0
+}
+
+func (x *LeaseSummary) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *LeaseSummary) GetGranted() *Moment {
+	if x != nil {
+		return x.Granted
+	}
+	return nil
+}
+
+type TaskSummary struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Ready       int64                  `protobuf:"varint,1,opt,name=ready,proto3" json:"ready,omitempty"`
+	Waiting     int64                  `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Leased      int64                  `protobuf:"varint,3,opt,name=leased,proto3" json:"leased,omitempty"`
+	Acked       int64                  `protobuf:"varint,4,opt,name=acked,proto3" json:"acked,omitempty"`
+	Dead        int64                  `protobuf:"varint,5,opt,name=dead,proto3" json:"dead,omitempty"`
+	Dropped     int64                  `protobuf:"varint,6,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	Redelivered int64                  `protobuf:"varint,7,opt,name=redelivered,proto3" json:"redelivered,omitempty"`
+	// Earliest end first.
+	Leases      []*LeaseSummary `protobuf:"bytes,8,rep,name=leases,proto3" json:"leases,omitempty"`
+	OldestReady *Moment         `protobuf:"bytes,9,opt,name=oldest_ready,json=oldestReady,proto3" json:"oldest_ready,omitempty"`
+	Consumed    uint64          `protobuf:"varint,10,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	// Absent for a task that claims no groups.
+	Groups        *GroupWaits      `protobuf:"bytes,11,opt,name=groups,proto3" json:"groups,omitempty"`
+	Progress      uint64           `protobuf:"varint,12,opt,name=progress,proto3" json:"progress,omitempty"`
+	Missing       map[string]int64 `protobuf:"bytes,13,rep,name=missing,proto3" json:"missing,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskSummary) Reset() {
+	*x = TaskSummary{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskSummary) ProtoMessage() {}
+
+func (x *TaskSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskSummary.ProtoReflect.Descriptor instead.
+func (*TaskSummary) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *TaskSummary) GetReady() int64 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *TaskSummary) GetWaiting() int64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *TaskSummary) GetLeased() int64 {
+	if x != nil {
+		return x.Leased
+	}
+	return 0
+}
+
+func (x *TaskSummary) GetAcked() int64 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
+}
+
+func (x *TaskSummary) GetDead() int64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+func (x *TaskSummary) GetDropped() int64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *TaskSummary) GetRedelivered() int64 {
+	if x != nil {
+		return x.Redelivered
+	}
+	return 0
+}
+
+func (x *TaskSummary) GetLeases() []*LeaseSummary {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *TaskSummary) GetOldestReady() *Moment {
+	if x != nil {
+		return x.OldestReady
+	}
+	return nil
+}
+
+func (x *TaskSummary) GetConsumed() uint64 {
+	if x != nil {
+		return x.Consumed
+	}
+	return 0
+}
+
+func (x *TaskSummary) GetGroups() *GroupWaits {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *TaskSummary) GetProgress() uint64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *TaskSummary) GetMissing() map[string]int64 {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
+// SummaryReply mirrors metadata.Summary.
+type SummaryReply struct {
+	state     protoimpl.MessageState  `protogen:"open.v1"`
+	Rows      int64                   `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Fields    map[string]int64        `protobuf:"bytes,2,rep,name=fields,proto3" json:"fields,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	OldestRow *Moment                 `protobuf:"bytes,3,opt,name=oldest_row,json=oldestRow,proto3" json:"oldest_row,omitempty"`
+	Tasks     map[string]*TaskSummary `protobuf:"bytes,4,rep,name=tasks,proto3" json:"tasks,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Capacity  *Capacity               `protobuf:"bytes,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Used      *Usage                  `protobuf:"bytes,6,opt,name=used,proto3" json:"used,omitempty"`
+	Inserted  uint64                  `protobuf:"varint,7,opt,name=inserted,proto3" json:"inserted,omitempty"`
+	Mark      *Mark                   `protobuf:"bytes,8,opt,name=mark,proto3" json:"mark,omitempty"`
+	// The lowest number of the version tag among rows some of the tasks
+	// has still to consume; +Inf for none, or no version asked.
+	Oldest        float64 `protobuf:"fixed64,9,opt,name=oldest,proto3" json:"oldest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummaryReply) Reset() {
+	*x = SummaryReply{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummaryReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummaryReply) ProtoMessage() {}
+
+func (x *SummaryReply) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummaryReply.ProtoReflect.Descriptor instead.
+func (*SummaryReply) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *SummaryReply) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *SummaryReply) GetFields() map[string]int64 {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+func (x *SummaryReply) GetOldestRow() *Moment {
+	if x != nil {
+		return x.OldestRow
+	}
+	return nil
+}
+
+func (x *SummaryReply) GetTasks() map[string]*TaskSummary {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *SummaryReply) GetCapacity() *Capacity {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *SummaryReply) GetUsed() *Usage {
+	if x != nil {
+		return x.Used
+	}
+	return nil
+}
+
+func (x *SummaryReply) GetInserted() uint64 {
+	if x != nil {
+		return x.Inserted
+	}
+	return 0
+}
+
+func (x *SummaryReply) GetMark() *Mark {
+	if x != nil {
+		return x.Mark
+	}
+	return nil
+}
+
+func (x *SummaryReply) GetOldest() float64 {
+	if x != nil {
+		return x.Oldest
+	}
+	return 0
+}
+
 type ResetRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Partition string                 `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
@@ -3551,7 +3983,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3995,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +4008,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{51}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ResetRequest) GetPartition() string {
@@ -3621,7 +4053,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +4065,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +4078,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{52}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WaitRequest) GetPartition() string {
@@ -3681,7 +4113,7 @@ type WaitReply struct {
 
 func (x *WaitReply) Reset() {
 	*x = WaitReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3693,7 +4125,7 @@ func (x *WaitReply) String() string {
 func (*WaitReply) ProtoMessage() {}
 
 func (x *WaitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3706,7 +4138,7 @@ func (x *WaitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitReply.ProtoReflect.Descriptor instead.
 func (*WaitReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{53}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WaitReply) GetTaken() *ClaimReply {
@@ -3727,7 +4159,7 @@ type Cell struct {
 
 func (x *Cell) Reset() {
 	*x = Cell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3739,7 +4171,7 @@ func (x *Cell) String() string {
 func (*Cell) ProtoMessage() {}
 
 func (x *Cell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3752,7 +4184,7 @@ func (x *Cell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cell.ProtoReflect.Descriptor instead.
 func (*Cell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Cell) GetKey() string {
@@ -3785,7 +4217,7 @@ type WriteCellsRequest struct {
 
 func (x *WriteCellsRequest) Reset() {
 	*x = WriteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3797,7 +4229,7 @@ func (x *WriteCellsRequest) String() string {
 func (*WriteCellsRequest) ProtoMessage() {}
 
 func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3810,7 +4242,7 @@ func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsRequest.ProtoReflect.Descriptor instead.
 func (*WriteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WriteCellsRequest) GetCells() []*Cell {
@@ -3830,7 +4262,7 @@ type WriteCellsReply struct {
 
 func (x *WriteCellsReply) Reset() {
 	*x = WriteCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3842,7 +4274,7 @@ func (x *WriteCellsReply) String() string {
 func (*WriteCellsReply) ProtoMessage() {}
 
 func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3855,7 +4287,7 @@ func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsReply.ProtoReflect.Descriptor instead.
 func (*WriteCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WriteCellsReply) GetTags() []string {
@@ -3874,7 +4306,7 @@ type ReadCellsRequest struct {
 
 func (x *ReadCellsRequest) Reset() {
 	*x = ReadCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +4318,7 @@ func (x *ReadCellsRequest) String() string {
 func (*ReadCellsRequest) ProtoMessage() {}
 
 func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +4331,7 @@ func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsRequest.ProtoReflect.Descriptor instead.
 func (*ReadCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReadCellsRequest) GetCells() []*Cell {
@@ -3919,7 +4351,7 @@ type ReadCell struct {
 
 func (x *ReadCell) Reset() {
 	*x = ReadCell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3931,7 +4363,7 @@ func (x *ReadCell) String() string {
 func (*ReadCell) ProtoMessage() {}
 
 func (x *ReadCell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3944,7 +4376,7 @@ func (x *ReadCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCell.ProtoReflect.Descriptor instead.
 func (*ReadCell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReadCell) GetFound() bool {
@@ -3970,7 +4402,7 @@ type ReadCellsReply struct {
 
 func (x *ReadCellsReply) Reset() {
 	*x = ReadCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4414,7 @@ func (x *ReadCellsReply) String() string {
 func (*ReadCellsReply) ProtoMessage() {}
 
 func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4427,7 @@ func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsReply.ProtoReflect.Descriptor instead.
 func (*ReadCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReadCellsReply) GetCells() []*ReadCell {
@@ -4014,7 +4446,7 @@ type DeleteCellsRequest struct {
 
 func (x *DeleteCellsRequest) Reset() {
 	*x = DeleteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4458,7 @@ func (x *DeleteCellsRequest) String() string {
 func (*DeleteCellsRequest) ProtoMessage() {}
 
 func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4471,7 @@ func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCellsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{60}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteCellsRequest) GetCells() []*Cell {
@@ -4353,7 +4785,59 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aN\n" +
 	"\vGroupsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12)\n" +
-	"\x05value\x18\x02 \x01(\v2\x13.tqgo.v1.GroupWaitsR\x05value:\x028\x01\"u\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.tqgo.v1.GroupWaitsR\x05value:\x028\x01\"\xaa\x01\n" +
+	"\x0eSummaryRequest\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x14\n" +
+	"\x05tasks\x18\x02 \x03(\tR\x05tasks\x12\x16\n" +
+	"\x06fields\x18\x03 \x03(\tR\x06fields\x12\x16\n" +
+	"\x06counts\x18\x04 \x01(\bR\x06counts\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1a\n" +
+	"\bprogress\x18\x06 \x01(\bR\bprogress\"\xbc\x01\n" +
+	"\fLeaseSummary\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12%\n" +
+	"\x05until\x18\x03 \x01(\v2\x0f.tqgo.v1.MomentR\x05until\x12\x1e\n" +
+	"\n" +
+	"deliveries\x18\x04 \x01(\x03R\n" +
+	"deliveries\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\tR\x02id\x12)\n" +
+	"\agranted\x18\x06 \x01(\v2\x0f.tqgo.v1.MomentR\agranted\"\xfc\x03\n" +
+	"\vTaskSummary\x12\x14\n" +
+	"\x05ready\x18\x01 \x01(\x03R\x05ready\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\x03R\awaiting\x12\x16\n" +
+	"\x06leased\x18\x03 \x01(\x03R\x06leased\x12\x14\n" +
+	"\x05acked\x18\x04 \x01(\x03R\x05acked\x12\x12\n" +
+	"\x04dead\x18\x05 \x01(\x03R\x04dead\x12\x18\n" +
+	"\adropped\x18\x06 \x01(\x03R\adropped\x12 \n" +
+	"\vredelivered\x18\a \x01(\x03R\vredelivered\x12-\n" +
+	"\x06leases\x18\b \x03(\v2\x15.tqgo.v1.LeaseSummaryR\x06leases\x122\n" +
+	"\foldest_ready\x18\t \x01(\v2\x0f.tqgo.v1.MomentR\voldestReady\x12\x1a\n" +
+	"\bconsumed\x18\n" +
+	" \x01(\x04R\bconsumed\x12+\n" +
+	"\x06groups\x18\v \x01(\v2\x13.tqgo.v1.GroupWaitsR\x06groups\x12\x1a\n" +
+	"\bprogress\x18\f \x01(\x04R\bprogress\x12;\n" +
+	"\amissing\x18\r \x03(\v2!.tqgo.v1.TaskSummary.MissingEntryR\amissing\x1a:\n" +
+	"\fMissingEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xfa\x03\n" +
+	"\fSummaryReply\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\x03R\x04rows\x129\n" +
+	"\x06fields\x18\x02 \x03(\v2!.tqgo.v1.SummaryReply.FieldsEntryR\x06fields\x12.\n" +
+	"\n" +
+	"oldest_row\x18\x03 \x01(\v2\x0f.tqgo.v1.MomentR\toldestRow\x126\n" +
+	"\x05tasks\x18\x04 \x03(\v2 .tqgo.v1.SummaryReply.TasksEntryR\x05tasks\x12-\n" +
+	"\bcapacity\x18\x05 \x01(\v2\x11.tqgo.v1.CapacityR\bcapacity\x12\"\n" +
+	"\x04used\x18\x06 \x01(\v2\x0e.tqgo.v1.UsageR\x04used\x12\x1a\n" +
+	"\binserted\x18\a \x01(\x04R\binserted\x12!\n" +
+	"\x04mark\x18\b \x01(\v2\r.tqgo.v1.MarkR\x04mark\x12\x16\n" +
+	"\x06oldest\x18\t \x01(\x01R\x06oldest\x1a9\n" +
+	"\vFieldsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aN\n" +
+	"\n" +
+	"TasksEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12*\n" +
+	"\x05value\x18\x02 \x01(\v2\x14.tqgo.v1.TaskSummaryR\x05value:\x028\x01\"u\n" +
 	"\fResetRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x18\n" +
@@ -4381,7 +4865,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x0eReadCellsReply\x12'\n" +
 	"\x05cells\x18\x01 \x03(\v2\x11.tqgo.v1.ReadCellR\x05cells\"9\n" +
 	"\x12DeleteCellsRequest\x12#\n" +
-	"\x05cells\x18\x01 \x03(\v2\r.tqgo.v1.CellR\x05cells2\xee\b\n" +
+	"\x05cells\x18\x01 \x03(\v2\r.tqgo.v1.CellR\x05cells2\xa9\t\n" +
 	"\x04Meta\x120\n" +
 	"\x04Info\x12\x14.tqgo.v1.InfoRequest\x1a\x12.tqgo.v1.InfoReply\x129\n" +
 	"\aPrepare\x12\x17.tqgo.v1.PrepareRequest\x1a\x15.tqgo.v1.PrepareReply\x12>\n" +
@@ -4402,7 +4886,8 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x05Claim\x12\x15.tqgo.v1.ClaimRequest\x1a\x13.tqgo.v1.ClaimReply\x126\n" +
 	"\x06Settle\x12\x16.tqgo.v1.SettleRequest\x1a\x14.tqgo.v1.SettleReply\x12?\n" +
 	"\vConsumption\x12\x15.tqgo.v1.TasksRequest\x1a\x19.tqgo.v1.ConsumptionReply\x121\n" +
-	"\x04View\x12\x15.tqgo.v1.TasksRequest\x1a\x12.tqgo.v1.ViewReply\x12.\n" +
+	"\x04View\x12\x15.tqgo.v1.TasksRequest\x1a\x12.tqgo.v1.ViewReply\x129\n" +
+	"\aSummary\x12\x17.tqgo.v1.SummaryRequest\x1a\x15.tqgo.v1.SummaryReply\x12.\n" +
 	"\x05Reset\x12\x15.tqgo.v1.ResetRequest\x1a\x0e.tqgo.v1.Empty\x120\n" +
 	"\x04Wait\x12\x14.tqgo.v1.WaitRequest\x1a\x12.tqgo.v1.WaitReply2\xb9\x01\n" +
 	"\x05Cells\x12=\n" +
@@ -4423,7 +4908,7 @@ func file_tqgo_v1_tq_proto_rawDescGZIP() []byte {
 }
 
 var file_tqgo_v1_tq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_tqgo_v1_tq_proto_goTypes = []any{
 	(Failure_Kind)(0),           // 0: tqgo.v1.Failure.Kind
 	(Delivery_State)(0),         // 1: tqgo.v1.Delivery.State
@@ -4479,148 +4964,170 @@ var file_tqgo_v1_tq_proto_goTypes = []any{
 	(*GroupWait)(nil),           // 51: tqgo.v1.GroupWait
 	(*GroupWaits)(nil),          // 52: tqgo.v1.GroupWaits
 	(*ViewReply)(nil),           // 53: tqgo.v1.ViewReply
-	(*ResetRequest)(nil),        // 54: tqgo.v1.ResetRequest
-	(*WaitRequest)(nil),         // 55: tqgo.v1.WaitRequest
-	(*WaitReply)(nil),           // 56: tqgo.v1.WaitReply
-	(*Cell)(nil),                // 57: tqgo.v1.Cell
-	(*WriteCellsRequest)(nil),   // 58: tqgo.v1.WriteCellsRequest
-	(*WriteCellsReply)(nil),     // 59: tqgo.v1.WriteCellsReply
-	(*ReadCellsRequest)(nil),    // 60: tqgo.v1.ReadCellsRequest
-	(*ReadCell)(nil),            // 61: tqgo.v1.ReadCell
-	(*ReadCellsReply)(nil),      // 62: tqgo.v1.ReadCellsReply
-	(*DeleteCellsRequest)(nil),  // 63: tqgo.v1.DeleteCellsRequest
-	nil,                         // 64: tqgo.v1.TagMap.ValuesEntry
-	nil,                         // 65: tqgo.v1.Reservation.GensEntry
-	nil,                         // 66: tqgo.v1.ConsumptionReply.TasksEntry
-	nil,                         // 67: tqgo.v1.ViewReply.TasksEntry
-	nil,                         // 68: tqgo.v1.ViewReply.ConsumedEntry
-	nil,                         // 69: tqgo.v1.ViewReply.GroupsEntry
+	(*SummaryRequest)(nil),      // 54: tqgo.v1.SummaryRequest
+	(*LeaseSummary)(nil),        // 55: tqgo.v1.LeaseSummary
+	(*TaskSummary)(nil),         // 56: tqgo.v1.TaskSummary
+	(*SummaryReply)(nil),        // 57: tqgo.v1.SummaryReply
+	(*ResetRequest)(nil),        // 58: tqgo.v1.ResetRequest
+	(*WaitRequest)(nil),         // 59: tqgo.v1.WaitRequest
+	(*WaitReply)(nil),           // 60: tqgo.v1.WaitReply
+	(*Cell)(nil),                // 61: tqgo.v1.Cell
+	(*WriteCellsRequest)(nil),   // 62: tqgo.v1.WriteCellsRequest
+	(*WriteCellsReply)(nil),     // 63: tqgo.v1.WriteCellsReply
+	(*ReadCellsRequest)(nil),    // 64: tqgo.v1.ReadCellsRequest
+	(*ReadCell)(nil),            // 65: tqgo.v1.ReadCell
+	(*ReadCellsReply)(nil),      // 66: tqgo.v1.ReadCellsReply
+	(*DeleteCellsRequest)(nil),  // 67: tqgo.v1.DeleteCellsRequest
+	nil,                         // 68: tqgo.v1.TagMap.ValuesEntry
+	nil,                         // 69: tqgo.v1.Reservation.GensEntry
+	nil,                         // 70: tqgo.v1.ConsumptionReply.TasksEntry
+	nil,                         // 71: tqgo.v1.ViewReply.TasksEntry
+	nil,                         // 72: tqgo.v1.ViewReply.ConsumedEntry
+	nil,                         // 73: tqgo.v1.ViewReply.GroupsEntry
+	nil,                         // 74: tqgo.v1.TaskSummary.MissingEntry
+	nil,                         // 75: tqgo.v1.SummaryReply.FieldsEntry
+	nil,                         // 76: tqgo.v1.SummaryReply.TasksEntry
 }
 var file_tqgo_v1_tq_proto_depIdxs = []int32{
-	0,  // 0: tqgo.v1.Failure.kind:type_name -> tqgo.v1.Failure.Kind
-	6,  // 1: tqgo.v1.Failure.full:type_name -> tqgo.v1.Full
-	19, // 2: tqgo.v1.Full.capacity:type_name -> tqgo.v1.Capacity
-	20, // 3: tqgo.v1.Full.used:type_name -> tqgo.v1.Usage
-	20, // 4: tqgo.v1.Full.asked:type_name -> tqgo.v1.Usage
-	21, // 5: tqgo.v1.Full.mark:type_name -> tqgo.v1.Mark
-	4,  // 6: tqgo.v1.InfoReply.now:type_name -> tqgo.v1.Moment
-	10, // 7: tqgo.v1.TagValue.list_value:type_name -> tqgo.v1.TagList
-	11, // 8: tqgo.v1.TagValue.map_value:type_name -> tqgo.v1.TagMap
-	9,  // 9: tqgo.v1.TagList.values:type_name -> tqgo.v1.TagValue
-	64, // 10: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
-	12, // 11: tqgo.v1.FieldEntry.info:type_name -> tqgo.v1.FieldInfo
-	13, // 12: tqgo.v1.Row.fields:type_name -> tqgo.v1.FieldEntry
-	11, // 13: tqgo.v1.Row.tag:type_name -> tqgo.v1.TagMap
-	14, // 14: tqgo.v1.MaybeRow.row:type_name -> tqgo.v1.Row
-	65, // 15: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
-	13, // 16: tqgo.v1.RowUpdate.fields:type_name -> tqgo.v1.FieldEntry
-	11, // 17: tqgo.v1.RowUpdate.tag:type_name -> tqgo.v1.TagMap
-	4,  // 18: tqgo.v1.Mark.wake:type_name -> tqgo.v1.Moment
-	16, // 19: tqgo.v1.PrepareReply.reservations:type_name -> tqgo.v1.Reservation
-	19, // 20: tqgo.v1.SetCapacityRequest.capacity:type_name -> tqgo.v1.Capacity
-	14, // 21: tqgo.v1.RowsReply.rows:type_name -> tqgo.v1.Row
-	17, // 22: tqgo.v1.CommitRequest.updates:type_name -> tqgo.v1.RowUpdate
-	18, // 23: tqgo.v1.CommitReply.superseded:type_name -> tqgo.v1.Ref
-	18, // 24: tqgo.v1.CommitReply.stale:type_name -> tqgo.v1.Ref
-	15, // 25: tqgo.v1.LookupReply.rows:type_name -> tqgo.v1.MaybeRow
-	18, // 26: tqgo.v1.RefsRequest.refs:type_name -> tqgo.v1.Ref
-	18, // 27: tqgo.v1.RefsReply.refs:type_name -> tqgo.v1.Ref
-	37, // 28: tqgo.v1.Select.group:type_name -> tqgo.v1.Group
-	39, // 29: tqgo.v1.ClaimRequest.batch:type_name -> tqgo.v1.Batch
-	38, // 30: tqgo.v1.ClaimRequest.select:type_name -> tqgo.v1.Select
-	40, // 31: tqgo.v1.ClaimRequest.picked:type_name -> tqgo.v1.Unit
-	46, // 32: tqgo.v1.ClaimRequest.settle_first:type_name -> tqgo.v1.SettleRequest
-	1,  // 33: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
-	4,  // 34: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
-	4,  // 35: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
-	4,  // 36: tqgo.v1.Delivery.granted:type_name -> tqgo.v1.Moment
-	14, // 37: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
-	42, // 38: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
-	21, // 39: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
-	14, // 40: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
-	42, // 41: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
-	45, // 42: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
-	4,  // 43: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
-	14, // 44: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
-	21, // 45: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
-	47, // 46: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
-	5,  // 47: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
-	2,  // 48: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
-	4,  // 49: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
-	14, // 50: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
-	42, // 51: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
-	66, // 52: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
-	4,  // 53: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
-	51, // 54: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
-	14, // 55: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
-	67, // 56: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
-	21, // 57: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
-	19, // 58: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
-	20, // 59: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
-	68, // 60: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
-	4,  // 61: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
-	69, // 62: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
-	21, // 63: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
-	44, // 64: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
-	57, // 65: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	57, // 66: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
-	61, // 67: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
-	57, // 68: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	9,  // 69: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
-	49, // 70: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	49, // 71: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	52, // 72: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
-	7,  // 73: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
-	22, // 74: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
-	24, // 75: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
-	26, // 76: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
-	28, // 77: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
-	30, // 78: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
-	31, // 79: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
-	28, // 80: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
-	30, // 81: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
-	33, // 82: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
-	34, // 83: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
-	34, // 84: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
-	36, // 85: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
-	41, // 86: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
-	41, // 87: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
-	46, // 88: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
-	48, // 89: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
-	48, // 90: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
-	54, // 91: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
-	55, // 92: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
-	58, // 93: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
-	60, // 94: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
-	63, // 95: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
-	8,  // 96: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
-	23, // 97: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
-	25, // 98: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
-	27, // 99: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
-	29, // 100: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
-	25, // 101: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
-	32, // 102: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
-	25, // 103: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
-	25, // 104: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
-	35, // 105: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
-	3,  // 106: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
-	3,  // 107: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
-	35, // 108: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
-	43, // 109: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
-	44, // 110: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
-	47, // 111: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
-	50, // 112: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
-	53, // 113: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
-	3,  // 114: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
-	56, // 115: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
-	59, // 116: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
-	62, // 117: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
-	3,  // 118: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
-	96, // [96:119] is the sub-list for method output_type
-	73, // [73:96] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	0,   // 0: tqgo.v1.Failure.kind:type_name -> tqgo.v1.Failure.Kind
+	6,   // 1: tqgo.v1.Failure.full:type_name -> tqgo.v1.Full
+	19,  // 2: tqgo.v1.Full.capacity:type_name -> tqgo.v1.Capacity
+	20,  // 3: tqgo.v1.Full.used:type_name -> tqgo.v1.Usage
+	20,  // 4: tqgo.v1.Full.asked:type_name -> tqgo.v1.Usage
+	21,  // 5: tqgo.v1.Full.mark:type_name -> tqgo.v1.Mark
+	4,   // 6: tqgo.v1.InfoReply.now:type_name -> tqgo.v1.Moment
+	10,  // 7: tqgo.v1.TagValue.list_value:type_name -> tqgo.v1.TagList
+	11,  // 8: tqgo.v1.TagValue.map_value:type_name -> tqgo.v1.TagMap
+	9,   // 9: tqgo.v1.TagList.values:type_name -> tqgo.v1.TagValue
+	68,  // 10: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
+	12,  // 11: tqgo.v1.FieldEntry.info:type_name -> tqgo.v1.FieldInfo
+	13,  // 12: tqgo.v1.Row.fields:type_name -> tqgo.v1.FieldEntry
+	11,  // 13: tqgo.v1.Row.tag:type_name -> tqgo.v1.TagMap
+	14,  // 14: tqgo.v1.MaybeRow.row:type_name -> tqgo.v1.Row
+	69,  // 15: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
+	13,  // 16: tqgo.v1.RowUpdate.fields:type_name -> tqgo.v1.FieldEntry
+	11,  // 17: tqgo.v1.RowUpdate.tag:type_name -> tqgo.v1.TagMap
+	4,   // 18: tqgo.v1.Mark.wake:type_name -> tqgo.v1.Moment
+	16,  // 19: tqgo.v1.PrepareReply.reservations:type_name -> tqgo.v1.Reservation
+	19,  // 20: tqgo.v1.SetCapacityRequest.capacity:type_name -> tqgo.v1.Capacity
+	14,  // 21: tqgo.v1.RowsReply.rows:type_name -> tqgo.v1.Row
+	17,  // 22: tqgo.v1.CommitRequest.updates:type_name -> tqgo.v1.RowUpdate
+	18,  // 23: tqgo.v1.CommitReply.superseded:type_name -> tqgo.v1.Ref
+	18,  // 24: tqgo.v1.CommitReply.stale:type_name -> tqgo.v1.Ref
+	15,  // 25: tqgo.v1.LookupReply.rows:type_name -> tqgo.v1.MaybeRow
+	18,  // 26: tqgo.v1.RefsRequest.refs:type_name -> tqgo.v1.Ref
+	18,  // 27: tqgo.v1.RefsReply.refs:type_name -> tqgo.v1.Ref
+	37,  // 28: tqgo.v1.Select.group:type_name -> tqgo.v1.Group
+	39,  // 29: tqgo.v1.ClaimRequest.batch:type_name -> tqgo.v1.Batch
+	38,  // 30: tqgo.v1.ClaimRequest.select:type_name -> tqgo.v1.Select
+	40,  // 31: tqgo.v1.ClaimRequest.picked:type_name -> tqgo.v1.Unit
+	46,  // 32: tqgo.v1.ClaimRequest.settle_first:type_name -> tqgo.v1.SettleRequest
+	1,   // 33: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
+	4,   // 34: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
+	4,   // 35: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
+	4,   // 36: tqgo.v1.Delivery.granted:type_name -> tqgo.v1.Moment
+	14,  // 37: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
+	42,  // 38: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
+	21,  // 39: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
+	14,  // 40: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
+	42,  // 41: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
+	45,  // 42: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
+	4,   // 43: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
+	14,  // 44: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
+	21,  // 45: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
+	47,  // 46: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
+	5,   // 47: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
+	2,   // 48: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
+	4,   // 49: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
+	14,  // 50: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
+	42,  // 51: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
+	70,  // 52: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
+	4,   // 53: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
+	51,  // 54: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
+	14,  // 55: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
+	71,  // 56: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
+	21,  // 57: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
+	19,  // 58: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
+	20,  // 59: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
+	72,  // 60: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
+	4,   // 61: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
+	73,  // 62: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
+	4,   // 63: tqgo.v1.LeaseSummary.until:type_name -> tqgo.v1.Moment
+	4,   // 64: tqgo.v1.LeaseSummary.granted:type_name -> tqgo.v1.Moment
+	55,  // 65: tqgo.v1.TaskSummary.leases:type_name -> tqgo.v1.LeaseSummary
+	4,   // 66: tqgo.v1.TaskSummary.oldest_ready:type_name -> tqgo.v1.Moment
+	52,  // 67: tqgo.v1.TaskSummary.groups:type_name -> tqgo.v1.GroupWaits
+	74,  // 68: tqgo.v1.TaskSummary.missing:type_name -> tqgo.v1.TaskSummary.MissingEntry
+	75,  // 69: tqgo.v1.SummaryReply.fields:type_name -> tqgo.v1.SummaryReply.FieldsEntry
+	4,   // 70: tqgo.v1.SummaryReply.oldest_row:type_name -> tqgo.v1.Moment
+	76,  // 71: tqgo.v1.SummaryReply.tasks:type_name -> tqgo.v1.SummaryReply.TasksEntry
+	19,  // 72: tqgo.v1.SummaryReply.capacity:type_name -> tqgo.v1.Capacity
+	20,  // 73: tqgo.v1.SummaryReply.used:type_name -> tqgo.v1.Usage
+	21,  // 74: tqgo.v1.SummaryReply.mark:type_name -> tqgo.v1.Mark
+	21,  // 75: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
+	44,  // 76: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
+	61,  // 77: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	61,  // 78: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
+	65,  // 79: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
+	61,  // 80: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	9,   // 81: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
+	49,  // 82: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	49,  // 83: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	52,  // 84: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
+	56,  // 85: tqgo.v1.SummaryReply.TasksEntry.value:type_name -> tqgo.v1.TaskSummary
+	7,   // 86: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
+	22,  // 87: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
+	24,  // 88: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
+	26,  // 89: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
+	28,  // 90: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
+	30,  // 91: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
+	31,  // 92: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
+	28,  // 93: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
+	30,  // 94: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
+	33,  // 95: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
+	34,  // 96: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
+	34,  // 97: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
+	36,  // 98: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
+	41,  // 99: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
+	41,  // 100: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
+	46,  // 101: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
+	48,  // 102: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
+	48,  // 103: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
+	54,  // 104: tqgo.v1.Meta.Summary:input_type -> tqgo.v1.SummaryRequest
+	58,  // 105: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
+	59,  // 106: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
+	62,  // 107: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
+	64,  // 108: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
+	67,  // 109: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
+	8,   // 110: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
+	23,  // 111: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
+	25,  // 112: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
+	27,  // 113: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
+	29,  // 114: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
+	25,  // 115: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
+	32,  // 116: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
+	25,  // 117: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
+	25,  // 118: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
+	35,  // 119: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
+	3,   // 120: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
+	3,   // 121: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
+	35,  // 122: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
+	43,  // 123: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
+	44,  // 124: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
+	47,  // 125: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
+	50,  // 126: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
+	53,  // 127: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
+	57,  // 128: tqgo.v1.Meta.Summary:output_type -> tqgo.v1.SummaryReply
+	3,   // 129: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
+	60,  // 130: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
+	63,  // 131: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
+	66,  // 132: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
+	3,   // 133: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
+	110, // [110:134] is the sub-list for method output_type
+	86,  // [86:110] is the sub-list for method input_type
+	86,  // [86:86] is the sub-list for extension type_name
+	86,  // [86:86] is the sub-list for extension extendee
+	0,   // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_tqgo_v1_tq_proto_init() }
@@ -4645,7 +5152,7 @@ func file_tqgo_v1_tq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tqgo_v1_tq_proto_rawDesc), len(file_tqgo_v1_tq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   67,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

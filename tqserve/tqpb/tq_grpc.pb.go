@@ -53,6 +53,7 @@ const (
 	Meta_Settle_FullMethodName          = "/tqgo.v1.Meta/Settle"
 	Meta_Consumption_FullMethodName     = "/tqgo.v1.Meta/Consumption"
 	Meta_View_FullMethodName            = "/tqgo.v1.Meta/View"
+	Meta_Summary_FullMethodName         = "/tqgo.v1.Meta/Summary"
 	Meta_Reset_FullMethodName           = "/tqgo.v1.Meta/Reset"
 	Meta_Wait_FullMethodName            = "/tqgo.v1.Meta/Wait"
 )
@@ -88,6 +89,10 @@ type MetaClient interface {
 	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleReply, error)
 	Consumption(ctx context.Context, in *TasksRequest, opts ...grpc.CallOption) (*ConsumptionReply, error)
 	View(ctx context.Context, in *TasksRequest, opts ...grpc.CallOption) (*ViewReply, error)
+	// Summary counts the partition's rows for tasks where they are: its
+	// reply grows with the tasks and their leases, not with the rows (a
+	// status, a paced producer's look). Nothing changes.
+	Summary(ctx context.Context, in *SummaryRequest, opts ...grpc.CallOption) (*SummaryReply, error)
 	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*Empty, error)
 	// Wait returns once the partition may have rows for a claim that it had
 	// not at mark (see Mark), or when the caller's deadline ends (the call's
@@ -283,6 +288,16 @@ func (c *metaClient) View(ctx context.Context, in *TasksRequest, opts ...grpc.Ca
 	return out, nil
 }
 
+func (c *metaClient) Summary(ctx context.Context, in *SummaryRequest, opts ...grpc.CallOption) (*SummaryReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SummaryReply)
+	err := c.cc.Invoke(ctx, Meta_Summary_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *metaClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*Empty, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Empty)
@@ -334,6 +349,10 @@ type MetaServer interface {
 	Settle(context.Context, *SettleRequest) (*SettleReply, error)
 	Consumption(context.Context, *TasksRequest) (*ConsumptionReply, error)
 	View(context.Context, *TasksRequest) (*ViewReply, error)
+	// Summary counts the partition's rows for tasks where they are: its
+	// reply grows with the tasks and their leases, not with the rows (a
+	// status, a paced producer's look). Nothing changes.
+	Summary(context.Context, *SummaryRequest) (*SummaryReply, error)
 	Reset(context.Context, *ResetRequest) (*Empty, error)
 	// Wait returns once the partition may have rows for a claim that it had
 	// not at mark (see Mark), or when the caller's deadline ends (the call's
@@ -402,6 +421,9 @@ func (UnimplementedMetaServer) Consumption(context.Context, *TasksRequest) (*Con
 }
 func (UnimplementedMetaServer) View(context.Context, *TasksRequest) (*ViewReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method View not implemented")
+}
+func (UnimplementedMetaServer) Summary(context.Context, *SummaryRequest) (*SummaryReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Summary not implemented")
 }
 func (UnimplementedMetaServer) Reset(context.Context, *ResetRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
@@ -754,6 +776,24 @@ func _Meta_View_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_Summary_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SummaryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Summary(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Summary_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Summary(ctx, req.(*SummaryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meta_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ResetRequest)
 	if err := dec(in); err != nil {
@@ -868,6 +908,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "View",
 			Handler:    _Meta_View_Handler,
+		},
+		{
+			MethodName: "Summary",
+			Handler:    _Meta_Summary_Handler,
 		},
 		{
 			MethodName: "Reset",
