@@ -67,8 +67,9 @@ type KeyState struct {
 // TransferQueue's get_consumption_status tells per index. An unknown key
 // fails with a *KeyError matching ErrNotFound naming it, an empty or
 // repeated key with ErrInvalid, changing nothing; an unknown partition,
-// named no key, has no rows. It reads the partition's whole state, as
-// Status does, however few keys it names.
+// named no key, has no rows. It reads the partition's whole state (every
+// row, which a tq server sends), however few keys it names; Status
+// counts without the rows.
 func (c *Client) Consumption(ctx context.Context, partition string, keys ...string) (_ []KeyConsumption, err error) {
 	ctx, tr := c.trace(ctx, "Consumption", partition, len(keys))
 	defer func() { tr.done(err) }()

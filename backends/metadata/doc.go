@@ -71,7 +71,11 @@
 //
 // Optional: a MetaStore whose server also holds the data is [Colocated]:
 // it writes cells with their commit, and reads cells confirming the rows
-// they belong to, in one request each.
+// they belong to, in one request each. A [SettleClaimer] settles and
+// claims in one request. A [Summarizer] counts a partition's rows for its
+// tasks where they are, so that a status or a paced producer's look
+// carries counts, not rows ([Summarize] falls back to a View counted by
+// [View.Summary], the one place a Summary is computed).
 //
 // Package backendtest's RunMeta, RunQueue and RunColocated check these
 // contracts.
