@@ -34,7 +34,10 @@ type MetaStore struct {
 	done chan struct{} // closed by Close: waiters return
 }
 
-var _ metadata.MetaStore = (*MetaStore)(nil)
+var (
+	_ metadata.MetaStore  = (*MetaStore)(nil)
+	_ metadata.Summarizer = (*MetaStore)(nil)
+)
 
 type partition struct {
 	mu sync.Mutex // guards everything below
@@ -446,20 +449,65 @@ func (m *MetaStore) View(ctx context.Context, partition string, tasks ...string)
 	}
 	p := m.lock(partition, false)
 	if p == nil {
-		out := map[string][]metadata.Delivery{}
-		for _, name := range tasks {
-			out[name] = []metadata.Delivery{}
-		}
-		return metadata.View{Rows: []*metadata.Row{}, Tasks: out}, nil
+		return emptyView(tasks), nil
 	}
 	defer p.mu.Unlock()
-	v := metadata.View{Rows: slices.Clone(p.st.List()), Tasks: p.st.Consumption(m.now(), tasks...),
-		Mark: metadata.Mark{Seq: p.base + p.st.Seq(), Consumed: p.st.Consumed()}}
-	v.Inserted, v.Consumed = p.st.Counts(tasks...)
-	v.Since = p.st.Since(v.Rows)
-	v.Capacity, v.Used = p.st.Capacity()
-	v.Groups = p.st.GroupWaits(m.now(), tasks...)
+	v := p.view(m.now(), tasks, true, true)
+	v.Rows = slices.Clone(v.Rows)
 	return v, nil
+}
+
+// Summarize implements metadata.Summarizer: the summary is counted from
+// a view of what it reads, so that one of counters alone passes over no
+// row (and is counted under the partition's lock; a pass over the rows is
+// made after it, on a copy of the list).
+func (m *MetaStore) Summarize(ctx context.Context, partition string, req metadata.SummaryRequest) (metadata.Summary, error) {
+	if err := m.check(ctx); err != nil {
+		return metadata.Summary{}, err
+	}
+	if err := req.Check(); err != nil {
+		return metadata.Summary{}, err
+	}
+	p := m.lock(partition, false)
+	if p == nil {
+		v := emptyView(req.Tasks)
+		return v.Summary(req), nil
+	}
+	rows, since, deliveries := req.Needs()
+	v := p.view(m.now(), req.Tasks, since, deliveries)
+	if !rows {
+		defer p.mu.Unlock()
+		return v.Summary(req), nil
+	}
+	v.Rows = slices.Clone(v.Rows)
+	p.mu.Unlock()
+	return v.Summary(req), nil
+}
+
+// emptyView is the view of tasks of a partition the store does not hold.
+func emptyView(tasks []string) metadata.View {
+	out := map[string][]metadata.Delivery{}
+	for _, name := range tasks {
+		out[name] = []metadata.Delivery{}
+	}
+	return metadata.View{Rows: []*metadata.Row{}, Tasks: out}
+}
+
+// view is the partition's view of tasks, its Since only with since and
+// its Tasks only with deliveries. Its Rows are the partition's own: read
+// them under p.mu, or clone them. Called with p.mu held.
+func (p *partition) view(now int64, tasks []string, since, deliveries bool) metadata.View {
+	v := metadata.View{Rows: p.st.List(), Mark: metadata.Mark{Seq: p.base + p.st.Seq(), Consumed: p.st.Consumed()}}
+	if deliveries {
+		v.Tasks = p.st.Consumption(now, tasks...)
+	}
+	v.Inserted, v.Consumed = p.st.Counts(tasks...)
+	if since {
+		v.Since = p.st.Since(v.Rows)
+	}
+	v.Capacity, v.Used = p.st.Capacity()
+	v.Groups = p.st.GroupWaits(now, tasks...)
+	return v
 }
 
 // Reset implements metadata.Queue.

@@ -79,6 +79,15 @@ func (r *SummaryRequest) Check() error {
 	return nil
 }
 
+// Needs says what of a View the Summary of r reads, besides the number
+// of its rows, its counters, capacity, mark and groups: rows, its Rows
+// themselves (a pass over them); since, its Since; deliveries, its Tasks.
+// A Summarizer may build a View without the others.
+func (r *SummaryRequest) Needs() (rows, since, deliveries bool) {
+	rows = r.Counts || r.Progress || r.Version != ""
+	return rows, r.Counts, rows || len(r.Tasks) == 0
+}
+
 // Summary is a partition's rows counted for its tasks, as of one moment:
 // what a status, a paced producer and a rate limiter read of it.
 type Summary struct {
@@ -174,13 +183,25 @@ func (v *View) Summary(req SummaryRequest) Summary {
 	s := Summary{Rows: len(v.Rows), Fields: map[string]int{}, Tasks: map[string]TaskSummary{},
 		Capacity: v.Capacity, Used: v.Used, Inserted: v.Inserted, Mark: v.Mark, Oldest: math.Inf(1)}
 	if req.Counts {
+		// Rows share their maps (see Merger): each run of rows of one
+		// map is counted at once.
+		var run map[string]FieldInfo
+		n := 0
 		for i, r := range v.Rows {
-			for f := range r.Fields {
-				s.Fields[f]++
+			if n > 0 && SameMap(r.Fields, run) {
+				n++
+			} else {
+				for f := range run {
+					s.Fields[f] += n
+				}
+				run, n = r.Fields, 1
 			}
 			if t := v.since(i); !t.IsZero() && (s.OldestRow.IsZero() || t.Before(s.OldestRow)) {
 				s.OldestRow = t
 			}
+		}
+		for f := range run {
+			s.Fields[f] += n
 		}
 	}
 	tasks := req.Tasks
@@ -242,6 +263,8 @@ func (v *View) countStates(ds []Delivery, fields []string) TaskSummary {
 	}
 	var ts TaskSummary
 	leases := map[string]*LeaseSummary{}
+	var last map[string]FieldInfo // the map whose fields has tells
+	has, seen := false, false
 	for i, r := range v.Rows {
 		s := Ready
 		d := byIndex[r.Index]
@@ -250,7 +273,10 @@ func (v *View) countStates(ds []Delivery, fields []string) TaskSummary {
 		}
 		switch s {
 		case Ready:
-			if hasFields(r, fields) {
+			if !seen || !SameMap(r.Fields, last) {
+				last, has, seen = r.Fields, hasFields(r, fields), true
+			}
+			if has {
 				ts.Ready++
 				if t := v.since(i); !t.IsZero() && (ts.OldestReady.IsZero() || t.Before(ts.OldestReady)) {
 					ts.OldestReady = t

@@ -537,32 +537,74 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	if err := m.catchUp(ctx, p); err != nil {
 		return metadata.View{}, err
 	}
-	out := p.st.Consumption(time.Now().Add(-p.skew).UnixMicro(), tasks...)
-	for _, ds := range out {
-		for i := range ds {
-			ds[i].Until = local(ds[i].Until, p.skew)
-			ds[i].At = local(ds[i].At, p.skew)
-			ds[i].Granted = local(ds[i].Granted, p.skew)
+	v := p.view(tasks, true, true)
+	v.Rows = slices.Clone(v.Rows)
+	if v.Rows == nil {
+		v.Rows = []*metadata.Row{}
+	}
+	return v, nil
+}
+
+// Summarize implements metadata.Summarizer: the summary is counted from
+// a view of what it reads, so that one of counters alone passes over no
+// row (and is counted under the partition's lock; a pass over the rows is
+// made after it, on a copy of the list).
+func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.SummaryRequest) (metadata.Summary, error) {
+	if err := req.Check(); err != nil {
+		return metadata.Summary{}, err
+	}
+	if err := m.check(ctx); err != nil {
+		return metadata.Summary{}, err
+	}
+	p := m.part(partition)
+	p.mu.Lock()
+	if err := m.catchUp(ctx, p); err != nil {
+		p.mu.Unlock()
+		return metadata.Summary{}, err
+	}
+	rows, since, deliveries := req.Needs()
+	v := p.view(req.Tasks, since, deliveries)
+	if !rows {
+		defer p.mu.Unlock()
+		return v.Summary(req), nil
+	}
+	v.Rows = slices.Clone(v.Rows)
+	p.mu.Unlock()
+	return v.Summary(req), nil
+}
+
+// view is the partition's view of tasks as of the state applied so far,
+// in this process's time: its Since only with since, its Tasks only with
+// deliveries. Its Rows are the state's own: read them under p.mu, or
+// clone them. Called with p.mu held.
+func (p *part) view(tasks []string, since, deliveries bool) metadata.View {
+	now := time.Now().Add(-p.skew).UnixMicro()
+	v := metadata.View{Rows: p.st.List(), Mark: metadata.Mark{Seq: p.mark(), Consumed: p.st.Consumed()}}
+	if deliveries {
+		v.Tasks = p.st.Consumption(now, tasks...)
+		for _, ds := range v.Tasks {
+			for i := range ds {
+				ds[i].Until = local(ds[i].Until, p.skew)
+				ds[i].At = local(ds[i].At, p.skew)
+				ds[i].Granted = local(ds[i].Granted, p.skew)
+			}
 		}
 	}
-	rows := slices.Clone(p.st.List())
-	if rows == nil {
-		rows = []*metadata.Row{}
-	}
-	v := metadata.View{Rows: rows, Tasks: out, Mark: metadata.Mark{Seq: p.mark(), Consumed: p.st.Consumed()}}
 	v.Inserted, v.Consumed = p.st.Counts(tasks...)
-	v.Since = p.st.Since(rows)
-	for i := range v.Since {
-		v.Since[i] = local(v.Since[i], p.skew)
+	if since {
+		v.Since = p.st.Since(v.Rows)
+		for i := range v.Since {
+			v.Since[i] = local(v.Since[i], p.skew)
+		}
 	}
 	v.Capacity, v.Used = p.st.Capacity()
-	v.Groups = p.st.GroupWaits(time.Now().Add(-p.skew).UnixMicro(), tasks...)
+	v.Groups = p.st.GroupWaits(now, tasks...)
 	for _, ws := range v.Groups {
 		for i := range ws {
 			ws[i].Since = local(ws[i].Since, p.skew)
 		}
 	}
-	return v, nil
+	return v
 }
 
 // SetCapacity implements metadata.MetaStore.

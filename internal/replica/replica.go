@@ -89,7 +89,10 @@ func New(log backends.Log, data backends.Store, opts ...Option) *Meta {
 	return m
 }
 
-var _ metadata.MetaStore = (*Meta)(nil)
+var (
+	_ metadata.MetaStore  = (*Meta)(nil)
+	_ metadata.Summarizer = (*Meta)(nil)
+)
 
 // part is this process's copy of one partition.
 type part struct {

@@ -1,0 +1,86 @@
+package tqserve_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// BenchmarkSummary: a Status and a paced producer's look through a
+// server (memory engine) at partition sizes, by Summary and, for
+// comparison, by View (the client counting every row it is sent). The
+// partition's rows have a field and a version tag; a task holds one lease.
+func BenchmarkSummary(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		s := startServer(b, fmt.Sprintf("memory://tqserve-bench-summary-%d", n))
+		e, err := backends.Open(b.Context(), s.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = e.Close() })
+		meta := e.Meta.(metadata.MetaStore)
+		open := func(m metadata.MetaStore) *tq.Client {
+			c, err := tq.New(backends.Engine{Data: e.Data, Meta: m}, tq.Quiet())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = c.Close() })
+			return c
+		}
+		clients := map[string]*tq.Client{"summary": open(meta), "view": open(viewOnly{meta})}
+		const part = "p"
+		fillRows(b, clients["summary"], part, n)
+		for _, how := range []string{"summary", "view"} {
+			c := clients[how]
+			b.Run(fmt.Sprintf("rows=%d/Status/%s", n, how), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					st, err := c.Status(b.Context(), part)
+					if err != nil || st.Rows != n {
+						b.Fatalf("status: %+v, %v", st, err)
+					}
+				}
+			})
+			// A look of Pace(v, k, "train") that lets the producer go.
+			b.Run(fmt.Sprintf("rows=%d/Pace/%s", n, how), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := c.Pace(b.Context(), part, "v", 1, 0, "train"); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// fillRows puts n rows (field x, tag v 1) into part in chunks, and leases
+// 4 of them to task "train".
+func fillRows(b *testing.B, c *tq.Client, part string, n int) {
+	b.Helper()
+	const chunk = 5_000
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		keys := make([]string, hi-lo)
+		xs := make([]int64, hi-lo)
+		tags := make([]tq.Tag, hi-lo)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("k%07d", lo+i)
+			xs[i] = int64(lo + i)
+			tags[i] = tq.Tag{"v": int64(1)}
+		}
+		if err := c.BatchPut(b.Context(), part, keys, tq.Batch{"x": tq.ValuesOf(xs)}, tags); err != nil {
+			b.Fatal(err)
+		}
+	}
+	task, err := c.Task(part, "train", []string{"x"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := task.Claim(b.Context(), 4); err != nil {
+		b.Fatal(err)
+	}
+}
