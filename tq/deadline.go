@@ -64,12 +64,12 @@ func GroupDeadline(d time.Duration, partial bool) TaskOption {
 // still incomplete, oldest first: the members a producer should write
 // again. A task without a GroupDeadline has none.
 func (t *Task) Stragglers(ctx context.Context) ([]GroupWait, error) {
-	v, err := t.view(ctx, "Stragglers")
+	ts, err := t.summary(ctx, "Stragglers", false)
 	if err != nil {
 		return nil, err
 	}
 	var out []GroupWait
-	for _, g := range v.Groups[t.name] {
+	for _, g := range ts.Groups {
 		if g.Overdue {
 			out = append(out, g)
 		}

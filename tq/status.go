@@ -128,19 +128,27 @@ func taskStatus(ts metadata.TaskSummary) TaskStatus {
 
 // Status counts the task's rows by state, Ready and Waiting by the task's
 // fields, as of one moment.
-func (t *Task) Status(ctx context.Context) (_ TaskStatus, err error) {
-	ctx, tr := t.c.trace(ctx, "TaskStatus", t.partition, 0)
-	defer func() { tr.done(err) }()
-	release, err := t.c.enter(ctx, "TaskStatus", t.partition)
+func (t *Task) Status(ctx context.Context) (TaskStatus, error) {
+	ts, err := t.summary(ctx, "TaskStatus", true)
 	if err != nil {
 		return TaskStatus{}, err
+	}
+	return taskStatus(ts), nil
+}
+
+// summary is the task's summary (see metadata.Summary), with counts that
+// take a pass over the rows or without.
+func (t *Task) summary(ctx context.Context, op string, counts bool) (_ metadata.TaskSummary, err error) {
+	c := t.c
+	ctx, tr := c.trace(ctx, op, t.partition, 0)
+	defer func() { tr.done(err) }()
+	release, err := c.enter(ctx, op, t.partition)
+	if err != nil {
+		return metadata.TaskSummary{}, err
 	}
 	defer release()
-	sum, err := metadata.Summarize(ctx, t.c.meta, t.partition, metadata.SummaryRequest{Tasks: []string{t.name}, Fields: t.fields, Counts: true})
-	if err != nil {
-		return TaskStatus{}, err
-	}
-	return taskStatus(sum.Tasks[t.name]), nil
+	sum, err := metadata.Summarize(ctx, c.meta, t.partition, metadata.SummaryRequest{Tasks: []string{t.name}, Fields: t.fields, Counts: counts})
+	return sum.Tasks[t.name], err
 }
 
 // consumption returns the partition's rows and the task's deliveries, as

@@ -21,7 +21,7 @@ func TestOpsAreTqs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tracers := map[string]bool{"trace": true, "claim": true, "settle": true, "consumption": true, "view": true, "mark": true, "awaitRatio": true}
+	tracers := map[string]bool{"trace": true, "claim": true, "settle": true, "consumption": true, "view": true, "summary": true, "mark": true, "awaitRatio": true}
 	traced := map[string]bool{}
 	fset := token.NewFileSet()
 	for _, name := range files {
