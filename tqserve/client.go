@@ -477,7 +477,9 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 }
 
 // Summarize implements metadata.Summarizer: the server summarizes the
-// partition, and its reply carries counts, not rows.
+// partition, and its reply carries counts, not rows. A server that does
+// not know the call (an older one) is asked for the View, summarized
+// here.
 func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.SummaryRequest) (metadata.Summary, error) {
 	if err := m.check("summary"); err != nil {
 		return metadata.Summary{}, err
@@ -486,6 +488,13 @@ func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.Sum
 		return metadata.Summary{}, err
 	}
 	r, err := m.c.Summary(ctx, toSummaryRequest(partition, &req))
+	if status.Code(err) == codes.Unimplemented {
+		v, err := m.View(ctx, partition, req.Tasks...)
+		if err != nil {
+			return metadata.Summary{}, err
+		}
+		return v.Summary(req), nil
+	}
 	if err != nil {
 		return metadata.Summary{}, m.fail(ctx, "summary", read, err)
 	}

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tqgo/tqgo/backends"
@@ -263,5 +266,34 @@ func TestSummaryMatchesView(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A client whose server does not know Summary (an older server) gets the
+// same status from the View, summarized by itself.
+func TestSummaryFromOlderServer(t *testing.T) {
+	var refused atomic.Int64
+	older := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == "/tqgo.v1.Meta/Summary" {
+			refused.Add(1)
+			return nil, status.Error(codes.Unimplemented, "unknown method Summary")
+		}
+		return next(ctx, req)
+	}
+	s := startServer(t, "memory://tqserve-summary-older", tqserve.WithInterceptor(older))
+	c := openClient(t, s.URL)
+	fillPartition(t, c, "p", 10)
+	st, err := c.Status(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts := st.Tasks["train"]; st.Rows != 10 || ts.Leased != 2 || ts.Acked != 2 || ts.Ready != 6 {
+		t.Errorf("status %+v: want 10 rows, train with 6 ready, 2 leased and 2 acked", st)
+	}
+	if err := c.Pace(t.Context(), "p", "v", 1, 0, "train"); err != nil {
+		t.Fatal(err)
+	}
+	if refused.Load() != 2 {
+		t.Errorf("the server refused %d Summary calls, want 2 (Status, Pace)", refused.Load())
 	}
 }
