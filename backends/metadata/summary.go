@@ -98,7 +98,8 @@ type Summary struct {
 	// does not tell). Counts only.
 	Fields    map[string]int
 	OldestRow time.Time
-	// Tasks are the tasks of SummaryRequest.Tasks.
+	// Tasks are the tasks of SummaryRequest.Tasks (see there for none
+	// named).
 	Tasks map[string]TaskSummary
 	// Capacity, Used, Inserted and Mark are View's.
 	Capacity Capacity
@@ -119,7 +120,7 @@ type TaskSummary struct {
 	// or Waiting when it lacks one of SummaryRequest.Fields.
 	Ready, Waiting, Leased, Acked, Dead, Dropped int
 	// Redelivered counts the rows ready or leased that were delivered
-	// before without an ack.
+	// before without an ack (Counts only).
 	Redelivered int
 	// Leases are the running leases, earliest end first (Counts only).
 	Leases []LeaseSummary
