@@ -28,7 +28,7 @@ func TestSummaryCounts(t *testing.T) {
 		},
 		Since: []time.Time{t0.Add(3), t0.Add(2), t0.Add(1), {}, t0.Add(4), t0.Add(5)},
 		Tasks: map[string][]Delivery{"t": {
-			{Index: 1, State: Leased, Deliveries: 2, Lease: "w|1", Holder: "w", Until: t0.Add(time.Minute)},
+			{Index: 1, State: Leased, Deliveries: 2, Lease: "w|1", Holder: "w", Until: t0.Add(time.Minute), Granted: t0.Add(-time.Second)},
 			{Index: 4, State: Acked, Deliveries: 1},
 			{Index: 6, State: Dead, Deliveries: 1},
 		}},
@@ -45,7 +45,7 @@ func TestSummaryCounts(t *testing.T) {
 	if ts.Ready != 2 || ts.Waiting != 1 || ts.Leased != 1 || ts.Acked != 1 || ts.Dead != 1 || ts.Redelivered != 1 {
 		t.Errorf("task t waiting for b: %+v; want 2 ready (2 and 5), 1 waiting (3), 1 leased, acked and dead, 1 redelivered", ts)
 	}
-	if !ts.OldestReady.Equal(t0.Add(2)) || len(ts.Leases) != 1 || ts.Leases[0] != (LeaseSummary{Holder: "w", Rows: 1, Until: t0.Add(time.Minute), Deliveries: 2, ID: LeaseID("w|1")}) {
+	if !ts.OldestReady.Equal(t0.Add(2)) || len(ts.Leases) != 1 || ts.Leases[0] != (LeaseSummary{Holder: "w", Rows: 1, Until: t0.Add(time.Minute), Granted: t0.Add(-time.Second), Deliveries: 2, ID: LeaseID("w|1")}) {
 		t.Errorf("task t: oldest ready %v, leases %+v", ts.OldestReady, ts.Leases)
 	}
 	if len(ts.Missing) != 1 || ts.Missing["b"] != 2 {
