@@ -3,6 +3,7 @@ package tqserve
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tqgo/tqgo/backends/metadata"
@@ -139,6 +140,8 @@ func fromTagValue(v *tqpb.TagValue) (any, error) {
 
 // Rows.
 
+// toFields lists the fields of m by name, so that alike maps list alike
+// (which a reader's fromRows shares).
 func toFields(m map[string]metadata.FieldInfo) []*tqpb.FieldEntry {
 	if m == nil {
 		return nil
@@ -154,6 +157,7 @@ func toFields(m map[string]metadata.FieldInfo) []*tqpb.FieldEntry {
 		out = append(out, &entries[i])
 		i++
 	}
+	slices.SortFunc(out, func(a, b *tqpb.FieldEntry) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -176,11 +180,24 @@ func fromFields(es []*tqpb.FieldEntry) map[string]metadata.FieldInfo {
 }
 
 func toRow(r *metadata.Row) (*tqpb.Row, error) {
+	return toRowSharing(r, nil)
+}
+
+// toRowSharing is toRow, listing r's fields as prev (not nil) does when
+// r shares prev's Fields map (the rows of one put do; messages are only
+// read once built).
+func toRowSharing(r *metadata.Row, prev *tqpb.Row) (*tqpb.Row, error) {
 	tag, err := toTagMap(r.Tag)
 	if err != nil {
 		return nil, fmt.Errorf("row %q: %w", r.Key, err)
 	}
-	return &tqpb.Row{Key: r.Key, Index: r.Index, Fields: toFields(r.Fields), Tag: tag}, nil
+	out := &tqpb.Row{Key: r.Key, Index: r.Index, Tag: tag}
+	if prev != nil {
+		out.Fields = prev.Fields
+	} else {
+		out.Fields = toFields(r.Fields)
+	}
+	return out, nil
 }
 
 func fromRow(r *tqpb.Row) (*metadata.Row, error) {
@@ -226,7 +243,11 @@ func toRows(rows []*metadata.Row) ([]*tqpb.Row, error) {
 		if r == nil {
 			return nil, fmt.Errorf("a nil row among rows")
 		}
-		pr, err := toRow(r)
+		var prev *tqpb.Row
+		if i > 0 && r.Fields != nil && metadata.SameMap(r.Fields, rows[i-1].Fields) {
+			prev = out[i-1]
+		}
+		pr, err := toRowSharing(r, prev)
 		if err != nil {
 			return nil, err
 		}

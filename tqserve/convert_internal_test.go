@@ -1,8 +1,11 @@
 package tqserve
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/tqserve/tqpb"
@@ -66,4 +69,43 @@ func TestFromFieldsLastWins(t *testing.T) {
 // mapID identifies a map by its header's address.
 func mapID(m map[string]metadata.FieldInfo) uintptr {
 	return reflect.ValueOf(m).Pointer()
+}
+
+// Rows of several alike fields, each row with a map of its own, share
+// their Fields once they crossed the wire: the fields are listed in one
+// order, not each map's iteration order.
+func TestFromRowsSharesAlikeFieldsOfSeveral(t *testing.T) {
+	var in []*metadata.Row
+	for i := range 16 {
+		in = append(in, &metadata.Row{Key: fmt.Sprint(i), Index: uint64(i), Fields: map[string]metadata.FieldInfo{
+			"input_ids": {DType: "int64", Shape: []int64{4}, Gen: 1},
+			"responses": {DType: "int64", Shape: []int64{4}, Gen: 1},
+			"rewards":   {DType: "float32", Shape: []int64{}, Gen: 1},
+			"mask":      {DType: "bool", Shape: []int64{4}, Gen: 1},
+		}})
+	}
+	pb, err := toRows(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := proto.Marshal(&tqpb.RowsReply{Rows: pb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r tqpb.RowsReply
+	if err := proto.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	out, err := fromRows(r.GetRows())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(out); i++ {
+		if mapID(out[i].Fields) != mapID(out[i-1].Fields) {
+			t.Fatalf("rows %d and %d, alike, do not share their fields", i-1, i)
+		}
+	}
+	if got := out[0].Fields; !reflect.DeepEqual(got, in[0].Fields) {
+		t.Fatalf("fields %v, want %v", got, in[0].Fields)
+	}
 }
