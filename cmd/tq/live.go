@@ -169,7 +169,7 @@ func runLeases(ctx context.Context, s *session, partition, task string) error {
 	for _, l := range list {
 		held := "-" // a lease of a log written before grant times
 		if !l.Granted.IsZero() {
-			held = now.Sub(l.Granted).Round(100 * time.Millisecond).String()
+			held = max(now.Sub(l.Granted), 0).Round(100 * time.Millisecond).String() // 0 for a server's clock ahead
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%v\n", holderText(l.Holder), l.Rows, keysText(l.Keys), l.Deliveries, held,
 			l.Until.UTC().Format(time.RFC3339), l.Until.Sub(now).Round(100*time.Millisecond))

@@ -68,7 +68,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 			if e.reason != "" {
 				parts += 2 // its reason and when
 			}
-			if e.granted != 0 {
+			if e.granted > 0 {
 				parts++ // when its lease was granted
 			}
 			b = msgp.AppendArrayHeader(b, parts)
@@ -82,7 +82,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 				b = msgp.AppendString(b, e.reason)
 				b = msgp.AppendInt64(b, e.at)
 			}
-			if e.granted != 0 {
+			if e.granted > 0 {
 				b = msgp.AppendInt64(b, e.granted)
 			}
 		}

@@ -96,7 +96,9 @@ type MetaClient interface {
 	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*Empty, error)
 	// Wait returns once the partition may have rows for a claim that it had
 	// not at mark (see Mark), or when the caller's deadline ends (the call's
-	// own DEADLINE_EXCEEDED). It may return early; it changes nothing.
+	// own DEADLINE_EXCEEDED). It may return early. It changes nothing,
+	// but with take: then the registered claim it returns the lease of is
+	// no longer registered (see WaitRequest.take). Safe to retry either way.
 	Wait(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*WaitReply, error)
 }
 
@@ -356,7 +358,9 @@ type MetaServer interface {
 	Reset(context.Context, *ResetRequest) (*Empty, error)
 	// Wait returns once the partition may have rows for a claim that it had
 	// not at mark (see Mark), or when the caller's deadline ends (the call's
-	// own DEADLINE_EXCEEDED). It may return early; it changes nothing.
+	// own DEADLINE_EXCEEDED). It may return early. It changes nothing,
+	// but with take: then the registered claim it returns the lease of is
+	// no longer registered (see WaitRequest.take). Safe to retry either way.
 	Wait(context.Context, *WaitRequest) (*WaitReply, error)
 	mustEmbedUnimplementedMetaServer()
 }
