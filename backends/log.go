@@ -54,10 +54,7 @@ type Log interface {
 	// wakes on it. An engine may forget an emptied log after an hour or
 	// more: it then reads as no log, and a new one begins from 1.
 	//
-	// Neither is an error when it does nothing. The engine does either
-	// when asked; when a writer may ask (only past entries that have
-	// been in the log a while, so that a reply in flight can still be
-	// read from it) is the writers' rule, backends/LOG.md section 1.
+	// Neither is an error when it does nothing.
 	Compact(ctx context.Context, partition string, at Pos, snapshot []byte) error
 	// Partitions returns the names of the partitions that have a log
 	// (not emptied), sorted. It may include one just emptied.

@@ -27,7 +27,6 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/codec"
-	"github.com/tqgo/tqgo/internal/hook"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
@@ -103,9 +102,6 @@ func TestSpecReaderMatchesTq(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// A snapshot after every write, stored at once (not a
-				// second after): the reader meets many.
-				t.Cleanup(hook.SetCompactWait(func(string) {}))
 				meta := replica.NewStore(s.Log(), s, replica.CompactAfter(1))
 				if c, err = tq.New(backends.Engine{Data: s, Meta: meta}); err != nil {
 					t.Fatal(err)
@@ -269,7 +265,7 @@ func specWorkload(t *testing.T, c *tq.Client, rc *goredis.Client, prefix string)
 	specMust(t, err)
 
 	// A partition cleared whole: its log is emptied, once its state has
-	// stayed empty a moment (a second: the writer's rule).
+	// stayed empty a moment (the writer's emptyAfter).
 	specMust(t, c.Put(ctx, "spec/gone", "k", map[string]any{"uid": "u"}, nil))
 	specMust(t, c.ClearPartition(ctx, "spec/gone"))
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {

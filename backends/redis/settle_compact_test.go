@@ -14,7 +14,6 @@ import (
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/backends/redis"
-	"github.com/tqgo/tqgo/internal/hook"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/internal/replica"
 )
@@ -77,9 +76,6 @@ func (h *lostAppendReplyHook) recordKind(cmd goredis.Cmder) byte {
 // definite failure (tq would delete the cells of a committed row).
 func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 	defer replica.SetDefaultCompactAfter(1)()
-	// Compactions at once, not a second after the writer read what they
-	// cover: as when the reply stays lost longer than that.
-	defer hook.SetCompactWait(func(string) {})()
 	srv := redistest.Start(t)
 	ctx := t.Context()
 
@@ -89,7 +85,6 @@ func TestCommitReplyLostThenLogCompacted(t *testing.T) {
 	}
 	defer other.Close()
 	defer other.Log().Close()
-	defer metaOf(other).Close() // first: its compactions end before its log closes
 
 	hook := &lostAppendReplyHook{kind: 'C'}
 	hook.after = func() {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tqgo/tqgo/internal/hook"
 	"github.com/tqgo/tqgo/internal/redistest"
 	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
@@ -22,9 +21,6 @@ import (
 // the append finds the log replaced and the commit computes again.
 func TestSettleAfterCompaction(t *testing.T) {
 	defer replica.SetDefaultCompactAfter(1)()
-	// Compactions at once, not a second after the writer read what they
-	// cover: as when the reply stays lost longer than that.
-	defer hook.SetCompactWait(func(string) {})()
 	srv := redistest.Start(t)
 	p := startRequestProxy(t, srv.Addr())
 	ctx := t.Context()

@@ -49,30 +49,3 @@ func Waiting(partition string) {
 		(*f)(partition)
 	}
 }
-
-var compactWait atomic.Pointer[func(partition string)]
-
-// SetCompactWait makes f run in place of the wait a shared engine's
-// compaction makes before it reaches the log (internal/replica: until the
-// entries it covers have been in the log a while); the compaction goes on
-// when f returns, in the background (f may block; the replica's Close
-// waits for it). nil unsets it. It returns a function restoring the
-// former hook.
-func SetCompactWait(f func(partition string)) (restore func()) {
-	var p *func(string)
-	if f != nil {
-		p = &f
-	}
-	old := compactWait.Swap(p)
-	return func() { compactWait.Store(old) }
-}
-
-// CompactWait runs the hook SetCompactWait set, if any, and reports
-// whether it ran.
-func CompactWait(partition string) bool {
-	if f := compactWait.Load(); f != nil {
-		(*f)(partition)
-		return true
-	}
-	return false
-}

@@ -118,7 +118,7 @@ type part struct {
 	// snapBytes is that snapshot's size: compaction's measure.
 	logBytes, snapBytes int
 	compacting          bool
-	emptyTimer          *time.Timer // see maybeCompact
+	emptyTimer          *time.Timer // see emptyAfter
 	// skew is this process's clock less the server's, as of the last own
 	// append: the time an append was sent less the time the server
 	// stamped it (a lower bound, so local deadlines are never late).
@@ -667,28 +667,21 @@ func (e notApplied) Is(target error) bool {
 }
 func (e notApplied) As(target any) bool { return errors.As(e.err, target) }
 
-// compactFor bounds a compaction's write, and so how long Close waits
-// for one (after its wait, keepFor).
+// compactFor bounds a compaction, and so how long Close waits for one.
 var compactFor = 5 * time.Second
 
-// keepFor is how long an entry this process applied stays in the log
-// before this process compacts past it (stores a snapshot after it, or
-// empties the log). A process learns what its own record did by applying
-// the record: from its append's reply or, when another of its calls read
-// the log meanwhile, from that read; a copy that restarts from a snapshot
-// past the record has its effect but not its result, and a rank's claim
-// whose result is lost cannot be handed back (the other ranks hold the
-// batch under the same lease). An entry lands before any process applies
-// it, so each stays readable from any position before it for at least
-// keepFor after it landed, far past any reply in flight. backends/LOG.md
-// states this as the rule of every writer that compacts.
-const keepFor = time.Second
+// emptyAfter is how long a partition's state stays empty, with nothing
+// applied after it, before this process empties the log: a reader that
+// restarts at an emptied log has the empty state, not the results of its
+// own records before it, and a client whose append lands just before an
+// emptying and whose copy restarts there could not tell what its write
+// did. A second is far past any reply in flight.
+var emptyAfter = time.Second
 
-// maybeCompact compacts the partition in the background once the log has
-// grown past the last snapshot's size (and compactBytes): a snapshot of
-// the state now, stored keepFor later; or, once the state has stayed
-// empty for keepFor with nothing applied after it, empties the log. The
-// caller holds p.mu.
+// maybeCompact snapshots the partition in the background once the log
+// has grown past the last snapshot's size (and compactBytes), or, once
+// the state has stayed empty for emptyAfter, empties the log. The caller
+// holds p.mu.
 func (m *Meta) maybeCompact(p *part) {
 	if p.st.Empty() {
 		if m.closed.Load() {
@@ -698,11 +691,11 @@ func (m *Meta) maybeCompact(p *part) {
 			p.emptyTimer.Stop()
 		}
 		at := p.pos
-		p.emptyTimer = time.AfterFunc(keepFor, func() {
+		p.emptyTimer = time.AfterFunc(emptyAfter, func() {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if p.pos == at && p.st.Empty() && !p.compacting && !m.closed.Load() {
-				m.compact(p, nil, false)
+				m.compact(p, nil)
 			}
 		})
 		return
@@ -714,13 +707,13 @@ func (m *Meta) maybeCompact(p *part) {
 	if err != nil {
 		return
 	}
-	m.compact(p, snap, true)
+	m.compact(p, snap)
 }
 
 // compact replaces the log up to the copy's position with snap (empties
-// it when snap is nil) in the background, after keepFor when keep is
-// set; Close waits for it. The caller holds p.mu.
-func (m *Meta) compact(p *part, snap []byte, keep bool) {
+// it when snap is nil) in the background; Close waits for it. The caller
+// holds p.mu.
+func (m *Meta) compact(p *part, snap []byte) {
 	if p.emptyTimer != nil {
 		p.emptyTimer.Stop()
 	}
@@ -731,9 +724,6 @@ func (m *Meta) compact(p *part, snap []byte, keep bool) {
 		defer m.wg.Done()
 		// Close waits for it, so that the last write of a client that
 		// closes right after still leaves the log compacted (or emptied).
-		if keep && !hook.CompactWait(p.name) {
-			time.Sleep(keepFor)
-		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.life), compactFor)
 		defer cancel()
 		err := m.log.Compact(ctx, p.name, at, snap)
@@ -744,20 +734,14 @@ func (m *Meta) compact(p *part, snap []byte, keep bool) {
 			// What was applied meanwhile is the log after the snapshot.
 			p.logBytes, p.snapBytes = max(p.logBytes-covered, 0), len(snap)
 		}
-		switch {
-		case err != nil || p.pos == at:
-		case m.closed.Load() && p.st.Empty():
-			m.compact(p, nil, false) // emptied past at: as Close empties
-		default:
+		if err == nil && p.pos != at {
 			m.maybeCompact(p) // grown or emptied again past at
 		}
 	}()
 }
 
 // Close implements metadata.MetaStore: waiting calls return ErrClosed, the
-// watchers stop, the compactions under way end (a snapshot waiting for
-// its keepFor is stored after it: Close may take that second), and, if
-// the Meta owns it, the log is closed.
+// watchers stop, and, if the Meta owns it, the log is closed.
 func (m *Meta) Close() error {
 	if m.closed.Swap(true) {
 		return nil
@@ -770,10 +754,8 @@ func (m *Meta) Close() error {
 		p.changed()
 		if p.emptyTimer != nil && p.emptyTimer.Stop() && p.st.Empty() && !p.compacting {
 			// This process's calls are over: empty the log now rather
-			// than leave it (the one exception to keepFor, which
-			// backends/LOG.md states: an empty state leases nothing, so
-			// a record whose result this loses holds no row).
-			m.compact(p, nil, false)
+			// than leave it.
+			m.compact(p, nil)
 		}
 		p.mu.Unlock()
 	}
