@@ -134,7 +134,12 @@
 // ends, so a restart costs up to a lease.
 //
 // Every call of unknown outcome (tq.ErrOutcomeUnknown) is made again: the
-// stages' writes may be made twice.
+// stages' writes may be made twice. A put is made again only where it did
+// not apply, as the rows tell (a put is whole or absent): a put of new
+// rows of which any is there applied; a put of fields to leased rows (a
+// reward's, an advantage's) is made again to the rows still there, the
+// others having been cleared by the roles after, so that the roles'
+// progress meanwhile never fails it or brings a cleared row back.
 //
 // Each process logs a line per round, lease and step, with its role (and
 // rank), and ends with a summary of what it did.

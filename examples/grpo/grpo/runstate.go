@@ -133,7 +133,7 @@ func configDiff(theirs string, mine runConfig) string {
 // finish marks the run finished: a process started on the queue from now
 // on is told to clear it.
 func (r *runner) finish(ctx context.Context) error {
-	err := r.put(ctx, RunPartition, []string{runKey}, tq.Batch{}, []tq.Tag{{tagFinished: true}})
+	err := r.update(ctx, RunPartition, []string{runKey}, tq.Batch{}, []tq.Tag{{tagFinished: true}})
 	if err != nil {
 		return fmt.Errorf("mark the run finished: %w", err)
 	}

@@ -287,7 +287,7 @@ func (r *runner) reward(ctx context.Context, worker int) error {
 		if err != nil {
 			return fmt.Errorf("reward: %w", err)
 		}
-		if err := r.put(ctx, SamplesPartition, l.Keys(), tq.Batch{fRewards: tq.Stacked(rewards)}, nil); err != nil {
+		if err := r.update(ctx, SamplesPartition, l.Keys(), tq.Batch{fRewards: tq.Stacked(rewards)}, nil); err != nil {
 			return fmt.Errorf("reward: %w", err)
 		}
 		if err := r.ack(ctx, l); err != nil {
@@ -339,7 +339,7 @@ func (r *runner) advantage(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("advantage: %w", err)
 		}
-		if err := r.put(ctx, SamplesPartition, l.Keys(), tq.Batch{fAdvantages: tq.JaggedOf(adv)}, nil); err != nil {
+		if err := r.update(ctx, SamplesPartition, l.Keys(), tq.Batch{fAdvantages: tq.JaggedOf(adv)}, nil); err != nil {
 			return fmt.Errorf("advantage: %w", err)
 		}
 		if err := r.ack(ctx, l); err != nil {
