@@ -53,24 +53,25 @@ func (r *runner) pause(ctx context.Context, what string, try int, err error) err
 // put is Client.BatchPut of rows the put makes (keys no other caller
 // writes), made again while its outcome is unknown unless it applied: a
 // put is whole or absent, so if any of its rows is there it applied (the
-// others may have been consumed and cleared since), and it is done.
+// others may have been consumed and cleared since), and it is done. A
+// lookup that fails leaves the outcome unknown: it looks again.
 func (r *runner) put(ctx context.Context, partition string, keys []string, b tq.Batch, tags []tq.Tag) error {
-	for try := 1; ; try++ {
-		err := r.c.BatchPut(ctx, partition, keys, b, tags)
-		if err == nil || !errors.Is(err, tq.ErrOutcomeUnknown) || try == againTries || ctx.Err() != nil {
-			return err
-		}
+	err := r.c.BatchPut(ctx, partition, keys, b, tags)
+	for try := 1; errors.Is(err, tq.ErrOutcomeUnknown) && try < againTries; try++ {
 		if err := r.pause(ctx, "put "+partition, try, err); err != nil {
 			return err
 		}
 		there, lerr := r.present(ctx, partition, keys)
-		if lerr != nil {
-			return errors.Join(err, lerr)
-		}
-		if len(there) > 0 {
+		switch {
+		case lerr != nil:
+			r.log.Warn("looking up the rows of a put of unknown outcome", "partition", partition, "err", lerr)
+		case len(there) > 0:
 			return nil
+		default:
+			err = r.c.BatchPut(ctx, partition, keys, b, tags)
 		}
 	}
+	return err
 }
 
 // update is Client.BatchPut of fields and tags added to rows that exist
@@ -82,56 +83,58 @@ func (r *runner) put(ctx context.Context, partition string, keys []string, b tq.
 // would make a row of the put's fields alone that no task ever finishes.
 // A put whose rows are all gone writes nothing and is no error.
 func (r *runner) update(ctx context.Context, partition string, keys []string, b tq.Batch, tags []tq.Tag) error {
-	for try := 1; ; try++ {
-		err := r.c.BatchPut(ctx, partition, keys, b, tags)
-		if err == nil || try == againTries || ctx.Err() != nil {
+	err := r.c.BatchPut(ctx, partition, keys, b, tags)
+	for try := 1; err != nil && try < againTries; try++ {
+		unknown := errors.Is(err, tq.ErrOutcomeUnknown)
+		if !unknown && !errors.Is(err, tq.ErrConflict) {
 			return err
 		}
-		switch {
-		case errors.Is(err, tq.ErrOutcomeUnknown):
+		if unknown {
 			if err := r.pause(ctx, "update "+partition, try, err); err != nil {
 				return err
 			}
-		case !errors.Is(err, tq.ErrConflict):
-			return err
 		}
 		there, lerr := r.present(ctx, partition, keys)
-		if lerr != nil {
+		switch {
+		case lerr != nil && !unknown:
 			return errors.Join(err, lerr)
-		}
-		if len(there) == len(keys) && errors.Is(err, tq.ErrConflict) {
+		case lerr != nil:
+			r.log.Warn("looking up the rows of a put of unknown outcome", "partition", partition, "err", lerr)
+			continue // still unknown: look again
+		case len(there) == len(keys) && !unknown:
 			return err // no row gone: a conflict of another kind
-		}
-		if len(there) == 0 {
+		case len(there) == 0:
 			return nil
 		}
 		keys, b, tags = rowsOf(keys, b, tags, there)
+		err = r.c.BatchPut(ctx, partition, keys, b, tags)
 	}
+	return err
 }
 
 // present returns the positions in keys of those that have a row in
-// partition.
+// partition: one Lookup when all have, else the partition's list.
 func (r *runner) present(ctx context.Context, partition string, keys []string) ([]int, error) {
-	left := slices.Clone(keys)
-	for len(left) > 0 {
-		_, err := r.c.Lookup(ctx, partition, left)
-		var ke *tq.KeyError
-		if errors.Is(err, tq.ErrNotFound) && errors.As(err, &ke) && slices.Contains(left, ke.Key) {
-			left = slices.DeleteFunc(left, func(k string) bool { return k == ke.Key })
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		break
+	all := make([]int, len(keys))
+	for i := range all {
+		all[i] = i
 	}
-	var there []int
-	for i, k := range keys {
-		if slices.Contains(left, k) {
-			there = append(there, i)
-		}
+	_, err := r.c.Lookup(ctx, partition, keys)
+	if err == nil {
+		return all, nil
 	}
-	return there, nil
+	if !errors.Is(err, tq.ErrNotFound) {
+		return nil, err
+	}
+	m, err := r.c.List(ctx, partition)
+	if err != nil {
+		return nil, err
+	}
+	there := map[string]bool{}
+	for _, row := range m.Rows {
+		there[row.Key] = true
+	}
+	return slices.DeleteFunc(all, func(i int) bool { return !there[keys[i]] }), nil
 }
 
 // rowsOf returns the rows at positions at of a put's keys, batch and

@@ -2,6 +2,7 @@ package grpo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +26,19 @@ type lostCommits struct {
 	commits atomic.Int64
 	applied func() // after the first commit applied, before its reply is lost
 	before  func() // before the second commit
+	// lookupFails is how many Lookups, from the first commit on, fail
+	// (the engine out of reach a moment longer).
+	lookupFails, lookups atomic.Int64
+}
+
+func (m *lostCommits) Lookup(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {
+	if m.commits.Load() > 0 {
+		m.lookups.Add(1)
+		if m.lookupFails.Add(-1) >= 0 {
+			return nil, errors.New("connection refused")
+		}
+	}
+	return m.MetaStore.Lookup(ctx, partition, keys)
 }
 
 func (m *lostCommits) Commit(ctx context.Context, partition string, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
@@ -62,12 +76,15 @@ func TestPutAgainAfterItApplied(t *testing.T) {
 		update  bool     // fields added to rows that exist (a reward worker's), or rows the put makes (a rollout's)
 		applied []string // rows cleared after the first attempt applied
 		before  []string // rows cleared just before a second attempt's commit, if one is made
+		lookups int      // lookups that fail after the first attempt
 	}{
-		{"update, rows cleared before it is made again", true, []string{"k0", "k1"}, nil},
-		{"update, rows cleared while it is made again", true, nil, []string{"k0", "k1"}},
-		{"update, a row cleared while it is made again", true, nil, []string{"k0"}},
-		{"new rows, one consumed and cleared before it is made again", false, []string{"k0"}, nil},
-		{"new rows, cleared while it is made again", false, nil, []string{"k0", "k1"}},
+		{"update, rows cleared before it is made again", true, []string{"k0", "k1"}, nil, 0},
+		{"update, rows cleared while it is made again", true, nil, []string{"k0", "k1"}, 0},
+		{"update, a row cleared while it is made again", true, nil, []string{"k0"}, 0},
+		{"update, rows cleared, the first lookup failing", true, []string{"k0", "k1"}, nil, 1},
+		{"new rows, one consumed and cleared before it is made again", false, []string{"k0"}, nil, 0},
+		{"new rows, cleared while it is made again", false, nil, []string{"k0", "k1"}, 0},
+		{"new rows, one cleared, the first lookup failing", false, []string{"k0"}, nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -101,6 +118,7 @@ func TestPutAgainAfterItApplied(t *testing.T) {
 				}
 			}
 			meta.applied, meta.before = clear(tc.applied), clear(tc.before)
+			meta.lookupFails.Store(int64(tc.lookups))
 			meta.armed.Store(true)
 			b := tq.Batch{"reward": tq.Stacked([]float32{0.5, 1}), "uid": tq.ValuesOf([]string{"u0", "u1"})}
 			if tc.update {
@@ -110,6 +128,9 @@ func TestPutAgainAfterItApplied(t *testing.T) {
 			}
 			if meta.commits.Load() == 0 {
 				t.Fatal("the put made no commit")
+			}
+			if tc.lookups > 0 && meta.lookups.Load() <= int64(tc.lookups) {
+				t.Errorf("%d lookups after the first attempt, %d of them failing: the rows were not looked up again", meta.lookups.Load(), tc.lookups)
 			}
 			if err != nil {
 				t.Fatalf("a put whose first attempt applied: %v", err)
