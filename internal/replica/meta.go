@@ -206,10 +206,7 @@ func (m *Meta) Abandon(ctx context.Context, partition string, refs []metadata.Re
 // A Wait's claim (Hold) that leased nothing after a pick on a copy that
 // was behind returns a mark a Wait on which returns at once, so that the
 // Wait claims again on the copy caught up rather than pass over a row
-// its pick did not see. A Custom claim that would change nothing (it
-// picks and drops no row, and neither waits nor replaces: see
-// rules.Partition.Unchanged) appends no record: it reads the log on, and
-// picks again if that moved the copy.
+// its pick did not see.
 func (m *Meta) Claim(ctx context.Context, partition string, req metadata.ClaimRequest, pick metadata.Pick) (metadata.Claimed, error) {
 	_, c, err := m.claim(ctx, partition, req, pick, nil)
 	return c, err
@@ -253,10 +250,8 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 	undone := 0                 // claims whose result the copy lost, handed back and made again
 	dropped := 0                // rows dropped by attempts that leased nothing, then made again
 	var cleared []*metadata.Row // rows cleared by any attempt (Capacity.ClearAcked)
-	caught := false             // an attempt that would change nothing read the log on
 	for window := 4*req.Rows + 64; ; window *= 4 {
-		full, moved, idle := false, false, false
-		var idleMark metadata.Mark
+		full, moved := false, false
 		var skew time.Duration
 		var base, picked, restarts uint64
 		var pickMark uint64 // the copy's mark where the pick looked
@@ -276,13 +271,6 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 				}
 				a.Units, a.Drop = indexUnits(rows, picked)
 				full = len(rows) == window
-				if pre == nil {
-					if idleMark, idle = st.Unchanged(pp.serverNow(), &a); idle {
-						// Nothing to write: answered from the copy.
-						skew, base = pp.skew, pp.base
-						return nil, nil
-					}
-				}
 			}
 			if a.Hold > 0 {
 				// Known before the record is sent: any record applied
@@ -319,24 +307,6 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 				delete(p.waits, req.Replaces)
 			}
 		})
-		if err == nil && idle {
-			if full && window < 1<<24 {
-				continue // as a claim that leased nothing from a full window
-			}
-			if !caught {
-				// The copy the pick saw may be behind the log (rows
-				// another process made ready): read it, and pick again
-				// if it moved.
-				caught = true
-				if moved, err := m.caughtUp(ctx, pp, picked, restarts); err != nil {
-					return settled, metadata.Claimed{}, err
-				} else if moved {
-					window /= 4
-					continue
-				}
-			}
-			return settled, localClaimed(rules.Claimed{Mark: idleMark}, skew, base), settleErr
-		}
 		var r *rules.Result
 		if err == nil {
 			if len(rs) != own {
@@ -398,17 +368,6 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		return settled, out, settleErr
 	}
-}
-
-// caughtUp catches p's copy up with the log, and reports whether it moved
-// past picked (the position a pick saw, restarts its restarts then).
-func (m *Meta) caughtUp(ctx context.Context, p *part, picked, restarts uint64) (bool, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := m.catchUp(ctx, p); err != nil {
-		return false, err
-	}
-	return p.pos.N != picked || p.restarts != restarts, nil
 }
 
 // Inherit cancels the standing claims of partition's log that no call of

@@ -742,33 +742,6 @@ func (p *Partition) mark(t *task, now int64) metadata.Mark {
 	return mk
 }
 
-// Unchanged reports whether claim a, a custom claim with its units
-// picked, would change nothing where its record landed: it picks and
-// drops no row, registers and replaces no claim, takes no share of a
-// batch, sweeps no stale row, and its task's index is built for its
-// selection already. Its mark is then what the claim would return, as of
-// now (or the partition's clock, if later), with a Wake that may come
-// early (a lease end since settled): a writer may answer such a claim
-// with it and append no record. It changes nothing.
-func (p *Partition) Unchanged(now int64, a *ClaimArgs) (metadata.Mark, bool) {
-	if !a.Custom || len(a.Units) > 0 || len(a.Drop) > 0 || a.Hold > 0 || a.Replaces != "" || a.Batch != nil ||
-		a.Select.Stale.Tag != "" || a.Select.Group.Size > 0 {
-		return metadata.Mark{}, false
-	}
-	t := p.tasks[a.Task]
-	if t == nil || !t.indexed || !selectEqual(&t.sel, &a.Select) {
-		return metadata.Mark{}, false // the claim's record builds the index
-	}
-	now = max(now, p.now)
-	mk := metadata.Mark{Seq: p.seq, Consumed: p.consumed}
-	for _, tm := range t.timers {
-		if tm.until > now && (mk.Wake.IsZero() || tm.until < mk.Wake.UnixMicro()) {
-			mk.Wake = time.UnixMicro(tm.until)
-		}
-	}
-	return mk, true
-}
-
 // Candidates returns up to limit rows a claim of the task with sel and
 // floor may lease now, oldest first, with their deliveries: for a claim
 // that picks its own units (ClaimArgs.Custom). Stale rows are left out;
