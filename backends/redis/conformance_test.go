@@ -10,6 +10,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	engineOn := func(url string, opts ...redis.Option) func(t *testing.T) backends.Engine {
 		return func(t *testing.T) backends.Engine { return engine(open(t, url, opts...)) }

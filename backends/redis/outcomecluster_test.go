@@ -38,6 +38,7 @@ var clusterGroups = []outcomeGroup{
 // in front of it), so a fault hits whichever node the request went to,
 // and a kill kills that node.
 func TestOutcomesCluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartClusterWith(t, durable)
 	nodes := map[string]*redisserver.Server{}
 	for _, s := range c.Nodes() {
@@ -46,8 +47,8 @@ func TestOutcomesCluster(t *testing.T) {
 	p := startRequestProxy(t, c.Addrs()...)
 	env := &outcomeEnv{
 		p: p,
-		client: func(t *testing.T, query string, proxied bool) *tq.Client {
-			if !proxied {
+		client: func(t *testing.T, query string, settle time.Duration) *tq.Client {
+			if settle == 0 {
 				return proxyTQ(t, c.URL()+"?"+query)
 			}
 			q, err := url.ParseQuery(query)
@@ -73,7 +74,7 @@ func TestOutcomesCluster(t *testing.T) {
 				s.Close()
 				s.Log().Close()
 			})
-			tc, err := tq.New(engine(s), tq.WithRetry(tq.NoRetry))
+			tc, err := tq.New(settling(t, s, s.Log(), settle), tq.WithRetry(tq.NoRetry))
 			if err != nil {
 				t.Fatal(err)
 			}
