@@ -33,8 +33,14 @@ func TestClientConformance(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	var n atomic.Int64
-	t.Run("Standalone", func(t *testing.T) { tqtest.Run(t, clientEngine(srv.URL(), &n)) })
-	t.Run("NoDirect", func(t *testing.T) { tqtest.Run(t, clientEngine(srv.URL()+"?direct=false", &n)) })
+	t.Run("Standalone", func(t *testing.T) {
+		t.Parallel()
+		tqtest.Run(t, clientEngine(srv.URL(), &n))
+	})
+	t.Run("NoDirect", func(t *testing.T) {
+		t.Parallel()
+		tqtest.Run(t, clientEngine(srv.URL()+"?direct=false", &n))
+	})
 }
 
 func TestClientConformanceCluster(t *testing.T) {
