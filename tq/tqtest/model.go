@@ -103,7 +103,8 @@ func readModelConfig(t *testing.T) modelConfig {
 // minimal one (each try replays it on a fresh queue) and prints it too;
 // TQ_MODEL_LOG=1 prints every history, passing ones included. RunModel
 // plays TQ_MODEL_PARALLEL (8) histories at once, each on its own queue
-// (1: one after another); RunModelFakeClock plays one at a time.
+// (1: one after another), so newEnv and the ModelEnvs it returns must be
+// safe for concurrent use; RunModelFakeClock plays one at a time.
 //
 // Two knobs help tell divergences apart: TQ_MODEL_LIST_FIRST=1 makes the
 // client of each claim List the partition first, so that its copy of the
