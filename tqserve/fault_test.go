@@ -577,6 +577,7 @@ func (r *restartable) close() error {
 // connection dead and the call fails, a write with ErrOutcomeUnknown.
 // It takes the keepalive's time, so -short skips it.
 func TestFaultUnanswered(t *testing.T) {
+	t.Parallel() // it only waits, for the keepalive
 	if testing.Short() {
 		t.Skip("takes the keepalive's time (about 15 s)")
 	}

@@ -88,6 +88,7 @@ func openMeta(t *testing.T, url string) metadata.MetaStore {
 
 // The metadata and consumption suites, every call through a server.
 func TestMetaQueue(t *testing.T) {
+	t.Parallel() // mostly waits out leases, on servers of its own
 	for name, eng := range engines(t) {
 		t.Run(name, func(t *testing.T) {
 			newMeta := func(t *testing.T) metadata.MetaStore { return openMeta(t, startServer(t, eng(t)).URL) }
@@ -100,6 +101,7 @@ func TestMetaQueue(t *testing.T) {
 // The client suite: every client a tq.Open of the server's URL, as
 // processes of a job are.
 func TestClient(t *testing.T) {
+	t.Parallel() // mostly waits out leases, on servers of its own
 	for name, eng := range engines(t) {
 		t.Run(name, func(t *testing.T) {
 			tqtest.Run(t, func(t *testing.T) tqtest.Engine {

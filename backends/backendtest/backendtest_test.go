@@ -193,11 +193,20 @@ func TestRunStorePlain(t *testing.T) {
 	backendtest.RunStore(t, func(t *testing.T) backends.Store { return struct{ backends.Store }{newMemory(t).Data} })
 }
 
-func TestRunEngineMemory(t *testing.T) { backendtest.RunEngine(t, newMemory) }
+// The engine and client suites mostly wait out leases and delays, on
+// engines of their own: the tests that run them call t.Parallel.
+func TestRunEngineMemory(t *testing.T) {
+	t.Parallel()
+	backendtest.RunEngine(t, newMemory)
+}
 
-func TestRunEngineColocated(t *testing.T) { backendtest.RunEngine(t, newColo) }
+func TestRunEngineColocated(t *testing.T) {
+	t.Parallel()
+	backendtest.RunEngine(t, newColo)
+}
 
 func TestRunEngineWrapped(t *testing.T) {
+	t.Parallel()
 	for name, newEngine := range map[string]func(*testing.T) backends.Engine{"memory": newMemory, "colocated": newColo} {
 		t.Run(name, func(t *testing.T) {
 			backendtest.RunEngine(t, func(t *testing.T) backends.Engine { return backendtest.Wrap(newEngine(t), nil) })

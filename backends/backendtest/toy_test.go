@@ -27,6 +27,7 @@ func newToy(t *testing.T) backends.Engine {
 // The toy engine passes the engine suites: an engine needs no more than
 // KV's four methods.
 func TestToyEngine(t *testing.T) {
+	t.Parallel()
 	backendtest.RunEngine(t, newToy)
 }
 
@@ -34,6 +35,7 @@ func TestToyEngine(t *testing.T) {
 // built with Wrap loses nothing the client relies on). Clients of one
 // engine share its MetaStore, as processes sharing a server would.
 func TestToyEngineClient(t *testing.T) {
+	t.Parallel()
 	for _, wrapped := range []bool{false, true} {
 		name := "bare"
 		if wrapped {
@@ -102,6 +104,7 @@ func newToyShared(t *testing.T) backends.Engine {
 // The toy shared engine passes the metadata and consumption suites, with
 // the rules applied to its log.
 func TestToySharedMeta(t *testing.T) {
+	t.Parallel()
 	newMeta := func(t *testing.T) metadata.MetaStore {
 		e := newToyShared(t)
 		m := replica.NewStore(e.Log, e.Data)
@@ -115,6 +118,7 @@ func TestToySharedMeta(t *testing.T) {
 // The toy shared engine passes the client suite: each client applies the
 // rules to the log in a copy of its own, as processes do.
 func TestToySharedClient(t *testing.T) {
+	t.Parallel()
 	tqtest.Run(t, func(t *testing.T) tqtest.Engine { return tqtest.Over(newToyShared(t)) })
 }
 

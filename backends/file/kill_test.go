@@ -108,6 +108,7 @@ func TestKillChild(t *testing.T) {
 // row it said it acked is acked, no row is partial, and the queue goes
 // on.
 func TestKill(t *testing.T) {
+	t.Parallel() // mostly waits for the moment of each kill, in a directory of its own
 	if os.Getenv(killDirEnv) != "" {
 		t.Skip("in the child")
 	}

@@ -95,6 +95,7 @@ func TestKillAtEachCallChild(t *testing.T) {
 // said it cleared it, no row it said it cleared is listed, and no row it
 // said it acked can be claimed.
 func TestKillAtEachCall(t *testing.T) {
+	t.Parallel() // its children run in directories of their own
 	if os.Getenv(killAtDirEnv) != "" {
 		t.Skip("in the child")
 	}

@@ -30,13 +30,21 @@ func clientEngine(url string, n *atomic.Int64) func(t *testing.T) tqtest.Engine 
 }
 
 func TestClientConformance(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	var n atomic.Int64
-	t.Run("Standalone", func(t *testing.T) { tqtest.Run(t, clientEngine(srv.URL(), &n)) })
-	t.Run("NoDirect", func(t *testing.T) { tqtest.Run(t, clientEngine(srv.URL()+"?direct=false", &n)) })
+	t.Run("Standalone", func(t *testing.T) {
+		t.Parallel()
+		tqtest.Run(t, clientEngine(srv.URL(), &n))
+	})
+	t.Run("NoDirect", func(t *testing.T) {
+		t.Parallel()
+		tqtest.Run(t, clientEngine(srv.URL()+"?direct=false", &n))
+	})
 }
 
 func TestClientConformanceCluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	var n atomic.Int64
 	tqtest.Run(t, clientEngine(c.URL(), &n))

@@ -12,6 +12,7 @@ import (
 // three-master Redis Cluster: no script or multi-key command may span hash
 // slots.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	url := c.URL()
 	t.Run("Engine", func(t *testing.T) {

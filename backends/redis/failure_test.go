@@ -178,7 +178,10 @@ func TestKilledBeforeCommit(t *testing.T) {
 	ctx := t.Context()
 	data := open(t, dataSrv.URL()+"?prefix=two")
 	meta := open(t, metaSrv.URL()+"?prefix=two")
-	c, err := tq.New(apart(&killAfterPut{Store: data, srv: metaSrv}, meta.Log()), tq.WithRetry(tq.NoRetry))
+	// The metadata server stays down until the put returns: its settles
+	// are refused however long they try, so they try briefly.
+	killer := &killAfterPut{Store: data, srv: metaSrv}
+	c, err := tq.New(settling(t, killer, logOnly{meta.Log()}, 250*time.Millisecond), tq.WithRetry(tq.NoRetry))
 	if err != nil {
 		t.Fatal(err)
 	}

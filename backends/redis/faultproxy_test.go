@@ -115,6 +115,18 @@ func proxyTQ(t *testing.T, url string) *tq.Client {
 	return c
 }
 
+// settlingTQ is proxyTQ whose settles try for settle (replica.SettleFor).
+func settlingTQ(t *testing.T, url string, settle time.Duration) *tq.Client {
+	t.Helper()
+	s := open(t, url)
+	c, err := tq.New(settling(t, s, s.Log(), settle), tq.WithRetry(tq.NoRetry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // wantPutAtomic checks the partition after a put that returned putErr: a
 // put that failed must not be visible, and a visible row must read back.
 func wantPutAtomic(t *testing.T, url, p string, keys []string, data []byte, putErr error) {

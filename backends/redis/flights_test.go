@@ -171,6 +171,7 @@ func allRows(n int) []int {
 // client has seen the rows. Counted by the tracer, which the engine's
 // go-redis hook feeds (one per command or per node's pipeline).
 func TestClusterRoundTrips(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t)
 	ctx := t.Context()
 	keys, warm := keysOf("k", 16), keysOf("w", 16)

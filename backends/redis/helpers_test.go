@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
@@ -47,6 +48,15 @@ func colo(m metadata.MetaStore) metadata.Colocated { return m.(metadata.Colocate
 
 // engine is s with its Log, as the opener returns them.
 func engine(s *redis.Store) backends.Engine { return backends.Engine{Data: s, Log: s.Log()} }
+
+// settling is data and log as an engine whose metadata (the rules over
+// log, as a tq client applies them) settles a write whose reply was lost
+// for settle (replica.SettleFor), closed when t ends.
+func settling(t *testing.T, data backends.Store, log backends.Log, settle time.Duration) backends.Engine {
+	m := replica.NewStore(log, data, replica.SettleFor(settle))
+	t.Cleanup(func() { m.Close() })
+	return backends.Engine{Data: data, Meta: m}
+}
 
 // apart is an engine whose Log hides backends.LogCells, so that tq
 // writes every cell with Data.Write and reads them with Data.Read (the

@@ -77,6 +77,7 @@ const specPart = "spec/a:1"
 // per-task counts tq reports, on the log as the opener's engine leaves it
 // and on a log compacted after every write (a snapshot and its tail).
 func TestSpecReaderMatchesTq(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rc := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { rc.Close() })

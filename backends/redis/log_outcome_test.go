@@ -239,6 +239,7 @@ func TestLogReplicas(t *testing.T) {
 
 // TestLogOutcomesCluster: a reply lost on a Cluster node.
 func TestLogOutcomesCluster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Cluster")
 	}

@@ -14,6 +14,12 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
+// The long tests that mostly wait on servers of their own, and set no
+// package-level knob (replica.SetSettleFor, redis.SetLogRecheck,
+// replica.SetDefaultCompactAfter, t.Setenv), call t.Parallel: they run
+// two at a time (-parallel) once the others have finished, and so never
+// see a knob another test set. A test that sets one stays sequential.
+
 // TestMain checks that no test leaves a goroutine behind: every store,
 // client and server a test opens is closed by its cleanup.
 func TestMain(m *testing.M) {

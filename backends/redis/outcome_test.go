@@ -16,7 +16,6 @@ import (
 	"github.com/tqgo/tqgo/backends/redis"
 	"github.com/tqgo/tqgo/internal/redisserver"
 	"github.com/tqgo/tqgo/internal/redistest"
-	"github.com/tqgo/tqgo/internal/replica"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -203,6 +202,7 @@ func batchOf(keys []string, seed byte, mixed bool) tq.Batch {
 }
 
 func TestOutcomes(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, durable)
 	p := startRequestProxy(t, srv.Addr())
 	env := standaloneEnv(srv, p)
@@ -213,9 +213,9 @@ func TestOutcomes(t *testing.T) {
 func standaloneEnv(srv *redisserver.Server, p *requestProxy) *outcomeEnv {
 	return &outcomeEnv{
 		p: p,
-		client: func(t *testing.T, query string, proxied bool) *tq.Client {
-			if proxied {
-				return proxyTQ(t, p.url(query))
+		client: func(t *testing.T, query string, settle time.Duration) *tq.Client {
+			if settle > 0 {
+				return settlingTQ(t, p.url(query), settle)
 			}
 			return proxyTQ(t, srv.URL()+"?"+query)
 		},
@@ -233,7 +233,6 @@ func standaloneEnv(srv *redisserver.Server, p *requestProxy) *outcomeEnv {
 // (which must send the group's requests) and then a case per request
 // and fault.
 func runOutcomes(t *testing.T, env *outcomeEnv, groups []outcomeGroup) {
-	defer replica.SetSettleFor(2 * time.Second)() // servers kept down stay down past it
 	n := 0
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -274,8 +273,11 @@ func runOutcomes(t *testing.T, env *outcomeEnv, groups []outcomeGroup) {
 // server(s) or through the proxy, and how a server the proxy names is
 // killed and restarted (Restart returns once it serves again).
 type outcomeEnv struct {
-	p      *requestProxy
-	client func(t *testing.T, query string, proxied bool) *tq.Client
+	p *requestProxy
+	// client is a client with tq.NoRetry straight to the server(s), or
+	// with settle > 0 one through the proxy whose settles try that long
+	// (replica.SettleFor).
+	client func(t *testing.T, query string, settle time.Duration) *tq.Client
 	// loadScripts loads the engine's scripts on every server, so that
 	// a case after a restart sends the same requests as one before.
 	loadScripts func(ctx context.Context) error
@@ -312,17 +314,13 @@ func (oc *outcomeCase) run(t *testing.T, faults ...caseFault) []string {
 		t.Fatal(err)
 	}
 	if !oc.g.empty {
-		setup := env.client(t, query, false)
+		setup := env.client(t, query, 0)
 		if err := setup.BatchPut(ctx, part, baseRows, batchOf(baseRows, oldSeed, oc.g.mixed), nil); err != nil {
 			t.Fatalf("writing the base rows: %v", err)
 		}
 		setup.Close()
 	}
 
-	faulted := env.client(t, query, true)
-	if _, err := faulted.List(ctx, part); err != nil { // its copy is current
-		t.Fatal(err)
-	}
 	var restart restartMode
 	planned := make([]plannedFault, len(faults))
 	for i, f := range faults {
@@ -330,6 +328,18 @@ func (oc *outcomeCase) run(t *testing.T, faults ...caseFault) []string {
 		if f.kind == faultKill {
 			restart = f.restart
 		}
+	}
+	// The faulted client's settles (the call's own, its rollback's and
+	// cleanup's) try for long enough to outlast a quick restart. When
+	// the server stays down until the call returns, every fence is
+	// refused however long they try: a short try ends the same way.
+	settle := 2 * time.Second
+	if restart == restartAfter {
+		settle = 250 * time.Millisecond
+	}
+	faulted := env.client(t, query, settle)
+	if _, err := faulted.List(ctx, part); err != nil { // its copy is current
+		t.Fatal(err)
 	}
 	var restarted sync.WaitGroup
 	var restartErr error
@@ -413,7 +423,7 @@ const (
 func (oc *outcomeCase) check(t *testing.T, query string, unlinkFaulted bool, callErr error) {
 	t.Helper()
 	ctx := t.Context()
-	fresh := oc.env.client(t, query, false)
+	fresh := oc.env.client(t, query, 0)
 	m, err := fresh.List(ctx, part)
 	if err != nil {
 		t.Fatalf("List: %v", err)
@@ -553,11 +563,11 @@ func clearOutcome(seeds map[string]byte, rows []string) outcome {
 // each fault in turn. A fence sent twice finds itself; a settle that
 // cannot reach the server leaves the outcome unknown.
 func TestOutcomesOfSettle(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, durable)
 	p := startRequestProxy(t, srv.Addr())
 	env := standaloneEnv(srv, p)
 	g := outcomeGroup{name: "fused"}
-	defer replica.SetSettleFor(2 * time.Second)()
 	const multi, resend, fence = 2, 3, 4 // the put's requests: Prepare, MULTI, MULTI again, fence
 	n := 0
 	for _, first := range []faultKind{faultDrop, faultLoseReply} {

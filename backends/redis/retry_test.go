@@ -107,6 +107,7 @@ func (p *refusingProxy) up(t *testing.T) {
 // is made again once the server is back (the default RetryPolicy), and
 // every row is consumed.
 func TestRetryThroughOutage(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	for _, outage := range []time.Duration{80 * time.Millisecond, 5 * time.Second} {
 		t.Run(outage.String(), func(t *testing.T) {

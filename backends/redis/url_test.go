@@ -39,6 +39,7 @@ func TestURLRepeatedParam(t *testing.T) {
 
 // TestURLClusterAddrList: addr= may repeat on a cluster URL (seed nodes).
 func TestURLClusterAddrList(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	addrs := c.Addrs()
 	url := "redis+cluster://" + addrs[0] + "/?addr=" + addrs[1] + "&addr=" + addrs[2] + "&prefix=addrlist"

@@ -52,6 +52,7 @@ type Meta struct {
 	// compactBytes is the log bytes after which a writer compacts: at
 	// least this, and at least the last snapshot's size.
 	compactBytes int
+	settleFor    time.Duration // 0: the package's (see SetSettleFor)
 }
 
 // Option configures a Meta.
@@ -77,6 +78,13 @@ func SetDefaultCompactAfter(n int) (restore func()) {
 // compacted (default 256 KiB, and never below the last snapshot's size,
 // so that compaction costs a constant share of what is appended).
 func CompactAfter(n int) Option { return func(m *Meta) { m.compactBytes = n } }
+
+// SettleFor sets how long a write whose reply was lost keeps trying to
+// settle its outcome before it returns an error matching
+// backends.ErrOutcomeUnknown (default: the package's bound, see
+// SetSettleFor): for tests that keep a server down, side by side with
+// others.
+func SettleFor(d time.Duration) Option { return func(m *Meta) { m.settleFor = d } }
 
 // New returns the metadata over log, with data the engine's cells.
 func New(log backends.Log, data backends.Store, opts ...Option) *Meta {
@@ -571,7 +579,8 @@ func results(p *part, recs []record) ([]*rules.Result, bool) {
 	return out, true
 }
 
-// settleFor bounds how long settle tries to get a fence through.
+// settleFor bounds how long settle tries to get a fence through, for a
+// Meta made without SettleFor.
 var settleFor atomic.Int64
 
 func init() { settleFor.Store(int64(10 * time.Second)) }
@@ -589,12 +598,17 @@ func SetSettleFor(d time.Duration) (restore func()) {
 // it appends a fence that voids them, and reads up to it. They applied if
 // they come before the fence (their results), else never will (an error
 // that is not ErrOutcomeUnknown). The outcome stays unknown when no fence
-// gets through before ctx ends or within settleFor, or when the copy
+// gets through before ctx ends or within the Meta's settle bound (see
+// SettleFor), or when the copy
 // restarted from a snapshot since the append was sent (restarts, the
 // count then): the records may be in the snapshot, where their results
 // are not. The caller holds p.mu.
 func (m *Meta) settle(ctx context.Context, p *part, recs []record, restarts uint64, cause error) ([]*rules.Result, error) {
-	giveUp := time.Now().Add(time.Duration(settleFor.Load()))
+	bound := m.settleFor
+	if bound == 0 {
+		bound = time.Duration(settleFor.Load())
+	}
+	giveUp := time.Now().Add(bound)
 	ids := make([]uint64, len(recs))
 	for i, r := range recs {
 		ids[i] = r.id

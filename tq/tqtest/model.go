@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -34,12 +36,13 @@ var modelSeedFlag = flag.String("tqmodel.seed", "", "RunModel: run the history o
 // modelConfig is what the environment asks of RunModel.
 type modelConfig struct {
 	histories, ops int
+	parallel       int // histories run at once outside a bubble
 	seeds          []int64
 	shrink, log    bool
 }
 
 func readModelConfig(t *testing.T) modelConfig {
-	cfg := modelConfig{histories: 100, ops: 80}
+	cfg := modelConfig{histories: 100, ops: 80, parallel: 8}
 	num := func(name string, into *int) {
 		if s := os.Getenv(name); s != "" {
 			v, err := strconv.Atoi(s)
@@ -51,6 +54,7 @@ func readModelConfig(t *testing.T) modelConfig {
 	}
 	num("TQ_MODEL_HISTORIES", &cfg.histories)
 	num("TQ_MODEL_OPS", &cfg.ops)
+	num("TQ_MODEL_PARALLEL", &cfg.parallel)
 	base := int64(1)
 	if s := os.Getenv("TQ_MODEL_BASE"); s != "" {
 		v, err := strconv.ParseInt(s, 10, 64)
@@ -97,7 +101,10 @@ func readModelConfig(t *testing.T) modelConfig {
 // seed; TQ_MODEL_SEED=N[,M...] or -args -tqmodel.seed=N replays those
 // seeds only, and TQ_MODEL_SHRINK=1 shrinks a failing history to a
 // minimal one (each try replays it on a fresh queue) and prints it too;
-// TQ_MODEL_LOG=1 prints every history, passing ones included.
+// TQ_MODEL_LOG=1 prints every history, passing ones included. RunModel
+// plays TQ_MODEL_PARALLEL (8) histories at once, each on its own queue
+// (1: one after another), so newEnv and the ModelEnvs it returns must be
+// safe for concurrent use; RunModelFakeClock plays one at a time.
 //
 // Two knobs help tell divergences apart: TQ_MODEL_LIST_FIRST=1 makes the
 // client of each claim List the partition first, so that its copy of the
@@ -144,8 +151,8 @@ func RunModelFakeClock(t *testing.T, newEnv func(t *testing.T) ModelEnv) {
 func runModel(t *testing.T, newEnv func(t *testing.T) ModelEnv, bubble bool) {
 	cfg := readModelConfig(t)
 	start := time.Now()
-	failed := 0
-	for _, seed := range cfg.seeds {
+	var failed atomic.Int64
+	history := func(seed int64) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			res := playIn(t, newEnv, bubble, seed, cfg.ops, nil)
 			if res.div == nil {
@@ -154,7 +161,7 @@ func runModel(t *testing.T, newEnv func(t *testing.T) ModelEnv, bubble bool) {
 				}
 				return
 			}
-			failed++
+			failed.Add(1)
 			var b strings.Builder
 			fmt.Fprintf(&b, "model divergence, seed %d (replay: TQ_MODEL_SEED=%d go test -run '%s', or -args -tqmodel.seed=%d)\n", seed, seed, t.Name(), seed)
 			b.WriteString(res.report())
@@ -165,7 +172,29 @@ func runModel(t *testing.T, newEnv func(t *testing.T) ModelEnv, bubble bool) {
 			t.Error(b.String())
 		})
 	}
-	t.Logf("%d model histories of %d steps: %d diverged (%v)", len(cfg.seeds), cfg.ops, failed, time.Since(start).Round(time.Millisecond))
+	// A history in a bubble runs on the CPU alone (its clock moves at
+	// once), so histories there run one at a time. Outside, a history
+	// mostly waits (for round trips, and out the calls it predicts to
+	// block), so cfg.parallel of them run at once, each on its own queue;
+	// their subtests are started from goroutines of their own, which
+	// -parallel does not bound.
+	if bubble || cfg.parallel == 1 {
+		for _, seed := range cfg.seeds {
+			history(seed)
+		}
+	} else {
+		slots := make(chan struct{}, cfg.parallel)
+		var wg sync.WaitGroup
+		for _, seed := range cfg.seeds {
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				history(seed)
+			})
+		}
+		wg.Wait()
+	}
+	t.Logf("%d model histories of %d steps: %d diverged (%v)", len(cfg.seeds), cfg.ops, failed.Load(), time.Since(start).Round(time.Millisecond))
 }
 
 // playIn plays one history (a new one from seed, or script), in a bubble
