@@ -1533,13 +1533,16 @@ func restoreSR(b []byte) (*srState, error) {
 		ne := d.arr()
 		for range ne {
 			n := d.arr()
-			if n != 6 && n != 8 {
-				d.fail(fmt.Errorf("entry not of 6 or 8"))
+			if n < 6 || n > 9 {
+				d.fail(fmt.Errorf("entry not of 6 to 9 parts"))
 			}
 			i := d.u()
 			t.entries[i] = &srEntry{state: int(d.u()), deliveries: d.i(), token: d.s(), until: d.i(), max: d.i()}
-			if n == 8 { // the row's last error and when: this reader keeps no reasons
+			if n >= 8 { // the row's last error and when: this reader keeps no reasons
 				d.s()
+				d.i()
+			}
+			if n == 7 || n == 9 { // a lease's grant time: this reader keeps none
 				d.i()
 			}
 		}
