@@ -46,6 +46,13 @@ type TaskStatus struct {
 	// before without an ack (a consumer died, or nacked): each of them
 	// may have been processed once already.
 	Redelivered int
+	// DeadLeaseEnded counts the Dead rows whose last lease ended
+	// unsettled (a consumer too slow for its lease, or gone; their Reason
+	// "lease ended"); the others died of an error (see DeadRow.Reason).
+	// LastDead is the row that died last, with why: nil with none. Task.Dead
+	// lists them all.
+	DeadLeaseEnded int
+	LastDead       *DeadRow
 	// Leases are the running leases, earliest end first.
 	Leases []LeaseStatus
 	// Consumed counts the rows the task ever acknowledged or dropped in
@@ -122,6 +129,10 @@ func taskStatus(ts metadata.TaskSummary) TaskStatus {
 		Dropped: ts.Dropped, Redelivered: ts.Redelivered, Consumed: ts.Consumed, OldestReady: ts.OldestReady, Groups: ts.Groups}
 	for _, l := range ts.Leases {
 		out.Leases = append(out.Leases, LeaseStatus(l))
+	}
+	out.DeadLeaseEnded = ts.DeadLeaseEnded
+	if d := ts.LastDead; d != nil {
+		out.LastDead = &DeadRow{Key: d.Key, Index: d.Index, Deliveries: d.Deliveries, Reason: d.Reason, At: d.At}
 	}
 	return out
 }

@@ -46,6 +46,7 @@ type Collector struct {
 	partitionRows *prometheus.Desc // partition
 	taskRows      *prometheus.Desc // partition, task, state
 	redelivered   *prometheus.Desc // partition, task
+	deadLease     *prometheus.Desc // partition, task
 	leases        *prometheus.Desc // partition, task
 	conns         *prometheus.Desc // state
 	connTimeouts  *prometheus.Desc
@@ -134,6 +135,9 @@ func New(opts ...Option) (*Collector, error) {
 			[]string{"partition", "task", "state"}, nil),
 		redelivered: prometheus.NewDesc("tq_task_redelivered_rows",
 			"Rows of a watched partition, ready or leased for a watched task, that were delivered before without an ack, as tq.Client.Status counts them at the scrape.",
+			[]string{"partition", "task"}, nil),
+		deadLease: prometheus.NewDesc("tq_task_dead_lease_ended_rows",
+			"Dead rows of a watched partition for a watched task whose last lease ended unsettled (a consumer too slow for its lease, or gone), as tq.TaskStatus.DeadLeaseEnded counts them at the scrape; the rest of tq_task_rows{state=\"dead\"} died of an error (tq dead lists each with its reason).",
 			[]string{"partition", "task"}, nil),
 		conns: prometheus.NewDesc("tq_engine_connections",
 			"Connections of the watched clients' engines to their servers, busy or idle, as of the scrape (absent for an in-process engine).",
@@ -232,6 +236,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.partitionRows
 	ch <- c.taskRows
 	ch <- c.redelivered
+	ch <- c.deadLease
 	ch <- c.leases
 	ch <- c.conns
 	ch <- c.connTimeouts

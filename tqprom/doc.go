@@ -40,6 +40,9 @@
 //	                                         acked, dead or dropped, as tq.Client.Status counts them (Watch)
 //	tq_task_redelivered_rows{partition,task} gauge: rows ready or leased that were delivered before
 //	                                         without an ack, and may have been processed once (Watch)
+//	tq_task_dead_lease_ended_rows{partition,task}  gauge: dead rows whose last lease ended unsettled
+//	                                         (a consumer too slow, or gone); the other dead rows died of
+//	                                         an error, whose text is no label (unbounded): tq dead (Watch)
 //	tq_task_leases{partition,task}           gauge: running leases, each held by one consumer (Watch)
 //	tq_task_lease_remaining_seconds{partition,task}  gauge: until the earliest running lease ends
 //	                                         unless extended; absent with none (Watch)
@@ -83,10 +86,11 @@
 // take only the values the caller watched: at most WithWatchLimit label
 // sets (default 256), each watched partition counting one (its 2
 // series), each task named to Watch one (its 6 states, its redelivered
-// rows, its 2 lease counts, its 2 ages and its consumed rows: 12
-// series), each (partition, task) given to WatchTask one (2 series), and
-// each presence group one (its 3 states and its last seen age: 4
-// series); so watches add at most 12×256 series by default, and one
+// rows, its dead rows of a lease's end, its 2 lease counts, its 2 ages
+// and its consumed rows: 13 series), each (partition, task) given to
+// WatchTask one (2 series), and each presence group one (its 3 states and
+// its last seen age: 4 series); so watches add at most 13×256 series by
+// default, and one
 // scrape error series for presence. Member names and lease IDs are never
 // labels. A Watch, WatchTask or WatchPresence past the limit fails with
 // ErrWatchLimit, changing nothing; Unwatch, UnwatchTask and

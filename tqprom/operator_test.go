@@ -1,6 +1,7 @@
 package tqprom_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -243,6 +244,45 @@ func TestPresenceMembers(t *testing.T) {
 	for _, name := range []string{"tq_presence_members", "tq_presence_last_seen_age_seconds"} {
 		if f := family(t, reg, name); f != nil {
 			t.Errorf("after UnwatchPresence: %v", f)
+		}
+	}
+}
+
+// Dead rows whose lease ended are told apart from those that died of an
+// error: tq_task_dead_lease_ended_rows counts the first.
+func TestDeadLeaseEndedRows(t *testing.T) {
+	col, reg, c := setup(t)
+	ctx := t.Context()
+	putRows(t, c, "p", 2, 0)
+	short, err := c.Task("p", "t", []string{"x"}, tq.MaxDeliveries(1), tq.LeaseFor(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := col.Watch(c, "p", "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := short.Claim(ctx, 1); err != nil { // its lease ends: dead
+		t.Fatal(err)
+	}
+	long, err := c.Task("p", "t", []string{"x"}, tq.MaxDeliveries(1), tq.LeaseFor(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := long.Claim(ctx, 1)
+	if err != nil || l.Len() != 1 {
+		t.Fatalf("claim: %v, %v", l, err)
+	}
+	if err := l.NackErr(ctx, 0, errors.New("bad row")); err != nil { // dead of an error
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		dead := value(t, reg, "tq_task_rows", "partition", "p", "task", "t", "state", "dead")
+		ended := value(t, reg, "tq_task_dead_lease_ended_rows", "partition", "p", "task", "t")
+		if dead == 2 && ended == 1 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("dead rows %v, of a lease's end %v; want 2 and 1", dead, ended)
 		}
 	}
 }

@@ -315,6 +315,7 @@ func (c *Collector) collectWatched(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.taskRows, prometheus.GaugeValue, float64(n), w.partition, task, taskStates[j])
 			}
 			ch <- prometheus.MustNewConstMetric(c.redelivered, prometheus.GaugeValue, float64(ts.Redelivered), w.partition, task)
+			ch <- prometheus.MustNewConstMetric(c.deadLease, prometheus.GaugeValue, float64(ts.DeadLeaseEnded), w.partition, task)
 			ch <- prometheus.MustNewConstMetric(c.leases, prometheus.GaugeValue, float64(len(ts.Leases)), w.partition, task)
 			if len(ts.Leases) > 0 {
 				left := max(ts.Leases[0].Until.Sub(now).Seconds(), 0)

@@ -617,7 +617,10 @@ func toSummary(s *metadata.Summary, skew time.Duration) *tqpb.SummaryReply {
 			Ready: int64(ts.Ready), Waiting: int64(ts.Waiting), Leased: int64(ts.Leased), Acked: int64(ts.Acked),
 			Dead: int64(ts.Dead), Dropped: int64(ts.Dropped), Redelivered: int64(ts.Redelivered),
 			OldestReady: toMoment(ts.OldestReady, skew), Consumed: ts.Consumed, Groups: toGroupWaits(ts.Groups, skew),
-			Progress: ts.Progress,
+			Progress: ts.Progress, DeadLeaseEnded: int64(ts.DeadLeaseEnded),
+		}
+		if d := ts.LastDead; d != nil {
+			pt.LastDead = &tqpb.DeadSummary{Key: d.Key, Index: d.Index, Deliveries: int64(d.Deliveries), Reason: d.Reason, At: toMoment(d.At, skew)}
 		}
 		for _, l := range ts.Leases {
 			pt.Leases = append(pt.Leases, &tqpb.LeaseSummary{Holder: l.Holder, Rows: int64(l.Rows),
@@ -664,10 +667,18 @@ func fromSummary(r *tqpb.SummaryReply, req *metadata.SummaryRequest, skew time.D
 			to *int
 			n  int64
 		}{{&ts.Ready, pt.GetReady()}, {&ts.Waiting, pt.GetWaiting()}, {&ts.Leased, pt.GetLeased()}, {&ts.Acked, pt.GetAcked()},
-			{&ts.Dead, pt.GetDead()}, {&ts.Dropped, pt.GetDropped()}, {&ts.Redelivered, pt.GetRedelivered()}} {
+			{&ts.Dead, pt.GetDead()}, {&ts.Dropped, pt.GetDropped()}, {&ts.Redelivered, pt.GetRedelivered()},
+			{&ts.DeadLeaseEnded, pt.GetDeadLeaseEnded()}} {
 			if *c.to, err = count("task "+t+" rows", c.n); err != nil {
 				return metadata.Summary{}, err
 			}
+		}
+		if d := pt.GetLastDead(); d != nil {
+			n, err := count("dead row deliveries", d.GetDeliveries())
+			if err != nil {
+				return metadata.Summary{}, err
+			}
+			ts.LastDead = &metadata.DeadSummary{Key: d.GetKey(), Index: d.GetIndex(), Deliveries: n, Reason: d.GetReason(), At: fromMoment(d.GetAt(), skew)}
 		}
 		for _, l := range pt.GetLeases() {
 			n, err := count("lease rows", l.GetRows())

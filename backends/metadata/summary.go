@@ -122,6 +122,13 @@ type TaskSummary struct {
 	// Redelivered counts the rows ready or leased that were delivered
 	// before without an ack (Counts only).
 	Redelivered int
+	// DeadLeaseEnded counts the Dead rows whose last lease ended unsettled
+	// (Reason ReasonLeaseEnded: a consumer too slow, or gone); the others
+	// died of an error (a nack's reason, a handler's) or of none given.
+	// LastDead is the Dead row that died last (the latest At; among rows
+	// without one, the highest index), nil with none (Counts only).
+	DeadLeaseEnded int
+	LastDead       *DeadSummary
 	// Leases are the running leases, earliest end first (Counts only).
 	Leases []LeaseSummary
 	// OldestReady is when the oldest of the Ready rows became ready (see
@@ -139,6 +146,15 @@ type TaskSummary struct {
 	// only.
 	Progress uint64
 	Missing  map[string]int
+}
+
+// DeadSummary is one dead row of a task and why it died.
+type DeadSummary struct {
+	Key        string
+	Index      uint64
+	Deliveries int
+	Reason     string    // Delivery.Reason: its last error, "" for none
+	At         time.Time // when, as Delivery.At
 }
 
 // LeaseSummary is one running lease of a task.
@@ -310,6 +326,12 @@ func (v *View) countStates(ds []Delivery, fields []string) TaskSummary {
 			ts.Acked++
 		case Dead:
 			ts.Dead++
+			if d.Reason == ReasonLeaseEnded {
+				ts.DeadLeaseEnded++
+			}
+			if l := ts.LastDead; l == nil || d.At.After(l.At) || d.At.Equal(l.At) && d.Index > l.Index {
+				ts.LastDead = &DeadSummary{Key: r.Key, Index: d.Index, Deliveries: d.Deliveries, Reason: d.Reason, At: d.At}
+			}
 		case Dropped:
 			ts.Dropped++
 		}

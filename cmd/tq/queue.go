@@ -24,8 +24,12 @@ type taskJSON struct {
 	Dead    int `json:"dead"`
 	Dropped int `json:"dropped"`
 	// Redelivered: ready or leased rows delivered before without an ack.
-	Redelivered int         `json:"redelivered"`
-	Leases      []leaseJSON `json:"leases,omitempty"`
+	Redelivered int `json:"redelivered"`
+	// DeadLeaseEnded: dead rows whose last lease ended unsettled (the
+	// others died of an error); LastDead: the row that died last, and why.
+	DeadLeaseEnded int          `json:"dead_lease_ended"`
+	LastDead       *deadRowJSON `json:"last_dead,omitempty"`
+	Leases         []leaseJSON  `json:"leases,omitempty"`
 	// Groups: for a task that claims groups, those waiting for members.
 	Groups []groupJSON `json:"groups,omitempty"`
 	Exact  bool        `json:"exact"` // Ready and Waiting by the task's fields (-task with -fields)
@@ -39,19 +43,32 @@ type groupJSON struct {
 	Overdue bool      `json:"overdue"` // past the task's group deadline
 }
 
-// leaseJSON is one running lease: who holds it, how many rows, until when.
+// leaseJSON is one running lease: who holds it, how many rows, since and
+// until when.
 type leaseJSON struct {
 	Holder     string    `json:"holder"`
 	Rows       int       `json:"rows"`
+	Granted    time.Time `json:"granted"`
 	Until      time.Time `json:"until"`
 	Deliveries int       `json:"deliveries"` // the most among its rows
 }
 
+// deadRowJSON is a dead row and why it died.
+type deadRowJSON struct {
+	Key        string    `json:"key"`
+	Deliveries int       `json:"deliveries"`
+	Reason     string    `json:"reason,omitempty"`
+	At         time.Time `json:"at"`
+}
+
 func taskOf(ts tq.TaskStatus, exact bool) taskJSON {
 	t := taskJSON{Ready: ts.Ready, Waiting: ts.Waiting, Leased: ts.Leased, Acked: ts.Acked, Dead: ts.Dead, Dropped: ts.Dropped,
-		Redelivered: ts.Redelivered, Exact: exact}
+		Redelivered: ts.Redelivered, DeadLeaseEnded: ts.DeadLeaseEnded, Exact: exact}
+	if d := ts.LastDead; d != nil {
+		t.LastDead = &deadRowJSON{Key: d.Key, Deliveries: d.Deliveries, Reason: d.Reason, At: d.At}
+	}
 	for _, l := range ts.Leases {
-		t.Leases = append(t.Leases, leaseJSON{Holder: l.Holder, Rows: l.Rows, Until: l.Until, Deliveries: l.Deliveries})
+		t.Leases = append(t.Leases, leaseJSON{Holder: l.Holder, Rows: l.Rows, Granted: l.Granted, Until: l.Until, Deliveries: l.Deliveries})
 	}
 	for _, g := range ts.Groups {
 		t.Groups = append(t.Groups, groupJSON{ID: g.ID, Rows: g.Rows, Since: g.Since, Overdue: g.Overdue})
@@ -315,6 +332,30 @@ func (s *session) printStatus(rep *statusJSON) error {
 			return err
 		}
 	}
+	died := false
+	for _, name := range sortedKeys(rep.Tasks) {
+		died = died || rep.Tasks[name].LastDead != nil
+	}
+	if died {
+		// Why rows died: of their lease's end (a consumer too slow, or
+		// gone) or of an error; the last one's reason (tq dead lists all).
+		fmt.Fprintln(s.stdout)
+		tw = s.table()
+		fmt.Fprintln(tw, "TASK\tDEAD\tLEASE ENDED\tLAST DEAD\tAGO\tREASON")
+		for _, name := range sortedKeys(rep.Tasks) {
+			t := rep.Tasks[name]
+			if d := t.LastDead; d != nil {
+				ago := "-"
+				if !d.At.IsZero() {
+					ago = max(now.Sub(d.At), 0).Round(100 * time.Millisecond).String()
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", name, t.Dead, t.DeadLeaseEnded, strconvQuote(d.Key), ago, reasonText(d.Reason))
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	waiting := false
 	for _, name := range sortedKeys(rep.Tasks) {
 		waiting = waiting || len(rep.Tasks[name].Groups) > 0
@@ -466,16 +507,23 @@ func runDead(ctx context.Context, s *session, fieldsFlag, partition, task string
 	tw := s.table()
 	fmt.Fprintln(tw, "INDEX\tKEY\tDELIVERIES\tAT\tREASON")
 	for _, d := range dead {
-		at, reason := "-", "-"
+		at := "-"
 		if !d.At.IsZero() {
 			at = d.At.UTC().Format(time.RFC3339)
 		}
-		if d.Reason != "" {
-			reason = strconvQuote(d.Reason)
-		}
+		reason := reasonText(d.Reason)
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", d.Index, strconvQuote(d.Key), d.Deliveries, at, reason)
 	}
 	return tw.Flush()
+}
+
+// reasonText is a dead row's reason as the tables show it: quoted, "-"
+// for none.
+func reasonText(reason string) string {
+	if reason == "" {
+		return "-"
+	}
+	return strconvQuote(reason)
 }
 
 // defineMark is retry and drop (name): Task.Retry or Task.Drop of the

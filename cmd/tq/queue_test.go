@@ -68,6 +68,11 @@ type statusDoc struct {
 	Tasks     map[string]struct {
 		Ready, Waiting, Leased, Acked, Dead, Dropped int
 		Exact                                        bool
+		DeadLeaseEnded                               int `json:"dead_lease_ended"`
+		LastDead                                     *struct {
+			Key, Reason string
+			At          time.Time
+		} `json:"last_dead"`
 	}
 }
 
@@ -126,6 +131,16 @@ func TestDeadRetryDrop(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Dead) != 1 || doc.Dead[0].Key != "a" || doc.Dead[0].Deliveries != 1 ||
 		doc.Dead[0].Reason != "bad input: row a" || doc.Dead[0].At.IsZero() {
 		t.Fatalf("dead -json: %+v, %v", r, err)
+	}
+	// status says why rows died: how many of their lease's end, and the
+	// last one's reason.
+	r = runTQ(t, url, "status", "p")
+	if r.code != 0 || !strings.Contains(r.stdout, "LAST DEAD") || !strings.Contains(r.stdout, `"bad input: row a"`) {
+		t.Fatalf("status: %+v, want the last dead row's reason", r)
+	}
+	if ts := status(t, url, "p").Tasks["work"]; ts.Dead != 1 || ts.DeadLeaseEnded != 0 || ts.LastDead == nil ||
+		ts.LastDead.Key != "a" || ts.LastDead.Reason != "bad input: row a" || ts.LastDead.At.IsZero() {
+		t.Fatalf("status -json: %+v (last dead %+v), want a, dead of its error", ts, ts.LastDead)
 	}
 	if r := runTQ(t, url, "retry", "p", "work", "a"); r.code != 0 || !strings.Contains(r.stdout, "retried 1 rows") {
 		t.Fatalf("retry: %+v", r)

@@ -19,6 +19,7 @@ func deadWhyCases() []testCase {
 		{"DeadWhy/NackErr", deadWhyNack},
 		{"DeadWhy/LeaseEnded", deadWhyLeaseEnded},
 		{"DeadWhy/Consume", deadWhyConsume},
+		{"DeadWhy/Status", deadWhyStatus},
 	}
 }
 
@@ -184,4 +185,56 @@ func deadWhyConsume(t *testing.T, e Engine) {
 	if !strings.Contains(dead[0].Reason+dead[1].Reason, "handler blew up") {
 		t.Fatalf("dead rows %+v: want the panic's value in one's reason", dead)
 	}
+}
+
+// deadWhyStatus: Status tells how many dead rows died of their lease's
+// end, and which row died last and why.
+func deadWhyStatus(t *testing.T, e Engine) {
+	c := e.Open(t)
+	p := "deadwhy-status"
+	putRows(t, c, p, []string{"k0", "k1"}, nil, "a")
+	const lease = 50 * time.Millisecond
+	task := mustTask(t, c, p, "w", []string{"a"}, tq.MaxDeliveries(1), tq.LeaseFor(lease))
+	if st := mustStatus(t, task); st.Dead != 0 || st.DeadLeaseEnded != 0 || st.LastDead != nil {
+		t.Fatalf("no dead row yet: %+v", st)
+	}
+	l := mustClaim(t, task, 1) // k0: its lease ends
+	deadline := time.Now().Add(30 * time.Second)
+	for len(mustDead(t, task)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no dead row 30s after a lease of %v ended", lease)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := mustStatus(t, task)
+	if st.Dead != 1 || st.DeadLeaseEnded != 1 || st.LastDead == nil || st.LastDead.Key != l.Keys()[0] || st.LastDead.Reason != "lease ended" {
+		t.Fatalf("after a lease ended: %+v (last dead %+v), want 1 dead of its lease's end, %s", st, st.LastDead, l.Keys()[0])
+	}
+	time.Sleep(5 * time.Millisecond) // the nack's time is later than the lease's end
+	slow := mustTask(t, c, p, "w", []string{"a"}, tq.MaxDeliveries(1), tq.LeaseFor(time.Minute)) // no lease ends under load
+	l2 := mustClaim(t, slow, 1)
+	if l2.Len() != 1 {
+		t.Fatalf("claim of the other row: %v", l2)
+	}
+	if err := l2.NackErr(t.Context(), 0, errors.New("bad row")); err != nil {
+		t.Fatal(err)
+	}
+	st = mustStatus(t, task)
+	if st.Dead != 2 || st.DeadLeaseEnded != 1 || st.LastDead == nil || st.LastDead.Key != l2.Keys()[0] ||
+		!strings.Contains(st.LastDead.Reason, "bad row") || st.LastDead.Deliveries != 1 || st.LastDead.At.IsZero() {
+		t.Fatalf("after a nack: %+v (last dead %+v), want 2 dead, 1 of its lease's end, the last %s for %q", st, st.LastDead, l2.Keys()[0], "bad row")
+	}
+	all := mustStatusOf(t, c, p).Tasks["w"]
+	if all.Dead != 2 || all.DeadLeaseEnded != 1 || all.LastDead == nil || all.LastDead.Key != l2.Keys()[0] {
+		t.Fatalf("Client.Status: %+v, want the task's as Task.Status tells it", all)
+	}
+}
+
+func mustDead(t *testing.T, task *tq.Task) []tq.DeadRow {
+	t.Helper()
+	dead, err := task.Dead(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dead
 }

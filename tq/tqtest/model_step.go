@@ -1024,7 +1024,16 @@ func sameLeaseOrder(ts tq.TaskStatus) tq.TaskStatus {
 	return ts
 }
 
+// sameStatus compares an engine's status a with the model's b. Why rows
+// died the model does not keep: a's must have a last dead row exactly
+// when it has a dead row, and at most Dead rows dead of their lease's
+// end; then both are left out.
 func sameStatus(a, b tq.TaskStatus) bool {
+	if (a.Dead > 0) != (a.LastDead != nil) || a.DeadLeaseEnded < 0 || a.DeadLeaseEnded > a.Dead ||
+		a.LastDead != nil && a.LastDead.Deliveries < 1 {
+		return false
+	}
+	a.LastDead, a.DeadLeaseEnded, b.LastDead, b.DeadLeaseEnded = nil, 0, nil, 0
 	a, b = sameLeaseOrder(a), sameLeaseOrder(b)
 	return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b)
 }

@@ -3730,9 +3730,12 @@ type TaskSummary struct {
 	OldestReady *Moment         `protobuf:"bytes,9,opt,name=oldest_ready,json=oldestReady,proto3" json:"oldest_ready,omitempty"`
 	Consumed    uint64          `protobuf:"varint,10,opt,name=consumed,proto3" json:"consumed,omitempty"`
 	// Absent for a task that claims no groups.
-	Groups        *GroupWaits      `protobuf:"bytes,11,opt,name=groups,proto3" json:"groups,omitempty"`
-	Progress      uint64           `protobuf:"varint,12,opt,name=progress,proto3" json:"progress,omitempty"`
-	Missing       map[string]int64 `protobuf:"bytes,13,rep,name=missing,proto3" json:"missing,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Groups         *GroupWaits      `protobuf:"bytes,11,opt,name=groups,proto3" json:"groups,omitempty"`
+	Progress       uint64           `protobuf:"varint,12,opt,name=progress,proto3" json:"progress,omitempty"`
+	Missing        map[string]int64 `protobuf:"bytes,13,rep,name=missing,proto3" json:"missing,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	DeadLeaseEnded int64            `protobuf:"varint,14,opt,name=dead_lease_ended,json=deadLeaseEnded,proto3" json:"dead_lease_ended,omitempty"`
+	// Absent with no dead row.
+	LastDead      *DeadSummary `protobuf:"bytes,15,opt,name=last_dead,json=lastDead,proto3" json:"last_dead,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3858,6 +3861,97 @@ func (x *TaskSummary) GetMissing() map[string]int64 {
 	return nil
 }
 
+func (x *TaskSummary) GetDeadLeaseEnded() int64 {
+	if x != nil {
+		return x.DeadLeaseEnded
+	}
+	return 0
+}
+
+func (x *TaskSummary) GetLastDead() *DeadSummary {
+	if x != nil {
+		return x.LastDead
+	}
+	return nil
+}
+
+// A dead row and why it died.
+type DeadSummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Deliveries    int64                  `protobuf:"varint,3,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	At            *Moment                `protobuf:"bytes,5,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadSummary) Reset() {
+	*x = DeadSummary{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadSummary) ProtoMessage() {}
+
+func (x *DeadSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadSummary.ProtoReflect.Descriptor instead.
+func (*DeadSummary) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *DeadSummary) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *DeadSummary) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *DeadSummary) GetDeliveries() int64 {
+	if x != nil {
+		return x.Deliveries
+	}
+	return 0
+}
+
+func (x *DeadSummary) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeadSummary) GetAt() *Moment {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 // SummaryReply mirrors metadata.Summary.
 type SummaryReply struct {
 	state     protoimpl.MessageState  `protogen:"open.v1"`
@@ -3878,7 +3972,7 @@ type SummaryReply struct {
 
 func (x *SummaryReply) Reset() {
 	*x = SummaryReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +3984,7 @@ func (x *SummaryReply) String() string {
 func (*SummaryReply) ProtoMessage() {}
 
 func (x *SummaryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +3997,7 @@ func (x *SummaryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryReply.ProtoReflect.Descriptor instead.
 func (*SummaryReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SummaryReply) GetRows() int64 {
@@ -3983,7 +4077,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3995,7 +4089,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4008,7 +4102,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ResetRequest) GetPartition() string {
@@ -4053,7 +4147,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4065,7 +4159,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4078,7 +4172,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WaitRequest) GetPartition() string {
@@ -4113,7 +4207,7 @@ type WaitReply struct {
 
 func (x *WaitReply) Reset() {
 	*x = WaitReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4125,7 +4219,7 @@ func (x *WaitReply) String() string {
 func (*WaitReply) ProtoMessage() {}
 
 func (x *WaitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4138,7 +4232,7 @@ func (x *WaitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitReply.ProtoReflect.Descriptor instead.
 func (*WaitReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *WaitReply) GetTaken() *ClaimReply {
@@ -4159,7 +4253,7 @@ type Cell struct {
 
 func (x *Cell) Reset() {
 	*x = Cell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4171,7 +4265,7 @@ func (x *Cell) String() string {
 func (*Cell) ProtoMessage() {}
 
 func (x *Cell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4184,7 +4278,7 @@ func (x *Cell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cell.ProtoReflect.Descriptor instead.
 func (*Cell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Cell) GetKey() string {
@@ -4217,7 +4311,7 @@ type WriteCellsRequest struct {
 
 func (x *WriteCellsRequest) Reset() {
 	*x = WriteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4323,7 @@ func (x *WriteCellsRequest) String() string {
 func (*WriteCellsRequest) ProtoMessage() {}
 
 func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4336,7 @@ func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsRequest.ProtoReflect.Descriptor instead.
 func (*WriteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WriteCellsRequest) GetCells() []*Cell {
@@ -4262,7 +4356,7 @@ type WriteCellsReply struct {
 
 func (x *WriteCellsReply) Reset() {
 	*x = WriteCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4274,7 +4368,7 @@ func (x *WriteCellsReply) String() string {
 func (*WriteCellsReply) ProtoMessage() {}
 
 func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4287,7 +4381,7 @@ func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsReply.ProtoReflect.Descriptor instead.
 func (*WriteCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{60}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *WriteCellsReply) GetTags() []string {
@@ -4306,7 +4400,7 @@ type ReadCellsRequest struct {
 
 func (x *ReadCellsRequest) Reset() {
 	*x = ReadCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4318,7 +4412,7 @@ func (x *ReadCellsRequest) String() string {
 func (*ReadCellsRequest) ProtoMessage() {}
 
 func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4331,7 +4425,7 @@ func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsRequest.ProtoReflect.Descriptor instead.
 func (*ReadCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{61}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReadCellsRequest) GetCells() []*Cell {
@@ -4351,7 +4445,7 @@ type ReadCell struct {
 
 func (x *ReadCell) Reset() {
 	*x = ReadCell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4363,7 +4457,7 @@ func (x *ReadCell) String() string {
 func (*ReadCell) ProtoMessage() {}
 
 func (x *ReadCell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4376,7 +4470,7 @@ func (x *ReadCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCell.ProtoReflect.Descriptor instead.
 func (*ReadCell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{62}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReadCell) GetFound() bool {
@@ -4402,7 +4496,7 @@ type ReadCellsReply struct {
 
 func (x *ReadCellsReply) Reset() {
 	*x = ReadCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4414,7 +4508,7 @@ func (x *ReadCellsReply) String() string {
 func (*ReadCellsReply) ProtoMessage() {}
 
 func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4427,7 +4521,7 @@ func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsReply.ProtoReflect.Descriptor instead.
 func (*ReadCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{63}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReadCellsReply) GetCells() []*ReadCell {
@@ -4446,7 +4540,7 @@ type DeleteCellsRequest struct {
 
 func (x *DeleteCellsRequest) Reset() {
 	*x = DeleteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4458,7 +4552,7 @@ func (x *DeleteCellsRequest) String() string {
 func (*DeleteCellsRequest) ProtoMessage() {}
 
 func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4471,7 +4565,7 @@ func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCellsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{64}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteCellsRequest) GetCells() []*Cell {
@@ -4801,7 +4895,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"deliveries\x18\x04 \x01(\x03R\n" +
 	"deliveries\x12\x0e\n" +
 	"\x02id\x18\x05 \x01(\tR\x02id\x12)\n" +
-	"\agranted\x18\x06 \x01(\v2\x0f.tqgo.v1.MomentR\agranted\"\xfc\x03\n" +
+	"\agranted\x18\x06 \x01(\v2\x0f.tqgo.v1.MomentR\agranted\"\xd9\x04\n" +
 	"\vTaskSummary\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x03R\x05ready\x12\x18\n" +
 	"\awaiting\x18\x02 \x01(\x03R\awaiting\x12\x16\n" +
@@ -4816,10 +4910,20 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	" \x01(\x04R\bconsumed\x12+\n" +
 	"\x06groups\x18\v \x01(\v2\x13.tqgo.v1.GroupWaitsR\x06groups\x12\x1a\n" +
 	"\bprogress\x18\f \x01(\x04R\bprogress\x12;\n" +
-	"\amissing\x18\r \x03(\v2!.tqgo.v1.TaskSummary.MissingEntryR\amissing\x1a:\n" +
+	"\amissing\x18\r \x03(\v2!.tqgo.v1.TaskSummary.MissingEntryR\amissing\x12(\n" +
+	"\x10dead_lease_ended\x18\x0e \x01(\x03R\x0edeadLeaseEnded\x121\n" +
+	"\tlast_dead\x18\x0f \x01(\v2\x14.tqgo.v1.DeadSummaryR\blastDead\x1a:\n" +
 	"\fMissingEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xfa\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x8e\x01\n" +
+	"\vDeadSummary\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x1e\n" +
+	"\n" +
+	"deliveries\x18\x03 \x01(\x03R\n" +
+	"deliveries\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1f\n" +
+	"\x02at\x18\x05 \x01(\v2\x0f.tqgo.v1.MomentR\x02at\"\xfa\x03\n" +
 	"\fSummaryReply\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\x03R\x04rows\x129\n" +
 	"\x06fields\x18\x02 \x03(\v2!.tqgo.v1.SummaryReply.FieldsEntryR\x06fields\x12.\n" +
@@ -4908,7 +5012,7 @@ func file_tqgo_v1_tq_proto_rawDescGZIP() []byte {
 }
 
 var file_tqgo_v1_tq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_tqgo_v1_tq_proto_goTypes = []any{
 	(Failure_Kind)(0),           // 0: tqgo.v1.Failure.Kind
 	(Delivery_State)(0),         // 1: tqgo.v1.Delivery.State
@@ -4967,26 +5071,27 @@ var file_tqgo_v1_tq_proto_goTypes = []any{
 	(*SummaryRequest)(nil),      // 54: tqgo.v1.SummaryRequest
 	(*LeaseSummary)(nil),        // 55: tqgo.v1.LeaseSummary
 	(*TaskSummary)(nil),         // 56: tqgo.v1.TaskSummary
-	(*SummaryReply)(nil),        // 57: tqgo.v1.SummaryReply
-	(*ResetRequest)(nil),        // 58: tqgo.v1.ResetRequest
-	(*WaitRequest)(nil),         // 59: tqgo.v1.WaitRequest
-	(*WaitReply)(nil),           // 60: tqgo.v1.WaitReply
-	(*Cell)(nil),                // 61: tqgo.v1.Cell
-	(*WriteCellsRequest)(nil),   // 62: tqgo.v1.WriteCellsRequest
-	(*WriteCellsReply)(nil),     // 63: tqgo.v1.WriteCellsReply
-	(*ReadCellsRequest)(nil),    // 64: tqgo.v1.ReadCellsRequest
-	(*ReadCell)(nil),            // 65: tqgo.v1.ReadCell
-	(*ReadCellsReply)(nil),      // 66: tqgo.v1.ReadCellsReply
-	(*DeleteCellsRequest)(nil),  // 67: tqgo.v1.DeleteCellsRequest
-	nil,                         // 68: tqgo.v1.TagMap.ValuesEntry
-	nil,                         // 69: tqgo.v1.Reservation.GensEntry
-	nil,                         // 70: tqgo.v1.ConsumptionReply.TasksEntry
-	nil,                         // 71: tqgo.v1.ViewReply.TasksEntry
-	nil,                         // 72: tqgo.v1.ViewReply.ConsumedEntry
-	nil,                         // 73: tqgo.v1.ViewReply.GroupsEntry
-	nil,                         // 74: tqgo.v1.TaskSummary.MissingEntry
-	nil,                         // 75: tqgo.v1.SummaryReply.FieldsEntry
-	nil,                         // 76: tqgo.v1.SummaryReply.TasksEntry
+	(*DeadSummary)(nil),         // 57: tqgo.v1.DeadSummary
+	(*SummaryReply)(nil),        // 58: tqgo.v1.SummaryReply
+	(*ResetRequest)(nil),        // 59: tqgo.v1.ResetRequest
+	(*WaitRequest)(nil),         // 60: tqgo.v1.WaitRequest
+	(*WaitReply)(nil),           // 61: tqgo.v1.WaitReply
+	(*Cell)(nil),                // 62: tqgo.v1.Cell
+	(*WriteCellsRequest)(nil),   // 63: tqgo.v1.WriteCellsRequest
+	(*WriteCellsReply)(nil),     // 64: tqgo.v1.WriteCellsReply
+	(*ReadCellsRequest)(nil),    // 65: tqgo.v1.ReadCellsRequest
+	(*ReadCell)(nil),            // 66: tqgo.v1.ReadCell
+	(*ReadCellsReply)(nil),      // 67: tqgo.v1.ReadCellsReply
+	(*DeleteCellsRequest)(nil),  // 68: tqgo.v1.DeleteCellsRequest
+	nil,                         // 69: tqgo.v1.TagMap.ValuesEntry
+	nil,                         // 70: tqgo.v1.Reservation.GensEntry
+	nil,                         // 71: tqgo.v1.ConsumptionReply.TasksEntry
+	nil,                         // 72: tqgo.v1.ViewReply.TasksEntry
+	nil,                         // 73: tqgo.v1.ViewReply.ConsumedEntry
+	nil,                         // 74: tqgo.v1.ViewReply.GroupsEntry
+	nil,                         // 75: tqgo.v1.TaskSummary.MissingEntry
+	nil,                         // 76: tqgo.v1.SummaryReply.FieldsEntry
+	nil,                         // 77: tqgo.v1.SummaryReply.TasksEntry
 }
 var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	0,   // 0: tqgo.v1.Failure.kind:type_name -> tqgo.v1.Failure.Kind
@@ -4999,12 +5104,12 @@ var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	10,  // 7: tqgo.v1.TagValue.list_value:type_name -> tqgo.v1.TagList
 	11,  // 8: tqgo.v1.TagValue.map_value:type_name -> tqgo.v1.TagMap
 	9,   // 9: tqgo.v1.TagList.values:type_name -> tqgo.v1.TagValue
-	68,  // 10: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
+	69,  // 10: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
 	12,  // 11: tqgo.v1.FieldEntry.info:type_name -> tqgo.v1.FieldInfo
 	13,  // 12: tqgo.v1.Row.fields:type_name -> tqgo.v1.FieldEntry
 	11,  // 13: tqgo.v1.Row.tag:type_name -> tqgo.v1.TagMap
 	14,  // 14: tqgo.v1.MaybeRow.row:type_name -> tqgo.v1.Row
-	69,  // 15: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
+	70,  // 15: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
 	13,  // 16: tqgo.v1.RowUpdate.fields:type_name -> tqgo.v1.FieldEntry
 	11,  // 17: tqgo.v1.RowUpdate.tag:type_name -> tqgo.v1.TagMap
 	4,   // 18: tqgo.v1.Mark.wake:type_name -> tqgo.v1.Moment
@@ -5041,93 +5146,95 @@ var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	4,   // 49: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
 	14,  // 50: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
 	42,  // 51: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
-	70,  // 52: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
+	71,  // 52: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
 	4,   // 53: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
 	51,  // 54: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
 	14,  // 55: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
-	71,  // 56: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
+	72,  // 56: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
 	21,  // 57: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
 	19,  // 58: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
 	20,  // 59: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
-	72,  // 60: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
+	73,  // 60: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
 	4,   // 61: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
-	73,  // 62: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
+	74,  // 62: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
 	4,   // 63: tqgo.v1.LeaseSummary.until:type_name -> tqgo.v1.Moment
 	4,   // 64: tqgo.v1.LeaseSummary.granted:type_name -> tqgo.v1.Moment
 	55,  // 65: tqgo.v1.TaskSummary.leases:type_name -> tqgo.v1.LeaseSummary
 	4,   // 66: tqgo.v1.TaskSummary.oldest_ready:type_name -> tqgo.v1.Moment
 	52,  // 67: tqgo.v1.TaskSummary.groups:type_name -> tqgo.v1.GroupWaits
-	74,  // 68: tqgo.v1.TaskSummary.missing:type_name -> tqgo.v1.TaskSummary.MissingEntry
-	75,  // 69: tqgo.v1.SummaryReply.fields:type_name -> tqgo.v1.SummaryReply.FieldsEntry
-	4,   // 70: tqgo.v1.SummaryReply.oldest_row:type_name -> tqgo.v1.Moment
-	76,  // 71: tqgo.v1.SummaryReply.tasks:type_name -> tqgo.v1.SummaryReply.TasksEntry
-	19,  // 72: tqgo.v1.SummaryReply.capacity:type_name -> tqgo.v1.Capacity
-	20,  // 73: tqgo.v1.SummaryReply.used:type_name -> tqgo.v1.Usage
-	21,  // 74: tqgo.v1.SummaryReply.mark:type_name -> tqgo.v1.Mark
-	21,  // 75: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
-	44,  // 76: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
-	61,  // 77: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	61,  // 78: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
-	65,  // 79: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
-	61,  // 80: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	9,   // 81: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
-	49,  // 82: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	49,  // 83: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	52,  // 84: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
-	56,  // 85: tqgo.v1.SummaryReply.TasksEntry.value:type_name -> tqgo.v1.TaskSummary
-	7,   // 86: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
-	22,  // 87: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
-	24,  // 88: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
-	26,  // 89: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
-	28,  // 90: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
-	30,  // 91: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
-	31,  // 92: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
-	28,  // 93: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
-	30,  // 94: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
-	33,  // 95: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
-	34,  // 96: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
-	34,  // 97: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
-	36,  // 98: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
-	41,  // 99: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
-	41,  // 100: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
-	46,  // 101: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
-	48,  // 102: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
-	48,  // 103: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
-	54,  // 104: tqgo.v1.Meta.Summary:input_type -> tqgo.v1.SummaryRequest
-	58,  // 105: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
-	59,  // 106: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
-	62,  // 107: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
-	64,  // 108: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
-	67,  // 109: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
-	8,   // 110: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
-	23,  // 111: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
-	25,  // 112: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
-	27,  // 113: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
-	29,  // 114: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
-	25,  // 115: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
-	32,  // 116: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
-	25,  // 117: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
-	25,  // 118: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
-	35,  // 119: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
-	3,   // 120: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
-	3,   // 121: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
-	35,  // 122: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
-	43,  // 123: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
-	44,  // 124: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
-	47,  // 125: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
-	50,  // 126: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
-	53,  // 127: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
-	57,  // 128: tqgo.v1.Meta.Summary:output_type -> tqgo.v1.SummaryReply
-	3,   // 129: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
-	60,  // 130: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
-	63,  // 131: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
-	66,  // 132: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
-	3,   // 133: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
-	110, // [110:134] is the sub-list for method output_type
-	86,  // [86:110] is the sub-list for method input_type
-	86,  // [86:86] is the sub-list for extension type_name
-	86,  // [86:86] is the sub-list for extension extendee
-	0,   // [0:86] is the sub-list for field type_name
+	75,  // 68: tqgo.v1.TaskSummary.missing:type_name -> tqgo.v1.TaskSummary.MissingEntry
+	57,  // 69: tqgo.v1.TaskSummary.last_dead:type_name -> tqgo.v1.DeadSummary
+	4,   // 70: tqgo.v1.DeadSummary.at:type_name -> tqgo.v1.Moment
+	76,  // 71: tqgo.v1.SummaryReply.fields:type_name -> tqgo.v1.SummaryReply.FieldsEntry
+	4,   // 72: tqgo.v1.SummaryReply.oldest_row:type_name -> tqgo.v1.Moment
+	77,  // 73: tqgo.v1.SummaryReply.tasks:type_name -> tqgo.v1.SummaryReply.TasksEntry
+	19,  // 74: tqgo.v1.SummaryReply.capacity:type_name -> tqgo.v1.Capacity
+	20,  // 75: tqgo.v1.SummaryReply.used:type_name -> tqgo.v1.Usage
+	21,  // 76: tqgo.v1.SummaryReply.mark:type_name -> tqgo.v1.Mark
+	21,  // 77: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
+	44,  // 78: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
+	62,  // 79: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	62,  // 80: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
+	66,  // 81: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
+	62,  // 82: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	9,   // 83: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
+	49,  // 84: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	49,  // 85: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	52,  // 86: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
+	56,  // 87: tqgo.v1.SummaryReply.TasksEntry.value:type_name -> tqgo.v1.TaskSummary
+	7,   // 88: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
+	22,  // 89: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
+	24,  // 90: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
+	26,  // 91: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
+	28,  // 92: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
+	30,  // 93: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
+	31,  // 94: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
+	28,  // 95: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
+	30,  // 96: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
+	33,  // 97: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
+	34,  // 98: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
+	34,  // 99: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
+	36,  // 100: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
+	41,  // 101: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
+	41,  // 102: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
+	46,  // 103: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
+	48,  // 104: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
+	48,  // 105: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
+	54,  // 106: tqgo.v1.Meta.Summary:input_type -> tqgo.v1.SummaryRequest
+	59,  // 107: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
+	60,  // 108: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
+	63,  // 109: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
+	65,  // 110: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
+	68,  // 111: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
+	8,   // 112: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
+	23,  // 113: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
+	25,  // 114: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
+	27,  // 115: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
+	29,  // 116: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
+	25,  // 117: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
+	32,  // 118: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
+	25,  // 119: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
+	25,  // 120: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
+	35,  // 121: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
+	3,   // 122: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
+	3,   // 123: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
+	35,  // 124: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
+	43,  // 125: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
+	44,  // 126: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
+	47,  // 127: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
+	50,  // 128: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
+	53,  // 129: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
+	58,  // 130: tqgo.v1.Meta.Summary:output_type -> tqgo.v1.SummaryReply
+	3,   // 131: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
+	61,  // 132: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
+	64,  // 133: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
+	67,  // 134: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
+	3,   // 135: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
+	112, // [112:136] is the sub-list for method output_type
+	88,  // [88:112] is the sub-list for method input_type
+	88,  // [88:88] is the sub-list for extension type_name
+	88,  // [88:88] is the sub-list for extension extendee
+	0,   // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_tqgo_v1_tq_proto_init() }
@@ -5152,7 +5259,7 @@ func file_tqgo_v1_tq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tqgo_v1_tq_proto_rawDesc), len(file_tqgo_v1_tq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   74,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
