@@ -210,7 +210,7 @@ func deadWhyStatus(t *testing.T, e Engine) {
 	if st.Dead != 1 || st.DeadLeaseEnded != 1 || st.LastDead == nil || st.LastDead.Key != l.Keys()[0] || st.LastDead.Reason != "lease ended" {
 		t.Fatalf("after a lease ended: %+v (last dead %+v), want 1 dead of its lease's end, %s", st, st.LastDead, l.Keys()[0])
 	}
-	time.Sleep(5 * time.Millisecond) // the nack's time is later than the lease's end
+	time.Sleep(5 * time.Millisecond)                                                             // the nack's time is later than the lease's end
 	slow := mustTask(t, c, p, "w", []string{"a"}, tq.MaxDeliveries(1), tq.LeaseFor(time.Minute)) // no lease ends under load
 	l2 := mustClaim(t, slow, 1)
 	if l2.Len() != 1 {
