@@ -89,7 +89,9 @@ func ClaimWith(opts ...ClaimOption) ConsumeOption {
 // its lease is settled (see Handler for what its result does). A handler
 // running when ctx ends gets ctx's end through its own context; what it
 // returns still settles its rows (nil acknowledges them, Permanent drops
-// them), but a failure gives them back at once, with no backoff. While a
+// them), but a failure gives them back at once, with no backoff (their
+// reason: "consume stopped before its handler finished: " and the
+// handler's error). While a
 // handler runs, its lease is extended by the task's lease duration every
 // third of it, so a handler slower than the lease keeps its rows; a
 // consumer that dies stops extending, and its rows go to another once the
@@ -190,7 +192,7 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 			"tq: consume: lease lost while the handler ran; its rows are another's now (a handler slower than the lease the engine could not extend?)")
 		// Rows the lease may still hold go back at once; those it lost
 		// are reported lost, and are another's.
-		serr = l.Nack(sctx, 0, keys...)
+		serr = l.NackErr(sctx, 0, context.Cause(hctx), keys...)
 	case err == nil:
 		// Done, even if Consume is stopping: acknowledged (sctx outlives
 		// ctx, bounded by the lease).
@@ -208,8 +210,8 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 		}
 	case ctx.Err() != nil:
 		// Stopping, the handler not done: the rows go back at once, for
-		// another consumer.
-		serr = l.Nack(sctx, 0, keys...)
+		// another consumer, saying so.
+		serr = l.NackErr(sctx, 0, fmt.Errorf("consume stopped before its handler finished: %w", err), keys...)
 	default:
 		d := o.backoff
 		for i := 1; i < maxDeliveries(l) && d < o.most; i++ {

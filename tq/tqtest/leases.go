@@ -167,6 +167,16 @@ func leaseConsumeStop(t *testing.T, e Engine) {
 		if st := mustStatus(t, task); !tc.check(st) {
 			t.Errorf("%s: after Consume stopped: %+v", tc.name, st)
 		}
+		if tc.name == "failed" {
+			// Given back, saying why.
+			ks, err := task.Consumption(t.Context(), "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := ks[0].Tasks["t"].Reason; !strings.Contains(r, "consume stopped") {
+				t.Errorf("%s: the row given back as Consume stopped has reason %q", tc.name, r)
+			}
+		}
 	}
 }
 
