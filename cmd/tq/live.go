@@ -229,8 +229,11 @@ type topTaskJSON struct {
 	// OldestReady is when the oldest ready row became ready (absent: none,
 	// or the engine does not tell): the task's lag.
 	OldestReady *time.Time `json:"oldest_ready,omitempty"`
-	// NextLeaseEnd is the earliest end of a running lease.
+	// NextLeaseEnd is the earliest end of a running lease, OldestLease
+	// when the oldest running lease was granted (absent: none, or a lease
+	// whose grant time the engine does not know).
 	NextLeaseEnd *time.Time     `json:"next_lease_end,omitempty"`
+	OldestLease  *time.Time     `json:"oldest_lease,omitempty"`
 	Consumers    []consumerJSON `json:"consumers,omitempty"`
 }
 
@@ -401,6 +404,12 @@ func (s *session) readFrame(ctx context.Context, partitions []string, prev *topS
 				u := ts.Leases[0].Until // earliest end first
 				tj.NextLeaseEnd = &u
 			}
+			for _, l := range ts.Leases {
+				if !l.Granted.IsZero() && (tj.OldestLease == nil || l.Granted.Before(*tj.OldestLease)) {
+					g := l.Granted
+					tj.OldestLease = &g
+				}
+			}
 			tj.Consumers = consumersOf(ts.Leases)
 			if prev != nil {
 				secs := now.Sub(prev.at).Seconds()
@@ -459,21 +468,21 @@ func (s *session) printTop(f *topFrameJSON, interval time.Duration) error {
 	}
 	fmt.Fprintln(s.stdout)
 	tw := s.table()
-	fmt.Fprintln(tw, "PARTITION\tROWS\tTASK\tREADY*\tLEASED\tACKED\tDEAD\tDROPPED\tCLAIMS/S\tACKS/S\tLAG\tNEXT LEASE END")
+	fmt.Fprintln(tw, "PARTITION\tROWS\tTASK\tREADY*\tLEASED\tACKED\tDEAD\tDROPPED\tCLAIMS/S\tACKS/S\tLAG\tOLDEST LEASE\tNEXT LEASE END")
 	for _, p := range f.Partitions {
 		if len(p.Tasks) == 0 {
-			fmt.Fprintf(tw, "%s\t%d\t-\t\t\t\t\t\t\t\t\t\n", p.Partition, p.Rows) // every cell, so that the columns after it stay aligned
+			fmt.Fprintf(tw, "%s\t%d\t-\t\t\t\t\t\t\t\t\t\t\n", p.Partition, p.Rows) // every cell, so that the columns after it stay aligned
 		}
 		for _, t := range p.Tasks {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Partition, p.Rows, t.Task,
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Partition, p.Rows, t.Task,
 				t.Ready, t.Leased, t.Acked, t.Dead, t.Dropped, rateText(t.ClaimsPerSec), rateText(t.AcksPerSec),
-				sinceText(f.Time, t.OldestReady), untilText(f.Time, t.NextLeaseEnd))
+				sinceText(f.Time, t.OldestReady), sinceText(f.Time, t.OldestLease), untilText(f.Time, t.NextLeaseEnd))
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(s.stdout, "\n* ready: every row in no other state (tq status -task T -fields f counts T exactly); acks: acked or dropped")
+	fmt.Fprintln(s.stdout, "\n* ready: every row in no other state (tq status -task T -fields f counts T exactly); claims/s: rows delivered per second; acks/s: rows acked or dropped per second")
 	held := false
 	for _, p := range f.Partitions {
 		for _, t := range p.Tasks {
@@ -509,7 +518,7 @@ func sinceText(now time.Time, t *time.Time) string {
 	if t == nil {
 		return "-"
 	}
-	return now.Sub(*t).Round(100 * time.Millisecond).String()
+	return max(now.Sub(*t), 0).Round(100 * time.Millisecond).String() // 0 for an engine's clock ahead
 }
 
 // untilText is how long after now t is ("-" for none).

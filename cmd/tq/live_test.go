@@ -146,9 +146,14 @@ func TestTopOnce(t *testing.T) {
 				holderLine = l
 			}
 		}
-		// PARTITION ROWS TASK READY* LEASED ACKED DEAD DROPPED CLAIMS/S ACKS/S
+		// PARTITION ROWS TASK READY* LEASED ACKED DEAD DROPPED CLAIMS/S ACKS/S LAG OLDEST-LEASE NEXT-LEASE-END
 		if f := strings.Fields(taskLine); len(f) < 10 || !slices.Equal(f[:10], []string{"p", "5", "reward", "2", "2", "1", "0", "0", "-", "-"}) {
 			t.Errorf("top's task line %q, want 5 rows, 2 ready (r4 counted too), 2 leased, 1 acked, no rates yet:\n%s", taskLine, r.stdout)
+		}
+		if f := strings.Fields(taskLine); len(f) != 13 || f[11] == "-" || f[12] == "-" {
+			t.Errorf("top's task line %q, want the oldest lease's age and the next lease end:\n%s", taskLine, r.stdout)
+		} else if age, err := time.ParseDuration(f[11]); err != nil || age < 0 || age > time.Minute {
+			t.Errorf("top's oldest lease age %q: %v", f[11], err)
 		}
 		if f := strings.Fields(holderLine); len(f) < 5 || f[3] != "1" || f[4] != "2" {
 			t.Errorf("top's holder line %q, want worker-a with 1 lease of 2 rows:\n%s", holderLine, r.stdout)
