@@ -36,7 +36,8 @@ func (c Candidate) Tag(key string) (any, bool) {
 	return v, ok
 }
 
-// Number returns the row's tag key as a number, if it is one.
+// Number returns the row's tag key as a number, if it is one (an int64,
+// a uint64, or a float64 that is not NaN).
 func (c Candidate) Number(key string) (float64, bool) {
 	return tagNumber(c.row.Tag[key])
 }
@@ -44,17 +45,9 @@ func (c Candidate) Number(key string) (float64, bool) {
 // Fields reports whether the row has committed each of fields.
 func (c Candidate) Fields(fields ...string) bool { return hasFields(c.row, fields) }
 
-func tagNumber(v any) (float64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return float64(x), true
-	case uint64:
-		return float64(x), true
-	case float64:
-		return x, true
-	}
-	return 0, false
-}
+// tagNumber is a tag value as a number, as the rules read one (a NaN is
+// none).
+func tagNumber(v any) (float64, bool) { return metadata.TagNumber(v) }
 
 // Sampler chooses what a claim leases among the candidates, which come in
 // index order. It returns units, each a set of positions into ready leased
