@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tqgo/tqgo/internal/hook"
 	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tqserve"
 	"github.com/tqgo/tqgo/tqserve/tqpb"
@@ -25,16 +26,31 @@ func skipMemory(t *testing.T, engine string) {
 	}
 }
 
-// waitWhile returns once a Wait call is in the server, or fails t.
-func waitWhile(t *testing.T, inWait func() bool) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); !inWait(); {
-		if time.Now().After(end) {
-			t.Fatal("the consumer's Wait never reached the server")
+// parked returns a channel that receives once a Wait of partition is
+// parked in the server (its replica's wait, past its mark check), until
+// t ends.
+func parked(t *testing.T, partition string) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	restore := hook.SetWaiting(func(p string) {
+		if p == partition {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
 		}
-		time.Sleep(time.Millisecond)
+	})
+	t.Cleanup(restore)
+	return ch
+}
+
+// await returns once ch receives, or fails t.
+func await(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the consumer's Wait never parked in the server")
 	}
-	time.Sleep(20 * time.Millisecond) // parked in the server, past its mark check
 }
 
 // Through a tq server, a Wait whose registered claim is fulfilled has its
@@ -46,17 +62,7 @@ func TestWaitTakesLeaseWithWakeUp(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			skipMemory(t, name)
 			cc := &callCounter{n: map[string]int{}}
-			var mu sync.Mutex
-			waiting := 0
-			track := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-				if strings.HasSuffix(info.FullMethod, "/Wait") {
-					mu.Lock()
-					waiting++
-					mu.Unlock()
-				}
-				return next(ctx, req)
-			}
-			s := startServer(t, engine(t), tqserve.WithInterceptor(cc.intercept), tqserve.WithInterceptor(track))
+			s := startServer(t, engine(t), tqserve.WithInterceptor(cc.intercept))
 			producer, consumer := openClient(t, s.URL), openClient(t, s.URL)
 			ctx := t.Context()
 			task, err := consumer.Task("p", "w", []string{"x"})
@@ -69,11 +75,12 @@ func TestWaitTakesLeaseWithWakeUp(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			cc.take()
+			waits := parked(t, "p")
 			go func() {
 				l, err := task.Wait(ctx, 1)
 				done <- result{l, err}
 			}()
-			waitWhile(t, func() bool { mu.Lock(); defer mu.Unlock(); return waiting > 0 })
+			await(t, waits)
 			if err := producer.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -101,14 +108,11 @@ func TestWaitTakeReplyLost(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			skipMemory(t, name)
 			var mu sync.Mutex
-			waiting, dropped := 0, 0
+			dropped := 0
 			drop := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 				if !strings.HasSuffix(info.FullMethod, "/Wait") {
 					return next(ctx, req)
 				}
-				mu.Lock()
-				waiting++
-				mu.Unlock()
 				resp, err := next(ctx, req)
 				if r, ok := resp.(*tqpb.WaitReply); ok && err == nil && r.GetTaken() != nil {
 					mu.Lock()
@@ -132,11 +136,12 @@ func TestWaitTakeReplyLost(t *testing.T) {
 				err error
 			}
 			done := make(chan result, 1)
+			waits := parked(t, "p")
 			go func() {
 				l, err := task.Wait(ctx, 1)
 				done <- result{l, err}
 			}()
-			waitWhile(t, func() bool { mu.Lock(); defer mu.Unlock(); return waiting > 0 })
+			await(t, waits)
 			if err := producer.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
 				t.Fatal(err)
 			}
