@@ -473,15 +473,8 @@ func (m *MetaStore) Summarize(ctx context.Context, partition string, req metadat
 		v := emptyView(req.Tasks)
 		return v.Summary(req), nil
 	}
-	rows, since, deliveries := req.Needs()
-	v := p.view(m.now(), req.Tasks, since, deliveries)
-	if !rows {
-		defer p.mu.Unlock()
-		return v.Summary(req), nil
-	}
-	v.Rows = slices.Clone(v.Rows)
-	p.mu.Unlock()
-	return v.Summary(req), nil
+	_, since, deliveries := req.Needs()
+	return metadata.SummaryHeld(p.view(m.now(), req.Tasks, since, deliveries), req, p.mu.Unlock), nil
 }
 
 // emptyView is the view of tasks of a partition the store does not hold.

@@ -88,6 +88,20 @@ func (r *SummaryRequest) Needs() (rows, since, deliveries bool) {
 	return rows, r.Counts, rows || len(r.Tasks) == 0
 }
 
+// SummaryHeld is v.Summary(req) for a store that made v under a lock
+// unlock releases: with no pass over the rows, under the lock (v's maps
+// are the store's); with one, on a copy of v's row list after the lock
+// (the rows themselves are read-only). It releases the lock either way.
+func SummaryHeld(v View, req SummaryRequest, unlock func()) Summary {
+	if rows, _, _ := req.Needs(); !rows {
+		defer unlock()
+		return v.Summary(req)
+	}
+	v.Rows = slices.Clone(v.Rows)
+	unlock()
+	return v.Summary(req)
+}
+
 // Summary is a partition's rows counted for its tasks, as of one moment:
 // what a status, a paced producer and a rate limiter read of it.
 type Summary struct {

@@ -521,15 +521,8 @@ func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.Sum
 		p.mu.Unlock()
 		return metadata.Summary{}, err
 	}
-	rows, since, deliveries := req.Needs()
-	v := p.view(req.Tasks, since, deliveries)
-	if !rows {
-		defer p.mu.Unlock()
-		return v.Summary(req), nil
-	}
-	v.Rows = slices.Clone(v.Rows)
-	p.mu.Unlock()
-	return v.Summary(req), nil
+	_, since, deliveries := req.Needs()
+	return metadata.SummaryHeld(p.view(req.Tasks, since, deliveries), req, p.mu.Unlock), nil
 }
 
 // view is the partition's view of tasks as of the state applied so far,
