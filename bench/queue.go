@@ -743,12 +743,9 @@ func contention(ctx context.Context, clients []*tq.Client, total int, sm *server
 	if err := queueRows(ctx, clients[0], p, total); err != nil {
 		return 0, err
 	}
-	tasks := make([]*tq.Task, len(clients))
-	for i, c := range clients {
-		var err error
-		if tasks[i], err = c.Task(p, "contend", []string{"id"}); err != nil {
-			return 0, err
-		}
+	tasks, err := tasksOf(clients, p, "contend")
+	if err != nil {
+		return 0, err
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -917,4 +914,17 @@ func lpopContention(ctx context.Context, raw *redis.Client, total, consumers int
 		return 0, first
 	}
 	return d / time.Duration(pops), nil
+}
+
+// tasksOf is a Task of name on partition (its rows' one field "id") for
+// each of clients: a consumer each.
+func tasksOf(clients []*tq.Client, partition, name string) ([]*tq.Task, error) {
+	tasks := make([]*tq.Task, len(clients))
+	for i, c := range clients {
+		var err error
+		if tasks[i], err = c.Task(partition, name, []string{"id"}); err != nil {
+			return nil, err
+		}
+	}
+	return tasks, nil
 }

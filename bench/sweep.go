@@ -214,12 +214,9 @@ func (s *sweepArm) tqRun(ctx context.Context, cfg Config, rig *queueRig, clients
 	if err := queueRows(ctx, clients[0], sweepPartition, rows); err != nil {
 		return 0, err
 	}
-	tasks := make([]*tq.Task, len(clients))
-	for i, c := range clients {
-		var err error
-		if tasks[i], err = c.Task(sweepPartition, "sweep", []string{"id"}); err != nil {
-			return 0, err
-		}
+	tasks, err := tasksOf(clients, sweepPartition, "sweep")
+	if err != nil {
+		return 0, err
 	}
 	// Each consumer's loop acks its previous lease with its next claim
 	// (tq.Acking): one call per claim through a tq server, as a worker
