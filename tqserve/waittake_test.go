@@ -53,6 +53,45 @@ func await(t *testing.T, ch <-chan struct{}) {
 	}
 }
 
+// waitForPut has a consumer of the server at url Wait for one row of
+// task w in partition p, parked in the server, then puts the row k as
+// another client; it returns the Wait's lease, failing t unless it is k,
+// delivered once. before runs after the Wait's setup, before the Wait.
+func waitForPut(t *testing.T, url string, before func()) *tq.Lease {
+	t.Helper()
+	producer, consumer := openClient(t, url), openClient(t, url)
+	ctx := t.Context()
+	task, err := consumer.Task("p", "w", []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *tq.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	before()
+	waits := parked(t, "p")
+	go func() {
+		l, err := task.Wait(ctx, 1)
+		done <- result{l, err}
+	}()
+	await(t, waits)
+	if err := producer.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the Wait did not return after the put")
+	}
+	if r.err != nil || r.l.Len() != 1 || r.l.Keys()[0] != "k" || r.l.Deliveries[0] != 1 {
+		t.Fatalf("Wait: %v, %v; want the row k, delivered once", r.l, r.err)
+	}
+	return r.l
+}
+
 // Through a tq server, a Wait whose registered claim is fulfilled has its
 // rows with the wake-up: each Wait call is answered by a lease or
 // followed by one claim, never both (a claim replacing the registered
@@ -63,36 +102,12 @@ func TestWaitTakesLeaseWithWakeUp(t *testing.T) {
 			skipMemory(t, name)
 			cc := &callCounter{n: map[string]int{}}
 			s := startServer(t, engine(t), tqserve.WithInterceptor(cc.intercept))
-			producer, consumer := openClient(t, s.URL), openClient(t, s.URL)
-			ctx := t.Context()
-			task, err := consumer.Task("p", "w", []string{"x"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			type result struct {
-				l   *tq.Lease
-				err error
-			}
-			done := make(chan result, 1)
-			cc.take()
-			waits := parked(t, "p")
-			go func() {
-				l, err := task.Wait(ctx, 1)
-				done <- result{l, err}
-			}()
-			await(t, waits)
-			if err := producer.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
-				t.Fatal(err)
-			}
-			r := <-done
-			if r.err != nil || r.l.Len() != 1 || r.l.Keys()[0] != "k" || r.l.Deliveries[0] != 1 {
-				t.Fatalf("Wait: %v, %v; want the row k, delivered once", r.l, r.err)
-			}
+			l := waitForPut(t, s.URL, func() { cc.take() })
 			got := cc.take()
 			if got["Wait"] < 1 || got["Claim"] != got["Wait"] {
 				t.Fatalf("calls %v: want as many Claims as Waits (the registering claim, then one per wake-up without a lease)", got)
 			}
-			if err := r.l.Ack(ctx); err != nil {
+			if err := l.Ack(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -125,42 +140,14 @@ func TestWaitTakeReplyLost(t *testing.T) {
 				return resp, err
 			}
 			s := startServer(t, engine(t), tqserve.WithInterceptor(drop))
-			producer, consumer := openClient(t, s.URL), openClient(t, s.URL)
-			ctx := t.Context()
-			task, err := consumer.Task("p", "w", []string{"x"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			type result struct {
-				l   *tq.Lease
-				err error
-			}
-			done := make(chan result, 1)
-			waits := parked(t, "p")
-			go func() {
-				l, err := task.Wait(ctx, 1)
-				done <- result{l, err}
-			}()
-			await(t, waits)
-			if err := producer.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
-				t.Fatal(err)
-			}
-			var r result
-			select {
-			case r = <-done:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the Wait did not return after its reply was lost")
-			}
+			l := waitForPut(t, s.URL, func() {})
 			mu.Lock()
 			n := dropped
 			mu.Unlock()
 			if n != 1 {
 				t.Fatalf("%d Wait replies with a lease dropped, want 1", n)
 			}
-			if r.err != nil || r.l.Len() != 1 || r.l.Keys()[0] != "k" || r.l.Deliveries[0] != 1 {
-				t.Fatalf("Wait: %v, %v; want the row k, delivered once", r.l, r.err)
-			}
-			if err := r.l.Ack(ctx); err != nil {
+			if err := l.Ack(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 		})
