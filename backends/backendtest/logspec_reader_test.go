@@ -752,8 +752,9 @@ type specSnapshot struct {
 	Inserted          uint64
 	Consumed          uint64
 	Counts            map[string]uint64
-	Partials          map[string][][]bool // per task, per open batch, per unit
-	Ends              map[string][]int64  // per task, per open batch: its end
+	Partials          map[string][][]bool   // per task, per open batch, per unit
+	Ends              map[string][]int64    // per task, per open batch: its end
+	Takers            map[string][][]string // per task, per open batch: per rank, the token that took its share
 }
 
 type specHeld struct {
@@ -786,7 +787,7 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 		return nil, fmt.Errorf("not a snapshot")
 	}
 	r := &specReader{b: data[1:]}
-	s := &specSnapshot{Voids: map[uint64]int64{}, Counts: map[string]uint64{}, Partials: map[string][][]bool{}, Ends: map[string][]int64{}}
+	s := &specSnapshot{Voids: map[uint64]int64{}, Counts: map[string]uint64{}, Partials: map[string][][]bool{}, Ends: map[string][]int64{}, Takers: map[string][][]string{}}
 	tables := r.tables()
 	s.Tables = len(tables)
 	s.Now, s.Seq = r.i(), r.u()
@@ -921,6 +922,20 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 					ends = append(ends, r.i())
 				}
 				s.Ends[name] = ends
+			}
+		}
+		if r.err == nil && len(r.b) > 0 { // only when a task has an open batch
+			for range r.arr() { // flat: name, [[token, ...], ...]
+				name := r.s()
+				per := [][]string{}
+				for range r.arr() {
+					toks := []string{}
+					for range r.arr() {
+						toks = append(toks, r.s())
+					}
+					per = append(per, toks)
+				}
+				s.Takers[name] = per
 			}
 		}
 	}

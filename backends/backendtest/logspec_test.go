@@ -738,6 +738,9 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 		if ends := s.Ends["g"]; len(ends) != 1 || end == 0 || ends[0] != end {
 			t.Errorf("open batch's end %v, want one: %d, the end of its rows' lease", ends, end)
 		}
+		if tk := s.Takers["g"]; !reflect.DeepEqual(tk, [][]string{{gc.Lease, ""}}) {
+			t.Errorf("open batch's takers %q, want rank 0's share taken by the claim that opened it, %q", tk, gc.Lease)
+		}
 		if b.Token != gc.Lease || !slices.Equal(keys, wantKeys) || !slices.Equal(idx, wantIdx) || !reflect.DeepEqual(units, gc.Units) || !slices.Equal(b.Taken, []bool{true, false}) {
 			t.Errorf("open batch %+v, want the claim's %q %q %v", b, gc.Lease, wantKeys, gc.Units)
 		}

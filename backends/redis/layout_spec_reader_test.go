@@ -423,11 +423,12 @@ type srClaim struct {
 }
 
 type srBatch struct {
-	token string
-	rows  []uint64
-	units [][]int64
-	taken []bool
-	end   int64
+	token  string
+	rows   []uint64
+	units  [][]int64
+	taken  []bool
+	takers []string // per rank, the token of the claim that took its share
+	end    int64
 }
 
 type srServed struct {
@@ -679,14 +680,12 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 		t.batches = slices.DeleteFunc(t.batches, func(b *srBatch) bool {
 			return b.end <= now && !slices.ContainsFunc(b.rows, func(i uint64) bool { e := held(b, i); return e != nil && now < e.until })
 		})
-		for bi, b := range t.batches {
+		for _, b := range t.batches {
 			if b.taken[a.rank] {
 				continue
 			}
 			b.taken[a.rank] = true
-			if !slices.Contains(b.taken, false) {
-				t.batches = slices.Delete(t.batches, bi, bi+1)
-			}
+			b.takers[a.rank] = a.token
 			b.end = max(b.end, now+a.lease)
 			for _, i := range b.rows {
 				if e := held(b, i); e != nil {
@@ -797,7 +796,7 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 		t.entries[i] = ne
 	}
 	if a.batch && a.ranks > 1 {
-		b := &srBatch{token: a.token, rows: take, taken: make([]bool, a.ranks), end: until}
+		b := &srBatch{token: a.token, rows: take, taken: make([]bool, a.ranks), takers: make([]string, a.ranks), end: until}
 		start := 0
 		for _, end := range bounds {
 			var u []int64
@@ -808,6 +807,7 @@ func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, row
 			start = end
 		}
 		b.taken[a.rank] = true
+		b.takers[a.rank] = a.token
 		t.batches = append(t.batches, b)
 		p.seq++
 	}
@@ -1572,6 +1572,7 @@ func restoreSR(b []byte) (*srState, error) {
 			for k := range ob.taken {
 				ob.taken[k] = d.bl()
 			}
+			ob.takers = make([]string, len(ob.taken)) // unknown till section 8
 			t.batches = append(t.batches, ob)
 		}
 		ns := d.arr()
@@ -1647,6 +1648,28 @@ func restoreSR(b []byte) (*srState, error) {
 					}
 					for _, b := range t.batches {
 						b.end = d.i()
+					}
+				}
+			}
+			if d.err == nil && len(d.b) != 0 {
+				for range d.arr() { // open batches' takers
+					name := d.s()
+					t := p.tasks[name]
+					n := d.arr()
+					if t == nil || n != len(t.batches) {
+						d.fail(fmt.Errorf("takers of %d batches of task %q", n, name))
+						break
+					}
+					for _, b := range t.batches {
+						nt := d.arr()
+						if nt != 0 && nt != len(b.taken) {
+							d.fail(fmt.Errorf("takers of %d ranks, batch of %d", nt, len(b.taken)))
+							break
+						}
+						b.takers = make([]string, len(b.taken))
+						for k := range nt {
+							b.takers[k] = d.s()
+						}
 					}
 				}
 			}

@@ -326,6 +326,15 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 			pp.mu.Unlock()
 		}
 		var past *pastWrite
+		if errors.As(err, &past) && a.Batch != nil && a.Batch.Ranks > 1 {
+			// A rank's claim cannot be handed back (the other ranks
+			// share its batch): its share, if it took one, is found by
+			// its token. (A settle in its append applied with it; its
+			// result is lost.)
+			if c, ok := m.share(ctx, partition, &a); ok {
+				return settled, c, settleErr
+			}
+		}
 		if errors.As(err, &past) && undone < 3 && m.undo(ctx, partition, &a) {
 			// What it did is handed back: claim afresh.
 			undone++
@@ -408,6 +417,21 @@ func (m *Meta) undo(ctx context.Context, partition string, a *rules.ClaimArgs) b
 	}
 	_, err := m.Settle(ctx, partition, metadata.SettleRequest{Task: a.Task, Op: metadata.Unwait, Lease: a.Token, Indexes: rows})
 	return err == nil
+}
+
+// share returns the share of a batch that rank claim a took where its
+// record landed, its result lost to its writer (see undo): as the state
+// shows it (rules.Partition.Share).
+func (m *Meta) share(ctx context.Context, partition string, a *rules.ClaimArgs) (metadata.Claimed, bool) {
+	var out metadata.Claimed
+	ok := false
+	err := m.viewPart(ctx, partition, func(p *part) {
+		var c rules.Claimed
+		if c, ok = p.st.Share(a.Task, a.Token); ok {
+			out = localClaimed(c, p.skew, p.base)
+		}
+	})
+	return out, ok && err == nil
 }
 
 // localClaimed is c, a claim's result by the server's clock, in this

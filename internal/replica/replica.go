@@ -325,6 +325,12 @@ func (m *Meta) catchUp(ctx context.Context, p *part) error {
 
 // view runs f with the partition's state caught up with the log.
 func (m *Meta) view(ctx context.Context, name string, f func(st *rules.Partition)) error {
+	return m.viewPart(ctx, name, func(p *part) { f(p.st) })
+}
+
+// viewPart is view, given the partition's copy (its state, clock skew and
+// base).
+func (m *Meta) viewPart(ctx context.Context, name string, f func(p *part)) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
@@ -334,7 +340,7 @@ func (m *Meta) view(ctx context.Context, name string, f func(st *rules.Partition
 	if err := m.catchUp(ctx, p); err != nil {
 		return err
 	}
-	f(p.st)
+	f(p)
 	return nil
 }
 

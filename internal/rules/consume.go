@@ -173,6 +173,12 @@ type openBatch struct {
 	rows  []*metadata.Row
 	units [][]int
 	taken []bool
+	// takers are the tokens of the claims that took the ranks' shares
+	// ("" for a rank that did not, or taken before tokens were kept):
+	// a claim whose writer lost its result finds its share by its token
+	// (Partition.Share). A batch every rank took stays listed till its
+	// end for that.
+	takers []string
 	// partial flags the units that are groups released past their
 	// deadline (nil: none), for every rank's share.
 	partial []bool
@@ -531,6 +537,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	if b := a.Batch; b != nil && b.Ranks > 1 {
 		ob := &openBatch{lease: a.Token, rows: c.Rows, units: c.Units, taken: make([]bool, b.Ranks), partial: c.Partial, until: until}
 		ob.taken[b.Rank] = true
+		ob.take(b.Rank, a.Token)
 		t.batches = append(t.batches, ob)
 		p.bump() // the other ranks have a share to take
 	}
@@ -673,44 +680,89 @@ func (p *Partition) unpark(t *task, floor float64) {
 // latest end a rank's claim gave it, none of its rows still leased to it
 // past now: rows settled early do not close it).
 func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) {
-	held := func(b *openBatch, r *metadata.Row) *entry {
-		if e := t.entries[r.Index]; e != nil && e.state == metadata.Leased && e.lease == b.lease {
-			return e
-		}
-		return nil
-	}
 	t.batches = slices.DeleteFunc(t.batches, func(b *openBatch) bool {
 		return now >= b.until && !slices.ContainsFunc(b.rows, func(r *metadata.Row) bool {
-			e := held(b, r)
+			e := t.held(b, r)
 			return e != nil && now < e.until
 		})
 	})
-	for bi, b := range t.batches {
+	for _, b := range t.batches {
 		if b.taken[a.Batch.Rank] {
 			continue
 		}
 		b.taken[a.Batch.Rank] = true
-		if !slices.Contains(b.taken, false) {
-			t.batches = slices.Delete(t.batches, bi, bi+1)
-		}
+		b.take(a.Batch.Rank, a.Token)
 		until := now + a.Lease.Microseconds()
 		b.until = max(b.until, until)
-		c := Claimed{Lease: b.lease, Until: time.UnixMicro(until), Rows: b.rows, Units: b.units,
-			Deliveries: make([]metadata.Delivery, len(b.rows)), Partial: b.partial}
 		var renewed []uint64
-		for i, r := range b.rows {
-			switch e := held(b, r); {
-			case e != nil:
+		for _, r := range b.rows {
+			if e := t.held(b, r); e != nil {
 				e.until = until
 				renewed = append(renewed, r.Index)
-				c.Deliveries[i] = e.delivery(r.Index, now)
-			case t.entries[r.Index] != nil:
-				c.Deliveries[i] = t.entries[r.Index].delivery(r.Index, now)
-			default:
-				c.Deliveries[i] = metadata.Delivery{Index: r.Index}
 			}
 		}
 		t.addTimer(until, renewed)
+		c := t.share(b, until, now)
+		c.Mark.Seq = p.seq
+		return c, true
+	}
+	return Claimed{}, false
+}
+
+// take records that the claim token took rank's share of b.
+func (b *openBatch) take(rank int, token string) {
+	if b.takers == nil {
+		b.takers = make([]string, len(b.taken))
+	}
+	b.takers[rank] = token
+}
+
+// held returns the entry of b's row r if it is leased to b's token.
+func (t *task) held(b *openBatch, r *metadata.Row) *entry {
+	if e := t.entries[r.Index]; e != nil && e.state == metadata.Leased && e.lease == b.lease {
+		return e
+	}
+	return nil
+}
+
+// share is a rank's share of b, under b's token until until: the whole
+// batch, each row's delivery as its entry shows it now.
+func (t *task) share(b *openBatch, until, now int64) Claimed {
+	c := Claimed{Lease: b.lease, Until: time.UnixMicro(until), Rows: b.rows, Units: b.units,
+		Deliveries: make([]metadata.Delivery, len(b.rows)), Partial: b.partial}
+	for i, r := range b.rows {
+		if e := t.entries[r.Index]; e != nil {
+			c.Deliveries[i] = e.delivery(r.Index, now)
+		} else {
+			c.Deliveries[i] = metadata.Delivery{Index: r.Index}
+		}
+	}
+	return c
+}
+
+// Share returns the share of a data-parallel batch that the rank claim of
+// task with token took (it opened the batch, or took a share of it), as
+// that claim returned it, while the batch is listed (till its end): for a
+// writer whose copy lost the claim's result (restarted from a snapshot
+// past its record), which cannot hand the share back, the other ranks
+// holding the batch. ok is false when no listed batch names the token.
+func (p *Partition) Share(taskName, token string) (c Claimed, ok bool) {
+	t := p.tasks[taskName]
+	if t == nil || token == "" {
+		return Claimed{}, false
+	}
+	for _, b := range t.batches {
+		if !slices.Contains(b.takers, token) {
+			continue
+		}
+		until := b.until
+		for _, r := range b.rows {
+			if e := t.held(b, r); e != nil {
+				until = e.until
+				break
+			}
+		}
+		c = t.share(b, until, p.now)
 		c.Mark.Seq = p.seq
 		return c, true
 	}

@@ -204,6 +204,18 @@ func (p *Partition) Snapshot() ([]byte, error) {
 					b = msgp.AppendInt64(b, ob.until)
 				}
 			}
+			b = msgp.AppendArrayHeader(b, uint32(len(open)))
+			for _, name := range open {
+				b = msgp.AppendString(b, name)
+				bs := p.tasks[name].batches
+				b = msgp.AppendArrayHeader(b, uint32(len(bs)))
+				for _, ob := range bs {
+					b = msgp.AppendArrayHeader(b, uint32(len(ob.takers)))
+					for _, tok := range ob.takers {
+						b = msgp.AppendString(b, tok)
+					}
+				}
+			}
 		}
 	}
 	return tw.record(kindSnapshot, b), nil
@@ -762,6 +774,11 @@ func restore(b []byte) (*Partition, error) {
 				return nil, err
 			}
 		}
+		if len(b) != 0 {
+			if b, err = p.readBatchTakers(b); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if len(b) != 0 {
 		return nil, fmt.Errorf("%d bytes after the snapshot", len(b))
@@ -886,6 +903,31 @@ func (p *Partition) readBatchPartials(b []byte) ([]byte, error) {
 		for k := range ob.partial {
 			if ob.partial[k], b, err = msgp.ReadBoolBytes(b); err != nil {
 				return b, err
+			}
+		}
+		return b, nil
+	})
+}
+
+// readBatchTakers reads the tokens of the claims that took tasks' open
+// batches' shares (see openBatch.takers; an empty array for a batch
+// without them).
+func (p *Partition) readBatchTakers(b []byte) ([]byte, error) {
+	return p.readPerBatch(b, "takers", func(ob *openBatch, b []byte) ([]byte, error) {
+		n, b, err := msgp.ReadArrayHeaderBytes(b)
+		if err != nil || n == 0 {
+			return b, err
+		}
+		if int(n) != len(ob.taken) {
+			return b, fmt.Errorf("takers of %d ranks, batch of %d", n, len(ob.taken))
+		}
+		ob.takers = make([]string, n)
+		for k := range ob.takers {
+			if ob.takers[k], b, err = msgp.ReadStringBytes(b); err != nil {
+				return b, err
+			}
+			if ob.takers[k] != "" && !ob.taken[k] {
+				return b, fmt.Errorf("a taker of rank %d, whose share is not taken", k)
 			}
 		}
 		return b, nil
