@@ -35,18 +35,16 @@ const stallLease = 2500 * time.Millisecond
 // the stages after it then do (the rows the killed worker held come back
 // when its lease ends, and nothing else waits). Each run takes some
 // 30-80 s on 2 cores. It runs only with TQ_STALL_TEST=1 (and not with
-// -short), as the default suite must stay green: a trainer rank whose
-// claim's result its process lost (the log compacted past the claim's
-// record before the process read its reply) still waits for the lease of
-// the batch that claim opened or took a share of, in rare runs under the
-// hog, and a process starved of the CPU for over half a lease fails it
-// too.
+// -short): its bounds are times, so it runs alone on the machine, as
+// .ci/run runs it after the other tests; run beside every other package
+// on 2 cores, a process starved of the CPU for over half a lease fails
+// it with no stall in the queue.
 func TestNoStall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 400-step multi-process run: skipped with -short")
 	}
 	if os.Getenv("TQ_STALL_TEST") != "1" {
-		t.Skip("a 400-step multi-process run: set TQ_STALL_TEST=1 to run it (a rank's claim whose result its process lost still stalls a step by a lease in rare runs)")
+		t.Skip("a 400-step multi-process run: set TQ_STALL_TEST=1 to run it, alone on the machine (its bounds are times)")
 	}
 	redistest.Available(t)
 	bin := buildCommand(t)
