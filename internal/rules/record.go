@@ -791,6 +791,7 @@ func readCommit(b []byte) ([]metadata.RowUpdate, error) {
 		return nil, msgp.ErrShortBytes
 	}
 	out := make([]metadata.RowUpdate, n)
+	var tags tagSharer
 	for i := range out {
 		u := &out[i]
 		if u.Key, b, err = msgp.ReadStringBytes(b); err != nil {
@@ -802,7 +803,7 @@ func readCommit(b []byte) ([]metadata.RowUpdate, error) {
 		if u.Fields, b, err = readTableRef(b, tables); err != nil {
 			return nil, err
 		}
-		if u.Tag, b, err = DecodeTag(b); err != nil {
+		if u.Tag, b, err = tags.decode(b); err != nil {
 			return nil, err
 		}
 	}
@@ -1061,6 +1062,31 @@ func appendTagUint(b []byte, u uint64) []byte {
 		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(u))
 	}
 	return binary.BigEndian.AppendUint64(append(b, 0xcf), u)
+}
+
+// tagSharer decodes the tags of rows read one after another, giving a
+// row whose tag has the same bytes as the row's before it (the rows of
+// one put often share their tag: a prompt's responses) that row's map,
+// not a copy: tags are read-only once decoded, and a partition's rows
+// then hold one map per run of equal tags.
+type tagSharer struct {
+	raw []byte // the last tag decoded, as written
+	tag map[string]any
+}
+
+// decode is DecodeTag, sharing the last tag's map when b starts with its
+// bytes (a tag's encoding ends where it ends: no longer tag starts with
+// a whole shorter one).
+func (s *tagSharer) decode(b []byte) (map[string]any, []byte, error) {
+	if s.raw != nil && bytes.HasPrefix(b, s.raw) {
+		return s.tag, b[len(s.raw):], nil
+	}
+	tag, rest, err := DecodeTag(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.raw, s.tag = b[:len(b)-len(rest)], tag
+	return tag, rest, nil
 }
 
 // DecodeTag decodes a tag AppendTag wrote and returns what follows it.

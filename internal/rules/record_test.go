@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -318,3 +319,58 @@ func FuzzApply(f *testing.F) {
 }
 
 func snapOf(p *Partition) []byte { b, _ := p.Snapshot(); return b }
+
+// Rows read one after another with equal tags share one map (a
+// partition's memory per row), and keep their own values otherwise:
+// from a commit record, and from a snapshot.
+func TestEqualTagsShareAMap(t *testing.T) {
+	a := map[string]any{"uid": "p1", "version": int64(3)}
+	b := map[string]any{"uid": "p1", "version": int64(4)}
+	keys := []string{"k0", "k1", "k2", "k3"}
+	tags := []map[string]any{a, maps.Clone(a), b, nil}
+	p := New()
+	res, err := p.Prepare(1, keys, []string{"f"}, nil, 0, len(keys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ups := make([]metadata.RowUpdate, len(keys))
+	for i := range ups {
+		ups[i] = metadata.RowUpdate{Key: keys[i], Index: res[i].Index, Fields: map[string]metadata.FieldInfo{"f": {}}, Tag: tags[i]}
+	}
+	rec, err := CommitRecord(ups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := backends.Entry{N: 1, ID: 1, Time: 2, Data: rec}
+	if r := p.Apply(&e); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	snap, err := p.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, st := range map[string]*Partition{"commit": p, "snapshot": q} {
+		rows := st.List()
+		if len(rows) != 4 {
+			t.Fatalf("%s: %d rows", name, len(rows))
+		}
+		for i, r := range rows {
+			if !reflect.DeepEqual(r.Tag, tags[i]) {
+				t.Errorf("%s: row %q's tag %v, want %v", name, r.Key, r.Tag, tags[i])
+			}
+		}
+		same := func(x, y map[string]any) bool {
+			return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer()
+		}
+		if !same(rows[0].Tag, rows[1].Tag) {
+			t.Errorf("%s: rows k0 and k1, of equal tags, hold two maps", name)
+		}
+		if same(rows[1].Tag, rows[2].Tag) {
+			t.Errorf("%s: rows k1 and k2, of different tags, share a map", name)
+		}
+	}
+}

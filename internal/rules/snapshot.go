@@ -251,7 +251,7 @@ func nonNil(f map[string]metadata.FieldInfo) map[string]metadata.FieldInfo {
 	return f
 }
 
-func readView(b []byte, tables []map[string]metadata.FieldInfo, key string, index uint64, since *int64) (*metadata.Row, []byte, error) {
+func readView(b []byte, tables []map[string]metadata.FieldInfo, tags *tagSharer, key string, index uint64, since *int64) (*metadata.Row, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
@@ -269,7 +269,7 @@ func readView(b []byte, tables []map[string]metadata.FieldInfo, key string, inde
 	if r.Fields == nil {
 		return nil, nil, fmt.Errorf("committed row %q without a field table", key)
 	}
-	if r.Tag, b, err = DecodeTag(b); err != nil {
+	if r.Tag, b, err = tags.decode(b); err != nil {
 		return nil, nil, err
 	}
 	if n == 3 {
@@ -363,6 +363,7 @@ func restore(b []byte) (*Partition, error) {
 		return nil, msgp.ErrShortBytes
 	}
 	rows := make([]row, n)
+	var tags tagSharer
 	for i := range rows {
 		r := &rows[i]
 		var key string
@@ -373,7 +374,7 @@ func restore(b []byte) (*Partition, error) {
 			return nil, err
 		}
 		r.since = p.now // a snapshot's row without its time: as of the snapshot
-		if r.view, b, err = readView(b, tables, key, r.index, &r.since); err != nil {
+		if r.view, b, err = readView(b, tables, &tags, key, r.index, &r.since); err != nil {
 			return nil, err
 		}
 		var ng uint32
@@ -595,7 +596,7 @@ func restore(b []byte) (*Partition, error) {
 				if index, b, err = msgp.ReadUint64Bytes(b); err != nil {
 					return nil, err
 				}
-				if ob.rows[k], b, err = readView(b, tables, key, index, nil); err != nil {
+				if ob.rows[k], b, err = readView(b, tables, &tags, key, index, nil); err != nil {
 					return nil, err
 				}
 				if ob.rows[k] == nil {
