@@ -229,6 +229,8 @@ var badCases = []badCase{
 		r.Select = &tqpb.Select{Group: &tqpb.Group{Tag: "g", Size: 1, DeadlineNs: -1}}
 	}))},
 	{"claim holder not printable", codes.InvalidArgument, claim(with(lease(), func(r *tqpb.ClaimRequest) { r.Holder = "a\x00b" }))},
+	{"claim token of another holder", codes.InvalidArgument, claim(with(lease(), func(r *tqpb.ClaimRequest) { r.Holder, r.Token = "a", "b|8000000000000000" }))},
+	{"claim token not a lease token", codes.InvalidArgument, claim(with(lease(), func(r *tqpb.ClaimRequest) { r.Token = "mine" }))},
 	{"claim empty partition", codes.InvalidArgument, claim(with(lease(), func(r *tqpb.ClaimRequest) { r.Partition = "" }))},
 	{"claim partition of no valid name", codes.InvalidArgument, claim(with(lease(), func(r *tqpb.ClaimRequest) { r.Partition = "a b{c}" }))},
 	{"candidates of a claim not custom", codes.InvalidArgument, candidates(lease())},
@@ -240,6 +242,8 @@ var badCases = []badCase{
 	}))},
 
 	// Settles: ops, durations, reasons.
+	{"settle undo of an ack", codes.InvalidArgument, settle(&tqpb.SettleRequest{Task: "t2", Op: tqpb.SettleRequest_ACK, Lease: "|8000000000000000", Undo: true})},
+	{"settle undo with indexes", codes.InvalidArgument, settle(&tqpb.SettleRequest{Task: "t2", Op: tqpb.SettleRequest_UNWAIT, Lease: "|8000000000000000", Indexes: []uint64{0}, Undo: true})},
 	{"settle op unspecified", codes.InvalidArgument, settle(&tqpb.SettleRequest{Lease: "lease"})},
 	{"settle op unknown", codes.InvalidArgument, settle(&tqpb.SettleRequest{Op: 99, Lease: "lease"})},
 	{"settle op unknown, an ack mod 256", codes.InvalidArgument, settle(&tqpb.SettleRequest{Op: 257, Lease: "lease"})},

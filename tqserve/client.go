@@ -141,7 +141,7 @@ type Meta struct {
 	skewing      atomic.Bool
 
 	bgMu sync.Mutex     // orders bg.Add before Close's bg.Wait
-	bg   sync.WaitGroup // the takings of the clock
+	bg   sync.WaitGroup // the takings of the clock, the undos of claims
 }
 
 var (
@@ -370,6 +370,10 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		return none, metadata.Claimed{}, err
 	}
 	pr := toClaimRequest(partition, &req)
+	if pr.Token == "" {
+		// Chosen here, so that a claim whose reply is lost can be undone.
+		pr.Token = metadata.NewLease(req.Holder)
+	}
 	if pre != nil {
 		pr.SettleFirst = toSettleRequest(partition, *pre)
 	}
@@ -407,7 +411,11 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 	}
 	r, err := m.c.Claim(ctx, pr)
 	if err != nil {
-		return none, metadata.Claimed{}, m.fail(ctx, "claim", write, err)
+		err = m.fail(ctx, "claim", write, err)
+		if errors.Is(err, backends.ErrOutcomeUnknown) && (req.Batch == nil || req.Batch.Ranks <= 1) {
+			err = m.undoClaim(ctx, partition, req.Task, pr.Token, pre != nil, err)
+		}
+		return none, metadata.Claimed{}, err
 	}
 	c, err := fromClaimed(r, m.clock())
 	if err != nil {
@@ -424,6 +432,51 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		return settled, c, fromFailure(f)
 	}
 	return settled, c, nil
+}
+
+// undoFor bounds the undo of a claim whose reply was lost.
+const undoFor = 10 * time.Second
+
+// undoClaim undoes the claim of task with token whose reply was lost
+// (cause, an outcome unknown): at the server, after the claim if it is
+// still in flight, and for good if it is yet to arrive (SettleRequest
+// undo), within undoFor. Undone, the claim's outcome is known, nothing
+// held: the error says so and no longer matches ErrOutcomeUnknown, unless
+// a settle rode on the claim (settled), whose outcome stays unknown. If
+// the undo fails, cause is returned as it is. The caller does not wait
+// past ctx: the undo then goes on in the background, till Close, and
+// cause is returned with ctx's error. A rank's claim is never undone (its
+// batch is shared).
+func (m *Meta) undoClaim(ctx context.Context, partition, task, token string, settled bool, cause error) error {
+	done := make(chan error, 1)
+	m.bgMu.Lock()
+	if m.closed.Load() {
+		m.bgMu.Unlock()
+		return cause
+	}
+	m.bg.Add(1)
+	m.bgMu.Unlock()
+	go func() {
+		defer m.bg.Done()
+		uctx, cancel := context.WithTimeout(m.life, undoFor)
+		defer cancel()
+		_, err := m.c.Settle(uctx, &tqpb.SettleRequest{Partition: partition, Task: task, Op: tqpb.SettleRequest_UNWAIT, Lease: token, Undo: true})
+		done <- err // a failure leaves the claim's lease to end
+	}()
+	select {
+	case err := <-done:
+		if err == nil && !settled && ctx.Err() == nil {
+			if errors.Is(cause, backends.ErrUnavailable) {
+				return fmt.Errorf("tq server: claim: its reply was lost, and what it did was undone (nothing held): %v: %w", cause, backends.ErrUnavailable)
+			}
+			return fmt.Errorf("tq server: claim: its reply was lost, and what it did was undone (nothing held): %v", cause)
+		}
+	case <-ctx.Done():
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(cause, cerr) {
+		return fmt.Errorf("%w (and its context ended: %w)", cause, cerr)
+	}
+	return cause
 }
 
 func (m *Meta) Settle(ctx context.Context, partition string, req metadata.SettleRequest) (metadata.SettleResult, error) {

@@ -391,7 +391,7 @@ func toClaimRequest(partition string, r *metadata.ClaimRequest) *tqpb.ClaimReque
 	out := &tqpb.ClaimRequest{
 		Partition: partition, Task: r.Task, LeaseNs: int64(r.Lease), Rows: int64(r.Rows), Min: int64(r.Min),
 		MaxDeliveries: int64(r.MaxDeliveries), Floor: r.Floor, Custom: r.Custom, HoldNs: int64(r.Hold),
-		Holder: r.Holder, Replaces: r.Replaces,
+		Holder: r.Holder, Replaces: r.Replaces, Token: r.Token,
 		Select: &tqpb.Select{
 			Fields: r.Select.Fields,
 			Group: &tqpb.Group{Tag: r.Select.Group.Tag, Sep: r.Select.Group.Sep, Size: int64(r.Select.Group.Size),
@@ -418,7 +418,7 @@ func fromClaimRequest(r *tqpb.ClaimRequest) (metadata.ClaimRequest, error) {
 	out := metadata.ClaimRequest{
 		Task: r.GetTask(), Lease: time.Duration(r.GetLeaseNs()), Rows: int(r.GetRows()), Min: int(r.GetMin()),
 		MaxDeliveries: int(r.GetMaxDeliveries()), Floor: r.GetFloor(), Custom: r.GetCustom(),
-		Hold: time.Duration(r.GetHoldNs()), Holder: r.GetHolder(), Replaces: r.GetReplaces(),
+		Hold: time.Duration(r.GetHoldNs()), Holder: r.GetHolder(), Replaces: r.GetReplaces(), Token: r.GetToken(),
 		Select: metadata.Select{
 			Fields: r.GetSelect().GetFields(),
 			Group: metadata.Group{Tag: g.GetTag(), Sep: g.GetSep(), Size: int(g.GetSize()),

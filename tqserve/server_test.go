@@ -53,12 +53,16 @@ func startServer(t testing.TB, engineURL string, opts ...tqserve.ServerOption) *
 
 // engines are the engines a server is tested over: one whose cells it
 // carries (file://) and one whose cells clients reach themselves (redis).
+// engineNames numbers the engines tests make (memory:// names, Redis
+// prefixes): one per engine across the package, whose tests run side by
+// side.
+var engineNames atomic.Int64
+
 func engines(t *testing.T) map[string]func(t *testing.T) string {
-	var n atomic.Int64
 	out := map[string]func(t *testing.T) string{
 		"file": func(t *testing.T) string { return "file://" + t.TempDir() + "?sync=never" },
 		"memory": func(t *testing.T) string {
-			return fmt.Sprintf("memory://tqserve-%d", n.Add(1))
+			return fmt.Sprintf("memory://tqserve-%d", engineNames.Add(1))
 		},
 	}
 	var once sync.Once
@@ -67,7 +71,7 @@ func engines(t *testing.T) map[string]func(t *testing.T) string {
 	out["redis"] = func(t *testing.T) string {
 		redistest.Available(t)
 		once.Do(func() { rs = redistest.Start(parent) })
-		return fmt.Sprintf("%s?prefix=t%d", rs.URL(), n.Add(1))
+		return fmt.Sprintf("%s?prefix=t%d", rs.URL(), engineNames.Add(1))
 	}
 	return out
 }

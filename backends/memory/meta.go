@@ -371,8 +371,11 @@ func (m *MetaStore) Claim(ctx context.Context, partition string, req metadata.Cl
 	defer p.unlockKeep()
 	// No Hold: a Wait here wakes on the change in process and claims with
 	// no request, so claims never stand.
-	a := rules.ClaimArgs{Task: req.Task, Token: metadata.NewLease(req.Holder), Lease: req.Lease, Rows: req.Rows, Min: req.Min,
+	a := rules.ClaimArgs{Task: req.Task, Token: req.Token, Lease: req.Lease, Rows: req.Rows, Min: req.Min,
 		MaxDeliveries: req.MaxDeliveries, Batch: req.Batch, Select: req.Select, Floor: req.Floor, Custom: req.Custom}
+	if a.Token == "" {
+		a.Token = metadata.NewLease(req.Holder)
+	}
 	var c metadata.Claimed
 	var cleared []*metadata.Row
 	for window := 4*req.Rows + 64; ; window *= 4 {

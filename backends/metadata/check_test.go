@@ -20,6 +20,8 @@ func TestCheckBounds(t *testing.T) {
 	good := ok()
 	good.Rows, good.Batch = metadata.MaxClaimRows, &metadata.Batch{Ranks: metadata.MaxRanks, Rank: metadata.MaxRanks - 1}
 	good.MaxDeliveries = metadata.MaxDeliveryLimit
+	good.Holder = "w0"
+	good.Token = metadata.NewLease("w0")
 	if err := good.Check(); err != nil {
 		t.Fatalf("a claim at the bounds: %v", err)
 	}
@@ -32,6 +34,11 @@ func TestCheckBounds(t *testing.T) {
 			r.Select.Group = metadata.Group{Tag: "uid", Size: math.MaxInt}
 		},
 		"max deliveries past the limit": func(r *metadata.ClaimRequest) { r.MaxDeliveries = math.MaxInt },
+		"token of another holder":       func(r *metadata.ClaimRequest) { r.Holder, r.Token = "a", metadata.NewLease("b") },
+		"token without its digits":      func(r *metadata.ClaimRequest) { r.Token = "|" },
+		"token of 15 digits":            func(r *metadata.ClaimRequest) { r.Token = "|800000000000000" },
+		"token of upper-case digits":    func(r *metadata.ClaimRequest) { r.Token = "|8ABCDEF000000000" },
+		"token whose first digit is 7":  func(r *metadata.ClaimRequest) { r.Token = "|7000000000000000" },
 		"lease under a microsecond":     func(r *metadata.ClaimRequest) { r.Lease = 500 * time.Nanosecond },
 		"group deadline under a microsecond": func(r *metadata.ClaimRequest) {
 			r.Select.Group = metadata.Group{Tag: "uid", Size: 2, Deadline: 500 * time.Nanosecond}

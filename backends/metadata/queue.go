@@ -198,6 +198,13 @@ type ClaimRequest struct {
 	// that this claim replaces: cancelled if still waiting; if it was
 	// fulfilled, this claim returns that lease and leases nothing more.
 	Replaces string
+	// Token, if set, is the claim's token (its lease's, or its
+	// registration's: Claimed.Lease, Claimed.Waiting), as NewLease(Holder)
+	// makes one: chosen by a caller that must name the claim should its
+	// reply be lost (a tq server's client, which then undoes it). Every
+	// attempt a store makes of the claim uses it. Empty: the store makes
+	// one.
+	Token string
 }
 
 // Select says which rows are ready for a task, and how its claims choose
@@ -460,6 +467,8 @@ func (r *ClaimRequest) Check() error {
 		return invalidf("claim: holder %q: more than %d bytes, or not printable", r.Holder, MaxHolder)
 	case r.Select.Group.Size > r.Rows:
 		return invalidf("claim: %d rows, fewer than a group of %d", r.Rows, r.Select.Group.Size)
+	case r.Token != "" && !IsLease(r.Token, r.Holder):
+		return invalidf("claim: token %q: not a token of holder %q (see NewLease)", r.Token, r.Holder)
 	case r.Select.Group.Deadline < 0 || r.Select.Group.Deadline > 0 && (r.Select.Group.Size == 0 || r.Select.Group.Deadline < time.Microsecond) || r.Select.Group.Partial && r.Select.Group.Deadline == 0:
 		return invalidf("claim: group deadline %v (partial %v) without groups or a deadline", r.Select.Group.Deadline, r.Select.Group.Partial)
 	}
@@ -575,6 +584,15 @@ const MaxHolder = 128
 // row's Delivery learns who holds it.
 func NewLease(holder string) string {
 	return holder + "|" + strconv.FormatUint(rand.Uint64()|1<<63, 16)
+}
+
+// IsLease reports whether token is one NewLease(holder) could make.
+func IsLease(token, holder string) bool {
+	digits, ok := strings.CutPrefix(token, holder+"|")
+	if !ok || len(digits) != 16 || digits[0] < '8' {
+		return false
+	}
+	return !strings.ContainsFunc(digits, func(c rune) bool { return (c < '0' || c > '9') && (c < 'a' || c > 'f') })
 }
 
 // HolderOf returns the holder a lease token names (see NewLease); "" for

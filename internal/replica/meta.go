@@ -259,7 +259,10 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		pp := m.part(partition)
 		rs, err := m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
 			picked, restarts, pickMark = pp.pos.N, pp.restarts, pp.mark()
-			a.Token = metadata.NewLease(req.Holder)
+			a.Token = req.Token
+			if a.Token == "" {
+				a.Token = metadata.NewLease(req.Holder)
+			}
 			if a.Custom {
 				rows, ds := st.Candidates(pp.serverNow(), req.Task, req.Select, req.Floor, window)
 				picked, err := pick(rows, ds)
@@ -411,12 +414,22 @@ func (m *Meta) undo(ctx context.Context, partition string, a *rules.ClaimArgs) b
 	if a.Batch != nil && a.Batch.Ranks > 1 {
 		return false
 	}
+	return m.Undo(ctx, partition, a.Task, a.Token) == nil
+}
+
+// Undo hands back what the claim of task with token did where its record
+// landed, its result lost to its caller: its standing claim or what that
+// was served, and the rows the state shows leased to the token, all ready
+// again undelivered. For a claim whose token its caller chose
+// (ClaimRequest.Token); not for a rank's, whose batch the other ranks
+// share. It appends one record, nothing when the claim did nothing.
+func (m *Meta) Undo(ctx context.Context, partition, task, token string) error {
 	var rows []uint64
-	if err := m.view(ctx, partition, func(st *rules.Partition) { rows = st.LeasedTo(a.Task, a.Token) }); err != nil {
-		return false
+	if err := m.view(ctx, partition, func(st *rules.Partition) { rows = st.LeasedTo(task, token) }); err != nil {
+		return err
 	}
-	_, err := m.Settle(ctx, partition, metadata.SettleRequest{Task: a.Task, Op: metadata.Unwait, Lease: a.Token, Indexes: rows})
-	return err == nil
+	_, err := m.Settle(ctx, partition, metadata.SettleRequest{Task: task, Op: metadata.Unwait, Lease: token, Indexes: rows})
+	return err
 }
 
 // share returns the share of a batch that rank claim a took where its

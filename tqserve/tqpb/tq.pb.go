@@ -2497,7 +2497,13 @@ type ClaimRequest struct {
 	// A settle applied before the claim, in the same request (a worker's
 	// acks riding on its next claim; its partition is the claim's). Its
 	// result is ClaimReply.settled.
-	SettleFirst   *SettleRequest `protobuf:"bytes,17,opt,name=settle_first,json=settleFirst,proto3" json:"settle_first,omitempty"`
+	SettleFirst *SettleRequest `protobuf:"bytes,17,opt,name=settle_first,json=settleFirst,proto3" json:"settle_first,omitempty"`
+	// The claim's token (its lease's, or its standing claim's), chosen by
+	// the client as holder + "|" + 16 lowercase hex digits, the first >= 8,
+	// so that it can undo the claim should the reply be lost (a SettleRequest
+	// with undo). Empty: the server chooses. A claim whose token was undone
+	// before it arrived fails with NOT_APPLIED, nothing done.
+	Token         string `protobuf:"bytes,18,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2649,6 +2655,13 @@ func (x *ClaimRequest) GetSettleFirst() *SettleRequest {
 		return x.SettleFirst
 	}
 	return nil
+}
+
+func (x *ClaimRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
 }
 
 type Delivery struct {
@@ -3025,14 +3038,20 @@ func (x *Positions) GetPositions() []int64 {
 }
 
 type SettleRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Partition     string                 `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
-	Task          string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
-	Op            SettleRequest_Op       `protobuf:"varint,3,opt,name=op,proto3,enum=tqgo.v1.SettleRequest_Op" json:"op,omitempty"`
-	Lease         string                 `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
-	Indexes       []uint64               `protobuf:"varint,5,rep,packed,name=indexes,proto3" json:"indexes,omitempty"`
-	DelayNs       int64                  `protobuf:"zigzag64,6,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
-	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition string                 `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Task      string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Op        SettleRequest_Op       `protobuf:"varint,3,opt,name=op,proto3,enum=tqgo.v1.SettleRequest_Op" json:"op,omitempty"`
+	Lease     string                 `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	Indexes   []uint64               `protobuf:"varint,5,rep,packed,name=indexes,proto3" json:"indexes,omitempty"`
+	DelayNs   int64                  `protobuf:"zigzag64,6,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
+	Reason    string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// With op UNWAIT and indexes empty: undo the claim whose token is lease
+	// (ClaimRequest.token), whose reply the client lost: its standing
+	// claim, what that was served and every row leased to the token go
+	// back ready, undelivered, and a claim with that token arriving later
+	// applies nothing. Not for a rank's claim (its batch is shared).
+	Undo          bool `protobuf:"varint,8,opt,name=undo,proto3" json:"undo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3114,6 +3133,13 @@ func (x *SettleRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *SettleRequest) GetUndo() bool {
+	if x != nil {
+		return x.Undo
+	}
+	return false
 }
 
 type SettleReply struct {
@@ -4746,7 +4772,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x05ranks\x18\x01 \x01(\x03R\x05ranks\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x03R\x04rank\" \n" +
 	"\x04Unit\x12\x18\n" +
-	"\aindexes\x18\x01 \x03(\x04R\aindexes\"\x80\x04\n" +
+	"\aindexes\x18\x01 \x03(\x04R\aindexes\"\x96\x04\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x19\n" +
@@ -4765,7 +4791,8 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x06picked\x18\x0e \x03(\v2\r.tqgo.v1.UnitR\x06picked\x12\x12\n" +
 	"\x04drop\x18\x0f \x03(\x04R\x04drop\x12\x16\n" +
 	"\x06window\x18\x10 \x01(\x03R\x06window\x129\n" +
-	"\fsettle_first\x18\x11 \x01(\v2\x16.tqgo.v1.SettleRequestR\vsettleFirst\"\xfc\x02\n" +
+	"\fsettle_first\x18\x11 \x01(\v2\x16.tqgo.v1.SettleRequestR\vsettleFirst\x12\x14\n" +
+	"\x05token\x18\x12 \x01(\tR\x05token\"\xfc\x02\n" +
 	"\bDelivery\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.tqgo.v1.Delivery.StateR\x05state\x12\x1e\n" +
@@ -4814,7 +4841,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\asettled\x18\x0e \x01(\v2\x14.tqgo.v1.SettleReplyR\asettled\x127\n" +
 	"\x0esettle_failure\x18\x0f \x01(\v2\x10.tqgo.v1.FailureR\rsettleFailure\")\n" +
 	"\tPositions\x12\x1c\n" +
-	"\tpositions\x18\x01 \x03(\x03R\tpositions\"\xb8\x02\n" +
+	"\tpositions\x18\x01 \x03(\x03R\tpositions\"\xcc\x02\n" +
 	"\rSettleRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12)\n" +
@@ -4822,7 +4849,8 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
 	"\aindexes\x18\x05 \x03(\x04R\aindexes\x12\x19\n" +
 	"\bdelay_ns\x18\x06 \x01(\x12R\adelayNs\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"g\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x12\n" +
+	"\x04undo\x18\b \x01(\bR\x04undo\"g\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03ACK\x10\x01\x12\b\n" +

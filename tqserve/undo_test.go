@@ -1,0 +1,176 @@
+package tqserve_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tqgo/tqgo/tq"
+	"github.com/tqgo/tqgo/tqserve"
+	"github.com/tqgo/tqgo/tqserve/tqpb"
+)
+
+// dropFirstClaimReply is a server interceptor that loses the reply of the
+// first Claim call whose reply matches lost, after the claim applied.
+type dropFirstClaimReply struct {
+	lost    func(*tqpb.ClaimReply) bool
+	mu      sync.Mutex
+	dropped int
+}
+
+func (d *dropFirstClaimReply) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	resp, err := next(ctx, req)
+	if !strings.HasSuffix(info.FullMethod, "/Claim") || err != nil {
+		return resp, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r, ok := resp.(*tqpb.ClaimReply); ok && d.dropped == 0 && d.lost(r) {
+		d.dropped++
+		return nil, status.Error(codes.Unavailable, "test: the reply is lost")
+	}
+	return resp, err
+}
+
+func (d *dropFirstClaimReply) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dropped
+}
+
+// A claim whose reply is lost on its way back from the server (the claim
+// applied: a row leased to its token) is undone by the client, which
+// chose the token: the row goes back undelivered, the error no longer
+// says the outcome is unknown, and the client's retry leases the row,
+// delivered once. Before, the error was an outcome unknown, not retried,
+// and the row stayed leased to a token nobody held for the whole lease.
+func TestClaimReplyLostUndone(t *testing.T) {
+	for name, engine := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			d := &dropFirstClaimReply{lost: func(r *tqpb.ClaimReply) bool { return r.GetLease() != "" }}
+			s := startServer(t, engine(t), tqserve.WithInterceptor(d.intercept))
+			c := openClient(t, s.URL)
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			if err := c.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			task, err := c.Task("p", "t", []string{"x"}, tq.LeaseFor(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := task.Claim(ctx, 1)
+			if err != nil {
+				t.Fatalf("a claim whose reply was lost: %v (the row held by no one for the lease)", err)
+			}
+			if d.count() != 1 {
+				t.Fatalf("%d claim replies dropped, want 1", d.count())
+			}
+			if l.Len() != 1 || l.Keys()[0] != "k" || l.Deliveries[0] != 1 {
+				t.Fatalf("leased %q, deliveries %v; want k, delivered once", l.Keys(), l.Deliveries)
+			}
+			if err := l.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A Wait whose registering claim's reply is lost (the claim stands at the
+// server under a token the reply would have told) does not leave that
+// claim to be served the next row: the client undoes it, registers again,
+// and the Wait returns the row put after, delivered once. Before, the
+// lost claim stood first in line and took the row for a lease.
+func TestStandingClaimReplyLostUndone(t *testing.T) {
+	for name, engine := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			skipMemory(t, name)
+			d := &dropFirstClaimReply{lost: func(r *tqpb.ClaimReply) bool { return r.GetWaiting() != "" }}
+			s := startServer(t, engine(t), tqserve.WithInterceptor(d.intercept))
+			l := waitForPut(t, s.URL, func() {})
+			if d.count() != 1 {
+				t.Fatalf("%d claim replies dropped, want 1", d.count())
+			}
+			if err := l.Ack(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A claim held up on its way to the server past its caller's deadline,
+// which the client undoes meanwhile (in the background: the caller
+// returns at its deadline), applies nothing when it arrives: the row
+// stays ready, so the next claim leases it, delivered once. Before, the
+// claim leased the row on arrival to a token nobody held.
+func TestClaimArrivingAfterUndo(t *testing.T) {
+	for name, engine := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			undone := make(chan struct{})
+			arrived := make(chan error, 1)
+			var once sync.Once
+			hold := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+				switch r := req.(type) {
+				case *tqpb.SettleRequest:
+					resp, err := next(ctx, req)
+					if r.GetUndo() && err == nil {
+						once.Do(func() { close(undone) })
+					}
+					return resp, err
+				case *tqpb.ClaimRequest:
+					select {
+					case <-undone:
+						return next(ctx, req)
+					default:
+					}
+					// The first claim: held until the client undid it,
+					// then let through (its caller gone).
+					<-undone
+					resp, err := next(context.WithoutCancel(ctx), req)
+					arrived <- err
+					return resp, err
+				}
+				return next(ctx, req)
+			}
+			s := startServer(t, engine(t), tqserve.WithInterceptor(hold))
+			c := openClient(t, s.URL)
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			if err := c.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			task, err := c.Task("p", "t", []string{"x"}, tq.LeaseFor(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err = task.Claim(short, 1)
+			stop()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a claim cut off by its deadline: %v; want its context's error", err)
+			}
+			select {
+			case err := <-arrived:
+				if err == nil {
+					t.Fatal("the claim arriving after its undo applied")
+				}
+			case <-ctx.Done():
+				t.Fatal("the held claim never reached the server")
+			}
+			l, err := task.Claim(ctx, 1)
+			if err != nil || l.Len() != 1 || l.Deliveries[0] != 1 {
+				t.Fatalf("the next claim: %v, %v; want k, delivered once", l, err)
+			}
+			if err := l.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
