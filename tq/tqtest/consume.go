@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -567,24 +566,54 @@ func consumeDead(t *testing.T, e Engine) {
 func consumeWaitContext(t *testing.T, e Engine) {
 	c := e.Open(t)
 	task := mustTask(t, c, "wait", "w", []string{"a"})
-	before := runtime.NumGoroutine()
-	for range 3 {
-		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-		_, err := task.Wait(ctx, 1)
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Wait on an empty partition: %v, want the context's deadline", err)
+	// The Waits run under a label of their own, which the goroutines
+	// they start inherit: those are counted, not the goroutines of tests
+	// running beside this one.
+	label := fmt.Sprintf("tqtest-wait-context-%p", task)
+	pprof.Do(t.Context(), pprof.Labels("tqtest", label), func(ctx context.Context) {
+		for range 3 {
+			wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			_, err := task.Wait(wctx, 1)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Wait on an empty partition: %v, want the context's deadline", err)
+			}
 		}
-	}
+	})
 	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
+	for {
+		n, stacks := labelled(label)
+		if n == 0 {
+			return
+		}
 		if time.Now().After(deadline) {
-			var stacks strings.Builder
-			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
-			t.Fatalf("%d goroutines after the waits, %d before:\n%s", runtime.NumGoroutine(), before, stacks.String())
+			t.Fatalf("%d goroutines the Waits started still run after them:\n%s", n, stacks)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// labelled counts the goroutines whose pprof labels hold label, and
+// returns their stacks.
+func labelled(label string) (int, string) {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+	n := 0
+	var stacks strings.Builder
+	for _, rec := range strings.Split(b.String(), "\n\n") {
+		if !strings.Contains(rec, label) {
+			continue
+		}
+		k := 1
+		for _, line := range strings.Split(rec, "\n") {
+			if _, err := fmt.Sscanf(line, "%d @", &k); err == nil {
+				break
+			}
+		}
+		n += k
+		stacks.WriteString(rec + "\n\n")
+	}
+	return n, stacks.String()
 }
 
 func consumeInvalid(t *testing.T, e Engine) {
