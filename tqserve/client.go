@@ -92,6 +92,7 @@ func open(ctx context.Context, u *url.URL) (backends.Engine, error) {
 		return backends.Engine{}, err
 	}
 	m.setSkew(skew)
+	m.version.Store(int64(info.GetVersion()))
 	if info.GetCellsUrl() == "" {
 		cells := &remoteCells{c: tqpb.NewCellsClient(conn), close: func() error { return nil }}
 		return backends.Engine{Data: cells, Meta: m}, nil
@@ -139,6 +140,9 @@ type Meta struct {
 	// being taken.
 	skew, skewAt atomic.Int64
 	skewing      atomic.Bool
+
+	// version is the server's InfoReply.version (see undoVersion).
+	version atomic.Int64
 
 	bgMu sync.Mutex     // orders bg.Add before Close's bg.Wait
 	bg   sync.WaitGroup // the takings of the clock, the undos of claims
@@ -370,7 +374,8 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		return none, metadata.Claimed{}, err
 	}
 	pr := toClaimRequest(partition, &req)
-	if pr.Token == "" {
+	undoable := m.version.Load() >= undoVersion && (req.Batch == nil || req.Batch.Ranks <= 1)
+	if pr.Token == "" && undoable {
 		// Chosen here, so that a claim whose reply is lost can be undone.
 		pr.Token = metadata.NewLease(req.Holder)
 	}
@@ -411,11 +416,12 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 	}
 	r, err := m.c.Claim(ctx, pr)
 	if err != nil {
-		err = m.fail(ctx, "claim", write, err)
-		if errors.Is(err, backends.ErrOutcomeUnknown) && (req.Batch == nil || req.Batch.Ranks <= 1) {
-			err = m.undoClaim(ctx, partition, req.Task, pr.Token, pre != nil, err)
+		cause := m.fail(ctx, "claim", write, err)
+		if undoable && errors.Is(cause, backends.ErrOutcomeUnknown) && !decided(err) {
+			// Lost on the way (no decision of the server's): undo it.
+			cause = m.undoClaim(ctx, partition, req.Task, pr.Token, pre != nil, cause)
 		}
-		return none, metadata.Claimed{}, err
+		return none, metadata.Claimed{}, cause
 	}
 	c, err := fromClaimed(r, m.clock())
 	if err != nil {
@@ -436,6 +442,12 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 
 // undoFor bounds the undo of a claim whose reply was lost.
 const undoFor = 10 * time.Second
+
+// undoVersion is the first InfoReply.version whose server takes a claim's
+// token from its client and undoes claims (ClaimRequest.token,
+// SettleRequest.undo): with an older server the client neither chooses
+// tokens nor undoes.
+const undoVersion = 2
 
 // undoClaim undoes the claim of task with token whose reply was lost
 // (cause, an outcome unknown): at the server, after the claim if it is
@@ -466,10 +478,8 @@ func (m *Meta) undoClaim(ctx context.Context, partition, task, token string, set
 	select {
 	case err := <-done:
 		if err == nil && !settled && ctx.Err() == nil {
-			if errors.Is(cause, backends.ErrUnavailable) {
-				return fmt.Errorf("tq server: claim: its reply was lost, and what it did was undone (nothing held): %v: %w", cause, backends.ErrUnavailable)
-			}
-			return fmt.Errorf("tq server: claim: its reply was lost, and what it did was undone (nothing held): %v", cause)
+			// Known now: nothing applied, and it may be made again.
+			return fmt.Errorf("tq server: claim: its reply was lost, and what it did was undone (nothing held): %v: %w", cause, backends.ErrUnavailable)
 		}
 	case <-ctx.Done():
 	}

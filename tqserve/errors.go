@@ -163,8 +163,15 @@ func fromStatus(ctx context.Context, op string, kind callKind, skew time.Duratio
 		return &remoteError{msg: "tq server: " + f.GetMessage()}
 	}
 	// No Failure: the call failed on its way (the network, the server's
-	// gRPC layer), or the caller's context ended.
-	if cerr := ctx.Err(); cerr != nil {
+	// gRPC layer), or the caller's context ended. The server ends a call
+	// past its deadline on its own copy of it, which may reach the client
+	// before its context's timer has run: that is the deadline too.
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); cerr == nil && ok && (st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled) &&
+		!time.Now().Before(d.Add(-deadlineSlack)) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil {
 		if kind == write {
 			return fmt.Errorf("tq server: %s cut off by its context (%w): %w", op, cerr, backends.ErrOutcomeUnknown)
 		}
@@ -202,6 +209,26 @@ func fromStatus(ctx context.Context, op string, kind callKind, skew time.Duratio
 		return fmt.Errorf("tq server: %s: %w: %w", op, st.Err(), backends.ErrOutcomeUnknown)
 	}
 	return fmt.Errorf("tq server: %s: %s", op, st.Err())
+}
+
+// deadlineSlack is how early before its context's deadline a call ended
+// by the server's copy of that deadline counts as ended by it (timers run
+// late on a loaded machine).
+const deadlineSlack = 10 * time.Millisecond
+
+// decided reports whether a call's error carries a Failure: the server's
+// decision, not a failure on the way.
+func decided(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*tqpb.Failure); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // neverSent reports whether a transport failure's text says the request

@@ -102,6 +102,7 @@ func (m *Meta) retakeSkew() {
 	got := time.Now()
 	m.skew.Store(int64(skewOf(info, sent, got)))
 	m.skewAt.Store(got.UnixNano())
+	m.version.Store(int64(info.GetVersion()))
 }
 
 // setSkew records the skew taken at open.

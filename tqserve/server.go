@@ -58,6 +58,9 @@ type Server struct {
 	claims claimTokens
 }
 
+// protocolVersion is InfoReply.version (tqserve/PROTOCOL.md, Versions).
+const protocolVersion = 2
+
 // claimTokens tracks the claims whose client chose their token
 // (ClaimRequest.token): those in flight, so that an undo of one waits for
 // it to land, and those undone, so that one arriving after its undo (held
@@ -442,7 +445,7 @@ func redact(url string) string {
 // The Meta service: each call converts, calls the MetaStore, converts back.
 
 func (s *Server) Info(context.Context, *tqpb.InfoRequest) (*tqpb.InfoReply, error) {
-	return &tqpb.InfoReply{CellsUrl: s.cellsURL, Server: s.name, Version: 1, Now: &tqpb.Moment{UnixNs: time.Now().UnixNano()}}, nil
+	return &tqpb.InfoReply{CellsUrl: s.cellsURL, Server: s.name, Version: protocolVersion, Now: &tqpb.Moment{UnixNs: time.Now().UnixNano()}}, nil
 }
 
 func (s *Server) Prepare(ctx context.Context, r *tqpb.PrepareRequest) (*tqpb.PrepareReply, error) {

@@ -2,6 +2,7 @@ package tqserve_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -171,6 +172,83 @@ func TestClaimArrivingAfterUndo(t *testing.T) {
 			}
 			if err := l.Ack(ctx); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// undoSeen is a server interceptor that records the claims' tokens and
+// the undos it is sent; with v1 it answers Info as a server of version 1
+// (which knows neither), and with decided it fails the first claim, after
+// it ran, with the server's own outcome unknown (a Failure).
+type undoSeen struct {
+	v1, decided bool
+	mu          sync.Mutex
+	tokens      []string
+	undos       int
+	failed      bool
+}
+
+func (u *undoSeen) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	resp, err := next(ctx, req)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch r := req.(type) {
+	case *tqpb.ClaimRequest:
+		u.tokens = append(u.tokens, r.GetToken())
+		if u.decided && !u.failed && err == nil {
+			u.failed = true
+			st, _ := status.New(codes.Unknown, "test: the append's outcome is unknown").WithDetails(
+				&tqpb.Failure{Kind: tqpb.Failure_OUTCOME_UNKNOWN, Message: "test: the append's outcome is unknown"})
+			return nil, st.Err()
+		}
+	case *tqpb.SettleRequest:
+		if r.GetUndo() {
+			u.undos++
+		}
+	case *tqpb.InfoRequest:
+		if i, ok := resp.(*tqpb.InfoReply); ok && u.v1 {
+			i.Version = 1
+		}
+	}
+	return resp, err
+}
+
+// A client of a server of version 1, which knows neither claim tokens nor
+// undos, sends neither; and a claim the server itself failed with an
+// outcome unknown (its append may still land) is not undone: its error
+// says the outcome is unknown.
+func TestUndoOnlyWhereItHolds(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		u      *undoSeen
+		tokens bool
+	}{
+		{"server of version 1", &undoSeen{v1: true}, false},
+		{"outcome unknown decided by the server", &undoSeen{decided: true}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := startServer(t, "memory://tqserve-undo-"+strings.ReplaceAll(c.name, " ", "-"), tqserve.WithInterceptor(c.u.intercept))
+			cl := openClient(t, s.URL)
+			ctx := t.Context()
+			if err := cl.Put(ctx, "p", "k", map[string]any{"x": int64(1)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			task, err := cl.Task("p", "t", []string{"x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = task.Claim(ctx, 1)
+			c.u.mu.Lock()
+			defer c.u.mu.Unlock()
+			if len(c.u.tokens) == 0 || (c.u.tokens[0] != "") != c.tokens {
+				t.Fatalf("claims' tokens %q: want the client to choose one: %v", c.u.tokens, c.tokens)
+			}
+			if c.u.undos != 0 {
+				t.Fatalf("%d undos sent", c.u.undos)
+			}
+			if c.u.decided && !errors.Is(err, tq.ErrOutcomeUnknown) {
+				t.Fatalf("a claim the server failed with an outcome unknown: %v, want ErrOutcomeUnknown", err)
 			}
 		})
 	}

@@ -332,9 +332,13 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		if errors.As(err, &past) && a.Batch != nil && a.Batch.Ranks > 1 {
 			// A rank's claim cannot be handed back (the other ranks
 			// share its batch): its share, if it took one, is found by
-			// its token. (A settle in its append applied with it; its
-			// result is lost.)
+			// its token. A settle in its append applied with it, its
+			// result lost: sent again (a settle resent by its lease
+			// finds its own), for its result.
 			if c, ok := m.share(ctx, partition, &a); ok {
+				if pre != nil {
+					settled, settleErr = m.Settle(ctx, partition, *pre)
+				}
 				return settled, c, settleErr
 			}
 		}

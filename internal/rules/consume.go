@@ -687,7 +687,10 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 		})
 	})
 	for _, b := range t.batches {
-		if b.taken[a.Batch.Rank] {
+		if len(b.taken) != a.Batch.Ranks || b.taken[a.Batch.Rank] {
+			// Taken, or a batch of another number of ranks (a job
+			// restarted with more or fewer within its lease): not
+			// this claim's.
 			continue
 		}
 		b.taken[a.Batch.Rank] = true
@@ -707,6 +710,19 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 		return c, true
 	}
 	return Claimed{}, false
+}
+
+// live reports whether b still matters at now: a rank has yet to take
+// its share, or a row is still leased to its token (a rank whose claim's
+// result was lost may look its share up, Partition.Share).
+func (t *task) live(b *openBatch, now int64) bool {
+	if b.until <= now {
+		return false
+	}
+	if slices.Contains(b.taken, false) {
+		return true
+	}
+	return slices.ContainsFunc(b.rows, func(r *metadata.Row) bool { return t.held(b, r) != nil })
 }
 
 // take records that the claim token took rank's share of b.

@@ -130,7 +130,7 @@ func (p *Partition) Empty() bool {
 		return false
 	}
 	for _, t := range p.tasks {
-		if len(t.standing) > 0 || slices.ContainsFunc(t.batches, func(b *openBatch) bool { return b.until > p.now }) {
+		if len(t.standing) > 0 || slices.ContainsFunc(t.batches, func(b *openBatch) bool { return t.live(b, p.now) }) {
 			return false
 		}
 	}
