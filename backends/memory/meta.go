@@ -455,7 +455,7 @@ func (m *MetaStore) View(ctx context.Context, partition string, tasks ...string)
 		return emptyView(tasks), nil
 	}
 	defer p.mu.Unlock()
-	v := p.view(m.now(), tasks, true, true)
+	v := p.view(m.now(), tasks, true, true, true)
 	v.Rows = slices.Clone(v.Rows)
 	return v, nil
 }
@@ -476,8 +476,11 @@ func (m *MetaStore) Summarize(ctx context.Context, partition string, req metadat
 		v := emptyView(req.Tasks)
 		return v.Summary(req), nil
 	}
-	_, since, deliveries := req.Needs()
-	return metadata.SummaryHeld(p.view(m.now(), req.Tasks, since, deliveries), req, p.mu.Unlock), nil
+	now := m.now()
+	return metadata.SummaryIndexed(req, func(tag string, tasks []string) float64 { return p.st.Oldest(now, tag, tasks) }, p.st.Committed(),
+		func(rows, since, deliveries bool) metadata.View {
+			return p.view(now, req.Tasks, rows, since, deliveries)
+		}, p.mu.Unlock), nil
 }
 
 // emptyView is the view of tasks of a partition the store does not hold.
@@ -492,8 +495,11 @@ func emptyView(tasks []string) metadata.View {
 // view is the partition's view of tasks, its Since only with since and
 // its Tasks only with deliveries. Its Rows are the partition's own: read
 // them under p.mu, or clone them. Called with p.mu held.
-func (p *partition) view(now int64, tasks []string, since, deliveries bool) metadata.View {
-	v := metadata.View{Rows: p.st.List(), Mark: metadata.Mark{Seq: p.base + p.st.Seq(), Consumed: p.st.Consumed()}}
+func (p *partition) view(now int64, tasks []string, rows, since, deliveries bool) metadata.View {
+	v := metadata.View{Mark: metadata.Mark{Seq: p.base + p.st.Seq(), Consumed: p.st.Consumed()}}
+	if rows {
+		v.Rows = p.st.List()
+	}
 	if deliveries {
 		v.Tasks = p.st.Consumption(now, tasks...)
 	}

@@ -102,6 +102,30 @@ func SummaryHeld(v View, req SummaryRequest, unlock func()) Summary {
 	return v.Summary(req)
 }
 
+// SummaryIndexed is SummaryHeld for a store whose state answers
+// Summary.Oldest itself, from an index (oldest, called under the lock),
+// and knows its number of committed rows (rows): view builds the View of
+// what else req asks (rows: its Rows; since and deliveries: see Needs),
+// with no Rows when nothing else needs them, so that a paced producer's
+// look (Tasks and Version) costs what the partition's tasks hold, not its
+// rows. The caller holds the lock unlock releases.
+func SummaryIndexed(req SummaryRequest, oldest func(tag string, tasks []string) float64, rows int,
+	view func(rows, since, deliveries bool) View, unlock func()) Summary {
+	version := req.Version
+	req.Version = ""
+	o := math.Inf(1)
+	if version != "" {
+		o = oldest(version, req.Tasks)
+	}
+	needRows, since, deliveries := req.Needs()
+	s := SummaryHeld(view(needRows, since, deliveries), req, unlock)
+	if !needRows {
+		s.Rows = rows
+	}
+	s.Oldest = o
+	return s
+}
+
 // Summary is a partition's rows counted for its tasks, as of one moment:
 // what a status, a paced producer and a rate limiter read of it.
 type Summary struct {

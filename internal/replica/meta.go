@@ -537,7 +537,7 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	if err := m.catchUp(ctx, p); err != nil {
 		return metadata.View{}, err
 	}
-	v := p.view(tasks, true, true)
+	v := p.view(tasks, true, true, true)
 	v.Rows = slices.Clone(v.Rows)
 	if v.Rows == nil {
 		v.Rows = []*metadata.Row{}
@@ -562,17 +562,21 @@ func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.Sum
 		p.mu.Unlock()
 		return metadata.Summary{}, err
 	}
-	_, since, deliveries := req.Needs()
-	return metadata.SummaryHeld(p.view(req.Tasks, since, deliveries), req, p.mu.Unlock), nil
+	now := p.serverNow()
+	return metadata.SummaryIndexed(req, func(tag string, tasks []string) float64 { return p.st.Oldest(now, tag, tasks) }, p.st.Committed(),
+		func(rows, since, deliveries bool) metadata.View { return p.view(req.Tasks, rows, since, deliveries) }, p.mu.Unlock), nil
 }
 
 // view is the partition's view of tasks as of the state applied so far,
 // in this process's time: its Since only with since, its Tasks only with
 // deliveries. Its Rows are the state's own: read them under p.mu, or
 // clone them. Called with p.mu held.
-func (p *part) view(tasks []string, since, deliveries bool) metadata.View {
-	now := time.Now().Add(-p.skew).UnixMicro()
-	v := metadata.View{Rows: p.st.List(), Mark: metadata.Mark{Seq: p.mark(), Consumed: p.st.Consumed()}}
+func (p *part) view(tasks []string, rows, since, deliveries bool) metadata.View {
+	now := p.serverNow()
+	v := metadata.View{Mark: metadata.Mark{Seq: p.mark(), Consumed: p.st.Consumed()}}
+	if rows {
+		v.Rows = p.st.List()
+	}
 	if deliveries {
 		v.Tasks = p.st.Consumption(now, tasks...)
 		for _, ds := range v.Tasks {

@@ -351,6 +351,7 @@ func (p *Partition) reindex(t *task, i uint64, old, e *entry) {
 // committedRow keeps every task's index in step with a row committed
 // anew (old nil) or updated.
 func (p *Partition) committedRow(old, next *metadata.Row) {
+	p.numbered(old, next)
 	i := next.Index
 	for _, t := range p.tasks {
 		if !t.indexed {
@@ -376,6 +377,9 @@ func (p *Partition) committedRow(old, next *metadata.Row) {
 
 // deleted takes removed rows out of every task.
 func (p *Partition) deleted(rows []*metadata.Row) {
+	for _, r := range rows {
+		p.numbered(r, nil)
+	}
 	for _, t := range p.tasks {
 		for _, r := range rows {
 			delete(t.entries, r.Index)

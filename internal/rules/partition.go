@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/google/btree"
+
 	"github.com/tqgo/tqgo/backends/metadata"
 )
 
@@ -68,6 +70,9 @@ type Partition struct {
 	quiet bool
 	// fulfilled are the standing claims served since TakeFulfilled.
 	fulfilled []Claimed
+	// byNumber indexes the committed rows by the number in a tag, per
+	// tag Oldest was asked of (see there).
+	byNumber map[string]*btree.BTreeG[verKey]
 }
 
 // New returns an empty partition.

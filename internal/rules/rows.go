@@ -500,6 +500,7 @@ func (p *Partition) DeletePartition(now int64) []*metadata.Row {
 	p.held, p.bytes = 0, 0
 	p.sorted = nil
 	p.tasks = map[string]*task{}
+	p.byNumber = nil
 	p.bump()
 	return out
 }
