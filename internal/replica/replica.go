@@ -48,7 +48,7 @@ type Meta struct {
 	mu    sync.Mutex // guards parts and tick
 	parts map[string]*part
 	tick  uint64 // counts part lookups: a copy's age
-	made  uint64 // counts copies made: each one's marks begin past its predecessors'
+	made  uint64 // counts a Sole Meta's copies: each one's marks begin past its predecessors'
 
 	// compactBytes is the log bytes after which a writer compacts: at
 	// least this, and at least the last snapshot's size.
@@ -190,11 +190,14 @@ func (m *Meta) part(name string) *part {
 			// partition empties, see forget.)
 			m.evict()
 		}
-		// Marks of a copy begin past any of a former copy of the
-		// partition (evicted, or forgotten), so that a Wait on an old
-		// mark never sleeps on a new copy that reached the same count.
-		m.made++
-		p = &part{name: name, now: m.clock, st: rules.New(), base: m.made << 40, results: map[uint64]*rules.Result{}, ours: map[uint64][]byte{}, waits: map[string]bool{}}
+		p = &part{name: name, now: m.clock, st: rules.New(), results: map[uint64]*rules.Result{}, ours: map[uint64][]byte{}, waits: map[string]bool{}}
+		if m.sole {
+			// A Sole Meta's marks of a copy begin past any of a copy of
+			// the partition it forgot, so that a Wait on an old mark
+			// never sleeps on a new copy that reached the same count.
+			m.made++
+			p.base = m.made << 40
+		}
 		m.parts[name] = p
 	}
 	p.used.Store(m.tick)
