@@ -456,6 +456,11 @@ func (m *Meta) share(ctx context.Context, partition string, a *rules.ClaimArgs) 
 // localClaimed is c, a claim's result by the server's clock, in this
 // process's time, its mark in this copy's count.
 func localClaimed(c rules.Claimed, skew time.Duration, base uint64) metadata.Claimed {
+	c.Mark = metadata.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
+	if skew == 0 {
+		// (A Sole Meta's: the claim's deliveries are its own already.)
+		return c
+	}
 	c.Until = local(c.Until, skew)
 	c.Deliveries = slices.Clone(c.Deliveries)
 	for i := range c.Deliveries {
@@ -463,7 +468,6 @@ func localClaimed(c rules.Claimed, skew time.Duration, base uint64) metadata.Cla
 		c.Deliveries[i].At = local(c.Deliveries[i].At, skew)
 		c.Deliveries[i].Granted = local(c.Deliveries[i].Granted, skew)
 	}
-	c.Mark = metadata.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
 	return c
 }
 
