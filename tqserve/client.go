@@ -472,7 +472,7 @@ func (m *Meta) undoClaim(ctx context.Context, partition, task, token string, set
 		defer m.bg.Done()
 		uctx, cancel := context.WithTimeout(m.life, undoFor)
 		defer cancel()
-		_, err := m.c.Settle(uctx, &tqpb.SettleRequest{Partition: partition, Task: task, Op: tqpb.SettleRequest_UNWAIT, Lease: token, Undo: true})
+		_, err := m.c.Settle(uctx, &tqpb.SettleRequest{Partition: partition, Task: task, Op: tqpb.SettleRequest_UNDO, Lease: token})
 		done <- err // a failure leaves the claim's lease to end
 	}()
 	select {

@@ -426,7 +426,7 @@ func (m *MetaStore) Settle(ctx context.Context, partition string, req metadata.S
 	if err := m.check(ctx); err != nil {
 		return metadata.SettleResult{}, err
 	}
-	p := m.lock(partition, false)
+	p := m.lock(partition, req.Op == metadata.Undo) // an undo holds for a claim yet to come
 	if p == nil {
 		return metadata.SettleResult{Lost: slices.Clone(req.Indexes)}, nil
 	}

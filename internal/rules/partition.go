@@ -70,6 +70,9 @@ type Partition struct {
 	quiet bool
 	// fulfilled are the standing claims served since TakeFulfilled.
 	fulfilled []Claimed
+	// undone are the claim tokens a Settle Undo named, with its log time:
+	// a claim of one coming later leases nothing (kept voidFor).
+	undone map[string]int64
 	// byNumber indexes the committed rows by the number in a tag, per
 	// tag Oldest was asked of (see there).
 	byNumber map[string]*btree.BTreeG[verKey]
@@ -131,7 +134,7 @@ func (p *Partition) bump() { p.seq++ }
 // claims may go: their rows are gone, so a claim that replaces one finds
 // nothing to lease.
 func (p *Partition) Empty() bool {
-	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || len(p.voids) > 0 || !p.capacity.Zero() {
+	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || len(p.voids) > 0 || len(p.undone) > 0 || !p.capacity.Zero() {
 		return false
 	}
 	for _, t := range p.tasks {
