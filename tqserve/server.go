@@ -57,7 +57,7 @@ type Server struct {
 }
 
 // protocolVersion is InfoReply.version (tqserve/PROTOCOL.md, Versions).
-const protocolVersion = 2
+const protocolVersion = 3
 
 // ServerOption configures a Server.
 type ServerOption func(*serverOptions) error

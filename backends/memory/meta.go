@@ -104,7 +104,7 @@ func (m *MetaStore) lock(name string, create bool) *partition {
 // (lock order: m.mu before p.mu), and unlocks it.
 func (m *MetaStore) unlock(name string, p *partition) {
 	p.changed()
-	if !p.st.Empty() {
+	if !p.st.EmptyAt(m.now()) {
 		p.mu.Unlock()
 		return
 	}
@@ -113,7 +113,7 @@ func (m *MetaStore) unlock(name string, p *partition) {
 	defer m.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if m.parts[name] == p && p.st.Empty() {
+	if m.parts[name] == p && p.st.EmptyAt(m.now()) {
 		p.dropped = true
 		delete(m.parts, name)
 		if p.wake != nil {

@@ -497,7 +497,7 @@ func (m *Meta) Settle(ctx context.Context, partition string, req metadata.Settle
 		return []record{{id: newID(), data: rules.SettleRecord(&req)}}, nil
 	}, func(p *part) {
 		skew = p.skew
-		if req.Op == metadata.Unwait {
+		if req.Op == metadata.Unwait || req.Op == metadata.Undo {
 			delete(p.waits, req.Lease)
 			delete(p.fulfilled, req.Lease)
 		}

@@ -703,7 +703,9 @@ var emptyAfter = time.Second
 // the state has stayed empty for emptyAfter, empties the log. The caller
 // holds p.mu.
 func (m *Meta) maybeCompact(p *part) {
-	if p.st.Empty() {
+	if from, ok := p.st.EmptyFrom(); ok {
+		// Empty, or once its voids and undone claim tokens expire (by
+		// the server's clock: no record may come to move the log's).
 		if m.closed.Load() {
 			return
 		}
@@ -711,10 +713,11 @@ func (m *Meta) maybeCompact(p *part) {
 			p.emptyTimer.Stop()
 		}
 		at := p.pos
-		p.emptyTimer = time.AfterFunc(emptyAfter, func() {
+		delay := emptyAfter + max(time.Duration(from-p.serverNow())*time.Microsecond, 0)
+		p.emptyTimer = time.AfterFunc(delay, func() {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			if p.pos == at && p.st.Empty() && !p.compacting && !m.closed.Load() {
+			if p.pos == at && p.st.EmptyAt(p.serverNow()) && !p.compacting && !m.closed.Load() {
 				m.compact(p, nil)
 			}
 		})

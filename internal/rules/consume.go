@@ -925,7 +925,6 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 			p.undone = map[string]int64{}
 		}
 		p.undone[req.Lease] = now
-		p.expireVoids() // a store applying calls, not records, expires them here
 		return res
 	}
 	if req.Op == metadata.EndBatch {
