@@ -242,8 +242,8 @@ var badCases = []badCase{
 	}))},
 
 	// Settles: ops, durations, reasons.
-	{"settle undo of an ack", codes.InvalidArgument, settle(&tqpb.SettleRequest{Task: "t2", Op: tqpb.SettleRequest_ACK, Lease: "|8000000000000000", Undo: true})},
-	{"settle undo with indexes", codes.InvalidArgument, settle(&tqpb.SettleRequest{Task: "t2", Op: tqpb.SettleRequest_UNWAIT, Lease: "|8000000000000000", Indexes: []uint64{0}, Undo: true})},
+	{"settle undo with indexes", codes.InvalidArgument, settle(&tqpb.SettleRequest{Task: "t2", Op: tqpb.SettleRequest_UNDO, Lease: "|8000000000000000", Indexes: []uint64{0}})},
+	{"settle undo without a token", codes.InvalidArgument, settle(&tqpb.SettleRequest{Task: "t2", Op: tqpb.SettleRequest_UNDO, Lease: "", Indexes: []uint64{}})},
 	{"settle op unspecified", codes.InvalidArgument, settle(&tqpb.SettleRequest{Lease: "lease"})},
 	{"settle op unknown", codes.InvalidArgument, settle(&tqpb.SettleRequest{Op: 99, Lease: "lease"})},
 	{"settle op unknown, an ack mod 256", codes.InvalidArgument, settle(&tqpb.SettleRequest{Op: 257, Lease: "lease"})},

@@ -444,10 +444,10 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 const undoFor = 10 * time.Second
 
 // undoVersion is the first InfoReply.version whose server takes a claim's
-// token from its client and undoes claims (ClaimRequest.token,
-// SettleRequest.undo): with an older server the client neither chooses
-// tokens nor undoes.
-const undoVersion = 2
+// token from its client and undoes claims (ClaimRequest.token, Settle op
+// UNDO): with an older server the client neither chooses tokens nor
+// undoes.
+const undoVersion = 3
 
 // undoClaim undoes the claim of task with token whose reply was lost
 // (cause, an outcome unknown): at the server, after the claim if it is
@@ -472,7 +472,7 @@ func (m *Meta) undoClaim(ctx context.Context, partition, task, token string, set
 		defer m.bg.Done()
 		uctx, cancel := context.WithTimeout(m.life, undoFor)
 		defer cancel()
-		_, err := m.c.Settle(uctx, &tqpb.SettleRequest{Partition: partition, Task: task, Op: tqpb.SettleRequest_UNWAIT, Lease: token, Undo: true})
+		_, err := m.c.Settle(uctx, &tqpb.SettleRequest{Partition: partition, Task: task, Op: tqpb.SettleRequest_UNDO, Lease: token})
 		done <- err // a failure leaves the claim's lease to end
 	}()
 	select {

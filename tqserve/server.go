@@ -54,82 +54,10 @@ type Server struct {
 	// stopping ends Waits in flight when the server stops.
 	stopping context.Context
 	stop     context.CancelFunc
-	// claims are the claims in flight and undone, by client-chosen token.
-	claims claimTokens
 }
 
 // protocolVersion is InfoReply.version (tqserve/PROTOCOL.md, Versions).
-const protocolVersion = 2
-
-// claimTokens tracks the claims whose client chose their token
-// (ClaimRequest.token): those in flight, so that an undo of one waits for
-// it to land, and those undone, so that one arriving after its undo (held
-// up on its way) applies nothing.
-type claimTokens struct {
-	mu       sync.Mutex
-	inflight map[string]chan struct{}
-	undone   map[string]time.Time
-}
-
-// undoneFor is how long an undone token is remembered: longer than a
-// request stays on its way.
-const undoneFor = 10 * time.Minute
-
-// start registers a claim of token in flight; done ends it. A token undone
-// already fails, nothing registered.
-func (c *claimTokens) start(token string) (done func(), err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.undone[token]; ok {
-		return nil, invalidf("claim: token %q was undone by its client (this claim arrived after its undo): not applied", token)
-	}
-	if _, ok := c.inflight[token]; ok {
-		return nil, invalidf("claim: token %q is in use by a claim in flight", token)
-	}
-	if c.inflight == nil {
-		c.inflight = map[string]chan struct{}{}
-	}
-	ch := make(chan struct{})
-	c.inflight[token] = ch
-	return func() {
-		c.mu.Lock()
-		delete(c.inflight, token)
-		c.mu.Unlock()
-		close(ch)
-	}, nil
-}
-
-// undo marks token undone, so that a claim of it arriving later applies
-// nothing, and waits for a claim of it in flight to end (or ctx).
-func (c *claimTokens) undo(ctx context.Context, token string) error {
-	c.mu.Lock()
-	now := time.Now()
-	if c.undone == nil {
-		c.undone = map[string]time.Time{}
-	}
-	for t, at := range c.undone {
-		if now.Sub(at) > undoneFor {
-			delete(c.undone, t)
-		}
-	}
-	c.undone[token] = now
-	ch := c.inflight[token]
-	c.mu.Unlock()
-	if ch == nil {
-		return nil
-	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// undoer is a MetaStore that undoes a claim by its token (replica.Meta).
-type undoer interface {
-	Undo(ctx context.Context, partition, task, token string) error
-}
+const protocolVersion = 3
 
 // ServerOption configures a Server.
 type ServerOption func(*serverOptions) error
@@ -611,13 +539,6 @@ func (s *Server) Claim(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.ClaimRe
 	if err := req.Check(); err != nil {
 		return nil, toStatus(err)
 	}
-	if req.Token != "" {
-		done, err := s.claims.start(req.Token)
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		defer done()
-	}
 	var pick metadata.Pick
 	if req.Custom {
 		pick = pickByIndex(r.GetPicked(), r.GetDrop())
@@ -691,9 +612,6 @@ func pickByIndex(units []*tqpb.Unit, drop []uint64) metadata.Pick {
 }
 
 func (s *Server) Settle(ctx context.Context, r *tqpb.SettleRequest) (*tqpb.SettleReply, error) {
-	if r.GetUndo() {
-		return s.undo(ctx, r)
-	}
 	res, err := s.meta.Settle(ctx, r.GetPartition(), settleRequest(r))
 	if err != nil {
 		return nil, toStatus(err)
@@ -703,40 +621,6 @@ func (s *Server) Settle(ctx context.Context, r *tqpb.SettleRequest) (*tqpb.Settl
 		return nil, toStatus(err)
 	}
 	return out, nil
-}
-
-// undo undoes the claim whose token r names (SettleRequest.undo): after
-// it lands if it is in flight, and for good if it is yet to come.
-func (s *Server) undo(ctx context.Context, r *tqpb.SettleRequest) (*tqpb.SettleReply, error) {
-	req := settleRequest(r)
-	if req.Op != metadata.Unwait || len(req.Indexes) > 0 {
-		return nil, toStatus(invalidf("settle: undo with op %d and %d indexes (want unwait, none)", req.Op, len(req.Indexes)))
-	}
-	if err := req.Check(); err != nil {
-		return nil, toStatus(err)
-	}
-	if err := s.claims.undo(ctx, req.Lease); err != nil {
-		return nil, toStatus(err)
-	}
-	var err error
-	if u, ok := s.meta.(undoer); ok {
-		err = u.Undo(ctx, r.GetPartition(), req.Task, req.Lease)
-	} else {
-		// The rows leased to the token, as the store reports them.
-		var ds map[string][]metadata.Delivery
-		if ds, err = s.meta.Consumption(ctx, r.GetPartition(), req.Task); err == nil {
-			for _, d := range ds[req.Task] {
-				if d.State == metadata.Leased && d.Lease == req.Lease {
-					req.Indexes = append(req.Indexes, d.Index)
-				}
-			}
-			_, err = s.meta.Settle(ctx, r.GetPartition(), req)
-		}
-	}
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &tqpb.SettleReply{}, nil
 }
 
 func settleRequest(r *tqpb.SettleRequest) metadata.SettleRequest {

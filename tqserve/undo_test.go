@@ -107,20 +107,20 @@ func TestStandingClaimReplyLostUndone(t *testing.T) {
 
 // A claim held up on its way to the server past its caller's deadline,
 // which the client undoes meanwhile (in the background: the caller
-// returns at its deadline), applies nothing when it arrives: the row
-// stays ready, so the next claim leases it, delivered once. Before, the
-// claim leased the row on arrival to a token nobody held.
+// returns at its deadline), leases nothing when it arrives: the row stays
+// ready, so the next claim leases it, delivered once. Before, the claim
+// leased the row on arrival to a token nobody held.
 func TestClaimArrivingAfterUndo(t *testing.T) {
 	for name, engine := range engines(t) {
 		t.Run(name, func(t *testing.T) {
 			undone := make(chan struct{})
-			arrived := make(chan error, 1)
+			arrived := make(chan *tqpb.ClaimReply, 1)
 			var once sync.Once
 			hold := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 				switch r := req.(type) {
 				case *tqpb.SettleRequest:
 					resp, err := next(ctx, req)
-					if r.GetUndo() && err == nil {
+					if r.GetOp() == tqpb.SettleRequest_UNDO && err == nil {
 						once.Do(func() { close(undone) })
 					}
 					return resp, err
@@ -134,7 +134,11 @@ func TestClaimArrivingAfterUndo(t *testing.T) {
 					// then let through (its caller gone).
 					<-undone
 					resp, err := next(context.WithoutCancel(ctx), req)
-					arrived <- err
+					reply, _ := resp.(*tqpb.ClaimReply)
+					if err != nil {
+						t.Errorf("the claim arriving after its undo: %v, want a claim that leases nothing", err)
+					}
+					arrived <- reply
 					return resp, err
 				}
 				return next(ctx, req)
@@ -159,9 +163,9 @@ func TestClaimArrivingAfterUndo(t *testing.T) {
 				t.Fatal("a claim held past its deadline returned a lease")
 			}
 			select {
-			case err := <-arrived:
-				if err == nil {
-					t.Fatal("the claim arriving after its undo applied")
+			case r := <-arrived:
+				if r.GetLease() != "" || r.GetWaiting() != "" {
+					t.Fatalf("the claim arriving after its undo leased %q (standing %q), want nothing", r.GetLease(), r.GetWaiting())
 				}
 			case <-ctx.Done():
 				t.Fatal("the held claim never reached the server")
@@ -203,7 +207,7 @@ func (u *undoSeen) intercept(ctx context.Context, req any, info *grpc.UnaryServe
 			return nil, st.Err()
 		}
 	case *tqpb.SettleRequest:
-		if r.GetUndo() {
+		if r.GetOp() == tqpb.SettleRequest_UNDO {
 			u.undos++
 		}
 	case *tqpb.InfoRequest:

@@ -85,7 +85,7 @@ func checkRequest(req any) error {
 	case *tqpb.SettleRequest:
 		// Checked before the op becomes a metadata.SettleOp, a byte, in
 		// which an op out of range could pass for another.
-		if op := r.GetOp(); op < tqpb.SettleRequest_ACK || op > tqpb.SettleRequest_END_BATCH {
+		if op := r.GetOp(); op < tqpb.SettleRequest_ACK || op > tqpb.SettleRequest_UNDO {
 			return invalidf("partition %q: settle: unknown op %d", partition, op)
 		}
 	case *tqpb.ClaimRequest:
@@ -93,7 +93,7 @@ func checkRequest(req any) error {
 			return invalidf("partition %q: candidates: window %d < 0", partition, r.GetWindow())
 		}
 		if sf := r.GetSettleFirst(); sf != nil {
-			if op := sf.GetOp(); op < tqpb.SettleRequest_ACK || op > tqpb.SettleRequest_END_BATCH {
+			if op := sf.GetOp(); op < tqpb.SettleRequest_ACK || op > tqpb.SettleRequest_UNDO {
 				return invalidf("partition %q: claim: settle first: unknown op %d", partition, op)
 			}
 		}

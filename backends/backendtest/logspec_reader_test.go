@@ -755,6 +755,7 @@ type specSnapshot struct {
 	Partials          map[string][][]bool   // per task, per open batch, per unit
 	Ends              map[string][]int64    // per task, per open batch: its end
 	Takers            map[string][][]string // per task, per open batch: per rank, the token that took its share
+	Undone            map[string]int64      // undone claim tokens, with their undo's time
 }
 
 type specHeld struct {
@@ -787,7 +788,7 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 		return nil, fmt.Errorf("not a snapshot")
 	}
 	r := &specReader{b: data[1:]}
-	s := &specSnapshot{Voids: map[uint64]int64{}, Counts: map[string]uint64{}, Partials: map[string][][]bool{}, Ends: map[string][]int64{}, Takers: map[string][][]string{}}
+	s := &specSnapshot{Voids: map[uint64]int64{}, Counts: map[string]uint64{}, Partials: map[string][][]bool{}, Ends: map[string][]int64{}, Takers: map[string][][]string{}, Undone: map[string]int64{}}
 	tables := r.tables()
 	s.Tables = len(tables)
 	s.Now, s.Seq = r.i(), r.u()
@@ -936,6 +937,16 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 					per = append(per, toks)
 				}
 				s.Takers[name] = per
+			}
+		}
+		if r.err == nil && len(r.b) > 0 { // only when a token is undone
+			n := r.arr()
+			if n%2 != 0 {
+				r.failf("undone tokens of %d values", n)
+			}
+			for range n / 2 {
+				tok := r.s()
+				s.Undone[tok] = r.i()
 			}
 		}
 	}

@@ -399,6 +399,10 @@ func TestLogSpecDecoder(t *testing.T) {
 	uc := w.claim(metadata.ClaimRequest{Task: "un", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour,
 		Select: metadata.Select{Fields: specFields("q")}, Holder: "w6"}, nil, nil)
 	w.settle(metadata.SettleRequest{Task: "un", Op: metadata.Unwait, Lease: uc.Mark.Token})
+	// An undo (K op 8) of a claim token no claim used yet: the token is
+	// undone, in the snapshot's last part.
+	undone := metadata.NewLease("w8")
+	w.settle(metadata.SettleRequest{Task: "un", Op: metadata.Undo, Lease: undone})
 	wc1 := w.claim(metadata.ClaimRequest{Task: "wait", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: time.Hour,
 		Select: metadata.Select{Fields: specFields("q")}, Holder: "w7"}, nil, nil)
 	wc2 := w.claim(metadata.ClaimRequest{Task: "wait", Lease: 30 * time.Second, Rows: 1, Min: 1, Hold: 2 * time.Hour,
@@ -516,15 +520,15 @@ func TestLogSpecDecoder(t *testing.T) {
 			ops[rec.Op] = true
 		}
 	}
-	if len(ops) != 6 {
-		t.Errorf("settle ops decoded %v, want all 6", ops)
+	if len(ops) != 7 || !ops[8] {
+		t.Errorf("settle ops decoded %v, want all 7 (end batch, written only at a reopen, apart)", ops)
 	}
 
 	checkSpecSnapshot(t, srv, specFacts{
 		capacity: capy, i1: i1, i2: i2, i3: i3, iz: iz, ifar: ifar, idel: id, tok: tok,
 		orphan: metadata.Ref{Index: ores[0].Index, Field: "x", Gen: ores[0].Gens["x"]}, abandoned: abandoned,
 		cleared: cells[0], groupClaim: gc, served: zc.Mark.Token, standing: wc2.Mark.Token, lost: lg.lost,
-		ibz: ibz,
+		ibz: ibz, undone: undone,
 	})
 }
 
@@ -535,7 +539,7 @@ type specFacts struct {
 	tok                        string
 	orphan, abandoned, cleared metadata.Ref
 	groupClaim                 metadata.Claimed
-	served, standing           string
+	served, standing, undone   string
 	ibz                        uint64
 	lost                       []uint64
 }
@@ -747,6 +751,9 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 		if g.GroupTag != "grp" || g.GroupSize != 2 {
 			t.Errorf("task g's selection %q %d", g.GroupTag, g.GroupSize)
 		}
+	}
+	if at, ok := s.Undone[f.undone]; !ok || at <= 0 || len(s.Undone) != 1 {
+		t.Errorf("undone tokens %v, want %q with its time", s.Undone, f.undone)
 	}
 	if !reflect.DeepEqual(s.Partials, map[string][][]bool{"g": {gc.Partial}, "g2": {{false}}}) {
 		t.Errorf("partial flags %v, want g's batch %v", s.Partials, gc.Partial)

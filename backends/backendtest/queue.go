@@ -55,6 +55,7 @@ var queueTests = []struct {
 	{"BatchOrder", testBatchOrder},
 	{"View", testView},
 	{"Summary", testSummary},
+	{"Undo", testUndo},
 }
 
 // qt is one queue subtest.

@@ -378,6 +378,14 @@ const (
 	// embedded engine reopened under its directory's lock), so that the
 	// ranks of the next process start in step.
 	EndBatch
+	// Undo hands back what the claim whose token is req.Lease did (its
+	// caller chose the token, ClaimRequest.Token, and lost the reply): its
+	// registration, what that was served, and every row leased to the
+	// token, all ready again as Unwait leaves them; and a claim with that
+	// token that comes after it, within ten minutes (a request held up on
+	// its way), leases nothing and does not stand. req.Indexes must be
+	// empty. Not for a rank's claim: the other ranks share its batch.
+	Undo
 )
 
 // SettleRequest names rows of one task and what to do with them.
@@ -480,8 +488,10 @@ func (r *SettleRequest) Check() error {
 	switch {
 	case r.Task == "":
 		return invalidf("settle: empty task name")
-	case r.Op < Ack || r.Op > EndBatch:
+	case r.Op < Ack || r.Op > Undo:
 		return invalidf("settle: unknown op %d", r.Op)
+	case r.Op == Undo && len(r.Indexes) > 0:
+		return invalidf("settle: undo of %d indexes (it names a claim by its token, no row)", len(r.Indexes))
 	case (r.Op == Retry || r.Op == Drop) != (r.Lease == ""):
 		if r.Lease == "" {
 			return invalidf("settle: no lease token")

@@ -462,7 +462,8 @@ type srState struct {
 	garbage int
 	tasks   map[string]*srTask
 	voids   map[uint64]int64
-	applied int // entries applied
+	undone  map[string]int64 // claim tokens a K undo named, with its time
+	applied int              // entries applied
 	// the capacity (section 5): bounds and the tasks to clear after
 	capRows, capBytes int64
 	clearAfter        []string
@@ -529,7 +530,7 @@ func (p *srState) clearAfterConsumed(idx []uint64) {
 }
 
 func newSR() *srState {
-	return &srState{rows: map[string]*srRow{}, byIndex: map[uint64]*srRow{}, tasks: map[string]*srTask{}, voids: map[uint64]int64{}}
+	return &srState{rows: map[string]*srRow{}, byIndex: map[uint64]*srRow{}, tasks: map[string]*srTask{}, voids: map[uint64]int64{}, undone: map[string]int64{}}
 }
 
 func (p *srState) task(name string) *srTask {
@@ -663,6 +664,9 @@ func srCompare(a, b uint64) int {
 // claim applies a Q; it reports whether it leased (and what, and until).
 func (p *srState) claim(a *srClaim) (leased bool, token string, until int64, rows []uint64) {
 	now := p.now
+	if _, undone := p.undone[a.token]; undone { // Q step 0
+		return false, "", 0, nil
+	}
 	t := p.task(a.task)
 	if !t.indexed || !t.sel.equal(a.sel) {
 		t.indexed, t.sel, t.parked = true, a.sel, map[uint64]float64{}
@@ -902,6 +906,18 @@ func (p *srState) settle(task string, op uint64, token string, idx []uint64, del
 		p.unwait(t, token, idx)
 		return
 	}
+	if op == 8 { // undo: an unwait of every row leased to the token, which is undone
+		var leased []uint64
+		for i, e := range t.entries {
+			if e.state == srLeased && e.token == token {
+				leased = append(leased, i)
+			}
+		}
+		slices.SortFunc(leased, srCompare)
+		p.unwait(t, token, leased)
+		p.undone[token] = now
+		return
+	}
 	if op == 7 { // end batch: the open batch of the token is forgotten
 		n := len(t.batches)
 		if t.batches = slices.DeleteFunc(t.batches, func(b *srBatch) bool { return b.token == token }); len(t.batches) < n {
@@ -1019,6 +1035,7 @@ func (p *srState) applyEntry(id uint64, t int64, base uint64, data []byte) {
 		p.now = t
 	}
 	maps.DeleteFunc(p.voids, func(_ uint64, at int64) bool { return p.now-at > 600_000_000 })
+	maps.DeleteFunc(p.undone, func(_ string, at int64) bool { return p.now-at > 600_000_000 })
 	if _, void := p.voids[id]; void {
 		return
 	}
@@ -1303,8 +1320,8 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 		if d.err == nil && len(d.b) > 0 {
 			d.s() // a nack's reason: this reader keeps no reasons
 		}
-		if d.err != nil || task == "" || op < 1 || op > 7 || (op == 4 || op == 5) != (token == "") ||
-			op == 3 && delay <= 0 || delay < 0 {
+		if d.err != nil || task == "" || op < 1 || op > 8 || (op == 4 || op == 5) != (token == "") ||
+			op == 3 && delay <= 0 || delay < 0 || op == 8 && len(idx) > 0 {
 			return
 		}
 		p.settle(task, op, token, idx, delay)
@@ -1671,6 +1688,16 @@ func restoreSR(b []byte) (*srState, error) {
 							b.takers[k] = d.s()
 						}
 					}
+				}
+			}
+			if d.err == nil && len(d.b) != 0 {
+				n := d.arr() // undone tokens: 2 values each
+				if n%2 != 0 {
+					d.fail(fmt.Errorf("undone tokens of %d values", n))
+				}
+				for range n / 2 {
+					tok := d.s()
+					p.undone[tok] = d.i()
 				}
 			}
 		}

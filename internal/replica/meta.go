@@ -420,16 +420,15 @@ func (m *Meta) undo(ctx context.Context, partition string, a *rules.ClaimArgs) b
 	if a.Batch != nil && a.Batch.Ranks > 1 {
 		return false
 	}
-	return m.Undo(ctx, partition, a.Task, a.Token) == nil
+	return m.undoLeased(ctx, partition, a.Task, a.Token) == nil
 }
 
-// Undo hands back what the claim of task with token did where its record
-// landed, its result lost to its caller: its standing claim or what that
-// was served, and the rows the state shows leased to the token, all ready
-// again undelivered. For a claim whose token its caller chose
-// (ClaimRequest.Token); not for a rank's, whose batch the other ranks
-// share. It appends one record, nothing when the claim did nothing.
-func (m *Meta) Undo(ctx context.Context, partition, task, token string) error {
+// undoLeased hands back what the claim of task with token did where its
+// record landed, its result lost to this process (see undo): the rows the
+// state shows leased to the token, and its standing claim or what that
+// was served. Unlike a Settle Undo it leaves the token usable: the claim
+// is made again under it.
+func (m *Meta) undoLeased(ctx context.Context, partition, task, token string) error {
 	var rows []uint64
 	if err := m.view(ctx, partition, func(st *rules.Partition) { rows = st.LeasedTo(task, token) }); err != nil {
 		return err
@@ -504,7 +503,7 @@ func (m *Meta) Settle(ctx context.Context, partition string, req metadata.Settle
 		return []record{{id: newID(), data: rules.SettleRecord(&req)}}, nil
 	}, func(p *part) {
 		skew = p.skew
-		if req.Op == metadata.Unwait {
+		if req.Op == metadata.Unwait || req.Op == metadata.Undo {
 			delete(p.waits, req.Lease)
 			delete(p.fulfilled, req.Lease)
 		}

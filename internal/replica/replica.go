@@ -252,7 +252,7 @@ func (m *Meta) forget(p *part) {
 		return
 	}
 	defer p.mu.Unlock()
-	if !p.st.Empty() || p.waiters > 0 || p.watching || p.compacting || p.appending || p.next != nil ||
+	if !p.st.EmptyAt(p.serverNow()) || p.waiters > 0 || p.watching || p.compacting || p.appending || p.next != nil ||
 		len(p.ours) > 0 || len(p.waits) > 0 || len(p.fulfilled) > 0 || m.closed.Load() {
 		return
 	}
@@ -458,7 +458,7 @@ func (m *Meta) execPart(ctx context.Context, name string, cells []backends.Cell,
 		if err == nil && after != nil {
 			after(p)
 		}
-		empty := m.sole && !consume && p.st.Empty()
+		empty := m.sole && !consume && p.st.EmptyAt(p.serverNow())
 		p.mu.Unlock()
 		if empty {
 			m.forget(p)
@@ -791,7 +791,9 @@ func (m *Meta) maybeCompact(p *part) {
 		// snapshot, and is emptied when the copy is forgotten.
 		return
 	}
-	if p.st.Empty() {
+	if from, ok := p.st.EmptyFrom(); ok {
+		// Empty, or once its voids and undone claim tokens expire (by
+		// the server's clock: no record may come to move the log's).
 		if m.closed.Load() {
 			return
 		}
@@ -799,10 +801,11 @@ func (m *Meta) maybeCompact(p *part) {
 			p.emptyTimer.Stop()
 		}
 		at := p.pos
-		p.emptyTimer = time.AfterFunc(emptyAfter, func() {
+		delay := emptyAfter + max(time.Duration(from-p.serverNow())*time.Microsecond, 0)
+		p.emptyTimer = time.AfterFunc(delay, func() {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			if p.pos == at && p.st.Empty() && !p.compacting && !m.closed.Load() {
+			if p.pos == at && p.st.EmptyAt(p.serverNow()) && !p.compacting && !m.closed.Load() {
 				m.compact(p, nil)
 			}
 		})

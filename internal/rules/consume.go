@@ -395,6 +395,10 @@ func (p *Partition) deleted(rows []*metadata.Row) {
 func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	p.tick(now)
 	now = p.now
+	if _, undone := p.undone[a.Token]; undone {
+		// Its caller undid it before it came (metadata.Undo).
+		return Claimed{Mark: metadata.Mark{Seq: p.seq}}
+	}
 	t := p.task(a.Task)
 	p.configure(t, a.Select)
 	p.advance(t, now)
@@ -913,6 +917,14 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 	}
 	if req.Op == metadata.Unwait {
 		p.unwait(t, req.Lease, req.Indexes)
+		return res
+	}
+	if req.Op == metadata.Undo {
+		p.unwait(t, req.Lease, p.LeasedTo(req.Task, req.Lease))
+		if p.undone == nil {
+			p.undone = map[string]int64{}
+		}
+		p.undone[req.Lease] = now
 		return res
 	}
 	if req.Op == metadata.EndBatch {

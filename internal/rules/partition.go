@@ -70,6 +70,9 @@ type Partition struct {
 	quiet bool
 	// fulfilled are the standing claims served since TakeFulfilled.
 	fulfilled []Claimed
+	// undone are the claim tokens a Settle Undo named, with its log time:
+	// a claim of one coming later leases nothing (kept voidFor).
+	undone map[string]int64
 	// byNumber indexes the committed rows by the number in a tag, per
 	// tag Oldest was asked of (see there).
 	byNumber map[string]*btree.BTreeG[verKey]
@@ -83,6 +86,7 @@ func New() *Partition {
 func (p *Partition) tick(now int64) {
 	if now > p.now {
 		p.now = now
+		p.expireVoids()
 	}
 }
 
@@ -123,21 +127,52 @@ func (p *Partition) consume(t *task) {
 func (p *Partition) bump() { p.seq++ }
 
 // Empty reports whether the partition holds nothing worth keeping: no
-// row (committed or prepared), no garbage, no orphan, no void, no task
-// with a standing claim, and no open batch whose end is to come (a rank
-// that has not taken its turn of it will). A log whose state is Empty
-// may be emptied, and every reader then starts from the empty state:
-// what it drops must be nothing another reader still acts on. Served
-// claims may go: their rows are gone, so a claim that replaces one finds
-// nothing to lease.
-func (p *Partition) Empty() bool {
-	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || len(p.voids) > 0 || !p.capacity.Zero() {
+// row (committed or prepared), no garbage, no orphan, no void or undone
+// claim token, no task with a standing claim, and no open batch whose end
+// is to come (a rank that has not taken its turn of it will). A log whose
+// state is Empty may be emptied, and every reader then starts from the
+// empty state: what it drops must be nothing another reader still acts
+// on. Served claims may go: their rows are gone, so a claim that replaces
+// one finds nothing to lease.
+func (p *Partition) Empty() bool { return p.EmptyAt(p.now) }
+
+// EmptyAt is Empty as of log time now (not before the partition's clock):
+// voids and undone claim tokens that expire by then count for nothing,
+// nor batches that end by then.
+func (p *Partition) EmptyAt(now int64) bool {
+	now = max(now, p.now)
+	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || !p.capacity.Zero() {
+		return false
+	}
+	if p.lastExpiry() > now {
 		return false
 	}
 	for _, t := range p.tasks {
-		if len(t.standing) > 0 || slices.ContainsFunc(t.batches, func(b *openBatch) bool { return t.live(b, p.now) }) {
+		if len(t.standing) > 0 || slices.ContainsFunc(t.batches, func(b *openBatch) bool { return t.live(b, now) }) {
 			return false
 		}
 	}
 	return true
+}
+
+// EmptyFrom reports whether the partition will be Empty once its voids
+// and undone claim tokens expire and nothing else happens, and from what
+// log time (the partition's clock when it is Empty now): a log whose
+// state holds nothing else may be emptied then.
+func (p *Partition) EmptyFrom() (int64, bool) {
+	at := max(p.lastExpiry(), p.now)
+	return at, p.EmptyAt(at)
+}
+
+// lastExpiry is the log time the last void or undone token expires at (0
+// with none).
+func (p *Partition) lastExpiry() int64 {
+	var last int64
+	for _, at := range p.voids {
+		last = max(last, at+voidFor.Microseconds()+1)
+	}
+	for _, at := range p.undone {
+		last = max(last, at+voidFor.Microseconds()+1)
+	}
+	return last
 }

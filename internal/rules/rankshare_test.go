@@ -67,3 +67,28 @@ func TestShareOfOtherRanks(t *testing.T) {
 		t.Fatalf("rank 3 of 4 after a batch of 2 ranks: %+v, want a batch of its own of k3, k4", c)
 	}
 }
+
+// A partition that holds nothing but an undone claim token (or a void)
+// is empty once it expires, and says from when: its log may be emptied
+// then, though no record comes to move its clock.
+func TestEmptyFrom(t *testing.T) {
+	l := &logged{p: New()}
+	l.put(t, 1, "k1")
+	if r, _ := l.at(t, 2, SettleRecord(&SettleArgs{Task: "t", Op: metadata.Undo, Lease: "c|8000000000000000"})); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if _, ok := l.p.EmptyFrom(); ok {
+		t.Fatal("a partition holding a row says it will be empty")
+	}
+	if r, _ := l.at(t, 3, DeleteRecord([]string{"k1"})); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	l.p.garbage, l.p.orphans = nil, nil // swept
+	from, ok := l.p.EmptyFrom()
+	if !ok || from != 2+voidFor.Microseconds()+1 {
+		t.Fatalf("EmptyFrom: %d, %v; want true from the undo's time plus %v", from, ok, voidFor)
+	}
+	if l.p.Empty() || l.p.EmptyAt(from-1) || !l.p.EmptyAt(from) {
+		t.Fatalf("Empty %v, EmptyAt(from-1) %v, EmptyAt(from) %v; want empty from %d only", l.p.Empty(), l.p.EmptyAt(from-1), l.p.EmptyAt(from), from)
+	}
+}

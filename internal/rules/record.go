@@ -463,11 +463,16 @@ func checkClaim(a *ClaimArgs) error {
 
 func corrupt(err error) error { return fmt.Errorf("%w: %w", ErrCorrupt, err) }
 
-// expireVoids forgets voids older than voidFor.
+// expireVoids forgets voids and undone claim tokens older than voidFor.
 func (p *Partition) expireVoids() {
 	for id, at := range p.voids {
 		if p.now-at > voidFor.Microseconds() {
 			delete(p.voids, id)
+		}
+	}
+	for tok, at := range p.undone {
+		if p.now-at > voidFor.Microseconds() {
+			delete(p.undone, tok)
 		}
 	}
 }

@@ -153,7 +153,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 			open = append(open, name)
 		}
 	}
-	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 || len(flagged) > 0 || len(open) > 0 {
+	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 || len(flagged) > 0 || len(open) > 0 || len(p.undone) > 0 {
 		b = append(b, CapacityRecord(p.capacity)[1:]...)
 		b = msgp.AppendArrayHeader(b, uint32(2*p.held))
 		for _, k := range slices.Sorted(maps.Keys(p.rows)) {
@@ -194,7 +194,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 				}
 			}
 		}
-		if len(open) > 0 {
+		if len(open) > 0 || len(p.undone) > 0 {
 			b = msgp.AppendArrayHeader(b, uint32(len(open)))
 			for _, name := range open {
 				b = msgp.AppendString(b, name)
@@ -215,6 +215,13 @@ func (p *Partition) Snapshot() ([]byte, error) {
 						b = msgp.AppendString(b, tok)
 					}
 				}
+			}
+		}
+		if len(p.undone) > 0 {
+			b = msgp.AppendArrayHeader(b, uint32(2*len(p.undone)))
+			for _, tok := range slices.Sorted(maps.Keys(p.undone)) {
+				b = msgp.AppendString(b, tok)
+				b = msgp.AppendInt64(b, p.undone[tok])
 			}
 		}
 	}
@@ -780,6 +787,11 @@ func restore(b []byte) (*Partition, error) {
 				return nil, err
 			}
 		}
+		if len(b) != 0 {
+			if b, err = p.readUndone(b); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if len(b) != 0 {
 		return nil, fmt.Errorf("%d bytes after the snapshot", len(b))
@@ -933,4 +945,34 @@ func (p *Partition) readBatchTakers(b []byte) ([]byte, error) {
 		}
 		return b, nil
 	})
+}
+
+// readUndone reads the undone claim tokens (see Partition.undone), in
+// one array of 2·n values: per token, token str and time signed.
+func (p *Partition) readUndone(b []byte) ([]byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return b, err
+	}
+	if n%2 != 0 {
+		return b, fmt.Errorf("undone tokens of %d values", n)
+	}
+	for range n / 2 {
+		var tok string
+		var at int64
+		if tok, b, err = msgp.ReadStringBytes(b); err != nil {
+			return b, err
+		}
+		if at, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return b, err
+		}
+		if p.undone == nil {
+			p.undone = map[string]int64{}
+		}
+		if _, twice := p.undone[tok]; twice || tok == "" {
+			return b, fmt.Errorf("undone token %q empty or twice", tok)
+		}
+		p.undone[tok] = at
+	}
+	return b, nil
 }

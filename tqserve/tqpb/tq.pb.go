@@ -189,6 +189,14 @@ const (
 	SettleRequest_DROP           SettleRequest_Op = 5
 	SettleRequest_UNWAIT         SettleRequest_Op = 6
 	SettleRequest_END_BATCH      SettleRequest_Op = 7
+	// Undo the claim whose token is lease (ClaimRequest.token), whose
+	// reply the client lost: its standing claim, what that was served and
+	// every row leased to the token go back ready, undelivered, and a
+	// claim with that token arriving later (within ten minutes) leases
+	// nothing and does not stand. No indexes. Not for a rank's claim (its
+	// batch is shared). Decided where the partition's records land, so it
+	// holds whichever server the claim and the undo reach.
+	SettleRequest_UNDO SettleRequest_Op = 8
 )
 
 // Enum value maps for SettleRequest_Op.
@@ -202,6 +210,7 @@ var (
 		5: "DROP",
 		6: "UNWAIT",
 		7: "END_BATCH",
+		8: "UNDO",
 	}
 	SettleRequest_Op_value = map[string]int32{
 		"OP_UNSPECIFIED": 0,
@@ -212,6 +221,7 @@ var (
 		"DROP":           5,
 		"UNWAIT":         6,
 		"END_BATCH":      7,
+		"UNDO":           8,
 	}
 )
 
@@ -2500,9 +2510,9 @@ type ClaimRequest struct {
 	SettleFirst *SettleRequest `protobuf:"bytes,17,opt,name=settle_first,json=settleFirst,proto3" json:"settle_first,omitempty"`
 	// The claim's token (its lease's, or its standing claim's), chosen by
 	// the client as holder + "|" + 16 lowercase hex digits, the first >= 8,
-	// so that it can undo the claim should the reply be lost (a SettleRequest
-	// with undo). Empty: the server chooses. A claim whose token was undone
-	// before it arrived fails with NOT_APPLIED, nothing done.
+	// so that it can undo the claim should the reply be lost (SettleRequest
+	// op UNDO). Empty: the server chooses. A claim whose token was undone
+	// before it arrived leases nothing and does not stand.
 	Token         string `protobuf:"bytes,18,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3038,20 +3048,14 @@ func (x *Positions) GetPositions() []int64 {
 }
 
 type SettleRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Partition string                 `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
-	Task      string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
-	Op        SettleRequest_Op       `protobuf:"varint,3,opt,name=op,proto3,enum=tqgo.v1.SettleRequest_Op" json:"op,omitempty"`
-	Lease     string                 `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
-	Indexes   []uint64               `protobuf:"varint,5,rep,packed,name=indexes,proto3" json:"indexes,omitempty"`
-	DelayNs   int64                  `protobuf:"zigzag64,6,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
-	Reason    string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	// With op UNWAIT and indexes empty: undo the claim whose token is lease
-	// (ClaimRequest.token), whose reply the client lost: its standing
-	// claim, what that was served and every row leased to the token go
-	// back ready, undelivered, and a claim with that token arriving later
-	// applies nothing. Not for a rank's claim (its batch is shared).
-	Undo          bool `protobuf:"varint,8,opt,name=undo,proto3" json:"undo,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     string                 `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Task          string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Op            SettleRequest_Op       `protobuf:"varint,3,opt,name=op,proto3,enum=tqgo.v1.SettleRequest_Op" json:"op,omitempty"`
+	Lease         string                 `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	Indexes       []uint64               `protobuf:"varint,5,rep,packed,name=indexes,proto3" json:"indexes,omitempty"`
+	DelayNs       int64                  `protobuf:"zigzag64,6,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3133,13 +3137,6 @@ func (x *SettleRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
-}
-
-func (x *SettleRequest) GetUndo() bool {
-	if x != nil {
-		return x.Undo
-	}
-	return false
 }
 
 type SettleReply struct {
@@ -4841,7 +4838,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\asettled\x18\x0e \x01(\v2\x14.tqgo.v1.SettleReplyR\asettled\x127\n" +
 	"\x0esettle_failure\x18\x0f \x01(\v2\x10.tqgo.v1.FailureR\rsettleFailure\")\n" +
 	"\tPositions\x12\x1c\n" +
-	"\tpositions\x18\x01 \x03(\x03R\tpositions\"\xcc\x02\n" +
+	"\tpositions\x18\x01 \x03(\x03R\tpositions\"\xc8\x02\n" +
 	"\rSettleRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12)\n" +
@@ -4849,8 +4846,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
 	"\aindexes\x18\x05 \x03(\x04R\aindexes\x12\x19\n" +
 	"\bdelay_ns\x18\x06 \x01(\x12R\adelayNs\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\x12\x12\n" +
-	"\x04undo\x18\b \x01(\bR\x04undo\"g\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"q\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03ACK\x10\x01\x12\b\n" +
@@ -4861,7 +4857,8 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x04DROP\x10\x05\x12\n" +
 	"\n" +
 	"\x06UNWAIT\x10\x06\x12\r\n" +
-	"\tEND_BATCH\x10\a\"p\n" +
+	"\tEND_BATCH\x10\a\x12\b\n" +
+	"\x04UNDO\x10\bJ\x04\b\b\x10\t\"p\n" +
 	"\vSettleReply\x12\x12\n" +
 	"\x04lost\x18\x01 \x03(\x04R\x04lost\x12%\n" +
 	"\x05until\x18\x02 \x01(\v2\x0f.tqgo.v1.MomentR\x05until\x12&\n" +
