@@ -472,7 +472,18 @@ func (m *Meta) undoClaim(ctx context.Context, partition, task, token string, set
 		defer m.bg.Done()
 		uctx, cancel := context.WithTimeout(m.life, undoFor)
 		defer cancel()
-		_, err := m.c.Settle(uctx, &tqpb.SettleRequest{Partition: partition, Task: task, Op: tqpb.SettleRequest_UNDO, Lease: token})
+		req := &tqpb.SettleRequest{Partition: partition, Task: task, Op: tqpb.SettleRequest_UNDO, Lease: token}
+		_, err := m.c.Settle(uctx, req)
+		// A server that went away (the lost reply's cause) may be back
+		// soon: the undo is tried again until undoFor is over. (An
+		// undo sent twice hands back nothing more.)
+		for delay := 10 * time.Millisecond; err != nil && !decided(err) && uctx.Err() == nil; delay = min(2*delay, 500*time.Millisecond) {
+			select {
+			case <-uctx.Done():
+			case <-time.After(delay):
+				_, err = m.c.Settle(uctx, req)
+			}
+		}
 		done <- err // a failure leaves the claim's lease to end
 	}()
 	select {
