@@ -91,7 +91,6 @@ func TestClaimReplyLostUndone(t *testing.T) {
 func TestStandingClaimReplyLostUndone(t *testing.T) {
 	for name, engine := range engines(t) {
 		t.Run(name, func(t *testing.T) {
-			skipMemory(t, name)
 			d := &dropFirstClaimReply{lost: func(r *tqpb.ClaimReply) bool { return r.GetWaiting() != "" }}
 			s := startServer(t, engine(t), tqserve.WithInterceptor(d.intercept))
 			l := waitForPut(t, s.URL, func() {})

@@ -17,15 +17,6 @@ import (
 	"github.com/tqgo/tqgo/tqserve/tqpb"
 )
 
-// skipMemory skips the memory engine, whose claims never stand (a Wait
-// there wakes on the change in process and then claims): it has no
-// registered claim to take.
-func skipMemory(t *testing.T, engine string) {
-	if engine == "memory" {
-		t.Skip("memory: claims never stand, a Wait has no registered claim to take")
-	}
-}
-
 // parked returns a channel that receives once a Wait of partition is
 // parked in the server (its replica's wait, past its mark check), until
 // t ends.
@@ -99,7 +90,6 @@ func waitForPut(t *testing.T, url string, before func()) *tq.Lease {
 func TestWaitTakesLeaseWithWakeUp(t *testing.T) {
 	for name, engine := range engines(t) {
 		t.Run(name, func(t *testing.T) {
-			skipMemory(t, name)
 			cc := &callCounter{n: map[string]int{}}
 			s := startServer(t, engine(t), tqserve.WithInterceptor(cc.intercept))
 			l := waitForPut(t, s.URL, func() { cc.take() })
@@ -121,7 +111,6 @@ func TestWaitTakesLeaseWithWakeUp(t *testing.T) {
 func TestWaitTakeReplyLost(t *testing.T) {
 	for name, engine := range engines(t) {
 		t.Run(name, func(t *testing.T) {
-			skipMemory(t, name)
 			var mu sync.Mutex
 			dropped := 0
 			drop := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {

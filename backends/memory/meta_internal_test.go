@@ -27,7 +27,7 @@ func TestClearedPartitionsForgotten(t *testing.T) {
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("DeletePartition: %d rows, %v", len(rows), err)
 		}
-		if n := m.parts[p]; n == nil {
+		if !m.holds(p) {
 			t.Fatalf("step %d: a cleared partition with garbage was forgotten", step)
 		}
 		if err := m.Swept(ctx, p, rows[0].Refs()); err != nil {
@@ -41,9 +41,18 @@ func TestClearedPartitionsForgotten(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if len(m.parts) != 0 {
-		t.Errorf("%d partitions kept after every one was cleared and swept", len(m.parts))
+	m.log.mu.Lock()
+	defer m.log.mu.Unlock()
+	if len(m.log.ends) != 0 {
+		t.Errorf("%d partitions kept after every one was cleared and swept", len(m.log.ends))
 	}
+}
+
+// holds reports whether the store keeps partition (its log: the replica
+// forgets its copy with it).
+func (m *MetaStore) holds(partition string) bool {
+	m.log.mu.Lock()
+	defer m.log.mu.Unlock()
+	_, ok := m.log.ends[partition]
+	return ok
 }

@@ -192,7 +192,7 @@ func (m *Meta) Abandon(ctx context.Context, partition string, refs []metadata.Re
 	if err != nil {
 		return err
 	}
-	if r.Unknown > 0 {
+	if r.Unknown > 0 && !m.sole {
 		return fmt.Errorf("%w: partition %q: %d of %d abandoned cells", backends.ErrReservationLost, partition, r.Unknown, len(refs))
 	}
 	return r.Err
@@ -256,8 +256,10 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		var base, picked, restarts uint64
 		var pickMark uint64 // the copy's mark where the pick looked
 		own := 1            // this attempt's records
-		pp := m.part(partition)
-		rs, err := m.execAfter(ctx, partition, nil, func(st *rules.Partition) ([]record, error) {
+		var pp *part
+		rs, err := m.execPart(ctx, partition, nil, true, func(p *part) ([]record, error) {
+			pp = p
+			st := p.st
 			picked, restarts, pickMark = pp.pos.N, pp.restarts, pp.mark()
 			a.Token = req.Token
 			if a.Token == "" {
@@ -323,7 +325,7 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 				}
 			}
 		}
-		if err != nil || r.Err != nil || r.Claimed.Waiting == "" {
+		if (err != nil || r.Err != nil || r.Claimed.Waiting == "") && pp != nil {
 			pp.mu.Lock()
 			delete(pp.waits, a.Token)
 			pp.mu.Unlock()
@@ -453,6 +455,11 @@ func (m *Meta) share(ctx context.Context, partition string, a *rules.ClaimArgs) 
 // localClaimed is c, a claim's result by the server's clock, in this
 // process's time, its mark in this copy's count.
 func localClaimed(c rules.Claimed, skew time.Duration, base uint64) metadata.Claimed {
+	c.Mark = metadata.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
+	if skew == 0 {
+		// (A Sole Meta's: the claim's deliveries are its own already.)
+		return c
+	}
 	c.Until = local(c.Until, skew)
 	c.Deliveries = slices.Clone(c.Deliveries)
 	for i := range c.Deliveries {
@@ -460,7 +467,6 @@ func localClaimed(c rules.Claimed, skew time.Duration, base uint64) metadata.Cla
 		c.Deliveries[i].At = local(c.Deliveries[i].At, skew)
 		c.Deliveries[i].Granted = local(c.Deliveries[i].Granted, skew)
 	}
-	c.Mark = metadata.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
 	return c
 }
 
@@ -493,7 +499,7 @@ func (m *Meta) Settle(ctx context.Context, partition string, req metadata.Settle
 		return metadata.SettleResult{}, err
 	}
 	var skew time.Duration
-	r, err := one(m.execAfter(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+	r, err := one(m.execPart(ctx, partition, nil, true, func(*part) ([]record, error) {
 		return []record{{id: newID(), data: rules.SettleRecord(&req)}}, nil
 	}, func(p *part) {
 		skew = p.skew
@@ -530,8 +536,7 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	if err := m.check(ctx); err != nil {
 		return metadata.View{}, err
 	}
-	p := m.part(partition)
-	p.mu.Lock()
+	p := m.lockPart(partition)
 	defer p.mu.Unlock()
 	if err := m.catchUp(ctx, p); err != nil {
 		return metadata.View{}, err
@@ -555,8 +560,7 @@ func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.Sum
 	if err := m.check(ctx); err != nil {
 		return metadata.Summary{}, err
 	}
-	p := m.part(partition)
-	p.mu.Lock()
+	p := m.lockPart(partition)
 	if err := m.catchUp(ctx, p); err != nil {
 		p.mu.Unlock()
 		return metadata.Summary{}, err
@@ -625,9 +629,9 @@ func (m *Meta) Reset(ctx context.Context, partition, task string, indexes []uint
 	if indexes != nil && len(indexes) == 0 {
 		return m.check(ctx)
 	}
-	r, err := one(m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+	r, err := one(m.execPart(ctx, partition, nil, true, func(*part) ([]record, error) {
 		return []record{{id: newID(), data: rules.ResetRecord(task, indexes)}}, nil
-	}))
+	}, nil))
 	if err != nil {
 		return err
 	}
@@ -641,10 +645,12 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark metadata.Mark) e
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	p := m.part(partition)
-	p.mu.Lock()
+	p := m.lockPart(partition)
 	p.waiters++
-	m.watch(p)
+	if !m.sole {
+		// (A Sole Meta's writes wake its Waits: there are no others.)
+		m.watch(p)
+	}
 	defer func() {
 		p.mu.Lock()
 		p.waiters--
@@ -652,7 +658,7 @@ func (m *Meta) Wait(ctx context.Context, partition string, mark metadata.Mark) e
 	}()
 	var timer <-chan time.Time
 	if !mark.Wake.IsZero() {
-		d := time.Until(mark.Wake)
+		d := mark.Wake.Sub(m.clock())
 		if d <= 0 {
 			p.mu.Unlock()
 			return nil
@@ -698,8 +704,7 @@ func (m *Meta) WaitTake(ctx context.Context, partition string, mark metadata.Mar
 // take returns the lease the registered claim token was fulfilled with,
 // if it was, and forgets the claim.
 func (m *Meta) take(partition, token string) (metadata.Claimed, bool) {
-	p := m.part(partition)
-	p.mu.Lock()
+	p := m.lockPart(partition)
 	defer p.mu.Unlock()
 	c, ok := p.fulfilled[token]
 	if !ok {
@@ -803,8 +808,7 @@ func (c colocated) ReadRows(ctx context.Context, partition string, keys []string
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	p := m.part(partition)
-	p.mu.Lock()
+	p := m.lockPart(partition)
 	defer p.mu.Unlock()
 	rows := p.st.Lookup(keys)
 	current := false // whether rows are as the log has them, just read

@@ -48,11 +48,17 @@ type Meta struct {
 	mu    sync.Mutex // guards parts and tick
 	parts map[string]*part
 	tick  uint64 // counts part lookups: a copy's age
+	made  uint64 // counts a Sole Meta's copies: each one's marks begin past its predecessors'
 
 	// compactBytes is the log bytes after which a writer compacts: at
 	// least this, and at least the last snapshot's size.
 	compactBytes int
 	settleFor    time.Duration // 0: the package's (see SetSettleFor)
+
+	// sole is set when this Meta is its log's only user (see Sole), and
+	// clock is the time this process and the log's stamps are read from.
+	sole  bool
+	clock func() time.Time
 }
 
 // Option configures a Meta.
@@ -86,9 +92,23 @@ func CompactAfter(n int) Option { return func(m *Meta) { m.compactBytes = n } }
 // others.
 func SettleFor(d time.Duration) Option { return func(m *Meta) { m.settleFor = d } }
 
+// Sole says that this Meta is its log's only reader and writer, a log in
+// this process (memory's) that stamps its entries with clock: this
+// process's time is the log's (no skew, and clock is what leases, delays
+// and Waits' wake times are judged by); an emptied log is emptied at
+// once, not after emptyAfter (no other process has a reply in flight);
+// a partition a write other than a consumption call (Claim, Settle,
+// Reset) leaves empty is forgotten, its log and its copy, as an
+// in-process engine forgets it; and an abandoned cell the log does not
+// know was aborted and swept already (the log loses nothing, and hands
+// no index out twice), not lost.
+func Sole(clock func() time.Time) Option {
+	return func(m *Meta) { m.sole, m.clock = true, clock }
+}
+
 // New returns the metadata over log, with data the engine's cells.
 func New(log backends.Log, data backends.Store, opts ...Option) *Meta {
-	m := &Meta{log: log, data: data, done: make(chan struct{}), parts: map[string]*part{}, compactBytes: int(defaultCompactBytes.Load())}
+	m := &Meta{log: log, data: data, done: make(chan struct{}), parts: map[string]*part{}, compactBytes: int(defaultCompactBytes.Load()), clock: time.Now}
 	m.life, m.end = context.WithCancel(context.Background())
 	m.cells, _ = log.(backends.LogCells)
 	for _, o := range opts {
@@ -105,8 +125,9 @@ var (
 // part is this process's copy of one partition.
 type part struct {
 	name string
-	used atomic.Uint64 // Meta.tick at its last lookup
-	mu   sync.Mutex    // guards everything below
+	used atomic.Uint64    // Meta.tick at its last lookup
+	now  func() time.Time // the Meta's clock
+	mu   sync.Mutex       // guards everything below
 	st   *rules.Partition
 	pos  backends.Pos // the last entry applied
 	// restarts counts the copy's restarts from a snapshot (or from an
@@ -147,6 +168,9 @@ type part struct {
 	// (see appendGrouped).
 	appending bool
 	next      *group
+	// dropped is set when the copy is forgotten (Sole): a call that
+	// fetched it before takes the partition's copy again.
+	dropped bool
 }
 
 // keepParts is how many partitions' copies a Meta keeps; beyond it, the
@@ -161,10 +185,19 @@ func (m *Meta) part(name string) *part {
 	m.tick++
 	p := m.parts[name]
 	if p == nil {
-		if len(m.parts) >= keepParts {
+		if len(m.parts) >= keepParts && !m.sole {
+			// (A Sole Meta's copies are the state: they go when the
+			// partition empties, see forget.)
 			m.evict()
 		}
-		p = &part{name: name, st: rules.New(), results: map[uint64]*rules.Result{}, ours: map[uint64][]byte{}, waits: map[string]bool{}}
+		p = &part{name: name, now: m.clock, st: rules.New(), results: map[uint64]*rules.Result{}, ours: map[uint64][]byte{}, waits: map[string]bool{}}
+		if m.sole {
+			// A Sole Meta's marks of a copy begin past any of a copy of
+			// the partition it forgot, so that a Wait on an old mark
+			// never sleeps on a new copy that reached the same count.
+			m.made++
+			p.base = m.made << 40
+		}
 		m.parts[name] = p
 	}
 	p.used.Store(m.tick)
@@ -193,6 +226,40 @@ func (m *Meta) evict() {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// lockPart returns the partition's copy, locked: one not forgotten (see
+// forget) between its lookup and its lock.
+func (m *Meta) lockPart(name string) *part {
+	for {
+		p := m.part(name)
+		p.mu.Lock()
+		if !p.dropped {
+			return p
+		}
+		p.mu.Unlock()
+	}
+}
+
+// forget drops a Sole Meta's copy of a partition a write left empty, and
+// the partition's log with it, if no call holds or waits on the copy
+// (else a later write forgets it). The caller holds neither m.mu nor
+// p.mu.
+func (m *Meta) forget(p *part) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.parts[p.name] != p || !p.mu.TryLock() {
+		return
+	}
+	defer p.mu.Unlock()
+	if !p.st.EmptyAt(p.serverNow()) || p.waiters > 0 || p.watching || p.compacting || p.appending || p.next != nil ||
+		len(p.ours) > 0 || len(p.waits) > 0 || len(p.fulfilled) > 0 || m.closed.Load() {
+		return
+	}
+	delete(m.parts, p.name)
+	p.dropped = true
+	// An in-process log: the call returns at once.
+	_ = m.log.Compact(m.life, p.name, p.pos, nil)
 }
 
 func (m *Meta) check(ctx context.Context) error {
@@ -293,7 +360,7 @@ func (p *part) mark() uint64 { return p.base + p.st.Seq() }
 // no earlier than the last record applied: a custom claim picks its
 // candidates as of then, so that a lease that ended with nothing appended
 // since is ready again. The caller holds p.mu.
-func (p *part) serverNow() int64 { return max(p.st.Now(), time.Now().Add(-p.skew).UnixMicro()) }
+func (p *part) serverNow() int64 { return max(p.st.Now(), p.now().Add(-p.skew).UnixMicro()) }
 
 // changed wakes the Waits. The caller holds p.mu.
 func (p *part) changed() {
@@ -308,6 +375,11 @@ func (p *part) changed() {
 // until a read joins. The caller holds p.mu; it is released during the
 // read.
 func (m *Meta) catchUp(ctx context.Context, p *part) error {
+	if m.sole {
+		// Every entry of the log was appended, and applied, by this
+		// copy: it is the log's state.
+		return nil
+	}
 	for {
 		from := p.pos
 		p.mu.Unlock()
@@ -334,8 +406,7 @@ func (m *Meta) viewPart(ctx context.Context, name string, f func(p *part)) error
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	p := m.part(name)
-	p.mu.Lock()
+	p := m.lockPart(name)
 	defer p.mu.Unlock()
 	if err := m.catchUp(ctx, p); err != nil {
 		return err
@@ -358,11 +429,18 @@ func (m *Meta) exec(ctx context.Context, name string, cells []backends.Cell, bui
 // execAfter is exec that then runs after, under the partition's lock, with
 // the state the records left (and maybe later ones).
 func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell, build func(st *rules.Partition) ([]record, error), after func(p *part)) (res []*rules.Result, err error) {
+	return m.execPart(ctx, name, cells, false, func(p *part) ([]record, error) { return build(p.st) }, after)
+}
+
+// execPart is execAfter whose build is given the partition's copy.
+// consume is set for a consumption call's records (Claim, Settle,
+// Reset), which leave a Sole Meta's partition kept even if empty (see
+// Sole); any other write that leaves it empty forgets it.
+func (m *Meta) execPart(ctx context.Context, name string, cells []backends.Cell, consume bool, build func(p *part) ([]record, error), after func(p *part)) (res []*rules.Result, err error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	p := m.part(name)
-	recs, err := buildLocked(p, build)
+	p, recs, err := m.buildLocked(name, build)
 	if err != nil || len(recs) == 0 {
 		p.mu.Unlock()
 		return nil, err
@@ -380,7 +458,11 @@ func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell
 		if err == nil && after != nil {
 			after(p)
 		}
+		empty := m.sole && !consume && p.st.EmptyAt(p.serverNow())
 		p.mu.Unlock()
+		if empty {
+			m.forget(p)
+		}
 	}()
 	if cells == nil || m.cells == nil {
 		// Records alone: grouped with other calls' (see appendGrouped).
@@ -395,7 +477,7 @@ func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell
 	}
 	from, restarts := p.pos, p.restarts
 	p.mu.Unlock()
-	sent := time.Now()
+	sent := m.clock()
 	t, err := m.cells.AppendCells(ctx, name, from, cells, out)
 	p.mu.Lock()
 	if err != nil {
@@ -404,7 +486,7 @@ func (m *Meta) execAfter(ctx context.Context, name string, cells []backends.Cell
 		}
 		return nil, err
 	}
-	if n := len(t.Entries); n > 0 {
+	if n := len(t.Entries); n > 0 && !m.sole {
 		p.skew = sent.Sub(time.UnixMicro(t.Entries[n-1].Time))
 	}
 	if _, err := m.applyTail(p, from, &t); err != nil {
@@ -506,13 +588,13 @@ func (m *Meta) appendGrouped(ctx context.Context, p *part, recs []backends.Recor
 func (m *Meta) appendLocked(ctx context.Context, p *part, recs []backends.Record) error {
 	from := p.pos
 	p.mu.Unlock()
-	sent := time.Now()
+	sent := m.clock()
 	t, err := m.log.Append(ctx, p.name, from, recs)
 	p.mu.Lock()
 	if err != nil {
 		return err
 	}
-	if n := len(t.Entries); n > 0 {
+	if n := len(t.Entries); n > 0 && !m.sole {
 		p.skew = sent.Sub(time.UnixMicro(t.Entries[n-1].Time))
 	}
 	_, err = m.applyTail(p, from, &t)
@@ -558,20 +640,21 @@ func (m *Meta) failGroups(p *part) {
 	p.appending = false
 }
 
-// buildLocked locks p and runs build under the lock, which it returns
-// held; if build panics (it may run a caller's pick), the lock is released
-// before the panic goes on, so the partition is not left locked for good.
-func buildLocked(p *part, build func(st *rules.Partition) ([]record, error)) (recs []record, err error) {
-	p.mu.Lock()
+// buildLocked locks the partition's copy and runs build under the lock,
+// which it returns held; if build panics (it may run a caller's pick),
+// the lock is released before the panic goes on, so the partition is not
+// left locked for good.
+func (m *Meta) buildLocked(name string, build func(p *part) ([]record, error)) (p *part, recs []record, err error) {
+	p = m.lockPart(name)
 	done := false
 	defer func() {
 		if !done {
 			p.mu.Unlock()
 		}
 	}()
-	recs, err = build(p.st)
+	recs, err = build(p)
 	done = true
-	return recs, err
+	return p, recs, err
 }
 
 // results returns the results of recs if every one applied.
@@ -703,6 +786,11 @@ var emptyAfter = time.Second
 // the state has stayed empty for emptyAfter, empties the log. The caller
 // holds p.mu.
 func (m *Meta) maybeCompact(p *part) {
+	if m.sole {
+		// No reader restarts from a Sole Meta's log: it needs no
+		// snapshot, and is emptied when the copy is forgotten.
+		return
+	}
 	if from, ok := p.st.EmptyFrom(); ok {
 		// Empty, or once its voids and undone claim tokens expire (by
 		// the server's clock: no record may come to move the log's).

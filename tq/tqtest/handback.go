@@ -20,8 +20,8 @@ func handBackCases() []testCase {
 }
 
 // handBackWaitEndsAsFilled: a Wait whose context ends at the moment its
-// claim is filled (a hook ends it there: on a shared engine as a record
-// fulfils its standing claim, on memory as the commit wakes it) returns
+// claim is filled (a hook ends it there, as a record fulfils its
+// standing claim) returns
 // its context's error, and the rows go back at once, undelivered: another
 // consumer claims them long before the lease would end, each with this
 // delivery only, none dead under MaxDeliveries(1). (A Wait that woke
