@@ -47,20 +47,7 @@ func TestRankClaimResultLostToCompaction(t *testing.T) {
 		held := &heldAppend{appended: make(chan struct{}), release: make(chan struct{})}
 		a := client(t, srv, nil)
 		b := client(t, srv, func(l backends.Log) backends.Log { held.Log = l; return held })
-		four := tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
-			if len(ready) < 4 {
-				return nil, nil
-			}
-			return [][]int{{0}, {1}, {2}, {3}}, nil
-		})
-		rank := func(c *tq.Client, r int) *tq.Task {
-			task, err := c.Task("p", "t", []string{"x"}, tq.WithSampler(four), tq.Ranks(2, r, ""), tq.LeaseFor(time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return task
-		}
-		ta, tb := rank(a, 0), rank(b, 1)
+		ta, tb := rankOfTwo(t, a, 0), rankOfTwo(t, b, 1)
 		put(t, a, "p", "r0", "r1", "r2", "r3")
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var la *tq.Lease
@@ -117,4 +104,22 @@ func TestRankClaimResultLostToCompaction(t *testing.T) {
 			}
 		}
 	}
+}
+
+// rankOfTwo is rank r of 2 of task t of partition p on c, as the GRPO
+// trainer's sampler takes them: the ready rows once there are 4, each a
+// unit; leases of a minute.
+func rankOfTwo(t *testing.T, c *tq.Client, r int) *tq.Task {
+	t.Helper()
+	four := tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
+		if len(ready) < 4 {
+			return nil, nil
+		}
+		return [][]int{{0}, {1}, {2}, {3}}, nil
+	})
+	task, err := c.Task("p", "t", []string{"x"}, tq.WithSampler(four), tq.Ranks(2, r, ""), tq.LeaseFor(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
 }

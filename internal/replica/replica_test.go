@@ -658,21 +658,7 @@ func TestRankShareAcrossCompaction(t *testing.T) {
 	gate := &gatedReads{open: make(chan struct{}), at: make(chan struct{}, 1), closed: true}
 	a := client(t, srv, nil)
 	b := client(t, srv, func(l backends.Log) backends.Log { gate.Log = l; return gate })
-	// As the GRPO trainer's sampler: the ready rows, once there are 4.
-	four := tq.SamplerFunc(func(ready []tq.Candidate, n int) ([][]int, []int) {
-		if len(ready) < 4 {
-			return nil, nil
-		}
-		return [][]int{{0}, {1}, {2}, {3}}, nil
-	})
-	rank := func(c *tq.Client, r int) *tq.Task {
-		task, err := c.Task("p", "t", []string{"x"}, tq.WithSampler(four), tq.Ranks(2, r, ""), tq.LeaseFor(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return task
-	}
-	ta, tb := rank(a, 0), rank(b, 1)
+	ta, tb := rankOfTwo(t, a, 0), rankOfTwo(t, b, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	type result struct {

@@ -904,46 +904,46 @@ func (p *Partition) readBatchEnds(b []byte) ([]byte, error) {
 // readBatchPartials reads the partial flags of tasks' open batches (an
 // empty array for a batch without flags).
 func (p *Partition) readBatchPartials(b []byte) ([]byte, error) {
-	return p.readPerBatch(b, "partial flags", func(ob *openBatch, b []byte) ([]byte, error) {
-		nf, b, err := msgp.ReadArrayHeaderBytes(b)
-		if err != nil || nf == 0 {
-			return b, err
-		}
-		if int(nf) != len(ob.units) {
-			return b, fmt.Errorf("partial flags of %d units, batch of %d", nf, len(ob.units))
-		}
-		ob.partial = make([]bool, nf)
-		for k := range ob.partial {
-			if ob.partial[k], b, err = msgp.ReadBoolBytes(b); err != nil {
-				return b, err
-			}
-		}
-		return b, nil
-	})
+	return readBatchArrays(p, b, "partial flags", func(ob *openBatch) int { return len(ob.units) }, msgp.ReadBoolBytes,
+		func(ob *openBatch, flags []bool) error { ob.partial = flags; return nil })
 }
 
 // readBatchTakers reads the tokens of the claims that took tasks' open
 // batches' shares (see openBatch.takers; an empty array for a batch
 // without them).
 func (p *Partition) readBatchTakers(b []byte) ([]byte, error) {
-	return p.readPerBatch(b, "takers", func(ob *openBatch, b []byte) ([]byte, error) {
+	return readBatchArrays(p, b, "takers", func(ob *openBatch) int { return len(ob.taken) }, msgp.ReadStringBytes,
+		func(ob *openBatch, takers []string) error {
+			for k, tok := range takers {
+				if tok != "" && !ob.taken[k] {
+					return fmt.Errorf("a taker of rank %d, whose share is not taken", k)
+				}
+			}
+			ob.takers = takers
+			return nil
+		})
+}
+
+// readBatchArrays reads a snapshot part of one array per open batch (see
+// readPerBatch): empty, or of want(ob) values, each read by read, which
+// set checks and keeps.
+func readBatchArrays[T any](p *Partition, b []byte, what string, want func(*openBatch) int,
+	read func([]byte) (T, []byte, error), set func(*openBatch, []T) error) ([]byte, error) {
+	return p.readPerBatch(b, what, func(ob *openBatch, b []byte) ([]byte, error) {
 		n, b, err := msgp.ReadArrayHeaderBytes(b)
 		if err != nil || n == 0 {
 			return b, err
 		}
-		if int(n) != len(ob.taken) {
-			return b, fmt.Errorf("takers of %d ranks, batch of %d", n, len(ob.taken))
+		if int(n) != want(ob) {
+			return b, fmt.Errorf("%s: %d values, want %d", what, n, want(ob))
 		}
-		ob.takers = make([]string, n)
-		for k := range ob.takers {
-			if ob.takers[k], b, err = msgp.ReadStringBytes(b); err != nil {
+		vals := make([]T, n)
+		for k := range vals {
+			if vals[k], b, err = read(b); err != nil {
 				return b, err
 			}
-			if ob.takers[k] != "" && !ob.taken[k] {
-				return b, fmt.Errorf("a taker of rank %d, whose share is not taken", k)
-			}
 		}
-		return b, nil
+		return b, set(ob, vals)
 	})
 }
 
