@@ -201,8 +201,11 @@ func (u *undoSeen) intercept(ctx context.Context, req any, info *grpc.UnaryServe
 		u.tokens = append(u.tokens, r.GetToken())
 		if u.decided && !u.failed && err == nil {
 			u.failed = true
-			st, _ := status.New(codes.Unknown, "test: the append's outcome is unknown").WithDetails(
+			st, derr := status.New(codes.Unknown, "test: the append's outcome is unknown").WithDetails(
 				&tqpb.Failure{Kind: tqpb.Failure_OUTCOME_UNKNOWN, Message: "test: the append's outcome is unknown"})
+			if derr != nil {
+				return nil, derr
+			}
 			return nil, st.Err()
 		}
 	case *tqpb.SettleRequest:

@@ -34,10 +34,10 @@ func TestUndoneTokenExpires(t *testing.T) {
 	if _, err := m.DeletePartition(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Garbage(ctx, "p", 0); err != nil {
+	refs, err := m.Garbage(ctx, "p", 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	refs, _ := m.Garbage(ctx, "p", 0)
 	if err := m.Swept(ctx, "p", refs); err != nil {
 		t.Fatal(err)
 	}
