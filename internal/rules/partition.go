@@ -167,12 +167,5 @@ func (p *Partition) EmptyFrom() (int64, bool) {
 // lastExpiry is the log time the last void or undone token expires at (0
 // with none).
 func (p *Partition) lastExpiry() int64 {
-	var last int64
-	for _, at := range p.voids {
-		last = max(last, at+voidFor.Microseconds()+1)
-	}
-	for _, at := range p.undone {
-		last = max(last, at+voidFor.Microseconds()+1)
-	}
-	return last
+	return max(expiry(p.voids), expiry(p.undone))
 }

@@ -300,8 +300,7 @@ func (p *Partition) Replay(e *backends.Entry) {
 
 // Apply applies one log entry at its time, and returns what it gave.
 func (p *Partition) Apply(e *backends.Entry) Result {
-	p.tick(e.Time)
-	p.expireVoids()
+	p.tick(e.Time) // and expires voids and undone tokens
 	var r Result
 	if len(e.Data) > 0 {
 		r.Kind = e.Data[0]
@@ -465,16 +464,24 @@ func corrupt(err error) error { return fmt.Errorf("%w: %w", ErrCorrupt, err) }
 
 // expireVoids forgets voids and undone claim tokens older than voidFor.
 func (p *Partition) expireVoids() {
-	for id, at := range p.voids {
-		if p.now-at > voidFor.Microseconds() {
-			delete(p.voids, id)
-		}
+	expire(p.voids, p.now)
+	expire(p.undone, p.now)
+}
+
+// expire forgets the entries of m (each kept as of its time) older than
+// voidFor at now.
+func expire[K comparable](m map[K]int64, now int64) {
+	maps.DeleteFunc(m, func(_ K, at int64) bool { return now-at > voidFor.Microseconds() })
+}
+
+// expiry is the time the last entry of m (each kept as of its time)
+// expires at: voidFor past it (0 with none).
+func expiry[K comparable](m map[K]int64) int64 {
+	var last int64
+	for _, at := range m {
+		last = max(last, at+voidFor.Microseconds()+1)
 	}
-	for tok, at := range p.undone {
-		if p.now-at > voidFor.Microseconds() {
-			delete(p.undone, tok)
-		}
-	}
+	return last
 }
 
 // taskName returns the name b spells, the task's own string when the
