@@ -22,7 +22,8 @@ type View struct {
 	AsOf time.Time
 	// Segment is the newest log segment read ("" if none), and Offset
 	// where the view stopped in it: its end as the open found it, or a
-	// record the writer had not finished writing.
+	// record the writer had not finished writing (0 in a segment the
+	// writer is starting, its header not written yet).
 	Segment string
 	Offset  int64
 	// Tries is how many times the open read the directory: more than
