@@ -39,7 +39,8 @@ func BenchmarkServedClaim(b *testing.B) {
 	for _, consumers := range []int{1, 8, 64} {
 		b.Run("consumers="+strconv.Itoa(consumers), func(b *testing.B) {
 			ctx := b.Context()
-			srv := startServer(b, rs.URL()+"?prefix=bench"+strconv.Itoa(consumers))
+			// A prefix per run: -count and the first run of b.N=1 share the server.
+			srv := startServer(b, rs.URL()+"?prefix=bench"+strconv.FormatInt(engineNames.Add(1), 10))
 			clients := make([]*tq.Client, consumers)
 			for i := range clients {
 				c, err := tq.Open(ctx, srv.URL)

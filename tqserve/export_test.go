@@ -1,9 +1,27 @@
 package tqserve
 
 import (
+	"net"
 	"slices"
 	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tqgo/tqgo/tqserve/tqpb"
 )
+
+// ServeWithoutCalls serves s's calls on lis as a server of protocol
+// version 3 did: no Calls stream. stop ends it.
+func ServeWithoutCalls(s *Server, lis net.Listener) (stop func()) {
+	desc := tqpb.Meta_ServiceDesc
+	desc.Streams = nil
+	g := grpc.NewServer(grpc.UnaryInterceptor(s.intercept))
+	g.RegisterService(&desc, s)
+	tqpb.RegisterCellsServer(g, &s.cells)
+	done := make(chan struct{})
+	go func() { _ = g.Serve(lis); close(done) }()
+	return func() { g.Stop(); <-done }
+}
 
 // Kill stops s as SIGKILL would: its ownerships are left to end.
 func Kill(s *Server) error { return s.kill() }

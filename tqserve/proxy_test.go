@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // grpcProxy forwards TCP between gRPC clients and one tq server, and
@@ -257,10 +258,25 @@ func (p *grpcProxy) requests(c *proxyConn) {
 		}
 	})
 	var block []byte // the raw frames of a header block not yet ended
+	// Calls streams, and the bytes of a message not yet whole on each.
+	calls := map[uint32][]byte{}
 	for {
 		f, err := readFrame(c.client)
 		if err != nil {
 			return
+		}
+		if f.typ == h2Data {
+			if buf, ok := calls[f.stream]; ok {
+				buf = append(buf, f.data()...)
+				for len(buf) >= 5 && len(buf) >= 5+int(binary.BigEndian.Uint32(buf[1:5])) {
+					n := int(binary.BigEndian.Uint32(buf[1:5]))
+					if !p.call(c, f.stream, "/tqgo.v1.Meta/"+callMethod(buf[5:5+n])) {
+						return
+					}
+					buf = buf[5+n:]
+				}
+				calls[f.stream] = buf
+			}
 		}
 		if f.typ != h2Headers && f.typ != h2Continuation {
 			if _, err := c.server.Write(f.raw); err != nil {
@@ -281,28 +297,86 @@ func (p *grpcProxy) requests(c *proxyConn) {
 		if err := dec.Close(); err != nil {
 			return
 		}
-		p.mu.Lock()
-		fault := p.armed[path]
-		delete(p.armed, path)
-		if path != "" {
-			p.calls[path]++
-		}
-		p.mu.Unlock()
-		if fault != nil && fault.kind == proxyDropRequest {
-			close(fault.fired) // first: the client learns of it from the close
-			c.close()
-			return
-		}
-		if fault != nil {
-			c.mu.Lock()
-			c.pending[f.stream] = fault
-			c.mu.Unlock()
+		if path == "/tqgo.v1.Meta/Calls" {
+			calls[f.stream] = []byte{}
+			p.mu.Lock()
+			p.calls[path]++ // the streams opened
+			p.mu.Unlock()
+		} else {
+			p.mu.Lock()
+			p.calls[path+"@unary"]++ // made as unary calls
+			p.mu.Unlock()
+			if !p.call(c, f.stream, path) {
+				return
+			}
 		}
 		if _, err := c.server.Write(block); err != nil {
 			return
 		}
 		block = block[:0]
 	}
+}
+
+// call counts a call of path (a unary call's headers, or a Call on a
+// Calls stream) about to be forwarded on stream, and arms what fault
+// waits for it; false: the connection is closed (the call dropped).
+func (p *grpcProxy) call(c *proxyConn, stream uint32, path string) bool {
+	p.mu.Lock()
+	fault := p.armed[path]
+	delete(p.armed, path)
+	if path != "" {
+		p.calls[path]++
+	}
+	p.mu.Unlock()
+	if fault != nil && fault.kind == proxyDropRequest {
+		close(fault.fired) // first: the client learns of it from the close
+		c.close()
+		return false
+	}
+	if fault != nil {
+		c.mu.Lock()
+		c.pending[stream] = fault
+		c.mu.Unlock()
+	}
+	return true
+}
+
+// data is the payload a DATA frame carries, its padding left out.
+func (f frame) data() []byte {
+	b := f.raw[9:]
+	if f.flags&h2Padded != 0 && len(b) > 0 {
+		pad := int(b[0])
+		b = b[1:]
+		if pad > len(b) {
+			return nil
+		}
+		b = b[:len(b)-pad]
+	}
+	return b
+}
+
+// callMethod is the method a serialized Call names (its field 1), or "".
+func callMethod(msg []byte) string {
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return ""
+		}
+		msg = msg[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(msg)
+			if n < 0 {
+				return ""
+			}
+			return string(v)
+		}
+		n = protowire.ConsumeFieldValue(num, typ, msg)
+		if n < 0 {
+			return ""
+		}
+		msg = msg[n:]
+	}
+	return ""
 }
 
 // replies forwards the server's frames, acting on the first frame of a

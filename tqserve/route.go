@@ -3,6 +3,7 @@ package tqserve
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,12 +35,15 @@ type router struct {
 	routes map[string]*peer // partition -> its owner
 	peers  map[string]*peer // address -> its connection
 	closed bool
+
+	main atomic.Pointer[callPool] // the calls of the URL's servers' connection
 }
 
 // peer is a connection the router dialled, and what holds it open.
 type peer struct {
 	addr   string
 	cc     *grpc.ClientConn
+	pool   *callPool
 	routes int // partitions routed to it
 	calls  int // calls in flight on it
 }
@@ -51,16 +55,16 @@ func newRouter(dial func(addr string) (*grpc.ClientConn, error)) *router {
 func (r *router) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	p, ok := req.(interface{ GetPartition() string })
 	if !ok {
-		return invoker(ctx, method, req, reply, cc, opts...)
+		return r.invoke(ctx, r.mainCalls(cc), method, req, reply, func() error { return invoker(ctx, method, req, reply, cc, opts...) }, opts)
 	}
 	part := p.GetPartition()
 	for hop := 0; ; hop++ {
 		target := r.route(part)
 		var err error
 		if target == nil {
-			err = invoker(ctx, method, req, reply, cc, opts...)
+			err = r.invoke(ctx, r.mainCalls(cc), method, req, reply, func() error { return invoker(ctx, method, req, reply, cc, opts...) }, opts)
 		} else {
-			err = target.cc.Invoke(ctx, method, req, reply, opts...)
+			err = r.invoke(ctx, target.pool, method, req, reply, func() error { return target.cc.Invoke(ctx, method, req, reply, opts...) }, opts)
 			r.done(target)
 		}
 		if err == nil || hop >= maxHops || ctx.Err() != nil {
@@ -80,6 +84,33 @@ func (r *router) intercept(ctx context.Context, method string, req, reply any, c
 		}
 		return err
 	}
+}
+
+// invoke makes a call on a Calls stream of pool, or as a unary call
+// (unary) where the server has no Calls or the call is not made there.
+func (r *router) invoke(ctx context.Context, pool *callPool, method string, req, reply any, unary func() error, opts []grpc.CallOption) error {
+	if err, ok := pool.invoke(ctx, method, req, reply, opts); ok {
+		return err
+	}
+	return unary()
+}
+
+// mainCalls is the call pool of cc, the connection of the URL's servers.
+func (r *router) mainCalls(cc *grpc.ClientConn) *callPool {
+	if p := r.main.Load(); p != nil {
+		return p
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.main.Load(); p != nil {
+		return p
+	}
+	p := newCallPool(cc)
+	if r.closed {
+		p.close()
+	}
+	r.main.Store(p)
+	return p
 }
 
 // route returns the owner part is routed to (nil: the URL's servers),
@@ -116,7 +147,7 @@ func (r *router) setRoute(part, addr string) bool {
 		if err != nil {
 			return false
 		}
-		p = &peer{addr: addr, cc: cc}
+		p = &peer{addr: addr, cc: cc, pool: newCallPool(cc)}
 		r.peers[addr] = p
 	}
 	old, had := r.routes[part]
@@ -161,6 +192,7 @@ func (r *router) release(p *peer) {
 	if r.peers[p.addr] == p {
 		delete(r.peers, p.addr)
 	}
+	p.pool.close()
 	_ = p.cc.Close()
 }
 
@@ -170,7 +202,11 @@ func (r *router) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
+	if p := r.main.Load(); p != nil {
+		p.close()
+	}
 	for _, p := range r.peers {
+		p.pool.close()
 		_ = p.cc.Close()
 	}
 	r.peers, r.routes = map[string]*peer{}, map[string]*peer{}

@@ -47,6 +47,10 @@ type Server struct {
 
 	grpc   *grpc.Server
 	health *health.Server
+	// The unary calls a Calls stream runs, and the interceptors around
+	// each (those of a unary call).
+	unary     map[string]grpc.MethodDesc
+	intercept grpc.UnaryServerInterceptor
 
 	// own is set by Serve (the address clients reach is known then).
 	ownMu sync.Mutex
@@ -57,7 +61,7 @@ type Server struct {
 }
 
 // protocolVersion is InfoReply.version (tqserve/PROTOCOL.md, Versions).
-const protocolVersion = 3
+const protocolVersion = 4
 
 // ServerOption configures a Server.
 type ServerOption func(*serverOptions) error
@@ -192,11 +196,13 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 	host, _ := os.Hostname()
 	s.name = fmt.Sprintf("%s/%d", host, os.Getpid())
 
+	s.unary = unaryMethods()
+	s.intercept = chainUnary(append(append([]grpc.UnaryServerInterceptor{s.authorize}, o.inter...), validate, s.served))
 	sopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(o.maxMsg),
 		grpc.MaxSendMsgSize(1 << 30),
 		serverKeepalive(),
-		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{s.authorize}, o.inter...), validate, s.served)...),
+		grpc.UnaryInterceptor(s.intercept),
 	}
 	if o.creds != nil {
 		sopts = append(sopts, grpc.Creds(o.creds))

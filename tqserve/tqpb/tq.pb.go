@@ -4,7 +4,8 @@
 //
 // Conventions:
 //   - Every call is unary except Wait, which is a long unary call that ends
-//     when the partition may have changed, or at the caller's deadline.
+//     when the partition may have changed, or at the caller's deadline,
+//     and Calls, a stream that carries unary calls one after another.
 //   - Times travel by the server's clock (Moment); a client converts with
 //     the difference between the server's clock and its own, which it
 //     takes from Info's reply (now) at the middle of the round trip. An
@@ -25,6 +26,7 @@ package tqpb
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	anypb "google.golang.org/protobuf/types/known/anypb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -120,7 +122,7 @@ func (x Failure_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Failure_Kind.Descriptor instead.
 func (Failure_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{2, 0}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{5, 0}
 }
 
 type Delivery_State int32
@@ -175,7 +177,7 @@ func (x Delivery_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Delivery_State.Descriptor instead.
 func (Delivery_State) EnumDescriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{39, 0}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{42, 0}
 }
 
 type SettleRequest_Op int32
@@ -249,7 +251,190 @@ func (x SettleRequest_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SettleRequest_Op.Descriptor instead.
 func (SettleRequest_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{43, 0}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{46, 0}
+}
+
+// A unary call made on Calls.
+type Call struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The method's name: "Claim", "Settle", ... (the last part of its gRPC
+	// path).
+	Method string `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	// The request message, serialized.
+	Request []byte `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// The call's deadline, as nanoseconds from when the server reads the
+	// Call (gRPC's grpc-timeout); 0: none.
+	TimeoutNs     int64 `protobuf:"varint,3,opt,name=timeout_ns,json=timeoutNs,proto3" json:"timeout_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Call) Reset() {
+	*x = Call{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Call) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Call) ProtoMessage() {}
+
+func (x *Call) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Call.ProtoReflect.Descriptor instead.
+func (*Call) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Call) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *Call) GetRequest() []byte {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *Call) GetTimeoutNs() int64 {
+	if x != nil {
+		return x.TimeoutNs
+	}
+	return 0
+}
+
+// The answer to a Call.
+type CallReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reply message, serialized, when status is absent.
+	Reply []byte `protobuf:"bytes,1,opt,name=reply,proto3" json:"reply,omitempty"`
+	// The call's failure, as a failed unary call's status
+	// (grpc-status-details-bin): absent when the call succeeded.
+	Status        *Status `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallReply) Reset() {
+	*x = CallReply{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallReply) ProtoMessage() {}
+
+func (x *CallReply) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallReply.ProtoReflect.Descriptor instead.
+func (*CallReply) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CallReply) GetReply() []byte {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
+func (x *CallReply) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// google.rpc.Status, field for field (the same bytes on the wire).
+type Status struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Details       []*anypb.Any           `protobuf:"bytes,3,rep,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Status) Reset() {
+	*x = Status{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Status) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Status) ProtoMessage() {}
+
+func (x *Status) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Status.ProtoReflect.Descriptor instead.
+func (*Status) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Status) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *Status) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Status) GetDetails() []*anypb.Any {
+	if x != nil {
+		return x.Details
+	}
+	return nil
 }
 
 type Empty struct {
@@ -260,7 +445,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[0]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +457,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[0]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +470,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{0}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{3}
 }
 
 // A time by the server's clock: nanoseconds since the Unix epoch.
@@ -298,7 +483,7 @@ type Moment struct {
 
 func (x *Moment) Reset() {
 	*x = Moment{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[1]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +495,7 @@ func (x *Moment) String() string {
 func (*Moment) ProtoMessage() {}
 
 func (x *Moment) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[1]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +508,7 @@ func (x *Moment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Moment.ProtoReflect.Descriptor instead.
 func (*Moment) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{1}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Moment) GetUnixNs() int64 {
@@ -348,7 +533,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[2]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +545,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[2]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +558,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{2}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Failure) GetKind() Failure_Kind {
@@ -417,7 +602,7 @@ type Full struct {
 
 func (x *Full) Reset() {
 	*x = Full{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[3]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +614,7 @@ func (x *Full) String() string {
 func (*Full) ProtoMessage() {}
 
 func (x *Full) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[3]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +627,7 @@ func (x *Full) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Full.ProtoReflect.Descriptor instead.
 func (*Full) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{3}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Full) GetPartition() string {
@@ -488,7 +673,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[4]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +685,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[4]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +698,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{4}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{7}
 }
 
 type InfoReply struct {
@@ -533,7 +718,7 @@ type InfoReply struct {
 
 func (x *InfoReply) Reset() {
 	*x = InfoReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[5]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +730,7 @@ func (x *InfoReply) String() string {
 func (*InfoReply) ProtoMessage() {}
 
 func (x *InfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[5]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +743,7 @@ func (x *InfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoReply.ProtoReflect.Descriptor instead.
 func (*InfoReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{5}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *InfoReply) GetCellsUrl() string {
@@ -611,7 +796,7 @@ type TagValue struct {
 
 func (x *TagValue) Reset() {
 	*x = TagValue{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[6]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +808,7 @@ func (x *TagValue) String() string {
 func (*TagValue) ProtoMessage() {}
 
 func (x *TagValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[6]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +821,7 @@ func (x *TagValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagValue.ProtoReflect.Descriptor instead.
 func (*TagValue) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{6}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TagValue) GetKind() isTagValue_Kind {
@@ -794,7 +979,7 @@ type TagList struct {
 
 func (x *TagList) Reset() {
 	*x = TagList{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[7]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +991,7 @@ func (x *TagList) String() string {
 func (*TagList) ProtoMessage() {}
 
 func (x *TagList) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[7]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1004,7 @@ func (x *TagList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagList.ProtoReflect.Descriptor instead.
 func (*TagList) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{7}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TagList) GetValues() []*TagValue {
@@ -838,7 +1023,7 @@ type TagMap struct {
 
 func (x *TagMap) Reset() {
 	*x = TagMap{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[8]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +1035,7 @@ func (x *TagMap) String() string {
 func (*TagMap) ProtoMessage() {}
 
 func (x *TagMap) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[8]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +1048,7 @@ func (x *TagMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagMap.ProtoReflect.Descriptor instead.
 func (*TagMap) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{8}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TagMap) GetValues() map[string]*TagValue {
@@ -888,7 +1073,7 @@ type FieldInfo struct {
 
 func (x *FieldInfo) Reset() {
 	*x = FieldInfo{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[9]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1085,7 @@ func (x *FieldInfo) String() string {
 func (*FieldInfo) ProtoMessage() {}
 
 func (x *FieldInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[9]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1098,7 @@ func (x *FieldInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldInfo.ProtoReflect.Descriptor instead.
 func (*FieldInfo) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{9}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FieldInfo) GetDtype() string {
@@ -965,7 +1150,7 @@ type FieldEntry struct {
 
 func (x *FieldEntry) Reset() {
 	*x = FieldEntry{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[10]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1162,7 @@ func (x *FieldEntry) String() string {
 func (*FieldEntry) ProtoMessage() {}
 
 func (x *FieldEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[10]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1175,7 @@ func (x *FieldEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldEntry.ProtoReflect.Descriptor instead.
 func (*FieldEntry) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{10}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FieldEntry) GetName() string {
@@ -1020,7 +1205,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[11]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1217,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[11]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1230,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{11}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Row) GetKey() string {
@@ -1086,7 +1271,7 @@ type MaybeRow struct {
 
 func (x *MaybeRow) Reset() {
 	*x = MaybeRow{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[12]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1283,7 @@ func (x *MaybeRow) String() string {
 func (*MaybeRow) ProtoMessage() {}
 
 func (x *MaybeRow) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[12]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1296,7 @@ func (x *MaybeRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaybeRow.ProtoReflect.Descriptor instead.
 func (*MaybeRow) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{12}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MaybeRow) GetRow() *Row {
@@ -1131,7 +1316,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[13]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1328,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[13]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1341,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{13}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Reservation) GetIndex() uint64 {
@@ -1186,7 +1371,7 @@ type RowUpdate struct {
 
 func (x *RowUpdate) Reset() {
 	*x = RowUpdate{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[14]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1383,7 @@ func (x *RowUpdate) String() string {
 func (*RowUpdate) ProtoMessage() {}
 
 func (x *RowUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[14]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1396,7 @@ func (x *RowUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowUpdate.ProtoReflect.Descriptor instead.
 func (*RowUpdate) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{14}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RowUpdate) GetKey() string {
@@ -1254,7 +1439,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[15]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1451,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[15]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1464,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{15}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ref) GetIndex() uint64 {
@@ -1321,7 +1506,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[16]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1518,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[16]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1531,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{16}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Capacity) GetRows() int64 {
@@ -1380,7 +1565,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[17]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1577,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[17]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1590,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{17}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Usage) GetRows() int64 {
@@ -1435,7 +1620,7 @@ type Mark struct {
 
 func (x *Mark) Reset() {
 	*x = Mark{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[18]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1632,7 @@ func (x *Mark) String() string {
 func (*Mark) ProtoMessage() {}
 
 func (x *Mark) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[18]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1645,7 @@ func (x *Mark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mark.ProtoReflect.Descriptor instead.
 func (*Mark) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{18}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Mark) GetSeq() uint64 {
@@ -1511,7 +1696,7 @@ type PrepareRequest struct {
 
 func (x *PrepareRequest) Reset() {
 	*x = PrepareRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[19]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1708,7 @@ func (x *PrepareRequest) String() string {
 func (*PrepareRequest) ProtoMessage() {}
 
 func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[19]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1721,7 @@ func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareRequest.ProtoReflect.Descriptor instead.
 func (*PrepareRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{19}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PrepareRequest) GetPartition() string {
@@ -1576,7 +1761,7 @@ type PrepareReply struct {
 
 func (x *PrepareReply) Reset() {
 	*x = PrepareReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[20]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1773,7 @@ func (x *PrepareReply) String() string {
 func (*PrepareReply) ProtoMessage() {}
 
 func (x *PrepareReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[20]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1786,7 @@ func (x *PrepareReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareReply.ProtoReflect.Descriptor instead.
 func (*PrepareReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{20}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PrepareReply) GetReservations() []*Reservation {
@@ -1621,7 +1806,7 @@ type SetCapacityRequest struct {
 
 func (x *SetCapacityRequest) Reset() {
 	*x = SetCapacityRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[21]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1818,7 @@ func (x *SetCapacityRequest) String() string {
 func (*SetCapacityRequest) ProtoMessage() {}
 
 func (x *SetCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[21]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1831,7 @@ func (x *SetCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCapacityRequest.ProtoReflect.Descriptor instead.
 func (*SetCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{21}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetCapacityRequest) GetPartition() string {
@@ -1672,7 +1857,7 @@ type RowsReply struct {
 
 func (x *RowsReply) Reset() {
 	*x = RowsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[22]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1869,7 @@ func (x *RowsReply) String() string {
 func (*RowsReply) ProtoMessage() {}
 
 func (x *RowsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[22]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1882,7 @@ func (x *RowsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowsReply.ProtoReflect.Descriptor instead.
 func (*RowsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{22}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RowsReply) GetRows() []*Row {
@@ -1717,7 +1902,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[23]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1914,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[23]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1927,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{23}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CommitRequest) GetPartition() string {
@@ -1769,7 +1954,7 @@ type CommitReply struct {
 
 func (x *CommitReply) Reset() {
 	*x = CommitReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[24]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1966,7 @@ func (x *CommitReply) String() string {
 func (*CommitReply) ProtoMessage() {}
 
 func (x *CommitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[24]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1979,7 @@ func (x *CommitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitReply.ProtoReflect.Descriptor instead.
 func (*CommitReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{24}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommitReply) GetSuperseded() []*Ref {
@@ -1821,7 +2006,7 @@ type KeysRequest struct {
 
 func (x *KeysRequest) Reset() {
 	*x = KeysRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[25]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +2018,7 @@ func (x *KeysRequest) String() string {
 func (*KeysRequest) ProtoMessage() {}
 
 func (x *KeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[25]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +2031,7 @@ func (x *KeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysRequest.ProtoReflect.Descriptor instead.
 func (*KeysRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{25}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KeysRequest) GetPartition() string {
@@ -1872,7 +2057,7 @@ type LookupReply struct {
 
 func (x *LookupReply) Reset() {
 	*x = LookupReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[26]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2069,7 @@ func (x *LookupReply) String() string {
 func (*LookupReply) ProtoMessage() {}
 
 func (x *LookupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[26]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2082,7 @@ func (x *LookupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReply.ProtoReflect.Descriptor instead.
 func (*LookupReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{26}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LookupReply) GetRows() []*MaybeRow {
@@ -1916,7 +2101,7 @@ type PartitionRequest struct {
 
 func (x *PartitionRequest) Reset() {
 	*x = PartitionRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2113,7 @@ func (x *PartitionRequest) String() string {
 func (*PartitionRequest) ProtoMessage() {}
 
 func (x *PartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2126,7 @@ func (x *PartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRequest.ProtoReflect.Descriptor instead.
 func (*PartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{27}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PartitionRequest) GetPartition() string {
@@ -1959,7 +2144,7 @@ type PartitionsRequest struct {
 
 func (x *PartitionsRequest) Reset() {
 	*x = PartitionsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2156,7 @@ func (x *PartitionsRequest) String() string {
 func (*PartitionsRequest) ProtoMessage() {}
 
 func (x *PartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2169,7 @@ func (x *PartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionsRequest.ProtoReflect.Descriptor instead.
 func (*PartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{28}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{31}
 }
 
 type PartitionsReply struct {
@@ -1996,7 +2181,7 @@ type PartitionsReply struct {
 
 func (x *PartitionsReply) Reset() {
 	*x = PartitionsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2193,7 @@ func (x *PartitionsReply) String() string {
 func (*PartitionsReply) ProtoMessage() {}
 
 func (x *PartitionsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2206,7 @@ func (x *PartitionsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionsReply.ProtoReflect.Descriptor instead.
 func (*PartitionsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{29}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PartitionsReply) GetPartitions() []string {
@@ -2041,7 +2226,7 @@ type GarbageRequest struct {
 
 func (x *GarbageRequest) Reset() {
 	*x = GarbageRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2238,7 @@ func (x *GarbageRequest) String() string {
 func (*GarbageRequest) ProtoMessage() {}
 
 func (x *GarbageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2251,7 @@ func (x *GarbageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbageRequest.ProtoReflect.Descriptor instead.
 func (*GarbageRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{30}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GarbageRequest) GetPartition() string {
@@ -2093,7 +2278,7 @@ type RefsRequest struct {
 
 func (x *RefsRequest) Reset() {
 	*x = RefsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2290,7 @@ func (x *RefsRequest) String() string {
 func (*RefsRequest) ProtoMessage() {}
 
 func (x *RefsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2303,7 @@ func (x *RefsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefsRequest.ProtoReflect.Descriptor instead.
 func (*RefsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{31}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RefsRequest) GetPartition() string {
@@ -2144,7 +2329,7 @@ type RefsReply struct {
 
 func (x *RefsReply) Reset() {
 	*x = RefsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2341,7 @@ func (x *RefsReply) String() string {
 func (*RefsReply) ProtoMessage() {}
 
 func (x *RefsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2354,7 @@ func (x *RefsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefsReply.ProtoReflect.Descriptor instead.
 func (*RefsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{32}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RefsReply) GetRefs() []*Ref {
@@ -2190,7 +2375,7 @@ type DeleteFieldsRequest struct {
 
 func (x *DeleteFieldsRequest) Reset() {
 	*x = DeleteFieldsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2387,7 @@ func (x *DeleteFieldsRequest) String() string {
 func (*DeleteFieldsRequest) ProtoMessage() {}
 
 func (x *DeleteFieldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2400,7 @@ func (x *DeleteFieldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFieldsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFieldsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{33}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteFieldsRequest) GetPartition() string {
@@ -2252,7 +2437,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2449,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2462,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{34}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Group) GetTag() string {
@@ -2327,7 +2512,7 @@ type Select struct {
 
 func (x *Select) Reset() {
 	*x = Select{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2524,7 @@ func (x *Select) String() string {
 func (*Select) ProtoMessage() {}
 
 func (x *Select) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2537,7 @@ func (x *Select) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Select.ProtoReflect.Descriptor instead.
 func (*Select) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{35}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Select) GetFields() []string {
@@ -2393,7 +2578,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2590,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2603,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{36}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Batch) GetRanks() int64 {
@@ -2445,7 +2630,7 @@ type Unit struct {
 
 func (x *Unit) Reset() {
 	*x = Unit{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2642,7 @@ func (x *Unit) String() string {
 func (*Unit) ProtoMessage() {}
 
 func (x *Unit) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2655,7 @@ func (x *Unit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unit.ProtoReflect.Descriptor instead.
 func (*Unit) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{37}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Unit) GetIndexes() []uint64 {
@@ -2520,7 +2705,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2717,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2730,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{38}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ClaimRequest) GetPartition() string {
@@ -2693,7 +2878,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2890,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2903,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{39}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Delivery) GetIndex() uint64 {
@@ -2802,7 +2987,7 @@ type CandidatesReply struct {
 
 func (x *CandidatesReply) Reset() {
 	*x = CandidatesReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +2999,7 @@ func (x *CandidatesReply) String() string {
 func (*CandidatesReply) ProtoMessage() {}
 
 func (x *CandidatesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +3012,7 @@ func (x *CandidatesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidatesReply.ProtoReflect.Descriptor instead.
 func (*CandidatesReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{40}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CandidatesReply) GetRows() []*Row {
@@ -2877,7 +3062,7 @@ type ClaimReply struct {
 
 func (x *ClaimReply) Reset() {
 	*x = ClaimReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +3074,7 @@ func (x *ClaimReply) String() string {
 func (*ClaimReply) ProtoMessage() {}
 
 func (x *ClaimReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +3087,7 @@ func (x *ClaimReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimReply.ProtoReflect.Descriptor instead.
 func (*ClaimReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{41}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ClaimReply) GetLease() string {
@@ -3012,7 +3197,7 @@ type Positions struct {
 
 func (x *Positions) Reset() {
 	*x = Positions{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3209,7 @@ func (x *Positions) String() string {
 func (*Positions) ProtoMessage() {}
 
 func (x *Positions) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3222,7 @@ func (x *Positions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Positions.ProtoReflect.Descriptor instead.
 func (*Positions) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{42}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Positions) GetPositions() []int64 {
@@ -3062,7 +3247,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3259,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3272,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{43}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SettleRequest) GetPartition() string {
@@ -3150,7 +3335,7 @@ type SettleReply struct {
 
 func (x *SettleReply) Reset() {
 	*x = SettleReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3162,7 +3347,7 @@ func (x *SettleReply) String() string {
 func (*SettleReply) ProtoMessage() {}
 
 func (x *SettleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3175,7 +3360,7 @@ func (x *SettleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleReply.ProtoReflect.Descriptor instead.
 func (*SettleReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{44}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SettleReply) GetLost() []uint64 {
@@ -3209,7 +3394,7 @@ type TasksRequest struct {
 
 func (x *TasksRequest) Reset() {
 	*x = TasksRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3221,7 +3406,7 @@ func (x *TasksRequest) String() string {
 func (*TasksRequest) ProtoMessage() {}
 
 func (x *TasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3234,7 +3419,7 @@ func (x *TasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TasksRequest.ProtoReflect.Descriptor instead.
 func (*TasksRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{45}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TasksRequest) GetPartition() string {
@@ -3260,7 +3445,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3457,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3470,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{46}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Deliveries) GetDeliveries() []*Delivery {
@@ -3304,7 +3489,7 @@ type ConsumptionReply struct {
 
 func (x *ConsumptionReply) Reset() {
 	*x = ConsumptionReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3316,7 +3501,7 @@ func (x *ConsumptionReply) String() string {
 func (*ConsumptionReply) ProtoMessage() {}
 
 func (x *ConsumptionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3329,7 +3514,7 @@ func (x *ConsumptionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumptionReply.ProtoReflect.Descriptor instead.
 func (*ConsumptionReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{47}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ConsumptionReply) GetTasks() map[string]*Deliveries {
@@ -3351,7 +3536,7 @@ type GroupWait struct {
 
 func (x *GroupWait) Reset() {
 	*x = GroupWait{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3548,7 @@ func (x *GroupWait) String() string {
 func (*GroupWait) ProtoMessage() {}
 
 func (x *GroupWait) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3561,7 @@ func (x *GroupWait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupWait.ProtoReflect.Descriptor instead.
 func (*GroupWait) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{48}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GroupWait) GetId() string {
@@ -3416,7 +3601,7 @@ type GroupWaits struct {
 
 func (x *GroupWaits) Reset() {
 	*x = GroupWaits{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3613,7 @@ func (x *GroupWaits) String() string {
 func (*GroupWaits) ProtoMessage() {}
 
 func (x *GroupWaits) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3626,7 @@ func (x *GroupWaits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupWaits.ProtoReflect.Descriptor instead.
 func (*GroupWaits) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{49}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GroupWaits) GetGroups() []*GroupWait {
@@ -3469,7 +3654,7 @@ type ViewReply struct {
 
 func (x *ViewReply) Reset() {
 	*x = ViewReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3481,7 +3666,7 @@ func (x *ViewReply) String() string {
 func (*ViewReply) ProtoMessage() {}
 
 func (x *ViewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3494,7 +3679,7 @@ func (x *ViewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewReply.ProtoReflect.Descriptor instead.
 func (*ViewReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{50}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ViewReply) GetRows() []*Row {
@@ -3583,7 +3768,7 @@ type SummaryRequest struct {
 
 func (x *SummaryRequest) Reset() {
 	*x = SummaryRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3595,7 +3780,7 @@ func (x *SummaryRequest) String() string {
 func (*SummaryRequest) ProtoMessage() {}
 
 func (x *SummaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3608,7 +3793,7 @@ func (x *SummaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryRequest.ProtoReflect.Descriptor instead.
 func (*SummaryRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{51}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SummaryRequest) GetPartition() string {
@@ -3669,7 +3854,7 @@ type LeaseSummary struct {
 
 func (x *LeaseSummary) Reset() {
 	*x = LeaseSummary{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3681,7 +3866,7 @@ func (x *LeaseSummary) String() string {
 func (*LeaseSummary) ProtoMessage() {}
 
 func (x *LeaseSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3694,7 +3879,7 @@ func (x *LeaseSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseSummary.ProtoReflect.Descriptor instead.
 func (*LeaseSummary) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{52}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *LeaseSummary) GetHolder() string {
@@ -3765,7 +3950,7 @@ type TaskSummary struct {
 
 func (x *TaskSummary) Reset() {
 	*x = TaskSummary{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3777,7 +3962,7 @@ func (x *TaskSummary) String() string {
 func (*TaskSummary) ProtoMessage() {}
 
 func (x *TaskSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3790,7 +3975,7 @@ func (x *TaskSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSummary.ProtoReflect.Descriptor instead.
 func (*TaskSummary) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{53}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TaskSummary) GetReady() int64 {
@@ -3912,7 +4097,7 @@ type DeadSummary struct {
 
 func (x *DeadSummary) Reset() {
 	*x = DeadSummary{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3924,7 +4109,7 @@ func (x *DeadSummary) String() string {
 func (*DeadSummary) ProtoMessage() {}
 
 func (x *DeadSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3937,7 +4122,7 @@ func (x *DeadSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadSummary.ProtoReflect.Descriptor instead.
 func (*DeadSummary) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeadSummary) GetKey() string {
@@ -3995,7 +4180,7 @@ type SummaryReply struct {
 
 func (x *SummaryReply) Reset() {
 	*x = SummaryReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4007,7 +4192,7 @@ func (x *SummaryReply) String() string {
 func (*SummaryReply) ProtoMessage() {}
 
 func (x *SummaryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4020,7 +4205,7 @@ func (x *SummaryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryReply.ProtoReflect.Descriptor instead.
 func (*SummaryReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SummaryReply) GetRows() int64 {
@@ -4100,7 +4285,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4112,7 +4297,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4125,7 +4310,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResetRequest) GetPartition() string {
@@ -4170,7 +4355,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4367,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4380,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WaitRequest) GetPartition() string {
@@ -4230,7 +4415,7 @@ type WaitReply struct {
 
 func (x *WaitReply) Reset() {
 	*x = WaitReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4242,7 +4427,7 @@ func (x *WaitReply) String() string {
 func (*WaitReply) ProtoMessage() {}
 
 func (x *WaitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4255,7 +4440,7 @@ func (x *WaitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitReply.ProtoReflect.Descriptor instead.
 func (*WaitReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *WaitReply) GetTaken() *ClaimReply {
@@ -4276,7 +4461,7 @@ type Cell struct {
 
 func (x *Cell) Reset() {
 	*x = Cell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4288,7 +4473,7 @@ func (x *Cell) String() string {
 func (*Cell) ProtoMessage() {}
 
 func (x *Cell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4301,7 +4486,7 @@ func (x *Cell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cell.ProtoReflect.Descriptor instead.
 func (*Cell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Cell) GetKey() string {
@@ -4334,7 +4519,7 @@ type WriteCellsRequest struct {
 
 func (x *WriteCellsRequest) Reset() {
 	*x = WriteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4346,7 +4531,7 @@ func (x *WriteCellsRequest) String() string {
 func (*WriteCellsRequest) ProtoMessage() {}
 
 func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4359,7 +4544,7 @@ func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsRequest.ProtoReflect.Descriptor instead.
 func (*WriteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{60}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *WriteCellsRequest) GetCells() []*Cell {
@@ -4379,7 +4564,7 @@ type WriteCellsReply struct {
 
 func (x *WriteCellsReply) Reset() {
 	*x = WriteCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4391,7 +4576,7 @@ func (x *WriteCellsReply) String() string {
 func (*WriteCellsReply) ProtoMessage() {}
 
 func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4404,7 +4589,7 @@ func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsReply.ProtoReflect.Descriptor instead.
 func (*WriteCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{61}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WriteCellsReply) GetTags() []string {
@@ -4423,7 +4608,7 @@ type ReadCellsRequest struct {
 
 func (x *ReadCellsRequest) Reset() {
 	*x = ReadCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4435,7 +4620,7 @@ func (x *ReadCellsRequest) String() string {
 func (*ReadCellsRequest) ProtoMessage() {}
 
 func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4448,7 +4633,7 @@ func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsRequest.ProtoReflect.Descriptor instead.
 func (*ReadCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{62}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReadCellsRequest) GetCells() []*Cell {
@@ -4468,7 +4653,7 @@ type ReadCell struct {
 
 func (x *ReadCell) Reset() {
 	*x = ReadCell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4480,7 +4665,7 @@ func (x *ReadCell) String() string {
 func (*ReadCell) ProtoMessage() {}
 
 func (x *ReadCell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4493,7 +4678,7 @@ func (x *ReadCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCell.ProtoReflect.Descriptor instead.
 func (*ReadCell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{63}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReadCell) GetFound() bool {
@@ -4519,7 +4704,7 @@ type ReadCellsReply struct {
 
 func (x *ReadCellsReply) Reset() {
 	*x = ReadCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4531,7 +4716,7 @@ func (x *ReadCellsReply) String() string {
 func (*ReadCellsReply) ProtoMessage() {}
 
 func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4544,7 +4729,7 @@ func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsReply.ProtoReflect.Descriptor instead.
 func (*ReadCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{64}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReadCellsReply) GetCells() []*ReadCell {
@@ -4563,7 +4748,7 @@ type DeleteCellsRequest struct {
 
 func (x *DeleteCellsRequest) Reset() {
 	*x = DeleteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[65]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4575,7 +4760,7 @@ func (x *DeleteCellsRequest) String() string {
 func (*DeleteCellsRequest) ProtoMessage() {}
 
 func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[65]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4588,7 +4773,7 @@ func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCellsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{65}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeleteCellsRequest) GetCells() []*Cell {
@@ -4602,7 +4787,19 @@ var File_tqgo_v1_tq_proto protoreflect.FileDescriptor
 
 const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\n" +
-	"\x10tqgo/v1/tq.proto\x12\atqgo.v1\"\a\n" +
+	"\x10tqgo/v1/tq.proto\x12\atqgo.v1\x1a\x19google/protobuf/any.proto\"W\n" +
+	"\x04Call\x12\x16\n" +
+	"\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n" +
+	"\arequest\x18\x02 \x01(\fR\arequest\x12\x1d\n" +
+	"\n" +
+	"timeout_ns\x18\x03 \x01(\x03R\ttimeoutNs\"J\n" +
+	"\tCallReply\x12\x14\n" +
+	"\x05reply\x18\x01 \x01(\fR\x05reply\x12'\n" +
+	"\x06status\x18\x02 \x01(\v2\x0f.tqgo.v1.StatusR\x06status\"f\n" +
+	"\x06Status\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
+	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails\"\a\n" +
 	"\x05Empty\"!\n" +
 	"\x06Moment\x12\x17\n" +
 	"\aunix_ns\x18\x01 \x01(\x12R\x06unixNs\"\xbc\x02\n" +
@@ -4994,7 +5191,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x0eReadCellsReply\x12'\n" +
 	"\x05cells\x18\x01 \x03(\v2\x11.tqgo.v1.ReadCellR\x05cells\"9\n" +
 	"\x12DeleteCellsRequest\x12#\n" +
-	"\x05cells\x18\x01 \x03(\v2\r.tqgo.v1.CellR\x05cells2\xa9\t\n" +
+	"\x05cells\x18\x01 \x03(\v2\r.tqgo.v1.CellR\x05cells2\xd9\t\n" +
 	"\x04Meta\x120\n" +
 	"\x04Info\x12\x14.tqgo.v1.InfoRequest\x1a\x12.tqgo.v1.InfoReply\x129\n" +
 	"\aPrepare\x12\x17.tqgo.v1.PrepareRequest\x1a\x15.tqgo.v1.PrepareReply\x12>\n" +
@@ -5018,7 +5215,8 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x04View\x12\x15.tqgo.v1.TasksRequest\x1a\x12.tqgo.v1.ViewReply\x129\n" +
 	"\aSummary\x12\x17.tqgo.v1.SummaryRequest\x1a\x15.tqgo.v1.SummaryReply\x12.\n" +
 	"\x05Reset\x12\x15.tqgo.v1.ResetRequest\x1a\x0e.tqgo.v1.Empty\x120\n" +
-	"\x04Wait\x12\x14.tqgo.v1.WaitRequest\x1a\x12.tqgo.v1.WaitReply2\xb9\x01\n" +
+	"\x04Wait\x12\x14.tqgo.v1.WaitRequest\x1a\x12.tqgo.v1.WaitReply\x12.\n" +
+	"\x05Calls\x12\r.tqgo.v1.Call\x1a\x12.tqgo.v1.CallReply(\x010\x012\xb9\x01\n" +
 	"\x05Cells\x12=\n" +
 	"\x05Write\x12\x1a.tqgo.v1.WriteCellsRequest\x1a\x18.tqgo.v1.WriteCellsReply\x12:\n" +
 	"\x04Read\x12\x19.tqgo.v1.ReadCellsRequest\x1a\x17.tqgo.v1.ReadCellsReply\x125\n" +
@@ -5037,229 +5235,237 @@ func file_tqgo_v1_tq_proto_rawDescGZIP() []byte {
 }
 
 var file_tqgo_v1_tq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_tqgo_v1_tq_proto_goTypes = []any{
 	(Failure_Kind)(0),           // 0: tqgo.v1.Failure.Kind
 	(Delivery_State)(0),         // 1: tqgo.v1.Delivery.State
 	(SettleRequest_Op)(0),       // 2: tqgo.v1.SettleRequest.Op
-	(*Empty)(nil),               // 3: tqgo.v1.Empty
-	(*Moment)(nil),              // 4: tqgo.v1.Moment
-	(*Failure)(nil),             // 5: tqgo.v1.Failure
-	(*Full)(nil),                // 6: tqgo.v1.Full
-	(*InfoRequest)(nil),         // 7: tqgo.v1.InfoRequest
-	(*InfoReply)(nil),           // 8: tqgo.v1.InfoReply
-	(*TagValue)(nil),            // 9: tqgo.v1.TagValue
-	(*TagList)(nil),             // 10: tqgo.v1.TagList
-	(*TagMap)(nil),              // 11: tqgo.v1.TagMap
-	(*FieldInfo)(nil),           // 12: tqgo.v1.FieldInfo
-	(*FieldEntry)(nil),          // 13: tqgo.v1.FieldEntry
-	(*Row)(nil),                 // 14: tqgo.v1.Row
-	(*MaybeRow)(nil),            // 15: tqgo.v1.MaybeRow
-	(*Reservation)(nil),         // 16: tqgo.v1.Reservation
-	(*RowUpdate)(nil),           // 17: tqgo.v1.RowUpdate
-	(*Ref)(nil),                 // 18: tqgo.v1.Ref
-	(*Capacity)(nil),            // 19: tqgo.v1.Capacity
-	(*Usage)(nil),               // 20: tqgo.v1.Usage
-	(*Mark)(nil),                // 21: tqgo.v1.Mark
-	(*PrepareRequest)(nil),      // 22: tqgo.v1.PrepareRequest
-	(*PrepareReply)(nil),        // 23: tqgo.v1.PrepareReply
-	(*SetCapacityRequest)(nil),  // 24: tqgo.v1.SetCapacityRequest
-	(*RowsReply)(nil),           // 25: tqgo.v1.RowsReply
-	(*CommitRequest)(nil),       // 26: tqgo.v1.CommitRequest
-	(*CommitReply)(nil),         // 27: tqgo.v1.CommitReply
-	(*KeysRequest)(nil),         // 28: tqgo.v1.KeysRequest
-	(*LookupReply)(nil),         // 29: tqgo.v1.LookupReply
-	(*PartitionRequest)(nil),    // 30: tqgo.v1.PartitionRequest
-	(*PartitionsRequest)(nil),   // 31: tqgo.v1.PartitionsRequest
-	(*PartitionsReply)(nil),     // 32: tqgo.v1.PartitionsReply
-	(*GarbageRequest)(nil),      // 33: tqgo.v1.GarbageRequest
-	(*RefsRequest)(nil),         // 34: tqgo.v1.RefsRequest
-	(*RefsReply)(nil),           // 35: tqgo.v1.RefsReply
-	(*DeleteFieldsRequest)(nil), // 36: tqgo.v1.DeleteFieldsRequest
-	(*Group)(nil),               // 37: tqgo.v1.Group
-	(*Select)(nil),              // 38: tqgo.v1.Select
-	(*Batch)(nil),               // 39: tqgo.v1.Batch
-	(*Unit)(nil),                // 40: tqgo.v1.Unit
-	(*ClaimRequest)(nil),        // 41: tqgo.v1.ClaimRequest
-	(*Delivery)(nil),            // 42: tqgo.v1.Delivery
-	(*CandidatesReply)(nil),     // 43: tqgo.v1.CandidatesReply
-	(*ClaimReply)(nil),          // 44: tqgo.v1.ClaimReply
-	(*Positions)(nil),           // 45: tqgo.v1.Positions
-	(*SettleRequest)(nil),       // 46: tqgo.v1.SettleRequest
-	(*SettleReply)(nil),         // 47: tqgo.v1.SettleReply
-	(*TasksRequest)(nil),        // 48: tqgo.v1.TasksRequest
-	(*Deliveries)(nil),          // 49: tqgo.v1.Deliveries
-	(*ConsumptionReply)(nil),    // 50: tqgo.v1.ConsumptionReply
-	(*GroupWait)(nil),           // 51: tqgo.v1.GroupWait
-	(*GroupWaits)(nil),          // 52: tqgo.v1.GroupWaits
-	(*ViewReply)(nil),           // 53: tqgo.v1.ViewReply
-	(*SummaryRequest)(nil),      // 54: tqgo.v1.SummaryRequest
-	(*LeaseSummary)(nil),        // 55: tqgo.v1.LeaseSummary
-	(*TaskSummary)(nil),         // 56: tqgo.v1.TaskSummary
-	(*DeadSummary)(nil),         // 57: tqgo.v1.DeadSummary
-	(*SummaryReply)(nil),        // 58: tqgo.v1.SummaryReply
-	(*ResetRequest)(nil),        // 59: tqgo.v1.ResetRequest
-	(*WaitRequest)(nil),         // 60: tqgo.v1.WaitRequest
-	(*WaitReply)(nil),           // 61: tqgo.v1.WaitReply
-	(*Cell)(nil),                // 62: tqgo.v1.Cell
-	(*WriteCellsRequest)(nil),   // 63: tqgo.v1.WriteCellsRequest
-	(*WriteCellsReply)(nil),     // 64: tqgo.v1.WriteCellsReply
-	(*ReadCellsRequest)(nil),    // 65: tqgo.v1.ReadCellsRequest
-	(*ReadCell)(nil),            // 66: tqgo.v1.ReadCell
-	(*ReadCellsReply)(nil),      // 67: tqgo.v1.ReadCellsReply
-	(*DeleteCellsRequest)(nil),  // 68: tqgo.v1.DeleteCellsRequest
-	nil,                         // 69: tqgo.v1.TagMap.ValuesEntry
-	nil,                         // 70: tqgo.v1.Reservation.GensEntry
-	nil,                         // 71: tqgo.v1.ConsumptionReply.TasksEntry
-	nil,                         // 72: tqgo.v1.ViewReply.TasksEntry
-	nil,                         // 73: tqgo.v1.ViewReply.ConsumedEntry
-	nil,                         // 74: tqgo.v1.ViewReply.GroupsEntry
-	nil,                         // 75: tqgo.v1.TaskSummary.MissingEntry
-	nil,                         // 76: tqgo.v1.SummaryReply.FieldsEntry
-	nil,                         // 77: tqgo.v1.SummaryReply.TasksEntry
+	(*Call)(nil),                // 3: tqgo.v1.Call
+	(*CallReply)(nil),           // 4: tqgo.v1.CallReply
+	(*Status)(nil),              // 5: tqgo.v1.Status
+	(*Empty)(nil),               // 6: tqgo.v1.Empty
+	(*Moment)(nil),              // 7: tqgo.v1.Moment
+	(*Failure)(nil),             // 8: tqgo.v1.Failure
+	(*Full)(nil),                // 9: tqgo.v1.Full
+	(*InfoRequest)(nil),         // 10: tqgo.v1.InfoRequest
+	(*InfoReply)(nil),           // 11: tqgo.v1.InfoReply
+	(*TagValue)(nil),            // 12: tqgo.v1.TagValue
+	(*TagList)(nil),             // 13: tqgo.v1.TagList
+	(*TagMap)(nil),              // 14: tqgo.v1.TagMap
+	(*FieldInfo)(nil),           // 15: tqgo.v1.FieldInfo
+	(*FieldEntry)(nil),          // 16: tqgo.v1.FieldEntry
+	(*Row)(nil),                 // 17: tqgo.v1.Row
+	(*MaybeRow)(nil),            // 18: tqgo.v1.MaybeRow
+	(*Reservation)(nil),         // 19: tqgo.v1.Reservation
+	(*RowUpdate)(nil),           // 20: tqgo.v1.RowUpdate
+	(*Ref)(nil),                 // 21: tqgo.v1.Ref
+	(*Capacity)(nil),            // 22: tqgo.v1.Capacity
+	(*Usage)(nil),               // 23: tqgo.v1.Usage
+	(*Mark)(nil),                // 24: tqgo.v1.Mark
+	(*PrepareRequest)(nil),      // 25: tqgo.v1.PrepareRequest
+	(*PrepareReply)(nil),        // 26: tqgo.v1.PrepareReply
+	(*SetCapacityRequest)(nil),  // 27: tqgo.v1.SetCapacityRequest
+	(*RowsReply)(nil),           // 28: tqgo.v1.RowsReply
+	(*CommitRequest)(nil),       // 29: tqgo.v1.CommitRequest
+	(*CommitReply)(nil),         // 30: tqgo.v1.CommitReply
+	(*KeysRequest)(nil),         // 31: tqgo.v1.KeysRequest
+	(*LookupReply)(nil),         // 32: tqgo.v1.LookupReply
+	(*PartitionRequest)(nil),    // 33: tqgo.v1.PartitionRequest
+	(*PartitionsRequest)(nil),   // 34: tqgo.v1.PartitionsRequest
+	(*PartitionsReply)(nil),     // 35: tqgo.v1.PartitionsReply
+	(*GarbageRequest)(nil),      // 36: tqgo.v1.GarbageRequest
+	(*RefsRequest)(nil),         // 37: tqgo.v1.RefsRequest
+	(*RefsReply)(nil),           // 38: tqgo.v1.RefsReply
+	(*DeleteFieldsRequest)(nil), // 39: tqgo.v1.DeleteFieldsRequest
+	(*Group)(nil),               // 40: tqgo.v1.Group
+	(*Select)(nil),              // 41: tqgo.v1.Select
+	(*Batch)(nil),               // 42: tqgo.v1.Batch
+	(*Unit)(nil),                // 43: tqgo.v1.Unit
+	(*ClaimRequest)(nil),        // 44: tqgo.v1.ClaimRequest
+	(*Delivery)(nil),            // 45: tqgo.v1.Delivery
+	(*CandidatesReply)(nil),     // 46: tqgo.v1.CandidatesReply
+	(*ClaimReply)(nil),          // 47: tqgo.v1.ClaimReply
+	(*Positions)(nil),           // 48: tqgo.v1.Positions
+	(*SettleRequest)(nil),       // 49: tqgo.v1.SettleRequest
+	(*SettleReply)(nil),         // 50: tqgo.v1.SettleReply
+	(*TasksRequest)(nil),        // 51: tqgo.v1.TasksRequest
+	(*Deliveries)(nil),          // 52: tqgo.v1.Deliveries
+	(*ConsumptionReply)(nil),    // 53: tqgo.v1.ConsumptionReply
+	(*GroupWait)(nil),           // 54: tqgo.v1.GroupWait
+	(*GroupWaits)(nil),          // 55: tqgo.v1.GroupWaits
+	(*ViewReply)(nil),           // 56: tqgo.v1.ViewReply
+	(*SummaryRequest)(nil),      // 57: tqgo.v1.SummaryRequest
+	(*LeaseSummary)(nil),        // 58: tqgo.v1.LeaseSummary
+	(*TaskSummary)(nil),         // 59: tqgo.v1.TaskSummary
+	(*DeadSummary)(nil),         // 60: tqgo.v1.DeadSummary
+	(*SummaryReply)(nil),        // 61: tqgo.v1.SummaryReply
+	(*ResetRequest)(nil),        // 62: tqgo.v1.ResetRequest
+	(*WaitRequest)(nil),         // 63: tqgo.v1.WaitRequest
+	(*WaitReply)(nil),           // 64: tqgo.v1.WaitReply
+	(*Cell)(nil),                // 65: tqgo.v1.Cell
+	(*WriteCellsRequest)(nil),   // 66: tqgo.v1.WriteCellsRequest
+	(*WriteCellsReply)(nil),     // 67: tqgo.v1.WriteCellsReply
+	(*ReadCellsRequest)(nil),    // 68: tqgo.v1.ReadCellsRequest
+	(*ReadCell)(nil),            // 69: tqgo.v1.ReadCell
+	(*ReadCellsReply)(nil),      // 70: tqgo.v1.ReadCellsReply
+	(*DeleteCellsRequest)(nil),  // 71: tqgo.v1.DeleteCellsRequest
+	nil,                         // 72: tqgo.v1.TagMap.ValuesEntry
+	nil,                         // 73: tqgo.v1.Reservation.GensEntry
+	nil,                         // 74: tqgo.v1.ConsumptionReply.TasksEntry
+	nil,                         // 75: tqgo.v1.ViewReply.TasksEntry
+	nil,                         // 76: tqgo.v1.ViewReply.ConsumedEntry
+	nil,                         // 77: tqgo.v1.ViewReply.GroupsEntry
+	nil,                         // 78: tqgo.v1.TaskSummary.MissingEntry
+	nil,                         // 79: tqgo.v1.SummaryReply.FieldsEntry
+	nil,                         // 80: tqgo.v1.SummaryReply.TasksEntry
+	(*anypb.Any)(nil),           // 81: google.protobuf.Any
 }
 var file_tqgo_v1_tq_proto_depIdxs = []int32{
-	0,   // 0: tqgo.v1.Failure.kind:type_name -> tqgo.v1.Failure.Kind
-	6,   // 1: tqgo.v1.Failure.full:type_name -> tqgo.v1.Full
-	19,  // 2: tqgo.v1.Full.capacity:type_name -> tqgo.v1.Capacity
-	20,  // 3: tqgo.v1.Full.used:type_name -> tqgo.v1.Usage
-	20,  // 4: tqgo.v1.Full.asked:type_name -> tqgo.v1.Usage
-	21,  // 5: tqgo.v1.Full.mark:type_name -> tqgo.v1.Mark
-	4,   // 6: tqgo.v1.InfoReply.now:type_name -> tqgo.v1.Moment
-	10,  // 7: tqgo.v1.TagValue.list_value:type_name -> tqgo.v1.TagList
-	11,  // 8: tqgo.v1.TagValue.map_value:type_name -> tqgo.v1.TagMap
-	9,   // 9: tqgo.v1.TagList.values:type_name -> tqgo.v1.TagValue
-	69,  // 10: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
-	12,  // 11: tqgo.v1.FieldEntry.info:type_name -> tqgo.v1.FieldInfo
-	13,  // 12: tqgo.v1.Row.fields:type_name -> tqgo.v1.FieldEntry
-	11,  // 13: tqgo.v1.Row.tag:type_name -> tqgo.v1.TagMap
-	14,  // 14: tqgo.v1.MaybeRow.row:type_name -> tqgo.v1.Row
-	70,  // 15: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
-	13,  // 16: tqgo.v1.RowUpdate.fields:type_name -> tqgo.v1.FieldEntry
-	11,  // 17: tqgo.v1.RowUpdate.tag:type_name -> tqgo.v1.TagMap
-	4,   // 18: tqgo.v1.Mark.wake:type_name -> tqgo.v1.Moment
-	16,  // 19: tqgo.v1.PrepareReply.reservations:type_name -> tqgo.v1.Reservation
-	19,  // 20: tqgo.v1.SetCapacityRequest.capacity:type_name -> tqgo.v1.Capacity
-	14,  // 21: tqgo.v1.RowsReply.rows:type_name -> tqgo.v1.Row
-	17,  // 22: tqgo.v1.CommitRequest.updates:type_name -> tqgo.v1.RowUpdate
-	18,  // 23: tqgo.v1.CommitReply.superseded:type_name -> tqgo.v1.Ref
-	18,  // 24: tqgo.v1.CommitReply.stale:type_name -> tqgo.v1.Ref
-	15,  // 25: tqgo.v1.LookupReply.rows:type_name -> tqgo.v1.MaybeRow
-	18,  // 26: tqgo.v1.RefsRequest.refs:type_name -> tqgo.v1.Ref
-	18,  // 27: tqgo.v1.RefsReply.refs:type_name -> tqgo.v1.Ref
-	37,  // 28: tqgo.v1.Select.group:type_name -> tqgo.v1.Group
-	39,  // 29: tqgo.v1.ClaimRequest.batch:type_name -> tqgo.v1.Batch
-	38,  // 30: tqgo.v1.ClaimRequest.select:type_name -> tqgo.v1.Select
-	40,  // 31: tqgo.v1.ClaimRequest.picked:type_name -> tqgo.v1.Unit
-	46,  // 32: tqgo.v1.ClaimRequest.settle_first:type_name -> tqgo.v1.SettleRequest
-	1,   // 33: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
-	4,   // 34: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
-	4,   // 35: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
-	4,   // 36: tqgo.v1.Delivery.granted:type_name -> tqgo.v1.Moment
-	14,  // 37: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
-	42,  // 38: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
-	21,  // 39: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
-	14,  // 40: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
-	42,  // 41: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
-	45,  // 42: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
-	4,   // 43: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
-	14,  // 44: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
-	21,  // 45: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
-	47,  // 46: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
-	5,   // 47: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
-	2,   // 48: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
-	4,   // 49: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
-	14,  // 50: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
-	42,  // 51: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
-	71,  // 52: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
-	4,   // 53: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
-	51,  // 54: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
-	14,  // 55: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
-	72,  // 56: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
-	21,  // 57: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
-	19,  // 58: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
-	20,  // 59: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
-	73,  // 60: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
-	4,   // 61: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
-	74,  // 62: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
-	4,   // 63: tqgo.v1.LeaseSummary.until:type_name -> tqgo.v1.Moment
-	4,   // 64: tqgo.v1.LeaseSummary.granted:type_name -> tqgo.v1.Moment
-	55,  // 65: tqgo.v1.TaskSummary.leases:type_name -> tqgo.v1.LeaseSummary
-	4,   // 66: tqgo.v1.TaskSummary.oldest_ready:type_name -> tqgo.v1.Moment
-	52,  // 67: tqgo.v1.TaskSummary.groups:type_name -> tqgo.v1.GroupWaits
-	75,  // 68: tqgo.v1.TaskSummary.missing:type_name -> tqgo.v1.TaskSummary.MissingEntry
-	57,  // 69: tqgo.v1.TaskSummary.last_dead:type_name -> tqgo.v1.DeadSummary
-	4,   // 70: tqgo.v1.DeadSummary.at:type_name -> tqgo.v1.Moment
-	76,  // 71: tqgo.v1.SummaryReply.fields:type_name -> tqgo.v1.SummaryReply.FieldsEntry
-	4,   // 72: tqgo.v1.SummaryReply.oldest_row:type_name -> tqgo.v1.Moment
-	77,  // 73: tqgo.v1.SummaryReply.tasks:type_name -> tqgo.v1.SummaryReply.TasksEntry
-	19,  // 74: tqgo.v1.SummaryReply.capacity:type_name -> tqgo.v1.Capacity
-	20,  // 75: tqgo.v1.SummaryReply.used:type_name -> tqgo.v1.Usage
-	21,  // 76: tqgo.v1.SummaryReply.mark:type_name -> tqgo.v1.Mark
-	21,  // 77: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
-	44,  // 78: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
-	62,  // 79: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	62,  // 80: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
-	66,  // 81: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
-	62,  // 82: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	9,   // 83: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
-	49,  // 84: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	49,  // 85: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	52,  // 86: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
-	56,  // 87: tqgo.v1.SummaryReply.TasksEntry.value:type_name -> tqgo.v1.TaskSummary
-	7,   // 88: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
-	22,  // 89: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
-	24,  // 90: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
-	26,  // 91: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
-	28,  // 92: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
-	30,  // 93: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
-	31,  // 94: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
-	28,  // 95: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
-	30,  // 96: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
-	33,  // 97: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
-	34,  // 98: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
-	34,  // 99: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
-	36,  // 100: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
-	41,  // 101: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
-	41,  // 102: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
-	46,  // 103: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
-	48,  // 104: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
-	48,  // 105: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
-	54,  // 106: tqgo.v1.Meta.Summary:input_type -> tqgo.v1.SummaryRequest
-	59,  // 107: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
-	60,  // 108: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
-	63,  // 109: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
-	65,  // 110: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
-	68,  // 111: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
-	8,   // 112: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
-	23,  // 113: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
-	25,  // 114: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
-	27,  // 115: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
-	29,  // 116: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
-	25,  // 117: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
-	32,  // 118: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
-	25,  // 119: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
-	25,  // 120: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
-	35,  // 121: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
-	3,   // 122: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
-	3,   // 123: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
-	35,  // 124: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
-	43,  // 125: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
-	44,  // 126: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
-	47,  // 127: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
-	50,  // 128: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
-	53,  // 129: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
-	58,  // 130: tqgo.v1.Meta.Summary:output_type -> tqgo.v1.SummaryReply
-	3,   // 131: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
-	61,  // 132: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
-	64,  // 133: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
-	67,  // 134: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
-	3,   // 135: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
-	112, // [112:136] is the sub-list for method output_type
-	88,  // [88:112] is the sub-list for method input_type
-	88,  // [88:88] is the sub-list for extension type_name
-	88,  // [88:88] is the sub-list for extension extendee
-	0,   // [0:88] is the sub-list for field type_name
+	5,   // 0: tqgo.v1.CallReply.status:type_name -> tqgo.v1.Status
+	81,  // 1: tqgo.v1.Status.details:type_name -> google.protobuf.Any
+	0,   // 2: tqgo.v1.Failure.kind:type_name -> tqgo.v1.Failure.Kind
+	9,   // 3: tqgo.v1.Failure.full:type_name -> tqgo.v1.Full
+	22,  // 4: tqgo.v1.Full.capacity:type_name -> tqgo.v1.Capacity
+	23,  // 5: tqgo.v1.Full.used:type_name -> tqgo.v1.Usage
+	23,  // 6: tqgo.v1.Full.asked:type_name -> tqgo.v1.Usage
+	24,  // 7: tqgo.v1.Full.mark:type_name -> tqgo.v1.Mark
+	7,   // 8: tqgo.v1.InfoReply.now:type_name -> tqgo.v1.Moment
+	13,  // 9: tqgo.v1.TagValue.list_value:type_name -> tqgo.v1.TagList
+	14,  // 10: tqgo.v1.TagValue.map_value:type_name -> tqgo.v1.TagMap
+	12,  // 11: tqgo.v1.TagList.values:type_name -> tqgo.v1.TagValue
+	72,  // 12: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
+	15,  // 13: tqgo.v1.FieldEntry.info:type_name -> tqgo.v1.FieldInfo
+	16,  // 14: tqgo.v1.Row.fields:type_name -> tqgo.v1.FieldEntry
+	14,  // 15: tqgo.v1.Row.tag:type_name -> tqgo.v1.TagMap
+	17,  // 16: tqgo.v1.MaybeRow.row:type_name -> tqgo.v1.Row
+	73,  // 17: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
+	16,  // 18: tqgo.v1.RowUpdate.fields:type_name -> tqgo.v1.FieldEntry
+	14,  // 19: tqgo.v1.RowUpdate.tag:type_name -> tqgo.v1.TagMap
+	7,   // 20: tqgo.v1.Mark.wake:type_name -> tqgo.v1.Moment
+	19,  // 21: tqgo.v1.PrepareReply.reservations:type_name -> tqgo.v1.Reservation
+	22,  // 22: tqgo.v1.SetCapacityRequest.capacity:type_name -> tqgo.v1.Capacity
+	17,  // 23: tqgo.v1.RowsReply.rows:type_name -> tqgo.v1.Row
+	20,  // 24: tqgo.v1.CommitRequest.updates:type_name -> tqgo.v1.RowUpdate
+	21,  // 25: tqgo.v1.CommitReply.superseded:type_name -> tqgo.v1.Ref
+	21,  // 26: tqgo.v1.CommitReply.stale:type_name -> tqgo.v1.Ref
+	18,  // 27: tqgo.v1.LookupReply.rows:type_name -> tqgo.v1.MaybeRow
+	21,  // 28: tqgo.v1.RefsRequest.refs:type_name -> tqgo.v1.Ref
+	21,  // 29: tqgo.v1.RefsReply.refs:type_name -> tqgo.v1.Ref
+	40,  // 30: tqgo.v1.Select.group:type_name -> tqgo.v1.Group
+	42,  // 31: tqgo.v1.ClaimRequest.batch:type_name -> tqgo.v1.Batch
+	41,  // 32: tqgo.v1.ClaimRequest.select:type_name -> tqgo.v1.Select
+	43,  // 33: tqgo.v1.ClaimRequest.picked:type_name -> tqgo.v1.Unit
+	49,  // 34: tqgo.v1.ClaimRequest.settle_first:type_name -> tqgo.v1.SettleRequest
+	1,   // 35: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
+	7,   // 36: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
+	7,   // 37: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
+	7,   // 38: tqgo.v1.Delivery.granted:type_name -> tqgo.v1.Moment
+	17,  // 39: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
+	45,  // 40: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
+	24,  // 41: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
+	17,  // 42: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
+	45,  // 43: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
+	48,  // 44: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
+	7,   // 45: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
+	17,  // 46: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
+	24,  // 47: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
+	50,  // 48: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
+	8,   // 49: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
+	2,   // 50: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
+	7,   // 51: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
+	17,  // 52: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
+	45,  // 53: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
+	74,  // 54: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
+	7,   // 55: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
+	54,  // 56: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
+	17,  // 57: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
+	75,  // 58: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
+	24,  // 59: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
+	22,  // 60: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
+	23,  // 61: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
+	76,  // 62: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
+	7,   // 63: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
+	77,  // 64: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
+	7,   // 65: tqgo.v1.LeaseSummary.until:type_name -> tqgo.v1.Moment
+	7,   // 66: tqgo.v1.LeaseSummary.granted:type_name -> tqgo.v1.Moment
+	58,  // 67: tqgo.v1.TaskSummary.leases:type_name -> tqgo.v1.LeaseSummary
+	7,   // 68: tqgo.v1.TaskSummary.oldest_ready:type_name -> tqgo.v1.Moment
+	55,  // 69: tqgo.v1.TaskSummary.groups:type_name -> tqgo.v1.GroupWaits
+	78,  // 70: tqgo.v1.TaskSummary.missing:type_name -> tqgo.v1.TaskSummary.MissingEntry
+	60,  // 71: tqgo.v1.TaskSummary.last_dead:type_name -> tqgo.v1.DeadSummary
+	7,   // 72: tqgo.v1.DeadSummary.at:type_name -> tqgo.v1.Moment
+	79,  // 73: tqgo.v1.SummaryReply.fields:type_name -> tqgo.v1.SummaryReply.FieldsEntry
+	7,   // 74: tqgo.v1.SummaryReply.oldest_row:type_name -> tqgo.v1.Moment
+	80,  // 75: tqgo.v1.SummaryReply.tasks:type_name -> tqgo.v1.SummaryReply.TasksEntry
+	22,  // 76: tqgo.v1.SummaryReply.capacity:type_name -> tqgo.v1.Capacity
+	23,  // 77: tqgo.v1.SummaryReply.used:type_name -> tqgo.v1.Usage
+	24,  // 78: tqgo.v1.SummaryReply.mark:type_name -> tqgo.v1.Mark
+	24,  // 79: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
+	47,  // 80: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
+	65,  // 81: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	65,  // 82: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
+	69,  // 83: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
+	65,  // 84: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	12,  // 85: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
+	52,  // 86: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	52,  // 87: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	55,  // 88: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
+	59,  // 89: tqgo.v1.SummaryReply.TasksEntry.value:type_name -> tqgo.v1.TaskSummary
+	10,  // 90: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
+	25,  // 91: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
+	27,  // 92: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
+	29,  // 93: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
+	31,  // 94: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
+	33,  // 95: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
+	34,  // 96: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
+	31,  // 97: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
+	33,  // 98: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
+	36,  // 99: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
+	37,  // 100: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
+	37,  // 101: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
+	39,  // 102: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
+	44,  // 103: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
+	44,  // 104: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
+	49,  // 105: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
+	51,  // 106: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
+	51,  // 107: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
+	57,  // 108: tqgo.v1.Meta.Summary:input_type -> tqgo.v1.SummaryRequest
+	62,  // 109: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
+	63,  // 110: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
+	3,   // 111: tqgo.v1.Meta.Calls:input_type -> tqgo.v1.Call
+	66,  // 112: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
+	68,  // 113: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
+	71,  // 114: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
+	11,  // 115: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
+	26,  // 116: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
+	28,  // 117: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
+	30,  // 118: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
+	32,  // 119: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
+	28,  // 120: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
+	35,  // 121: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
+	28,  // 122: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
+	28,  // 123: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
+	38,  // 124: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
+	6,   // 125: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
+	6,   // 126: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
+	38,  // 127: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
+	46,  // 128: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
+	47,  // 129: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
+	50,  // 130: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
+	53,  // 131: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
+	56,  // 132: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
+	61,  // 133: tqgo.v1.Meta.Summary:output_type -> tqgo.v1.SummaryReply
+	6,   // 134: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
+	64,  // 135: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
+	4,   // 136: tqgo.v1.Meta.Calls:output_type -> tqgo.v1.CallReply
+	67,  // 137: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
+	70,  // 138: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
+	6,   // 139: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
+	115, // [115:140] is the sub-list for method output_type
+	90,  // [90:115] is the sub-list for method input_type
+	90,  // [90:90] is the sub-list for extension type_name
+	90,  // [90:90] is the sub-list for extension extendee
+	0,   // [0:90] is the sub-list for field type_name
 }
 
 func init() { file_tqgo_v1_tq_proto_init() }
@@ -5267,7 +5473,7 @@ func file_tqgo_v1_tq_proto_init() {
 	if File_tqgo_v1_tq_proto != nil {
 		return
 	}
-	file_tqgo_v1_tq_proto_msgTypes[6].OneofWrappers = []any{
+	file_tqgo_v1_tq_proto_msgTypes[9].OneofWrappers = []any{
 		(*TagValue_IsNil)(nil),
 		(*TagValue_BoolValue)(nil),
 		(*TagValue_StringValue)(nil),
@@ -5284,7 +5490,7 @@ func file_tqgo_v1_tq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tqgo_v1_tq_proto_rawDesc), len(file_tqgo_v1_tq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   75,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -4,7 +4,8 @@
 //
 // Conventions:
 //   - Every call is unary except Wait, which is a long unary call that ends
-//     when the partition may have changed, or at the caller's deadline.
+//     when the partition may have changed, or at the caller's deadline,
+//     and Calls, a stream that carries unary calls one after another.
 //   - Times travel by the server's clock (Moment); a client converts with
 //     the difference between the server's clock and its own, which it
 //     takes from Info's reply (now) at the middle of the round trip. An
@@ -56,6 +57,7 @@ const (
 	Meta_Summary_FullMethodName         = "/tqgo.v1.Meta/Summary"
 	Meta_Reset_FullMethodName           = "/tqgo.v1.Meta/Reset"
 	Meta_Wait_FullMethodName            = "/tqgo.v1.Meta/Wait"
+	Meta_Calls_FullMethodName           = "/tqgo.v1.Meta/Calls"
 )
 
 // MetaClient is the client API for Meta service.
@@ -100,6 +102,15 @@ type MetaClient interface {
 	// but with take: then the registered claim it returns the lease of is
 	// no longer registered (see WaitRequest.take). Safe to retry either way.
 	Wait(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*WaitReply, error)
+	// Calls carries unary calls of this service (any but Calls) on one
+	// stream, one at a time: the client sends a Call, the server answers it
+	// with one CallReply, then the client may send the next. Each call
+	// behaves as the unary call it names, with the stream's metadata (its
+	// token). A server that stops gracefully answers the call it is running,
+	// then ends the stream with a CLOSED Failure: a Call sent after that
+	// reply was not run. The stream saves the setup of a call (headers,
+	// trailers, a new HTTP/2 stream), most of a small call's cost.
+	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[Call, CallReply], error)
 }
 
 type metaClient struct {
@@ -320,6 +331,19 @@ func (c *metaClient) Wait(ctx context.Context, in *WaitRequest, opts ...grpc.Cal
 	return out, nil
 }
 
+func (c *metaClient) Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[Call, CallReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Meta_ServiceDesc.Streams[0], Meta_Calls_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[Call, CallReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Meta_CallsClient = grpc.BidiStreamingClient[Call, CallReply]
+
 // MetaServer is the server API for Meta service.
 // All implementations must embed UnimplementedMetaServer
 // for forward compatibility.
@@ -362,6 +386,15 @@ type MetaServer interface {
 	// but with take: then the registered claim it returns the lease of is
 	// no longer registered (see WaitRequest.take). Safe to retry either way.
 	Wait(context.Context, *WaitRequest) (*WaitReply, error)
+	// Calls carries unary calls of this service (any but Calls) on one
+	// stream, one at a time: the client sends a Call, the server answers it
+	// with one CallReply, then the client may send the next. Each call
+	// behaves as the unary call it names, with the stream's metadata (its
+	// token). A server that stops gracefully answers the call it is running,
+	// then ends the stream with a CLOSED Failure: a Call sent after that
+	// reply was not run. The stream saves the setup of a call (headers,
+	// trailers, a new HTTP/2 stream), most of a small call's cost.
+	Calls(grpc.BidiStreamingServer[Call, CallReply]) error
 	mustEmbedUnimplementedMetaServer()
 }
 
@@ -434,6 +467,9 @@ func (UnimplementedMetaServer) Reset(context.Context, *ResetRequest) (*Empty, er
 }
 func (UnimplementedMetaServer) Wait(context.Context, *WaitRequest) (*WaitReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Wait not implemented")
+}
+func (UnimplementedMetaServer) Calls(grpc.BidiStreamingServer[Call, CallReply]) error {
+	return status.Error(codes.Unimplemented, "method Calls not implemented")
 }
 func (UnimplementedMetaServer) mustEmbedUnimplementedMetaServer() {}
 func (UnimplementedMetaServer) testEmbeddedByValue()              {}
@@ -834,6 +870,13 @@ func _Meta_Wait_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_Calls_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(MetaServer).Calls(&grpc.GenericServerStream[Call, CallReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Meta_CallsServer = grpc.BidiStreamingServer[Call, CallReply]
+
 // Meta_ServiceDesc is the grpc.ServiceDesc for Meta service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -926,7 +969,14 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Meta_Wait_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Calls",
+			Handler:       _Meta_Calls_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "tqgo/v1/tq.proto",
 }
 
