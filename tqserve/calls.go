@@ -3,6 +3,7 @@ package tqserve
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -37,14 +38,20 @@ func onCalls(method string) bool {
 // metaPrefix begins the gRPC path of every call of Meta.
 var metaPrefix = "/" + tqpb.Meta_ServiceDesc.ServiceName + "/"
 
+// unaryFor is how long a connection whose server had no Calls makes
+// unary calls before it asks again.
+const unaryFor = time.Minute
+
 // maxIdleStreams bounds the open Calls streams a connection keeps for
 // later calls; past it, a stream whose call ended is closed.
 const maxIdleStreams = 64
 
 // callPool makes unary calls of Meta over Calls streams of a connection.
 type callPool struct {
-	cc    *grpc.ClientConn
-	unary atomic.Bool // the server has no Calls: make unary calls
+	cc *grpc.ClientConn
+	// Until when to make unary calls (UnixNano): the server had no Calls
+	// (it may be replaced by one that has).
+	unaryUntil atomic.Int64
 
 	mu     sync.Mutex
 	idle   []*callStream
@@ -66,20 +73,17 @@ func newCallPool(cc *grpc.ClientConn) *callPool { return &callPool{cc: cc} }
 func (p *callPool) invoke(ctx context.Context, method string, req, reply any, opts []grpc.CallOption) (err error, ok bool) {
 	in, isIn := req.(proto.Message)
 	out, isOut := reply.(proto.Message)
-	if p.unary.Load() || !onCalls(method) || !isIn || !isOut {
+	if !onCalls(method) || !isIn || !isOut || time.Now().UnixNano() < p.unaryUntil.Load() {
 		return nil, false
 	}
 	body, err := proto.Marshal(in)
 	if err != nil {
 		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err), true
 	}
-	call := &tqpb.Call{Method: method[strings.LastIndexByte(method, '/')+1:], Request: body}
-	for attempt := 0; ; attempt++ {
+	name := method[strings.LastIndexByte(method, '/')+1:]
+	for {
 		if err := ctx.Err(); err != nil {
 			return status.FromContextError(err).Err(), true
-		}
-		if d, ok := ctx.Deadline(); ok {
-			call.TimeoutNs = max(int64(time.Until(d)), 1)
 		}
 		cs := p.take()
 		fresh := cs == nil
@@ -96,6 +100,10 @@ func (p *callPool) invoke(ctx context.Context, method string, req, reply any, op
 				}
 				return err, true // nothing sent
 			}
+		}
+		call := &tqpb.Call{Method: name, Request: body}
+		if d, ok := ctx.Deadline(); ok {
+			call.TimeoutNs = max(int64(time.Until(d)), 1)
 		}
 		var r tqpb.CallReply
 		stop := context.AfterFunc(ctx, cs.cancel)
@@ -124,11 +132,14 @@ func (p *callPool) invoke(ctx context.Context, method string, req, reply any, op
 			switch {
 			case st.Code() == codes.Unimplemented && fresh && !hasFailure(st):
 				// A server without Calls: it ran nothing.
-				p.unary.Store(true)
+				p.unaryUntil.Store(time.Now().Add(unaryFor).UnixNano())
 				return nil, false
-			case !sent && !fresh && attempt == 0 && !hasFailure(st):
+			case !fresh && (!sent && !hasFailure(st) || handingOver(err)):
 				// A kept stream that ended while idle (its connection
-				// lost, say): the call never left. Once more on a new one.
+				// lost: the call never left), or that its server, stopping,
+				// ended before running the call: again on another stream
+				// (each try takes a kept one; a new one is not tried
+				// again), which reaches a server still serving.
 				continue
 			}
 			return err, true
@@ -258,7 +269,7 @@ func (s *Server) Calls(st tqpb.Meta_CallsServer) error {
 }
 
 // errStopping ends a Calls stream of a server stopping gracefully.
-var errStopping = toStatus(backends.ErrClosed)
+var errStopping = toStatus(fmt.Errorf("%w: the tq server is stopping: this stream ran no call after its last reply", backends.ErrClosed))
 
 // runCall runs call as the unary call it names and returns its answer.
 func (s *Server) runCall(ctx context.Context, call *tqpb.Call) *tqpb.CallReply {
@@ -281,7 +292,11 @@ func (s *Server) runCall(ctx context.Context, call *tqpb.Call) *tqpb.CallReply {
 	if err != nil {
 		return replyStatus(status.Convert(err))
 	}
-	body, err := proto.Marshal(r.(proto.Message))
+	msg, ok := r.(proto.Message)
+	if !ok || msg == nil {
+		return replyStatus(status.Newf(codes.Internal, "tq server: call %s made no reply", call.GetMethod()))
+	}
+	body, err := proto.Marshal(msg)
 	if err != nil {
 		return replyStatus(status.Newf(codes.Internal, "grpc: error while marshaling: %v", err))
 	}

@@ -161,3 +161,83 @@ func TestCallsContextEnds(t *testing.T) {
 		t.Fatalf("listed %d rows, want 1", len(rows))
 	}
 }
+
+// The streams a client keeps all end with their connection; a call made
+// once the client knows is not sent on one of them (it would fail, a write with
+// ErrOutcomeUnknown, though nothing left the client): it goes on a new
+// stream of a new connection.
+func TestCallsAfterConnectionLost(t *testing.T) {
+	s := startServer(t, "memory://tqserve-calls-lost")
+	p := startGRPCProxy(t, strings.TrimPrefix(s.URL, "tq://"))
+	m := openMeta(t, "tq://"+p.addr())
+	commitRow(t, m, "p", "a")
+	// Eight calls at once, their replies held: eight streams kept.
+	p.arm(mLookup, proxyDelayReply, 300*time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = m.Lookup(callCtx(t), "p", []string{"a"}) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := p.seen(callsPath); n < 2 {
+		t.Fatalf("eight calls at once opened %d Calls streams, want several", n)
+	}
+	p.cutAll()
+	// Until the client reads the close, a call may still go out on the
+	// connection and be lost with it (as a unary call would): give it the
+	// time to read it.
+	time.Sleep(300 * time.Millisecond)
+	commitRow(t, m, "p", "b")
+	c, err := m.Claim(callCtx(t), "p", claimReq("t"), nil)
+	if err != nil {
+		t.Fatalf("claim after the connection was lost: %v", err)
+	}
+	if len(c.Rows) != 1 {
+		t.Fatalf("claimed %d rows, want 1", len(c.Rows))
+	}
+	if _, err := m.Lookup(callCtx(t), "p", []string{"a", "b"}); err != nil {
+		t.Fatalf("lookup after the connection was lost: %v", err)
+	}
+}
+
+// A server of the URL stopping gracefully ends the streams the client
+// keeps to it with CLOSED: the next call goes to another of the URL's
+// servers, with no error.
+func TestCallsGracefulStopOtherServer(t *testing.T) {
+	a, err := newServerAt(t, "memory://tqserve-calls-two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newServerAt(t, "memory://tqserve-calls-two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := openMeta(t, "tq://"+a.addr+","+b.addr)
+	// Calls at once: several streams kept, to the first server.
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = tryCommit(m, "p", "k"+string(rune('a'+i))) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.srv.GracefulStop()
+	for range 6 {
+		rows, err := m.Lookup(callCtx(t), "p", []string{"ka"})
+		if err != nil {
+			t.Fatalf("lookup after the first server stopped: %v", err)
+		}
+		if len(rows) != 1 || rows[0] == nil {
+			t.Fatalf("lookup after the first server stopped: %v, want the row", rows)
+		}
+	}
+}

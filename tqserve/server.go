@@ -203,6 +203,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 		grpc.MaxSendMsgSize(1 << 30),
 		serverKeepalive(),
 		grpc.UnaryInterceptor(s.intercept),
+		grpc.StreamInterceptor(s.authorizeStream),
 	}
 	if o.creds != nil {
 		sopts = append(sopts, grpc.Creds(o.creds))
@@ -352,19 +353,40 @@ func Serve(ctx context.Context, lis net.Listener, engineURL string, opts ...Serv
 }
 
 func (s *Server) authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	if s.opts.token != "" && !strings.HasPrefix(info.FullMethod, "/grpc.health.") {
-		md, _ := grpcmd.FromIncomingContext(ctx)
-		got := ""
-		if v := md.Get("authorization"); len(v) == 1 {
-			if t, ok := strings.CutPrefix(v[0], "Bearer "); ok {
-				got = t
-			}
-		}
-		if subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.token)) != 1 {
-			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
-		}
+	if err := s.checkToken(ctx, info.FullMethod); err != nil {
+		return nil, err
 	}
 	return next(ctx, req)
+}
+
+// authorizeStream refuses a stream (Calls) without the token, as
+// authorize refuses a unary call: a Calls stream's calls are checked
+// again one by one.
+func (s *Server) authorizeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	if err := s.checkToken(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return next(srv, ss)
+}
+
+// checkToken fails with Unauthenticated unless the call of method
+// carries the server's token (when it has one; the health service needs
+// none).
+func (s *Server) checkToken(ctx context.Context, method string) error {
+	if s.opts.token == "" || strings.HasPrefix(method, "/grpc.health.") {
+		return nil
+	}
+	md, _ := grpcmd.FromIncomingContext(ctx)
+	got := ""
+	if v := md.Get("authorization"); len(v) == 1 {
+		if t, ok := strings.CutPrefix(v[0], "Bearer "); ok {
+			got = t
+		}
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.token)) != 1 {
+		return status.Error(codes.Unauthenticated, "missing or wrong bearer token")
+	}
+	return nil
 }
 
 func redact(url string) string {
