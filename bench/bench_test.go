@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -448,6 +449,31 @@ func TestServedQuick(t *testing.T) {
 		t.Error("a served Redis server got the Redis limits or targets of its own")
 	}
 
+	// The takeover: a row beside its aim, every call's failure of an
+	// expected class, no acked row delivered again, a note per
+	// repetition naming the servers it killed and kept.
+	take := checkTable(t, rep, md, "queue-takeover", []string{"tq+redis"}, func(r []string) string { return r[0] })
+	var pids []int
+	if take != nil {
+		for _, r := range take.Rows {
+			if slices.Contains(r, "n/a") || !strings.HasPrefix(r[8], "none (of ") || strings.Contains(r[7], "UNEXPECTED") {
+				t.Errorf("queue-takeover row %v: a measurement is missing, or the takeover failed", r)
+			}
+		}
+		for _, n := range take.Notes {
+			if strings.Contains(n, "FAILED") {
+				t.Errorf("queue-takeover: %s", n)
+			}
+			for _, f := range strings.Split(n, "tq serve pid ")[1:] {
+				p, _ := strconv.Atoi(f[:strings.IndexByte(f, ' ')])
+				pids = append(pids, p)
+			}
+		}
+		if len(pids) != 2*cfg.Reps {
+			t.Errorf("queue-takeover notes name %d tq servers, want 2 per repetition: %q", len(pids), take.Notes)
+		}
+	}
+
 	var pid int
 	for _, l := range rep.Machine {
 		if _, rest, ok := strings.Cut(l, "served by tq serve (pid "); ok {
@@ -457,7 +483,90 @@ func TestServedQuick(t *testing.T) {
 	if pid == 0 {
 		t.Fatalf("the machine lines do not name the tq server: %q", rep.Machine)
 	}
-	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
-		t.Errorf("tq serve (pid %d) still runs after Run returned", pid)
+	for _, pid := range append(pids, pid) {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			t.Errorf("tq serve (pid %d) still runs after Run returned", pid)
+		}
+	}
+}
+
+// TestQueueMeasures: -queue-measures runs the queue measures it names
+// and no other, and refuses one it does not know.
+func TestQueueMeasures(t *testing.T) {
+	cfg := QuickConfig()
+	cfg.Suites, cfg.URLs = []string{"queue"}, []string{"memory://"}
+	cfg.QueueMeasures = []string{"size"}
+	var out bytes.Buffer
+	rep, err := Run(t.Context(), cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Table("queue-size") == nil || rep.Table("queue") != nil || rep.Table("queue-takeover") != nil {
+		t.Errorf("-queue-measures size made the tables %v", tableIDs(rep))
+	}
+	cfg.QueueMeasures = []string{"takeover"}
+	if rep, err = Run(t.Context(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tables) != 0 || !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "takeover: skipped") }) {
+		t.Errorf("takeover without a tq server target: tables %v, notes %q", tableIDs(rep), rep.Notes)
+	}
+	cfg.QueueMeasures = []string{"contention"}
+	if _, err := Run(t.Context(), cfg, &out); err == nil || !strings.Contains(err.Error(), "unknown queue measure") {
+		t.Errorf("an unknown queue measure: err %v", err)
+	}
+}
+
+func tableIDs(rep *Report) []string {
+	var ids []string
+	for _, t := range rep.Tables {
+		ids = append(ids, t.ID)
+	}
+	return ids
+}
+
+// TestTakeoverFailures: a consumer's failed call is of an expected class
+// when a takeover may cause it, and the summary counts each class.
+func TestTakeoverFailures(t *testing.T) {
+	live := t.Context()
+	hung, cancel := context.WithTimeout(live, 0)
+	defer cancel()
+	<-hung.Done()
+	for _, c := range []struct {
+		op   string
+		ctx  context.Context
+		err  error
+		want string
+		ok   bool
+	}{
+		{"claim", live, fmt.Errorf("x: %w", errors.Join(tq.ErrUnavailable, tq.ErrOutcomeUnknown)), "unavailable, outcome unknown", true},
+		{"claim", live, fmt.Errorf("x: %w", tq.ErrUnavailable), "unavailable", true},
+		{"ack", live, fmt.Errorf("x: %w", tq.ErrOutcomeUnknown), "outcome unknown", true},
+		{"ack", live, &tq.LeaseLostError{Op: "ack", Keys: []string{"k"}}, "lease lost", true},
+		{"claim", live, &tq.LeaseLostError{Op: "ack", Keys: []string{"k"}}, "other: ", false},
+		{"claim", live, tq.ErrInvalid, "other: ", false},
+		{"claim", hung, context.DeadlineExceeded, "no answer", false},
+	} {
+		got, ok := failClass(c.op, c.ctx, c.err)
+		if !strings.HasPrefix(got, c.want) || ok != c.ok {
+			t.Errorf("failClass(%s, %v) = %q, %v; want %q..., %v", c.op, c.err, got, ok, c.want, c.ok)
+		}
+	}
+	t0 := time.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	fs := []takeoverFailure{
+		{op: "claim", class: "outcome unknown", expected: true, end: at(1)},
+		{op: "claim", class: "outcome unknown", expected: true, end: at(2)},
+		{op: "ack", class: "other: x", end: at(3)},
+		{op: "ack", class: "unavailable", expected: true, end: at(10)},
+	}
+	if got, want := summarizeFailures(fs, at(1), at(3)), "UNEXPECTED ack: other: x ×1; claim: outcome unknown ×2"; got != want {
+		t.Errorf("summarizeFailures = %q, want %q", got, want)
+	}
+	if got := summarizeFailures(fs, at(4), at(5)); got != "none" {
+		t.Errorf("summarizeFailures of an empty window = %q", got)
+	}
+	if got, want := ownerKey("tq", "a/{b}%"), "tq:{tq:a/%7Bb%7D%25}:owner"; got != want {
+		t.Errorf("ownerKey = %q, want %q", got, want)
 	}
 }

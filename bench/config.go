@@ -12,6 +12,12 @@ import (
 // Suites, in the order a report prints them.
 var allSuites = []string{"pack", "kv", "limit", "redis", "queue"}
 
+// The queue suite's measures: step (claim+ack of a step, the wake-ups,
+// contention; the queue table), size (claim cost against partition size),
+// sweep (the consumer sweep of served targets) and takeover (takeover
+// after kill -9 of a partition's owner, served targets).
+var allQueueMeasures = []string{"step", "size", "sweep", "takeover"}
+
 // Config is one run of the report. DefaultConfig is the report of docs/performance.md;
 // QuickConfig shrinks every size so the whole run takes a second or two.
 type Config struct {
@@ -44,6 +50,12 @@ type Config struct {
 	// SweepTime bounds one sample of the consumer sweep (served targets):
 	// its consumers claim until it has passed.
 	SweepTime time.Duration
+	// QueueMeasures are the queue suite's measures to run, a subset of
+	// allQueueMeasures.
+	QueueMeasures []string
+	// TakeoverTTL is the ownership TTL (tq serve -ownership) of the servers
+	// of the takeover measure (served targets).
+	TakeoverTTL time.Duration
 
 	// served targets (tq+redis)
 	ServeBin     string // a tq binary to run `tq serve` with ("": build cmd/tq)
@@ -80,6 +92,11 @@ func DefaultConfig() Config {
 		Consumers:   []int{8, 64},
 		QueueSizes:  []int{1_000, 10_000, 100_000},
 		SweepTime:   2 * time.Second,
+
+		QueueMeasures: slices.Clone(allQueueMeasures),
+		// Short, so that a repetition of the takeover measure takes
+		// seconds (tqserve.DefaultOwnership is 10 s).
+		TakeoverTTL: 2 * time.Second,
 	}
 }
 
@@ -100,6 +117,7 @@ func QuickConfig() Config {
 	c.RedisShapes = []redisShape{{16, 512}, {8, 4 << 10}}
 	c.Consumers = []int{2, 4}
 	c.SweepTime = 50 * time.Millisecond
+	c.TakeoverTTL = 500 * time.Millisecond
 	// The fewest rows a sample of claim cost needs: 100,000 rows take
 	// seconds to write and to claim from.
 	c.QueueSizes = []int{sizeMinRows, 2 * sizeMinRows}
@@ -113,6 +131,11 @@ func (c Config) validate() error {
 	for _, s := range c.Suites {
 		if !slices.Contains(allSuites, s) {
 			return fmt.Errorf("unknown suite %q (have %s)", s, strings.Join(allSuites, ", "))
+		}
+	}
+	for _, m := range c.QueueMeasures {
+		if !slices.Contains(allQueueMeasures, m) {
+			return fmt.Errorf("unknown queue measure %q (have %s)", m, strings.Join(allQueueMeasures, ", "))
 		}
 	}
 	for _, s := range c.Sizes {
@@ -140,6 +163,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("queue sizes %v: each must be >= %d rows (the claims of one sample)", c.QueueSizes, sizeMinRows)
 	case c.SweepTime <= 0:
 		return fmt.Errorf("sweep time %v: want > 0", c.SweepTime)
+	case c.TakeoverTTL < 100*time.Millisecond:
+		return fmt.Errorf("takeover ownership %v: want at least 100ms", c.TakeoverTTL)
 	case c.RedisBytes < 1:
 		return fmt.Errorf("redis limit bytes %d < 1", c.RedisBytes)
 	}
@@ -147,6 +172,9 @@ func (c Config) validate() error {
 }
 
 func (c Config) has(suite string) bool { return slices.Contains(c.Suites, suite) }
+
+// measures reports whether the queue suite runs measure m.
+func (c Config) measures(m string) bool { return slices.Contains(c.QueueMeasures, m) }
 
 // parseList splits a comma list, dropping blanks.
 func parseList(s string) []string {

@@ -17,7 +17,9 @@
 // time per claim, each beside Redis Streams consumer groups on Redis and
 // beside a List, a channel, BLPOP or LPOP; on a tq server, -urls tq+redis,
 // a consumer sweep of tq:// clients beside Redis Streams consumers and tq
-// on redis:// directly). The method is
+// on redis:// directly, and the takeover of a partition after kill -9 of
+// the tq server that owns it, beside its aim of the ownership TTL + 1 s;
+// -queue-measures picks among them). The method is
 // FlashPack PR #31's: warm-up, interleaved arms, medians and ranges over -reps.
 package main
 
@@ -56,6 +58,8 @@ func run(args []string) error {
 	consumers := fs.String("consumers", joinInts(def.Consumers), "consumer counts of the queue suite's contention measure")
 	queueSizes := fs.String("queue-sizes", joinInts(def.QueueSizes), "ready rows of the queue suite's claim cost vs partition size")
 	sweepTime := fs.Duration("sweep-time", def.SweepTime, "duration of one sample of the queue suite's consumer sweep (tq+redis targets: tq:// clients beside Redis Streams and tq on redis://)")
+	queueMeasures := fs.String("queue-measures", strings.Join(def.QueueMeasures, ","), "the queue suite's measures, a comma list of step (claim+ack, wake-ups, contention), size (claim cost vs partition size), sweep (consumer sweep, tq+redis) and takeover (kill -9 of a partition's owner, tq+redis)")
+	takeoverTTL := fs.Duration("takeover-ownership", def.TakeoverTTL, "ownership TTL (tq serve -ownership) of the two tq servers of the queue suite's takeover measure")
 	serveBin := fs.String("serve-bin", "", "tq binary `FILE` that runs \"tq serve\" for tq+redis targets (default: go build of cmd/tq, from the repository)")
 	serveProfile := fs.String("serve-cpuprofile", "", "write the CPU profile of the tq server of a tq+redis target to this `FILE` (go tool pprof FILE)")
 	redisBytes := fs.String("redis-bytes", fmtSize(def.RedisBytes), "bytes per batch of the raw Redis limits")
@@ -111,6 +115,10 @@ func run(args []string) error {
 			cfg.URLs = parseList(*urls)
 		case "sweep-time":
 			cfg.SweepTime = *sweepTime
+		case "queue-measures":
+			cfg.QueueMeasures = parseList(*queueMeasures)
+		case "takeover-ownership":
+			cfg.TakeoverTTL = *takeoverTTL
 		}
 		if err != nil {
 			err = fmt.Errorf("-%s: %w", f.Name, err)

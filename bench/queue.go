@@ -78,18 +78,31 @@ func queueTargets(targets []*target) []*target {
 }
 
 func queueSteps(cfg Config, targets []*target, m *meter) int {
-	n := 0
+	n, once := 0, 0
 	for _, t := range queueTargets(targets) {
+		var step, size int
 		switch {
 		case t.isServed(): // its contention is the consumer sweep
-			n += 9 + 2*len(cfg.QueueSizes) + sweepSteps(cfg)
+			step, size = 9, 2*len(cfg.QueueSizes)
+			if cfg.measures("sweep") {
+				n += sweepSteps(cfg)
+			}
+			if cfg.measures("takeover") {
+				once += cfg.Reps // one step per repetition, no warm-up
+			}
 		case t.isRedis():
-			n += 9 + 3*len(cfg.Consumers) + 2*len(cfg.QueueSizes)
+			step, size = 9+3*len(cfg.Consumers), 2*len(cfg.QueueSizes)
 		default:
-			n += 7 + 2*len(cfg.Consumers) + len(cfg.QueueSizes)
+			step, size = 7+2*len(cfg.Consumers), len(cfg.QueueSizes)
+		}
+		if cfg.measures("step") {
+			n += step
+		}
+		if cfg.measures("size") {
+			n += size
 		}
 	}
-	return m.planSteps(n)
+	return m.planSteps(n) + once
 }
 
 // queueRows writes n one-field rows into a fresh partition, in BatchPuts
@@ -251,12 +264,16 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 	size := sizeTable(cfg)
 	server := serverTable(cfg)
 	sweep := sweepTable(cfg)
+	take := takeoverTable(cfg)
 	for _, t := range ts {
-		if err := runQueueTarget(ctx, cfg, m, t, step, size, server, sweep, rep); err != nil {
+		if err := runQueueTarget(ctx, cfg, m, t, step, size, server, sweep, take, rep); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
-	for _, t := range []*Table{step, size, server, sweep} {
+	if cfg.measures("takeover") && !slices.ContainsFunc(ts, (*target).isServed) {
+		rep.note("queue takeover: skipped, it needs a tq server target (-urls tq+redis)")
+	}
+	for _, t := range []*Table{step, size, server, sweep, take} {
 		if len(t.Rows) > 0 {
 			rep.Tables = append(rep.Tables, t)
 		}
@@ -264,12 +281,39 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 	return nil
 }
 
-func runQueueTarget(ctx context.Context, cfg Config, m *meter, t *target, step, size, server, sweep *Table, rep *Report) error {
+func runQueueTarget(ctx context.Context, cfg Config, m *meter, t *target, step, size, server, sweep, take *Table, rep *Report) error {
 	rig, err := openRig(ctx, cfg, t)
 	if err != nil {
 		return err
 	}
 	defer rig.close()
+	if cfg.measures("step") {
+		if err := runQueueStep(ctx, cfg, m, rig, step, server, rep); err != nil {
+			return err
+		}
+	}
+	if cfg.measures("size") {
+		srows, err := runQueueSize(ctx, cfg, m, rig, size, rep)
+		if err != nil {
+			return err
+		}
+		addServerRows(cfg, t, srows, server, rep)
+	}
+	if t.isServed() && cfg.measures("sweep") {
+		if err := runSweep(ctx, cfg, m, rig, sweep, rep); err != nil {
+			return err
+		}
+	}
+	if t.isServed() && cfg.measures("takeover") {
+		return runTakeover(ctx, cfg, m, t, take, rep)
+	}
+	return nil
+}
+
+// runQueueStep runs the measures of the queue table: claim+ack of a
+// step, the wake-ups and contention.
+func runQueueStep(ctx context.Context, cfg Config, m *meter, rig *queueRig, step, server *Table, rep *Report) error {
+	t := rig.t
 	arms, rows, srows, cleanup, err := queueArms(ctx, cfg, rig)
 	defer cleanup()
 	if err != nil {
@@ -290,14 +334,6 @@ func runQueueTarget(ctx context.Context, cfg Config, m *meter, t *target, step, 
 			Record{Suite: "queue", Table: step.ID, Row: t.name, Series: r.measure + " limit: " + r.limName, Unit: "s", Dist: ld})
 	}
 	addServerRows(cfg, t, srows, server, rep)
-	srows, err = runQueueSize(ctx, cfg, m, rig, size, rep)
-	if err != nil {
-		return err
-	}
-	addServerRows(cfg, t, srows, server, rep)
-	if t.isServed() {
-		return runSweep(ctx, cfg, m, rig, sweep, rep)
-	}
 	return nil
 }
 

@@ -37,6 +37,7 @@ const (
 type serveProc struct {
 	cmd    *exec.Cmd
 	url    string // tq://127.0.0.1:PORT
+	addr   string // 127.0.0.1:PORT: where it listens, and the address it gives as its own
 	engine string // the redis:// URL it serves
 	exited chan error
 	dir    string // the binary's build directory, when built for this run
@@ -96,22 +97,31 @@ func startServe(ctx context.Context, bin, engine, profile string) (*serveProc, e
 	if err != nil {
 		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
-		p, err := startServeOnce(ctx, path, engine, profile)
-		if err == nil {
-			p.dir = dir
-			return p, nil
+	p, err := startServePath(ctx, path, engine, profile)
+	if err != nil {
+		if dir != "" {
+			_ = os.RemoveAll(dir)
 		}
-		if attempt == 4 || ctx.Err() != nil {
-			if dir != "" {
-				_ = os.RemoveAll(dir)
-			}
-			return nil, err
+		return nil, err
+	}
+	p.dir = dir
+	return p, nil
+}
+
+// startServePath runs the tq binary at path as startServe does, with the
+// flags of extra after its own: a free port is picked before the server
+// binds it, so a start that lost the port to another process is tried
+// again (five times in all).
+func startServePath(ctx context.Context, path, engine, profile string, extra ...string) (*serveProc, error) {
+	for attempt := 0; ; attempt++ {
+		p, err := startServeOnce(ctx, path, engine, profile, extra)
+		if err == nil || attempt == 4 || ctx.Err() != nil {
+			return p, err
 		}
 	}
 }
 
-func startServeOnce(ctx context.Context, path, engine, profile string) (*serveProc, error) {
+func startServeOnce(ctx context.Context, path, engine, profile string, extra []string) (*serveProc, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -124,6 +134,7 @@ func startServeOnce(ctx context.Context, path, engine, profile string) (*servePr
 	if profile != "" {
 		args = append(args, "-cpuprofile", profile)
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(path, args...)
 	// The server dies with the bench, whatever ends it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -134,7 +145,7 @@ func startServeOnce(ctx context.Context, path, engine, profile string) (*servePr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("tq serve: %w", err)
 	}
-	p := &serveProc{cmd: cmd, url: "tq://" + addr, engine: engine, exited: make(chan error, 1)}
+	p := &serveProc{cmd: cmd, url: "tq://" + addr, addr: addr, engine: engine, exited: make(chan error, 1)}
 	serving := make(chan struct{})
 	var said strings.Builder // what it wrote before serving, for an error
 	go func() {
