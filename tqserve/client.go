@@ -125,7 +125,8 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 func (b bearer) RequireTransportSecurity() bool { return false }
 
 // Meta is the metadata.MetaStore of a client of a tq server: each call is
-// one gRPC call to the server that owns the partition.
+// one call to the server that owns the partition (on a Calls stream;
+// see PROTOCOL.md).
 type Meta struct {
 	conn   *grpc.ClientConn
 	c      tqpb.MetaClient
