@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,12 +28,12 @@ import (
 // kept open for the next call of its connection (PROTOCOL.md, Calls).
 
 // onCalls reports whether a client makes the call method on a Calls
-// stream: every call of Meta but Wait, which blocks until its caller's
-// deadline and is often ended by its context, which ends the stream it
-// runs on. (Cells are not carried on Calls: most of their cost is their
+// stream: every call of Meta. (A Wait ended by its context ends the
+// stream it ran on, and the next call opens another: the cost of one
+// unary call. Cells are not carried on Calls: most of their cost is their
 // bytes.)
 func onCalls(method string) bool {
-	return strings.HasPrefix(method, metaPrefix) && method != tqpb.Meta_Wait_FullMethodName
+	return strings.HasPrefix(method, metaPrefix)
 }
 
 // metaPrefix begins the gRPC path of every call of Meta.
@@ -92,7 +93,7 @@ func (p *callPool) invoke(ctx context.Context, method string, req, reply any, op
 			var sctx context.Context
 			sctx, cs.cancel = context.WithCancel(context.Background())
 			stop := context.AfterFunc(ctx, cs.cancel)
-			cs.st, err = p.cc.NewStream(sctx, &tqpb.Meta_ServiceDesc.Streams[0], tqpb.Meta_Calls_FullMethodName, opts...)
+			cs.st, err = p.open(sctx, opts)
 			if !stop() || err != nil {
 				cs.cancel()
 				if err == nil {
@@ -152,6 +153,26 @@ func (p *callPool) invoke(ctx context.Context, method string, req, reply any, op
 		}
 		return nil, true
 	}
+}
+
+// open opens a Calls stream. The goroutines gRPC starts for a stream
+// inherit the profiler labels of the goroutine that opens it; the stream
+// outlives the call that opens it (the pool keeps it), so it is opened by
+// a goroutine with no labels: its goroutines are the pool's, not the
+// caller's.
+func (p *callPool) open(ctx context.Context, opts []grpc.CallOption) (grpc.ClientStream, error) {
+	type opened struct {
+		st  grpc.ClientStream
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		pprof.SetGoroutineLabels(context.Background())
+		st, err := p.cc.NewStream(ctx, &tqpb.Meta_ServiceDesc.Streams[0], tqpb.Meta_Calls_FullMethodName, opts...)
+		ch <- opened{st, err}
+	}()
+	o := <-ch
+	return o.st, o.err
 }
 
 // hasFailure reports whether st carries a tq server's Failure: its

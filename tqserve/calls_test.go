@@ -17,8 +17,8 @@ import (
 
 const callsPath = "/tqgo.v1.Meta/Calls"
 
-// A client makes its calls of Meta, but Wait, on Calls streams it keeps
-// open: many claims, few streams.
+// A client makes its calls of Meta on Calls streams it keeps open: many
+// claims, few streams.
 func TestCallsStreamKept(t *testing.T) {
 	s := startServer(t, "memory://tqserve-calls-kept")
 	p := startGRPCProxy(t, strings.TrimPrefix(s.URL, "tq://"))
