@@ -275,7 +275,9 @@ type TaskStats struct {
 	// dropping them: a row stays ready, so each claim counts it again.
 	Skipped int64
 	// Dropped is the rows the claims dropped (stale, or by the sampler):
-	// each is counted once, by the claim that dropped it.
+	// each is counted once, by the claim that dropped it, but for the
+	// drops of a tq:// claim whose reply was lost and that was undone
+	// (they stand; Status counts them).
 	Dropped int64
 }
 

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2/hpack"
-	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tqgo/tqgo/tqserve/tqpb"
 )
 
 // grpcProxy forwards TCP between gRPC clients and one tq server, and
@@ -41,6 +44,10 @@ type grpcProxy struct {
 	armed  map[string]*proxyFault // by method ("/tqgo.v1.Meta/Commit")
 	calls  map[string]int         // calls seen by method
 	closed bool
+	// drops are methods whose replies are dropped at random, each with
+	// its probability, drawn from rng.
+	drops map[string]float64
+	rng   *rand.Rand
 }
 
 type proxyFaultKind int
@@ -49,6 +56,12 @@ const (
 	proxyDropRequest proxyFaultKind = iota + 1
 	proxyDropReply
 	proxyDelayReply
+	// proxyResetReply: forward the call, let the server run it, and, as
+	// the first frame of its reply comes, reset the call's stream toward
+	// the client (RST_STREAM) instead of forwarding it, and drop what
+	// else comes for that stream: the call's reply is lost, the other
+	// calls of the connection go on.
+	proxyResetReply
 )
 
 // proxyFault is an armed fault; fired is closed once it acted.
@@ -108,6 +121,19 @@ func (p *grpcProxy) arm(method string, kind proxyFaultKind, delay time.Duration)
 	p.armed[method] = f
 	p.mu.Unlock()
 	return f.fired
+}
+
+// dropAtRandom drops the reply of each call of method with probability
+// prob (as proxyResetReply does), drawing from a source seeded with seed;
+// seen(method+"@dropped") counts the drops.
+func (p *grpcProxy) dropAtRandom(method string, prob float64, seed uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drops == nil {
+		p.drops = map[string]float64{}
+	}
+	p.drops[method] = prob
+	p.rng = rand.New(rand.NewPCG(seed, seed))
 }
 
 // disarm forgets the faults not yet fired.
@@ -270,7 +296,8 @@ func (p *grpcProxy) requests(c *proxyConn) {
 				buf = append(buf, f.data()...)
 				for len(buf) >= 5 && len(buf) >= 5+int(binary.BigEndian.Uint32(buf[1:5])) {
 					n := int(binary.BigEndian.Uint32(buf[1:5]))
-					if !p.call(c, f.stream, "/tqgo.v1.Meta/"+callMethod(buf[5:5+n])) {
+					method, req := callOf(buf[5 : 5+n])
+					if !p.callDroppable(c, f.stream, "/tqgo.v1.Meta/"+method, droppable(method, req)) {
 						return
 					}
 					buf = buf[5+n:]
@@ -321,11 +348,20 @@ func (p *grpcProxy) requests(c *proxyConn) {
 // Calls stream) about to be forwarded on stream, and arms what fault
 // waits for it; false: the connection is closed (the call dropped).
 func (p *grpcProxy) call(c *proxyConn, stream uint32, path string) bool {
+	return p.callDroppable(c, stream, path, true)
+}
+
+// callDroppable is call, for a call dropAtRandom may drop if droppable.
+func (p *grpcProxy) callDroppable(c *proxyConn, stream uint32, path string, droppable bool) bool {
 	p.mu.Lock()
 	fault := p.armed[path]
 	delete(p.armed, path)
 	if path != "" {
 		p.calls[path]++
+	}
+	if fault == nil && droppable && p.rng != nil && p.rng.Float64() < p.drops[path] {
+		fault = &proxyFault{kind: proxyResetReply, fired: make(chan struct{})}
+		p.calls[path+"@dropped"]++
 	}
 	p.mu.Unlock()
 	if fault != nil && fault.kind == proxyDropRequest {
@@ -355,28 +391,27 @@ func (f frame) data() []byte {
 	return b
 }
 
-// callMethod is the method a serialized Call names (its field 1), or "".
-func callMethod(msg []byte) string {
-	for len(msg) > 0 {
-		num, typ, n := protowire.ConsumeTag(msg)
-		if n < 0 {
-			return ""
-		}
-		msg = msg[n:]
-		if num == 1 && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(msg)
-			if n < 0 {
-				return ""
-			}
-			return string(v)
-		}
-		n = protowire.ConsumeFieldValue(num, typ, msg)
-		if n < 0 {
-			return ""
-		}
-		msg = msg[n:]
+// callOf is the method a serialized Call names and its request.
+func callOf(msg []byte) (method string, req []byte) {
+	var call tqpb.Call
+	if err := proto.Unmarshal(msg, &call); err != nil {
+		return "", nil
 	}
-	return ""
+	return call.GetMethod(), call.GetRequest()
+}
+
+// droppable reports whether dropAtRandom may drop the reply of a call,
+// so that a model of the contract can be held to a history whatever is
+// dropped: not a claim of a rank of a batch, which the client does not
+// undo (its outcome is unknown to the caller, as the contract says), nor
+// a claim that may drop rows (stale, or picked to drop), whose drops an
+// undo leaves standing uncounted by the task's Stats, as documented.
+func droppable(method string, req []byte) bool {
+	if method != "Claim" {
+		return true
+	}
+	var r tqpb.ClaimRequest
+	return proto.Unmarshal(req, &r) == nil && r.GetBatch() == nil && !r.GetSelect().GetStaleDrop() && len(r.GetDrop()) == 0
 }
 
 // replies forwards the server's frames, acting on the first frame of a
@@ -384,10 +419,14 @@ func callMethod(msg []byte) string {
 func (p *grpcProxy) replies(c *proxyConn) {
 	defer p.wg.Done()
 	defer c.close()
+	reset := map[uint32]bool{} // streams reset by proxyResetReply
 	for {
 		f, err := readFrame(c.server)
 		if err != nil {
 			return
+		}
+		if reset[f.stream] {
+			continue // the client knows the stream no more
 		}
 		if f.stream != 0 && (f.typ == h2Headers || f.typ == h2Data || f.typ == h2RSTStream) {
 			c.mu.Lock()
@@ -400,6 +439,17 @@ func (p *grpcProxy) replies(c *proxyConn) {
 				close(fault.fired)
 				c.close()
 				return
+			case fault.kind == proxyResetReply:
+				close(fault.fired)
+				reset[f.stream] = true
+				var rst [13]byte // RST_STREAM, INTERNAL_ERROR
+				rst[2], rst[3] = 4, h2RSTStream
+				binary.BigEndian.PutUint32(rst[5:9], f.stream)
+				binary.BigEndian.PutUint32(rst[9:13], 0x2)
+				if _, err := c.client.Write(rst[:]); err != nil {
+					return
+				}
+				continue
 			case fault.kind == proxyDelayReply:
 				close(fault.fired)
 				t := time.NewTimer(fault.delay)

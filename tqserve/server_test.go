@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,6 +141,33 @@ func TestModel(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The model again, with the replies of claims and waits lost at random
+// on the way (a proxy closes the connection as the reply comes): each
+// lost claim is undone and tried again, so every history holds to the
+// model as if nothing was lost, with no row left leased to a claim its
+// client never saw.
+func TestModelLostReplies(t *testing.T) {
+	if os.Getenv("TQ_MODEL_HISTORIES") == "" {
+		t.Setenv("TQ_MODEL_HISTORIES", "30")
+	}
+	var drops, seeds atomic.Int64
+	tqtest.RunModel(t, func(t *testing.T) tqtest.ModelEnv {
+		s := startServer(t, fmt.Sprintf("memory://tqserve-model-lost-%d", engineNames.Add(1)))
+		p := startGRPCProxy(t, strings.TrimPrefix(s.URL, "tq://"))
+		seed := uint64(seeds.Add(1))
+		p.dropAtRandom(mClaim, 0.1, seed)
+		p.dropAtRandom(mWait, 0.1, seed)
+		t.Cleanup(func() { drops.Add(int64(p.seen(mClaim+"@dropped") + p.seen(mWait+"@dropped"))) })
+		return tqtest.ModelEnv{Open: func(t *testing.T) *tq.Client { return openClient(t, "tq://"+p.addr()) }}
+	})
+	t.Cleanup(func() {
+		if drops.Load() == 0 && !t.Failed() {
+			t.Errorf("no reply was dropped in %d histories: the test tested nothing", seeds.Load())
+		}
+		t.Logf("%d replies of claims and waits dropped over %d histories", drops.Load(), seeds.Load())
+	})
 }
 
 func openClient(t *testing.T, url string) *tq.Client {

@@ -383,8 +383,11 @@ const (
 	// registration, what that was served, and every row leased to the
 	// token, all ready again as Unwait leaves them; and a claim with that
 	// token that comes after it, within ten minutes (a request held up on
-	// its way), leases nothing and does not stand. req.Indexes must be
-	// empty. Not for a rank's claim: the other ranks share its batch.
+	// its way), leases nothing and does not stand. Rows the claim dropped
+	// (ClaimRequest.Drop, or stale) stay dropped: a drop holds nothing,
+	// and a claim made again would drop what is still stale. req.Indexes
+	// must be empty. Not for a rank's claim: the other ranks share its
+	// batch.
 	Undo
 )
 
