@@ -276,8 +276,9 @@ type TaskStats struct {
 	Skipped int64
 	// Dropped is the rows the claims dropped (stale, or by the sampler):
 	// each is counted once, by the claim that dropped it, but for the
-	// drops of a tq:// claim whose reply was lost and that was undone
-	// (they stand; Status counts them).
+	// drops of a claim whose result the caller never had (a Wait's claim
+	// in flight when the Wait ended; a tq:// claim whose reply was lost,
+	// undone): they stand, and Status counts them.
 	Dropped int64
 }
 

@@ -29,7 +29,13 @@ import (
 //     the connection when the first frame of its reply reaches the proxy
 //     (the server ran the call; the client never learns how it ended);
 //   - proxyDelayReply: hold the call's reply, and everything after it on
-//     that connection (header blocks must arrive in order), for a while.
+//     that connection (header blocks must arrive in order), for a while;
+//   - proxyResetReply (dropAtRandom's): let the server run the call, and
+//     reset its stream toward the client before the reply (the call's
+//     reply is lost, the connection's other calls go on).
+//
+// A call is a unary call (its headers name the method) or a Call on a
+// Calls stream (the proxy reads the Call).
 //
 // cutAll closes every connection, as a server restart does; setTarget
 // points new connections at another server. Everything closes, and its
@@ -69,6 +75,7 @@ type proxyFault struct {
 	kind  proxyFaultKind
 	delay time.Duration
 	fired chan struct{}
+	path  string // the call's, for proxyResetReply's count
 }
 
 // proxyConn is one client connection and its connection to the server.
@@ -123,16 +130,14 @@ func (p *grpcProxy) arm(method string, kind proxyFaultKind, delay time.Duration)
 	return f.fired
 }
 
-// dropAtRandom drops the reply of each call of method with probability
-// prob (as proxyResetReply does), drawing from a source seeded with seed;
-// seen(method+"@dropped") counts the drops.
-func (p *grpcProxy) dropAtRandom(method string, prob float64, seed uint64) {
+// dropAtRandom drops the reply of each call of a method of probs made on
+// a Calls stream, with its probability (as proxyResetReply does), drawing
+// from a source seeded with seed; seen(method+"@dropped") counts the
+// replies dropped.
+func (p *grpcProxy) dropAtRandom(probs map[string]float64, seed uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.drops == nil {
-		p.drops = map[string]float64{}
-	}
-	p.drops[method] = prob
+	p.drops = probs
 	p.rng = rand.New(rand.NewPCG(seed, seed))
 }
 
@@ -333,7 +338,8 @@ func (p *grpcProxy) requests(c *proxyConn) {
 			p.mu.Lock()
 			p.calls[path+"@unary"]++ // made as unary calls
 			p.mu.Unlock()
-			if !p.call(c, f.stream, path) {
+			// Not dropped at random: the request is not read.
+			if !p.callDroppable(c, f.stream, path, false) {
 				return
 			}
 		}
@@ -359,9 +365,8 @@ func (p *grpcProxy) callDroppable(c *proxyConn, stream uint32, path string, drop
 	if path != "" {
 		p.calls[path]++
 	}
-	if fault == nil && droppable && p.rng != nil && p.rng.Float64() < p.drops[path] {
-		fault = &proxyFault{kind: proxyResetReply, fired: make(chan struct{})}
-		p.calls[path+"@dropped"]++
+	if prob := p.drops[path]; fault == nil && droppable && prob > 0 && p.rng.Float64() < prob {
+		fault = &proxyFault{kind: proxyResetReply, fired: make(chan struct{}), path: path}
 	}
 	p.mu.Unlock()
 	if fault != nil && fault.kind == proxyDropRequest {
@@ -405,13 +410,15 @@ func callOf(msg []byte) (method string, req []byte) {
 // dropped: not a claim of a rank of a batch, which the client does not
 // undo (its outcome is unknown to the caller, as the contract says), nor
 // a claim that may drop rows (stale, or picked to drop), whose drops an
-// undo leaves standing uncounted by the task's Stats, as documented.
+// undo leaves standing uncounted by the task's Stats, as documented, nor
+// one an ack rides on (its outcome stays unknown after an undo).
 func droppable(method string, req []byte) bool {
 	if method != "Claim" {
 		return true
 	}
 	var r tqpb.ClaimRequest
-	return proto.Unmarshal(req, &r) == nil && r.GetBatch() == nil && !r.GetSelect().GetStaleDrop() && len(r.GetDrop()) == 0
+	return proto.Unmarshal(req, &r) == nil && r.GetBatch() == nil && !r.GetSelect().GetStaleDrop() && len(r.GetDrop()) == 0 &&
+		r.GetSettleFirst() == nil
 }
 
 // replies forwards the server's frames, acting on the first frame of a
@@ -419,14 +426,10 @@ func droppable(method string, req []byte) bool {
 func (p *grpcProxy) replies(c *proxyConn) {
 	defer p.wg.Done()
 	defer c.close()
-	reset := map[uint32]bool{} // streams reset by proxyResetReply
 	for {
 		f, err := readFrame(c.server)
 		if err != nil {
 			return
-		}
-		if reset[f.stream] {
-			continue // the client knows the stream no more
 		}
 		if f.stream != 0 && (f.typ == h2Headers || f.typ == h2Data || f.typ == h2RSTStream) {
 			c.mu.Lock()
@@ -441,7 +444,13 @@ func (p *grpcProxy) replies(c *proxyConn) {
 				return
 			case fault.kind == proxyResetReply:
 				close(fault.fired)
-				reset[f.stream] = true
+				p.mu.Lock()
+				p.calls[fault.path+"@dropped"]++
+				p.mu.Unlock()
+				// The reset goes first; the reply's frames follow, for the
+				// client to drop as frames of a stream it closed: it still
+				// credits their bytes to the connection's window and reads
+				// their headers into the connection's HPACK table.
 				var rst [13]byte // RST_STREAM, INTERNAL_ERROR
 				rst[2], rst[3] = 4, h2RSTStream
 				binary.BigEndian.PutUint32(rst[5:9], f.stream)
@@ -449,7 +458,6 @@ func (p *grpcProxy) replies(c *proxyConn) {
 				if _, err := c.client.Write(rst[:]); err != nil {
 					return
 				}
-				continue
 			case fault.kind == proxyDelayReply:
 				close(fault.fired)
 				t := time.NewTimer(fault.delay)
