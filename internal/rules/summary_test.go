@@ -1,0 +1,228 @@
+package rules
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends/metadata"
+)
+
+// viewOf is the View of tasks (every task when none) of p as of at, in
+// the partition's time, as a store builds it.
+func viewOf(p *Partition, at int64, tasks []string) metadata.View {
+	rows := p.List()
+	v := metadata.View{Rows: rows, Tasks: p.Consumption(at, tasks...), Since: p.Since(rows),
+		Mark: metadata.Mark{Seq: p.Seq(), Consumed: p.Consumed()}, Groups: p.GroupWaits(at, tasks...)}
+	v.Inserted, v.Consumed = p.Counts(tasks...)
+	v.Capacity, v.Used = p.Capacity()
+	return v
+}
+
+// Summary, from the counts and indexes commits, deletes and every change
+// of an entry keep, is what the View's Summary computes from every row
+// and every task's consumption, over random histories: commits adding
+// fields, fields deleted, rows deleted (and cleared by the capacity),
+// resets of tasks and rows, claims (groups too) into death by their
+// deliveries, acks, nacks with delays and reasons, extends, drops, retries,
+// undone claims, leases ending as the clock moves, and snapshots restored;
+// asked of several task sets after every step, the indexes built early
+// or late.
+func TestSummaryMatchesView(t *testing.T) {
+	const seeds, steps = 150, 80
+	sec := int64(time.Second / time.Microsecond)
+	seen := map[string]int{} // what the histories reached, compared
+	for seed := range uint64(seeds) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		l := &logged{p: New()}
+		now := int64(1)
+		keys := []string{}
+		tasks := []string{"t", "u", "g"}
+		from := rng.IntN(steps / 2) // the first step Summary is asked at
+		leases := map[string][]uint64{}
+		for step := range steps {
+			now += int64(rng.IntN(4)) * sec / 2
+			switch op := rng.IntN(16); {
+			case op <= 2: // put rows, new or again, one or two fields
+				var ks []string
+				for range 1 + rng.IntN(3) {
+					k := fmt.Sprintf("p%d/k%d", rng.IntN(3), rng.IntN(14))
+					if !slices.Contains(ks, k) {
+						ks = append(ks, k)
+					}
+				}
+				fields := [][]string{{"f"}, {"g"}, {"f", "g"}}[rng.IntN(3)]
+				r, _ := l.at(t, now, PrepareRecord(ks, fields, nil, len(ks)))
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				ups := make([]metadata.RowUpdate, len(ks))
+				for i, k := range ks {
+					fs := map[string]metadata.FieldInfo{}
+					for _, f := range fields {
+						fs[f] = metadata.FieldInfo{Gen: r.Reservations[i].Gens[f]}
+					}
+					ups[i] = metadata.RowUpdate{Key: k, Index: r.Reservations[i].Index, Fields: fs,
+						Tag: map[string]any{"v": int64(rng.IntN(4))}}
+					if !slices.Contains(keys, k) {
+						keys = append(keys, k)
+					}
+				}
+				rec, err := CommitRecord(ups)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r, _ := l.at(t, now, rec); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			case op <= 5: // claim
+				task := tasks[rng.IntN(len(tasks))]
+				tok := fmt.Sprintf("%s-%d", task, step)
+				a := &ClaimArgs{Task: task, Token: tok, Lease: time.Duration(1+rng.IntN(3)) * time.Second,
+					Rows: 1 + rng.IntN(3), Min: 1, MaxDeliveries: rng.IntN(3)}
+				if task == "g" {
+					a.Select = Select{Group: Group{Sep: "/", Size: 2}}
+					a.Rows = 2
+				} else if rng.IntN(2) == 0 {
+					a.Select = Select{Fields: []string{"f"}}
+				}
+				r, _ := l.at(t, now, ClaimRecord(a))
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				for _, row := range r.Claimed.Rows {
+					leases[tok] = append(leases[tok], row.Index)
+				}
+			case op <= 8: // settle a lease
+				for tok, idx := range leases {
+					task := tok[:1]
+					sop := []metadata.SettleOp{metadata.Ack, metadata.Nack, metadata.Nack, metadata.Drop, metadata.Extend, metadata.Undo}[rng.IntN(6)]
+					args := &SettleArgs{Task: task, Op: sop, Lease: tok, Indexes: idx}
+					switch sop {
+					case metadata.Drop:
+						args.Lease = ""
+					case metadata.Nack:
+						args.Delay = time.Duration(rng.IntN(3)) * time.Second / 2
+						if rng.IntN(2) == 0 {
+							args.Reason = fmt.Sprintf("boom %d", step)
+						}
+					case metadata.Extend:
+						args.Delay = time.Duration(1+rng.IntN(3)) * time.Second
+					case metadata.Undo:
+						args.Indexes = nil
+					}
+					if r, _ := l.at(t, now, SettleRecord(args)); r.Err != nil {
+						t.Fatal(r.Err)
+					}
+					if sop != metadata.Extend {
+						delete(leases, tok)
+					}
+					break
+				}
+			case op == 9 && len(keys) > 0: // retry or drop rows of a task (dead ones, ready ones)
+				task := tasks[rng.IntN(len(tasks))]
+				sop := []metadata.SettleOp{metadata.Retry, metadata.Drop}[rng.IntN(2)]
+				var idx []uint64
+				for _, row := range l.p.List() {
+					if rng.IntN(3) == 0 {
+						idx = append(idx, row.Index)
+					}
+				}
+				if r, _ := l.at(t, now, SettleRecord(&SettleArgs{Task: task, Op: sop, Indexes: idx})); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			case op == 10 && len(keys) > 0: // delete a row, or a field of rows
+				k := keys[rng.IntN(len(keys))]
+				rec := DeleteRecord([]string{k})
+				if rng.IntN(2) == 0 {
+					rec = DeleteFieldsRecord([]string{k, keys[rng.IntN(len(keys))]}, []string{[]string{"f", "g"}[rng.IntN(2)]})
+				}
+				if r, _ := l.at(t, now, rec); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			case op == 11: // reset a task, or some of its rows
+				var idx []uint64
+				if rng.IntN(2) == 0 {
+					for _, row := range l.p.List() {
+						if rng.IntN(2) == 0 {
+							idx = append(idx, row.Index)
+						}
+					}
+				}
+				if r, _ := l.at(t, now, ResetRecord(tasks[rng.IntN(len(tasks))], idx)); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			case op == 12: // a snapshot restored
+				snap, err := l.p.Snapshot()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.p, err = Restore(snap); err != nil {
+					t.Fatal(err)
+				}
+			case op == 13 && rng.IntN(4) == 0: // clear what t consumed, or delete every row
+				rec := CapacityRecord(metadata.Capacity{ClearAcked: []string{"t"}})
+				if rng.IntN(3) == 0 {
+					rec = DeletePartitionRecord()
+				}
+				if r, _ := l.at(t, now, rec); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			}
+			if step < from {
+				continue
+			}
+			for _, ts := range [][]string{nil, {"t"}, {"u", "g", "x"}} {
+				at := now + int64(rng.IntN(4))*sec/2
+				req := metadata.SummaryRequest{Tasks: ts, Counts: true}
+				if ts != nil && rng.IntN(3) == 0 {
+					req.Version = "v"
+				}
+				v := viewOf(l.p, at, ts)
+				want := v.Summary(req)
+				if got := l.p.Summary(at, req); !reflect.DeepEqual(got, want) {
+					t.Fatalf("seed %d step %d: Summary(%v) =\n%+v\nthe View's Summary\n%+v", seed, step, ts, got, want)
+				}
+				for _, s := range want.Tasks {
+					for what, ok := range map[string]bool{"leased": s.Leased > 0, "acked": s.Acked > 0, "dropped": s.Dropped > 0,
+						"dead": s.Dead > 0, "dead of a lease": s.DeadLeaseEnded > 0, "dead of a nack": s.Dead > s.DeadLeaseEnded,
+						"last dead with a reason": s.LastDead != nil && s.LastDead.Reason != "", "redelivered": s.Redelivered > 0,
+						"leases": len(s.Leases) > 1, "groups": len(s.Groups) > 0, "consumed": s.Consumed > 0,
+						"oldest ready later": !s.OldestReady.IsZero() && s.OldestReady.After(want.OldestRow)} {
+						if ok {
+							seen[what]++
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, what := range []string{"leased", "acked", "dropped", "dead", "dead of a lease", "dead of a nack",
+		"last dead with a reason", "redelivered", "leases", "groups", "consumed", "oldest ready later"} {
+		if seen[what] == 0 {
+			t.Errorf("no history reached a summary with %s", what)
+		}
+	}
+	t.Logf("reached: %v", seen)
+}
+
+// CountsOnly accepts what Summary answers, and nothing else.
+func TestCountsOnly(t *testing.T) {
+	for _, c := range []struct {
+		req  metadata.SummaryRequest
+		want bool
+	}{
+		{metadata.SummaryRequest{Counts: true}, true},
+		{metadata.SummaryRequest{Counts: true, Tasks: []string{"t"}, Version: "v"}, true},
+		{metadata.SummaryRequest{}, false},
+		{metadata.SummaryRequest{Counts: true, Fields: []string{"f"}}, false},
+		{metadata.SummaryRequest{Counts: true, Progress: true}, false},
+	} {
+		if got := CountsOnly(&c.req); got != c.want {
+			t.Errorf("CountsOnly(%+v) = %v, want %v", c.req, got, c.want)
+		}
+	}
+}
