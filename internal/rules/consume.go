@@ -336,7 +336,7 @@ func (p *Partition) setEntry(t *task, i uint64, old, e *entry) {
 // was old and is e now (the map already holding e; old not e changed in
 // place, a copy).
 func (p *Partition) reindex(t *task, i uint64, old, e *entry) {
-	t.noted(i, old, e)
+	p.noted(t, i, old, e)
 	if !t.indexed {
 		return
 	}
@@ -392,7 +392,7 @@ func (p *Partition) deleted(rows []*metadata.Row) {
 	for _, t := range p.tasks {
 		for _, r := range rows {
 			if e := t.entries[r.Index]; e != nil {
-				t.noted(r.Index, e, nil)
+				p.noted(t, r.Index, e, nil)
 			}
 			delete(t.entries, r.Index)
 			if t.indexed {
@@ -584,7 +584,7 @@ func (p *Partition) lease(t *task, take []uint64, plain bool, a *ClaimArgs, unti
 			continue
 		}
 		t.entries[i] = e
-		t.noted(i, old, e)
+		p.noted(t, i, old, e)
 		if m, _ := t.ready.DeleteMin(); m != i {
 			panic("rules: a plain claim's rows are not the first of the index")
 		}

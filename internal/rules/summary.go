@@ -107,12 +107,18 @@ type entryCounts struct {
 	// ones with more than one; deadLeaseEnded the Dead ones whose reason is
 	// metadata.ReasonLeaseEnded.
 	redelivered, deadLeaseEnded int
-	leased                      map[uint64]struct{}
-	dead                        *btree.BTreeG[summaryKey] // by deadKey
+	leased                      map[uint64]*entry         // the Leased entries
+	dead                        *btree.BTreeG[summaryKey] // the Dead ones, by deadKey
+	// skip is where the last look for the oldest ready row started its
+	// walk of Partition.sum's rows: every row below it (by summaryKey of
+	// its since) has an entry Leased, Acked, Dead or Dropped. A row below
+	// it that becomes ready otherwise than by its lease ending (a new or
+	// moved since, an entry Ready or forgotten) moves it back to the start.
+	skip summaryKey
 }
 
 func newEntryCounts() *entryCounts {
-	return &entryCounts{leased: map[uint64]struct{}{}, dead: btree.NewG(8, lessSummaryKey)}
+	return &entryCounts{leased: map[uint64]*entry{}, dead: btree.NewG(8, lessSummaryKey)}
 }
 
 // deadKey orders dead rows as TaskSummary.LastDead does: by At (none
@@ -137,7 +143,7 @@ func (c *entryCounts) count(i uint64, e *entry, d int) {
 			c.redelivered += d
 		}
 		if d > 0 {
-			c.leased[i] = struct{}{}
+			c.leased[i] = e
 		} else {
 			delete(c.leased, i)
 		}
@@ -156,8 +162,26 @@ func (c *entryCounts) count(i uint64, e *entry, d int) {
 // buildSummary indexes the partition for Summary.
 func (p *Partition) buildSummary() {
 	s := &summaryIndex{fields: map[string]int{}, bySince: btree.NewG(32, lessSummaryKey)}
-	for _, r := range p.byIndex {
-		s.add(r)
+	// By index, the order rows mostly became ready in (the B-tree takes
+	// them at the least cost); rows share their Fields maps in runs (see
+	// metadata.Merger), each counted at once.
+	var run map[string]metadata.FieldInfo
+	n := 0
+	for _, mr := range p.List() {
+		if n > 0 && metadata.SameMap(mr.Fields, run) {
+			n++
+		} else {
+			for f := range run {
+				s.fields[f] += n
+			}
+			run, n = mr.Fields, 1
+		}
+		if r := p.byIndex[mr.Index]; r.since != 0 {
+			s.bySince.ReplaceOrInsert(summaryKey{r.since, r.index})
+		}
+	}
+	for f := range run {
+		s.fields[f] += n
 	}
 	p.sum = s
 	for _, t := range p.tasks {
@@ -206,6 +230,9 @@ func (p *Partition) committedSummary(r *row, old *metadata.Row, since int64) {
 	}
 	if old == nil {
 		s.add(r)
+		// Ready: below a skip when prepared before rows committed at the
+		// same time.
+		p.unskip(summaryKey{r.since, r.index})
 		return
 	}
 	if !metadata.SameMap(old.Fields, r.view.Fields) {
@@ -221,6 +248,9 @@ func (p *Partition) committedSummary(r *row, old *metadata.Row, since int64) {
 		}
 	}
 	if since != r.since {
+		// Moved up to now, it stays on its side of every task's skip:
+		// one below it was not ready and is not, one at or above it was
+		// and is.
 		s.bySince.Delete(summaryKey{since, r.index})
 		if r.since != 0 {
 			s.bySince.ReplaceOrInsert(summaryKey{r.since, r.index})
@@ -228,9 +258,19 @@ func (p *Partition) committedSummary(r *row, old *metadata.Row, since int64) {
 	}
 }
 
+// unskip has the tasks whose look for the oldest ready row would skip
+// row k, ready, start from the first row again.
+func (p *Partition) unskip(k summaryKey) {
+	for _, t := range p.tasks {
+		if t.cnt != nil && lessSummaryKey(k, t.cnt.skip) {
+			t.cnt.skip = summaryKey{}
+		}
+	}
+}
+
 // noted keeps t's counts in step with row i's entry, which was old and is
 // e now (nil: none). old must not be e modified in place: a copy.
-func (t *task) noted(i uint64, old, e *entry) {
+func (p *Partition) noted(t *task, i uint64, old, e *entry) {
 	c := t.cnt
 	if c == nil {
 		return
@@ -240,6 +280,11 @@ func (t *task) noted(i uint64, old, e *entry) {
 	}
 	if e != nil {
 		c.count(i, e, 1)
+	}
+	if (e == nil || e.state == metadata.Ready) && c.skip != (summaryKey{}) {
+		if r := p.byIndex[i]; r != nil && lessSummaryKey(summaryKey{r.since, i}, c.skip) {
+			c.skip = summaryKey{}
+		}
 	}
 }
 
@@ -260,9 +305,13 @@ func (p *Partition) taskSummary(t *task, now int64) metadata.TaskSummary {
 	ts.Redelivered, ts.DeadLeaseEnded = c.redelivered, c.deadLeaseEnded
 	var last *metadata.DeadSummary
 	lastKey, haveLast := c.dead.Max()
-	leases := map[string]*metadata.LeaseSummary{}
-	for i := range c.leased {
-		e := t.entries[i]
+	type lease struct {
+		rows, deliveries int
+		until, granted   int64 // the earliest (a grant time 0: none, the earliest)
+	}
+	leases := map[string]*lease{}
+	var ended summaryKey // the oldest row below c.skip whose lease ended ready
+	for i, e := range c.leased {
 		if e.deliveries > 1 {
 			ts.Redelivered-- // counted again as it reads now
 		}
@@ -273,23 +322,22 @@ func (p *Partition) taskSummary(t *task, now int64) metadata.TaskSummary {
 			if s.deliveries > 1 {
 				ts.Redelivered++
 			}
-			d := e.delivery(i, now)
-			l := leases[d.Lease]
+			l := leases[e.lease]
 			if l == nil {
-				l = &metadata.LeaseSummary{Holder: d.Holder, Until: d.Until, Granted: d.Granted, ID: metadata.LeaseID(d.Lease)}
-				leases[d.Lease] = l
+				l = &lease{until: e.until, granted: e.granted}
+				leases[e.lease] = l
 			}
-			l.Rows++
-			l.Deliveries = max(l.Deliveries, d.Deliveries)
-			if d.Until.Before(l.Until) {
-				l.Until = d.Until
-			}
-			if d.Granted.Before(l.Granted) {
-				l.Granted = d.Granted
-			}
+			l.rows++
+			l.deliveries = max(l.deliveries, e.deliveries)
+			l.until, l.granted = min(l.until, e.until), min(l.granted, e.granted)
 		case metadata.Ready: // its lease ended
 			if s.deliveries > 0 {
 				ts.Redelivered++
+			}
+			if r := p.byIndex[i]; r != nil && r.since != 0 {
+				if k := (summaryKey{r.since, i}); lessSummaryKey(k, c.skip) && (ended == summaryKey{} || lessSummaryKey(k, ended)) {
+					ended = k
+				}
 			}
 		case metadata.Dead: // its lease ended, its last delivery
 			ts.Dead++
@@ -312,8 +360,13 @@ func (p *Partition) taskSummary(t *task, now int64) metadata.TaskSummary {
 	}
 	ts.LastDead = last
 	ts.Ready = p.committed - ts.Leased - ts.Acked - ts.Dead - ts.Dropped
-	for _, l := range leases {
-		ts.Leases = append(ts.Leases, *l)
+	for token, l := range leases {
+		ls := metadata.LeaseSummary{Holder: metadata.HolderOf(token), Rows: l.rows, Until: time.UnixMicro(l.until),
+			Deliveries: l.deliveries, ID: metadata.LeaseID(token)}
+		if l.granted != 0 {
+			ls.Granted = time.UnixMicro(l.granted)
+		}
+		ts.Leases = append(ts.Leases, ls)
 	}
 	slices.SortFunc(ts.Leases, func(a, b metadata.LeaseSummary) int {
 		if c := a.Until.Compare(b.Until); c != 0 {
@@ -325,14 +378,32 @@ func (p *Partition) taskSummary(t *task, now int64) metadata.TaskSummary {
 		return strings.Compare(a.ID, b.ID)
 	})
 	if ts.Ready > 0 {
-		p.sum.bySince.Ascend(func(k summaryKey) bool {
+		// The rows below c.skip are ready only as their lease ended
+		// (ended); from it, the first row ready.
+		found, walked := false, false
+		var next summaryKey
+		p.sum.bySince.AscendGreaterOrEqual(c.skip, func(k summaryKey) bool {
+			walked, next = true, k
 			e := t.entries[k.i]
 			if e == nil || e.seen(now).state == metadata.Ready {
-				ts.OldestReady = time.UnixMicro(k.at)
+				found = true
 				return false
 			}
 			return true
 		})
+		if walked && !found {
+			next.i++ // past every row: the next one committed is above it
+		}
+		if walked {
+			c.skip = next
+		}
+		oldest := ended
+		if found && (ended == summaryKey{} || lessSummaryKey(next, ended)) {
+			oldest = next
+		}
+		if oldest != (summaryKey{}) {
+			ts.OldestReady = time.UnixMicro(oldest.at)
+		}
 	}
 	return ts
 }

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
 )
 
@@ -43,6 +45,7 @@ func TestSummaryMatchesView(t *testing.T) {
 		tasks := []string{"t", "u", "g"}
 		from := rng.IntN(steps / 2) // the first step Summary is asked at
 		leases := map[string][]uint64{}
+		var stash [][]byte // commits of rows prepared before, to come later
 		for step := range steps {
 			now += int64(rng.IntN(4)) * sec / 2
 			switch op := rng.IntN(16); {
@@ -75,9 +78,19 @@ func TestSummaryMatchesView(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if rng.IntN(3) == 0 {
+					stash = append(stash, rec)
+					break
+				}
 				if r, _ := l.at(t, now, rec); r.Err != nil {
 					t.Fatal(r.Err)
 				}
+			case op == 3 && len(stash) > 0: // commit rows prepared before others
+				k := rng.IntN(len(stash))
+				if r, _ := l.at(t, now, stash[k]); r.Err != nil && !errors.Is(r.Err, backends.ErrConflict) {
+					t.Fatal(r.Err) // (refused as a conflict if the row went since)
+				}
+				stash = slices.Delete(stash, k, k+1)
 			case op <= 5: // claim
 				task := tasks[rng.IntN(len(tasks))]
 				tok := fmt.Sprintf("%s-%d", task, step)
@@ -181,11 +194,7 @@ func TestSummaryMatchesView(t *testing.T) {
 				if ts != nil && rng.IntN(3) == 0 {
 					req.Version = "v"
 				}
-				v := viewOf(l.p, at, ts)
-				want := v.Summary(req)
-				if got := l.p.Summary(at, req); !reflect.DeepEqual(got, want) {
-					t.Fatalf("seed %d step %d: Summary(%v) =\n%+v\nthe View's Summary\n%+v", seed, step, ts, got, want)
-				}
+				want := checkSummary(t, l.p, at, req, fmt.Sprintf("seed %d step %d", seed, step))
 				for _, s := range want.Tasks {
 					for what, ok := range map[string]bool{"leased": s.Leased > 0, "acked": s.Acked > 0, "dropped": s.Dropped > 0,
 						"dead": s.Dead > 0, "dead of a lease": s.DeadLeaseEnded > 0, "dead of a nack": s.Dead > s.DeadLeaseEnded,
@@ -209,6 +218,59 @@ func TestSummaryMatchesView(t *testing.T) {
 	t.Logf("reached: %v", seen)
 }
 
+// checkSummary fails t unless p's Summary of req at at is the View's, and
+// returns it.
+func checkSummary(t *testing.T, p *Partition, at int64, req metadata.SummaryRequest, when string) metadata.Summary {
+	t.Helper()
+	v := viewOf(p, at, req.Tasks)
+	want := v.Summary(req)
+	if got := p.Summary(at, req); !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: Summary(%v) =\n%+v\nthe View's Summary\n%+v", when, req.Tasks, got, want)
+	}
+	return want
+}
+
+// A row prepared before rows committed at the same time, committed after
+// a look passed over some of them, is ready: the next look finds it, the
+// rows it passed over not ready since.
+func TestSummaryRowCommittedLate(t *testing.T) {
+	l := &logged{p: New()}
+	const now = 1_000_000
+	r, _ := l.at(t, now, PrepareRecord([]string{"a", "b", "d"}, []string{"f"}, nil, 3))
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	commit := func(j int, key string) {
+		t.Helper()
+		rec, err := CommitRecord([]metadata.RowUpdate{{Key: key, Index: r.Reservations[j].Index,
+			Fields: map[string]metadata.FieldInfo{"f": {Gen: r.Reservations[j].Gens["f"]}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := l.at(t, now, rec); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	commit(1, "b")
+	commit(2, "d")
+	c, _ := l.at(t, now, ClaimRecord(&ClaimArgs{Task: "t", Token: "tok", Lease: time.Hour, Rows: 1, Min: 1}))
+	if c.Err != nil || len(c.Claimed.Rows) != 1 {
+		t.Fatalf("claim: %+v", c)
+	}
+	req := metadata.SummaryRequest{Tasks: []string{"t"}, Counts: true}
+	if s := checkSummary(t, l.p, now, req, "b leased").Tasks["t"]; s.Ready != 1 || s.OldestReady.IsZero() {
+		t.Fatalf("b leased: %+v, want d ready", s)
+	}
+	commit(0, "a")
+	d := r.Reservations[2].Index
+	if r, _ := l.at(t, now, SettleRecord(&SettleArgs{Task: "t", Op: metadata.Drop, Indexes: []uint64{d}})); r.Err != nil || len(r.Settled.Lost) > 0 {
+		t.Fatalf("drop d: %+v", r)
+	}
+	if s := checkSummary(t, l.p, now, req, "a committed").Tasks["t"]; s.Ready != 1 || s.OldestReady.IsZero() {
+		t.Fatalf("a committed: %+v, want it ready", s)
+	}
+}
+
 // CountsOnly accepts what Summary answers, and nothing else.
 func TestCountsOnly(t *testing.T) {
 	for _, c := range []struct {
@@ -224,5 +286,28 @@ func TestCountsOnly(t *testing.T) {
 		if got := CountsOnly(&c.req); got != c.want {
 			t.Errorf("CountsOnly(%+v) = %v, want %v", c.req, got, c.want)
 		}
+	}
+}
+
+// BenchmarkSummary: a counts-only Summary of a GRPO-shaped partition (see
+// heldRows), the first (which builds the index) and the next ones.
+func BenchmarkSummary(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		p := heldRows(b, n)
+		req := metadata.SummaryRequest{Counts: true}
+		b.Run(fmt.Sprintf("rows=%d/first", n), func(b *testing.B) {
+			for b.Loop() {
+				p.sum = nil
+				for _, t := range p.tasks {
+					t.cnt = nil
+				}
+				p.Summary(p.Now(), req)
+			}
+		})
+		b.Run(fmt.Sprintf("rows=%d/next", n), func(b *testing.B) {
+			for b.Loop() {
+				p.Summary(p.Now(), req)
+			}
+		})
 	}
 }
