@@ -21,14 +21,18 @@ func CountsOnly(req *metadata.SummaryRequest) bool {
 // partition as of now (or the partition's clock, if later), for a req
 // CountsOnly accepts: its rows, capacity, counters and mark (Seq, Consumed)
 // are the partition's, its times by the partition's clock. The first call
-// indexes the committed rows by when they became ready (Row.since) and
-// counts the rows per field and every task's entries by state; commits,
-// deletes and every change of an entry keep them after. A call then costs
-// the tasks' running leases and dead rows, not the partition's rows, but
-// for OldestReady: the rows that became ready before a task's oldest
-// ready row (consumed by it but not deleted yet) are passed over, as
-// Oldest passes over the rows below its answer. It changes nothing but
-// those indexes.
+// indexes the committed rows by when they became ready (row.since), counts
+// the rows per field and every task's entries by state, and indexes each
+// task's leased and dead entries; commits, deletes and every change of an
+// entry keep them after. A call then costs the tasks' leased rows (a lease
+// that ended is seen as the next claim finds it), not the partition's
+// rows, but for OldestReady: a task's look for its oldest ready row passes
+// over the rows not ready for it (leased, or consumed but not deleted
+// yet) from where its last look started, or from the first row when a
+// row before that became ready since (an entry that went back, was reset
+// or retried; a row committed late), as Oldest passes over the rows below
+// its answer. With Version, Summary.Oldest costs what Oldest does. It
+// changes nothing but those indexes.
 func (p *Partition) Summary(now int64, req metadata.SummaryRequest) metadata.Summary {
 	now = max(now, p.now)
 	if p.sum == nil {
