@@ -569,14 +569,22 @@ func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.Sum
 	}
 	now := p.serverNow()
 	if rules.CountsOnly(&req) {
-		s := p.st.Summary(now, req)
-		s.Mark = metadata.Mark{Seq: p.mark(), Consumed: p.st.Consumed()}
-		p.mu.Unlock()
-		localSummary(&s, p.skew)
-		return s, nil
+		defer p.mu.Unlock()
+		return p.countsSummary(now, req), nil
 	}
 	return metadata.SummaryIndexed(req, func(tag string, tasks []string) float64 { return p.st.Oldest(now, tag, tasks) }, p.st.Committed(),
 		func(rows, since, deliveries bool) metadata.View { return p.view(req.Tasks, rows, since, deliveries) }, p.mu.Unlock), nil
+}
+
+// countsSummary is the Summary of req, which rules.CountsOnly accepts, as
+// of now (by the server's clock), as view's Summary would be: the state's,
+// with the partition's mark and times of this process. Called with p.mu
+// held.
+func (p *part) countsSummary(now int64, req metadata.SummaryRequest) metadata.Summary {
+	s := p.st.Summary(now, req)
+	s.Mark = metadata.Mark{Seq: p.mark(), Consumed: p.st.Consumed()}
+	localSummary(&s, p.skew)
+	return s
 }
 
 // localSummary turns the times of a rules.Partition.Summary, the
