@@ -113,11 +113,12 @@ type entryCounts struct {
 	redelivered, deadLeaseEnded int
 	leased                      map[uint64]*entry         // the Leased entries
 	dead                        *btree.BTreeG[summaryKey] // the Dead ones, by deadKey
-	// skip is where the last look for the oldest ready row started its
-	// walk of Partition.sum's rows: every row below it (by summaryKey of
-	// its since) has an entry Leased, Acked, Dead or Dropped. A row below
-	// it that becomes ready otherwise than by its lease ending (a new or
-	// moved since, an entry Ready or forgotten) moves it back to the start.
+	// skip is where a look for the oldest ready row starts its walk of
+	// Partition.sum's rows (where the last one stopped): every row below
+	// it (by summaryKey of its since) has an entry Leased, Acked, Dead or
+	// Dropped. A row below it that becomes ready otherwise than by its
+	// lease ending (committed late, its entry Ready or forgotten) moves it
+	// back to the start.
 	skip summaryKey
 }
 
