@@ -232,8 +232,9 @@ func TagNumber(v any) (float64, bool) {
 }
 
 // Summary computes req's Summary of the view, a view of req.Tasks (every
-// task when none is named). It is where every Summary is computed:
-// a Summarizer computes it from a View where the rows are.
+// task when none is named). It defines every Summary: a Summarizer
+// computes it from a View where the rows are, or from counts it keeps
+// that answer alike.
 func (v *View) Summary(req SummaryRequest) Summary {
 	s := Summary{Rows: len(v.Rows), Fields: map[string]int{}, Tasks: map[string]TaskSummary{},
 		Capacity: v.Capacity, Used: v.Used, Inserted: v.Inserted, Mark: v.Mark, Oldest: math.Inf(1)}

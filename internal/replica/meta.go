@@ -549,10 +549,12 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	return v, nil
 }
 
-// Summarize implements metadata.Summarizer: the summary is counted from
-// a view of what it reads, so that one of counters alone passes over no
-// row (and is counted under the partition's lock; a pass over the rows is
-// made after it, on a copy of the list).
+// Summarize implements metadata.Summarizer. A summary of counts alone
+// (rules.CountsOnly) is the state's own (rules.Partition.Summary), from
+// counts it keeps: it costs the partition's tasks and leases, not its
+// rows. Any other is counted from a view of what it reads, so that one of
+// counters alone passes over no row (and is counted under the partition's
+// lock; a pass over the rows is made after it, on a copy of the list).
 func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.SummaryRequest) (metadata.Summary, error) {
 	if err := req.Check(); err != nil {
 		return metadata.Summary{}, err
@@ -566,8 +568,43 @@ func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.Sum
 		return metadata.Summary{}, err
 	}
 	now := p.serverNow()
+	if rules.CountsOnly(&req) {
+		defer p.mu.Unlock()
+		return p.countsSummary(now, req), nil
+	}
 	return metadata.SummaryIndexed(req, func(tag string, tasks []string) float64 { return p.st.Oldest(now, tag, tasks) }, p.st.Committed(),
 		func(rows, since, deliveries bool) metadata.View { return p.view(req.Tasks, rows, since, deliveries) }, p.mu.Unlock), nil
+}
+
+// countsSummary is the Summary of req, which rules.CountsOnly accepts, as
+// of now (by the server's clock), as view's Summary would be: the state's,
+// with the partition's mark and times of this process. Called with p.mu
+// held.
+func (p *part) countsSummary(now int64, req metadata.SummaryRequest) metadata.Summary {
+	s := p.st.Summary(now, req)
+	s.Mark = metadata.Mark{Seq: p.mark(), Consumed: p.st.Consumed()}
+	localSummary(&s, p.skew)
+	return s
+}
+
+// localSummary turns the times of a rules.Partition.Summary, the
+// server's, into times of this process, as view does a View's.
+func localSummary(s *metadata.Summary, skew time.Duration) {
+	s.OldestRow = local(s.OldestRow, skew)
+	for name, ts := range s.Tasks {
+		ts.OldestReady = local(ts.OldestReady, skew)
+		if ts.LastDead != nil {
+			ts.LastDead.At = local(ts.LastDead.At, skew)
+		}
+		for i := range ts.Leases {
+			ts.Leases[i].Until = local(ts.Leases[i].Until, skew)
+			ts.Leases[i].Granted = local(ts.Leases[i].Granted, skew)
+		}
+		for i := range ts.Groups {
+			ts.Groups[i].Since = local(ts.Groups[i].Since, skew)
+		}
+		s.Tasks[name] = ts
+	}
 }
 
 // view is the partition's view of tasks as of the state applied so far,

@@ -148,6 +148,10 @@ type task struct {
 	// claim replacing one finds it; an Unwait returns its rows).
 	standing []*standing
 	served   map[string]served
+
+	// cnt counts the entries for Summary, once asked (nil before: see
+	// Partition.sum).
+	cnt *entryCounts
 }
 
 // standing is a registered claim: it lapses at until.
@@ -192,6 +196,9 @@ func (p *Partition) task(name string) *task {
 	t := p.tasks[name]
 	if t == nil {
 		t = &task{name: name, entries: map[uint64]*entry{}}
+		if p.sum != nil {
+			t.cnt = newEntryCounts()
+		}
 		p.tasks[name] = t
 	}
 	return t
@@ -325,9 +332,11 @@ func (p *Partition) setEntry(t *task, i uint64, old, e *entry) {
 	p.reindex(t, i, old, e)
 }
 
-// reindex keeps t's index in step with row i's entry, which was old and
-// is e now (the map already holding e).
+// reindex keeps t's index and counts in step with row i's entry, which
+// was old and is e now (the map already holding e; old not e changed in
+// place, a copy).
 func (p *Partition) reindex(t *task, i uint64, old, e *entry) {
+	p.noted(t, i, old, e)
 	if !t.indexed {
 		return
 	}
@@ -382,6 +391,9 @@ func (p *Partition) deleted(rows []*metadata.Row) {
 	}
 	for _, t := range p.tasks {
 		for _, r := range rows {
+			if e := t.entries[r.Index]; e != nil {
+				p.noted(t, r.Index, e, nil)
+			}
 			delete(t.entries, r.Index)
 			if t.indexed {
 				t.remove(r.Index)
@@ -572,6 +584,7 @@ func (p *Partition) lease(t *task, take []uint64, plain bool, a *ClaimArgs, unti
 			continue
 		}
 		t.entries[i] = e
+		p.noted(t, i, old, e)
 		if m, _ := t.ready.DeleteMin(); m != i {
 			panic("rules: a plain claim's rows are not the first of the index")
 		}
@@ -1215,6 +1228,9 @@ func (p *Partition) Reset(now int64, taskName string, indexes []uint64) {
 	}
 	if indexes == nil {
 		t.entries = map[uint64]*entry{}
+		if t.cnt != nil {
+			t.cnt = newEntryCounts()
+		}
 		t.batches = nil
 		if t.indexed {
 			t.indexed = false

@@ -76,6 +76,7 @@ func (p *Partition) DeleteFields(now int64, keys, fields []string) []metadata.Re
 		nv := &metadata.Row{Key: old.Key, Index: old.Index, Fields: next, Tag: old.Tag}
 		r.view = nv
 		p.sorted = nil
+		p.committedSummary(r, old, r.since)
 		p.lostFields(nv)
 	}
 	if p.quiet || len(p.garbage) == start {

@@ -16,18 +16,29 @@ import (
 // three fields and two tags each, a task (reward) that acked the first
 // half and one (train) holding a quarter under leases of 8 rows: what an
 // owner keeps in memory for a partition.
+// With status, the partition was asked a Summary (which builds its
+// index).
 func BenchmarkHeldRowMemory(b *testing.B) {
 	for _, n := range []int{10_000, 100_000, 1_000_000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			var per float64
-			for b.Loop() {
-				before := liveHeap()
-				p := heldRows(b, n)
-				per = float64(liveHeap()-before) / float64(n)
-				runtime.KeepAlive(p)
+		for _, status := range []bool{false, true} {
+			name := fmt.Sprint(n)
+			if status {
+				name += "/status"
 			}
-			b.ReportMetric(per, "B/row")
-		})
+			b.Run(name, func(b *testing.B) {
+				var per float64
+				for b.Loop() {
+					before := liveHeap()
+					p := heldRows(b, n)
+					if status {
+						p.Summary(p.Now(), metadata.SummaryRequest{Counts: true})
+					}
+					per = float64(liveHeap()-before) / float64(n)
+					runtime.KeepAlive(p)
+				}
+				b.ReportMetric(per, "B/row")
+			})
+		}
 	}
 }
 

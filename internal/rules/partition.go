@@ -76,6 +76,9 @@ type Partition struct {
 	// byNumber indexes the committed rows by the number in a tag, per
 	// tag Oldest was asked of (see there).
 	byNumber map[string]*btree.BTreeG[verKey]
+	// sum indexes the committed rows for Summary, once asked (see there);
+	// each task's counts (task.cnt) are kept from then too.
+	sum *summaryIndex
 }
 
 // New returns an empty partition.

@@ -336,12 +336,13 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 		}
 		next := &block[0]
 		block = block[1:]
-		old := r.view
+		old, since := r.view, r.since
 		merge.Merge(next, old, u, &res)
 		r.view = next
 		if old == nil || len(next.Fields) > len(old.Fields) {
 			r.since = p.now // it gained a field: it may be ready for more tasks
 		}
+		p.committedSummary(r, old, since)
 		if old == nil {
 			p.byIndex[r.index] = r
 			p.committed++
@@ -465,6 +466,7 @@ func (p *Partition) Delete(now int64, keys []string) []*metadata.Row {
 		}
 		if r.view != nil {
 			out = append(out, r.view)
+			p.removedRow(r)
 			delete(p.byIndex, r.index)
 			p.committed--
 			p.sorted = nil
@@ -501,6 +503,7 @@ func (p *Partition) DeletePartition(now int64) []*metadata.Row {
 	p.sorted = nil
 	p.tasks = map[string]*task{}
 	p.byNumber = nil
+	p.sum = nil
 	p.bump()
 	return out
 }
