@@ -3755,7 +3755,7 @@ type SummaryRequest struct {
 	// The fields the tasks wait for: a row in no other state that lacks one
 	// is waiting, not ready.
 	Fields []string `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty"`
-	// The counts that take a pass over the rows: fields and oldest_row of
+	// The counts by field and by state: fields and oldest_row of
 	// the reply, and each task's counts by state, leases and oldest_ready.
 	Counts bool `protobuf:"varint,4,opt,name=counts,proto3" json:"counts,omitempty"`
 	// If set (with tasks), the reply's oldest over the tag of this name.
