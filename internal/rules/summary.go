@@ -28,11 +28,13 @@ func CountsOnly(req *metadata.SummaryRequest) bool {
 // that ended is seen as the next claim finds it), not the partition's
 // rows, but for OldestReady: a task's look for its oldest ready row passes
 // over the rows not ready for it (leased, or consumed but not deleted
-// yet) from where its last look started, or from the first row when a
-// row before that became ready since (an entry that went back, was reset
-// or retried; a row committed late), as Oldest passes over the rows below
-// its answer. With Version, Summary.Oldest costs what Oldest does. It
-// changes nothing but those indexes.
+// yet) from where its last look stopped, or from the earliest row that
+// became ready before that point since (an entry that went back, was
+// reset or retried; a row committed late), as Oldest passes over the rows
+// below its answer. With Version, Summary.Oldest costs what Oldest does.
+// It changes nothing but those indexes. The first call's pass over the
+// rows holds the partition (its caller's lock), as does the first after a
+// restore from a snapshot.
 func (p *Partition) Summary(now int64, req metadata.SummaryRequest) metadata.Summary {
 	now = max(now, p.now)
 	if p.sum == nil {
@@ -118,7 +120,7 @@ type entryCounts struct {
 	// it (by summaryKey of its since) has an entry Leased, Acked, Dead or
 	// Dropped. A row below it that becomes ready otherwise than by its
 	// lease ending (committed late, its entry Ready or forgotten) moves it
-	// back to the start.
+	// back to that row.
 	skip summaryKey
 }
 
@@ -268,7 +270,7 @@ func (p *Partition) committedSummary(r *row, old *metadata.Row, since int64) {
 func (p *Partition) unskip(k summaryKey) {
 	for _, t := range p.tasks {
 		if t.cnt != nil && lessSummaryKey(k, t.cnt.skip) {
-			t.cnt.skip = summaryKey{}
+			t.cnt.skip = k
 		}
 	}
 }
@@ -288,7 +290,7 @@ func (p *Partition) noted(t *task, i uint64, old, e *entry) {
 	}
 	if (e == nil || e.state == metadata.Ready) && c.skip != (summaryKey{}) {
 		if r := p.byIndex[i]; r != nil && lessSummaryKey(summaryKey{r.since, i}, c.skip) {
-			c.skip = summaryKey{}
+			c.skip = summaryKey{r.since, i}
 		}
 	}
 }
