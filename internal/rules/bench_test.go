@@ -12,7 +12,11 @@ import (
 // BenchmarkApplyClaimAck: what a process pays to apply another's claim of
 // n rows and its ack (decoding included), the replay cost of consumers
 // sharing a log.
-func BenchmarkApplyClaimAck(b *testing.B) {
+func BenchmarkApplyClaimAck(b *testing.B) { benchApplyClaimSettle(b, false) }
+
+// benchApplyClaimSettle applies claims of n rows and their settles; with
+// status, after a Summary made the partition keep its counts.
+func benchApplyClaimSettle(b *testing.B, status bool) {
 	for _, n := range []int{8, 512} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			p := New()
@@ -51,6 +55,9 @@ func BenchmarkApplyClaimAck(b *testing.B) {
 				}
 			}
 			step()
+			if status {
+				p.Summary(now, metadata.SummaryRequest{Counts: true})
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {

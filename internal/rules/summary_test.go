@@ -50,34 +50,8 @@ func TestSummaryMatchesView(t *testing.T) {
 			now += int64(rng.IntN(4)) * sec / 2
 			switch op := rng.IntN(16); {
 			case op <= 2: // put rows, new or again, one or two fields
-				var ks []string
-				for range 1 + rng.IntN(3) {
-					k := fmt.Sprintf("p%d/k%d", rng.IntN(3), rng.IntN(14))
-					if !slices.Contains(ks, k) {
-						ks = append(ks, k)
-					}
-				}
-				fields := [][]string{{"f"}, {"g"}, {"f", "g"}}[rng.IntN(3)]
-				r, _ := l.at(t, now, PrepareRecord(ks, fields, nil, len(ks)))
-				if r.Err != nil {
-					t.Fatal(r.Err)
-				}
-				ups := make([]metadata.RowUpdate, len(ks))
-				for i, k := range ks {
-					fs := map[string]metadata.FieldInfo{}
-					for _, f := range fields {
-						fs[f] = metadata.FieldInfo{Gen: r.Reservations[i].Gens[f]}
-					}
-					ups[i] = metadata.RowUpdate{Key: k, Index: r.Reservations[i].Index, Fields: fs,
-						Tag: map[string]any{"v": int64(rng.IntN(4))}}
-					if !slices.Contains(keys, k) {
-						keys = append(keys, k)
-					}
-				}
-				rec, err := CommitRecord(ups)
-				if err != nil {
-					t.Fatal(err)
-				}
+				var rec []byte
+				rec, keys = randomPut(t, rng, l, now, keys, 14)
 				if rng.IntN(3) == 0 {
 					stash = append(stash, rec)
 					break
@@ -310,4 +284,40 @@ func BenchmarkSummary(b *testing.B) {
 			}
 		})
 	}
+}
+
+// randomPut prepares one to three rows of keys p0..2/k0..nkeys-1 with one
+// or two fields in l's partition at now, and returns the record that
+// commits them (a tag v each) and keys with theirs added.
+func randomPut(t *testing.T, rng *rand.Rand, l *logged, now int64, keys []string, nkeys int) ([]byte, []string) {
+	t.Helper()
+	var ks []string
+	for range 1 + rng.IntN(3) {
+		k := fmt.Sprintf("p%d/k%d", rng.IntN(3), rng.IntN(nkeys))
+		if !slices.Contains(ks, k) {
+			ks = append(ks, k)
+		}
+	}
+	fields := [][]string{{"f"}, {"g"}, {"f", "g"}}[rng.IntN(3)]
+	r, _ := l.at(t, now, PrepareRecord(ks, fields, nil, len(ks)))
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	ups := make([]metadata.RowUpdate, len(ks))
+	for i, k := range ks {
+		fs := map[string]metadata.FieldInfo{}
+		for _, f := range fields {
+			fs[f] = metadata.FieldInfo{Gen: r.Reservations[i].Gens[f]}
+		}
+		ups[i] = metadata.RowUpdate{Key: k, Index: r.Reservations[i].Index, Fields: fs,
+			Tag: map[string]any{"v": int64(rng.IntN(4))}}
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	rec, err := CommitRecord(ups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, keys
 }
