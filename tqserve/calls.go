@@ -49,7 +49,6 @@ const maxIdleStreams = 64
 
 // callPool makes unary calls of Meta over Calls streams of a connection.
 type callPool struct {
-	cc *grpc.ClientConn
 	// Until when to make unary calls (UnixNano): the server had no Calls
 	// (it may be replaced by one that has).
 	unaryUntil atomic.Int64
@@ -65,13 +64,12 @@ type callStream struct {
 	cancel context.CancelFunc
 }
 
-func newCallPool(cc *grpc.ClientConn) *callPool { return &callPool{cc: cc} }
-
-// invoke makes the call method on a Calls stream. ok false: the server
+// invoke makes the call method on a Calls stream of cc, the pool's
+// connection. ok false: the server
 // has no Calls (an older one), nothing was sent, and the caller makes the
 // call as a unary call. Its error is what the unary call's would be: a
 // status, with the server's Failure when the server failed the call.
-func (p *callPool) invoke(ctx context.Context, method string, req, reply any, opts []grpc.CallOption) (err error, ok bool) {
+func (p *callPool) invoke(ctx context.Context, cc *grpc.ClientConn, method string, req, reply any, opts []grpc.CallOption) (err error, ok bool) {
 	in, isIn := req.(proto.Message)
 	out, isOut := reply.(proto.Message)
 	if !onCalls(method) || !isIn || !isOut || time.Now().UnixNano() < p.unaryUntil.Load() {
@@ -88,16 +86,19 @@ func (p *callPool) invoke(ctx context.Context, method string, req, reply any, op
 		}
 		cs := p.take()
 		fresh := cs == nil
+		var sctx context.Context
 		if fresh {
 			cs = &callStream{}
-			var sctx context.Context
 			sctx, cs.cancel = context.WithCancel(context.Background())
-			stop := context.AfterFunc(ctx, cs.cancel)
-			cs.st, err = p.open(sctx, opts)
-			if !stop() || err != nil {
+		}
+		// The caller's context ending ends the stream, and the call on it.
+		stop := context.AfterFunc(ctx, cs.cancel)
+		if fresh {
+			if cs.st, err = openCalls(sctx, cc, opts); err != nil {
+				stop()
 				cs.cancel()
-				if err == nil {
-					err = status.FromContextError(ctx.Err()).Err()
+				if cerr := ctx.Err(); cerr != nil {
+					err = status.FromContextError(cerr).Err()
 				}
 				return err, true // nothing sent
 			}
@@ -107,7 +108,6 @@ func (p *callPool) invoke(ctx context.Context, method string, req, reply any, op
 			call.TimeoutNs = max(int64(time.Until(d)), 1)
 		}
 		var r tqpb.CallReply
-		stop := context.AfterFunc(ctx, cs.cancel)
 		err := cs.st.SendMsg(call)
 		sent := err == nil
 		if err == nil || errors.Is(err, io.EOF) {
@@ -116,10 +116,9 @@ func (p *callPool) invoke(ctx context.Context, method string, req, reply any, op
 			err = cs.st.RecvMsg(&r)
 		}
 		cut := !stop()
-		switch {
-		case err == nil && !cut:
+		if err == nil && !cut {
 			p.put(cs)
-		default:
+		} else {
 			cs.cancel()
 		}
 		if err != nil {
@@ -155,12 +154,12 @@ func (p *callPool) invoke(ctx context.Context, method string, req, reply any, op
 	}
 }
 
-// open opens a Calls stream. The goroutines gRPC starts for a stream
+// openCalls opens a Calls stream on cc. The goroutines gRPC starts for a stream
 // inherit the profiler labels of the goroutine that opens it; the stream
 // outlives the call that opens it (the pool keeps it), so it is opened by
 // a goroutine with no labels: its goroutines are the pool's, not the
 // caller's.
-func (p *callPool) open(ctx context.Context, opts []grpc.CallOption) (grpc.ClientStream, error) {
+func openCalls(ctx context.Context, cc *grpc.ClientConn, opts []grpc.CallOption) (grpc.ClientStream, error) {
 	type opened struct {
 		st  grpc.ClientStream
 		err error
@@ -168,7 +167,7 @@ func (p *callPool) open(ctx context.Context, opts []grpc.CallOption) (grpc.Clien
 	ch := make(chan opened, 1)
 	go func() {
 		pprof.SetGoroutineLabels(context.Background())
-		st, err := p.cc.NewStream(ctx, &tqpb.Meta_ServiceDesc.Streams[0], tqpb.Meta_Calls_FullMethodName, opts...)
+		st, err := cc.NewStream(ctx, &tqpb.Meta_ServiceDesc.Streams[0], tqpb.Meta_Calls_FullMethodName, opts...)
 		ch <- opened{st, err}
 	}()
 	o := <-ch

@@ -3,7 +3,6 @@ package tqserve
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,7 +35,7 @@ type router struct {
 	peers  map[string]*peer // address -> its connection
 	closed bool
 
-	main atomic.Pointer[callPool] // the calls of the URL's servers' connection
+	main *callPool // the calls of the URL's servers' connection
 }
 
 // peer is a connection the router dialled, and what holds it open.
@@ -49,22 +48,22 @@ type peer struct {
 }
 
 func newRouter(dial func(addr string) (*grpc.ClientConn, error)) *router {
-	return &router{dial: dial, routes: map[string]*peer{}, peers: map[string]*peer{}}
+	return &router{dial: dial, routes: map[string]*peer{}, peers: map[string]*peer{}, main: &callPool{}}
 }
 
 func (r *router) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	p, ok := req.(interface{ GetPartition() string })
 	if !ok {
-		return r.invoke(ctx, r.mainCalls(cc), method, req, reply, func() error { return invoker(ctx, method, req, reply, cc, opts...) }, opts)
+		return r.invoke(ctx, r.main, cc, method, req, reply, func() error { return invoker(ctx, method, req, reply, cc, opts...) }, opts)
 	}
 	part := p.GetPartition()
 	for hop := 0; ; hop++ {
 		target := r.route(part)
 		var err error
 		if target == nil {
-			err = r.invoke(ctx, r.mainCalls(cc), method, req, reply, func() error { return invoker(ctx, method, req, reply, cc, opts...) }, opts)
+			err = r.invoke(ctx, r.main, cc, method, req, reply, func() error { return invoker(ctx, method, req, reply, cc, opts...) }, opts)
 		} else {
-			err = r.invoke(ctx, target.pool, method, req, reply, func() error { return target.cc.Invoke(ctx, method, req, reply, opts...) }, opts)
+			err = r.invoke(ctx, target.pool, target.cc, method, req, reply, func() error { return target.cc.Invoke(ctx, method, req, reply, opts...) }, opts)
 			r.done(target)
 		}
 		if err == nil || hop >= maxHops || ctx.Err() != nil {
@@ -86,31 +85,13 @@ func (r *router) intercept(ctx context.Context, method string, req, reply any, c
 	}
 }
 
-// invoke makes a call on a Calls stream of pool, or as a unary call
+// invoke makes a call on a Calls stream of pool, cc's, or as a unary call
 // (unary) where the server has no Calls or the call is not made there.
-func (r *router) invoke(ctx context.Context, pool *callPool, method string, req, reply any, unary func() error, opts []grpc.CallOption) error {
-	if err, ok := pool.invoke(ctx, method, req, reply, opts); ok {
+func (r *router) invoke(ctx context.Context, pool *callPool, cc *grpc.ClientConn, method string, req, reply any, unary func() error, opts []grpc.CallOption) error {
+	if err, ok := pool.invoke(ctx, cc, method, req, reply, opts); ok {
 		return err
 	}
 	return unary()
-}
-
-// mainCalls is the call pool of cc, the connection of the URL's servers.
-func (r *router) mainCalls(cc *grpc.ClientConn) *callPool {
-	if p := r.main.Load(); p != nil {
-		return p
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if p := r.main.Load(); p != nil {
-		return p
-	}
-	p := newCallPool(cc)
-	if r.closed {
-		p.close()
-	}
-	r.main.Store(p)
-	return p
 }
 
 // route returns the owner part is routed to (nil: the URL's servers),
@@ -147,7 +128,7 @@ func (r *router) setRoute(part, addr string) bool {
 		if err != nil {
 			return false
 		}
-		p = &peer{addr: addr, cc: cc, pool: newCallPool(cc)}
+		p = &peer{addr: addr, cc: cc, pool: &callPool{}}
 		r.peers[addr] = p
 	}
 	old, had := r.routes[part]
@@ -202,9 +183,7 @@ func (r *router) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
-	if p := r.main.Load(); p != nil {
-		p.close()
-	}
+	r.main.close()
 	for _, p := range r.peers {
 		p.pool.close()
 		_ = p.cc.Close()
