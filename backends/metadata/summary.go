@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"hash/fnv"
+	"iter"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -262,26 +264,7 @@ func (v *View) Summary(req SummaryRequest) Summary {
 	}
 	tasks := req.Tasks
 	if len(tasks) == 0 {
-		seen := map[string]bool{}
-		add := func(task string, listed bool) {
-			if listed && !seen[task] {
-				seen[task] = true
-				tasks = append(tasks, task)
-			}
-		}
-		for task := range v.Tasks {
-			add(task, true)
-		}
-		for task, gs := range v.Groups {
-			// A group task that has leased nothing yet is waiting on
-			// its groups.
-			add(task, len(gs) > 0)
-		}
-		for task, n := range v.Consumed {
-			// A task whose consumed rows were all cleared keeps its
-			// count.
-			add(task, n > 0)
-		}
+		tasks = SummaryTasks(maps.Keys(v.Tasks), v.Groups, v.Consumed)
 	}
 	for _, task := range tasks {
 		var ts TaskSummary
@@ -300,6 +283,31 @@ func (v *View) Summary(req SummaryRequest) Summary {
 		s.Oldest = v.oldestUnconsumed(req.Version, req.Tasks)
 	}
 	return s
+}
+
+// SummaryTasks lists the tasks a Summary that names none holds: the
+// tasks with state (withState), every task claiming groups some of which
+// wait (a group task that has leased nothing yet waits on its groups),
+// and every task that consumed rows since cleared (it keeps its count).
+func SummaryTasks(withState iter.Seq[string], groups map[string][]GroupWait, consumed map[string]uint64) []string {
+	var tasks []string
+	seen := map[string]bool{}
+	add := func(task string, listed bool) {
+		if listed && !seen[task] {
+			seen[task] = true
+			tasks = append(tasks, task)
+		}
+	}
+	for task := range withState {
+		add(task, true)
+	}
+	for task, gs := range groups {
+		add(task, len(gs) > 0)
+	}
+	for task, n := range consumed {
+		add(task, n > 0)
+	}
+	return tasks
 }
 
 // since is when row i became ready (see View.Since), zero if unknown.

@@ -54,24 +54,14 @@ func (p *Partition) Summary(now int64, req metadata.SummaryRequest) metadata.Sum
 	groups := p.GroupWaits(now, req.Tasks...)
 	tasks := req.Tasks
 	if len(tasks) == 0 {
-		// As View.Summary lists them: tasks with state, tasks waiting on
-		// groups, tasks that consumed rows.
-		seen := map[string]bool{}
-		add := func(name string, listed bool) {
-			if listed && !seen[name] {
-				seen[name] = true
-				tasks = append(tasks, name)
+		withState := func(yield func(string) bool) {
+			for name, t := range p.tasks {
+				if len(t.entries) > 0 && !yield(name) {
+					return
+				}
 			}
 		}
-		for name, t := range p.tasks {
-			add(name, len(t.entries) > 0)
-		}
-		for name, gs := range groups {
-			add(name, len(gs) > 0)
-		}
-		for name, n := range consumed {
-			add(name, n > 0)
-		}
+		tasks = metadata.SummaryTasks(withState, groups, consumed)
 	}
 	for _, name := range tasks {
 		ts := p.taskSummary(p.tasks[name], now)
