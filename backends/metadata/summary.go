@@ -386,7 +386,14 @@ func (v *View) countStates(ds []Delivery, fields []string) TaskSummary {
 	for _, l := range leases {
 		ts.Leases = append(ts.Leases, *l)
 	}
-	slices.SortFunc(ts.Leases, func(a, b LeaseSummary) int {
+	SortLeases(ts.Leases)
+	return ts
+}
+
+// SortLeases puts leases in a TaskSummary's order: earliest end first,
+// then by holder and ID.
+func SortLeases(leases []LeaseSummary) {
+	slices.SortFunc(leases, func(a, b LeaseSummary) int {
 		if c := a.Until.Compare(b.Until); c != 0 {
 			return c
 		}
@@ -395,7 +402,6 @@ func (v *View) countStates(ds []Delivery, fields []string) TaskSummary {
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-	return ts
 }
 
 func hasFields(r *Row, fields []string) bool {

@@ -2,8 +2,6 @@ package rules
 
 import (
 	"math"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/btree"
@@ -256,7 +254,7 @@ func (p *Partition) committedSummary(r *row, old *metadata.Row, since int64) {
 }
 
 // unskip has the tasks whose look for the oldest ready row would skip
-// row k, ready, start from the first row again.
+// row k, ready, start from it.
 func (p *Partition) unskip(k summaryKey) {
 	for _, t := range p.tasks {
 		if t.cnt != nil && lessSummaryKey(k, t.cnt.skip) {
@@ -365,15 +363,7 @@ func (p *Partition) taskSummary(t *task, now int64) metadata.TaskSummary {
 		}
 		ts.Leases = append(ts.Leases, ls)
 	}
-	slices.SortFunc(ts.Leases, func(a, b metadata.LeaseSummary) int {
-		if c := a.Until.Compare(b.Until); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Holder, b.Holder); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
+	metadata.SortLeases(ts.Leases)
 	if ts.Ready > 0 {
 		// The rows below c.skip are ready only as their lease ended
 		// (ended); from it, the first row ready.
