@@ -241,25 +241,11 @@ func (v *View) Summary(req SummaryRequest) Summary {
 	s := Summary{Rows: len(v.Rows), Fields: map[string]int{}, Tasks: map[string]TaskSummary{},
 		Capacity: v.Capacity, Used: v.Used, Inserted: v.Inserted, Mark: v.Mark, Oldest: math.Inf(1)}
 	if req.Counts {
-		// Rows share their maps (see Merger): each run of rows of one
-		// map is counted at once.
-		var run map[string]FieldInfo
-		n := 0
-		for i, r := range v.Rows {
-			if n > 0 && SameMap(r.Fields, run) {
-				n++
-			} else {
-				for f := range run {
-					s.Fields[f] += n
-				}
-				run, n = r.Fields, 1
-			}
+		CountFields(v.Rows, s.Fields)
+		for i := range v.Rows {
 			if t := v.since(i); !t.IsZero() && (s.OldestRow.IsZero() || t.Before(s.OldestRow)) {
 				s.OldestRow = t
 			}
-		}
-		for f := range run {
-			s.Fields[f] += n
 		}
 	}
 	tasks := req.Tasks
@@ -283,6 +269,27 @@ func (v *View) Summary(req SummaryRequest) Summary {
 		s.Oldest = v.oldestUnconsumed(req.Version, req.Tasks)
 	}
 	return s
+}
+
+// CountFields adds to fields, for each field, the rows that have it.
+// Rows share their maps (see Merger): each run of rows of one map is
+// counted at once.
+func CountFields(rows []*Row, fields map[string]int) {
+	var run map[string]FieldInfo
+	n := 0
+	for _, r := range rows {
+		if n > 0 && SameMap(r.Fields, run) {
+			n++
+			continue
+		}
+		for f := range run {
+			fields[f] += n
+		}
+		run, n = r.Fields, 1
+	}
+	for f := range run {
+		fields[f] += n
+	}
 }
 
 // SummaryTasks lists the tasks a Summary that names none holds: the

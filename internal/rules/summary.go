@@ -157,26 +157,14 @@ func (c *entryCounts) count(i uint64, e *entry, d int) {
 // buildSummary indexes the partition for Summary.
 func (p *Partition) buildSummary() {
 	s := &summaryIndex{fields: map[string]int{}, bySince: btree.NewG(32, lessSummaryKey)}
+	rows := p.List()
+	metadata.CountFields(rows, s.fields)
 	// By index, the order rows mostly became ready in (the B-tree takes
-	// them at the least cost); rows share their Fields maps in runs (see
-	// metadata.Merger), each counted at once.
-	var run map[string]metadata.FieldInfo
-	n := 0
-	for _, mr := range p.List() {
-		if n > 0 && metadata.SameMap(mr.Fields, run) {
-			n++
-		} else {
-			for f := range run {
-				s.fields[f] += n
-			}
-			run, n = mr.Fields, 1
-		}
+	// them at the least cost).
+	for _, mr := range rows {
 		if r := p.byIndex[mr.Index]; r.since != 0 {
 			s.bySince.ReplaceOrInsert(summaryKey{r.since, r.index})
 		}
-	}
-	for f := range run {
-		s.fields[f] += n
 	}
 	p.sum = s
 	for _, t := range p.tasks {
