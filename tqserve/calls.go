@@ -97,9 +97,8 @@ func (p *callPool) invoke(ctx context.Context, cc *grpc.ClientConn, method strin
 			if cs.st, err = openCalls(sctx, cc, opts); err != nil {
 				stop()
 				cs.cancel()
-				if cerr := ctx.Err(); cerr != nil {
-					err = status.FromContextError(cerr).Err()
-				}
+				// (Its text keeps gRPC's last connection error, which
+				// says why a deadline passed while connecting.)
 				return err, true // nothing sent
 			}
 		}
