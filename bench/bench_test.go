@@ -404,9 +404,11 @@ func TestRedisSuiteOnURLWithQuery(t *testing.T) {
 
 // TestServedQuick runs the queue suite on a tq server process in front of
 // a private redis-server (-urls tq+redis) at toy sizes: every measure runs
-// through tq:// clients, the consumer sweep has a row per consumer kind
-// (consumer processes included: this test binary run again, see TestMain)
-// and count, and the server process is gone when Run returns.
+// through tq:// clients, the wake-ups are set beside the gRPC relay too
+// (a process of this test binary's, see TestMain), the consumer sweep has
+// a row per consumer kind (consumer processes included: this test binary
+// run again) and count, and the server process, like every other process
+// Run started, is gone when Run returns.
 func TestServedQuick(t *testing.T) {
 	if err := redisserver.Available(); err != nil {
 		if os.Getenv(redistest.RequireEnv) == "1" {
@@ -418,12 +420,38 @@ func TestServedQuick(t *testing.T) {
 	cfg.Suites = []string{"queue"}
 	cfg.URLs = []string{privateServeURL}
 	cfg.Consumers, cfg.QueueSizes = []int{2}, []int{sizeMinRows}
+	kids := childPIDs(t)
 	var out bytes.Buffer
 	rep, err := Run(t.Context(), cfg, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	md := out.String()
+	if left := slices.DeleteFunc(childPIDs(t), func(pid int) bool { return slices.Contains(kids, pid) }); len(left) > 0 {
+		t.Errorf("processes %v that Run started are left after it returned", left)
+	}
+
+	// The queue table: no contention (the sweep is the served target's),
+	// and the gRPC relay beside both wake-ups.
+	step := fmt.Sprintf("claim+ack of %d rows", cfg.Samples)
+	const inHand = "wake-up to row in hand: Task.Wait returns the lease"
+	const unblocked = "blocked put wake-up: BatchPut returns after the Ack that makes room"
+	const fromCall = "blocked put wake-up from the Ack's call: BatchPut returns / the Ack alone (call to return)"
+	x := fmt.Sprintf("XREADGROUP COUNT %d + XACK", cfg.Samples)
+	queue := checkTable(t, rep, md, "queue", []string{
+		step + " / " + x, step + " / List",
+		inHand + " / XADD to XREADGROUP BLOCK", inHand + " / LPUSH to BLPOP", inHand + " / " + relayLimit,
+		unblocked + " / XADD to XREADGROUP BLOCK", unblocked + " / LPUSH to BLPOP", unblocked + " / " + relayLimit,
+		unblocked + " / tq wake-up (Task.Wait, above)", fromCall,
+	}, func(r []string) string { return r[1] + " / " + r[3] })
+	if queue != nil {
+		for _, r := range queue.Rows {
+			if r[0] != privateServeURL || r[3] == relayLimit && r[4] == "n/a" {
+				t.Errorf("queue row %v: not the served target's, or the relay's time is missing", r)
+			}
+		}
+	}
+
 	var rows []string
 	for _, k := range cfg.Consumers {
 		for _, c := range []string{"tq:// (tq serve)", "tq:// (tq serve), OS processes", "tq on redis:// (no server)", "XREADGROUP COUNT 8 + XACK"} {
@@ -488,6 +516,31 @@ func TestServedQuick(t *testing.T) {
 			t.Errorf("tq serve (pid %d) still runs after Run returned", pid)
 		}
 	}
+}
+
+// childPIDs lists the processes whose parent is this one.
+func childPIDs(t *testing.T) []int {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := strconv.Itoa(os.Getpid())
+	var pids []int
+	for _, name := range stats {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue // it exited
+		}
+		// pid (comm) state ppid ...: comm may hold spaces.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == self {
+			pid, _ := strconv.Atoi(strings.Fields(s)[0])
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // TestQueueMeasures: -queue-measures runs the queue measures it names

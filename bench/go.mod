@@ -7,13 +7,13 @@ require (
 	github.com/tqgo/tqgo v0.0.0-00010101000000-000000000000
 	github.com/tqgo/tqgo/tqserve v0.0.0-00010101000000-000000000000
 	gonum.org/v1/plot v0.17.0
+	google.golang.org/grpc v1.85.0
 )
 
 require (
 	github.com/google/btree v1.1.3 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 

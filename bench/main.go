@@ -16,7 +16,8 @@
 // consumers, claim cost against partition size and, on Redis, the server's
 // time per claim, each beside Redis Streams consumer groups on Redis and
 // beside a List, a channel, BLPOP or LPOP; on a tq server, -urls tq+redis,
-// a consumer sweep of tq:// clients beside Redis Streams consumers and tq
+// the wake-ups also beside a relay process of grpc-go alone, a consumer
+// sweep of tq:// clients beside Redis Streams consumers and tq
 // on redis:// directly, and the takeover of a partition after kill -9 of
 // the tq server that owns it, beside its aim of the ownership TTL + 1 s;
 // -queue-measures picks among them). The method is

@@ -82,8 +82,8 @@ func queueSteps(cfg Config, targets []*target, m *meter) int {
 	for _, t := range queueTargets(targets) {
 		var step, size int
 		switch {
-		case t.isServed(): // its contention is the consumer sweep
-			step, size = 9, 2*len(cfg.QueueSizes)
+		case t.isServed(): // its contention is the consumer sweep; the gRPC relay is one more arm
+			step, size = 10, 2*len(cfg.QueueSizes)
 			if cfg.measures("sweep") {
 				n += sweepSteps(cfg)
 			}
@@ -244,7 +244,13 @@ func runQueue(ctx context.Context, cfg Config, m *meter, targets []*target, rep 
 			"wake-up to row in hand: from the producer's BatchPut of one row returning to the consumer, blocked in "+
 			"Task.Wait(ctx, 1) for %[2]v before the put, returning its lease; a sample is the mean of %[3]d hand-offs, and a "+
 			"hand-off counts 0 when the consumer returned first. Limits: an XADD returning to a client blocked in XREADGROUP "+
-			"BLOCK returning the entry; an LPUSH returning to one blocked in BLPOP (same server); a channel hand-off in process. "+
+			"BLOCK returning the entry; an LPUSH returning to one blocked in BLPOP (same server); a channel hand-off in process; "+
+			"on a tq server (tq+redis), "+relayLimit+": the same hand-off through a relay process (the bench binary run "+
+			"again) that is grpc-go and nothing of tq, on loopback, raw bytes with no protobuf: the consumer, on a connection of "+
+			"its own, sends a wait message on a bidirectional stream it keeps open, and the stream's handler blocks on a "+
+			"channel until the producer, on a connection and stream of its own, sends a put message, whose handler wakes it "+
+			"and replies (50 bytes); the woken handler replies to the consumer (200 bytes); the time is from the producer's "+
+			"reply read to the consumer's. "+
 			"blocked put wake-up: a partition with Capacity{Rows: 1, ClearAcked: [the consumer's task]} holds one row, which the "+
 			"consumer has claimed; the producer's BatchPut of one more row blocks (the Block policy) for %[2]v, then the consumer "+
 			"acks the row, which clears it; the time is from the Ack returning to the BatchPut returning, a sample the mean of "+
@@ -312,10 +318,10 @@ func runQueueTarget(ctx context.Context, cfg Config, m *meter, t *target, step, 
 
 // runQueueStep runs the measures of the queue table: claim+ack of a
 // step, the wake-ups and contention.
-func runQueueStep(ctx context.Context, cfg Config, m *meter, rig *queueRig, step, server *Table, rep *Report) error {
+func runQueueStep(ctx context.Context, cfg Config, m *meter, rig *queueRig, step, server *Table, rep *Report) (err error) {
 	t := rig.t
 	arms, rows, srows, cleanup, err := queueArms(ctx, cfg, rig)
-	defer cleanup()
+	defer func() { err = errors.Join(err, cleanup()) }()
 	if err != nil {
 		return err
 	}
@@ -342,8 +348,11 @@ type queueRow struct {
 	a, lim           *arm
 }
 
-func queueArms(ctx context.Context, cfg Config, rig *queueRig) (arms []*arm, rows []queueRow, srows []serverRow, cleanup func(), err error) {
-	cleanup = func() {}
+// queueArms makes the arms of the queue table and its rows, and of the
+// server table's. cleanup (never nil, even with an error) ends what they
+// hold open beyond the rig: on a served target, the gRPC relay process.
+func queueArms(ctx context.Context, cfg Config, rig *queueRig) (arms []*arm, rows []queueRow, srows []serverRow, cleanup func() error, err error) {
+	cleanup = func() error { return nil }
 	name, c, consumer, raw, redisOn := rig.t.name, rig.clients[0], rig.clients[1], rig.raw, rig.t.isRedis()
 	n := cfg.Samples
 	meter := func(probe bool) *serverMeter {
@@ -430,6 +439,16 @@ func queueArms(ctx context.Context, cfg Config, rig *queueRig) (arms []*arm, row
 		rows = append(rows,
 			queueRow{inHand, "XADD to XREADGROUP BLOCK", wake, xwake},
 			queueRow{inHand, "LPUSH to BLPOP", wake, blpop})
+		if rig.t.isServed() {
+			r, err := openRelay(ctx)
+			if err != nil {
+				return nil, nil, nil, cleanup, err
+			}
+			cleanup = r.close
+			grpcWake := &arm{name: name + " gRPC relay", calls: wakeCalls, timed: func() (time.Duration, error) { return r.wakeOnce(ctx) }}
+			arms = append(arms, grpcWake)
+			rows = append(rows, queueRow{inHand, relayLimit, wake, grpcWake})
+		}
 	} else {
 		handoff := &arm{name: name + " channel", calls: wakeCalls, timed: chanOnce}
 		arms = append(arms, handoff)
@@ -556,7 +575,10 @@ func wakeOnce(ctx context.Context, c, consumer *tq.Client) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	return timeWake(ctx, c, p, func(ctx context.Context) (func() error, error) {
+	put := func(ctx context.Context) error {
+		return c.BatchPut(ctx, p, []string{"x"}, tq.Batch{"id": tq.Stacked([]int64{1}, 1)}, nil)
+	}
+	return timeWake(ctx, put, func(ctx context.Context) (func() error, error) {
 		l, err := task.Wait(ctx, 1)
 		if err != nil {
 			return nil, err
@@ -680,11 +702,11 @@ func background(ctx context.Context, f func(context.Context) stamped) (done <-ch
 	return ch, cancel
 }
 
-// timeWake runs wait, lets it block for wakeGap, puts one row into p, and
-// returns the time from the put returning to wait returning (0 when wait
-// returned first). What wait returns to do next (an ack) runs after the
-// time is taken.
-func timeWake(ctx context.Context, c *tq.Client, p string, wait func(context.Context) (func() error, error)) (time.Duration, error) {
+// timeWake runs wait, lets it block for wakeGap, runs put (of one row),
+// and returns the time from put returning to wait returning (0 when wait
+// returned first). What wait returns to do next (an ack; nil for nothing)
+// runs after the time is taken.
+func timeWake(ctx context.Context, put func(context.Context) error, wait func(context.Context) (func() error, error)) (time.Duration, error) {
 	done, cancel := background(ctx, func(ctx context.Context) stamped {
 		then, err := wait(ctx)
 		at := time.Now()
@@ -695,15 +717,15 @@ func timeWake(ctx context.Context, c *tq.Client, p string, wait func(context.Con
 	})
 	defer cancel()
 	time.Sleep(wakeGap)
-	if err := c.BatchPut(ctx, p, []string{"x"}, tq.Batch{"id": tq.Stacked([]int64{1}, 1)}, nil); err != nil {
+	if err := put(ctx); err != nil {
 		return 0, err
 	}
-	put := time.Now()
+	returned := time.Now()
 	w := <-done
 	if w.err != nil {
 		return 0, w.err
 	}
-	return max(w.at.Sub(put), 0), nil
+	return max(w.at.Sub(returned), 0), nil
 }
 
 func chanOnce() (time.Duration, error) {

@@ -27,9 +27,10 @@ import (
 // sweepProcMax is the largest consumer count the process arm runs at.
 const sweepProcMax = 64
 
-// childEnv names the environment a sweep child reads its orders from.
+// childEnv names the environment a child of the bench reads its orders
+// from.
 const (
-	childEnv          = "TQ_BENCH_CHILD" // "sweep": run as a sweep consumer
+	childEnv          = "TQ_BENCH_CHILD" // "sweep": run as a sweep consumer; "relay": as the gRPC relay (relay.go)
 	childURLEnv       = "TQ_BENCH_CHILD_URL"
 	childPartitionEnv = "TQ_BENCH_CHILD_PARTITION"
 )
@@ -41,17 +42,25 @@ type childResult struct {
 	Err       string    `json:"err,omitempty"`
 }
 
-// runChild runs this process as a sweep child when its environment says
-// so, and reports whether it did.
+// runChild runs this process as a child of the bench (a sweep consumer,
+// or the gRPC relay) when its environment says so, and reports whether it
+// did, and its exit code.
 func runChild() (bool, int) {
-	if os.Getenv(childEnv) != "sweep" {
-		return false, 0
+	switch os.Getenv(childEnv) {
+	case "sweep":
+		res := sweepChild(os.Stdin, os.Stdout)
+		if err := json.NewEncoder(os.Stdout).Encode(res); err != nil || res.Err != "" {
+			return true, 1
+		}
+		return true, 0
+	case "relay":
+		if err := relayChild(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: gRPC relay:", err)
+			return true, 1
+		}
+		return true, 0
 	}
-	res := sweepChild(os.Stdin, os.Stdout)
-	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil || res.Err != "" {
-		return true, 1
-	}
-	return true, 0
+	return false, 0
 }
 
 // sweepChild opens its client and task, says "ready", waits for the start
