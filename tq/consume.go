@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 )
@@ -96,7 +97,9 @@ func ClaimWith(opts ...ClaimOption) ConsumeOption {
 // third of it, so a handler slower than the lease keeps its rows; a
 // consumer that dies stops extending, and its rows go to another once the
 // lease ends. An empty lease (a rank's empty share) is acknowledged
-// without calling h.
+// without calling h. A lease its handler finished while Consume goes on
+// is acknowledged by the worker's next claim, in its request (Acking):
+// through a tq server a worker's loop is one call per lease.
 //
 // Consume returns early with the first error that retrying will not cure:
 // ErrClosed, a *StallError (see Stall), an engine unavailable past the
@@ -129,13 +132,30 @@ func (t *Task) Consume(ctx context.Context, n int, h Handler, opts ...ConsumeOpt
 	}
 	for range o.workers {
 		wg.Go(func() {
+			// A lease its handler finished: its ack rides on the worker's
+			// next Wait (Acking), one request where the engine allows;
+			// acked alone if the worker stops first.
+			var done *Lease
+			defer func() {
+				if done != nil {
+					if err := t.ackDone(ctx, done); err != nil {
+						fail(err)
+					}
+				}
+			}()
 			for ctx.Err() == nil {
-				l, err := t.Wait(ctx, n, o.claim...)
+				opts := o.claim
+				if done != nil {
+					opts = append(slices.Clip(o.claim), Acking(done))
+				}
+				l, err := t.Wait(ctx, n, opts...)
 				switch {
 				case err != nil && ctx.Err() != nil:
 					return
 				case errors.Is(err, ErrOutcomeUnknown):
-					// Rows it may have leased come back when the lease ends.
+					// Rows it may have leased come back when the lease
+					// ends; the ack it carried goes again with the next
+					// (acking a row twice is no error).
 					t.c.event(slog.LevelWarn, "claim outcome unknown", t.partition, t.name, nil, err,
 						"tq: consume: a claim's outcome is unknown; rows it may have leased come back when the lease ends")
 					continue
@@ -143,11 +163,12 @@ func (t *Task) Consume(ctx context.Context, n int, h Handler, opts ...ConsumeOpt
 					fail(err)
 					return
 				}
+				done = nil
 				if again := maxDeliveries(l); again > 1 {
 					t.c.event(slog.LevelWarn, "redelivered", t.partition, t.name, l.Keys(), nil,
 						"tq: consume: rows delivered again", "deliveries", again)
 				}
-				if err := t.handle(ctx, l, h, &o); err != nil {
+				if done, err = t.handle(ctx, l, h, &o); err != nil {
 					fail(err)
 					return
 				}
@@ -160,11 +181,12 @@ func (t *Task) Consume(ctx context.Context, n int, h Handler, opts ...ConsumeOpt
 
 // handle runs h on l, extending l while it runs, and settles l by h's
 // result (at once, with no backoff, when Consume is stopping or the lease
-// was lost). It returns an error only for a failure Consume should stop
-// on.
-func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) error {
+// was lost), but for an ack while Consume goes on: it returns l, whose
+// ack rides on the worker's next Wait. It returns an error only for a
+// failure Consume should stop on.
+func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) (ack *Lease, _ error) {
 	if l.Len() == 0 {
-		return l.Ack(ctx)
+		return nil, l.Ack(ctx)
 	}
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -183,7 +205,7 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 	if all {
 		keys = nil
 	} else if len(keys) == 0 {
-		return nil
+		return nil, nil
 	}
 	var serr error
 	switch {
@@ -193,8 +215,10 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 		// Rows the lease may still hold go back at once; those it lost
 		// are reported lost, and are another's.
 		serr = l.NackErr(sctx, 0, context.Cause(hctx), keys...)
+	case err == nil && ctx.Err() == nil:
+		return l, nil // acked by the next Wait
 	case err == nil:
-		// Done, even if Consume is stopping: acknowledged (sctx outlives
+		// Done, though Consume is stopping: acknowledged (sctx outlives
 		// ctx, bounded by the lease).
 		serr = l.Ack(sctx, keys...)
 	case errors.Is(err, ErrPermanent):
@@ -229,6 +253,13 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 		}
 		serr = l.NackErr(sctx, d, err, keys...)
 	}
+	return nil, t.settled(l, serr)
+}
+
+// settled returns serr, the error settling l, if Consume should stop on
+// it; it logs one that Consume goes on after (the rows come back when the
+// lease ends).
+func (t *Task) settled(l *Lease, serr error) error {
 	if serr == nil || errors.Is(serr, ErrLeaseLost) || errors.Is(serr, ErrOutcomeUnknown) {
 		if serr != nil {
 			t.c.event(slog.LevelWarn, "settle failed", t.partition, t.name, l.Keys(), serr,
@@ -237,6 +268,15 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 		return nil
 	}
 	return serr
+}
+
+// ackDone acknowledges l, a lease whose handler finished, when the worker
+// stops before a Wait took its ack: bounded by the lease, even if ctx
+// ended. Errors as settled's.
+func (t *Task) ackDone(ctx context.Context, l *Lease) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.lease)
+	defer cancel()
+	return t.settled(l, l.Ack(sctx))
 }
 
 func maxDeliveries(l *Lease) int {

@@ -300,7 +300,8 @@ type claimOpts struct {
 // Acking makes the claim first acknowledge every row of l, a lease of the
 // same Task (as l.Ack() does), in the claim's own request where the
 // engine allows: through a tq server a worker's loop is then one call per
-// claim, where Ack then Claim take two (a Wait acks first, then waits).
+// claim, where Ack then Claim take two (a Wait's ack rides on its first
+// claim, before it waits).
 // If the ack fails the claim leases nothing and returns the ack's error
 // (a *LeaseLostError is not a failure here: rows l no longer held went to
 // another consumer when its lease ended; they are logged, not returned).
@@ -491,12 +492,6 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		if a.token != "" {
 			ack = &metadata.SettleRequest{Task: t.name, Op: metadata.Ack, Lease: a.token, Indexes: a.indexes(nil)}
 		}
-		if ack != nil && wait {
-			if err := a.Ack(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
-				return nil, err
-			}
-			ack = nil
-		}
 	}
 	release, err := c.enter(ctx, op, t.partition)
 	if err != nil {
@@ -550,7 +545,8 @@ func (t *Task) claim(ctx context.Context, op string, n int, wait bool, opts []Cl
 		case next != nil:
 			got, next, err = *next, nil, nil
 		case wait:
-			got, left, err = t.waitClaim(ctx, q, req, pick)
+			got, left, err = t.waitClaim(ctx, q, req, pick, o.acking, ack)
+			ack = nil
 		case ack != nil:
 			got, err = t.ackClaim(ctx, tr, q, o.acking, *ack, req, pick)
 			ack = nil
@@ -631,8 +627,13 @@ func (t *Task) ackClaim(ctx context.Context, tr *callTrace, q metadata.MetaStore
 	res, got, err := metadata.SettleClaim(ctx, q, t.partition, ack, req, pick)
 	t.c.cleared(ctx, tr, t.partition, res.Cleared) // an ack that applied cleared them, whatever followed
 	if err != nil {
+		// The settle failed alone: what the claim did is handed back (a
+		// lease, or a Wait's registered claim).
 		if got.Lease != "" {
 			t.handBack(ctx, q, t.shareless(got.Lease, leasedIndexes(got)))
+		}
+		if got.Waiting != "" && got.Waiting != got.Lease {
+			t.handBack(ctx, q, metadata.SettleRequest{Task: t.name, Op: metadata.Unwait, Lease: got.Waiting})
 		}
 		return metadata.Claimed{}, err
 	}
@@ -759,7 +760,7 @@ func (t *Task) handBackNow(ctx context.Context, q metadata.MetaStore, req metada
 // claim it replaced) is handed back undelivered in the background once
 // its reply, or the fence settling a lost one, tells.
 // It reports left when it returned without the claim's result.
-func (t *Task) waitClaim(ctx context.Context, q metadata.MetaStore, req metadata.ClaimRequest, pick metadata.Pick) (_ metadata.Claimed, left bool, _ error) {
+func (t *Task) waitClaim(ctx context.Context, q metadata.MetaStore, req metadata.ClaimRequest, pick metadata.Pick, a *Lease, ack *metadata.SettleRequest) (_ metadata.Claimed, left bool, _ error) {
 	if err := ctx.Err(); err != nil {
 		t.unwait(ctx, q, req.Replaces)
 		return metadata.Claimed{}, true, err
@@ -779,7 +780,14 @@ func (t *Task) waitClaim(ctx context.Context, q metadata.MetaStore, req metadata
 		defer c.bg.Done()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackFor)
 		defer cancel()
-		got, err := q.Claim(cctx, t.partition, req, pick)
+		var got metadata.Claimed
+		var err error
+		if ack != nil {
+			// No trace: the caller, who holds it, may have left.
+			got, err = t.ackClaim(cctx, nil, q, a, *ack, req, pick)
+		} else {
+			got, err = q.Claim(cctx, t.partition, req, pick)
+		}
 		mu.Lock()
 		if !gone {
 			ch <- result{got, err}
