@@ -6,9 +6,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tqserve"
 )
@@ -125,5 +127,107 @@ func TestConsumeOneCallPerLease(t *testing.T) {
 	}
 	if st.Acked != rows || st.Leased != 0 {
 		t.Fatalf("after Consume: %d acked, %d leased, want %d acked (the last lease acked as Consume stopped)", st.Acked, st.Leased, rows)
+	}
+}
+
+// A tq server deletes the cells of the rows that acks clear (the
+// capacity's ClearAcked) and reports them swept itself: its client makes
+// no call for them (no Swept, no delete of cells), the cells are gone
+// soon after the ack returns, and a Reclaim finds nothing left.
+func TestServerSweepsClearedRows(t *testing.T) {
+	for name, engine := range engines(t) {
+		if name == "file" {
+			continue // the server holds the directory: its cells are read through it alone
+		}
+		t.Run(name, func(t *testing.T) {
+			url := engine(t)
+			cc := &callCounter{n: map[string]int{}}
+			s := startServer(t, url, tqserve.WithInterceptor(cc.intercept))
+			c := openClient(t, s.URL)
+			ctx := context.Background()
+			eng, err := backends.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = eng.Data.Close() })
+			const rows = 6
+			for i := range rows {
+				if err := c.Put(ctx, "p", fmt.Sprintf("k%d", i), map[string]any{"x": int64(i)}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.SetCapacity(ctx, "p", tq.Capacity{ClearAcked: []string{"w"}}); err != nil {
+				t.Fatal(err)
+			}
+			task, err := c.Task("p", "w", []string{"x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := task.Claim(ctx, rows/2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := task.Claim(ctx, rows/2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cells []backends.ReadCell
+			for _, l := range []*tq.Lease{first, second} {
+				for _, r := range l.Meta.Rows {
+					cells = append(cells, backends.ReadCell{Key: backends.StorageKey(r.Index, "x", 0)})
+				}
+			}
+			if len(cells) != rows {
+				t.Fatalf("claimed %d rows of %d", len(cells), rows)
+			}
+			found := func() int {
+				t.Helper()
+				for i := range cells {
+					cells[i].Found, cells[i].Value = false, nil
+				}
+				if err := eng.Data.Read(ctx, cells); err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for _, rc := range cells {
+					if rc.Found {
+						n++
+					}
+				}
+				return n
+			}
+			if n := found(); n != rows {
+				t.Fatalf("before the acks: %d of the %d rows' cells found", n, rows)
+			}
+			cc.take()
+			// One ack riding on a claim (which finds no rows), one alone.
+			if _, err := task.Claim(ctx, 1, tq.Acking(first)); err != nil {
+				t.Fatal(err)
+			}
+			if err := second.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := cc.take(); got["Claim"] != 1 || got["Settle"] != 1 || len(got) != 2 {
+				t.Fatalf("a claim acking and an ack clearing rows took calls %v, want one Claim and one Settle alone", got)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for found() > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("10s after the acks, %d of the cleared rows' cells are still there", found())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if calls := cc.take(); len(calls) != 0 {
+				t.Fatalf("the client made calls %v after its acks, want none", calls)
+			}
+			// Reported swept: a Reclaim finds nothing of them.
+			rep, err := c.Reclaim(ctx, "p", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Deleted != 0 || rep.Left != 0 {
+				t.Fatalf("Reclaim after the sweep: %+v, want nothing to delete", rep)
+			}
+		})
 	}
 }

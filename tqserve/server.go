@@ -38,6 +38,7 @@ import (
 type Server struct {
 	tqpb.UnimplementedMetaServer
 	cells cellServer
+	sweep *sweeper // deletes the cells of rows calls cleared
 
 	eng      backends.Engine
 	meta     metadata.MetaStore
@@ -61,7 +62,7 @@ type Server struct {
 }
 
 // protocolVersion is InfoReply.version (tqserve/PROTOCOL.md, Versions).
-const protocolVersion = 4
+const protocolVersion = 5
 
 // ServerOption configures a Server.
 type ServerOption func(*serverOptions) error
@@ -193,6 +194,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 		s.cellsURL = engineURL
 	}
 	s.cells = cellServer{data: eng.Data}
+	s.sweep = newSweeper(eng.Data, s.meta, o.log)
 	host, _ := os.Hostname()
 	s.name = fmt.Sprintf("%s/%d", host, os.Getpid())
 
@@ -301,6 +303,7 @@ func (s *Server) GracefulStop() {
 	s.health.Shutdown()
 	s.stop()
 	s.grpc.GracefulStop()
+	s.sweep.close()
 }
 
 // Stop ends every connection and call at once; the partitions it owned
@@ -313,6 +316,7 @@ func (s *Server) Stop() {
 	}
 	s.stop()
 	s.grpc.Stop()
+	s.sweep.close()
 }
 
 // Close stops the server (Stop) and closes its engine.
@@ -329,6 +333,8 @@ func (s *Server) kill() error {
 	}
 	s.stop()
 	s.grpc.Stop()
+	s.sweep.end() // nothing more is deleted: left to Reclaim
+	s.sweep.close()
 	return errors.Join(s.meta.Close(), s.eng.Data.Close())
 }
 
@@ -573,6 +579,7 @@ func (s *Server) Claim(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.ClaimRe
 	}
 	if sf := r.GetSettleFirst(); sf != nil {
 		res, c, err := metadata.SettleClaim(ctx, s.meta, r.GetPartition(), settleRequest(sf), req, pick)
+		s.swept(r.GetPartition(), &res.Cleared, &c.Cleared)
 		if err != nil && c.Lease == "" && c.Waiting == "" {
 			return nil, toStatus(err)
 		}
@@ -592,6 +599,7 @@ func (s *Server) Claim(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.ClaimRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	s.swept(r.GetPartition(), &c.Cleared)
 	out, err := toClaimed(&c, 0)
 	if err != nil {
 		return nil, toStatus(err)
@@ -644,11 +652,22 @@ func (s *Server) Settle(ctx context.Context, r *tqpb.SettleRequest) (*tqpb.Settl
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	s.swept(r.GetPartition(), &res.Cleared)
 	out, err := settleReply(res)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return out, nil
+}
+
+// swept hands the rows of partition a call cleared to the server's
+// sweeper, which deletes their cells, and leaves the reply none to list:
+// its client has nothing to delete.
+func (s *Server) swept(partition string, cleared ...*[]*metadata.Row) {
+	for _, rows := range cleared {
+		s.sweep.cleared(partition, *rows)
+		*rows = nil
+	}
 }
 
 func settleRequest(r *tqpb.SettleRequest) metadata.SettleRequest {
@@ -732,6 +751,7 @@ func (s *Server) Wait(ctx context.Context, r *tqpb.WaitRequest) (*tqpb.WaitReply
 	}
 	out := &tqpb.WaitReply{}
 	if took {
+		s.swept(r.GetPartition(), &c.Cleared)
 		if out.Taken, err = toClaimed(&c, 0); err != nil {
 			return nil, toStatus(err)
 		}

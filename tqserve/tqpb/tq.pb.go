@@ -3046,7 +3046,10 @@ type ClaimReply struct {
 	Until   *Moment      `protobuf:"bytes,5,opt,name=until,proto3" json:"until,omitempty"`
 	Dropped int64        `protobuf:"varint,6,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	Skipped int64        `protobuf:"varint,7,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	Cleared []*Row       `protobuf:"bytes,8,rep,name=cleared,proto3" json:"cleared,omitempty"`
+	// Rows the call cleared (the capacity's clear_acked), whose cells the
+	// client deletes: none from a server of version 5 or later, which
+	// deletes them itself.
+	Cleared []*Row `protobuf:"bytes,8,rep,name=cleared,proto3" json:"cleared,omitempty"`
 	// Empty, or one per unit.
 	Partial    []bool `protobuf:"varint,9,rep,packed,name=partial,proto3" json:"partial,omitempty"`
 	HasPartial bool   `protobuf:"varint,13,opt,name=has_partial,json=hasPartial,proto3" json:"has_partial,omitempty"`
@@ -3325,10 +3328,11 @@ func (x *SettleRequest) GetReason() string {
 }
 
 type SettleReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lost          []uint64               `protobuf:"varint,1,rep,packed,name=lost,proto3" json:"lost,omitempty"`
-	Until         *Moment                `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
-	Cleared       []*Row                 `protobuf:"bytes,3,rep,name=cleared,proto3" json:"cleared,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lost  []uint64               `protobuf:"varint,1,rep,packed,name=lost,proto3" json:"lost,omitempty"`
+	Until *Moment                `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	// As ClaimReply.cleared.
+	Cleared       []*Row `protobuf:"bytes,3,rep,name=cleared,proto3" json:"cleared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -1,0 +1,155 @@
+package tqserve
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
+)
+
+// sweeper deletes, at the server, the cells of the rows that its calls
+// cleared (a claim's or a settle's, by the capacity's ClearAcked), and
+// reports them swept to the metadata store, in the background: the call
+// replies with no rows for its client to delete, so that a worker's claim
+// is one call. A delete or a report that fails is logged; the cells stay
+// listed by Garbage for a later Reclaim, as a client's failed delete
+// leaves them.
+type sweeper struct {
+	data backends.Store
+	meta metadata.MetaStore
+	log  *slog.Logger
+
+	mu     sync.Mutex // guards closed and the sends on jobs
+	closed bool
+	jobs   chan sweepJob
+	wg     sync.WaitGroup
+	life   context.Context // ends when the sweeper is closed past its grace
+	end    context.CancelFunc
+}
+
+// sweepJob is the cells of rows of partition a call cleared.
+type sweepJob struct {
+	partition string
+	refs      []metadata.Ref
+}
+
+const (
+	// sweepers is how many deletes run at once, sweepQueue how many
+	// wait; a call that finds the queue full sweeps its rows itself
+	// before it replies (back-pressure, never an unbounded backlog).
+	sweepers   = 2
+	sweepQueue = 1024
+	// sweepFor bounds one job's deletes and report.
+	sweepFor = 30 * time.Second
+	// sweepChunk is the most cells one Delete names.
+	sweepChunk = 512
+	// sweepGrace is how long close waits for the queued jobs before it
+	// cuts them off (their cells are left to Reclaim).
+	sweepGrace = 10 * time.Second
+)
+
+func newSweeper(data backends.Store, meta metadata.MetaStore, log *slog.Logger) *sweeper {
+	w := &sweeper{data: data, meta: meta, log: log, jobs: make(chan sweepJob, sweepQueue)}
+	w.life, w.end = context.WithCancel(context.Background())
+	for range sweepers {
+		w.wg.Go(func() {
+			for j := range w.jobs {
+				w.sweep(j)
+			}
+		})
+	}
+	return w
+}
+
+// cleared takes the rows of partition a call cleared: their cells are
+// deleted, then reported swept. It returns at once unless the queue is
+// full (then it sweeps them first) or the sweeper is closed (then they are
+// left to Reclaim).
+func (w *sweeper) cleared(partition string, rows []*metadata.Row) {
+	if len(rows) == 0 {
+		return
+	}
+	cells := 0
+	for _, r := range rows {
+		cells += len(r.Fields)
+	}
+	// In the order the store recorded them, so Swept finds them as one run.
+	j := sweepJob{partition: partition, refs: metadata.AppendRowRefs(make([]metadata.Ref, 0, cells), rows)}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		w.log.Warn("tq server: stopping: cells of cleared rows left to Reclaim", "partition", partition, "cells", len(j.refs))
+		return
+	}
+	select {
+	case w.jobs <- j:
+		w.mu.Unlock()
+	default:
+		w.mu.Unlock()
+		w.sweep(j)
+	}
+}
+
+// sweep deletes j's cells and reports those deleted swept.
+func (w *sweeper) sweep(j sweepJob) {
+	ctx, cancel := context.WithTimeout(w.life, sweepFor)
+	defer cancel()
+	deleted, err := w.delete(ctx, j.refs)
+	if len(deleted) > 0 {
+		if serr := w.meta.Swept(ctx, j.partition, deleted); serr != nil {
+			w.log.Warn("tq server: reporting deleted cells of cleared rows failed; a later Reclaim deletes them again",
+				"partition", j.partition, "cells", len(deleted), "err", serr)
+		}
+	}
+	if err != nil {
+		w.log.Warn("tq server: deleting the cells of cleared rows failed; Reclaim deletes them",
+			"partition", j.partition, "cells", len(j.refs), "deleted", len(deleted), "err", err)
+	}
+}
+
+// delete deletes the cells of refs in chunks and returns those deleted:
+// the chunks before the first that failed, and its error.
+func (w *sweeper) delete(ctx context.Context, refs []metadata.Ref) ([]metadata.Ref, error) {
+	for lo := 0; lo < len(refs); lo += sweepChunk {
+		hi := min(lo+sweepChunk, len(refs))
+		cells := make([]backends.Cell, hi-lo)
+		for i, r := range refs[lo:hi] {
+			cells[i] = backends.Cell{Key: r.Key(), Tag: r.Tag}
+		}
+		if err := w.data.Delete(ctx, cells); err != nil {
+			return refs[:lo], fmt.Errorf("delete %d cells: %w", len(cells), err)
+		}
+	}
+	return refs, nil
+}
+
+// close takes no more jobs, and waits for the queued ones up to
+// sweepGrace, then cuts them off.
+func (w *sweeper) close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	close(w.jobs)
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		w.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(sweepGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		w.end()
+		<-done
+	}
+	w.end()
+}
