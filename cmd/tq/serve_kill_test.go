@@ -110,7 +110,7 @@ func TestServeKillOwnerUnderLoad(t *testing.T) {
 		// Anywhere in the servers' renewal period (they renew every
 		// TTL/3): the ownership left at the kill depends on it.
 		time.Sleep(rand.N(killTTL / 3))
-		owner, pttl := r.owner(t, raw, addrs)
+		owner, pttl := partitionOwner(t, raw, killPrefix, killPart, addrs[:])
 		killed := time.Now()
 		if err := procs[owner].Process.Kill(); err != nil {
 			t.Fatal(err)
@@ -224,7 +224,8 @@ const (
 	putFailed                    // any other error: nothing of it visible
 )
 
-// killRun is what the clients of TestServeKillOwnerUnderLoad saw.
+// killRun is what the clients of TestServeKillOwnerUnderLoad (and of
+// TestServeSIGTERMHandsOver) saw.
 type killRun struct {
 	t0           time.Time
 	producerDone atomic.Bool
@@ -355,11 +356,17 @@ func (r *killRun) poll(t *testing.T, what string, limit time.Duration, cond func
 	return true
 }
 
-// owner reads which of addrs owns the partition (its owner key on Redis:
-// backends/redis/LAYOUT.md), and how long its ownership has left.
-func (r *killRun) owner(t *testing.T, raw *goredis.Client, addrs [2]string) (int, time.Duration) {
+// ownerKey is the key on Redis naming the server that owns partition of
+// the engine with this prefix (backends/redis/LAYOUT.md).
+func ownerKey(prefix, partition string) string {
+	return prefix + ":{" + prefix + ":" + partition + "}:owner"
+}
+
+// partitionOwner reads which of addrs owns partition of the engine with
+// this prefix (its owner key), and how long its ownership has left.
+func partitionOwner(t *testing.T, raw *goredis.Client, prefix, partition string, addrs []string) (int, time.Duration) {
 	t.Helper()
-	key := killPrefix + ":{" + killPrefix + ":" + killPart + "}:owner"
+	key := ownerKey(prefix, partition)
 	var get *goredis.StringCmd
 	var pttl *goredis.DurationCmd
 	if _, err := raw.Pipelined(t.Context(), func(p goredis.Pipeliner) error {
@@ -369,9 +376,9 @@ func (r *killRun) owner(t *testing.T, raw *goredis.Client, addrs [2]string) (int
 		t.Fatalf("reading the owner key %s: %v", key, err)
 	}
 	addr, _, _ := strings.Cut(get.Val(), " ")
-	i := slices.Index(addrs[:], addr)
+	i := slices.Index(addrs, addr)
 	if i < 0 {
-		t.Fatalf("the owner key %s names %q, neither server %v", key, get.Val(), addrs)
+		t.Fatalf("the owner key %s names %q, none of the servers %v", key, get.Val(), addrs)
 	}
 	return i, pttl.Val()
 }

@@ -79,6 +79,12 @@ func terminate(t *testing.T, srv *exec.Cmd) {
 	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	waitExit(t, srv, 15*time.Second)
+}
+
+// waitExit checks that a tq serve child exits 0 within limit.
+func waitExit(t *testing.T, srv *exec.Cmd, limit time.Duration) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- srv.Wait() }()
 	select {
@@ -86,8 +92,8 @@ func terminate(t *testing.T, srv *exec.Cmd) {
 		if err != nil {
 			t.Fatalf("tq serve after SIGTERM: %v, want exit status 0", err)
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("tq serve did not exit within 15s of SIGTERM")
+	case <-time.After(limit):
+		t.Fatalf("tq serve did not exit within %v of SIGTERM", limit)
 	}
 }
 
