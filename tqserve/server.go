@@ -291,20 +291,39 @@ func (s *Server) owns(ctx context.Context, partition string) error {
 	return o.check(ctx, partition)
 }
 
-// GracefulStop hands the server's partitions over (other servers take
-// them at their next call), marks it not serving, ends Waits (as a Wait
-// may end early), lets the other calls in flight finish, and stops.
+// GracefulStop marks the server not serving, hands its partitions over
+// (other servers take them at their next call), ends Waits (as a Wait
+// may end early) and Calls streams, lets the other calls in flight
+// finish, and stops. What is still open GracefulFor after the hand-over
+// (a health Watch, which grpc-go's graceful stop would wait for as long
+// as its client keeps it) is cut off, as Stop cuts it.
 func (s *Server) GracefulStop() {
+	s.health.Shutdown()
 	if o := s.ownership(); o != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		o.handOver(ctx)
 		cancel()
 	}
-	s.health.Shutdown()
 	s.stop()
-	s.grpc.GracefulStop()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(GracefulFor)
+	select {
+	case <-done:
+	case <-t.C:
+		s.grpc.Stop() // GracefulStop returns with it
+		<-done
+	}
+	t.Stop()
 	s.sweep.close()
 }
+
+// GracefulFor bounds how long GracefulStop lets calls and streams in
+// flight finish once its partitions are handed over and its Waits ended.
+const GracefulFor = 5 * time.Second
 
 // Stop ends every connection and call at once; the partitions it owned
 // are handed over.

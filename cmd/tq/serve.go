@@ -133,7 +133,9 @@ func defineServe(fs *flag.FlagSet) action {
 		select {
 		case err = <-done:
 		case <-ctx.Done():
-			fmt.Fprintf(s.stderr, "tq serve: stopping: letting calls in flight finish\n")
+			// A second SIGTERM or interrupt kills the process at once.
+			stop()
+			fmt.Fprintf(s.stderr, "tq serve: stopping: letting calls in flight finish (up to %v; a second signal kills)\n", tqserve.GracefulFor)
 			srv.GracefulStop()
 			err = <-done
 		}

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tqgo/tqgo/tq"
+	"github.com/tqgo/tqgo/tqserve"
 )
 
 // metricsCallLimit bounds each call of TestServeMetricsHealth: one that
@@ -28,7 +29,8 @@ const metricsCallLimit = 10 * time.Second
 // answered, by method and code; the gRPC port answers the health service,
 // SERVING for the server ("") and for tqgo.v1.Meta. On SIGTERM the health
 // service turns NOT_SERVING (a Watch is told), a Check then fails or
-// says NOT_SERVING, and the server exits 0.
+// says NOT_SERVING, and the server exits 0, its Watch still open (cut
+// off after tqserve.GracefulFor).
 func TestServeMetricsHealth(t *testing.T) {
 	addr, maddr := freePort(t), freePort(t)
 	srv := serveChild(t, "-engine", "memory://", "-listen", addr, "-metrics", maddr)
@@ -151,10 +153,12 @@ func TestServeMetricsHealth(t *testing.T) {
 	case r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING:
 		t.Errorf("health Check after SIGTERM: %v, want an error or NOT_SERVING", r.GetStatus())
 	}
-	// The Watch ends here: a stream left open keeps the server from
-	// exiting (its graceful stop waits for every call and stream).
-	endWatch()
-	waitExit(t, srv, 15*time.Second)
+	// The Watch stays open: the graceful stop cuts it off after
+	// tqserve.GracefulFor rather than wait for its client.
+	waitExit(t, srv, tqserve.GracefulFor+10*time.Second)
+	if _, err := watch.Recv(); err == nil {
+		t.Errorf("health Watch: a message after the server exited, want its end")
+	}
 }
 
 // promSample is a sample of Prometheus's text format.
