@@ -2,6 +2,7 @@ package tqserve_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
 	"github.com/tqgo/tqgo/tq"
 	"github.com/tqgo/tqgo/tqserve"
 )
@@ -227,6 +229,66 @@ func TestServerSweepsClearedRows(t *testing.T) {
 			}
 			if rep.Deleted != 0 || rep.Left != 0 {
 				t.Fatalf("Reclaim after the sweep: %+v, want nothing to delete", rep)
+			}
+		})
+	}
+}
+
+// A tq server reclaims the partitions it serves (WithReclaim): a put
+// reserved and never committed (its client died mid-put) is aborted once
+// older than the bound, its cell deleted, and its commit then fails with
+// ErrConflict; committed rows keep theirs. No client calls Reclaim.
+func TestServerReclaims(t *testing.T) {
+	for name, engine := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := startServer(t, engine(t), tqserve.WithReclaim(300*time.Millisecond))
+			ctx := context.Background()
+			c := openClient(t, s.URL)
+			if err := c.Put(ctx, "p", "kept", map[string]any{"x": int64(1)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			// The dead client's put: reserved, its cell written, never
+			// committed.
+			eng, err := backends.Open(ctx, s.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = eng.Meta.Close(); _ = eng.Data.Close() })
+			m := eng.Meta.(metadata.MetaStore)
+			res, err := m.Prepare(ctx, "p", []string{"dead"}, []string{"x"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := backends.StorageKey(res[0].Index, "x", res[0].Gens["x"])
+			if err := eng.Data.Write(ctx, []backends.Cell{{Key: key, Body: []byte("orphan")}}); err != nil {
+				t.Fatal(err)
+			}
+			read := func() bool {
+				t.Helper()
+				cells := []backends.ReadCell{{Key: key}}
+				if err := eng.Data.Read(ctx, cells); err != nil {
+					t.Fatal(err)
+				}
+				return cells[0].Found
+			}
+			if !read() {
+				t.Fatal("the dead put's cell is not there after its write")
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for read() {
+				if time.Now().After(deadline) {
+					t.Fatal("10s after the put was abandoned (reclaim after 300ms), its cell is still there")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			_, err = m.Commit(ctx, "p", []metadata.RowUpdate{{Key: "dead", Index: res[0].Index,
+				Fields: map[string]metadata.FieldInfo{"x": {Gen: res[0].Gens["x"]}}}})
+			if !errors.Is(err, backends.ErrConflict) {
+				t.Fatalf("commit of the reclaimed put: %v, want ErrConflict", err)
+			}
+			got, err := c.BatchGet(ctx, "p", []string{"kept"}, "x")
+			if err != nil || got["x"].Len() != 1 || got["x"].Err() != nil {
+				t.Fatalf("the committed row after the reclaim: %v, %v", got, err)
 			}
 		})
 	}

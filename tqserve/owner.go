@@ -115,6 +115,21 @@ func (o *ownership) check(ctx context.Context, partition string) error {
 	return o.settle(ctx, partition)
 }
 
+// serving reports whether this server serves partition now (owns it,
+// and is not handing over), taking nothing.
+func (o *ownership) serving(partition string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	if o.owners == nil {
+		return true
+	}
+	own, ok := o.owned[partition]
+	return ok && own.until.After(time.Now())
+}
+
 // settle runs inherit for partition, once per ownership taken: each call
 // until one succeeds (concurrent first calls may each run it). An error
 // fails the call, which the client makes again.

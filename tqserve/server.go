@@ -76,6 +76,7 @@ type serverOptions struct {
 	creds     credentials.TransportCredentials
 	cellsURL  *string
 	maxMsg    int
+	reclaim   time.Duration
 }
 
 // WithToken makes the server refuse every call that does not carry token
@@ -128,6 +129,29 @@ func WithOwnership(ttl time.Duration) ServerOption {
 	}
 }
 
+// DefaultReclaimAfter is WithReclaim's default.
+const DefaultReclaimAfter = time.Hour
+
+// WithReclaim makes the server reclaim, about every olderThan/4 (at most
+// every minute), the partitions calls reached in the last olderThan that
+// it still serves, as Client.Reclaim(ctx, partition, olderThan) does: it
+// aborts the reservations of puts made olderThan ago or more and never
+// committed (a client that died mid-put; their rows no longer hold room
+// of the capacity) and deletes the cells nothing references, which a
+// client left behind. A put that takes longer than olderThan is aborted
+// (its commit fails with ErrConflict and it rolls back): olderThan must
+// exceed the longest put. Default DefaultReclaimAfter; 0 reclaims
+// nothing (a client's Reclaim still does).
+func WithReclaim(olderThan time.Duration) ServerOption {
+	return func(o *serverOptions) error {
+		if olderThan < 0 {
+			return fmt.Errorf("%w: reclaim after %v", backends.ErrInvalid, olderThan)
+		}
+		o.reclaim = olderThan
+		return nil
+	}
+}
+
 // WithLogger sets where the server logs what an operator should know
 // (partitions taken and lost, hand-overs): default slog.Default().
 func WithLogger(l *slog.Logger) ServerOption {
@@ -156,7 +180,7 @@ func WithMaxMessage(n int) ServerOption {
 // NewServer opens the engine at engineURL (any scheme an imported engine
 // registered, but tq://) and makes a server of its partitions.
 func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Server, error) {
-	o := serverOptions{maxMsg: 64 << 20, ttl: DefaultOwnership, log: slog.Default()}
+	o := serverOptions{maxMsg: 64 << 20, ttl: DefaultOwnership, log: slog.Default(), reclaim: DefaultReclaimAfter}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -195,6 +219,9 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 	}
 	s.cells = cellServer{data: eng.Data}
 	s.sweep = newSweeper(eng.Data, s.meta, o.log)
+	if o.reclaim > 0 {
+		s.sweep.reclaimEvery(o.reclaim, s.serving)
+	}
 	host, _ := os.Hostname()
 	s.name = fmt.Sprintf("%s/%d", host, os.Getpid())
 
@@ -277,8 +304,16 @@ func (s *Server) served(ctx context.Context, req any, _ *grpc.UnaryServerInfo, n
 		if err := s.owns(ctx, p.GetPartition()); err != nil {
 			return nil, toStatus(err)
 		}
+		s.sweep.reached(p.GetPartition())
 	}
 	return next(ctx, req)
+}
+
+// serving reports whether the server serves partition now, without
+// taking it: what its reclaims visit.
+func (s *Server) serving(partition string) bool {
+	o := s.ownership()
+	return o != nil && o.serving(partition)
 }
 
 // owns returns nil when the server serves partition, else the error that

@@ -5,19 +5,22 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
 )
 
-// sweeper deletes, at the server, the cells of the rows that its calls
-// cleared (a claim's or a settle's, by the capacity's ClearAcked), and
-// reports them swept to the metadata store, in the background: the call
-// replies with no rows for its client to delete, so that a worker's claim
-// is one call. A delete or a report that fails is logged; the cells stay
-// listed by Garbage for a later Reclaim, as a client's failed delete
-// leaves them.
+// sweeper is the server's housekeeping of the partitions it serves. It
+// deletes the cells of the rows that its calls cleared (a claim's or a
+// settle's, by the capacity's ClearAcked), and reports them swept to the
+// metadata store, in the background: the call replies with no rows for
+// its client to delete, so that a worker's claim is one call. A delete or
+// a report that fails is logged; the cells stay listed by Garbage for a
+// later reclaim, as a client's failed delete leaves them. With
+// reclaimEvery, it also reclaims the partitions calls reach, as
+// Client.Reclaim does (see WithReclaim).
 type sweeper struct {
 	data backends.Store
 	meta metadata.MetaStore
@@ -27,8 +30,14 @@ type sweeper struct {
 	closed bool
 	jobs   chan sweepJob
 	wg     sync.WaitGroup
+	quit   chan struct{}   // closed by close: the reclaims stop
 	life   context.Context // ends when the sweeper is closed past its grace
 	end    context.CancelFunc
+
+	// seen is when a call last reached each partition (unix ns, an
+	// *atomic.Int64 by name), kept while reclaims run.
+	reclaiming atomic.Bool
+	seen       sync.Map
 }
 
 // sweepJob is the cells of rows of partition a call cleared.
@@ -53,7 +62,7 @@ const (
 )
 
 func newSweeper(data backends.Store, meta metadata.MetaStore, log *slog.Logger) *sweeper {
-	w := &sweeper{data: data, meta: meta, log: log, jobs: make(chan sweepJob, sweepQueue)}
+	w := &sweeper{data: data, meta: meta, log: log, jobs: make(chan sweepJob, sweepQueue), quit: make(chan struct{})}
 	w.life, w.end = context.WithCancel(context.Background())
 	for range sweepers {
 		w.wg.Go(func() {
@@ -137,6 +146,7 @@ func (w *sweeper) close() {
 	}
 	w.closed = true
 	close(w.jobs)
+	close(w.quit)
 	w.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
@@ -152,4 +162,76 @@ func (w *sweeper) close() {
 		<-done
 	}
 	w.end()
+}
+
+// reached notes that a call reached partition, for the reclaims.
+func (w *sweeper) reached(partition string) {
+	if !w.reclaiming.Load() || partition == "" {
+		return
+	}
+	now := time.Now().UnixNano()
+	if v, ok := w.seen.Load(partition); ok {
+		if at := v.(*atomic.Int64); now-at.Load() > int64(time.Second) {
+			at.Store(now)
+		}
+		return
+	}
+	at := new(atomic.Int64)
+	at.Store(now)
+	w.seen.LoadOrStore(partition, at)
+}
+
+// reclaimEvery starts the reclaims of WithReclaim(olderThan): about
+// every olderThan/4, at most every minute (at least every 100ms), each
+// partition a call reached within twice olderThan (so that a put made at
+// its last call is reclaimed once it is older than olderThan) that
+// serving says the server still serves is reclaimed. They stop when the
+// sweeper closes.
+func (w *sweeper) reclaimEvery(olderThan time.Duration, serving func(partition string) bool) {
+	w.reclaiming.Store(true)
+	every := min(time.Minute, max(100*time.Millisecond, olderThan/4))
+	w.wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.quit:
+				return
+			case <-t.C:
+			}
+			cutoff := time.Now().Add(-2*olderThan - every).UnixNano()
+			w.seen.Range(func(k, v any) bool {
+				p := k.(string)
+				switch {
+				case v.(*atomic.Int64).Load() < cutoff:
+					w.seen.Delete(p) // idle: left to a client's Reclaim
+				case serving(p):
+					w.reclaim(p, olderThan)
+				}
+				select {
+				case <-w.quit:
+					return false
+				default:
+					return true
+				}
+			})
+		}
+	})
+}
+
+// reclaim does for partition what Client.Reclaim(ctx, partition,
+// olderThan) does: aborts the puts reserved olderThan ago or more and
+// deletes the cells nothing references, then reports them swept.
+func (w *sweeper) reclaim(partition string, olderThan time.Duration) {
+	ctx, cancel := context.WithTimeout(w.life, sweepFor)
+	refs, err := w.meta.Garbage(ctx, partition, olderThan)
+	cancel()
+	if err != nil {
+		w.log.Warn("tq server: reclaiming a partition failed; tried again later", "partition", partition, "err", err)
+		return
+	}
+	if len(refs) > 0 {
+		w.log.Info("tq server: reclaiming unreferenced cells (puts abandoned, deletes that failed)", "partition", partition, "cells", len(refs))
+		w.sweep(sweepJob{partition: partition, refs: refs})
+	}
 }

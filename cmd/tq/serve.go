@@ -36,6 +36,7 @@ func defineServe(fs *flag.FlagSet) action {
 	cells := fs.String("cells-url", "", "the engine `URL` clients reach cells at themselves (default: -engine for redis, none for file and memory, whose cells the server carries)")
 	advertise := fs.String("advertise", "", "the `HOST:PORT` clients reach this server at, its own (not a load balancer's), which it gives callers it sends to another server (default: -listen, its host name for every interface)")
 	ownership := fs.Duration("ownership", tqserve.DefaultOwnership, "how long this server's ownership of a partition lasts unless renewed: how long a killed server's partitions go unserved (servers sharing a Redis)")
+	reclaim := fs.Duration("reclaim-after", tqserve.DefaultReclaimAfter, "abort puts left uncommitted this long (their client died) and delete the cells nothing references, in the partitions this server serves; longer than the longest put (0: never)")
 	standby := fs.Bool("standby", true, "file:// held by another server: wait for it and take over when it stops or dies")
 	metrics := fs.String("metrics", "", "`ADDR` to serve Prometheus metrics on at /metrics (empty: none)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving to `FILE` (go tool pprof), complete once the server stops")
@@ -49,7 +50,7 @@ func defineServe(fs *flag.FlagSet) action {
 		if (*cert == "") != (*key == "") {
 			return usagef("serve: -tls-cert and -tls-key go together")
 		}
-		opts := []tqserve.ServerOption{tqserve.WithOwnership(*ownership)}
+		opts := []tqserve.ServerOption{tqserve.WithOwnership(*ownership), tqserve.WithReclaim(*reclaim)}
 		if *advertise != "" {
 			opts = append(opts, tqserve.WithAdvertise(*advertise))
 		}
