@@ -87,11 +87,21 @@ func (w *sweeper) cleared(partition string, rows []*metadata.Row) {
 		cells += len(r.Fields)
 	}
 	// In the order the store recorded them, so Swept finds them as one run.
-	j := sweepJob{partition: partition, refs: metadata.AppendRowRefs(make([]metadata.Ref, 0, cells), rows)}
+	w.unreferenced(partition, metadata.AppendRowRefs(make([]metadata.Ref, 0, cells), rows))
+}
+
+// unreferenced takes cells of partition a call left unreferenced (the
+// rows it cleared, the generations a commit replaced): they are deleted,
+// then reported swept, as cleared says.
+func (w *sweeper) unreferenced(partition string, refs []metadata.Ref) {
+	if len(refs) == 0 {
+		return
+	}
+	j := sweepJob{partition: partition, refs: refs}
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		w.log.Warn("tq server: stopping: cells of cleared rows left to Reclaim", "partition", partition, "cells", len(j.refs))
+		w.log.Warn("tq server: stopping: unreferenced cells left to Reclaim", "partition", partition, "cells", len(j.refs))
 		return
 	}
 	select {
@@ -110,12 +120,12 @@ func (w *sweeper) sweep(j sweepJob) {
 	deleted, err := w.delete(ctx, j.refs)
 	if len(deleted) > 0 {
 		if serr := w.meta.Swept(ctx, j.partition, deleted); serr != nil {
-			w.log.Warn("tq server: reporting deleted cells of cleared rows failed; a later Reclaim deletes them again",
+			w.log.Warn("tq server: reporting deleted cells failed; a later Reclaim deletes them again",
 				"partition", j.partition, "cells", len(deleted), "err", serr)
 		}
 	}
 	if err != nil {
-		w.log.Warn("tq server: deleting the cells of cleared rows failed; Reclaim deletes them",
+		w.log.Warn("tq server: deleting unreferenced cells failed; Reclaim deletes them",
 			"partition", j.partition, "cells", len(j.refs), "deleted", len(deleted), "err", err)
 	}
 }

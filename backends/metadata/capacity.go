@@ -32,8 +32,9 @@ type Capacity struct {
 	// ClearAcked, when set, removes a row as soon as every task it names
 	// has acknowledged (or dropped) it, as Delete would: the rows a
 	// Settle or Claim removed this way come back in its Cleared, for the
-	// caller to delete their cells. Tasks not named keep no claim on the
-	// row. Empty: rows stay until deleted.
+	// caller to delete their cells (a store that deletes them itself, a
+	// tq server, lists none). Tasks not named keep no claim on the row.
+	// Empty: rows stay until deleted.
 	ClearAcked []string
 }
 

@@ -306,7 +306,8 @@ type Claimed struct {
 	Dropped, Skipped int
 	// Cleared are the rows the partition's Capacity.ClearAcked removed
 	// because the claim's drops completed their consumption: the caller
-	// deletes their cells, as after Delete.
+	// deletes their cells, as after Delete; none where the store deletes
+	// them itself (a tq server).
 	Cleared []*Row
 	// Partial, when not nil, is one flag per unit: set for a group
 	// released incomplete past its Group.Deadline.
@@ -437,7 +438,8 @@ type SettleResult struct {
 	Until time.Time
 	// Cleared are the rows the partition's Capacity.ClearAcked removed
 	// because this settle completed their consumption: the caller deletes
-	// their cells, as after Delete.
+	// their cells, as after Delete; none where the store deletes them
+	// itself (a tq server).
 	Cleared []*Row
 }
 
