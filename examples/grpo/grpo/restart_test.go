@@ -35,17 +35,8 @@ import (
 func TestRestartEachRole(t *testing.T) {
 	redistest.Available(t)
 	bin := buildCommand(t)
-	cfg := smallConfig()
-	cfg.Steps = 24
-	// The run without faults, in one process: what every faulty run must
-	// reproduce.
-	want, err := Run(t.Context(), cfg, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first, last := want.First(3), want.Last(3); last < first+0.4 {
-		t.Fatalf("reward %.3f -> %.3f without faults: did not rise by 0.4", first, last)
-	}
+	cfg := restartConfig()
+	want := faultFree(t, cfg)
 	for _, tc := range []struct {
 		name   string
 		victim string // a process's name, or "" for the server
@@ -58,10 +49,31 @@ func TestRestartEachRole(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			restartRun(t, bin, cfg, want, tc.victim)
+			restartRun(t, bin, "", cfg, want, tc.victim)
 			t.Logf("%s killed and restarted: the run finished in %v", tc.name, time.Since(start).Round(time.Millisecond))
 		})
 	}
+}
+
+// restartConfig is the configuration of the runs restartRun faults.
+func restartConfig() Config {
+	cfg := smallConfig()
+	cfg.Steps = 24
+	return cfg
+}
+
+// faultFree is the run of cfg without faults, in one process: what every
+// faulty run must reproduce. It fails t unless the reward rose.
+func faultFree(t *testing.T, cfg Config) Result {
+	t.Helper()
+	want, err := Run(t.Context(), cfg, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, last := want.First(3), want.Last(3); last < first+0.4 {
+		t.Fatalf("reward %.3f -> %.3f without faults: did not rise by 0.4", first, last)
+	}
+	return want
 }
 
 // buildCommand builds the example's command, without -race (the test
@@ -76,12 +88,23 @@ var recovery = regexp.MustCompile(`msg=(resumed|"read its share again"|"skipped|
 var stepLine = regexp.MustCompile(`msg=step role=trainer rank=(\d+) step=(\d+) round=\d+ rows=\d+ reward=([0-9.]+)`)
 
 // restartRun is one run with one fault: victim's process (or, for "",
-// the server) is killed once the trainer logged step 6 (and up to a step's
-// time more, so that runs kill it at different points of a step), and
-// restarted.
-func restartRun(t *testing.T, bin string, cfg Config, want Result, victim string) {
+// the Redis server; for serveVictim, the tq serve process) is killed once
+// the trainer logged step 6 (and up to a step's time more, so that runs
+// kill it at different points of a step), and restarted. With tqBin set,
+// the roles reach the Redis server through a tq serve process of that
+// binary (tq://), restarted on the same address and engine when it is
+// the victim.
+func restartRun(t *testing.T, bin, tqBin string, cfg Config, want Result, victim string) {
 	srv := redistest.Start(t, redisserver.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
-	url := srv.URL() + "?prefix=grpo"
+	engine := srv.URL() + "?prefix=grpo"
+	url := engine
+	var server *serveProc // with tqBin
+	if tqBin != "" {
+		server = startServe(t, tqBin, engine, "127.0.0.1:0")
+		url = "tq://" + server.addr
+	} else if victim == serveVictim {
+		t.Fatal("no tq serve to kill without its binary")
+	}
 	args := func(role string, rank int) []string {
 		return []string{"-url", url, "-role", role, "-rank", strconv.Itoa(rank), "-steps", strconv.Itoa(cfg.Steps),
 			"-prompts", strconv.Itoa(cfg.Prompts), "-len", strconv.Itoa(cfg.Length), "-lease", "2s"}
@@ -107,6 +130,9 @@ func restartRun(t *testing.T, bin string, cfg Config, want Result, victim string
 		for _, n := range names {
 			fmt.Fprintf(&b, "--- %s:\n%s\n", n, procs[n].out.String())
 		}
+		if server != nil {
+			fmt.Fprintf(&b, "--- %s:\n%s\n", server.name, server.out.String())
+		}
 		return b.String()
 	}
 	bound := time.After(60 * time.Second)
@@ -126,14 +152,22 @@ func restartRun(t *testing.T, bin string, cfg Config, want Result, victim string
 		}
 	}
 	time.Sleep(rand.N(25 * time.Millisecond))
-	if victim == "" {
+	switch victim {
+	case "":
 		if err := srv.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		if err := srv.Restart(t.Context()); err != nil {
 			t.Fatalf("restarting redis-server: %v", err)
 		}
-	} else {
+	case serveVictim:
+		server.kill()
+		if ws, ok := server.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("tq serve was not killed by SIGKILL (%v): it had exited\n%s", server.cmd.ProcessState, report())
+		}
+		killed = append(killed, server.proc)
+		server = startServe(t, tqBin, engine, server.addr)
+	default:
 		p := procs[victim]
 		p.kill()
 		killed = append(killed, p)
@@ -190,7 +224,14 @@ func restartRun(t *testing.T, bin string, cfg Config, want Result, victim string
 	if !slices.Equal(got, exp) {
 		t.Errorf("%s's steps (step:reward)\n%v\nwithout the fault\n%v\n%s", watch, got, exp, report())
 	}
-	if victim != "" && victim != "reward" && !strings.Contains(procs[victim].out.String(), "msg=resumed") {
+	if server != nil {
+		select {
+		case <-server.exited:
+			t.Errorf("tq serve exited during the run (%v):\n%s", server.err, server.out.String())
+		default:
+		}
+	}
+	if victim != "" && victim != serveVictim && victim != "reward" && !strings.Contains(procs[victim].out.String(), "msg=resumed") {
 		t.Errorf("the restarted %s did not say where it resumed:\n%s", victim, procs[victim].out.String())
 	}
 
