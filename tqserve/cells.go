@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/tqserve/tqpb"
@@ -58,14 +59,37 @@ func (s *cellServer) Delete(ctx context.Context, r *tqpb.DeleteCellsRequest) (*t
 	return &tqpb.Empty{}, toStatus(s.data.Delete(ctx, cells))
 }
 
-// remoteCells is the Store of a client whose server carries its cells.
+// remoteCells is the Store of a client whose server carries its cells,
+// over the connection of the client's Meta: once it is closed, or that
+// Meta is, its calls return backends.ErrClosed.
 type remoteCells struct {
 	c      tqpb.CellsClient
-	closed func() bool
+	closed func() bool // whether the Meta, and with it the connection, is closed
 	close  func() error
+	done   atomic.Bool // Close was called
+}
+
+// check is the error of a call op on the store closed, or nil.
+func (s *remoteCells) check(op string) error {
+	if s.done.Load() || (s.closed != nil && s.closed()) {
+		return fmt.Errorf("tq server: %s: %w", op, backends.ErrClosed)
+	}
+	return nil
+}
+
+// fail is the error of call op that failed with err: ErrClosed if the
+// store or its Meta was closed meanwhile, else err's, classed as a read's.
+func (s *remoteCells) fail(ctx context.Context, op string, err error) error {
+	if cerr := s.check(op); cerr != nil {
+		return cerr
+	}
+	return fromStatus(ctx, op, read, 0, err)
 }
 
 func (s *remoteCells) Write(ctx context.Context, cells []backends.Cell) error {
+	if err := s.check("write cells"); err != nil {
+		return err
+	}
 	if len(cells) == 0 {
 		return nil
 	}
@@ -84,7 +108,7 @@ func (s *remoteCells) Write(ctx context.Context, cells []backends.Cell) error {
 		// writing them again is harmless, so a lost reply is
 		// ErrUnavailable alone (as Redis's store has it), which tq
 		// retries.
-		return fromStatus(ctx, "write cells", read, 0, err)
+		return s.fail(ctx, "write cells", err)
 	}
 	if len(r.GetTags()) != len(cells) {
 		return malformed("write cells", read, fmt.Errorf("%d tags for %d cells", len(r.GetTags()), len(cells)))
@@ -96,6 +120,9 @@ func (s *remoteCells) Write(ctx context.Context, cells []backends.Cell) error {
 }
 
 func (s *remoteCells) Read(ctx context.Context, cells []backends.ReadCell) error {
+	if err := s.check("read cells"); err != nil {
+		return err
+	}
 	if len(cells) == 0 {
 		return nil
 	}
@@ -105,7 +132,7 @@ func (s *remoteCells) Read(ctx context.Context, cells []backends.ReadCell) error
 	}
 	r, err := s.c.Read(ctx, req)
 	if err != nil {
-		return fromStatus(ctx, "read cells", read, 0, err)
+		return s.fail(ctx, "read cells", err)
 	}
 	if len(r.GetCells()) != len(cells) {
 		return malformed("read cells", read, fmt.Errorf("%d cells for %d asked", len(r.GetCells()), len(cells)))
@@ -132,6 +159,9 @@ func (s *remoteCells) Read(ctx context.Context, cells []backends.ReadCell) error
 }
 
 func (s *remoteCells) Delete(ctx context.Context, cells []backends.Cell) error {
+	if err := s.check("delete cells"); err != nil {
+		return err
+	}
 	if len(cells) == 0 {
 		return nil
 	}
@@ -139,8 +169,14 @@ func (s *remoteCells) Delete(ctx context.Context, cells []backends.Cell) error {
 	for i, c := range cells {
 		req.Cells[i] = &tqpb.Cell{Key: c.Key, Tag: c.Tag}
 	}
-	_, err := s.c.Delete(ctx, req)
-	return fromStatus(ctx, "delete cells", read, 0, err) // as Write's: deleting again is harmless
+	if _, err := s.c.Delete(ctx, req); err != nil {
+		return s.fail(ctx, "delete cells", err) // as Write's: deleting again is harmless
+	}
+	return nil
 }
 
-func (s *remoteCells) Close() error { return s.close() }
+// Close closes the store (the connection is its Meta's to close).
+func (s *remoteCells) Close() error {
+	s.done.Store(true)
+	return s.close()
+}

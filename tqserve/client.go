@@ -94,7 +94,7 @@ func open(ctx context.Context, u *url.URL) (backends.Engine, error) {
 	m.setSkew(skew)
 	m.version.Store(int64(info.GetVersion()))
 	if info.GetCellsUrl() == "" {
-		cells := &remoteCells{c: tqpb.NewCellsClient(conn), close: func() error { return nil }}
+		cells := &remoteCells{c: tqpb.NewCellsClient(conn), closed: m.closed.Load, close: func() error { return nil }}
 		return backends.Engine{Data: cells, Meta: m}, nil
 	}
 	eng, err := backends.Open(ctx, info.GetCellsUrl())

@@ -104,6 +104,61 @@ func TestMetaQueue(t *testing.T) {
 	}
 }
 
+// The data-store suite (backendtest.RunStore) through the server's Cells
+// service: for the engines whose cells the server carries (file://,
+// memory://), the Data of a tq:// client, one per subtest, writes, reads
+// and deletes cells as the contract of backends.Store has it. (A client of
+// a server over Redis reaches the cells itself, with the Redis engine's
+// own store: its suite is the redis package's.)
+func TestCells(t *testing.T) {
+	t.Parallel()
+	for name, eng := range engines(t) {
+		if name == "redis" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			s := startServer(t, eng(t))
+			backendtest.RunStore(t, func(t *testing.T) backends.Store {
+				e, err := backends.Open(t.Context(), s.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = e.Meta.Close(); _ = e.Data.Close() })
+				return e.Data
+			})
+		})
+	}
+}
+
+// A tq:// client's Data, for an engine whose cells the server carries,
+// goes over the connection of its Meta: once that Meta is closed, its
+// Write, Read and Delete fail with ErrClosed, not with ErrUnavailable (a
+// failure tq retries as a server's outage).
+func TestCellsClosedWithMeta(t *testing.T) {
+	s := startServer(t, fmt.Sprintf("memory://tqserve-%d", engineNames.Add(1)))
+	e, err := backends.Open(t.Context(), s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Data.Close()
+	cells := []backends.Cell{{Key: "k", Body: []byte("v")}}
+	if err := e.Data.Write(t.Context(), cells); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Meta.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for op, err := range map[string]error{
+		"Write":  e.Data.Write(t.Context(), cells),
+		"Read":   e.Data.Read(t.Context(), []backends.ReadCell{{Key: "k", Tag: cells[0].Tag}}),
+		"Delete": e.Data.Delete(t.Context(), cells),
+	} {
+		if !errors.Is(err, backends.ErrClosed) || errors.Is(err, backends.ErrUnavailable) {
+			t.Errorf("%s after the Meta's Close: %v, want ErrClosed (and not ErrUnavailable)", op, err)
+		}
+	}
+}
+
 // The client suite: every client a tq.Open of the server's URL, as
 // processes of a job are.
 func TestClient(t *testing.T) {
