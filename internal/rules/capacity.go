@@ -132,7 +132,7 @@ func (p *Partition) unhold(r *row) {
 	}
 	if r.view == nil {
 		for i := range r.gens {
-			if r.gens[i].pend != 0 {
+			if r.gens[i].w != 0 { // a reservation pending
 				return
 			}
 		}

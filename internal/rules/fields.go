@@ -96,12 +96,12 @@ func (p *Partition) orphanFields(r *row, fields []string) (took bool) {
 			continue
 		}
 		g := &r.gens[i]
-		g.eachPending(func(gen uint64) {
-			p.orphans = append(p.orphans, pendingRef{ref: metadata.Ref{Index: r.index, Field: f, Gen: gen}, at: g.when(gen)})
+		p.eachPending(g, func(gen uint64) {
+			p.orphans = append(p.orphans, pendingRef{ref: metadata.Ref{Index: r.index, Field: f, Gen: gen}, at: p.when(g, gen)})
 		})
-		p.pending -= popcount(g.pend)
-		took = took || g.pend != 0
-		g.pend = 0
+		p.pending -= popcount(p.pend(g))
+		took = took || g.w != 0
+		p.freeWindow(g)
 		p.sized(g, 0)
 	}
 	if len(p.far) == 0 {

@@ -44,6 +44,13 @@ type Partition struct {
 	// far are pending reservations of live rows pushed out of their
 	// fieldGen's window; almost always empty.
 	far []pendingRef
+	// wins are the windows of the fields with reservations pending in
+	// them (fieldGen.w), usedWins of them in use, and freeWins the places
+	// of the others, for the next (see newWindow): their places are not
+	// part of the state.
+	wins     []pendWindow
+	freeWins []uint32
+	usedWins int
 
 	// seq counts the changes that may make rows ready for a task
 	// (commits, deletes, Nacks, Retries, Resets, a batch opened), for

@@ -58,6 +58,11 @@ func (l *logger) apply(data []byte, indexes int) []Result {
 	if a, b := snapOf(l.ps[0]), snapOf(l.quiet); !slices.Equal(a, b) {
 		l.t.Fatalf("record %d (%q): the quiet copy differs after it", l.n, data[0])
 	}
+	for _, q := range append(l.ps[:len(l.ps):len(l.ps)], l.quiet) {
+		if err := checkWindows(q); err != nil {
+			l.t.Fatalf("record %d (%q): %v", l.n, data[0], err)
+		}
+	}
 	c0, u0 := l.ps[0].Capacity()
 	if u0.Rows < 0 || u0.Bytes < 0 || l.ps[0].held < 0 || l.ps[0].held > len(l.ps[0].rows) {
 		l.t.Fatalf("record %d (%q): usage %+v, %d rows held", l.n, data[0], u0, l.ps[0].held)

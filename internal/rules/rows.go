@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 	"time"
@@ -38,6 +39,24 @@ type row struct {
 type fieldGen struct {
 	field string
 	next  uint64
+	// size is the bytes the capacity counts for the field: its newest
+	// write's once that committed, the largest of its cell's and its
+	// pending writes' while writes are pending (an upper bound when one
+	// is given up); see capacity.go.
+	size int64
+	// w is where the field's pending reservations in the window are in
+	// Partition.wins, plus one; 0 when it has none, as almost every field
+	// has: kept apart so that a row pays for them only while a put of it
+	// is in progress.
+	w uint32
+}
+
+// pendWindow is a field's pending reservations in its window. Its
+// fieldGen holds one exactly while pend is not 0: every change that
+// clears pend's last bit frees it (Partition.freeWindow), as does the
+// removal of its row (retire), and a reservation of a field with none
+// takes a fresh one (Partition.newWindow).
+type pendWindow struct {
 	// pend has bit i set when generation next-1-i is reserved and not yet
 	// committed or aborted: a reservation costs a bit. One pushed out of
 	// the window (by window newer ones of the cell) moves to
@@ -50,12 +69,56 @@ type fieldGen struct {
 	// cutoff, and an abandoned reservation is aborted in time even while
 	// newer puts of its cell keep coming.
 	at, old int64
-	// size is the bytes the capacity counts for the field: its newest
-	// write's once that committed, the largest of its cell's and its
-	// pending writes' while writes are pending (an upper bound when one
-	// is given up); nsize is the newest write's (see capacity.go).
-	size, nsize int64
+	// nsize is the size of the newest write (generation next-1): its
+	// field's size once it commits, which it can only while pending, so
+	// it needs keeping only while the window is held (see capacity.go).
+	nsize int64
 }
+
+// idleWindows bounds the room for windows a partition keeps once none
+// is in use (Partition.wins), for its next puts: a put of 64 rows of 3
+// fields takes 192. It is 36 bytes a window (at most 9 KiB a
+// partition), and an Abort that leaves nothing pending lets it go.
+const idleWindows = 256
+
+// newWindow gives g, which has none, the window w.
+func (p *Partition) newWindow(g *fieldGen, w pendWindow) {
+	if n := len(p.freeWins); n > 0 {
+		i := p.freeWins[n-1]
+		p.freeWins = p.freeWins[:n-1]
+		p.wins[i] = w
+		g.w = i + 1
+	} else {
+		if len(p.wins) == math.MaxUint32 {
+			panic("rules: 2³²-1 fields with reservations pending")
+		}
+		p.wins = append(p.wins, w)
+		g.w = uint32(len(p.wins))
+	}
+	p.usedWins++
+}
+
+// freeWindow frees g's window, if it has one: it has nothing pending left
+// in it, or its row is removed.
+func (p *Partition) freeWindow(g *fieldGen) {
+	if g.w == 0 {
+		return
+	}
+	p.usedWins--
+	switch {
+	case p.usedWins > 0:
+		p.freeWins = append(p.freeWins, g.w-1)
+	case cap(p.wins) > idleWindows: // none in use: start over, from nothing
+		p.wins, p.freeWins = nil, nil
+	default: // none in use: start over
+		p.wins, p.freeWins = p.wins[:0], p.freeWins[:0]
+	}
+	g.w = 0
+}
+
+// win returns g's window; g must have one. It is valid until the next
+// newWindow.
+func (p *Partition) win(g *fieldGen) *pendWindow { return &p.wins[g.w-1] }
 
 // window is how many of a field's newest generations pend tracks.
 const window = 64
@@ -69,38 +132,62 @@ type pendingRef struct {
 
 func (o pendingRef) id() metadata.CellID { return o.ref.ID() }
 
-func (g *fieldGen) has(gen uint64) bool {
-	return gen < g.next && g.next-1-gen < window && g.pend>>(g.next-1-gen)&1 != 0
+// pend returns g's pending generations in the window, as pendWindow.pend
+// (0: none).
+func (p *Partition) pend(g *fieldGen) uint64 {
+	if g.w == 0 {
+		return 0
+	}
+	return p.wins[g.w-1].pend
 }
 
-// drop clears gen from the window and reports whether it was pending.
-func (g *fieldGen) drop(gen uint64) bool {
-	if !g.has(gen) {
+// has reports whether gen of g is pending in the window.
+func (p *Partition) has(g *fieldGen, gen uint64) bool {
+	return gen < g.next && g.next-1-gen < window && p.pend(g)>>(g.next-1-gen)&1 != 0
+}
+
+// drop clears gen from g's window and reports whether it was pending;
+// the window is freed with the last.
+func (p *Partition) drop(g *fieldGen, gen uint64) bool {
+	if !p.has(g, gen) {
 		return false
 	}
-	if gen == g.oldest() {
-		g.old = g.at // the next oldest was made at old or later
-	}
-	g.pend &^= 1 << (g.next - 1 - gen)
+	p.dropPending(g, gen)
 	return true
 }
 
-// oldest returns the oldest generation pending in the window; pend must
-// not be 0.
-func (g *fieldGen) oldest() uint64 {
-	return g.next - 1 - uint64(63-bits.LeadingZeros64(g.pend))
-}
-
-// when returns when pending gen is taken to have been reserved.
-func (g *fieldGen) when(gen uint64) int64 {
-	if gen == g.oldest() {
-		return g.old
+// dropPending clears gen, pending in g's window, from it; the window is
+// freed with the last.
+func (p *Partition) dropPending(g *fieldGen, gen uint64) {
+	w := p.win(g)
+	if gen == oldest(g, w) {
+		w.old = w.at // the next oldest was made at old or later
 	}
-	return g.at
+	w.pend &^= 1 << (g.next - 1 - gen)
+	if w.pend == 0 {
+		p.freeWindow(g)
+	}
 }
 
-func (g *fieldGen) eachPending(f func(gen uint64)) {
-	for m := g.pend; m != 0; m &= m - 1 {
+// oldest returns the oldest generation pending in g's window w; there
+// must be one.
+func oldest(g *fieldGen, w *pendWindow) uint64 {
+	return g.next - 1 - uint64(63-bits.LeadingZeros64(w.pend))
+}
+
+// when returns when pending gen of g is taken to have been reserved.
+func (p *Partition) when(g *fieldGen, gen uint64) int64 {
+	w := p.win(g)
+	if gen == oldest(g, w) {
+		return w.old
+	}
+	return w.at
+}
+
+// eachPending calls f with each generation of g pending in the window,
+// newest first, as they were when it was called (f may drop them).
+func (p *Partition) eachPending(g *fieldGen, f func(gen uint64)) {
+	for m := p.pend(g); m != 0; m &= m - 1 {
 		f(g.next - 1 - uint64(bits.TrailingZeros64(m)))
 	}
 }
@@ -115,36 +202,46 @@ func (r *row) find(field string, hint int) int {
 }
 
 // reserve returns the generation to write field at and reserves it at
-// time at.
-func (r *row) reserve(p *Partition, field string, hint int, at int64) uint64 {
+// time at, a write of size bytes (the field's nsize), and the field's
+// generations (in r.gens: valid until the row gains a field).
+func (r *row) reserve(p *Partition, field string, hint int, at, size int64) (uint64, *fieldGen) {
 	i := r.find(field, hint)
 	if i < 0 {
 		i = len(r.gens)
 		r.gens = append(r.gens, fieldGen{field: field})
 	}
 	g := &r.gens[i]
-	switch {
-	case g.pend == 0:
-		g.old = at
-	case g.pend>>(window-1) != 0: // the oldest leaves the window
-		p.far = append(p.far, pendingRef{ref: metadata.Ref{Index: r.index, Field: field, Gen: g.next - window}, at: g.old})
-		g.old = g.at
-	}
 	gen := g.next
 	g.next++
-	g.pend = g.pend<<1 | 1
-	g.at = at
-	return gen
+	if g.w == 0 { // none pending
+		p.newWindow(g, pendWindow{pend: 1, at: at, old: at, nsize: size})
+		return gen, g
+	}
+	w := p.win(g)
+	if w.pend>>(window-1) != 0 { // the oldest leaves the window
+		p.far = append(p.far, pendingRef{ref: metadata.Ref{Index: r.index, Field: field, Gen: gen - window}, at: w.old})
+		w.old = w.at
+	}
+	w.pend = w.pend<<1 | 1
+	w.at = at
+	w.nsize = size
+	return gen, g
 }
 
-// unpend removes gen from field's reservations and reports whether it was
-// one. It returns field's place in r.gens (hint if it has none).
+// unpend removes gen from field's reservations, committing it, and
+// reports whether it was one: the field's newest write (pending in the
+// window) becomes what its size counts. It returns field's place in
+// r.gens (hint if it has none).
 func (r *row) unpend(p *Partition, field string, gen uint64, hint int) (int, bool) {
 	i := r.find(field, hint)
 	if i < 0 {
 		return hint, false
 	}
-	if r.gens[i].drop(gen) {
+	if g := &r.gens[i]; p.has(g, gen) {
+		if gen == g.next-1 {
+			p.sized(g, p.win(g).nsize) // its newest write is its cell now (read before dropPending frees the window)
+		}
+		p.dropPending(g, gen)
 		return i, true
 	}
 	if j := p.farIndex(r.index, field, gen); j >= 0 {
@@ -161,7 +258,7 @@ func (r *row) live(p *Partition, field string, gen uint64, hint int) (int, bool)
 	if i < 0 {
 		return hint, false // never reserved
 	}
-	if r.gens[i].has(gen) || p.farIndex(r.index, field, gen) >= 0 {
+	if p.has(&r.gens[i], gen) || p.farIndex(r.index, field, gen) >= 0 {
 		return i, true
 	}
 	if r.view != nil {
@@ -251,13 +348,12 @@ func (p *Partition) Prepare(now int64, keys, fields []string, sizes []int64, bas
 			p.rows[k] = r
 		}
 		for j, f := range fields {
-			cur[j] = r.reserve(p, f, j, p.now)
 			var size int64
 			if sizes != nil {
 				size = sizes[j*len(keys)+i]
 			}
-			g := &r.gens[r.find(f, j)]
-			g.nsize = size
+			var g *fieldGen
+			cur[j], g = r.reserve(p, f, j, p.now, size)
 			p.sized(g, max(g.size, size))
 		}
 		if prevMap == nil || !slices.Equal(cur, prev) {
@@ -326,9 +422,6 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 			var ok bool
 			if cs[j].Hint, ok = r.unpend(p, cs[j].Field, cs[j].Gen, cs[j].Hint); ok {
 				p.pending--
-				if g := &r.gens[cs[j].Hint]; cs[j].Gen == g.next-1 {
-					p.sized(g, g.nsize) // its newest write is its cell now
-				}
 			}
 		}
 		if len(block) == 0 {
@@ -501,6 +594,7 @@ func (p *Partition) DeletePartition(now int64) []*metadata.Row {
 	p.committed = 0
 	p.held, p.bytes = 0, 0
 	p.sorted = nil
+	p.wins, p.freeWins, p.usedWins = nil, nil, 0 // retire freed them
 	p.tasks = map[string]*task{}
 	p.byNumber = nil
 	p.sum = nil
@@ -512,10 +606,11 @@ func (p *Partition) DeletePartition(now int64) []*metadata.Row {
 func (p *Partition) retire(r *row) {
 	for i := range r.gens {
 		g := &r.gens[i]
-		g.eachPending(func(gen uint64) {
-			p.orphans = append(p.orphans, pendingRef{ref: metadata.Ref{Index: r.index, Field: g.field, Gen: gen}, at: g.when(gen)})
+		p.eachPending(g, func(gen uint64) {
+			p.orphans = append(p.orphans, pendingRef{ref: metadata.Ref{Index: r.index, Field: g.field, Gen: gen}, at: p.when(g, gen)})
 		})
-		p.pending -= bits.OnesCount64(g.pend)
+		p.pending -= bits.OnesCount64(p.pend(g))
+		p.freeWindow(g)
 	}
 	p.far = slices.DeleteFunc(p.far, func(o pendingRef) bool {
 		if o.ref.Index != r.index {
@@ -547,19 +642,21 @@ func (p *Partition) Abort(now, cutoff int64) {
 			lost := false
 			for i := range r.gens {
 				g := &r.gens[i]
-				switch {
-				case g.pend == 0:
-				case g.at <= cutoff: // all of them
+				if g.w == 0 {
+					continue // none pending
+				}
+				switch w := p.win(g); {
+				case w.at <= cutoff: // all of them
 					lost = true
-					g.eachPending(func(gen uint64) {
+					p.eachPending(g, func(gen uint64) {
 						p.garbage = append(p.garbage, metadata.Ref{Index: r.index, Field: g.field, Gen: gen})
 					})
-					p.pending -= bits.OnesCount64(g.pend)
-					g.pend = 0
-				case g.old <= cutoff: // the oldest
+					p.pending -= bits.OnesCount64(w.pend)
+					p.freeWindow(g)
+				case w.old <= cutoff: // the oldest
 					lost = true
-					gen := g.oldest()
-					g.drop(gen)
+					gen := oldest(g, w)
+					p.dropPending(g, gen)
 					p.garbage = append(p.garbage, metadata.Ref{Index: r.index, Field: g.field, Gen: gen})
 					p.pending--
 				}
@@ -586,6 +683,9 @@ func (p *Partition) Abort(now, cutoff int64) {
 		p.garbage = append(p.garbage, o.ref)
 		return true
 	})
+	if p.usedWins == 0 {
+		p.wins, p.freeWins = nil, nil // idle: its room for windows goes (see idleWindows)
+	}
 }
 
 // Garbage returns the garbage cells not yet reported swept, shared: the
@@ -638,9 +738,9 @@ func (p *Partition) sweepSet(refs []metadata.Ref) {
 		lost := false
 		for i := range r.gens {
 			g := &r.gens[i]
-			g.eachPending(func(gen uint64) {
+			p.eachPending(g, func(gen uint64) {
 				if set.Has(metadata.CellID{Index: r.index, Gen: gen, Field: g.field}) {
-					g.drop(gen)
+					p.drop(g, gen)
 					p.pending--
 					lost = true
 				}
@@ -682,9 +782,9 @@ func (p *Partition) Abandon(now int64, refs []metadata.Ref) int {
 			lost := false
 			for i := range r.gens {
 				g := &r.gens[i]
-				g.eachPending(func(gen uint64) {
+				p.eachPending(g, func(gen uint64) {
 					if take(metadata.CellID{Index: r.index, Gen: gen, Field: g.field}) {
-						g.drop(gen)
+						p.drop(g, gen)
 						p.pending--
 						lost = true
 					}

@@ -2,6 +2,8 @@ package rules
 
 import (
 	"errors"
+	"fmt"
+	"math/bits"
 	"slices"
 	"testing"
 
@@ -181,4 +183,44 @@ func TestClockMonotonic(t *testing.T) {
 	if len(c.Rows) != 1 || c.Until.UnixMicro() != 5001 {
 		t.Fatalf("a claim at an earlier time: %d rows until %d, want 1 until 5001", len(c.Rows), c.Until.UnixMicro())
 	}
+}
+
+// checkWindows checks the pending windows of p's rows: a field holds one
+// exactly while a generation of it is pending there, none is shared or
+// free too, p counts those in use, and the pending count is theirs and
+// far's.
+func checkWindows(p *Partition) error {
+	seen := map[uint32]bool{}
+	n := len(p.far)
+	for k, r := range p.rows {
+		for _, g := range r.gens {
+			if g.w == 0 {
+				continue
+			}
+			if g.w > uint32(len(p.wins)) {
+				return fmt.Errorf("row %q field %q: window %d of %d", k, g.field, g.w, len(p.wins))
+			}
+			if p.pend(&g) == 0 {
+				return fmt.Errorf("row %q field %q: a window with nothing pending", k, g.field)
+			}
+			if seen[g.w] {
+				return fmt.Errorf("row %q field %q: a window shared", k, g.field)
+			}
+			seen[g.w] = true
+			n += bits.OnesCount64(p.pend(&g))
+		}
+	}
+	if n != p.pending {
+		return fmt.Errorf("%d reservations pending, counted %d", n, p.pending)
+	}
+	if len(seen) != p.usedWins || len(p.wins) != p.usedWins+len(p.freeWins) {
+		return fmt.Errorf("%d windows in use, counted %d, of %d with %d free", len(seen), p.usedWins, len(p.wins), len(p.freeWins))
+	}
+	for _, i := range p.freeWins {
+		if seen[i+1] {
+			return fmt.Errorf("a free window in use")
+		}
+		seen[i+1] = true
+	}
+	return nil
 }

@@ -37,14 +37,18 @@ func (p *Partition) Snapshot() ([]byte, error) {
 		}
 		b = msgp.AppendArrayHeader(b, uint32(len(r.gens)))
 		for _, g := range r.gens {
+			var w pendWindow // a field with none pending: 0s, which read back as none
+			if g.w != 0 {
+				w = *p.win(&g)
+			}
 			b = msgp.AppendArrayHeader(b, 7)
 			b = msgp.AppendString(b, g.field)
 			b = msgp.AppendUint64(b, g.next)
-			b = msgp.AppendUint64(b, g.pend)
-			b = msgp.AppendInt64(b, g.at)
-			b = msgp.AppendInt64(b, g.old)
+			b = msgp.AppendUint64(b, w.pend)
+			b = msgp.AppendInt64(b, w.at)
+			b = msgp.AppendInt64(b, w.old)
 			b = msgp.AppendInt64(b, g.size)
-			b = msgp.AppendInt64(b, g.nsize)
+			b = msgp.AppendInt64(b, w.nsize)
 		}
 	}
 	b = appendPending(b, p.far)
@@ -407,31 +411,38 @@ func restore(b []byte) (*Partition, error) {
 			if g.next, b, err = msgp.ReadUint64Bytes(b); err != nil {
 				return nil, err
 			}
-			if g.pend, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			var w pendWindow
+			if w.pend, b, err = msgp.ReadUint64Bytes(b); err != nil {
 				return nil, err
 			}
-			if g.at, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			if w.at, b, err = msgp.ReadInt64Bytes(b); err != nil {
 				return nil, err
 			}
-			if g.old, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			if w.old, b, err = msgp.ReadInt64Bytes(b); err != nil {
 				return nil, err
 			}
 			if parts == 7 {
 				if g.size, b, err = msgp.ReadInt64Bytes(b); err != nil {
 					return nil, err
 				}
-				if g.nsize, b, err = msgp.ReadInt64Bytes(b); err != nil {
+				if w.nsize, b, err = msgp.ReadInt64Bytes(b); err != nil {
 					return nil, err
 				}
-				if g.size < 0 || g.nsize < 0 {
+				if g.size < 0 || w.nsize < 0 {
 					return nil, fmt.Errorf("row %q field %q: negative size", key, g.field)
 				}
 				p.bytes += g.size
 			}
-			if g.pend != 0 && g.next < uint64(64-bitsLeading(g.pend)) {
+			if w.pend != 0 && g.next < uint64(64-bitsLeading(w.pend)) {
 				return nil, fmt.Errorf("row %q field %q: pending generations below 0", key, g.field)
 			}
-			p.pending += popcount(g.pend)
+			if w.pend != 0 {
+				// at, old and nsize matter only while a generation is
+				// pending: a field with none keeps no window (a writer
+				// before windows wrote what it last had).
+				p.newWindow(g, w)
+			}
+			p.pending += popcount(w.pend)
 		}
 		if _, dup := p.rows[key]; dup {
 			return nil, fmt.Errorf("row %q twice", key)
