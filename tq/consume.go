@@ -149,6 +149,9 @@ func (t *Task) Consume(ctx context.Context, n int, h Handler, opts ...ConsumeOpt
 					opts = append(slices.Clip(o.claim), Acking(done))
 				}
 				l, err := t.Wait(ctx, n, opts...)
+				if done != nil && done.settledByAck() {
+					done = nil // its ack rode on the Wait's first claim
+				}
 				switch {
 				case err != nil && ctx.Err() != nil:
 					return
@@ -215,7 +218,7 @@ func (t *Task) handle(ctx context.Context, l *Lease, h Handler, o *consumeOpts) 
 		// Rows the lease may still hold go back at once; those it lost
 		// are reported lost, and are another's.
 		serr = l.NackErr(sctx, 0, context.Cause(hctx), keys...)
-	case err == nil && ctx.Err() == nil:
+	case err == nil && ctx.Err() == nil && all:
 		return l, nil // acked by the next Wait
 	case err == nil:
 		// Done, though Consume is stopping: acknowledged (sctx outlives

@@ -305,6 +305,9 @@ type claimOpts struct {
 // If the ack fails the claim leases nothing and returns the ack's error
 // (a *LeaseLostError is not a failure here: rows l no longer held went to
 // another consumer when its lease ended; they are logged, not returned).
+// A Wait whose context ends while its first claim is in flight returns
+// the context's error and the ack may still apply: the caller cannot
+// tell, and may ack l again (acking a row twice is not an error).
 // A nil l, or an empty lease, acks nothing.
 func Acking(l *Lease) ClaimOption {
 	return func(o *claimOpts) error {
@@ -354,10 +357,11 @@ type Lease struct {
 	// it (a GRPO advantage over fewer responses).
 	Partial []bool
 
-	granted time.Time  // when the claim leased the rows (see Granted)
-	mu      sync.Mutex // guards until and acked
-	until   time.Time
-	acked   map[uint64]bool // rows acknowledged through this Lease; nil: none
+	granted    time.Time  // when the claim leased the rows (see Granted)
+	mu         sync.Mutex // guards until and acked
+	until      time.Time
+	acked      map[uint64]bool // rows acknowledged through this Lease; nil: none
+	ackApplied bool            // an ack of every row of the lease applied
 
 	indexOnce sync.Once
 	index     map[string]uint64 // key -> index, made when first needed
@@ -1120,6 +1124,14 @@ func (l *Lease) settle(ctx context.Context, op string, sop metadata.SettleOp, d 
 	return lostError(strings.ToLower(op), t.partition, t.name, res.Lost, l.Meta.Rows)
 }
 
+// settledByAck reports whether every row of l was acknowledged through
+// it (an ack that applied), but rows reported lost.
+func (l *Lease) settledByAck() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.acked != nil && l.ackApplied
+}
+
 // noteAcked records that the rows of idx, but lost, were acknowledged
 // through l.
 func (l *Lease) noteAcked(idx, lost []uint64) {
@@ -1127,6 +1139,9 @@ func (l *Lease) noteAcked(idx, lost []uint64) {
 	defer l.mu.Unlock()
 	if l.acked == nil {
 		l.acked = map[uint64]bool{}
+	}
+	if len(idx) == len(l.Meta.Rows) {
+		l.ackApplied = true // an ack of the whole lease applied
 	}
 	for _, i := range idx {
 		l.acked[i] = true

@@ -132,9 +132,9 @@ func WithOwnership(ttl time.Duration) ServerOption {
 // DefaultReclaimAfter is WithReclaim's default.
 const DefaultReclaimAfter = time.Hour
 
-// WithReclaim makes the server reclaim, about every olderThan/4 (at most
-// every minute), the partitions calls reached in the last olderThan that
-// it still serves, as Client.Reclaim(ctx, partition, olderThan) does: it
+// WithReclaim makes the server reclaim, every olderThan/4, the
+// partitions calls reached in the last two olderThan that it still
+// serves, as Client.Reclaim(ctx, partition, olderThan) does: it
 // aborts the reservations of puts made olderThan ago or more and never
 // committed (a client that died mid-put; their rows no longer hold room
 // of the capacity) and deletes the cells nothing references, which a
@@ -178,7 +178,9 @@ func WithMaxMessage(n int) ServerOption {
 }
 
 // NewServer opens the engine at engineURL (any scheme an imported engine
-// registered, but tq://) and makes a server of its partitions.
+// registered, but tq://) and makes a server of its partitions. Its
+// housekeeping runs from then on: Close it (or Stop it) to end that and
+// release the engine.
 func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Server, error) {
 	o := serverOptions{maxMsg: 64 << 20, ttl: DefaultOwnership, log: slog.Default(), reclaim: DefaultReclaimAfter}
 	for _, opt := range opts {

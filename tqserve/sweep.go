@@ -28,6 +28,7 @@ type sweeper struct {
 
 	mu     sync.Mutex // guards closed and the sends on jobs
 	closed bool
+	gone   chan struct{} // closed once close is done: every close waits for it
 	jobs   chan sweepJob
 	wg     sync.WaitGroup
 	quit   chan struct{}   // closed by close: the reclaims stop
@@ -52,8 +53,11 @@ const (
 	// before it replies (back-pressure, never an unbounded backlog).
 	sweepers   = 2
 	sweepQueue = 1024
-	// sweepFor bounds one job's deletes and report.
-	sweepFor = 30 * time.Second
+	// sweepFor bounds one job's deletes and report; sweepInline those a
+	// call makes before it replies (the queue full), shorter than a
+	// client's patience.
+	sweepFor    = 30 * time.Second
+	sweepInline = 2 * time.Second
 	// sweepChunk is the most cells one Delete names.
 	sweepChunk = 512
 	// sweepGrace is how long close waits for the queued jobs before it
@@ -62,12 +66,12 @@ const (
 )
 
 func newSweeper(data backends.Store, meta metadata.MetaStore, log *slog.Logger) *sweeper {
-	w := &sweeper{data: data, meta: meta, log: log, jobs: make(chan sweepJob, sweepQueue), quit: make(chan struct{})}
+	w := &sweeper{data: data, meta: meta, log: log, jobs: make(chan sweepJob, sweepQueue), quit: make(chan struct{}), gone: make(chan struct{})}
 	w.life, w.end = context.WithCancel(context.Background())
 	for range sweepers {
 		w.wg.Go(func() {
 			for j := range w.jobs {
-				w.sweep(j)
+				w.sweep(j, sweepFor)
 			}
 		})
 	}
@@ -90,9 +94,9 @@ func (w *sweeper) cleared(partition string, rows []*metadata.Row) {
 	w.unreferenced(partition, metadata.AppendRowRefs(make([]metadata.Ref, 0, cells), rows))
 }
 
-// unreferenced takes cells of partition a call left unreferenced (the
-// rows it cleared, the generations a commit replaced): they are deleted,
-// then reported swept, as cleared says.
+// unreferenced takes cells of partition that nothing references (the
+// rows a call cleared, a reclaim's garbage): they are deleted, then
+// reported swept, as cleared says.
 func (w *sweeper) unreferenced(partition string, refs []metadata.Ref) {
 	if len(refs) == 0 {
 		return
@@ -108,14 +112,18 @@ func (w *sweeper) unreferenced(partition string, refs []metadata.Ref) {
 	case w.jobs <- j:
 		w.mu.Unlock()
 	default:
+		// Counted, so that close waits for it too.
+		w.wg.Add(1)
 		w.mu.Unlock()
-		w.sweep(j)
+		defer w.wg.Done()
+		w.sweep(j, sweepInline)
 	}
 }
 
-// sweep deletes j's cells and reports those deleted swept.
-func (w *sweeper) sweep(j sweepJob) {
-	ctx, cancel := context.WithTimeout(w.life, sweepFor)
+// sweep deletes j's cells and reports those deleted swept, within
+// bound.
+func (w *sweeper) sweep(j sweepJob, bound time.Duration) {
+	ctx, cancel := context.WithTimeout(w.life, bound)
 	defer cancel()
 	deleted, err := w.delete(ctx, j.refs)
 	if len(deleted) > 0 {
@@ -152,9 +160,11 @@ func (w *sweeper) close() {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
+		<-w.gone // a close in progress: wait for it
 		return
 	}
 	w.closed = true
+	defer close(w.gone)
 	close(w.jobs)
 	close(w.quit)
 	w.mu.Unlock()
@@ -191,15 +201,15 @@ func (w *sweeper) reached(partition string) {
 	w.seen.LoadOrStore(partition, at)
 }
 
-// reclaimEvery starts the reclaims of WithReclaim(olderThan): about
-// every olderThan/4, at most every minute (at least every 100ms), each
+// reclaimEvery starts the reclaims of WithReclaim(olderThan): every
+// olderThan/4 (at least every 100ms), each
 // partition a call reached within twice olderThan (so that a put made at
 // its last call is reclaimed once it is older than olderThan) that
 // serving says the server still serves is reclaimed. They stop when the
 // sweeper closes.
 func (w *sweeper) reclaimEvery(olderThan time.Duration, serving func(partition string) bool) {
 	w.reclaiming.Store(true)
-	every := min(time.Minute, max(100*time.Millisecond, olderThan/4))
+	every := max(100*time.Millisecond, olderThan/4)
 	w.wg.Go(func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -242,6 +252,6 @@ func (w *sweeper) reclaim(partition string, olderThan time.Duration) {
 	}
 	if len(refs) > 0 {
 		w.log.Info("tq server: reclaiming unreferenced cells (puts abandoned, deletes that failed)", "partition", partition, "cells", len(refs))
-		w.sweep(sweepJob{partition: partition, refs: refs})
+		w.sweep(sweepJob{partition: partition, refs: refs}, sweepFor)
 	}
 }

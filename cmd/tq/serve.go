@@ -134,8 +134,11 @@ func defineServe(fs *flag.FlagSet) action {
 		select {
 		case err = <-done:
 		case <-ctx.Done():
-			// A second SIGTERM or interrupt kills the process at once.
+			// A second SIGTERM or interrupt kills the process at once:
+			// Reset, not stop, which would leave main's NotifyContext
+			// catching os.Interrupt.
 			stop()
+			signal.Reset(syscall.SIGTERM, os.Interrupt)
 			fmt.Fprintf(s.stderr, "tq serve: stopping: letting calls in flight finish (up to %v; a second signal kills)\n", tqserve.GracefulFor)
 			srv.GracefulStop()
 			err = <-done
