@@ -153,18 +153,7 @@ func TestServerSweepsClearedRows(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = eng.Data.Close() })
 			const rows = 6
-			for i := range rows {
-				if err := c.Put(ctx, "p", fmt.Sprintf("k%d", i), map[string]any{"x": int64(i)}, nil); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := c.SetCapacity(ctx, "p", tq.Capacity{ClearAcked: []string{"w"}}); err != nil {
-				t.Fatal(err)
-			}
-			task, err := c.Task("p", "w", []string{"x"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			task := clearAckedTask(t, c, rows)
 			first, err := task.Claim(ctx, rows/2)
 			if err != nil {
 				t.Fatal(err)
@@ -292,4 +281,24 @@ func TestServerReclaims(t *testing.T) {
 			}
 		})
 	}
+}
+
+// clearAckedTask puts rows one-field rows k0, k1, ... in partition "p",
+// whose capacity clears the rows task "w" acked, and returns that task.
+func clearAckedTask(t *testing.T, c *tq.Client, rows int) *tq.Task {
+	t.Helper()
+	ctx := context.Background()
+	for i := range rows {
+		if err := c.Put(ctx, "p", fmt.Sprintf("k%d", i), map[string]any{"x": int64(i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.SetCapacity(ctx, "p", tq.Capacity{ClearAcked: []string{"w"}}); err != nil {
+		t.Fatal(err)
+	}
+	task, err := c.Task("p", "w", []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
 }

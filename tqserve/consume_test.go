@@ -3,7 +3,6 @@ package tqserve_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -63,27 +62,12 @@ func (b *syncBuf) String() string {
 // would find the rows cleared).
 func TestConsumeStopAcksNothingTwice(t *testing.T) {
 	ops := &settleOps{}
-	s := startServer(t, "memory://tqserve-rev-reack", tqserve.WithInterceptor(ops.intercept))
+	s := startServer(t, "memory://tqserve-consume-stop", tqserve.WithInterceptor(ops.intercept))
 	var logs syncBuf
-	c, err := tq.Open(t.Context(), s.URL, tq.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := loggedClient(t, s.URL, &logs)
 	ctx := context.Background()
 	const rows = 2
-	for i := range rows {
-		if err := c.Put(ctx, "p", fmt.Sprintf("k%d", i), map[string]any{"x": int64(i)}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.SetCapacity(ctx, "p", tq.Capacity{ClearAcked: []string{"w"}}); err != nil {
-		t.Fatal(err)
-	}
-	task, err := c.Task("p", "w", []string{"x"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	task := clearAckedTask(t, c, rows)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -125,32 +109,17 @@ func TestConsumeStopAcksNothingTwice(t *testing.T) {
 // the rest, so no ack comes back lost (with ClearAcked the rows the
 // handler acked are cleared) and the lease keeps them acked.
 func TestConsumeAcksOnlyWhatHandlerLeft(t *testing.T) {
-	s := startServer(t, "memory://tqserve-rev-partial")
+	s := startServer(t, "memory://tqserve-consume-partial")
 	var logs syncBuf
-	c, err := tq.Open(t.Context(), s.URL, tq.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := loggedClient(t, s.URL, &logs)
 	ctx := context.Background()
 	const rows = 4
-	for i := range rows {
-		if err := c.Put(ctx, "p", fmt.Sprintf("k%d", i), map[string]any{"x": int64(i)}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.SetCapacity(ctx, "p", tq.Capacity{ClearAcked: []string{"w"}}); err != nil {
-		t.Fatal(err)
-	}
-	task, err := c.Task("p", "w", []string{"x"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	task := clearAckedTask(t, c, rows)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
 	seen := 0
-	err = task.Consume(cctx, 2, func(hctx context.Context, l *tq.Lease) error {
+	err := task.Consume(cctx, 2, func(hctx context.Context, l *tq.Lease) error {
 		if err := l.Ack(hctx, l.Keys()[0]); err != nil { // the first row now, the rest by Consume
 			return err
 		}
@@ -168,4 +137,16 @@ func TestConsumeAcksOnlyWhatHandlerLeft(t *testing.T) {
 	if strings.Contains(logs.String(), "no longer held") || strings.Contains(logs.String(), "settle failed") {
 		t.Fatalf("Consume re-acked the rows its handler acked itself:\n%s", logs.String())
 	}
+}
+
+// loggedClient opens a client of url that logs to logs, closed at the
+// test's end.
+func loggedClient(t *testing.T, url string, logs *syncBuf) *tq.Client {
+	t.Helper()
+	c, err := tq.Open(t.Context(), url, tq.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,42 +26,8 @@ func init() {
 // Watch left open would hold for GracefulFor.
 func TestServeSecondInterruptKills(t *testing.T) {
 	addr := freePort(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "TQ_MAIN_CHILD=1", "TQ_SERVE_ARGS="+strings.Join([]string{"serve", "-engine", "memory://", "-listen", addr}, "\x1f"))
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := make(chan string, 64)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	until := func(want string) {
-		t.Helper()
-		deadline := time.After(20 * time.Second)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("tq serve exited before saying %q", want)
-				}
-				if strings.Contains(l, want) {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("tq serve did not say %q within 20s", want)
-			}
-		}
-	}
-	until("serving")
+	cmd, lines := childProc(t, "TQ_MAIN_CHILD", []string{"serve", "-engine", "memory://", "-listen", addr})
+	waitLine(t, lines, "serving")
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +43,7 @@ func TestServeSecondInterruptKills(t *testing.T) {
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	until("stopping")
+	waitLine(t, lines, "stopping")
 	time.Sleep(100 * time.Millisecond)
 	sent := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {

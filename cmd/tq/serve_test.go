@@ -34,8 +34,22 @@ func serveChild(t *testing.T, args ...string) *exec.Cmd {
 // stderr holding want.
 func serveChildUntil(t *testing.T, want string, args ...string) *exec.Cmd {
 	t.Helper()
+	cmd, lines := childProc(t, "TQ_SERVE_CHILD", append([]string{"serve"}, args...))
+	waitLine(t, lines, want)
+	go func() {
+		for range lines {
+		}
+	}()
+	return cmd
+}
+
+// childProc starts this test binary as a child that runs the tq command
+// with args (env=1 says how: see the init functions), killed at the
+// test's end, and returns it with the lines of its stderr.
+func childProc(t *testing.T, env string, args []string) (*exec.Cmd, <-chan string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "TQ_SERVE_CHILD=1", "TQ_SERVE_ARGS="+strings.Join(append([]string{"serve"}, args...), "\x1f"))
+	cmd.Env = append(os.Environ(), env+"=1", "TQ_SERVE_ARGS="+strings.Join(args, "\x1f"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +58,7 @@ func serveChildUntil(t *testing.T, want string, args ...string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := make(chan string, 16)
+	lines := make(chan string, 64)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -52,22 +66,24 @@ func serveChildUntil(t *testing.T, want string, args ...string) *exec.Cmd {
 		}
 		close(lines)
 	}()
+	return cmd, lines
+}
+
+// waitLine waits up to 20s for a line of lines holding want.
+func waitLine(t *testing.T, lines <-chan string, want string) {
+	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				t.Fatal("tq serve exited before serving")
+				t.Fatalf("tq exited before saying %q", want)
 			}
 			if strings.Contains(l, want) {
-				go func() {
-					for range lines {
-					}
-				}()
-				return cmd
+				return
 			}
 		case <-deadline:
-			t.Fatalf("tq serve did not say %q within 20s", want)
+			t.Fatalf("tq did not say %q within 20s", want)
 		}
 	}
 }
