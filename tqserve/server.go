@@ -140,8 +140,10 @@ const DefaultReclaimAfter = time.Hour
 // of the capacity) and deletes the cells nothing references, which a
 // client left behind. A put that takes longer than olderThan is aborted
 // (its commit fails with ErrConflict and it rolls back): olderThan must
-// exceed the longest put. Default DefaultReclaimAfter; 0 reclaims
-// nothing (a client's Reclaim still does).
+// exceed the longest put. A reclaim holds the partition while it passes
+// over its rows if a put is pending then (docs/performance.md gives
+// what that costs by partition size). Default DefaultReclaimAfter; 0
+// reclaims nothing (a client's Reclaim still does).
 func WithReclaim(olderThan time.Duration) ServerOption {
 	return func(o *serverOptions) error {
 		if olderThan < 0 {
