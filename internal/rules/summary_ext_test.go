@@ -123,30 +123,11 @@ func TestSummaryMatchesViewExt(t *testing.T) {
 				}
 			case op <= 10:
 				for tok, idx := range leases {
-					task := tok[:1]
-					sop := []metadata.SettleOp{metadata.Ack, metadata.Nack, metadata.Nack, metadata.Drop, metadata.Extend, metadata.Undo, metadata.Unwait, metadata.EndBatch}[rng.IntN(8)]
-					args := &SettleArgs{Task: task, Op: sop, Lease: tok, Indexes: idx}
-					switch sop {
-					case metadata.Drop:
-						args.Lease = ""
-					case metadata.Nack:
-						args.Delay = time.Duration(rng.IntN(3)) * time.Second / 2
-						if rng.IntN(2) == 0 {
-							args.Reason = fmt.Sprintf("boom %d", step)
-						}
-					case metadata.Extend:
-						args.Delay = time.Duration(1+rng.IntN(3)) * time.Second
-					case metadata.Undo, metadata.EndBatch:
-						args.Indexes = nil
-					case metadata.Unwait:
-						if rng.IntN(2) == 0 {
-							args.Indexes = nil
-						}
-					}
+					args := randomSettle(rng, tok, idx, step, metadata.Ack, metadata.Nack, metadata.Nack, metadata.Drop, metadata.Extend, metadata.Undo, metadata.Unwait, metadata.EndBatch)
 					if r := apply(SettleRecord(args)); r.Err != nil {
 						t.Fatal(r.Err)
 					}
-					if sop != metadata.Extend && sop != metadata.EndBatch {
+					if args.Op != metadata.Extend && args.Op != metadata.EndBatch {
 						delete(leases, tok)
 					}
 					break
@@ -157,15 +138,7 @@ func TestSummaryMatchesViewExt(t *testing.T) {
 					t.Fatal(r.Err)
 				}
 			case op == 12 && len(keys) > 0:
-				task := tasks[rng.IntN(len(tasks))]
-				sop := []metadata.SettleOp{metadata.Retry, metadata.Drop}[rng.IntN(2)]
-				var idx []uint64
-				for _, row := range l.p.List() {
-					if rng.IntN(3) == 0 {
-						idx = append(idx, row.Index)
-					}
-				}
-				if r := apply(SettleRecord(&SettleArgs{Task: task, Op: sop, Indexes: idx})); r.Err != nil {
+				if r := apply(SettleRecord(randomRetryDrop(rng, tasks, l.p))); r.Err != nil {
 					t.Fatal(r.Err)
 				}
 			case op == 13 && len(keys) > 0:

@@ -85,40 +85,17 @@ func TestSummaryMatchesView(t *testing.T) {
 				}
 			case op <= 8: // settle a lease
 				for tok, idx := range leases {
-					task := tok[:1]
-					sop := []metadata.SettleOp{metadata.Ack, metadata.Nack, metadata.Nack, metadata.Drop, metadata.Extend, metadata.Undo}[rng.IntN(6)]
-					args := &SettleArgs{Task: task, Op: sop, Lease: tok, Indexes: idx}
-					switch sop {
-					case metadata.Drop:
-						args.Lease = ""
-					case metadata.Nack:
-						args.Delay = time.Duration(rng.IntN(3)) * time.Second / 2
-						if rng.IntN(2) == 0 {
-							args.Reason = fmt.Sprintf("boom %d", step)
-						}
-					case metadata.Extend:
-						args.Delay = time.Duration(1+rng.IntN(3)) * time.Second
-					case metadata.Undo:
-						args.Indexes = nil
-					}
+					args := randomSettle(rng, tok, idx, step, metadata.Ack, metadata.Nack, metadata.Nack, metadata.Drop, metadata.Extend, metadata.Undo)
 					if r, _ := l.at(t, now, SettleRecord(args)); r.Err != nil {
 						t.Fatal(r.Err)
 					}
-					if sop != metadata.Extend {
+					if args.Op != metadata.Extend {
 						delete(leases, tok)
 					}
 					break
 				}
 			case op == 9 && len(keys) > 0: // retry or drop rows of a task (dead ones, ready ones)
-				task := tasks[rng.IntN(len(tasks))]
-				sop := []metadata.SettleOp{metadata.Retry, metadata.Drop}[rng.IntN(2)]
-				var idx []uint64
-				for _, row := range l.p.List() {
-					if rng.IntN(3) == 0 {
-						idx = append(idx, row.Index)
-					}
-				}
-				if r, _ := l.at(t, now, SettleRecord(&SettleArgs{Task: task, Op: sop, Indexes: idx})); r.Err != nil {
+				if r, _ := l.at(t, now, SettleRecord(randomRetryDrop(rng, tasks, l.p))); r.Err != nil {
 					t.Fatal(r.Err)
 				}
 			case op == 10 && len(keys) > 0: // delete a row, or a field of rows
@@ -320,4 +297,43 @@ func randomPut(t *testing.T, rng *rand.Rand, l *logged, now int64, keys []string
 		t.Fatal(err)
 	}
 	return rec, keys
+}
+
+// randomSettle is a settle of the lease tok (of task tok[:1], its rows
+// idx) by one of ops, picked by rng, with the arguments that op takes.
+func randomSettle(rng *rand.Rand, tok string, idx []uint64, step int, ops ...metadata.SettleOp) *SettleArgs {
+	sop := ops[rng.IntN(len(ops))]
+	args := &SettleArgs{Task: tok[:1], Op: sop, Lease: tok, Indexes: idx}
+	switch sop {
+	case metadata.Drop:
+		args.Lease = ""
+	case metadata.Nack:
+		args.Delay = time.Duration(rng.IntN(3)) * time.Second / 2
+		if rng.IntN(2) == 0 {
+			args.Reason = fmt.Sprintf("boom %d", step)
+		}
+	case metadata.Extend:
+		args.Delay = time.Duration(1+rng.IntN(3)) * time.Second
+	case metadata.Undo, metadata.EndBatch:
+		args.Indexes = nil
+	case metadata.Unwait:
+		if rng.IntN(2) == 0 {
+			args.Indexes = nil
+		}
+	}
+	return args
+}
+
+// randomRetryDrop is a Retry or a Drop, picked by rng, of one of tasks,
+// on each row of p with a chance of one in three.
+func randomRetryDrop(rng *rand.Rand, tasks []string, p *Partition) *SettleArgs {
+	task := tasks[rng.IntN(len(tasks))]
+	sop := []metadata.SettleOp{metadata.Retry, metadata.Drop}[rng.IntN(2)]
+	var idx []uint64
+	for _, row := range p.List() {
+		if rng.IntN(3) == 0 {
+			idx = append(idx, row.Index)
+		}
+	}
+	return &SettleArgs{Task: task, Op: sop, Indexes: idx}
 }
