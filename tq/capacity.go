@@ -152,21 +152,31 @@ func (c *Client) SetCapacity(ctx context.Context, partition string, cp Capacity)
 	return c.deleteRows(ctx, tr, partition, rows)
 }
 
-// prepare is the MetaStore's Prepare under the put's FullPolicy: on a
-// refusal by the capacity it waits for the partition to change and
-// prepares again (Block), or returns the refusal (Fail, or a put that
-// could never fit).
-func (c *Client) prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
+// prepare is the MetaStore's Prepare under the put's FullPolicy (see
+// underPolicy).
+func (c *Client) prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) (res []metadata.Reservation, err error) {
+	err = c.underPolicy(ctx, partition, func() (err error) {
+		res, err = c.meta.Prepare(ctx, partition, keys, fields, sizes)
+		return err
+	})
+	return res, err
+}
+
+// underPolicy makes a call that the capacity may refuse (a Prepare, a
+// PutNew) under the put's FullPolicy: on a refusal it waits for the
+// partition to change and calls again (Block), or returns the refusal
+// (Fail, or a put that could never fit).
+func (c *Client) underPolicy(ctx context.Context, partition string, call func() error) error {
 	policy, err := c.fullPolicy(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var since, warned time.Time
 	for {
-		res, err := c.meta.Prepare(ctx, partition, keys, fields, sizes)
+		err := call()
 		var full *FullError
 		if !errors.As(err, &full) || policy == Fail || full.Never() {
-			return res, err
+			return err
 		}
 		now := time.Now()
 		if since.IsZero() {
@@ -179,10 +189,10 @@ func (c *Client) prepare(ctx context.Context, partition string, keys, fields []s
 		err = c.meta.Wait(wctx, partition, full.Mark)
 		cancel()
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return nil, err
+			return err
 		}
 	}
 }

@@ -40,6 +40,9 @@ type Client struct {
 	// bg counts what a call left running in the background (handing back
 	// a lease its caller never received): Close waits for it.
 	bg sync.WaitGroup
+	// blocks are the blocks of indexes the client holds for puts of new
+	// keys (see blocks.go).
+	blocks blockSet
 	// backs are the hand-backs in flight: a later call waits for them
 	// (see enter).
 	backs handBacks
@@ -138,7 +141,8 @@ func (c *Client) Close() error {
 		c.endClosing() // waiting calls return
 		c.life.Lock()  // wait for calls in flight; new ones see closed and leave
 		defer c.life.Unlock()
-		c.bg.Wait() // hand-backs, bounded: the rows go back at once
+		c.releaseBlocks()
+		c.bg.Wait() // hand-backs and block releases, bounded: the rows go back at once
 		err = c.packer.Close()
 		switch {
 		case c.owns:

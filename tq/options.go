@@ -30,6 +30,7 @@ type options struct {
 	retry     RetryPolicy
 	name      string
 	full      FullPolicy
+	blocks    bool
 }
 
 func defaultOptions() options {
@@ -164,6 +165,31 @@ func WithName(name string) Option {
 			return err
 		}
 		o.name = name
+		return nil
+	}
+}
+
+// WithIndexBlocks makes puts of new keys take global indexes the client
+// reserved ahead, a few puts' worth at a time per partition and set of
+// fields, where the metadata store can (every engine of this module and
+// tq://): such a put writes its cells and then makes one metadata call
+// that reserves and commits its rows, where it otherwise makes two
+// (Prepare before the cells, Commit after). Through a tq server that is
+// two round trips per put of new keys instead of three. The first put of
+// a set of fields, a put of keys that have rows, and a put into a
+// partition whose Capacity bounds bytes still go the other way; a put
+// that finds a key has a row after all deletes what it wrote and goes
+// the other way too (the set then leaves blocks alone for a while).
+//
+// The price is order. Without blocks, index order (List's order, and the
+// order tasks are served in, oldest first) is the order puts of new keys
+// returned in, across clients too. With blocks it is that order among
+// the puts of this client, but its rows may rank below rows another
+// client put after its block was reserved: across clients, index order
+// follows put order only to within a few puts of each. Off by default.
+func WithIndexBlocks() Option {
+	return func(o *options) error {
+		o.blocks = true
 		return nil
 	}
 }

@@ -155,3 +155,17 @@ func (m partColocated) ReadRows(ctx context.Context, partition string, keys []st
 	v, err := m.co.ReadRows(ctx, partition, keys, plan)
 	return v, inPartition("read", partition, err)
 }
+
+func (m partMeta) Block(ctx context.Context, partition string, fields []string, n int) (uint64, error) {
+	v, err := metadata.Block(ctx, m.MetaStore, partition, fields, n)
+	return v, inPartition("block", partition, err)
+}
+
+func (m partMeta) PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+	v, err := metadata.PutNew(ctx, m.MetaStore, partition, base, keys, fields, sizes, updates)
+	return v, inPartition("put", partition, err)
+}
+
+func (m partMeta) ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error {
+	return inPartition("release block", partition, metadata.ReleaseBlock(ctx, m.MetaStore, partition, base, written))
+}

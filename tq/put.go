@@ -180,7 +180,14 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 		defer enc.Release()
 	}
 	// Everything is valid: from here on state changes.
-	if err := w.reserve(ctx, enc); err != nil {
+	var sorted []string
+	if w.c.opts.blocks && w.c.colocated == nil && w.c.stager == nil {
+		sorted = slices.Sorted(slices.Values(w.fields))
+		if b, base := w.c.takeBlock(w.partition, sorted, len(w.keys)); b != nil {
+			return w.runBlock(ctx, enc, b, base)
+		}
+	}
+	if err := w.reserve(ctx, w.sizes(enc)); err != nil {
 		return err
 	}
 	if enc != nil {
@@ -189,7 +196,16 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 			return err
 		}
 	}
-	return w.store(ctx)
+	if err := w.store(ctx); err != nil {
+		return err
+	}
+	if sorted != nil {
+		w.c.putIndexes(w.partition, w.res)
+		if w.allNew() {
+			w.c.wantBlocks(w.partition, sorted, len(w.keys))
+		}
+	}
+	return nil
 }
 
 // bytes is the size of the cells' values.
@@ -370,11 +386,9 @@ func (w *write) nameCell(err error) error {
 	return err
 }
 
-// reserve prepares the rows (indexes and generations), with the cells'
-// sizes for the partition's capacity (enc: the value cells' encoding, nil
-// for none), and names the storage keys of every cell. It is the first
-// step that changes state.
-func (w *write) reserve(ctx context.Context, enc *codec.Encoding) error {
+// sizes are the cells' sizes, for the partition's capacity (enc: the
+// value cells' encoding, nil for none).
+func (w *write) sizes(enc *codec.Encoding) []int64 {
 	sizes := make([]int64, len(w.cells))
 	for i := range w.nTensor {
 		sizes[i] = int64(len(w.cells[i].Head) + len(w.cells[i].Body))
@@ -384,11 +398,25 @@ func (w *write) reserve(ctx context.Context, enc *codec.Encoding) error {
 			sizes[w.nTensor+i] = int64(n)
 		}
 	}
+	return sizes
+}
+
+// reserve prepares the rows (indexes and generations), with the cells'
+// sizes for the partition's capacity, and names the storage keys of
+// every cell. It is the first step that changes state.
+func (w *write) reserve(ctx context.Context, sizes []int64) error {
 	res, err := w.c.prepare(ctx, w.partition, w.keys, w.fields, sizes)
 	if err != nil {
 		return err
 	}
 	w.res = res
+	w.nameCells()
+	return nil
+}
+
+// nameCells names the storage key of every cell, and sets each cell's
+// generation, from the reservations.
+func (w *write) nameCells() {
 	n := len(w.keys)
 	arena := newKeyArena(len(w.infos), maxLen(w.fields))
 	for fi, f := range w.fields {
@@ -397,18 +425,36 @@ func (w *write) reserve(ctx context.Context, enc *codec.Encoding) error {
 			gen  uint64
 		)
 		for i := range n {
-			if i == 0 || !metadata.SameMap(res[i].Gens, gens) {
-				gens = res[i].Gens // often one map for many rows
+			if i == 0 || !metadata.SameMap(w.res[i].Gens, gens) {
+				gens = w.res[i].Gens // often one map for many rows
 				gen = gens[f]
 			}
-			arena.add(res[i].Index, f, gen)
+			arena.add(w.res[i].Index, f, gen)
 			w.infos[fi*n+i].Gen = gen
 		}
 	}
 	for i, k := range arena.keys() {
 		w.cells[i].Key = k
 	}
-	return nil
+}
+
+// allNew reports whether the put's reservations are each generation 0
+// of every field: likely a put of new keys (a row gaining fields it
+// never had looks the same).
+func (w *write) allNew() bool {
+	var last map[string]uint64
+	for _, r := range w.res {
+		if last != nil && metadata.SameMap(r.Gens, last) {
+			continue
+		}
+		for _, g := range r.Gens {
+			if g != 0 {
+				return false
+			}
+		}
+		last = r.Gens
+	}
+	return true
 }
 
 // splitCells sets each tensor cell's Head to the codec's prefix for its

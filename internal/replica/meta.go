@@ -886,3 +886,72 @@ func (c colocated) ReadRows(ctx context.Context, partition string, keys []string
 		rows, current = now, true
 	}
 }
+
+// Block implements metadata.Blocker. Its errors never match
+// ErrOutcomeUnknown: a Block whose outcome is unknown reserved at most
+// indexes nobody uses, which Garbage aborts in time.
+func (m *Meta) Block(ctx context.Context, partition string, fields []string, n int) (uint64, error) {
+	if err := metadata.CheckBlock(fields, n); err != nil {
+		return 0, err
+	}
+	r, err := one(m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), indexes: uint64(n), data: rules.BlockRecord(fields, n)}}, nil
+	}))
+	if err != nil {
+		if errors.Is(err, backends.ErrOutcomeUnknown) {
+			err = errNotApplied(err)
+		}
+		return 0, err
+	}
+	if r.Err != nil {
+		return 0, fmt.Errorf("%w (partition %q)", r.Err, partition)
+	}
+	return r.Base, nil
+}
+
+// PutNew implements metadata.Blocker.
+func (m *Meta) PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+	if err := metadata.CheckSizes(keys, fields, sizes); err != nil {
+		return metadata.CommitResult{}, err
+	}
+	if len(updates) != len(keys) {
+		return metadata.CommitResult{}, fmt.Errorf("%w: %d updates for %d keys", backends.ErrInvalid, len(updates), len(keys))
+	}
+	for i := range updates {
+		if updates[i].Key != keys[i] {
+			return metadata.CommitResult{}, fmt.Errorf("%w: update %d is of key %q, not %q", backends.ErrInvalid, i, updates[i].Key, keys[i])
+		}
+	}
+	if len(keys) == 0 {
+		return metadata.CommitResult{}, m.check(ctx)
+	}
+	rec, err := rules.PutNewRecord(base, fields, sizes, updates)
+	if err != nil {
+		return metadata.CommitResult{}, err
+	}
+	var mark uint64 // the partition's mark base, for a FullError's Mark
+	r, err := one(m.execAfter(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rec}}, nil
+	}, func(p *part) { mark = p.base }))
+	if err != nil {
+		return metadata.CommitResult{}, err
+	}
+	var full *metadata.FullError
+	if errors.As(r.Err, &full) {
+		full.Partition = partition
+		full.Mark.Seq += mark
+		return metadata.CommitResult{}, full
+	}
+	if r.Err != nil {
+		return metadata.CommitResult{}, fmt.Errorf("%w (partition %q)", r.Err, partition)
+	}
+	return r.Commit, nil
+}
+
+// ReleaseBlock implements metadata.Blocker.
+func (m *Meta) ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error {
+	_, err := m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
+		return []record{{id: newID(), data: rules.ReleaseRecord(base, written)}}, nil
+	})
+	return err
+}

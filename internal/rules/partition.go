@@ -72,6 +72,10 @@ type Partition struct {
 	held     int
 	bytes    int64
 
+	// blocks are the live blocks of indexes reserved ahead (see
+	// blocks.go), by base.
+	blocks []*block
+
 	// quiet is set while Replay applies a record whose result nobody
 	// reads: the rules skip building it (not part of the state).
 	quiet bool
@@ -137,7 +141,7 @@ func (p *Partition) consume(t *task) {
 func (p *Partition) bump() { p.seq++ }
 
 // Empty reports whether the partition holds nothing worth keeping: no
-// row (committed or prepared), no garbage, no orphan, no void or undone
+// row (committed or prepared), no garbage, no orphan, no live block, no void or undone
 // claim token, no task with a standing claim, and no open batch whose end
 // is to come (a rank that has not taken its turn of it will). A log whose
 // state is Empty may be emptied, and every reader then starts from the
@@ -151,7 +155,7 @@ func (p *Partition) Empty() bool { return p.EmptyAt(p.now) }
 // nor batches that end by then.
 func (p *Partition) EmptyAt(now int64) bool {
 	now = max(now, p.now)
-	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || !p.capacity.Zero() {
+	if len(p.rows) > 0 || len(p.garbage) > 0 || len(p.orphans) > 0 || len(p.blocks) > 0 || !p.capacity.Zero() {
 		return false
 	}
 	if p.lastExpiry() > now {

@@ -36,6 +36,9 @@ const (
 	KindReset     = 'R'
 	KindCapacity  = 'L'
 	KindFields    = 'E' // DeleteFields
+	KindBlock     = 'N'
+	KindPutNew    = 'U'
+	KindRelease   = 'Y' // ReleaseBlock
 )
 
 // ErrCorrupt: a record or snapshot that does not decode. A corrupt
@@ -60,19 +63,7 @@ func PrepareRecord(keys, fields []string, sizes []int64, indexes int) []byte {
 	if sizes == nil || len(sizes) != len(keys)*len(fields) {
 		return b
 	}
-	b = msgp.AppendArrayHeader(b, uint32(len(fields)))
-	for j := range fields {
-		col := sizes[j*len(keys) : (j+1)*len(keys)]
-		if len(col) > 0 && !slices.ContainsFunc(col, func(n int64) bool { return n != col[0] }) {
-			b = msgp.AppendInt64(b, col[0])
-			continue
-		}
-		b = msgp.AppendArrayHeader(b, uint32(len(col)))
-		for _, n := range col {
-			b = msgp.AppendInt64(b, n)
-		}
-	}
-	return b
+	return appendSizes(b, sizes, len(keys), len(fields))
 }
 
 // maxCells bounds the cells of a Prepare with sizes, so that a corrupt
@@ -85,33 +76,58 @@ func readSizes(b []byte, nk, nf int) ([]int64, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
+	sizes, _, err := readSizeArray(b, nk, nf)
+	return sizes, err
+}
+
+// appendSizes appends sizes (one per cell, field-major) as a Prepare's: a
+// field's sizes once when every key's is the same.
+func appendSizes(b []byte, sizes []int64, nk, nf int) []byte {
+	b = msgp.AppendArrayHeader(b, uint32(nf))
+	for j := range nf {
+		col := sizes[j*nk : (j+1)*nk]
+		if len(col) > 0 && !slices.ContainsFunc(col, func(n int64) bool { return n != col[0] }) {
+			b = msgp.AppendInt64(b, col[0])
+			continue
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(col)))
+		for _, n := range col {
+			b = msgp.AppendInt64(b, n)
+		}
+	}
+	return b
+}
+
+// readSizeArray reads sizes as appendSizes appends them, and returns the
+// rest of b.
+func readSizeArray(b []byte, nk, nf int) ([]int64, []byte, error) {
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
-		return nil, err
+		return nil, b, err
 	}
 	if int(n) != nf {
-		return nil, fmt.Errorf("sizes of %d fields, want %d", n, nf)
+		return nil, b, fmt.Errorf("sizes of %d fields, want %d", n, nf)
 	}
 	if nk*nf > maxCells {
-		return nil, fmt.Errorf("sizes of %d cells, at most %d", nk*nf, maxCells)
+		return nil, b, fmt.Errorf("sizes of %d cells, at most %d", nk*nf, maxCells)
 	}
 	sizes := make([]int64, 0, nk*nf)
 	for range nf {
 		if msgp.NextType(b) == msgp.ArrayType {
 			var m uint32
 			if m, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
-				return nil, err
+				return nil, b, err
 			}
 			if int(m) != nk {
-				return nil, fmt.Errorf("sizes of %d keys, want %d", m, nk)
+				return nil, b, fmt.Errorf("sizes of %d keys, want %d", m, nk)
 			}
 			for range nk {
 				var v int64
 				if v, b, err = msgp.ReadInt64Bytes(b); err != nil {
-					return nil, err
+					return nil, b, err
 				}
 				if v < 0 {
-					return nil, fmt.Errorf("negative size %d", v)
+					return nil, b, fmt.Errorf("negative size %d", v)
 				}
 				sizes = append(sizes, v)
 			}
@@ -119,16 +135,16 @@ func readSizes(b []byte, nk, nf int) ([]int64, error) {
 		}
 		var v int64
 		if v, b, err = msgp.ReadInt64Bytes(b); err != nil {
-			return nil, err
+			return nil, b, err
 		}
 		if v < 0 {
-			return nil, fmt.Errorf("negative size %d", v)
+			return nil, b, fmt.Errorf("negative size %d", v)
 		}
 		for range nk {
 			sizes = append(sizes, v)
 		}
 	}
-	return sizes, nil
+	return sizes, b, nil
 }
 
 // CapacityRecord sets the partition's capacity to c.
@@ -171,6 +187,36 @@ func CommitRecord(updates []metadata.RowUpdate) ([]byte, error) {
 		}
 	}
 	return tw.record(KindCommit, rows), nil
+}
+
+// BlockRecord is a Block of n indexes (the indexes reserved for its
+// entry, Entry.Base on) for new rows of fields.
+func BlockRecord(fields []string, n int) []byte {
+	b := msgp.AppendUint64([]byte{KindBlock}, uint64(n))
+	return appendStrings(b, fields)
+}
+
+// PutNewRecord is a PutNew of the keys of updates (in order) at indexes
+// base on, of fields with sizes (nil, or one per cell, field-major).
+func PutNewRecord(base uint64, fields []string, sizes []int64, updates []metadata.RowUpdate) ([]byte, error) {
+	c, err := CommitRecord(updates)
+	if err != nil {
+		return nil, err
+	}
+	b := msgp.AppendUint64([]byte{KindPutNew}, base)
+	b = appendStrings(b, fields)
+	if sizes == nil || len(sizes) != len(updates)*len(fields) {
+		b = msgp.AppendNil(b)
+	} else {
+		b = appendSizes(b, sizes, len(updates), len(fields))
+	}
+	return append(b, c[1:]...), nil
+}
+
+// ReleaseRecord is a ReleaseBlock of the block whose first index is base,
+// written naming the indexes whose cells may exist.
+func ReleaseRecord(base uint64, written []uint64) []byte {
+	return appendIndexes(msgp.AppendUint64([]byte{KindRelease}, base), written)
 }
 
 // DeleteRecord is a Delete of keys.
@@ -276,6 +322,7 @@ type Result struct {
 	Settled      metadata.SettleResult  // Settle
 	Unknown      int                    // Abandon: refs it did not know
 	Cells        []metadata.Ref         // DeleteFields: the cells it made garbage
+	Base         uint64                 // Block: its first index
 	// Err is the record's refusal (a Commit's ErrConflict, a Prepare's
 	// ErrIndexes), ErrCorrupt, or ErrVoid for a record a fence voided;
 	// such a record changed nothing.
@@ -430,6 +477,67 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 			return fmt.Errorf("%w: reset of no task", ErrCorrupt)
 		}
 		p.Reset(now, task, idx)
+	case KindBlock:
+		n, b, err := msgp.ReadUint64Bytes(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		fields, _, err := readStrings(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		if n > MaxBlock {
+			return fmt.Errorf("%w: a block of %d indexes", ErrCorrupt, n)
+		}
+		if err := p.Block(now, fields, e.Base, int(n)); err != nil {
+			return err
+		}
+		r.Base = e.Base
+	case KindPutNew:
+		base, b, err := msgp.ReadUint64Bytes(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		fields, b, err := readStrings(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		// The sizes need the count of updates, which follow them: read
+		// the updates from after the sizes first.
+		var sizes []int64
+		rest := b
+		if msgp.IsNil(b) {
+			if rest, err = msgp.ReadNilBytes(b); err != nil {
+				return corrupt(err)
+			}
+		} else if rest, err = msgp.Skip(b); err != nil {
+			return corrupt(err)
+		}
+		ups, err := readCommit(rest)
+		if err != nil {
+			return corrupt(err)
+		}
+		if !msgp.IsNil(b) {
+			if sizes, _, err = readSizeArray(b, len(ups), len(fields)); err != nil {
+				return corrupt(err)
+			}
+		}
+		keys := make([]string, len(ups))
+		for i := range ups {
+			keys[i] = ups[i].Key
+		}
+		r.Commit, err = p.PutNew(now, base, keys, fields, sizes, ups)
+		return err
+	case KindRelease:
+		base, b, err := msgp.ReadUint64Bytes(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		written, _, err := readIndexes(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		p.ReleaseBlock(now, base, written)
 	case KindFields:
 		fields, b, err := readStrings(b)
 		if err != nil {

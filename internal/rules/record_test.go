@@ -106,7 +106,7 @@ func recordHistory(t *testing.T, seed uint64) {
 	for step := range 250 {
 		l.now += int64(rng.IntN(3)) * 300_000
 		p := l.ps[0]
-		switch rng.IntN(13) {
+		switch rng.IntN(15) {
 		case 0, 1, 2:
 			ks := some()
 			fields := [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]
@@ -239,6 +239,11 @@ func recordHistory(t *testing.T, seed uint64) {
 			l.apply(FenceRecord([]uint64{rng.Uint64()}), 0)
 		case 12:
 			l.apply(DeleteFieldsRecord(some(), [][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)]), 0)
+		case 13:
+			n := 1 + rng.IntN(6)
+			l.apply(BlockRecord([][]string{{"a"}, {"b"}, {"a", "b"}}[rng.IntN(3)], n), n)
+		case 14:
+			blockHistoryStep(l, p, some)
 		}
 		if rng.IntN(8) == 0 {
 			snap, err := p.Snapshot()
@@ -273,6 +278,76 @@ func recordHistory(t *testing.T, seed uint64) {
 		if i > 0 && !reflect.DeepEqual(p.List(), l.ps[0].List()) {
 			t.Fatalf("restored copy %d lists other rows", i)
 		}
+	}
+}
+
+// blockHistoryStep puts some keys at untaken indexes of a live block, or
+// releases a block: the keys may have rows (a refusal), the indexes may
+// be taken (a refusal), the sizes may not fit the capacity.
+func blockHistoryStep(l *logger, p *Partition, some func() []string) {
+	rng := l.rng
+	if len(p.blocks) == 0 {
+		return
+	}
+	b := p.blocks[rng.IntN(len(p.blocks))]
+	if rng.IntN(4) == 0 {
+		var written []uint64
+		for off := range uint64(b.n) {
+			if rng.IntN(2) == 0 {
+				written = append(written, b.base+off)
+			}
+		}
+		l.apply(ReleaseRecord(b.base+uint64(rng.IntN(2)), written), 0)
+		return
+	}
+	ks := some()
+	if rng.IntN(3) > 0 { // keys with no row, mostly
+		for i := range ks {
+			ks[i] = fmt.Sprintf("g%d/n%d", i%4, l.n)
+		}
+		ks = ks[:min(len(ks), 1+rng.IntN(4))]
+		if len(ks) > 1 && rng.IntN(8) == 0 {
+			ks[1] = ks[0] // a key twice: refused as invalid
+		}
+	}
+	off := uint64(rng.IntN(int(b.n)))
+	ks = ks[:min(len(ks), int(b.n)-int(off))]
+	fields := b.fields
+	if len(fields) > 1 && rng.IntN(2) == 0 {
+		fields = fields[rng.IntN(len(fields)):][:1]
+	}
+	if rng.IntN(10) == 0 {
+		fields = []string{"c"} // not the block's
+	}
+	var sizes []int64
+	if rng.IntN(2) == 0 {
+		sizes = make([]int64, len(ks)*len(fields))
+		for i := range sizes {
+			sizes[i] = int64(rng.IntN(100))
+		}
+	}
+	ups := make([]metadata.RowUpdate, len(ks))
+	for i, k := range ks {
+		f := map[string]metadata.FieldInfo{}
+		for _, name := range fields {
+			f[name] = metadata.FieldInfo{DType: "int8", Shape: []int64{int64(i % 2)}}
+		}
+		ups[i] = metadata.RowUpdate{Key: k, Index: b.base + off + uint64(i), Fields: f}
+		if rng.IntN(2) == 0 {
+			ups[i].Tag = map[string]any{"uid": int64(rng.IntN(3)), "v": int64(rng.IntN(5))}
+		}
+	}
+	rec, err := PutNewRecord(b.base+off, fields, sizes, ups)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	res := l.apply(rec, 0)[0]
+	var full *metadata.FullError
+	switch {
+	case res.Err == nil, errors.Is(res.Err, backends.ErrConflict), errors.As(res.Err, &full), errors.Is(res.Err, backends.ErrInvalid):
+
+	default:
+		l.t.Fatalf("PutNew: %v", res.Err)
 	}
 }
 

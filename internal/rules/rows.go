@@ -633,7 +633,9 @@ func (p *Partition) growGarbage(rows []*metadata.Row) []metadata.Ref {
 // Abort aborts, at time now, the pending reservations made at or before
 // cutoff (a time, microseconds): they become garbage, and a Commit naming
 // them fails with ErrConflict. It scans the rows only when a reservation
-// is pending.
+// is pending. It also ends the blocks no PutNew took an index of since
+// cutoff (see Block): the cells of their indexes nothing took become
+// garbage.
 func (p *Partition) Abort(now, cutoff int64) {
 	p.tick(now)
 	defer p.roomMade(p.held, p.bytes)
@@ -683,6 +685,7 @@ func (p *Partition) Abort(now, cutoff int64) {
 		p.garbage = append(p.garbage, o.ref)
 		return true
 	})
+	p.abortBlocks(cutoff)
 	if p.usedWins == 0 {
 		p.wins, p.freeWins = nil, nil // idle: its room for windows goes (see idleWindows)
 	}

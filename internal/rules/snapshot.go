@@ -157,7 +157,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 			open = append(open, name)
 		}
 	}
-	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 || len(flagged) > 0 || len(open) > 0 || len(p.undone) > 0 {
+	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 || len(flagged) > 0 || len(open) > 0 || len(p.undone) > 0 || len(p.blocks) > 0 {
 		b = append(b, CapacityRecord(p.capacity)[1:]...)
 		b = msgp.AppendArrayHeader(b, uint32(2*p.held))
 		for _, k := range slices.Sorted(maps.Keys(p.rows)) {
@@ -198,7 +198,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 				}
 			}
 		}
-		if len(open) > 0 || len(p.undone) > 0 {
+		if len(open) > 0 || len(p.undone) > 0 || len(p.blocks) > 0 {
 			b = msgp.AppendArrayHeader(b, uint32(len(open)))
 			for _, name := range open {
 				b = msgp.AppendString(b, name)
@@ -221,11 +221,22 @@ func (p *Partition) Snapshot() ([]byte, error) {
 				}
 			}
 		}
-		if len(p.undone) > 0 {
+		if len(p.undone) > 0 || len(p.blocks) > 0 {
 			b = msgp.AppendArrayHeader(b, uint32(2*len(p.undone)))
 			for _, tok := range slices.Sorted(maps.Keys(p.undone)) {
 				b = msgp.AppendString(b, tok)
 				b = msgp.AppendInt64(b, p.undone[tok])
+			}
+		}
+		if len(p.blocks) > 0 {
+			b = msgp.AppendArrayHeader(b, uint32(len(p.blocks)))
+			for _, bl := range p.blocks {
+				b = msgp.AppendArrayHeader(b, 5)
+				b = msgp.AppendUint64(b, bl.base)
+				b = msgp.AppendUint64(b, uint64(bl.n))
+				b = msgp.AppendInt64(b, bl.at)
+				b = appendStrings(b, bl.fields)
+				b = appendIndexes(b, bl.taken)
 			}
 		}
 	}
@@ -803,6 +814,11 @@ func restore(b []byte) (*Partition, error) {
 				return nil, err
 			}
 		}
+		if len(b) != 0 {
+			if b, err = p.readBlocks(b); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if len(b) != 0 {
 		return nil, fmt.Errorf("%d bytes after the snapshot", len(b))
@@ -956,6 +972,58 @@ func readBatchArrays[T any](p *Partition, b []byte, what string, want func(*open
 		}
 		return b, set(ob, vals)
 	})
+}
+
+// readBlocks reads the live blocks, by base: per block an array of 5,
+// base unsigned, n unsigned, at signed, [field, ...], and the taken
+// offsets as [word, ...] (a bit per offset, offset i bit i%64 of word
+// i/64, (n+63)/64 words).
+func (p *Partition) readBlocks(b []byte) ([]byte, error) {
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return b, err
+	}
+	if uint32(len(b)) < n {
+		return b, msgp.ErrShortBytes
+	}
+	for range n {
+		var parts uint32
+		if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+			return b, err
+		}
+		if parts != 5 {
+			return b, fmt.Errorf("a block of %d parts", parts)
+		}
+		bl := &block{}
+		var size uint64
+		if bl.base, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return b, err
+		}
+		if size, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return b, err
+		}
+		if bl.at, b, err = msgp.ReadInt64Bytes(b); err != nil {
+			return b, err
+		}
+		if bl.fields, b, err = readStrings(b); err != nil {
+			return b, err
+		}
+		if bl.taken, b, err = readIndexes(b); err != nil {
+			return b, err
+		}
+		if size > MaxBlock || metadata.CheckBlock(bl.fields, int(size)) != nil || len(bl.taken) != (int(size)+63)/64 {
+			return b, fmt.Errorf("a block of %d indexes, fields %q, %d words", size, bl.fields, len(bl.taken))
+		}
+		bl.n = uint32(size)
+		if last := len(p.blocks) - 1; last >= 0 && p.blocks[last].base+uint64(p.blocks[last].n) > bl.base || bl.base+size < bl.base {
+			return b, fmt.Errorf("block at %d overlaps or is out of order", bl.base)
+		}
+		if bl.left() <= 0 || size%64 != 0 && bl.taken[len(bl.taken)-1]>>(size%64) != 0 {
+			return b, fmt.Errorf("block at %d: taken bits out of range or none left", bl.base)
+		}
+		p.blocks = append(p.blocks, bl)
+	}
+	return b, nil
 }
 
 // readUndone reads the undone claim tokens (see Partition.undone), in

@@ -1,0 +1,112 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tqgo/tqgo/backends"
+)
+
+// MaxBlock bounds the indexes of one block (see Blocker).
+const MaxBlock = 4096
+
+// Blocker is an optional interface of a MetaStore that reserves global
+// indexes ahead of the puts that take them, so that a put of new keys
+// writes its cells first and then makes one call, PutNew, that reserves
+// and commits its rows at once: through a server, two round trips (the
+// cells, PutNew) where Prepare, the cells and Commit are three.
+//
+// A block is indexes base..base+n-1 for new rows whose cells are of a
+// set of fields. The caller writes the cells of a put of new keys under
+// backends.StorageKey(index, field, 0), index from the block, then calls
+// PutNew. Until a PutNew takes an index, the block is the caller's: the
+// store never hands that index out otherwise, nor deletes its cells. A
+// block ends when PutNew has taken every index, when the caller releases
+// it, or when Garbage aborts it (it is abandoned: no PutNew took an index
+// of it for olderThan); the cells of its indexes nothing took are then
+// garbage, returned by Garbage until swept, with generation 0 and no
+// backend tag (those of a release: only those it names written).
+type Blocker interface {
+	// Block reserves n indexes (1 to MaxBlock) for new rows whose cells
+	// are of fields (sorted, distinct, at least one) and returns the
+	// first. It fails with backends.ErrInvalid for bad arguments, and
+	// with backends.ErrConflict while the partition's Capacity bounds
+	// bytes (a PutNew writes its cells before the capacity counts them:
+	// such puts go by Prepare), and with errors.ErrUnsupported when the
+	// store has no blocks. Its errors never match backends.ErrOutcomeUnknown: a Block
+	// whose outcome is unknown reserved at most indexes nobody uses,
+	// which Garbage aborts in time.
+	Block(ctx context.Context, partition string, fields []string, n int) (base uint64, err error)
+	// PutNew is, atomically, Prepare of keys and fields (sizes as
+	// Prepare's) giving key i index base+i of a live block and
+	// generation 0 of each field, then Commit of updates (one per key, in
+	// order, at its index, its fields at generation 0), for keys none of
+	// which has a row. It fails, applying nothing: with
+	// backends.ErrInvalid for updates that are not so, or keys repeated;
+	// with a *FullError when the Capacity has no room for the rows; with
+	// backends.ErrConflict when a key has a row (put it by Prepare), the
+	// Capacity bounds bytes, or the indexes are not all untaken indexes
+	// of one live block whose fields hold fields (the block ended:
+	// Garbage aborted it, and its cells are garbage); with
+	// backends.ErrReservationLost (which matches ErrConflict) when the
+	// store knows neither the block nor the put's cells: the block was
+	// lost with metadata a failover replaced, its indexes may be another
+	// row's now, and the caller must not delete the cells by storage key.
+	// A refusal leaves a live block's indexes the caller's: PutNew may be
+	// made again (after a FullError, once there is room). A lost reply is
+	// settled as Commit's; an error matching backends.ErrOutcomeUnknown
+	// may have applied, and the caller must neither use those indexes
+	// again nor delete their cells.
+	PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []RowUpdate) (CommitResult, error)
+	// ReleaseBlock ends the block whose first index is base: its indexes
+	// nothing took are handed out never again, and the cells of those of
+	// written (indexes the caller wrote cells under and may not have
+	// deleted) become garbage. An unknown base (a block used up or
+	// aborted) is no error.
+	ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error
+}
+
+// Block reserves a block through q (see Blocker); a q that is not a
+// Blocker fails with errors.ErrUnsupported.
+func Block(ctx context.Context, q MetaStore, partition string, fields []string, n int) (uint64, error) {
+	if b, ok := q.(Blocker); ok {
+		return b.Block(ctx, partition, fields, n)
+	}
+	return 0, errors.ErrUnsupported
+}
+
+// PutNew puts new keys through q (see Blocker); a q that is not a Blocker
+// fails with errors.ErrUnsupported.
+func PutNew(ctx context.Context, q MetaStore, partition string, base uint64, keys, fields []string, sizes []int64, updates []RowUpdate) (CommitResult, error) {
+	if b, ok := q.(Blocker); ok {
+		return b.PutNew(ctx, partition, base, keys, fields, sizes, updates)
+	}
+	return CommitResult{}, errors.ErrUnsupported
+}
+
+// ReleaseBlock releases a block through q (see Blocker); a q that is not
+// a Blocker fails with errors.ErrUnsupported.
+func ReleaseBlock(ctx context.Context, q MetaStore, partition string, base uint64, written []uint64) error {
+	if b, ok := q.(Blocker); ok {
+		return b.ReleaseBlock(ctx, partition, base, written)
+	}
+	return errors.ErrUnsupported
+}
+
+// CheckBlock checks Block's arguments: n in 1..MaxBlock, fields sorted,
+// distinct and not empty.
+func CheckBlock(fields []string, n int) error {
+	if n < 1 || n > MaxBlock {
+		return fmt.Errorf("%w: a block of %d indexes (1 to %d)", backends.ErrInvalid, n, MaxBlock)
+	}
+	if len(fields) == 0 {
+		return fmt.Errorf("%w: a block of no fields", backends.ErrInvalid)
+	}
+	for i := 1; i < len(fields); i++ {
+		if fields[i-1] >= fields[i] {
+			return fmt.Errorf("%w: a block's fields must be sorted and distinct", backends.ErrInvalid)
+		}
+	}
+	return nil
+}

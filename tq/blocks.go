@@ -1,0 +1,370 @@
+package tq
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/metadata"
+	"github.com/tqgo/tqgo/codec"
+)
+
+// Puts of new keys by blocks (see metadata.Blocker and WithIndexBlocks):
+// once a put of a set
+// of fields found every key new, the client reserves a block of indexes
+// for that set in the background, and the next puts of new keys with
+// those fields write their cells under indexes of the block and then
+// make one call (PutNew): through a server, two round trips where
+// Prepare, the cells and Commit are three. A put whose PutNew is refused
+// (a key has a row, the block ended) deletes its cells and goes by
+// Prepare; the set then waits a while before its next block.
+
+const (
+	blockMin = 8
+	// blockPuts is how many puts of the size seen a block holds: few, so
+	// that across producers the order of indexes (the order tasks are
+	// served in) stays the order of puts to within a few puts of each.
+	blockPuts = 4
+	// blockBackoff is how long a set of fields whose block was refused
+	// (or a PutNew of it: a key had a row) waits before the next, at
+	// first; it doubles with each refusal up to blockBackoffMax.
+	blockBackoff    = time.Minute
+	blockBackoffMax = 30 * time.Minute
+	// blockFetchTimeout bounds a block's reservation in the background.
+	blockFetchTimeout = 10 * time.Second
+)
+
+type blockKey struct{ partition, fields string }
+
+// heldBlock is a block the client holds: offsets below next are handed
+// to puts; burnt are indexes of puts that failed, never handed out
+// again, whose cells may still exist (a failed delete, an unknown
+// outcome): its release names them.
+type heldBlock struct {
+	key      blockKey
+	fields   []string // sorted
+	base     uint64
+	n        int
+	next     int
+	inflight int
+	burnt    []uint64
+	// dirty: the store still holds offsets of it once the client is done
+	// with it (one burnt, or never handed out), so it must be released.
+	dirty    bool
+	released bool
+}
+
+// blockSet is what a client knows of its blocks, per set of fields.
+type blockSet struct {
+	mu   sync.Mutex
+	off  bool // the store has no blocks
+	sets map[blockKey]*fieldBlocks
+	// top is, per partition, the highest index a put of this client
+	// got: a block below it is not used, so that this client's puts
+	// keep index order.
+	top map[string]uint64
+}
+
+type fieldBlocks struct {
+	cur, next *heldBlock
+	fetching  bool
+	size      int       // indexes to reserve next
+	until     time.Time // no block before (a refusal)
+	backoff   time.Duration
+}
+
+// take hands a put of n new keys offsets of the set's current block, or
+// nil when it has too few (and asks for the next in the background).
+func (c *Client) takeBlock(partition string, fields []string, n int) (*heldBlock, uint64) {
+	s := &c.blocks
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.off || s.sets == nil || n > metadata.MaxBlock {
+		return nil, 0
+	}
+	key := blockKey{partition, strings.Join(fields, "\x00")}
+	fb := s.sets[key]
+	if fb == nil {
+		return nil, 0
+	}
+	top, seen := s.top[partition]
+	for fb.cur == nil || fb.cur.n-fb.cur.next < n || seen && fb.cur.base+uint64(fb.cur.next) <= top {
+		if fb.next == nil {
+			c.fetchBlockLocked(fb, key, fields, n)
+			return nil, 0
+		}
+		c.retireLocked(fb.cur)
+		fb.cur, fb.next = fb.next, nil
+	}
+	b := fb.cur
+	base := b.base + uint64(b.next)
+	b.next += n
+	b.inflight++
+	s.raiseTopLocked(partition, base+uint64(n)-1)
+	if b.n-b.next < 2*n { // fewer than two more such puts left: the next block
+		c.fetchBlockLocked(fb, key, fields, n)
+	}
+	return b, base
+}
+
+// putIndexes notes the indexes a put by Prepare got: a block below
+// them would break this client's index order.
+func (c *Client) putIndexes(partition string, res []metadata.Reservation) {
+	s := &c.blocks
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range res {
+		s.raiseTopLocked(partition, r.Index)
+	}
+}
+
+func (s *blockSet) raiseTopLocked(partition string, index uint64) {
+	if s.top == nil {
+		s.top = map[string]uint64{}
+	}
+	if top, ok := s.top[partition]; !ok || index > top {
+		s.top[partition] = index
+	}
+}
+
+// retireLocked ends b for the client: no put takes offsets of it any
+// more, and once none is in flight, a block the store may still hold (an
+// offset never handed out, or burnt) is released.
+func (c *Client) retireLocked(b *heldBlock) {
+	if b == nil {
+		return
+	}
+	if b.next < b.n {
+		b.dirty = true // offsets never handed out: the store holds them
+		b.next = b.n
+	}
+	if b.inflight == 0 && b.dirty {
+		c.releaseBlock(b)
+	}
+}
+
+// releaseBlock releases b in the background (Close waits for it),
+// once.
+func (c *Client) releaseBlock(b *heldBlock) {
+	if b.released {
+		return
+	}
+	b.released = true
+	burnt := slices.Clone(b.burnt)
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if err := metadata.ReleaseBlock(ctx, c.meta, b.key.partition, b.base, burnt); err != nil {
+			c.opts.logger.Warn("tq: releasing a block of indexes failed; Reclaim ends it", "partition", b.key.partition, "base", b.base, "err", err)
+		}
+	}()
+}
+
+// putDone ends a put's use of b: ok (its PutNew applied), or its indexes
+// burnt (written: its cells may still exist).
+func (c *Client) putDone(b *heldBlock, base uint64, n int, ok, written bool) {
+	s := &c.blocks
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b.inflight--
+	if !ok {
+		b.dirty = true
+		if written {
+			for i := range n {
+				b.burnt = append(b.burnt, base+uint64(i))
+			}
+		}
+	}
+	if b.next == b.n && b.inflight == 0 && b.dirty {
+		if fb := s.sets[b.key]; fb == nil || fb.cur != b {
+			c.releaseBlock(b)
+		}
+	}
+}
+
+// wantBlocks notes a put by Prepare of n keys with fields, every key
+// new: the set gets blocks from now on.
+func (c *Client) wantBlocks(partition string, fields []string, n int) {
+	s := &c.blocks
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.off || n > metadata.MaxBlock {
+		return
+	}
+	key := blockKey{partition, strings.Join(fields, "\x00")}
+	if s.sets == nil {
+		s.sets = map[blockKey]*fieldBlocks{}
+	}
+	fb := s.sets[key]
+	if fb == nil {
+		fb = &fieldBlocks{}
+		s.sets[key] = fb
+	}
+	if fb.cur == nil && fb.next == nil {
+		c.fetchBlockLocked(fb, key, fields, n)
+	}
+}
+
+// refuseBlocks backs the set off blocks: a PutNew of it was refused.
+func (c *Client) refuseBlocks(b *heldBlock) {
+	s := &c.blocks
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fb := s.sets[b.key]; fb != nil {
+		fb.backoffLocked()
+		if fb.cur == b {
+			fb.cur = nil
+			c.retireLocked(b)
+		}
+	}
+}
+
+func (fb *fieldBlocks) backoffLocked() {
+	fb.backoff = min(max(2*fb.backoff, blockBackoff), blockBackoffMax)
+	fb.until = time.Now().Add(fb.backoff)
+}
+
+// fetchBlockLocked reserves the set's next block in the background,
+// unless one is on its way or held, or the set is backed off.
+func (c *Client) fetchBlockLocked(fb *fieldBlocks, key blockKey, fields []string, n int) {
+	if fb.fetching || fb.next != nil || time.Now().Before(fb.until) || c.closed.Load() {
+		return
+	}
+	size := min(max(blockPuts*n, blockMin, fb.size), metadata.MaxBlock)
+	fb.fetching = true
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(c.closing, blockFetchTimeout)
+		defer cancel()
+		base, err := metadata.Block(ctx, c.meta, key.partition, fields, size)
+		s := &c.blocks
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		fb.fetching = false
+		switch {
+		case errors.Is(err, errors.ErrUnsupported):
+			s.off = true
+			return
+		case err != nil:
+			if !errors.Is(err, context.Canceled) {
+				c.opts.logger.Debug("tq: no block of indexes; puts go by Prepare", "partition", key.partition, "err", err)
+				fb.backoffLocked()
+			}
+			return
+		}
+		b := &heldBlock{key: key, fields: fields, base: base, n: size}
+		if c.closed.Load() {
+			c.releaseBlock(b)
+			return
+		}
+		if fb.cur == nil {
+			fb.cur = b
+		} else {
+			fb.next = b
+		}
+		fb.backoff = 0
+	}()
+}
+
+// releaseBlocks releases every block the client holds (Close).
+func (c *Client) releaseBlocks() {
+	s := &c.blocks
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, fb := range s.sets {
+		c.retireLocked(fb.cur)
+		c.retireLocked(fb.next)
+		fb.cur, fb.next = nil, nil
+	}
+}
+
+// runBlock writes a put of new keys by the block b, at indexes base on:
+// the cells, then PutNew. A PutNew refused with ErrConflict (a key has
+// a row, the block ended) deletes the cells and puts by Prepare.
+func (w *write) runBlock(ctx context.Context, enc *codec.Encoding, b *heldBlock, base uint64) error {
+	n := len(w.keys)
+	gens := make(map[string]uint64, len(w.fields))
+	for _, f := range w.fields {
+		gens[f] = 0
+	}
+	w.res = make([]metadata.Reservation, n)
+	for i := range w.res {
+		w.res[i] = metadata.Reservation{Index: base + uint64(i), Gens: gens}
+	}
+	w.nameCells()
+	sizes := w.sizes(enc)
+	if enc != nil {
+		if err := w.encode(ctx, enc); err != nil {
+			w.c.putDone(b, base, n, false, false)
+			return err
+		}
+	}
+	w.wrote = true
+	err := w.c.writeCells(ctx, w.cells)
+	if err == nil {
+		for i := range w.cells {
+			w.infos[i].BackendTag = w.cells[i].Tag
+		}
+		var res metadata.CommitResult
+		if res, err = w.putNew(ctx, base, sizes); err == nil {
+			w.c.putDone(b, base, n, true, false)
+			w.committed(res)
+			return nil
+		}
+	}
+	switch {
+	case errors.Is(err, backends.ErrReservationLost):
+		// The store lost the block (a failover): its indexes may be
+		// another row's now. The cells stay, unreferenced.
+		w.c.putDone(b, base, n, false, false)
+		w.c.refuseBlocks(b)
+		w.c.opts.logger.Warn("tq: put refused, its block of indexes lost; leaving its cells", "partition", w.partition, "keys", n, "err", err)
+		return err
+	case errors.Is(err, ErrOutcomeUnknown):
+		w.c.putDone(b, base, n, false, true)
+		w.c.opts.logger.Warn("tq: put outcome unknown; keeping its cells", "partition", w.partition, "keys", n, "err", err)
+		return err
+	}
+	refs := make([]metadata.Ref, len(w.cells))
+	for fi, f := range w.fields {
+		for i := range n {
+			refs[fi*n+i] = metadata.Ref{Index: base + uint64(i), Field: f, Tag: w.infos[fi*n+i].BackendTag}
+		}
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	deleted, derr := w.c.deleteRefs(dctx, refs)
+	cancel()
+	if derr != nil {
+		w.c.opts.logger.Warn("tq: deleting a refused put's cells failed; its block's release names them", "partition", w.partition, "cells", len(refs)-len(deleted), "err", derr)
+	}
+	w.c.putDone(b, base, n, false, derr != nil)
+	if !errors.Is(err, backends.ErrConflict) {
+		return err
+	}
+	// A key has a row, or the block ended: put by Prepare.
+	w.c.refuseBlocks(b)
+	w.wrote = false
+	if err := w.reserve(ctx, sizes); err != nil {
+		return err
+	}
+	return w.store(ctx)
+}
+
+// putNew is the Blocker's PutNew under the put's FullPolicy, as prepare
+// is Prepare.
+func (w *write) putNew(ctx context.Context, base uint64, sizes []int64) (metadata.CommitResult, error) {
+	ups := w.updates()
+	var res metadata.CommitResult
+	err := w.c.underPolicy(ctx, w.partition, func() (err error) {
+		res, err = metadata.PutNew(ctx, w.c.meta, w.partition, base, w.keys, w.fields, sizes, ups)
+		return err
+	})
+	return res, err
+}

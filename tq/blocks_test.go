@@ -1,0 +1,172 @@
+package tq_test
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/backends/metadata"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// countingBlocker is the memory MetaStore, counting the calls of a put.
+type countingBlocker struct {
+	*memory.MetaStore
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (m *countingBlocker) count(op string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls[op]++
+}
+
+func (m *countingBlocker) snapshot() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range m.calls {
+		out[k] = v
+	}
+	return out
+}
+
+func (m *countingBlocker) Prepare(ctx context.Context, partition string, keys, fields []string, sizes []int64) ([]metadata.Reservation, error) {
+	m.count("Prepare")
+	return m.MetaStore.Prepare(ctx, partition, keys, fields, sizes)
+}
+
+func (m *countingBlocker) Commit(ctx context.Context, partition string, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+	m.count("Commit")
+	return m.MetaStore.Commit(ctx, partition, updates)
+}
+
+func (m *countingBlocker) Block(ctx context.Context, partition string, fields []string, n int) (uint64, error) {
+	m.count("Block")
+	return m.MetaStore.Block(ctx, partition, fields, n)
+}
+
+func (m *countingBlocker) PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+	m.count("PutNew")
+	return m.MetaStore.PutNew(ctx, partition, base, keys, fields, sizes, updates)
+}
+
+func (m *countingBlocker) ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error {
+	m.count("ReleaseBlock")
+	return m.MetaStore.ReleaseBlock(ctx, partition, base, written)
+}
+
+// unstaged is a data store without its Stager: the memory store as
+// Redis's is.
+type unstaged struct{ backends.Store }
+
+func blockBatch(from, n int) tq.Batch {
+	x := make([]float32, n)
+	v := make([]string, n)
+	for i := range n {
+		x[i] = float32(from + i)
+		v[i] = keysN("v", from+n)[from+i]
+	}
+	return tq.Batch{"x": tq.Stacked(x, n, 1), "v": tq.ValuesOf(v)}
+}
+
+// waitCalls waits (bounded) until op was called n times.
+func waitCalls(t *testing.T, m *countingBlocker, op string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for m.snapshot()[op] < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s called %d times in 10 s, want %d", op, m.snapshot()[op], n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// With WithIndexBlocks, a put of new keys after the first of its fields
+// is one metadata call (PutNew) after its cells; a put of keys that have
+// rows is refused by PutNew, deletes what it wrote, and goes by Prepare
+// and Commit; Close releases the block left, and nothing leaks.
+func TestIndexBlocks(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
+	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	c, err := tq.New(backends.Engine{Data: unstaged{st}, Meta: meta}, tq.WithIndexBlocks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	put := func(from int) {
+		t.Helper()
+		if err := c.BatchPut(ctx, "p", keysN("k", from+n)[from:], blockBatch(from, n), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(0)
+	if got := meta.snapshot(); got["Prepare"] != 1 || got["Commit"] != 1 || got["PutNew"] != 0 {
+		t.Fatalf("the first put: %v, want Prepare and Commit", got)
+	}
+	waitCalls(t, meta, "Block", 1)
+	for i := 1; i <= 3; i++ {
+		put(i * n)
+	}
+	got := meta.snapshot()
+	if got["Prepare"] != 1 || got["Commit"] != 1 || got["PutNew"] != 3 {
+		t.Fatalf("three puts of new keys with a block: %v, want 3 PutNew and no other Prepare or Commit", got)
+	}
+	rows, err := c.List(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := keysN("k", 4*n); !slices.Equal(rows.Keys(), want) {
+		t.Fatalf("List: %v, want %v (this client's put order)", rows.Keys(), want)
+	}
+	cells := st.Len()
+	if cells != 2*4*n {
+		t.Fatalf("%d cells stored, want %d", cells, 2*4*n)
+	}
+
+	// Keys that have rows: PutNew refuses, the put goes by Prepare.
+	waitCalls(t, meta, "Block", 2)
+	if err := c.BatchPut(ctx, "p", keysN("k", n), blockBatch(100, n), nil); err != nil {
+		t.Fatal(err)
+	}
+	got = meta.snapshot()
+	if got["PutNew"] != 4 || got["Prepare"] != 2 || got["Commit"] != 2 {
+		t.Fatalf("a put of keys with rows: %v, want one PutNew refused, then Prepare and Commit", got)
+	}
+	b, err := c.BatchGet(ctx, "p", keysN("k", n), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := blockBatch(100, n)["x"]
+	for i := range n {
+		if !reflect.DeepEqual(b["x"].Row(i), want.Row(i)) {
+			t.Fatalf("row %d after the update: x = %v, want %v", i, b["x"].Row(i), want.Row(i))
+		}
+	}
+	if st.Len() != cells {
+		t.Fatalf("%d cells stored after the update, want %d: the refused put's cells or the replaced ones left", st.Len(), cells)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if meta.snapshot()["ReleaseBlock"] == 0 {
+		t.Fatal("Close released no block")
+	}
+	// Nothing is left to reclaim, and the partition holds no block.
+	c2 := newClient(t, unstaged{st}, meta)
+	rep, err := c2.Reclaim(ctx, "p", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Deleted != 0 || st.Len() != cells {
+		t.Fatalf("Reclaim after Close: %+v, %d cells; want nothing to delete", rep, st.Len())
+	}
+}
