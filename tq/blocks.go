@@ -296,7 +296,7 @@ func (w *write) runBlock(ctx context.Context, enc *codec.Encoding, b *heldBlock,
 	}
 	w.res = make([]metadata.Reservation, n)
 	for i := range w.res {
-		w.res[i] = metadata.Reservation{Index: base + uint64(i), Gens: gens}
+		w.res[i] = metadata.Reservation{Index: base + uint64(i), Gens: gens, New: true}
 	}
 	w.nameCells()
 	sizes := w.sizes(enc)

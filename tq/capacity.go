@@ -159,6 +159,9 @@ func (c *Client) prepare(ctx context.Context, partition string, keys, fields []s
 		res, err = c.meta.Prepare(ctx, partition, keys, fields, sizes)
 		return err
 	})
+	if err == nil && c.opts.blocks {
+		c.putIndexes(partition, res) // a block below them would break this client's order
+	}
 	return res, err
 }
 

@@ -199,11 +199,8 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 	if err := w.store(ctx); err != nil {
 		return err
 	}
-	if sorted != nil {
-		w.c.putIndexes(w.partition, w.res)
-		if w.allNew() {
-			w.c.wantBlocks(w.partition, sorted, len(w.keys))
-		}
+	if sorted != nil && w.allNew() {
+		w.c.wantBlocks(w.partition, sorted, len(w.keys))
 	}
 	return nil
 }
@@ -438,21 +435,12 @@ func (w *write) nameCells() {
 	}
 }
 
-// allNew reports whether the put's reservations are each generation 0
-// of every field: likely a put of new keys (a row gaining fields it
-// never had looks the same).
+// allNew reports whether the put gave every key its row.
 func (w *write) allNew() bool {
-	var last map[string]uint64
 	for _, r := range w.res {
-		if last != nil && metadata.SameMap(r.Gens, last) {
-			continue
+		if !r.New {
+			return false
 		}
-		for _, g := range r.Gens {
-			if g != 0 {
-				return false
-			}
-		}
-		last = r.Gens
 	}
 	return true
 }

@@ -209,7 +209,7 @@ func (m *Meta) Prepare(ctx context.Context, partition string, keys, fields []str
 		if gens == nil {
 			gens = map[string]uint64{}
 		}
-		out[i] = metadata.Reservation{Index: rv.GetIndex(), Gens: gens}
+		out[i] = metadata.Reservation{Index: rv.GetIndex(), Gens: gens, New: rv.GetNew()}
 	}
 	return out, nil
 }
@@ -248,6 +248,66 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []metadata.
 		return metadata.CommitResult{}, m.fail(ctx, "commit", write, err)
 	}
 	return metadata.CommitResult{Superseded: fromRefs(r.GetSuperseded()), Stale: fromRefs(r.GetStale())}, nil
+}
+
+// Block implements metadata.Blocker. A server that does not know the
+// call (an older one) gives errors.ErrUnsupported. Its errors never
+// match ErrOutcomeUnknown: a Block whose reply was lost reserved indexes
+// nobody uses, which Garbage aborts.
+func (m *Meta) Block(ctx context.Context, partition string, fields []string, n int) (uint64, error) {
+	if err := m.check("block"); err != nil {
+		return 0, err
+	}
+	if err := metadata.CheckBlock(fields, n); err != nil {
+		return 0, err
+	}
+	r, err := m.c.Block(ctx, &tqpb.BlockRequest{Partition: partition, Fields: fields, N: int32(n)})
+	if status.Code(err) == codes.Unimplemented {
+		return 0, fmt.Errorf("tq server: block: %w", errors.ErrUnsupported)
+	}
+	if err != nil {
+		return 0, m.fail(ctx, "block", read, err) // classed as Prepare's (see there)
+	}
+	return r.GetBase(), nil
+}
+
+// PutNew implements metadata.Blocker.
+func (m *Meta) PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+	if err := m.check("put new"); err != nil {
+		return metadata.CommitResult{}, err
+	}
+	if len(updates) != len(keys) {
+		return metadata.CommitResult{}, fmt.Errorf("%w: put new to partition %q: %d updates for %d keys", backends.ErrInvalid, partition, len(updates), len(keys))
+	}
+	for i := range updates {
+		if updates[i].Key != keys[i] {
+			return metadata.CommitResult{}, fmt.Errorf("%w: put new to partition %q: update %d is of key %q, not %q", backends.ErrInvalid, partition, i, updates[i].Key, keys[i])
+		}
+	}
+	us, err := toUpdates(updates)
+	if err != nil {
+		return metadata.CommitResult{}, fmt.Errorf("%w: put new to partition %q: %w", backends.ErrInvalid, partition, err)
+	}
+	r, err := m.c.PutNew(ctx, &tqpb.PutNewRequest{Partition: partition, Base: base, Fields: fields, Sizes: sizes, Updates: us})
+	if err != nil {
+		return metadata.CommitResult{}, m.fail(ctx, "put new", write, err)
+	}
+	return metadata.CommitResult{Superseded: fromRefs(r.GetSuperseded()), Stale: fromRefs(r.GetStale())}, nil
+}
+
+// ReleaseBlock implements metadata.Blocker.
+func (m *Meta) ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error {
+	if err := m.check("release block"); err != nil {
+		return err
+	}
+	_, err := m.c.ReleaseBlock(ctx, &tqpb.ReleaseBlockRequest{Partition: partition, Base: base, Written: written})
+	if status.Code(err) == codes.Unimplemented {
+		return fmt.Errorf("tq server: release block: %w", errors.ErrUnsupported)
+	}
+	if err != nil {
+		return m.fail(ctx, "release block", write, err)
+	}
+	return nil
 }
 
 func (m *Meta) Lookup(ctx context.Context, partition string, keys []string) ([]*metadata.Row, error) {

@@ -62,7 +62,7 @@ type Server struct {
 }
 
 // protocolVersion is InfoReply.version (tqserve/PROTOCOL.md, Versions).
-const protocolVersion = 5
+const protocolVersion = 6
 
 // ServerOption configures a Server.
 type ServerOption func(*serverOptions) error
@@ -475,7 +475,7 @@ func (s *Server) Prepare(ctx context.Context, r *tqpb.PrepareRequest) (*tqpb.Pre
 	}
 	out := make([]*tqpb.Reservation, len(res))
 	for i, rv := range res {
-		out[i] = &tqpb.Reservation{Index: rv.Index, Gens: rv.Gens}
+		out[i] = &tqpb.Reservation{Index: rv.Index, Gens: rv.Gens, New: rv.New}
 	}
 	return &tqpb.PrepareReply{Reservations: out}, nil
 }
@@ -512,6 +512,44 @@ func (s *Server) Commit(ctx context.Context, r *tqpb.CommitRequest) (*tqpb.Commi
 		return nil, toStatus(err)
 	}
 	return &tqpb.CommitReply{Superseded: toRefs(res.Superseded), Stale: toRefs(res.Stale)}, nil
+}
+
+// unsupported is the status of a call the server's MetaStore cannot
+// make (an optional interface it lacks): as a call the server does not
+// know, refused before it ran.
+func unsupported(err error) error {
+	if errors.Is(err, errors.ErrUnsupported) {
+		return status.Error(codes.Unimplemented, err.Error())
+	}
+	return toStatus(err)
+}
+
+func (s *Server) Block(ctx context.Context, r *tqpb.BlockRequest) (*tqpb.BlockReply, error) {
+	base, err := metadata.Block(ctx, s.meta, r.GetPartition(), r.GetFields(), int(r.GetN()))
+	if err != nil {
+		return nil, unsupported(err)
+	}
+	return &tqpb.BlockReply{Base: base}, nil
+}
+
+func (s *Server) PutNew(ctx context.Context, r *tqpb.PutNewRequest) (*tqpb.CommitReply, error) {
+	us, err := fromUpdates(r.GetUpdates())
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("%w: put new: %w", backends.ErrInvalid, err))
+	}
+	keys := make([]string, len(us))
+	for i := range us {
+		keys[i] = us[i].Key
+	}
+	res, err := metadata.PutNew(ctx, s.meta, r.GetPartition(), r.GetBase(), keys, r.GetFields(), nilIfEmpty(r.GetSizes()), us)
+	if err != nil {
+		return nil, unsupported(err)
+	}
+	return &tqpb.CommitReply{Superseded: toRefs(res.Superseded), Stale: toRefs(res.Stale)}, nil
+}
+
+func (s *Server) ReleaseBlock(ctx context.Context, r *tqpb.ReleaseBlockRequest) (*tqpb.Empty, error) {
+	return &tqpb.Empty{}, unsupported(metadata.ReleaseBlock(ctx, s.meta, r.GetPartition(), r.GetBase(), r.GetWritten()))
 }
 
 func (s *Server) Lookup(ctx context.Context, r *tqpb.KeysRequest) (*tqpb.LookupReply, error) {

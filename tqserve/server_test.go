@@ -199,6 +199,27 @@ func TestModel(t *testing.T) {
 	}
 }
 
+// The model through a server on Redis with WithIndexBlocks: puts of
+// new keys go by Block and PutNew calls; the model takes their indexes
+// from the engine and holds each client to its put order.
+func TestModelBlocks(t *testing.T) {
+	if os.Getenv("TQ_MODEL_HISTORIES") == "" {
+		t.Setenv("TQ_MODEL_HISTORIES", "30")
+	}
+	url := engines(t)["redis"]
+	tqtest.RunModel(t, func(t *testing.T) tqtest.ModelEnv {
+		s := startServer(t, url(t))
+		return tqtest.ModelEnv{Blocks: true, Open: func(t *testing.T) *tq.Client {
+			c, err := tq.Open(t.Context(), s.URL, tq.Quiet(), tq.WithIndexBlocks())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		}}
+	})
+}
+
 // The model again, with the replies of claims and waits lost at random
 // on the way (a proxy resets the call's stream as the reply comes): each
 // lost claim is undone and tried again, so every history holds to the

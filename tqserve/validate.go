@@ -77,6 +77,22 @@ func checkRequest(req any) error {
 			}
 		}
 		return checkKeys(partition, keys)
+	case *tqpb.BlockRequest:
+		if err := checkFields(partition, r.GetFields()); err != nil {
+			return err
+		}
+		if err := metadata.CheckBlock(r.GetFields(), int(r.GetN())); err != nil {
+			return invalidf("partition %q: block: %v", partition, err)
+		}
+	case *tqpb.PutNewRequest:
+		keys := make([]string, len(r.GetUpdates()))
+		for i, u := range r.GetUpdates() {
+			keys[i] = u.GetKey()
+		}
+		if err := checkKeys(partition, keys); err != nil {
+			return err
+		}
+		return checkFields(partition, r.GetFields())
 	case *tqpb.DeleteFieldsRequest:
 		if err := checkKeys(partition, r.GetKeys()); err != nil {
 			return err

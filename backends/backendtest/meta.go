@@ -70,6 +70,7 @@ var metaTests = []struct {
 	{"ConcurrentSameKeys", testConcurrentSameKeys},
 	{"ConcurrentPartitions", testConcurrentPartitions},
 	{"Closed", testMetaClosed},
+	{"Blocks", testBlocks},
 }
 
 // mt is one metadata subtest: its store and its partition prefix.
@@ -300,6 +301,9 @@ func testPrepareIndexes(x *mt) {
 	}
 	if r2[1].Index <= r1[2].Index {
 		x.t.Errorf("new key of a later Prepare: index %d, want more than %d", r2[1].Index, r1[2].Index)
+	}
+	if !r1[0].New || !r1[2].New || r2[0].New || !r2[1].New {
+		x.t.Errorf("Reservation.New of a, c, then b, d: %v %v, %v %v; want true true, false true", r1[0].New, r1[2].New, r2[0].New, r2[1].New)
 	}
 	x.commit(p, metadata.RowUpdate{Key: "b", Index: r2[0].Index, Fields: fields(r2[0], "f")})
 	if r3 := x.prepare(p, []string{"b"}, nil); r3[0].Index != r1[1].Index {

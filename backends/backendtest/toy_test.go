@@ -124,17 +124,27 @@ func TestToySharedClient(t *testing.T) {
 
 // toySharedModel is a model environment over a fresh toy server: each
 // client applies the rules to the log in a copy of its own.
-func toySharedModel(t *testing.T) tqtest.ModelEnv {
-	srv := toylog.NewServer(nil)
-	return tqtest.ModelEnv{Open: func(t *testing.T) *tq.Client {
-		e := srv.Engine()
-		c, err := tq.New(backends.Engine{Data: e.Data, Log: e.Log})
-		if err != nil {
-			t.Fatal(err)
+func toySharedModel(t *testing.T) tqtest.ModelEnv { return toySharedModelWith(false)(t) }
+
+// toySharedModelWith is toySharedModel whose clients put by blocks of
+// indexes (tq.WithIndexBlocks) when blocks is set.
+func toySharedModelWith(blocks bool) func(t *testing.T) tqtest.ModelEnv {
+	return func(t *testing.T) tqtest.ModelEnv {
+		srv := toylog.NewServer(nil)
+		var opts []tq.Option
+		if blocks {
+			opts = append(opts, tq.WithIndexBlocks())
 		}
-		t.Cleanup(func() { _ = c.Close(); _ = e.Close() })
-		return c
-	}}
+		return tqtest.ModelEnv{Blocks: blocks, Open: func(t *testing.T) *tq.Client {
+			e := srv.Engine()
+			c, err := tq.New(backends.Engine{Data: e.Data, Log: e.Log}, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close(); _ = e.Close() })
+			return c
+		}}
+	}
 }
 
 // The toy shared engine is held to the one model of the contract, with
@@ -146,6 +156,16 @@ func TestToySharedModel(t *testing.T) {
 
 func TestToySharedModelFakeClock(t *testing.T) {
 	tqtest.RunModelFakeClock(t, toySharedModel)
+}
+
+// With WithIndexBlocks, puts of new keys go by blocks: the model takes
+// their indexes from the engine and holds each client to its put order.
+func TestToySharedModelBlocks(t *testing.T) {
+	tqtest.RunModel(t, toySharedModelWith(true))
+}
+
+func TestToySharedModelBlocksFakeClock(t *testing.T) {
+	tqtest.RunModelFakeClock(t, toySharedModelWith(true))
 }
 
 // A Wait stands on a partition whose log its own client's write empties

@@ -40,6 +40,9 @@ type Reservation struct {
 	// read-only: reservations with the same generations (every new row of
 	// a Prepare, say) may share one map.
 	Gens map[string]uint64
+	// New reports that this Prepare gave the key its row: the key was
+	// new to the partition.
+	New bool
 }
 
 // RowUpdate is what Commit applies to one row.

@@ -75,3 +75,16 @@ func TestModelCluster(t *testing.T) {
 	var n atomic.Int64
 	tqtest.RunModel(t, modelEnv(c.URL(), &n, true))
 }
+
+// With WithIndexBlocks, puts of new keys go by blocks (the Redis store
+// stages nothing, so they do): the model takes their indexes from the
+// engine and holds each client to its put order.
+func TestModelBlocks(t *testing.T) {
+	modelHistories(t, 60)
+	srv := redistest.Start(t)
+	var n atomic.Int64
+	tqtest.RunModel(t, func(t *testing.T) tqtest.ModelEnv {
+		u := fmt.Sprintf("%s?prefix=blocks%d", srv.URL(), n.Add(1))
+		return tqtest.ModelEnv{Blocks: true, Open: func(t *testing.T) *tq.Client { return openTQ(t, u, tq.WithIndexBlocks()) }}
+	})
+}

@@ -333,6 +333,7 @@ func (p *Partition) Prepare(now int64, keys, fields []string, sizes []int64, bas
 	}
 	for i, k := range keys {
 		r := p.rows[k]
+		isNew := r == nil
 		if r == nil {
 			if len(fresh) == 0 {
 				fresh = make([]row, min(len(keys)-i, blockRows))
@@ -363,7 +364,7 @@ func (p *Partition) Prepare(now int64, keys, fields []string, sizes []int64, bas
 			}
 			cur, prev = prev, cur
 		}
-		out[i] = metadata.Reservation{Index: r.index, Gens: prevMap}
+		out[i] = metadata.Reservation{Index: r.index, Gens: prevMap, New: isNew}
 	}
 	return out, nil
 }

@@ -29,6 +29,11 @@ type ModelEnv struct {
 	// clock is not controllable, and histories never rely on a lease or a
 	// Nack delay ending (their leases and delays last an hour).
 	Advance func(d time.Duration)
+	// Blocks says the clients Open returns put with tq.WithIndexBlocks:
+	// index order is then put order among one client's puts only, so the
+	// model takes each new row's index from the engine right after its
+	// put (and checks that order per client) rather than predicting it.
+	Blocks bool
 }
 
 var modelSeedFlag = flag.String("tqmodel.seed", "", "RunModel: run the history of this seed only (also TQ_MODEL_SEED)")
@@ -330,9 +335,11 @@ type runner struct {
 	leaseIDs []int
 	index    map[int]uint64 // row id -> the index the engine gave it
 	owner    map[uint64]int
-	rkN      int
-	delays   []time.Duration // Nack delays
-	extends  []time.Duration
+	// With ModelEnv.Blocks: the client that put each row first.
+	putBy   map[int]*tq.Client
+	rkN     int
+	delays  []time.Duration // Nack delays
+	extends []time.Duration
 }
 
 // mlease is a lease a claim returned, held by a client.
@@ -364,6 +371,12 @@ func newRunner(t *testing.T, env ModelEnv, clock bool, rng *rand.Rand) *runner {
 		leases: map[int]*mlease{}, index: map[int]uint64{}, owner: map[uint64]int{},
 		delays: delays, extends: extends}
 	r.m = newModel(lease, rng.IntN(2) == 0)
+	if env.Blocks {
+		// Row ids are the engine's indexes (+1); a row's id before its
+		// index is read must meet none of them.
+		r.m.nextID = 1 << 40
+		r.putBy = map[int]*tq.Client{}
+	}
 	r.m.groupDL = time.Hour // never reached: a history takes seconds
 	if clock {
 		r.m.groupDL = 7 * time.Second

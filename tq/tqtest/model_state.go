@@ -610,8 +610,9 @@ func (m *model) clearPartition() {
 }
 
 // put applies a put: new keys get rows in slice order; fields are set or
-// replaced; a tag merges into the row's (its keys overwrite).
-func (m *model) put(keys []string, fields map[string][]any, tags [][]tagEntry, tagsGiven bool) {
+// replaced; a tag merges into the row's (its keys overwrite). It returns
+// the rows it made.
+func (m *model) put(keys []string, fields map[string][]any, tags [][]tagEntry, tagsGiven bool) (made []*mrow) {
 	for i, k := range keys {
 		r := m.rows[k]
 		if r == nil {
@@ -619,6 +620,7 @@ func (m *model) put(keys []string, fields map[string][]any, tags [][]tagEntry, t
 			m.nextID++
 			m.rows[k] = r
 			m.inserted++
+			made = append(made, r)
 		}
 		for f, col := range fields {
 			if _, had := r.fields[f]; !had {
@@ -632,6 +634,7 @@ func (m *model) put(keys []string, fields map[string][]any, tags [][]tagEntry, t
 			}
 		}
 	}
+	return made
 }
 
 // deadlines are the times at which some lease or delay ends after now.

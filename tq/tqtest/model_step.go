@@ -193,7 +193,44 @@ func (r *runner) stepPut(op *mop) *divergence {
 	}
 	// A Put with a nil tag leaves the row's tag alone, as a nil row of
 	// BatchPut's tags does.
-	r.m.put(p.keys, fields, p.tags, p.tags != nil)
+	made := r.m.put(p.keys, fields, p.tags, p.tags != nil)
+	if r.env.Blocks && len(made) > 0 {
+		return r.madeBy(ctx, c, made)
+	}
+	return nil
+}
+
+// madeBy takes the indexes of rows a put of c made from the engine (with
+// ModelEnv.Blocks): each row's id becomes its index+1, so the model's
+// index order is the engine's; the indexes of c's puts must follow the
+// order c put them in, and none may be another row's.
+func (r *runner) madeBy(ctx context.Context, c *tq.Client, made []*mrow) *divergence {
+	keys := make([]string, len(made))
+	for i, row := range made {
+		keys[i] = row.key
+	}
+	bm, err := c.Lookup(ctx, modelPartition, keys)
+	if d := wantErr("Lookup after a put", err, "nil"); d != nil {
+		return d
+	}
+	for i, row := range made {
+		index := bm.Rows[i].Index
+		if bm.Rows[i].Key != row.key {
+			return diverge("Lookup after a put: key", row.key, bm.Rows[i].Key)
+		}
+		if other, ok := r.owner[index]; ok {
+			return diverge("put: an index given twice", fmt.Sprintf("a new index for %s", row.key), fmt.Sprintf("%d, earlier row #%d's", index, other))
+		}
+		row.id = int(index) + 1
+		for id, by := range r.putBy {
+			if by == c && r.index[id] > index {
+				return diverge("put: index order is not this client's put order",
+					fmt.Sprintf("row %s (put after row #%d, index %d) after it", row.key, id, r.index[id]), index)
+			}
+		}
+		r.index[row.id], r.owner[index] = index, row.id
+		r.putBy[row.id] = c
+	}
 	return nil
 }
 

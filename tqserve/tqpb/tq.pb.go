@@ -195,7 +195,7 @@ func (x Delivery_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Delivery_State.Descriptor instead.
 func (Delivery_State) EnumDescriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{42, 0}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{46, 0}
 }
 
 type SettleRequest_Op int32
@@ -288,7 +288,7 @@ func (x SettleRequest_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SettleRequest_Op.Descriptor instead.
 func (SettleRequest_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{46, 0}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{50, 0}
 }
 
 // A unary call made on Calls.
@@ -1393,7 +1393,10 @@ type Reservation struct {
 	// The write generation reserved for each field of the Prepare: the
 	// cell's storage key is made of index, field and generation, and its
 	// commit gives it as FieldInfo.gen.
-	Gens          map[string]uint64 `protobuf:"bytes,2,rep,name=gens,proto3" json:"gens,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Gens map[string]uint64 `protobuf:"bytes,2,rep,name=gens,proto3" json:"gens,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Whether this Prepare gave the key its row: the key was new to the
+	// partition (a server before version 6 leaves it false).
+	New           bool `protobuf:"varint,3,opt,name=new,proto3" json:"new,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1440,6 +1443,13 @@ func (x *Reservation) GetGens() map[string]uint64 {
 		return x.Gens
 	}
 	return nil
+}
+
+func (x *Reservation) GetNew() bool {
+	if x != nil {
+		return x.New
+	}
+	return false
 }
 
 // What Commit applies to one row.
@@ -2080,6 +2090,262 @@ func (x *CommitRequest) GetUpdates() []*RowUpdate {
 	return nil
 }
 
+type BlockRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The partition the call is about.
+	Partition string `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The fields of the new rows' cells: sorted, distinct, at least one.
+	Fields []string `protobuf:"bytes,2,rep,name=fields,proto3" json:"fields,omitempty"`
+	// How many indexes: 1 to 4096.
+	N             int32 `protobuf:"varint,3,opt,name=n,proto3" json:"n,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockRequest) Reset() {
+	*x = BlockRequest{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockRequest) ProtoMessage() {}
+
+func (x *BlockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockRequest.ProtoReflect.Descriptor instead.
+func (*BlockRequest) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *BlockRequest) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
+func (x *BlockRequest) GetFields() []string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+func (x *BlockRequest) GetN() int32 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
+type BlockReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The block's first index.
+	Base          uint64 `protobuf:"varint,1,opt,name=base,proto3" json:"base,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockReply) Reset() {
+	*x = BlockReply{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockReply) ProtoMessage() {}
+
+func (x *BlockReply) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockReply.ProtoReflect.Descriptor instead.
+func (*BlockReply) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *BlockReply) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
+}
+
+type PutNewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The partition the call is about.
+	Partition string `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The first index: key i of updates takes base+i.
+	Base uint64 `protobuf:"varint,2,opt,name=base,proto3" json:"base,omitempty"`
+	// The fields the put writes, each once, all the block's.
+	Fields []string `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty"`
+	// Empty, or one per cell in field-major order (field j of key i at
+	// j*len(updates)+i), as Prepare's.
+	Sizes []int64 `protobuf:"varint,4,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
+	// One per new key, in order: key i at index base+i, each field at
+	// generation 0.
+	Updates       []*RowUpdate `protobuf:"bytes,5,rep,name=updates,proto3" json:"updates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutNewRequest) Reset() {
+	*x = PutNewRequest{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutNewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutNewRequest) ProtoMessage() {}
+
+func (x *PutNewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutNewRequest.ProtoReflect.Descriptor instead.
+func (*PutNewRequest) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *PutNewRequest) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
+func (x *PutNewRequest) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
+}
+
+func (x *PutNewRequest) GetFields() []string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+func (x *PutNewRequest) GetSizes() []int64 {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *PutNewRequest) GetUpdates() []*RowUpdate {
+	if x != nil {
+		return x.Updates
+	}
+	return nil
+}
+
+type ReleaseBlockRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The partition the call is about.
+	Partition string `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The block's first index.
+	Base uint64 `protobuf:"varint,2,opt,name=base,proto3" json:"base,omitempty"`
+	// Indexes of the block whose cells may exist (a put that failed and
+	// could not delete them): they become garbage unless a PutNew took
+	// them.
+	Written       []uint64 `protobuf:"varint,3,rep,packed,name=written,proto3" json:"written,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBlockRequest) Reset() {
+	*x = ReleaseBlockRequest{}
+	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBlockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBlockRequest) ProtoMessage() {}
+
+func (x *ReleaseBlockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBlockRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseBlockRequest) Descriptor() ([]byte, []int) {
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ReleaseBlockRequest) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
+func (x *ReleaseBlockRequest) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
+}
+
+func (x *ReleaseBlockRequest) GetWritten() []uint64 {
+	if x != nil {
+		return x.Written
+	}
+	return nil
+}
+
 type CommitReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Older generations this commit replaced, to delete.
@@ -2093,7 +2359,7 @@ type CommitReply struct {
 
 func (x *CommitReply) Reset() {
 	*x = CommitReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2371,7 @@ func (x *CommitReply) String() string {
 func (*CommitReply) ProtoMessage() {}
 
 func (x *CommitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[27]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2384,7 @@ func (x *CommitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitReply.ProtoReflect.Descriptor instead.
 func (*CommitReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{27}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommitReply) GetSuperseded() []*Ref {
@@ -2147,7 +2413,7 @@ type KeysRequest struct {
 
 func (x *KeysRequest) Reset() {
 	*x = KeysRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2425,7 @@ func (x *KeysRequest) String() string {
 func (*KeysRequest) ProtoMessage() {}
 
 func (x *KeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[28]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2438,7 @@ func (x *KeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysRequest.ProtoReflect.Descriptor instead.
 func (*KeysRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{28}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KeysRequest) GetPartition() string {
@@ -2199,7 +2465,7 @@ type LookupReply struct {
 
 func (x *LookupReply) Reset() {
 	*x = LookupReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2477,7 @@ func (x *LookupReply) String() string {
 func (*LookupReply) ProtoMessage() {}
 
 func (x *LookupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[29]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2490,7 @@ func (x *LookupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReply.ProtoReflect.Descriptor instead.
 func (*LookupReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{29}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LookupReply) GetRows() []*MaybeRow {
@@ -2244,7 +2510,7 @@ type PartitionRequest struct {
 
 func (x *PartitionRequest) Reset() {
 	*x = PartitionRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2522,7 @@ func (x *PartitionRequest) String() string {
 func (*PartitionRequest) ProtoMessage() {}
 
 func (x *PartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[30]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2535,7 @@ func (x *PartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRequest.ProtoReflect.Descriptor instead.
 func (*PartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{30}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PartitionRequest) GetPartition() string {
@@ -2287,7 +2553,7 @@ type PartitionsRequest struct {
 
 func (x *PartitionsRequest) Reset() {
 	*x = PartitionsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2565,7 @@ func (x *PartitionsRequest) String() string {
 func (*PartitionsRequest) ProtoMessage() {}
 
 func (x *PartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[31]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2578,7 @@ func (x *PartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionsRequest.ProtoReflect.Descriptor instead.
 func (*PartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{31}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{35}
 }
 
 type PartitionsReply struct {
@@ -2325,7 +2591,7 @@ type PartitionsReply struct {
 
 func (x *PartitionsReply) Reset() {
 	*x = PartitionsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2603,7 @@ func (x *PartitionsReply) String() string {
 func (*PartitionsReply) ProtoMessage() {}
 
 func (x *PartitionsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[32]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2616,7 @@ func (x *PartitionsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionsReply.ProtoReflect.Descriptor instead.
 func (*PartitionsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{32}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PartitionsReply) GetPartitions() []string {
@@ -2373,7 +2639,7 @@ type GarbageRequest struct {
 
 func (x *GarbageRequest) Reset() {
 	*x = GarbageRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2651,7 @@ func (x *GarbageRequest) String() string {
 func (*GarbageRequest) ProtoMessage() {}
 
 func (x *GarbageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[33]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2664,7 @@ func (x *GarbageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbageRequest.ProtoReflect.Descriptor instead.
 func (*GarbageRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{33}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GarbageRequest) GetPartition() string {
@@ -2427,7 +2693,7 @@ type RefsRequest struct {
 
 func (x *RefsRequest) Reset() {
 	*x = RefsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2705,7 @@ func (x *RefsRequest) String() string {
 func (*RefsRequest) ProtoMessage() {}
 
 func (x *RefsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[34]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2718,7 @@ func (x *RefsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefsRequest.ProtoReflect.Descriptor instead.
 func (*RefsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{34}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RefsRequest) GetPartition() string {
@@ -2479,7 +2745,7 @@ type RefsReply struct {
 
 func (x *RefsReply) Reset() {
 	*x = RefsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2757,7 @@ func (x *RefsReply) String() string {
 func (*RefsReply) ProtoMessage() {}
 
 func (x *RefsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[35]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2770,7 @@ func (x *RefsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefsReply.ProtoReflect.Descriptor instead.
 func (*RefsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{35}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RefsReply) GetRefs() []*Ref {
@@ -2528,7 +2794,7 @@ type DeleteFieldsRequest struct {
 
 func (x *DeleteFieldsRequest) Reset() {
 	*x = DeleteFieldsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2806,7 @@ func (x *DeleteFieldsRequest) String() string {
 func (*DeleteFieldsRequest) ProtoMessage() {}
 
 func (x *DeleteFieldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[36]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2819,7 @@ func (x *DeleteFieldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFieldsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFieldsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{36}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteFieldsRequest) GetPartition() string {
@@ -2609,7 +2875,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2887,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[37]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2900,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{37}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Group) GetTag() string {
@@ -2694,7 +2960,7 @@ type Select struct {
 
 func (x *Select) Reset() {
 	*x = Select{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +2972,7 @@ func (x *Select) String() string {
 func (*Select) ProtoMessage() {}
 
 func (x *Select) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[38]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +2985,7 @@ func (x *Select) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Select.ProtoReflect.Descriptor instead.
 func (*Select) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{38}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Select) GetFields() []string {
@@ -2778,7 +3044,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +3056,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[39]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +3069,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{39}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Batch) GetRanks() int64 {
@@ -2830,7 +3096,7 @@ type Unit struct {
 
 func (x *Unit) Reset() {
 	*x = Unit{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +3108,7 @@ func (x *Unit) String() string {
 func (*Unit) ProtoMessage() {}
 
 func (x *Unit) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[40]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3121,7 @@ func (x *Unit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unit.ProtoReflect.Descriptor instead.
 func (*Unit) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{40}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Unit) GetIndexes() []uint64 {
@@ -2940,7 +3206,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2952,7 +3218,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[41]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2965,7 +3231,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{41}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ClaimRequest) GetPartition() string {
@@ -3130,7 +3396,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3142,7 +3408,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[42]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3155,7 +3421,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{42}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Delivery) GetIndex() uint64 {
@@ -3243,7 +3509,7 @@ type CandidatesReply struct {
 
 func (x *CandidatesReply) Reset() {
 	*x = CandidatesReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3521,7 @@ func (x *CandidatesReply) String() string {
 func (*CandidatesReply) ProtoMessage() {}
 
 func (x *CandidatesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[43]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3534,7 @@ func (x *CandidatesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidatesReply.ProtoReflect.Descriptor instead.
 func (*CandidatesReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{43}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CandidatesReply) GetRows() []*Row {
@@ -3338,7 +3604,7 @@ type ClaimReply struct {
 
 func (x *ClaimReply) Reset() {
 	*x = ClaimReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3350,7 +3616,7 @@ func (x *ClaimReply) String() string {
 func (*ClaimReply) ProtoMessage() {}
 
 func (x *ClaimReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[44]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3363,7 +3629,7 @@ func (x *ClaimReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimReply.ProtoReflect.Descriptor instead.
 func (*ClaimReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{44}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClaimReply) GetLease() string {
@@ -3474,7 +3740,7 @@ type Positions struct {
 
 func (x *Positions) Reset() {
 	*x = Positions{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3752,7 @@ func (x *Positions) String() string {
 func (*Positions) ProtoMessage() {}
 
 func (x *Positions) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[45]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3765,7 @@ func (x *Positions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Positions.ProtoReflect.Descriptor instead.
 func (*Positions) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{45}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Positions) GetPositions() []int64 {
@@ -3536,7 +3802,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +3814,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[46]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +3827,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{46}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SettleRequest) GetPartition() string {
@@ -3629,7 +3895,7 @@ type SettleReply struct {
 
 func (x *SettleReply) Reset() {
 	*x = SettleReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3641,7 +3907,7 @@ func (x *SettleReply) String() string {
 func (*SettleReply) ProtoMessage() {}
 
 func (x *SettleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[47]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3654,7 +3920,7 @@ func (x *SettleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleReply.ProtoReflect.Descriptor instead.
 func (*SettleReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{47}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SettleReply) GetLost() []uint64 {
@@ -3690,7 +3956,7 @@ type TasksRequest struct {
 
 func (x *TasksRequest) Reset() {
 	*x = TasksRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3968,7 @@ func (x *TasksRequest) String() string {
 func (*TasksRequest) ProtoMessage() {}
 
 func (x *TasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[48]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3981,7 @@ func (x *TasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TasksRequest.ProtoReflect.Descriptor instead.
 func (*TasksRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{48}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TasksRequest) GetPartition() string {
@@ -3742,7 +4008,7 @@ type Deliveries struct {
 
 func (x *Deliveries) Reset() {
 	*x = Deliveries{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +4020,7 @@ func (x *Deliveries) String() string {
 func (*Deliveries) ProtoMessage() {}
 
 func (x *Deliveries) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[49]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +4033,7 @@ func (x *Deliveries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deliveries.ProtoReflect.Descriptor instead.
 func (*Deliveries) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{49}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Deliveries) GetDeliveries() []*Delivery {
@@ -3787,7 +4053,7 @@ type ConsumptionReply struct {
 
 func (x *ConsumptionReply) Reset() {
 	*x = ConsumptionReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3799,7 +4065,7 @@ func (x *ConsumptionReply) String() string {
 func (*ConsumptionReply) ProtoMessage() {}
 
 func (x *ConsumptionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[50]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3812,7 +4078,7 @@ func (x *ConsumptionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumptionReply.ProtoReflect.Descriptor instead.
 func (*ConsumptionReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{50}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ConsumptionReply) GetTasks() map[string]*Deliveries {
@@ -3842,7 +4108,7 @@ type GroupWait struct {
 
 func (x *GroupWait) Reset() {
 	*x = GroupWait{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3854,7 +4120,7 @@ func (x *GroupWait) String() string {
 func (*GroupWait) ProtoMessage() {}
 
 func (x *GroupWait) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[51]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3867,7 +4133,7 @@ func (x *GroupWait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupWait.ProtoReflect.Descriptor instead.
 func (*GroupWait) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{51}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GroupWait) GetId() string {
@@ -3908,7 +4174,7 @@ type GroupWaits struct {
 
 func (x *GroupWaits) Reset() {
 	*x = GroupWaits{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3920,7 +4186,7 @@ func (x *GroupWaits) String() string {
 func (*GroupWaits) ProtoMessage() {}
 
 func (x *GroupWaits) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[52]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3933,7 +4199,7 @@ func (x *GroupWaits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupWaits.ProtoReflect.Descriptor instead.
 func (*GroupWaits) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{52}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GroupWaits) GetGroups() []*GroupWait {
@@ -3977,7 +4243,7 @@ type ViewReply struct {
 
 func (x *ViewReply) Reset() {
 	*x = ViewReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3989,7 +4255,7 @@ func (x *ViewReply) String() string {
 func (*ViewReply) ProtoMessage() {}
 
 func (x *ViewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[53]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4002,7 +4268,7 @@ func (x *ViewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewReply.ProtoReflect.Descriptor instead.
 func (*ViewReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{53}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ViewReply) GetRows() []*Row {
@@ -4092,7 +4358,7 @@ type SummaryRequest struct {
 
 func (x *SummaryRequest) Reset() {
 	*x = SummaryRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4104,7 +4370,7 @@ func (x *SummaryRequest) String() string {
 func (*SummaryRequest) ProtoMessage() {}
 
 func (x *SummaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[54]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4117,7 +4383,7 @@ func (x *SummaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryRequest.ProtoReflect.Descriptor instead.
 func (*SummaryRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{54}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SummaryRequest) GetPartition() string {
@@ -4183,7 +4449,7 @@ type LeaseSummary struct {
 
 func (x *LeaseSummary) Reset() {
 	*x = LeaseSummary{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4195,7 +4461,7 @@ func (x *LeaseSummary) String() string {
 func (*LeaseSummary) ProtoMessage() {}
 
 func (x *LeaseSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[55]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4208,7 +4474,7 @@ func (x *LeaseSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseSummary.ProtoReflect.Descriptor instead.
 func (*LeaseSummary) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{55}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LeaseSummary) GetHolder() string {
@@ -4303,7 +4569,7 @@ type TaskSummary struct {
 
 func (x *TaskSummary) Reset() {
 	*x = TaskSummary{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4581,7 @@ func (x *TaskSummary) String() string {
 func (*TaskSummary) ProtoMessage() {}
 
 func (x *TaskSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[56]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4594,7 @@ func (x *TaskSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSummary.ProtoReflect.Descriptor instead.
 func (*TaskSummary) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{56}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TaskSummary) GetReady() int64 {
@@ -4455,7 +4721,7 @@ type DeadSummary struct {
 
 func (x *DeadSummary) Reset() {
 	*x = DeadSummary{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4467,7 +4733,7 @@ func (x *DeadSummary) String() string {
 func (*DeadSummary) ProtoMessage() {}
 
 func (x *DeadSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[57]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4480,7 +4746,7 @@ func (x *DeadSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadSummary.ProtoReflect.Descriptor instead.
 func (*DeadSummary) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{57}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeadSummary) GetKey() string {
@@ -4548,7 +4814,7 @@ type SummaryReply struct {
 
 func (x *SummaryReply) Reset() {
 	*x = SummaryReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +4826,7 @@ func (x *SummaryReply) String() string {
 func (*SummaryReply) ProtoMessage() {}
 
 func (x *SummaryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[58]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +4839,7 @@ func (x *SummaryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryReply.ProtoReflect.Descriptor instead.
 func (*SummaryReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{58}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SummaryReply) GetRows() int64 {
@@ -4656,7 +4922,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4668,7 +4934,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[59]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4681,7 +4947,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{59}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ResetRequest) GetPartition() string {
@@ -4729,7 +4995,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4741,7 +5007,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[60]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4754,7 +5020,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{60}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WaitRequest) GetPartition() string {
@@ -4789,7 +5055,7 @@ type WaitReply struct {
 
 func (x *WaitReply) Reset() {
 	*x = WaitReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4801,7 +5067,7 @@ func (x *WaitReply) String() string {
 func (*WaitReply) ProtoMessage() {}
 
 func (x *WaitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[61]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4814,7 +5080,7 @@ func (x *WaitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitReply.ProtoReflect.Descriptor instead.
 func (*WaitReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{61}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *WaitReply) GetTaken() *ClaimReply {
@@ -4842,7 +5108,7 @@ type Cell struct {
 
 func (x *Cell) Reset() {
 	*x = Cell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +5120,7 @@ func (x *Cell) String() string {
 func (*Cell) ProtoMessage() {}
 
 func (x *Cell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[62]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +5133,7 @@ func (x *Cell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cell.ProtoReflect.Descriptor instead.
 func (*Cell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{62}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Cell) GetKey() string {
@@ -4901,7 +5167,7 @@ type WriteCellsRequest struct {
 
 func (x *WriteCellsRequest) Reset() {
 	*x = WriteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4913,7 +5179,7 @@ func (x *WriteCellsRequest) String() string {
 func (*WriteCellsRequest) ProtoMessage() {}
 
 func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[63]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4926,7 +5192,7 @@ func (x *WriteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsRequest.ProtoReflect.Descriptor instead.
 func (*WriteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{63}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *WriteCellsRequest) GetCells() []*Cell {
@@ -4946,7 +5212,7 @@ type WriteCellsReply struct {
 
 func (x *WriteCellsReply) Reset() {
 	*x = WriteCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4958,7 +5224,7 @@ func (x *WriteCellsReply) String() string {
 func (*WriteCellsReply) ProtoMessage() {}
 
 func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[64]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4971,7 +5237,7 @@ func (x *WriteCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCellsReply.ProtoReflect.Descriptor instead.
 func (*WriteCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{64}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *WriteCellsReply) GetTags() []string {
@@ -4991,7 +5257,7 @@ type ReadCellsRequest struct {
 
 func (x *ReadCellsRequest) Reset() {
 	*x = ReadCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[65]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5003,7 +5269,7 @@ func (x *ReadCellsRequest) String() string {
 func (*ReadCellsRequest) ProtoMessage() {}
 
 func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[65]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5016,7 +5282,7 @@ func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsRequest.ProtoReflect.Descriptor instead.
 func (*ReadCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{65}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReadCellsRequest) GetCells() []*Cell {
@@ -5038,7 +5304,7 @@ type ReadCell struct {
 
 func (x *ReadCell) Reset() {
 	*x = ReadCell{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[66]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5050,7 +5316,7 @@ func (x *ReadCell) String() string {
 func (*ReadCell) ProtoMessage() {}
 
 func (x *ReadCell) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[66]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5063,7 +5329,7 @@ func (x *ReadCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCell.ProtoReflect.Descriptor instead.
 func (*ReadCell) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{66}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ReadCell) GetFound() bool {
@@ -5090,7 +5356,7 @@ type ReadCellsReply struct {
 
 func (x *ReadCellsReply) Reset() {
 	*x = ReadCellsReply{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[67]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5102,7 +5368,7 @@ func (x *ReadCellsReply) String() string {
 func (*ReadCellsReply) ProtoMessage() {}
 
 func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[67]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5115,7 +5381,7 @@ func (x *ReadCellsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadCellsReply.ProtoReflect.Descriptor instead.
 func (*ReadCellsReply) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{67}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReadCellsReply) GetCells() []*ReadCell {
@@ -5135,7 +5401,7 @@ type DeleteCellsRequest struct {
 
 func (x *DeleteCellsRequest) Reset() {
 	*x = DeleteCellsRequest{}
-	mi := &file_tqgo_v1_tq_proto_msgTypes[68]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5147,7 +5413,7 @@ func (x *DeleteCellsRequest) String() string {
 func (*DeleteCellsRequest) ProtoMessage() {}
 
 func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tqgo_v1_tq_proto_msgTypes[68]
+	mi := &file_tqgo_v1_tq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5160,7 +5426,7 @@ func (x *DeleteCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCellsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCellsRequest) Descriptor() ([]byte, []int) {
-	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{68}
+	return file_tqgo_v1_tq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DeleteCellsRequest) GetCells() []*Cell {
@@ -5261,10 +5527,11 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x06fields\x18\x03 \x03(\v2\x13.tqgo.v1.FieldEntryR\x06fields\x12!\n" +
 	"\x03tag\x18\x04 \x01(\v2\x0f.tqgo.v1.TagMapR\x03tag\"*\n" +
 	"\bMaybeRow\x12\x1e\n" +
-	"\x03row\x18\x01 \x01(\v2\f.tqgo.v1.RowR\x03row\"\x90\x01\n" +
+	"\x03row\x18\x01 \x01(\v2\f.tqgo.v1.RowR\x03row\"\xa2\x01\n" +
 	"\vReservation\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x122\n" +
-	"\x04gens\x18\x02 \x03(\v2\x1e.tqgo.v1.Reservation.GensEntryR\x04gens\x1a7\n" +
+	"\x04gens\x18\x02 \x03(\v2\x1e.tqgo.v1.Reservation.GensEntryR\x04gens\x12\x10\n" +
+	"\x03new\x18\x03 \x01(\bR\x03new\x1a7\n" +
 	"\tGensEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x83\x01\n" +
@@ -5306,7 +5573,24 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x04rows\x18\x01 \x03(\v2\f.tqgo.v1.RowR\x04rows\"[\n" +
 	"\rCommitRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12,\n" +
-	"\aupdates\x18\x02 \x03(\v2\x12.tqgo.v1.RowUpdateR\aupdates\"_\n" +
+	"\aupdates\x18\x02 \x03(\v2\x12.tqgo.v1.RowUpdateR\aupdates\"R\n" +
+	"\fBlockRequest\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x16\n" +
+	"\x06fields\x18\x02 \x03(\tR\x06fields\x12\f\n" +
+	"\x01n\x18\x03 \x01(\x05R\x01n\" \n" +
+	"\n" +
+	"BlockReply\x12\x12\n" +
+	"\x04base\x18\x01 \x01(\x04R\x04base\"\x9d\x01\n" +
+	"\rPutNewRequest\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
+	"\x04base\x18\x02 \x01(\x04R\x04base\x12\x16\n" +
+	"\x06fields\x18\x03 \x03(\tR\x06fields\x12\x14\n" +
+	"\x05sizes\x18\x04 \x03(\x03R\x05sizes\x12,\n" +
+	"\aupdates\x18\x05 \x03(\v2\x12.tqgo.v1.RowUpdateR\aupdates\"a\n" +
+	"\x13ReleaseBlockRequest\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
+	"\x04base\x18\x02 \x01(\x04R\x04base\x12\x18\n" +
+	"\awritten\x18\x03 \x03(\x04R\awritten\"_\n" +
 	"\vCommitReply\x12,\n" +
 	"\n" +
 	"superseded\x18\x01 \x03(\v2\f.tqgo.v1.RefR\n" +
@@ -5578,12 +5862,15 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x0eReadCellsReply\x12'\n" +
 	"\x05cells\x18\x01 \x03(\v2\x11.tqgo.v1.ReadCellR\x05cells\"9\n" +
 	"\x12DeleteCellsRequest\x12#\n" +
-	"\x05cells\x18\x01 \x03(\v2\r.tqgo.v1.CellR\x05cells2\xd9\t\n" +
+	"\x05cells\x18\x01 \x03(\v2\r.tqgo.v1.CellR\x05cells2\x84\v\n" +
 	"\x04Meta\x120\n" +
 	"\x04Info\x12\x14.tqgo.v1.InfoRequest\x1a\x12.tqgo.v1.InfoReply\x129\n" +
 	"\aPrepare\x12\x17.tqgo.v1.PrepareRequest\x1a\x15.tqgo.v1.PrepareReply\x12>\n" +
 	"\vSetCapacity\x12\x1b.tqgo.v1.SetCapacityRequest\x1a\x12.tqgo.v1.RowsReply\x126\n" +
-	"\x06Commit\x12\x16.tqgo.v1.CommitRequest\x1a\x14.tqgo.v1.CommitReply\x124\n" +
+	"\x06Commit\x12\x16.tqgo.v1.CommitRequest\x1a\x14.tqgo.v1.CommitReply\x123\n" +
+	"\x05Block\x12\x15.tqgo.v1.BlockRequest\x1a\x13.tqgo.v1.BlockReply\x126\n" +
+	"\x06PutNew\x12\x16.tqgo.v1.PutNewRequest\x1a\x14.tqgo.v1.CommitReply\x12<\n" +
+	"\fReleaseBlock\x12\x1c.tqgo.v1.ReleaseBlockRequest\x1a\x0e.tqgo.v1.Empty\x124\n" +
 	"\x06Lookup\x12\x14.tqgo.v1.KeysRequest\x1a\x14.tqgo.v1.LookupReply\x125\n" +
 	"\x04List\x12\x19.tqgo.v1.PartitionRequest\x1a\x12.tqgo.v1.RowsReply\x12B\n" +
 	"\n" +
@@ -5622,7 +5909,7 @@ func file_tqgo_v1_tq_proto_rawDescGZIP() []byte {
 }
 
 var file_tqgo_v1_tq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_tqgo_v1_tq_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_tqgo_v1_tq_proto_goTypes = []any{
 	(Failure_Kind)(0),           // 0: tqgo.v1.Failure.Kind
 	(Delivery_State)(0),         // 1: tqgo.v1.Delivery.State
@@ -5654,62 +5941,66 @@ var file_tqgo_v1_tq_proto_goTypes = []any{
 	(*SetCapacityRequest)(nil),  // 27: tqgo.v1.SetCapacityRequest
 	(*RowsReply)(nil),           // 28: tqgo.v1.RowsReply
 	(*CommitRequest)(nil),       // 29: tqgo.v1.CommitRequest
-	(*CommitReply)(nil),         // 30: tqgo.v1.CommitReply
-	(*KeysRequest)(nil),         // 31: tqgo.v1.KeysRequest
-	(*LookupReply)(nil),         // 32: tqgo.v1.LookupReply
-	(*PartitionRequest)(nil),    // 33: tqgo.v1.PartitionRequest
-	(*PartitionsRequest)(nil),   // 34: tqgo.v1.PartitionsRequest
-	(*PartitionsReply)(nil),     // 35: tqgo.v1.PartitionsReply
-	(*GarbageRequest)(nil),      // 36: tqgo.v1.GarbageRequest
-	(*RefsRequest)(nil),         // 37: tqgo.v1.RefsRequest
-	(*RefsReply)(nil),           // 38: tqgo.v1.RefsReply
-	(*DeleteFieldsRequest)(nil), // 39: tqgo.v1.DeleteFieldsRequest
-	(*Group)(nil),               // 40: tqgo.v1.Group
-	(*Select)(nil),              // 41: tqgo.v1.Select
-	(*Batch)(nil),               // 42: tqgo.v1.Batch
-	(*Unit)(nil),                // 43: tqgo.v1.Unit
-	(*ClaimRequest)(nil),        // 44: tqgo.v1.ClaimRequest
-	(*Delivery)(nil),            // 45: tqgo.v1.Delivery
-	(*CandidatesReply)(nil),     // 46: tqgo.v1.CandidatesReply
-	(*ClaimReply)(nil),          // 47: tqgo.v1.ClaimReply
-	(*Positions)(nil),           // 48: tqgo.v1.Positions
-	(*SettleRequest)(nil),       // 49: tqgo.v1.SettleRequest
-	(*SettleReply)(nil),         // 50: tqgo.v1.SettleReply
-	(*TasksRequest)(nil),        // 51: tqgo.v1.TasksRequest
-	(*Deliveries)(nil),          // 52: tqgo.v1.Deliveries
-	(*ConsumptionReply)(nil),    // 53: tqgo.v1.ConsumptionReply
-	(*GroupWait)(nil),           // 54: tqgo.v1.GroupWait
-	(*GroupWaits)(nil),          // 55: tqgo.v1.GroupWaits
-	(*ViewReply)(nil),           // 56: tqgo.v1.ViewReply
-	(*SummaryRequest)(nil),      // 57: tqgo.v1.SummaryRequest
-	(*LeaseSummary)(nil),        // 58: tqgo.v1.LeaseSummary
-	(*TaskSummary)(nil),         // 59: tqgo.v1.TaskSummary
-	(*DeadSummary)(nil),         // 60: tqgo.v1.DeadSummary
-	(*SummaryReply)(nil),        // 61: tqgo.v1.SummaryReply
-	(*ResetRequest)(nil),        // 62: tqgo.v1.ResetRequest
-	(*WaitRequest)(nil),         // 63: tqgo.v1.WaitRequest
-	(*WaitReply)(nil),           // 64: tqgo.v1.WaitReply
-	(*Cell)(nil),                // 65: tqgo.v1.Cell
-	(*WriteCellsRequest)(nil),   // 66: tqgo.v1.WriteCellsRequest
-	(*WriteCellsReply)(nil),     // 67: tqgo.v1.WriteCellsReply
-	(*ReadCellsRequest)(nil),    // 68: tqgo.v1.ReadCellsRequest
-	(*ReadCell)(nil),            // 69: tqgo.v1.ReadCell
-	(*ReadCellsReply)(nil),      // 70: tqgo.v1.ReadCellsReply
-	(*DeleteCellsRequest)(nil),  // 71: tqgo.v1.DeleteCellsRequest
-	nil,                         // 72: tqgo.v1.TagMap.ValuesEntry
-	nil,                         // 73: tqgo.v1.Reservation.GensEntry
-	nil,                         // 74: tqgo.v1.ConsumptionReply.TasksEntry
-	nil,                         // 75: tqgo.v1.ViewReply.TasksEntry
-	nil,                         // 76: tqgo.v1.ViewReply.ConsumedEntry
-	nil,                         // 77: tqgo.v1.ViewReply.GroupsEntry
-	nil,                         // 78: tqgo.v1.TaskSummary.MissingEntry
-	nil,                         // 79: tqgo.v1.SummaryReply.FieldsEntry
-	nil,                         // 80: tqgo.v1.SummaryReply.TasksEntry
-	(*anypb.Any)(nil),           // 81: google.protobuf.Any
+	(*BlockRequest)(nil),        // 30: tqgo.v1.BlockRequest
+	(*BlockReply)(nil),          // 31: tqgo.v1.BlockReply
+	(*PutNewRequest)(nil),       // 32: tqgo.v1.PutNewRequest
+	(*ReleaseBlockRequest)(nil), // 33: tqgo.v1.ReleaseBlockRequest
+	(*CommitReply)(nil),         // 34: tqgo.v1.CommitReply
+	(*KeysRequest)(nil),         // 35: tqgo.v1.KeysRequest
+	(*LookupReply)(nil),         // 36: tqgo.v1.LookupReply
+	(*PartitionRequest)(nil),    // 37: tqgo.v1.PartitionRequest
+	(*PartitionsRequest)(nil),   // 38: tqgo.v1.PartitionsRequest
+	(*PartitionsReply)(nil),     // 39: tqgo.v1.PartitionsReply
+	(*GarbageRequest)(nil),      // 40: tqgo.v1.GarbageRequest
+	(*RefsRequest)(nil),         // 41: tqgo.v1.RefsRequest
+	(*RefsReply)(nil),           // 42: tqgo.v1.RefsReply
+	(*DeleteFieldsRequest)(nil), // 43: tqgo.v1.DeleteFieldsRequest
+	(*Group)(nil),               // 44: tqgo.v1.Group
+	(*Select)(nil),              // 45: tqgo.v1.Select
+	(*Batch)(nil),               // 46: tqgo.v1.Batch
+	(*Unit)(nil),                // 47: tqgo.v1.Unit
+	(*ClaimRequest)(nil),        // 48: tqgo.v1.ClaimRequest
+	(*Delivery)(nil),            // 49: tqgo.v1.Delivery
+	(*CandidatesReply)(nil),     // 50: tqgo.v1.CandidatesReply
+	(*ClaimReply)(nil),          // 51: tqgo.v1.ClaimReply
+	(*Positions)(nil),           // 52: tqgo.v1.Positions
+	(*SettleRequest)(nil),       // 53: tqgo.v1.SettleRequest
+	(*SettleReply)(nil),         // 54: tqgo.v1.SettleReply
+	(*TasksRequest)(nil),        // 55: tqgo.v1.TasksRequest
+	(*Deliveries)(nil),          // 56: tqgo.v1.Deliveries
+	(*ConsumptionReply)(nil),    // 57: tqgo.v1.ConsumptionReply
+	(*GroupWait)(nil),           // 58: tqgo.v1.GroupWait
+	(*GroupWaits)(nil),          // 59: tqgo.v1.GroupWaits
+	(*ViewReply)(nil),           // 60: tqgo.v1.ViewReply
+	(*SummaryRequest)(nil),      // 61: tqgo.v1.SummaryRequest
+	(*LeaseSummary)(nil),        // 62: tqgo.v1.LeaseSummary
+	(*TaskSummary)(nil),         // 63: tqgo.v1.TaskSummary
+	(*DeadSummary)(nil),         // 64: tqgo.v1.DeadSummary
+	(*SummaryReply)(nil),        // 65: tqgo.v1.SummaryReply
+	(*ResetRequest)(nil),        // 66: tqgo.v1.ResetRequest
+	(*WaitRequest)(nil),         // 67: tqgo.v1.WaitRequest
+	(*WaitReply)(nil),           // 68: tqgo.v1.WaitReply
+	(*Cell)(nil),                // 69: tqgo.v1.Cell
+	(*WriteCellsRequest)(nil),   // 70: tqgo.v1.WriteCellsRequest
+	(*WriteCellsReply)(nil),     // 71: tqgo.v1.WriteCellsReply
+	(*ReadCellsRequest)(nil),    // 72: tqgo.v1.ReadCellsRequest
+	(*ReadCell)(nil),            // 73: tqgo.v1.ReadCell
+	(*ReadCellsReply)(nil),      // 74: tqgo.v1.ReadCellsReply
+	(*DeleteCellsRequest)(nil),  // 75: tqgo.v1.DeleteCellsRequest
+	nil,                         // 76: tqgo.v1.TagMap.ValuesEntry
+	nil,                         // 77: tqgo.v1.Reservation.GensEntry
+	nil,                         // 78: tqgo.v1.ConsumptionReply.TasksEntry
+	nil,                         // 79: tqgo.v1.ViewReply.TasksEntry
+	nil,                         // 80: tqgo.v1.ViewReply.ConsumedEntry
+	nil,                         // 81: tqgo.v1.ViewReply.GroupsEntry
+	nil,                         // 82: tqgo.v1.TaskSummary.MissingEntry
+	nil,                         // 83: tqgo.v1.SummaryReply.FieldsEntry
+	nil,                         // 84: tqgo.v1.SummaryReply.TasksEntry
+	(*anypb.Any)(nil),           // 85: google.protobuf.Any
 }
 var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	5,   // 0: tqgo.v1.CallReply.status:type_name -> tqgo.v1.Status
-	81,  // 1: tqgo.v1.Status.details:type_name -> google.protobuf.Any
+	85,  // 1: tqgo.v1.Status.details:type_name -> google.protobuf.Any
 	0,   // 2: tqgo.v1.Failure.kind:type_name -> tqgo.v1.Failure.Kind
 	9,   // 3: tqgo.v1.Failure.full:type_name -> tqgo.v1.Full
 	22,  // 4: tqgo.v1.Full.capacity:type_name -> tqgo.v1.Capacity
@@ -5720,12 +6011,12 @@ var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	13,  // 9: tqgo.v1.TagValue.list_value:type_name -> tqgo.v1.TagList
 	14,  // 10: tqgo.v1.TagValue.map_value:type_name -> tqgo.v1.TagMap
 	12,  // 11: tqgo.v1.TagList.values:type_name -> tqgo.v1.TagValue
-	72,  // 12: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
+	76,  // 12: tqgo.v1.TagMap.values:type_name -> tqgo.v1.TagMap.ValuesEntry
 	15,  // 13: tqgo.v1.FieldEntry.info:type_name -> tqgo.v1.FieldInfo
 	16,  // 14: tqgo.v1.Row.fields:type_name -> tqgo.v1.FieldEntry
 	14,  // 15: tqgo.v1.Row.tag:type_name -> tqgo.v1.TagMap
 	17,  // 16: tqgo.v1.MaybeRow.row:type_name -> tqgo.v1.Row
-	73,  // 17: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
+	77,  // 17: tqgo.v1.Reservation.gens:type_name -> tqgo.v1.Reservation.GensEntry
 	16,  // 18: tqgo.v1.RowUpdate.fields:type_name -> tqgo.v1.FieldEntry
 	14,  // 19: tqgo.v1.RowUpdate.tag:type_name -> tqgo.v1.TagMap
 	7,   // 20: tqgo.v1.Mark.wake:type_name -> tqgo.v1.Moment
@@ -5733,126 +6024,133 @@ var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	22,  // 22: tqgo.v1.SetCapacityRequest.capacity:type_name -> tqgo.v1.Capacity
 	17,  // 23: tqgo.v1.RowsReply.rows:type_name -> tqgo.v1.Row
 	20,  // 24: tqgo.v1.CommitRequest.updates:type_name -> tqgo.v1.RowUpdate
-	21,  // 25: tqgo.v1.CommitReply.superseded:type_name -> tqgo.v1.Ref
-	21,  // 26: tqgo.v1.CommitReply.stale:type_name -> tqgo.v1.Ref
-	18,  // 27: tqgo.v1.LookupReply.rows:type_name -> tqgo.v1.MaybeRow
-	21,  // 28: tqgo.v1.RefsRequest.refs:type_name -> tqgo.v1.Ref
-	21,  // 29: tqgo.v1.RefsReply.refs:type_name -> tqgo.v1.Ref
-	40,  // 30: tqgo.v1.Select.group:type_name -> tqgo.v1.Group
-	42,  // 31: tqgo.v1.ClaimRequest.batch:type_name -> tqgo.v1.Batch
-	41,  // 32: tqgo.v1.ClaimRequest.select:type_name -> tqgo.v1.Select
-	43,  // 33: tqgo.v1.ClaimRequest.picked:type_name -> tqgo.v1.Unit
-	49,  // 34: tqgo.v1.ClaimRequest.settle_first:type_name -> tqgo.v1.SettleRequest
-	1,   // 35: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
-	7,   // 36: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
-	7,   // 37: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
-	7,   // 38: tqgo.v1.Delivery.granted:type_name -> tqgo.v1.Moment
-	17,  // 39: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
-	45,  // 40: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
-	24,  // 41: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
-	17,  // 42: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
-	45,  // 43: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
-	48,  // 44: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
-	7,   // 45: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
-	17,  // 46: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
-	24,  // 47: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
-	50,  // 48: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
-	8,   // 49: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
-	2,   // 50: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
-	7,   // 51: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
-	17,  // 52: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
-	45,  // 53: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
-	74,  // 54: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
-	7,   // 55: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
-	54,  // 56: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
-	17,  // 57: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
-	75,  // 58: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
-	24,  // 59: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
-	22,  // 60: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
-	23,  // 61: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
-	76,  // 62: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
-	7,   // 63: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
-	77,  // 64: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
-	7,   // 65: tqgo.v1.LeaseSummary.until:type_name -> tqgo.v1.Moment
-	7,   // 66: tqgo.v1.LeaseSummary.granted:type_name -> tqgo.v1.Moment
-	58,  // 67: tqgo.v1.TaskSummary.leases:type_name -> tqgo.v1.LeaseSummary
-	7,   // 68: tqgo.v1.TaskSummary.oldest_ready:type_name -> tqgo.v1.Moment
-	55,  // 69: tqgo.v1.TaskSummary.groups:type_name -> tqgo.v1.GroupWaits
-	78,  // 70: tqgo.v1.TaskSummary.missing:type_name -> tqgo.v1.TaskSummary.MissingEntry
-	60,  // 71: tqgo.v1.TaskSummary.last_dead:type_name -> tqgo.v1.DeadSummary
-	7,   // 72: tqgo.v1.DeadSummary.at:type_name -> tqgo.v1.Moment
-	79,  // 73: tqgo.v1.SummaryReply.fields:type_name -> tqgo.v1.SummaryReply.FieldsEntry
-	7,   // 74: tqgo.v1.SummaryReply.oldest_row:type_name -> tqgo.v1.Moment
-	80,  // 75: tqgo.v1.SummaryReply.tasks:type_name -> tqgo.v1.SummaryReply.TasksEntry
-	22,  // 76: tqgo.v1.SummaryReply.capacity:type_name -> tqgo.v1.Capacity
-	23,  // 77: tqgo.v1.SummaryReply.used:type_name -> tqgo.v1.Usage
-	24,  // 78: tqgo.v1.SummaryReply.mark:type_name -> tqgo.v1.Mark
-	24,  // 79: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
-	47,  // 80: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
-	65,  // 81: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	65,  // 82: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
-	69,  // 83: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
-	65,  // 84: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	12,  // 85: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
-	52,  // 86: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	52,  // 87: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	55,  // 88: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
-	59,  // 89: tqgo.v1.SummaryReply.TasksEntry.value:type_name -> tqgo.v1.TaskSummary
-	10,  // 90: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
-	25,  // 91: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
-	27,  // 92: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
-	29,  // 93: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
-	31,  // 94: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
-	33,  // 95: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
-	34,  // 96: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
-	31,  // 97: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
-	33,  // 98: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
-	36,  // 99: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
-	37,  // 100: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
-	37,  // 101: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
-	39,  // 102: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
-	44,  // 103: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
-	44,  // 104: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
-	49,  // 105: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
-	51,  // 106: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
-	51,  // 107: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
-	57,  // 108: tqgo.v1.Meta.Summary:input_type -> tqgo.v1.SummaryRequest
-	62,  // 109: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
-	63,  // 110: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
-	3,   // 111: tqgo.v1.Meta.Calls:input_type -> tqgo.v1.Call
-	66,  // 112: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
-	68,  // 113: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
-	71,  // 114: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
-	11,  // 115: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
-	26,  // 116: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
-	28,  // 117: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
-	30,  // 118: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
-	32,  // 119: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
-	28,  // 120: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
-	35,  // 121: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
-	28,  // 122: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
-	28,  // 123: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
-	38,  // 124: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
-	6,   // 125: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
-	6,   // 126: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
-	38,  // 127: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
-	46,  // 128: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
-	47,  // 129: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
-	50,  // 130: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
-	53,  // 131: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
-	56,  // 132: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
-	61,  // 133: tqgo.v1.Meta.Summary:output_type -> tqgo.v1.SummaryReply
-	6,   // 134: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
-	64,  // 135: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
-	4,   // 136: tqgo.v1.Meta.Calls:output_type -> tqgo.v1.CallReply
-	67,  // 137: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
-	70,  // 138: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
-	6,   // 139: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
-	115, // [115:140] is the sub-list for method output_type
-	90,  // [90:115] is the sub-list for method input_type
-	90,  // [90:90] is the sub-list for extension type_name
-	90,  // [90:90] is the sub-list for extension extendee
-	0,   // [0:90] is the sub-list for field type_name
+	20,  // 25: tqgo.v1.PutNewRequest.updates:type_name -> tqgo.v1.RowUpdate
+	21,  // 26: tqgo.v1.CommitReply.superseded:type_name -> tqgo.v1.Ref
+	21,  // 27: tqgo.v1.CommitReply.stale:type_name -> tqgo.v1.Ref
+	18,  // 28: tqgo.v1.LookupReply.rows:type_name -> tqgo.v1.MaybeRow
+	21,  // 29: tqgo.v1.RefsRequest.refs:type_name -> tqgo.v1.Ref
+	21,  // 30: tqgo.v1.RefsReply.refs:type_name -> tqgo.v1.Ref
+	44,  // 31: tqgo.v1.Select.group:type_name -> tqgo.v1.Group
+	46,  // 32: tqgo.v1.ClaimRequest.batch:type_name -> tqgo.v1.Batch
+	45,  // 33: tqgo.v1.ClaimRequest.select:type_name -> tqgo.v1.Select
+	47,  // 34: tqgo.v1.ClaimRequest.picked:type_name -> tqgo.v1.Unit
+	53,  // 35: tqgo.v1.ClaimRequest.settle_first:type_name -> tqgo.v1.SettleRequest
+	1,   // 36: tqgo.v1.Delivery.state:type_name -> tqgo.v1.Delivery.State
+	7,   // 37: tqgo.v1.Delivery.until:type_name -> tqgo.v1.Moment
+	7,   // 38: tqgo.v1.Delivery.at:type_name -> tqgo.v1.Moment
+	7,   // 39: tqgo.v1.Delivery.granted:type_name -> tqgo.v1.Moment
+	17,  // 40: tqgo.v1.CandidatesReply.rows:type_name -> tqgo.v1.Row
+	49,  // 41: tqgo.v1.CandidatesReply.deliveries:type_name -> tqgo.v1.Delivery
+	24,  // 42: tqgo.v1.CandidatesReply.mark:type_name -> tqgo.v1.Mark
+	17,  // 43: tqgo.v1.ClaimReply.rows:type_name -> tqgo.v1.Row
+	49,  // 44: tqgo.v1.ClaimReply.deliveries:type_name -> tqgo.v1.Delivery
+	52,  // 45: tqgo.v1.ClaimReply.units:type_name -> tqgo.v1.Positions
+	7,   // 46: tqgo.v1.ClaimReply.until:type_name -> tqgo.v1.Moment
+	17,  // 47: tqgo.v1.ClaimReply.cleared:type_name -> tqgo.v1.Row
+	24,  // 48: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
+	54,  // 49: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
+	8,   // 50: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
+	2,   // 51: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
+	7,   // 52: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
+	17,  // 53: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
+	49,  // 54: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
+	78,  // 55: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
+	7,   // 56: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
+	58,  // 57: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
+	17,  // 58: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
+	79,  // 59: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
+	24,  // 60: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
+	22,  // 61: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
+	23,  // 62: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
+	80,  // 63: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
+	7,   // 64: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
+	81,  // 65: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
+	7,   // 66: tqgo.v1.LeaseSummary.until:type_name -> tqgo.v1.Moment
+	7,   // 67: tqgo.v1.LeaseSummary.granted:type_name -> tqgo.v1.Moment
+	62,  // 68: tqgo.v1.TaskSummary.leases:type_name -> tqgo.v1.LeaseSummary
+	7,   // 69: tqgo.v1.TaskSummary.oldest_ready:type_name -> tqgo.v1.Moment
+	59,  // 70: tqgo.v1.TaskSummary.groups:type_name -> tqgo.v1.GroupWaits
+	82,  // 71: tqgo.v1.TaskSummary.missing:type_name -> tqgo.v1.TaskSummary.MissingEntry
+	64,  // 72: tqgo.v1.TaskSummary.last_dead:type_name -> tqgo.v1.DeadSummary
+	7,   // 73: tqgo.v1.DeadSummary.at:type_name -> tqgo.v1.Moment
+	83,  // 74: tqgo.v1.SummaryReply.fields:type_name -> tqgo.v1.SummaryReply.FieldsEntry
+	7,   // 75: tqgo.v1.SummaryReply.oldest_row:type_name -> tqgo.v1.Moment
+	84,  // 76: tqgo.v1.SummaryReply.tasks:type_name -> tqgo.v1.SummaryReply.TasksEntry
+	22,  // 77: tqgo.v1.SummaryReply.capacity:type_name -> tqgo.v1.Capacity
+	23,  // 78: tqgo.v1.SummaryReply.used:type_name -> tqgo.v1.Usage
+	24,  // 79: tqgo.v1.SummaryReply.mark:type_name -> tqgo.v1.Mark
+	24,  // 80: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
+	51,  // 81: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
+	69,  // 82: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	69,  // 83: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
+	73,  // 84: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
+	69,  // 85: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	12,  // 86: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
+	56,  // 87: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	56,  // 88: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	59,  // 89: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
+	63,  // 90: tqgo.v1.SummaryReply.TasksEntry.value:type_name -> tqgo.v1.TaskSummary
+	10,  // 91: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
+	25,  // 92: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
+	27,  // 93: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
+	29,  // 94: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
+	30,  // 95: tqgo.v1.Meta.Block:input_type -> tqgo.v1.BlockRequest
+	32,  // 96: tqgo.v1.Meta.PutNew:input_type -> tqgo.v1.PutNewRequest
+	33,  // 97: tqgo.v1.Meta.ReleaseBlock:input_type -> tqgo.v1.ReleaseBlockRequest
+	35,  // 98: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
+	37,  // 99: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
+	38,  // 100: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
+	35,  // 101: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
+	37,  // 102: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
+	40,  // 103: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
+	41,  // 104: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
+	41,  // 105: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
+	43,  // 106: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
+	48,  // 107: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
+	48,  // 108: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
+	53,  // 109: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
+	55,  // 110: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
+	55,  // 111: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
+	61,  // 112: tqgo.v1.Meta.Summary:input_type -> tqgo.v1.SummaryRequest
+	66,  // 113: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
+	67,  // 114: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
+	3,   // 115: tqgo.v1.Meta.Calls:input_type -> tqgo.v1.Call
+	70,  // 116: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
+	72,  // 117: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
+	75,  // 118: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
+	11,  // 119: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
+	26,  // 120: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
+	28,  // 121: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
+	34,  // 122: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
+	31,  // 123: tqgo.v1.Meta.Block:output_type -> tqgo.v1.BlockReply
+	34,  // 124: tqgo.v1.Meta.PutNew:output_type -> tqgo.v1.CommitReply
+	6,   // 125: tqgo.v1.Meta.ReleaseBlock:output_type -> tqgo.v1.Empty
+	36,  // 126: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
+	28,  // 127: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
+	39,  // 128: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
+	28,  // 129: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
+	28,  // 130: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
+	42,  // 131: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
+	6,   // 132: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
+	6,   // 133: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
+	42,  // 134: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
+	50,  // 135: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
+	51,  // 136: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
+	54,  // 137: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
+	57,  // 138: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
+	60,  // 139: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
+	65,  // 140: tqgo.v1.Meta.Summary:output_type -> tqgo.v1.SummaryReply
+	6,   // 141: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
+	68,  // 142: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
+	4,   // 143: tqgo.v1.Meta.Calls:output_type -> tqgo.v1.CallReply
+	71,  // 144: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
+	74,  // 145: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
+	6,   // 146: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
+	119, // [119:147] is the sub-list for method output_type
+	91,  // [91:119] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_tqgo_v1_tq_proto_init() }
@@ -5877,7 +6175,7 @@ func file_tqgo_v1_tq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tqgo_v1_tq_proto_rawDesc), len(file_tqgo_v1_tq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   78,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

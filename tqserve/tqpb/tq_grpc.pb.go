@@ -48,6 +48,9 @@ const (
 	Meta_Prepare_FullMethodName         = "/tqgo.v1.Meta/Prepare"
 	Meta_SetCapacity_FullMethodName     = "/tqgo.v1.Meta/SetCapacity"
 	Meta_Commit_FullMethodName          = "/tqgo.v1.Meta/Commit"
+	Meta_Block_FullMethodName           = "/tqgo.v1.Meta/Block"
+	Meta_PutNew_FullMethodName          = "/tqgo.v1.Meta/PutNew"
+	Meta_ReleaseBlock_FullMethodName    = "/tqgo.v1.Meta/ReleaseBlock"
 	Meta_Lookup_FullMethodName          = "/tqgo.v1.Meta/Lookup"
 	Meta_List_FullMethodName            = "/tqgo.v1.Meta/List"
 	Meta_Partitions_FullMethodName      = "/tqgo.v1.Meta/Partitions"
@@ -137,6 +140,51 @@ type MetaClient interface {
 	// no kind. After OUTCOME_UNKNOWN the caller keeps the put's cells;
 	// Lookup tells later whether the rows hold its generations.
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitReply, error)
+	// Block reserves n global indexes (1 to 4096) ahead of the puts that
+	// take them, for new rows whose cells are of fields (sorted, distinct,
+	// at least one), and returns the first: the block is base..base+n-1.
+	// The caller writes the cells of a put of new keys under the storage
+	// keys of the block's indexes at generation 0 (see Cell.key), then
+	// makes one call, PutNew, where Prepare and Commit are two. Until a
+	// PutNew takes an index, the block is the caller's: the server never
+	// hands that index out otherwise, nor deletes its cells. A block ends
+	// when PutNew has taken every index, when ReleaseBlock releases it, or
+	// when Garbage aborts it (no PutNew took an index of it for
+	// older_than_ns): the cells of the indexes nothing took are then
+	// garbage (generation 0 of each field, no backend tag), listed by
+	// Garbage until swept. Indexes a put takes from a block rank by index
+	// as every row does, so a block's rows may rank below rows another
+	// client put after the block was reserved. INVALID: n or fields as
+	// above. CONFLICT: the partition's capacity bounds bytes (a PutNew
+	// writes its cells before the capacity counts them: put by Prepare).
+	// A Block never fails with OUTCOME_UNKNOWN and may be made again: what
+	// one whose reply was lost reserved nobody uses, and Garbage aborts it.
+	// UNIMPLEMENTED (a server before version 6): put by Prepare.
+	Block(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*BlockReply, error)
+	// PutNew is, atomically, a Prepare of the updates' keys (in order) and
+	// fields, giving key i the index base+i of a live block and generation
+	// 0 of each field, then a Commit of updates (each at its index, its
+	// fields at generation 0), for keys none of which has a row. INVALID,
+	// applying nothing: updates not so, a key repeated, sizes not one per
+	// cell. FULL, applying nothing: the capacity has no room for the rows;
+	// the block is still the caller's and PutNew may be made again. CONFLICT,
+	// applying nothing: a key has a row (put it by Prepare and Commit), the
+	// capacity bounds bytes, or the indexes are not all untaken indexes of
+	// one live block whose fields hold fields (the block ended: Garbage
+	// aborted it, and the cells are garbage). RESERVATION_LOST, applying
+	// nothing: as CONFLICT, and the server knows neither the block nor the
+	// put's cells (lost in a failover): the cells must not be deleted by
+	// storage key. After OUTCOME_UNKNOWN the caller keeps the cells and
+	// never uses those indexes again; Lookup tells later whether the rows
+	// hold them. The reply is a Commit's (nothing superseded or stale: the
+	// rows are new).
+	PutNew(ctx context.Context, in *PutNewRequest, opts ...grpc.CallOption) (*CommitReply, error)
+	// ReleaseBlock ends the block whose first index is base: its indexes
+	// nothing took are handed out never again, and the cells of those of
+	// written (indexes the caller wrote cells under and may not have
+	// deleted) become garbage. An unknown base (a block used up or
+	// aborted) changes nothing, so it may be made again.
+	ReleaseBlock(ctx context.Context, in *ReleaseBlockRequest, opts ...grpc.CallOption) (*Empty, error)
 	// Lookup returns one MaybeRow per key, in order: the key's committed
 	// row, or no row for a key unknown or not yet committed (an unknown
 	// partition: none for every key).
@@ -327,6 +375,36 @@ func (c *metaClient) Commit(ctx context.Context, in *CommitRequest, opts ...grpc
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CommitReply)
 	err := c.cc.Invoke(ctx, Meta_Commit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) Block(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*BlockReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BlockReply)
+	err := c.cc.Invoke(ctx, Meta_Block_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) PutNew(ctx context.Context, in *PutNewRequest, opts ...grpc.CallOption) (*CommitReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitReply)
+	err := c.cc.Invoke(ctx, Meta_PutNew_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) ReleaseBlock(ctx context.Context, in *ReleaseBlockRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Meta_ReleaseBlock_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -585,6 +663,51 @@ type MetaServer interface {
 	// no kind. After OUTCOME_UNKNOWN the caller keeps the put's cells;
 	// Lookup tells later whether the rows hold its generations.
 	Commit(context.Context, *CommitRequest) (*CommitReply, error)
+	// Block reserves n global indexes (1 to 4096) ahead of the puts that
+	// take them, for new rows whose cells are of fields (sorted, distinct,
+	// at least one), and returns the first: the block is base..base+n-1.
+	// The caller writes the cells of a put of new keys under the storage
+	// keys of the block's indexes at generation 0 (see Cell.key), then
+	// makes one call, PutNew, where Prepare and Commit are two. Until a
+	// PutNew takes an index, the block is the caller's: the server never
+	// hands that index out otherwise, nor deletes its cells. A block ends
+	// when PutNew has taken every index, when ReleaseBlock releases it, or
+	// when Garbage aborts it (no PutNew took an index of it for
+	// older_than_ns): the cells of the indexes nothing took are then
+	// garbage (generation 0 of each field, no backend tag), listed by
+	// Garbage until swept. Indexes a put takes from a block rank by index
+	// as every row does, so a block's rows may rank below rows another
+	// client put after the block was reserved. INVALID: n or fields as
+	// above. CONFLICT: the partition's capacity bounds bytes (a PutNew
+	// writes its cells before the capacity counts them: put by Prepare).
+	// A Block never fails with OUTCOME_UNKNOWN and may be made again: what
+	// one whose reply was lost reserved nobody uses, and Garbage aborts it.
+	// UNIMPLEMENTED (a server before version 6): put by Prepare.
+	Block(context.Context, *BlockRequest) (*BlockReply, error)
+	// PutNew is, atomically, a Prepare of the updates' keys (in order) and
+	// fields, giving key i the index base+i of a live block and generation
+	// 0 of each field, then a Commit of updates (each at its index, its
+	// fields at generation 0), for keys none of which has a row. INVALID,
+	// applying nothing: updates not so, a key repeated, sizes not one per
+	// cell. FULL, applying nothing: the capacity has no room for the rows;
+	// the block is still the caller's and PutNew may be made again. CONFLICT,
+	// applying nothing: a key has a row (put it by Prepare and Commit), the
+	// capacity bounds bytes, or the indexes are not all untaken indexes of
+	// one live block whose fields hold fields (the block ended: Garbage
+	// aborted it, and the cells are garbage). RESERVATION_LOST, applying
+	// nothing: as CONFLICT, and the server knows neither the block nor the
+	// put's cells (lost in a failover): the cells must not be deleted by
+	// storage key. After OUTCOME_UNKNOWN the caller keeps the cells and
+	// never uses those indexes again; Lookup tells later whether the rows
+	// hold them. The reply is a Commit's (nothing superseded or stale: the
+	// rows are new).
+	PutNew(context.Context, *PutNewRequest) (*CommitReply, error)
+	// ReleaseBlock ends the block whose first index is base: its indexes
+	// nothing took are handed out never again, and the cells of those of
+	// written (indexes the caller wrote cells under and may not have
+	// deleted) become garbage. An unknown base (a block used up or
+	// aborted) changes nothing, so it may be made again.
+	ReleaseBlock(context.Context, *ReleaseBlockRequest) (*Empty, error)
 	// Lookup returns one MaybeRow per key, in order: the key's committed
 	// row, or no row for a key unknown or not yet committed (an unknown
 	// partition: none for every key).
@@ -753,6 +876,15 @@ func (UnimplementedMetaServer) SetCapacity(context.Context, *SetCapacityRequest)
 func (UnimplementedMetaServer) Commit(context.Context, *CommitRequest) (*CommitReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Commit not implemented")
 }
+func (UnimplementedMetaServer) Block(context.Context, *BlockRequest) (*BlockReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Block not implemented")
+}
+func (UnimplementedMetaServer) PutNew(context.Context, *PutNewRequest) (*CommitReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutNew not implemented")
+}
+func (UnimplementedMetaServer) ReleaseBlock(context.Context, *ReleaseBlockRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseBlock not implemented")
+}
 func (UnimplementedMetaServer) Lookup(context.Context, *KeysRequest) (*LookupReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lookup not implemented")
 }
@@ -896,6 +1028,60 @@ func _Meta_Commit_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MetaServer).Commit(ctx, req.(*CommitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_Block_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BlockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Block(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Block_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Block(ctx, req.(*BlockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_PutNew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutNewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).PutNew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_PutNew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).PutNew(ctx, req.(*PutNewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_ReleaseBlock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseBlockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).ReleaseBlock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_ReleaseBlock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).ReleaseBlock(ctx, req.(*ReleaseBlockRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1235,6 +1421,18 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Commit",
 			Handler:    _Meta_Commit_Handler,
+		},
+		{
+			MethodName: "Block",
+			Handler:    _Meta_Block_Handler,
+		},
+		{
+			MethodName: "PutNew",
+			Handler:    _Meta_PutNew_Handler,
+		},
+		{
+			MethodName: "ReleaseBlock",
+			Handler:    _Meta_ReleaseBlock_Handler,
 		},
 		{
 			MethodName: "Lookup",
