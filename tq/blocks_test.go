@@ -2,6 +2,8 @@ package tq_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"sync"
@@ -19,6 +21,9 @@ type countingBlocker struct {
 	*memory.MetaStore
 	mu    sync.Mutex
 	calls map[string]int
+	// lose, when set, makes the next PutNew fail with ErrOutcomeUnknown,
+	// having applied (a lost reply) or not (a lost request).
+	lose, applied bool
 }
 
 func (m *countingBlocker) count(op string) {
@@ -54,7 +59,19 @@ func (m *countingBlocker) Block(ctx context.Context, partition string, fields []
 
 func (m *countingBlocker) PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	m.count("PutNew")
-	return m.MetaStore.PutNew(ctx, partition, base, keys, fields, sizes, updates)
+	m.mu.Lock()
+	lose, applied := m.lose, m.applied
+	m.lose = false
+	m.mu.Unlock()
+	if !lose {
+		return m.MetaStore.PutNew(ctx, partition, base, keys, fields, sizes, updates)
+	}
+	if applied {
+		if _, err := m.MetaStore.PutNew(ctx, partition, base, keys, fields, sizes, updates); err != nil {
+			return metadata.CommitResult{}, err
+		}
+	}
+	return metadata.CommitResult{}, fmt.Errorf("a lost reply: %w", backends.ErrOutcomeUnknown)
 }
 
 func (m *countingBlocker) ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error {
@@ -168,5 +185,75 @@ func TestIndexBlocks(t *testing.T) {
 	}
 	if rep.Deleted != 0 || st.Len() != cells {
 		t.Fatalf("Reclaim after Close: %+v, %d cells; want nothing to delete", rep, st.Len())
+	}
+}
+
+// A PutNew whose outcome is unknown keeps its cells, and its indexes are
+// never used again; Close releases the block naming them, so that when
+// it had not applied, Reclaim finds its cells and deletes them, and when
+// it had, its rows stay whole.
+func TestIndexBlocksOutcomeUnknown(t *testing.T) {
+	for _, applied := range []bool{false, true} {
+		t.Run(fmt.Sprint("applied=", applied), func(t *testing.T) {
+			ctx := context.Background()
+			st := memory.New()
+			meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
+			t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+			c, err := tq.New(backends.Engine{Data: unstaged{st}, Meta: meta}, tq.WithIndexBlocks(), tq.WithRetry(tq.NoRetry))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 2
+			put := func(from int) error {
+				return c.BatchPut(ctx, "p", keysN("k", from+n)[from:], blockBatch(from, n), nil)
+			}
+			if err := put(0); err != nil {
+				t.Fatal(err)
+			}
+			waitCalls(t, meta, "Block", 1)
+			meta.mu.Lock()
+			meta.lose, meta.applied = true, applied
+			meta.mu.Unlock()
+			if err := put(n); !errors.Is(err, tq.ErrOutcomeUnknown) {
+				t.Fatalf("a put whose PutNew was lost: %v, want ErrOutcomeUnknown", err)
+			}
+			if st.Len() != 2*2*n {
+				t.Fatalf("%d cells after the lost PutNew, want %d: its cells must stay", st.Len(), 2*2*n)
+			}
+			if err := put(2 * n); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := c.List(ctx, "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lost []uint64
+			for _, r := range rows.Rows {
+				if r.Key == "k2" || r.Key == "k3" {
+					lost = append(lost, r.Index)
+				}
+			}
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			c2 := newClient(t, unstaged{st}, meta)
+			rep, err := c2.Reclaim(ctx, "p", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err = c2.List(ctx, "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if applied {
+				if len(rows.Rows) != 3*n || rep.Deleted != 0 || st.Len() != 2*3*n {
+					t.Fatalf("applied: %d rows, %+v reclaimed, %d cells; want %d rows whole, nothing reclaimed", len(rows.Rows), rep, st.Len(), 3*n)
+				}
+				return
+			}
+			if len(lost) != 0 || len(rows.Rows) != 2*n || rep.Deleted != 2*n || st.Len() != 2*2*n {
+				t.Fatalf("not applied: rows %v (lost at %v), %+v reclaimed, %d cells; want %d rows, its %d cells reclaimed", rows.Keys(), lost, rep, st.Len(), 2*n, 2*n)
+			}
+		})
 	}
 }

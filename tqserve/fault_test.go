@@ -24,6 +24,8 @@ const (
 	mSummary = "/tqgo.v1.Meta/Summary"
 	mPrepare = "/tqgo.v1.Meta/Prepare"
 	mCommit  = "/tqgo.v1.Meta/Commit"
+	mBlock   = "/tqgo.v1.Meta/Block"
+	mPutNew  = "/tqgo.v1.Meta/PutNew"
 	mClaim   = "/tqgo.v1.Meta/Claim"
 	mSettle  = "/tqgo.v1.Meta/Settle"
 	mWait    = "/tqgo.v1.Meta/Wait"
@@ -198,6 +200,39 @@ func TestFaultDropped(t *testing.T) {
 			}
 			if !visible(t, e.d, part, key) {
 				t.Fatalf("commit: %q not visible after a commit that succeeded", key)
+			}
+
+			// Block: like Prepare, what one whose reply was lost
+			// reserved nobody uses.
+			ch = e.p.arm(mBlock, kind, 0)
+			_, err = metadata.Block(callCtx(t), e.m, part, []string{"x"}, 4)
+			fired(t, ch)
+			onlyUnavailable(t, "block", err)
+
+			// PutNew: a block taken straight at the server; after the
+			// fault it applied (the reply was lost: ErrOutcomeUnknown)
+			// or not (the request was lost); made again, it applies or
+			// is refused as applied, and the row is there.
+			key = "putnew-" + name
+			base, err := metadata.Block(callCtx(t), e.d, part, []string{"x"}, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			up = []metadata.RowUpdate{{Key: key, Index: base, Fields: map[string]metadata.FieldInfo{"x": {}}}}
+			ch = e.p.arm(mPutNew, kind, 0)
+			_, err = metadata.PutNew(callCtx(t), e.m, part, base, []string{key}, []string{"x"}, nil, up)
+			fired(t, ch)
+			applied := visible(t, e.d, part, key)
+			checkWrite(t, "put new", kind, err, applied)
+			_, err = metadata.PutNew(callCtx(t), e.m, part, base, []string{key}, []string{"x"}, nil, up)
+			switch {
+			case applied && !errors.Is(err, backends.ErrConflict):
+				t.Fatalf("put new again after it applied: %v, want ErrConflict", err)
+			case !applied && err != nil:
+				t.Fatalf("put new again after the fault: %v", err)
+			}
+			if commitIndex(t, e.d, part, key) != base {
+				t.Fatalf("put new: %q not at its block's index %d", key, base)
 			}
 
 			// Claim: the task's only ready row. Whether its request or
