@@ -36,6 +36,10 @@ const (
 	blockBackoffMax = 30 * time.Minute
 	// blockFetchTimeout bounds a block's reservation in the background.
 	blockFetchTimeout = 10 * time.Second
+	// blockSets bounds the sets of fields (per partition) a client holds
+	// blocks for: beyond it, the set used least recently releases its
+	// blocks (a job with a partition per step leaves none behind).
+	blockSets = 16
 )
 
 type blockKey struct{ partition, fields string }
@@ -71,6 +75,7 @@ type blockSet struct {
 
 type fieldBlocks struct {
 	cur, next *heldBlock
+	used      time.Time // its latest put or want
 	fetching  bool
 	size      int       // indexes to reserve next
 	until     time.Time // no block before (a refusal)
@@ -91,6 +96,7 @@ func (c *Client) takeBlock(partition string, fields []string, n int) (*heldBlock
 	if fb == nil {
 		return nil, 0
 	}
+	fb.used = time.Now()
 	top, seen := s.top[partition]
 	for fb.cur == nil || fb.cur.n-fb.cur.next < n || seen && fb.cur.base+uint64(fb.cur.next) <= top {
 		if fb.next == nil {
@@ -203,11 +209,36 @@ func (c *Client) wantBlocks(partition string, fields []string, n int) {
 	}
 	fb := s.sets[key]
 	if fb == nil {
+		if len(s.sets) >= blockSets {
+			c.evictSetLocked()
+		}
 		fb = &fieldBlocks{}
 		s.sets[key] = fb
 	}
+	fb.used = time.Now()
 	if fb.cur == nil && fb.next == nil {
 		c.fetchBlockLocked(fb, key, fields, n)
+	}
+}
+
+// evictSetLocked releases the blocks of the set used least recently and
+// forgets it.
+func (c *Client) evictSetLocked() {
+	s := &c.blocks
+	var (
+		oldest blockKey
+		at     time.Time
+		found  bool
+	)
+	for k, fb := range s.sets {
+		if !found || fb.used.Before(at) {
+			oldest, at, found = k, fb.used, true
+		}
+	}
+	if fb := s.sets[oldest]; fb != nil {
+		c.retireLocked(fb.cur)
+		c.retireLocked(fb.next)
+		delete(s.sets, oldest)
 	}
 }
 
@@ -260,8 +291,8 @@ func (c *Client) fetchBlockLocked(fb *fieldBlocks, key blockKey, fields []string
 			return
 		}
 		b := &heldBlock{key: key, fields: fields, base: base, n: size}
-		if c.closed.Load() {
-			c.releaseBlock(b)
+		if c.closed.Load() || s.sets[key] != fb {
+			c.releaseBlock(b) // the client closed, or the set was evicted
 			return
 		}
 		if fb.cur == nil {

@@ -257,3 +257,44 @@ func TestIndexBlocksOutcomeUnknown(t *testing.T) {
 		})
 	}
 }
+
+// A client holds blocks for a bounded number of sets of fields: putting
+// to many partitions, it releases the blocks of the set it used least
+// recently, and at Close the rest; no block is left in any partition.
+func TestIndexBlocksManySets(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
+	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	c, err := tq.New(backends.Engine{Data: unstaged{st}, Meta: meta}, tq.WithIndexBlocks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const parts = 20
+	for i := range parts {
+		p := fmt.Sprint("p", i)
+		if err := c.BatchPut(ctx, p, keysN("k", 2), blockBatch(0, 2), nil); err != nil {
+			t.Fatal(err)
+		}
+		waitCalls(t, meta, "Block", i+1)
+	}
+	if got := meta.snapshot()["ReleaseBlock"]; got < parts-16 {
+		t.Fatalf("%d releases with blocks for %d partitions, want at least %d (16 sets held)", got, parts, parts-16)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := meta.snapshot()["ReleaseBlock"]; got != parts {
+		t.Fatalf("%d releases after Close, want one per partition (%d)", got, parts)
+	}
+	for i := range parts {
+		// Garbage with no age aborts every live block: none is left.
+		refs, err := meta.Garbage(ctx, fmt.Sprint("p", i), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(refs) != 0 {
+			t.Fatalf("partition p%d: %d cells of a block left live", i, len(refs))
+		}
+	}
+}

@@ -30,13 +30,15 @@ const MaxBlock = 4096
 type Blocker interface {
 	// Block reserves n indexes (1 to MaxBlock) for new rows whose cells
 	// are of fields (sorted, distinct, at least one) and returns the
-	// first. It fails with backends.ErrInvalid for bad arguments, and
-	// with backends.ErrConflict while the partition's Capacity bounds
-	// bytes (a PutNew writes its cells before the capacity counts them:
-	// such puts go by Prepare), and with errors.ErrUnsupported when the
-	// store has no blocks. Its errors never match backends.ErrOutcomeUnknown: a Block
-	// whose outcome is unknown reserved at most indexes nobody uses,
-	// which Garbage aborts in time.
+	// first. It fails with backends.ErrInvalid for bad arguments; with
+	// backends.ErrConflict while the partition's Capacity bounds bytes (a
+	// PutNew writes its cells before the capacity counts them: such puts
+	// go by Prepare) or the partition holds as many live blocks as the
+	// store allows (1,024 for this module's stores); and with
+	// errors.ErrUnsupported when the store has no blocks. Its errors
+	// never match backends.ErrOutcomeUnknown: a Block whose outcome is
+	// unknown reserved at most indexes nobody uses, which Garbage aborts
+	// in time.
 	Block(ctx context.Context, partition string, fields []string, n int) (base uint64, err error)
 	// PutNew is, atomically, Prepare of keys and fields (sizes as
 	// Prepare's) giving key i index base+i of a live block and

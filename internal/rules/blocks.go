@@ -17,6 +17,11 @@ import (
 // MaxBlock bounds the indexes of one block.
 const MaxBlock = metadata.MaxBlock
 
+// maxBlocks bounds the live blocks of a partition: a Block beyond it is
+// refused (ErrConflict), so that clients that reserve and never release
+// cannot grow the partition without bound before Abort ends their blocks.
+const maxBlocks = 1024
+
 // block is indexes base..base+n-1, reserved for new rows whose cells are
 // of fields (sorted, distinct). taken marks the offsets a PutNew took or
 // a release gave back; at is the log time of its grant or its latest
@@ -61,7 +66,8 @@ func (b *block) garbage(refs []metadata.Ref, in func(index uint64) bool) []metad
 // with backends.ErrInvalid for n outside 1..MaxBlock or fields empty,
 // unsorted or repeated, and with backends.ErrConflict while the
 // partition's capacity bounds bytes (a PutNew writes its cells before
-// the capacity counts them); either way the indexes are skipped.
+// the capacity counts them) or holds maxBlocks live blocks; either way
+// the indexes are skipped.
 func (p *Partition) Block(now int64, fields []string, base uint64, n int) error {
 	p.tick(now)
 	if err := metadata.CheckBlock(fields, n); err != nil {
@@ -69,6 +75,9 @@ func (p *Partition) Block(now int64, fields []string, base uint64, n int) error 
 	}
 	if p.capacity.Bytes > 0 {
 		return fmt.Errorf("%w: the partition's capacity bounds bytes: put by Prepare", backends.ErrConflict)
+	}
+	if len(p.blocks) >= maxBlocks {
+		return fmt.Errorf("%w: the partition holds %d live blocks, the most it may: put by Prepare", backends.ErrConflict, maxBlocks)
 	}
 	p.blocks = append(p.blocks, &block{base: base, n: uint32(n), fields: fields, at: p.now, taken: make([]uint64, (n+63)/64)})
 	return nil

@@ -177,3 +177,21 @@ func TestBlockInvalid(t *testing.T) {
 		t.Fatalf("%d blocks after refusals", n)
 	}
 }
+
+// A partition holds maxBlocks live blocks at most: the next is refused,
+// and one ending makes room.
+func TestBlockLimit(t *testing.T) {
+	p := New()
+	for i := range maxBlocks {
+		if err := p.Block(1, []string{"a"}, uint64(2*i), 1); err != nil {
+			t.Fatalf("block %d: %v", i, err)
+		}
+	}
+	if err := p.Block(1, []string{"a"}, 2*maxBlocks, 1); !errors.Is(err, backends.ErrConflict) {
+		t.Fatalf("block %d: %v, want ErrConflict", maxBlocks+1, err)
+	}
+	p.ReleaseBlock(2, 0, nil)
+	if err := p.Block(3, []string{"a"}, 2*maxBlocks+2, 1); err != nil {
+		t.Fatalf("a block after a release made room: %v", err)
+	}
+}

@@ -260,7 +260,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 	if cfg.Metrics != nil {
 		tracer = tq.MultiTracer{timer, cfg.Metrics}
 	}
-	opts := []tq.Option{tq.WithTracer(tracer), tq.WithName(name)}
+	// Index blocks: the generator's puts of new samples are their cells
+	// and one call (through a tq server, two round trips, not three). It
+	// is one producer, so index order stays the order of its puts.
+	opts := []tq.Option{tq.WithTracer(tracer), tq.WithName(name), tq.WithIndexBlocks()}
 	var c *tq.Client
 	if cfg.Engine.Data != nil {
 		c, err = tq.New(cfg.Engine, opts...)
