@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -481,12 +482,14 @@ type specClaim struct {
 
 type specRecord struct {
 	Kind byte
-	// P
+	// P, N
 	N      uint64
-	Fields []string  // P, E
-	Keys   []string  // P, D, E
-	Sizes  [][]int64 // P: per field, per key; nil: none
-	// C
+	Fields []string  // P, E, N, U
+	Keys   []string  // P, D, E; U: its updates' keys
+	Sizes  [][]int64 // P, U: per field, per key; nil: none
+	// U, Y
+	Base uint64
+	// C, U
 	Tables  int
 	Updates []specUpdate
 	// A
@@ -497,7 +500,7 @@ type specRecord struct {
 	IDs []uint64
 	// Q
 	Claim *specClaim
-	// K, R
+	// K, R, Y
 	Task    string
 	Op      uint64
 	Token   string
@@ -569,6 +572,81 @@ func (r *specReader) claim() *specClaim {
 	return a
 }
 
+// specSizes is one field's sizes as written: one for every key (All), or
+// one per key (Each).
+type specSizes struct {
+	All  int64
+	Each []int64 // nil: All
+}
+
+// sizes reads a P's or U's sizes: an array of one value per field, each
+// one signed size or an array of them.
+func (r *specReader) sizes() []specSizes {
+	var out []specSizes
+	for range r.arr() {
+		var s specSizes
+		if c := r.peek(); c >= 0x90 && c <= 0x9f || c == 0xdc || c == 0xdd {
+			s.Each = []int64{}
+			for range r.arr() {
+				s.Each = append(s.Each, r.i())
+			}
+		} else {
+			s.All = r.i()
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// fitSizes checks sizes against nf fields and nk keys, and returns them
+// per field, per key.
+func (r *specReader) fitSizes(sizes []specSizes, nf, nk int) [][]int64 {
+	if len(sizes) != nf {
+		r.failf("sizes of %d fields, want %d", len(sizes), nf)
+		return nil
+	}
+	out := make([][]int64, 0, nf)
+	for _, s := range sizes {
+		col := s.Each
+		if col == nil {
+			col = make([]int64, nk)
+			for k := range col {
+				col[k] = s.All
+			}
+		} else if len(col) != nk {
+			r.failf("sizes of %d keys, want %d", len(col), nk)
+		}
+		if slices.ContainsFunc(col, func(v int64) bool { return v < 0 }) {
+			r.failf("negative sizes %v", col)
+		}
+		out = append(out, col)
+	}
+	return out
+}
+
+// commit reads a C's body: the tables, then the updates, flat.
+func (r *specReader) commit() (int, []specUpdate) {
+	tables := r.tables()
+	var ups []specUpdate
+	for range r.arr() { // flat: 4 values per update
+		u := specUpdate{Key: r.s(), Index: r.u()}
+		u.Table, _ = r.tableRef(tables)
+		u.Tag = r.tag()
+		ups = append(ups, u)
+	}
+	return len(tables), ups
+}
+
+// increasing reports whether s is in increasing byte order, each once.
+func increasing(s []string) bool {
+	for i := 1; i < len(s); i++ {
+		if s[i-1] >= s[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // decodeSpecRecord decodes a record by LOG.md section 2. A writer puts
 // nothing after the last value, so bytes left over are an error here.
 func decodeSpecRecord(data []byte) (*specRecord, error) {
@@ -581,36 +659,43 @@ func decodeSpecRecord(data []byte) (*specRecord, error) {
 	case 'P':
 		rec.N, rec.Fields, rec.Keys = r.u(), r.strs(), r.strs()
 		if r.err == nil && len(r.b) > 0 {
-			if n := r.arr(); n != len(rec.Fields) {
-				r.failf("sizes of %d fields, want %d", n, len(rec.Fields))
-			}
-			for range rec.Fields {
-				col := make([]int64, len(rec.Keys))
-				if c := r.peek(); c >= 0x90 && c <= 0x9f || c == 0xdc || c == 0xdd {
-					if n := r.arr(); n != len(rec.Keys) {
-						r.failf("sizes of %d keys, want %d", n, len(rec.Keys))
-					}
-					for k := range col {
-						col[k] = r.i()
-					}
-				} else {
-					v := r.i()
-					for k := range col {
-						col[k] = v
-					}
-				}
-				rec.Sizes = append(rec.Sizes, col)
-			}
+			rec.Sizes = r.fitSizes(r.sizes(), len(rec.Fields), len(rec.Keys))
 		}
 	case 'C':
-		tables := r.tables()
-		rec.Tables = len(tables)
-		for range r.arr() { // flat: 4 values per update
-			u := specUpdate{Key: r.s(), Index: r.u()}
-			u.Table, _ = r.tableRef(tables)
-			u.Tag = r.tag()
-			rec.Updates = append(rec.Updates, u)
+		rec.Tables, rec.Updates = r.commit()
+	case 'N':
+		rec.N, rec.Fields = r.u(), r.strs()
+		if rec.N < 1 || rec.N > 4096 {
+			r.failf("a block of %d indexes", rec.N)
 		}
+		if len(rec.Fields) == 0 || !increasing(rec.Fields) {
+			r.failf("a block's fields %q: none, or not in increasing order", rec.Fields)
+		}
+	case 'U':
+		rec.Base, rec.Fields = r.u(), r.strs()
+		// The sizes come first, but their count of keys is the updates'.
+		var sizes []specSizes
+		sized := !r.null()
+		if sized {
+			sizes = r.sizes()
+		}
+		rec.Tables, rec.Updates = r.commit()
+		for i, u := range rec.Updates {
+			rec.Keys = append(rec.Keys, u.Key)
+			if u.Index != rec.Base+uint64(i) {
+				r.failf("update %d of key %q at index %d, want base %d + %d", i, u.Key, u.Index, rec.Base, i)
+			}
+			for f, fi := range u.Table {
+				if fi.Gen != 0 || !slices.Contains(rec.Fields, f) {
+					r.failf("update %d: field %q generation %d, want one of %q at 0", i, f, fi.Gen, rec.Fields)
+				}
+			}
+		}
+		if sized {
+			rec.Sizes = r.fitSizes(sizes, len(rec.Fields), len(rec.Keys))
+		}
+	case 'Y':
+		rec.Base, rec.Indexes = r.u(), r.idx()
 	case 'D':
 		rec.Keys = r.strs()
 	case 'X':
@@ -756,7 +841,18 @@ type specSnapshot struct {
 	Ends              map[string][]int64    // per task, per open batch: its end
 	Takers            map[string][][]string // per task, per open batch: per rank, the token that took its share
 	Undone            map[string]int64      // undone claim tokens, with their undo's time
+	Blocks            []specBlock           // live blocks, by base
 }
+
+// specBlock is a live block of a snapshot.
+type specBlock struct {
+	Base, N uint64
+	At      int64
+	Fields  []string
+	Words   []uint64 // index Base+i is taken when bit i%64 of word i/64 is set
+}
+
+func (b *specBlock) taken(i uint64) bool { return b.Words[i/64]&(1<<(i%64)) != 0 }
 
 type specHeld struct {
 	Key   string
@@ -915,7 +1011,7 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 			}
 			s.Partials[name] = per
 		}
-		if r.err == nil && len(r.b) > 0 { // only when a task has an open batch
+		if r.err == nil && len(r.b) > 0 { // only when a task has an open batch, a token is undone or a block is live
 			for range r.arr() { // flat: name, [end, ...]
 				name := r.s()
 				ends := []int64{}
@@ -925,7 +1021,7 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 				s.Ends[name] = ends
 			}
 		}
-		if r.err == nil && len(r.b) > 0 { // only when a task has an open batch
+		if r.err == nil && len(r.b) > 0 { // present as the ends are
 			for range r.arr() { // flat: name, [[token, ...], ...]
 				name := r.s()
 				per := [][]string{}
@@ -939,7 +1035,7 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 				s.Takers[name] = per
 			}
 		}
-		if r.err == nil && len(r.b) > 0 { // only when a token is undone
+		if r.err == nil && len(r.b) > 0 { // only when a token is undone or a block is live
 			n := r.arr()
 			if n%2 != 0 {
 				r.failf("undone tokens of %d values", n)
@@ -949,6 +1045,9 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 				s.Undone[tok] = r.i()
 			}
 		}
+		if r.err == nil && len(r.b) > 0 { // only when a block is live
+			s.Blocks = r.blocks()
+		}
 	}
 	if r.err == nil && len(r.b) > 0 {
 		r.failf("%d bytes after the snapshot", len(r.b))
@@ -957,6 +1056,44 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 		return nil, fmt.Errorf("snapshot: %w", r.err)
 	}
 	return s, nil
+}
+
+// blocks reads a snapshot's live blocks: by base, not overlapping, each
+// [base, n, at, [field, ...], [word, ...]] with (n+63)/64 words, no bit
+// set past n, and an index not taken.
+func (r *specReader) blocks() []specBlock {
+	var out []specBlock
+	for range r.arr() {
+		if n := r.arr(); n != 5 {
+			r.failf("a block of %d parts", n)
+			return out
+		}
+		b := specBlock{Base: r.u(), N: r.u(), At: r.i(), Fields: r.strs(), Words: r.idx()}
+		if r.err != nil {
+			return out
+		}
+		switch {
+		case b.N < 1 || b.N > 4096:
+			r.failf("a block of %d indexes", b.N)
+		case len(b.Fields) == 0 || !increasing(b.Fields):
+			r.failf("a block's fields %q", b.Fields)
+		case uint64(len(b.Words)) != (b.N+63)/64:
+			r.failf("a block of %d indexes in %d words", b.N, len(b.Words))
+		case b.N%64 != 0 && b.Words[len(b.Words)-1]>>(b.N%64) != 0:
+			r.failf("block at %d: bits set past its %d indexes", b.Base, b.N)
+		case len(out) > 0 && out[len(out)-1].Base+out[len(out)-1].N > b.Base:
+			r.failf("block at %d: overlapping or out of order", b.Base)
+		}
+		taken := 0
+		for _, w := range b.Words {
+			taken += bits.OnesCount64(w)
+		}
+		if uint64(taken) >= b.N {
+			r.failf("block at %d: every index taken", b.Base)
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // ---- group ids and lease tokens (LOG.md section 5) ----

@@ -73,10 +73,19 @@ type specWant struct {
 	what  string
 	kind  byte
 	check func(*specRecord) error
+	// base, when hasBase, is the entry's Base: the first index the
+	// engine reserved for it.
+	base    uint64
+	hasBase bool
 }
 
 func (w *specWorkload) expect(what string, kind byte, check func(*specRecord) error) {
-	w.want = append(w.want, specWant{what, kind, check})
+	w.want = append(w.want, specWant{what: what, kind: kind, check: check})
+}
+
+// expectBase is expect for a record whose entry's Base must be base.
+func (w *specWorkload) expectBase(what string, kind byte, base uint64, check func(*specRecord) error) {
+	w.want = append(w.want, specWant{what: what, kind: kind, check: check, base: base, hasBase: true})
 }
 
 func (w *specWorkload) must(err error) {
@@ -179,6 +188,64 @@ func asWritten(v any) any {
 	return v
 }
 
+// block reserves a block of n indexes for new rows of fields and expects
+// its N, at the entry whose Base is the block's first index.
+func (w *specWorkload) block(fields []string, n int) uint64 {
+	w.t.Helper()
+	base, err := metadata.Block(w.ctx, w.m, w.part, fields, n)
+	w.must(err)
+	w.expectBase(fmt.Sprintf("block at %d", base), 'N', base, func(rec *specRecord) error {
+		if rec.N != uint64(n) || !slices.Equal(rec.Fields, fields) {
+			return errorf("block of %d fields %q, want %d %q", rec.N, rec.Fields, n, fields)
+		}
+		return nil
+	})
+	return base
+}
+
+// putNew puts new rows of keys at base on (a block's indexes) through
+// one PutNew, with one table (each field at generation 0) and tags, each
+// with cells of sizes (field-major; nil: none), and expects its U. It
+// returns PutNew's error.
+func (w *specWorkload) putNew(base uint64, keys []string, table map[string]metadata.FieldInfo, tags []map[string]any, sizes []int64) error {
+	w.t.Helper()
+	fs := slices.Sorted(maps.Keys(table))
+	ups := make([]metadata.RowUpdate, len(keys))
+	for k, key := range keys {
+		tb := map[string]metadata.FieldInfo{}
+		for f, fi := range table {
+			fi.Gen = 0
+			tb[f] = fi
+		}
+		ups[k] = metadata.RowUpdate{Key: key, Index: base + uint64(k), Fields: tb, Tag: tags[k]}
+	}
+	_, err := metadata.PutNew(w.ctx, w.m, w.part, base, keys, fs, sizes, ups)
+	w.expect("put new of "+keys[0], 'U', func(rec *specRecord) error {
+		if rec.Base != base || !slices.Equal(rec.Fields, fs) || !slices.Equal(rec.Keys, keys) {
+			return errorf("base %d fields %q keys %q, want %d %q %q", rec.Base, rec.Fields, rec.Keys, base, fs, keys)
+		}
+		if (rec.Sizes == nil) != (sizes == nil) {
+			return errorf("sizes %v, want %v", rec.Sizes, sizes)
+		}
+		for j := range rec.Sizes {
+			if !slices.Equal(rec.Sizes[j], sizes[j*len(keys):(j+1)*len(keys)]) {
+				return errorf("sizes %v, want %v", rec.Sizes, sizes)
+			}
+		}
+		if len(rec.Updates) != len(ups) {
+			return errorf("%d updates, want %d", len(rec.Updates), len(ups))
+		}
+		for k, u := range rec.Updates {
+			want := ups[k]
+			if u.Key != want.Key || u.Index != want.Index || !sameTable(u.Table, want.Fields) || !sameTag(u.Tag, want.Tag) {
+				return errorf("update %+v, want %+v", u, want)
+			}
+		}
+		return nil
+	})
+	return err
+}
+
 // claim claims req on the workload's partition and expects its Q.
 func (w *specWorkload) claim(req metadata.ClaimRequest, pick metadata.Pick, check func(c metadata.Claimed, q *specClaim) error) metadata.Claimed {
 	w.t.Helper()
@@ -254,6 +321,9 @@ func TestLogSpecDecoder(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close() })
 	w := &specWorkload{t: t, ctx: ctx, m: m, part: "p"}
 
+	// N: a block of two indexes no put takes; the A below ends it.
+	idle := w.block([]string{"x", "y"}, 2)
+
 	// L: a capacity, clearing rows after task c consumed them.
 	capy := metadata.Capacity{Rows: 1000, Bytes: 1 << 30, ClearAcked: []string{"c"}}
 	_, err := m.SetCapacity(ctx, "p", capy)
@@ -275,8 +345,9 @@ func TestLogSpecDecoder(t *testing.T) {
 		[]int64{8, 8, 8, 5, 6, 7})
 	i1, i2, i3 := rows[0], rows[1], rows[2]
 
-	// A: a reservation older than the age is aborted; W: its cell swept.
-	_, err = m.Prepare(ctx, "p", []string{"ab/1"}, []string{"x"}, nil)
+	// A: a reservation older than the age is aborted, and the idle block
+	// ended, the cells of its indexes garbage; W: the cells swept.
+	abr, err := m.Prepare(ctx, "p", []string{"ab/1"}, []string{"x"}, nil)
 	w.must(err)
 	w.expect("prepare of ab/1", 'P', nil)
 	clock.add(2 * time.Hour)
@@ -291,13 +362,19 @@ func TestLogSpecDecoder(t *testing.T) {
 		}
 		return nil
 	})
-	if len(garbage) != 1 {
-		t.Fatalf("garbage %v, want ab/1's cell", garbage)
+	if want := []metadata.Ref{{Index: abr[0].Index, Field: "x", Gen: abr[0].Gens["x"]},
+		{Index: idle, Field: "x"}, {Index: idle, Field: "y"}, {Index: idle + 1, Field: "x"}, {Index: idle + 1, Field: "y"}}; !slices.Equal(garbage, want) {
+		t.Fatalf("garbage %v, want ab/1's cell, then the idle block's by index and field: %v", garbage, want)
 	}
 	w.must(m.Swept(ctx, "p", garbage))
 	w.expect("swept", 'W', func(rec *specRecord) error {
-		if len(rec.Refs) != 1 || rec.Refs[0].Index != garbage[0].Index || rec.Refs[0].Field != "x" || rec.Refs[0].Gen != garbage[0].Gen {
+		if len(rec.Refs) != len(garbage) {
 			return errorf("refs %+v, want %+v", rec.Refs, garbage)
+		}
+		for k, g := range garbage {
+			if rec.Refs[k] != (specRef{Index: g.Index, Field: g.Field, Gen: g.Gen}) {
+				return errorf("refs %+v, want %+v", rec.Refs, garbage)
+			}
 		}
 		return nil
 	})
@@ -453,6 +530,55 @@ func TestLogSpecDecoder(t *testing.T) {
 		})
 	}
 
+	// N, U, Y. A capacity that bounds bytes refuses a block (its N
+	// applies nothing); bounding rows only, it lets blocks be.
+	if _, err := metadata.Block(ctx, m, "p", []string{"x", "y"}, 4); !errors.Is(err, backends.ErrConflict) {
+		t.Fatalf("a block under a bytes bound: %v, want a conflict", err)
+	}
+	w.expect("refused block", 'N', func(rec *specRecord) error {
+		if rec.N != 4 || !slices.Equal(rec.Fields, []string{"x", "y"}) {
+			return errorf("block of %d fields %q", rec.N, rec.Fields)
+		}
+		return nil
+	})
+	rowsOnly := capy
+	rowsOnly.Bytes = 0
+	_, err = m.SetCapacity(ctx, "p", rowsOnly)
+	w.must(err)
+	w.expect("capacity of rows", 'L', func(rec *specRecord) error {
+		if rec.CapRows != capy.Rows || rec.CapBytes != 0 {
+			return errorf("capacity %d %d", rec.CapRows, rec.CapBytes)
+		}
+		return nil
+	})
+	// A live block of five: two rows with sizes (x's the same for both,
+	// written once; y's one per key), then one without sizes, of x alone;
+	// then a put at a taken index, refused.
+	live := w.block([]string{"x", "y"}, 5)
+	clock.add(time.Second)
+	ukeys := []string{"u/1", "u/2", "u/3"}
+	w.must(w.putNew(live, ukeys[:2], table, []map[string]any{specTag("v", int64(4)), nil}, []int64{8, 8, 4, 6}))
+	clock.add(time.Second)
+	liveAt := clock.now.Load()
+	w.must(w.putNew(live+2, ukeys[2:], map[string]metadata.FieldInfo{"x": table["x"]}, []map[string]any{specTag("v", uint64(5))}, nil))
+	clock.add(time.Second)
+	if err := w.putNew(live+2, []string{"u/4"}, map[string]metadata.FieldInfo{"x": table["x"]}, []map[string]any{nil}, nil); !errors.Is(err, backends.ErrConflict) {
+		t.Fatalf("a put new at a taken index: %v, want a conflict", err)
+	}
+	// Y: a block released, two of its indexes written.
+	rel := w.block([]string{"y"}, 3)
+	w.must(metadata.ReleaseBlock(ctx, m, "p", rel, []uint64{rel, rel + 2}))
+	w.expect("release", 'Y', func(rec *specRecord) error {
+		if rec.Base != rel || !slices.Equal(rec.Indexes, []uint64{rel, rel + 2}) {
+			return errorf("release of %d written %v, want %d %v", rec.Base, rec.Indexes, rel, []uint64{rel, rel + 2})
+		}
+		return nil
+	})
+	// The capacity bounds bytes again: the live block stays.
+	_, err = m.SetCapacity(ctx, "p", capy)
+	w.must(err)
+	w.expect("capacity again", 'L', nil)
+
 	// F: a write lost on its way, voided by the fence its writer appends.
 	lg.lose.Store(true)
 	if _, err := m.SetCapacity(ctx, "p", capy); err == nil || errors.Is(err, backends.ErrOutcomeUnknown) {
@@ -487,6 +613,9 @@ func TestLogSpecDecoder(t *testing.T) {
 		if rec.Kind == 'P' && rec.N > 0 && e.Base == 0 {
 			t.Errorf("entry %d: a prepare of %d new rows without a base", e.N, rec.N)
 		}
+		if w.want[k].hasBase && e.Base != w.want[k].base {
+			t.Errorf("entry %d (%s): base %d, want %d", e.N, w.want[k].what, e.Base, w.want[k].base)
+		}
 		if ck := w.want[k].check; ck != nil {
 			if err := ck(rec); err != nil {
 				t.Errorf("entry %d (%s): %v", e.N, w.want[k].what, err)
@@ -509,7 +638,7 @@ func TestLogSpecDecoder(t *testing.T) {
 		}
 		kinds[rec.Kind]++
 	}
-	for _, kind := range "PCDXAWBFQKRLE" {
+	for _, kind := range "PCDXAWBFQKRLENUY" {
 		if kinds[byte(kind)] == 0 {
 			t.Errorf("no %q record decoded", kind)
 		}
@@ -529,6 +658,7 @@ func TestLogSpecDecoder(t *testing.T) {
 		orphan: metadata.Ref{Index: ores[0].Index, Field: "x", Gen: ores[0].Gens["x"]}, abandoned: abandoned,
 		cleared: cells[0], groupClaim: gc, served: zc.Mark.Token, standing: wc2.Mark.Token, lost: lg.lost,
 		ibz: ibz, undone: undone,
+		live: live, liveAt: liveAt, ukeys: ukeys, rel: rel,
 	})
 }
 
@@ -542,6 +672,11 @@ type specFacts struct {
 	served, standing, undone   string
 	ibz                        uint64
 	lost                       []uint64
+	// The live block (its first index, the time of its latest put new),
+	// the keys put into it, and a block released.
+	live, rel uint64
+	liveAt    int64
+	ukeys     []string
 }
 
 // checkSpecSnapshot has a client that compacts at every write append a
@@ -643,6 +778,30 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 			t.Errorf("row %q: gens %+v, want %+v", r.Key, g, want)
 		}
 	}
+	// The rows put new: at the live block's indexes, each field at
+	// generation 0 committed, with its size.
+	for k, key := range f.ukeys {
+		want := []specGen{{Field: "x", Next: 1, Size: 8}, {Field: "y", Next: 1, Size: []int64{4, 6}[min(k, 1)]}}
+		if k == 2 {
+			want = []specGen{{Field: "x", Next: 1}}
+		}
+		i := slices.IndexFunc(s.Rows, func(r specSnapRow) bool { return r.Key == key })
+		if i < 0 {
+			t.Errorf("row %q not in the snapshot", key)
+			continue
+		}
+		r := s.Rows[i]
+		since := f.liveAt // u/3's put; u/1's and u/2's a second before
+		if k < 2 {
+			since -= time.Second.Microseconds()
+		}
+		if r.Index != f.live+uint64(k) || r.View == nil || r.View.Since != since || !slices.Equal(r.Gens, want) {
+			t.Errorf("row %q: index %d, view %+v, gens %+v; want index %d, gens %+v", key, r.Index, r.View, r.Gens, f.live+uint64(k), want)
+		}
+	}
+	if slices.ContainsFunc(s.Rows, func(r specSnapRow) bool { return r.Key == "u/4" }) {
+		t.Errorf("row u/4, whose put new was refused, is in the snapshot")
+	}
 	for _, h := range s.Held {
 		held = append(held, h.Key)
 	}
@@ -673,6 +832,20 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 		if !slices.Contains(s.Garbage, want) {
 			t.Errorf("garbage %+v lacks %+v", s.Garbage, want)
 		}
+	}
+	// The released block: the cells of its written indexes are garbage,
+	// one after the other, and no other of its.
+	if i := slices.Index(s.Garbage, specRef{Index: f.rel, Field: "y"}); i < 0 || i+1 >= len(s.Garbage) || s.Garbage[i+1] != (specRef{Index: f.rel + 2, Field: "y"}) ||
+		slices.ContainsFunc(s.Garbage, func(r specRef) bool { return r.Index == f.rel+1 }) {
+		t.Errorf("garbage %+v, want the cells of indexes %d and %d, in order, and none of %d", s.Garbage, f.rel, f.rel+2, f.rel+1)
+	}
+
+	// Blocks: the live one alone (the idle one aborted, the released one
+	// ended, the refused one never made), its first three indexes taken.
+	if want := []specBlock{{Base: f.live, N: 5, At: f.liveAt, Fields: []string{"x", "y"}, Words: []uint64{0b111}}}; !reflect.DeepEqual(s.Blocks, want) {
+		t.Errorf("blocks %+v, want %+v", s.Blocks, want)
+	} else if !s.Blocks[0].taken(2) || s.Blocks[0].taken(3) {
+		t.Errorf("block %+v: index 2 not taken or 3 taken", s.Blocks[0])
 	}
 
 	// Tasks: their entries are the client's deliveries.
