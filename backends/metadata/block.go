@@ -43,8 +43,8 @@ type Blocker interface {
 	// PutNew is, atomically, Prepare of keys and fields (sizes as
 	// Prepare's) giving key i index base+i of a live block and
 	// generation 0 of each field, then Commit of updates (one per key, in
-	// order, at its index, its fields at generation 0), for keys none of
-	// which has a row. It fails, applying nothing: with
+	// order, at its index, setting every one of fields at generation 0:
+	// at least one), for keys none of which has a row. It fails, applying nothing: with
 	// backends.ErrInvalid for updates that are not so, or keys repeated;
 	// with a *FullError when the Capacity has no room for the rows; with
 	// backends.ErrConflict when a key has a row (put it by Prepare), the

@@ -79,6 +79,11 @@ func (p *Partition) Block(now int64, fields []string, base uint64, n int) error 
 	if len(p.blocks) >= maxBlocks {
 		return fmt.Errorf("%w: the partition holds %d live blocks, the most it may: put by Prepare", backends.ErrConflict, maxBlocks)
 	}
+	if last := len(p.blocks) - 1; last >= 0 && base < p.blocks[last].base+uint64(p.blocks[last].n) || base+uint64(n) < base {
+		// Indexes come from the log's counter: a block below a live one
+		// is a record whose writer did not have them reserved.
+		return fmt.Errorf("%w: a block at %d, below a live block's end or past the last index", ErrCorrupt, base)
+	}
 	p.blocks = append(p.blocks, &block{base: base, n: uint32(n), fields: fields, at: p.now, taken: make([]uint64, (n+63)/64)})
 	return nil
 }
@@ -105,8 +110,8 @@ func (p *Partition) blockAt(index uint64) *block {
 // block, atomically: Prepare of keys and fields with sizes, the rows
 // taking those indexes and generation 0 of each field, then Commit of
 // updates. It fails, changing nothing, with backends.ErrInvalid when
-// updates are not one per key, in order, at its index, naming fields
-// at generation 0, or keys repeat; with backends.ErrConflict when a key
+// updates are not one per key, in order, at its index, each setting
+// every one of fields (at least one) at generation 0, or keys repeat; with backends.ErrConflict when a key
 // has a row, or the indexes are not all untaken indexes of one live
 // block whose fields hold fields, or the capacity bounds bytes (with
 // backends.ErrReservationLost, which matches ErrConflict, when no block
@@ -196,6 +201,9 @@ func checkPutNew(base uint64, keys, fields []string, sizes []int64, updates []me
 	if len(keys) > MaxBlock {
 		return fmt.Errorf("%w: %d keys, a block holds %d at most", backends.ErrInvalid, len(keys), MaxBlock)
 	}
+	if len(keys) > 0 && len(fields) == 0 {
+		return fmt.Errorf("%w: a put of new keys by a block writes at least one field", backends.ErrInvalid)
+	}
 	for i, f := range fields {
 		if slices.Contains(fields[:i], f) {
 			return fmt.Errorf("%w: field %q twice", backends.ErrInvalid, f)
@@ -210,6 +218,9 @@ func checkPutNew(base uint64, keys, fields []string, sizes []int64, updates []me
 		u := &updates[i]
 		if u.Key != k || u.Index != base+uint64(i) {
 			return fmt.Errorf("%w: update %d is of key %q index %d, not %q index %d", backends.ErrInvalid, i, u.Key, u.Index, k, base+uint64(i))
+		}
+		if len(u.Fields) != len(fields) {
+			return fmt.Errorf("%w: key %q sets %d fields, the put writes %d: every one", backends.ErrInvalid, k, len(u.Fields), len(fields))
 		}
 		for f, fi := range u.Fields {
 			if fi.Gen != 0 || !slices.Contains(fields, f) {

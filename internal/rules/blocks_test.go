@@ -77,6 +77,12 @@ func TestPutNew(t *testing.T) {
 	bad[0].Fields = map[string]metadata.FieldInfo{"a": {Gen: 1}}
 	refused("a generation not 0", backends.ErrInvalid, 102, []string{"z"}, fields, bad)
 	refused("an index not the key's", backends.ErrInvalid, 102, []string{"z"}, fields, putNewUpdates(103, []string{"z"}, fields))
+	refused("an update leaving out a field", backends.ErrInvalid, 102, []string{"z"}, fields, putNewUpdates(102, []string{"z"}, fields[:1]))
+	refused("no field", backends.ErrInvalid, 102, []string{"z"}, nil, putNewUpdates(102, []string{"z"}, nil))
+	before := mustSnap(t, p)
+	if err := p.Block(p.Now(), fields, 101, 4); !errors.Is(err, ErrCorrupt) || !slices.Equal(before, mustSnap(t, p)) {
+		t.Fatalf("a block overlapping a live one: %v, want ErrCorrupt and nothing changed", err)
+	}
 
 	// A capacity with no room: a FullError, and the indexes stay the
 	// caller's for when there is room.

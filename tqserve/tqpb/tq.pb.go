@@ -2209,8 +2209,8 @@ type PutNewRequest struct {
 	// Empty, or one per cell in field-major order (field j of key i at
 	// j*len(updates)+i), as Prepare's.
 	Sizes []int64 `protobuf:"varint,4,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
-	// One per new key, in order: key i at index base+i, each field at
-	// generation 0.
+	// One per new key, in order: key i at index base+i, setting every
+	// field of fields at generation 0.
 	Updates       []*RowUpdate `protobuf:"bytes,5,rep,name=updates,proto3" json:"updates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

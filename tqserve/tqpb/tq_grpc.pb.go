@@ -163,8 +163,9 @@ type MetaClient interface {
 	Block(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*BlockReply, error)
 	// PutNew is, atomically, a Prepare of the updates' keys (in order) and
 	// fields, giving key i the index base+i of a live block and generation
-	// 0 of each field, then a Commit of updates (each at its index, its
-	// fields at generation 0), for keys none of which has a row. INVALID,
+	// 0 of each field, then a Commit of updates (each at its index,
+	// setting every field at generation 0), for keys none of which has a
+	// row. INVALID,
 	// applying nothing: updates not so, a key repeated, sizes not one per
 	// cell. FULL, applying nothing: the capacity has no room for the rows;
 	// the block is still the caller's and PutNew may be made again. CONFLICT,
@@ -686,8 +687,9 @@ type MetaServer interface {
 	Block(context.Context, *BlockRequest) (*BlockReply, error)
 	// PutNew is, atomically, a Prepare of the updates' keys (in order) and
 	// fields, giving key i the index base+i of a live block and generation
-	// 0 of each field, then a Commit of updates (each at its index, its
-	// fields at generation 0), for keys none of which has a row. INVALID,
+	// 0 of each field, then a Commit of updates (each at its index,
+	// setting every field at generation 0), for keys none of which has a
+	// row. INVALID,
 	// applying nothing: updates not so, a key repeated, sizes not one per
 	// cell. FULL, applying nothing: the capacity has no room for the rows;
 	// the block is still the caller's and PutNew may be made again. CONFLICT,
