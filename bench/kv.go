@@ -130,7 +130,7 @@ func sameAs[T codec.Element](b tq.Batch, field string, want []T) error {
 type kvArms struct {
 	t                      *target
 	put, get               *arm
-	putBlocks              *arm // BatchPut by a client WithIndexBlocks (Redis engines, whose store stages nothing)
+	putBlocks              *arm // BatchPut by a client WithIndexBlocks (a tq server's: redis:// sends a commit with its cells already)
 	limPut, limGet         *arm // the same arm for a copy() limit
 	limPutName, limGetName string
 }
@@ -139,8 +139,10 @@ func kvSteps(targets []*target, m *meter) int {
 	n, copyArm := 0, 0
 	for _, t := range targets {
 		switch {
-		case t.kv && t.isRedis():
+		case t.kv && t.isServed():
 			n += 5 // BatchPut, BatchPut by blocks, BatchGet, raw SET, raw MGET
+		case t.kv && t.isRedis():
+			n += 4 // BatchPut, BatchGet, raw SET, raw MGET
 		case t.kv:
 			n += 2
 			copyArm = 1 // one copy() arm serves every in-process engine
@@ -208,9 +210,11 @@ func runKV(ctx context.Context, cfg Config, m *meter, targets []*target, rep *Re
 			return d, c.ClearPartition(ctx, kvPartition)
 		}}
 		arms = append(arms, e.put, e.get)
-		if t.isRedis() {
+		if t.isServed() {
 			// A put of new keys by a block of indexes reserved ahead:
-			// its cells, then one call (tq.WithIndexBlocks).
+			// its cells, then one call (tq.WithIndexBlocks). On redis://
+			// a put is already two round trips (Prepare, then the cells
+			// with their commit), and blocks are not used.
 			cb, err := tq.Open(ctx, t.url, tq.WithIndexBlocks())
 			if err != nil {
 				return fmt.Errorf("open %s: %w", t.name, err)
@@ -225,6 +229,8 @@ func runKV(ctx context.Context, cfg Config, m *meter, targets []*target, rep *Re
 				return d, cb.ClearPartition(ctx, kvPartition)
 			}}
 			arms = append(arms, e.putBlocks)
+		}
+		if t.isRedis() {
 			raw := newRawRedis(t.redisOpts, len(cells))
 			defer raw.Close()
 			e.limPutName, e.limGetName = "go-redis pipelined SET", fmt.Sprintf("go-redis pipelined MGET ×%d", mgetChunk)
@@ -274,8 +280,8 @@ func runKV(ctx context.Context, cfg Config, m *meter, targets []*target, rep *Re
 		ID:    "kv",
 		Title: fmt.Sprintf("KV: GRPO batch of %d samples, L = %d", g.n, g.L),
 		Intro: fmt.Sprintf("Fields input_ids, responses int64 [L]; attention_mask, old_log_probs float32 [L]; rewards float32; uid string: "+
-			"%d cells, %s of payload. Each BatchPut writes fresh keys into an empty partition (\"index blocks\": by a client with tq.WithIndexBlocks, "+
-			"its cells then one metadata call); each BatchGet reads every field "+
+			"%d cells, %s of payload. Each BatchPut writes fresh keys into an empty partition (\"index blocks\", through a tq server: by a client with "+
+			"tq.WithIndexBlocks, its cells then one call); each BatchGet reads every field "+
 			"of every key and is checked value for value against what was written (parity). Time per batch, median [min–max]; "+
 			"\"of limit\" is the limit's time over the engine's: the share of the limit's throughput reached. "+
 			"Limits move the same packed bytes: copy() on one goroutine for in-process engines, raw go-redis for Redis.",
