@@ -75,33 +75,53 @@ type blockSet struct {
 
 type fieldBlocks struct {
 	cur, next *heldBlock
-	used      time.Time // its latest put or want
-	fetching  bool
-	size      int       // indexes to reserve next
-	until     time.Time // no block before (a refusal)
+	used      time.Time     // its latest put or want
+	fetched   chan struct{} // closed when the fetch in flight ends; nil: none
+	until     time.Time     // no block before (a refusal)
 	backoff   time.Duration
 }
 
 // take hands a put of n new keys offsets of the set's current block, or
 // nil when it has too few (and asks for the next in the background).
-func (c *Client) takeBlock(partition string, fields []string, n int) (*heldBlock, uint64) {
+//
+// A put that finds no block while the set's next is on its way waits for
+// it (bounded by ctx), once: a Block costs the round trip a Prepare
+// would, and a put by Prepare meanwhile would take indexes above the
+// block's, so that this client could no longer use it.
+func (c *Client) takeBlock(ctx context.Context, partition string, fields []string, n int) (*heldBlock, uint64) {
+	b, base, fetched := c.tryBlock(partition, fields, n)
+	if b != nil || fetched == nil {
+		return b, base
+	}
+	select {
+	case <-fetched:
+	case <-ctx.Done():
+		return nil, 0
+	}
+	b, base, _ = c.tryBlock(partition, fields, n)
+	return b, base
+}
+
+// tryBlock is takeBlock without waiting: with no block it returns the
+// set's fetch in flight, if any.
+func (c *Client) tryBlock(partition string, fields []string, n int) (*heldBlock, uint64, <-chan struct{}) {
 	s := &c.blocks
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.off || s.sets == nil || n > metadata.MaxBlock {
-		return nil, 0
+		return nil, 0, nil
 	}
 	key := blockKey{partition, strings.Join(fields, "\x00")}
 	fb := s.sets[key]
 	if fb == nil {
-		return nil, 0
+		return nil, 0, nil
 	}
 	fb.used = time.Now()
 	top, seen := s.top[partition]
 	for fb.cur == nil || fb.cur.n-fb.cur.next < n || seen && fb.cur.base+uint64(fb.cur.next) <= top {
 		if fb.next == nil {
 			c.fetchBlockLocked(fb, key, fields, n)
-			return nil, 0
+			return nil, 0, fb.fetched
 		}
 		c.retireLocked(fb.cur)
 		fb.cur, fb.next = fb.next, nil
@@ -114,7 +134,7 @@ func (c *Client) takeBlock(partition string, fields []string, n int) (*heldBlock
 	if b.n-b.next < 2*n { // fewer than two more such puts left: the next block
 		c.fetchBlockLocked(fb, key, fields, n)
 	}
-	return b, base
+	return b, base, nil
 }
 
 // putIndexes notes the indexes a put by Prepare got: a block below
@@ -264,11 +284,12 @@ func (fb *fieldBlocks) backoffLocked() {
 // fetchBlockLocked reserves the set's next block in the background,
 // unless one is on its way or held, or the set is backed off.
 func (c *Client) fetchBlockLocked(fb *fieldBlocks, key blockKey, fields []string, n int) {
-	if fb.fetching || fb.next != nil || time.Now().Before(fb.until) || c.closed.Load() {
+	if fb.fetched != nil || fb.next != nil || time.Now().Before(fb.until) || c.closed.Load() {
 		return
 	}
-	size := min(max(blockPuts*n, blockMin, fb.size), metadata.MaxBlock)
-	fb.fetching = true
+	size := min(max(blockPuts*n, blockMin), metadata.MaxBlock)
+	done := make(chan struct{})
+	fb.fetched = done
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
@@ -278,7 +299,8 @@ func (c *Client) fetchBlockLocked(fb *fieldBlocks, key blockKey, fields []string
 		s := &c.blocks
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		fb.fetching = false
+		fb.fetched = nil
+		defer close(done)
 		switch {
 		case errors.Is(err, errors.ErrUnsupported):
 			s.off = true

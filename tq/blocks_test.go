@@ -298,3 +298,31 @@ func TestIndexBlocksManySets(t *testing.T) {
 		}
 	}
 }
+
+// Puts of new keys back to back go by blocks after the first, whether
+// or not the next block has come when the current one runs out: a put
+// waits for the block on its way rather than take indexes above it.
+func TestIndexBlocksBackToBack(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
+	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+	const n, puts = 3, 60
+	for i := range puts {
+		if err := c.BatchPut(ctx, "p", keysN("k", (i+1)*n)[i*n:], blockBatch(i*n, n), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := meta.snapshot()
+	if got["Prepare"] != 1 || got["Commit"] != 1 || got["PutNew"] != puts-1 {
+		t.Fatalf("%d puts back to back: %v, want the first by Prepare and Commit, every other by PutNew", puts, got)
+	}
+	rows, err := c.List(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := keysN("k", puts*n); !slices.Equal(rows.Keys(), want) {
+		t.Fatalf("List: %v, want put order", rows.Keys())
+	}
+}

@@ -183,7 +183,7 @@ func (w *write) run(ctx context.Context, batch Batch) error {
 	var sorted []string
 	if w.c.opts.blocks && w.c.colocated == nil && w.c.stager == nil {
 		sorted = slices.Sorted(slices.Values(w.fields))
-		if b, base := w.c.takeBlock(w.partition, sorted, len(w.keys)); b != nil {
+		if b, base := w.c.takeBlock(ctx, w.partition, sorted, len(w.keys)); b != nil {
 			return w.runBlock(ctx, enc, b, base)
 		}
 	}
