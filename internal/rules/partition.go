@@ -41,6 +41,9 @@ type Partition struct {
 	// put may still be writing them, so they become garbage only once
 	// old enough (Abort).
 	orphans []pendingRef
+	// uncommitted are the rows Prepare made that were never committed,
+	// by index (byIndex has the others).
+	uncommitted map[uint64]*row
 	// far are pending reservations of live rows pushed out of their
 	// fieldGen's window; almost always empty.
 	far []pendingRef

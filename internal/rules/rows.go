@@ -73,6 +73,9 @@ type pendWindow struct {
 	// field's size once it commits, which it can only while pending, so
 	// it needs keeping only while the window is held (see capacity.go).
 	nsize int64
+	// row is the index of the row whose field it is: Abort finds the
+	// rows with reservations pending through the windows in use.
+	row uint64
 }
 
 // idleWindows bounds the room for windows a partition keeps once none
@@ -107,6 +110,7 @@ func (p *Partition) freeWindow(g *fieldGen) {
 	p.usedWins--
 	switch {
 	case p.usedWins > 0:
+		p.wins[g.w-1] = pendWindow{} // a window not in use has nothing pending
 		p.freeWins = append(p.freeWins, g.w-1)
 	case cap(p.wins) > idleWindows: // none in use: start over, from nothing
 		p.wins, p.freeWins = nil, nil
@@ -214,7 +218,7 @@ func (r *row) reserve(p *Partition, field string, hint int, at, size int64) (uin
 	gen := g.next
 	g.next++
 	if g.w == 0 { // none pending
-		p.newWindow(g, pendWindow{pend: 1, at: at, old: at, nsize: size})
+		p.newWindow(g, pendWindow{pend: 1, at: at, old: at, nsize: size, row: r.index})
 		return gen, g
 	}
 	w := p.win(g)
@@ -347,6 +351,7 @@ func (p *Partition) Prepare(now int64, keys, fields []string, sizes []int64, bas
 			r.held, r.since = true, p.now // since: when it was prepared, until its first commit
 			p.held++
 			p.rows[k] = r
+			p.prepared(r)
 		}
 		for j, f := range fields {
 			var size int64
@@ -438,6 +443,7 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 		}
 		p.committedSummary(r, old, since)
 		if old == nil {
+			delete(p.uncommitted, r.index)
 			p.byIndex[r.index] = r
 			p.committed++
 			p.unhold(r)
@@ -564,6 +570,8 @@ func (p *Partition) Delete(now int64, keys []string) []*metadata.Row {
 			delete(p.byIndex, r.index)
 			p.committed--
 			p.sorted = nil
+		} else {
+			delete(p.uncommitted, r.index)
 		}
 		p.retire(r)
 		p.release(r)
@@ -592,6 +600,7 @@ func (p *Partition) DeletePartition(now int64) []*metadata.Row {
 	p.garbage = metadata.AppendRowRefs(p.growGarbage(out), out)
 	p.rows = map[string]*row{}
 	p.byIndex = map[uint64]*row{}
+	p.uncommitted = nil
 	p.committed = 0
 	p.held, p.bytes = 0, 0
 	p.sorted = nil
@@ -641,7 +650,7 @@ func (p *Partition) Abort(now, cutoff int64) {
 	p.tick(now)
 	defer p.roomMade(p.held, p.bytes)
 	if p.pending > 0 || p.held > 0 {
-		for _, r := range p.byIndexAll() {
+		for _, r := range p.pendingRows() {
 			lost := false
 			for i := range r.gens {
 				g := &r.gens[i]
@@ -818,6 +827,38 @@ func (p *Partition) Abandon(now int64, refs []metadata.Ref) int {
 // byIndexAll returns every row, prepared ones too, by index: for the
 // scans whose order shows in the garbage, so that every process applying
 // a record orders it alike.
+// pendingRows returns, by index, the rows that hold room of the capacity
+// or have a reservation pending in a window: those Abort may change. It
+// finds them through the windows in use and the rows never committed,
+// not by passing over the rows.
+func (p *Partition) pendingRows() []*row {
+	var out []*row
+	for i := range p.wins {
+		if w := &p.wins[i]; w.pend != 0 {
+			r := p.byIndex[w.row]
+			if r == nil {
+				r = p.uncommitted[w.row]
+			}
+			out = append(out, r)
+		}
+	}
+	for _, r := range p.uncommitted {
+		if r.held {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b *row) int { return compareIndex(a.index, b.index) })
+	return slices.Compact(out)
+}
+
+// prepared records r, a row a Prepare made, as not committed yet.
+func (p *Partition) prepared(r *row) {
+	if p.uncommitted == nil {
+		p.uncommitted = map[uint64]*row{}
+	}
+	p.uncommitted[r.index] = r
+}
+
 func (p *Partition) byIndexAll() []*row {
 	out := make([]*row, 0, len(p.rows))
 	for _, r := range p.rows {

@@ -206,6 +206,9 @@ func checkWindows(p *Partition) error {
 			if seen[g.w] {
 				return fmt.Errorf("row %q field %q: a window shared", k, g.field)
 			}
+			if w := p.win(&g); w.row != r.index {
+				return fmt.Errorf("row %q (index %d) field %q: its window names row %d", k, r.index, g.field, w.row)
+			}
 			seen[g.w] = true
 			n += bits.OnesCount64(p.pend(&g))
 		}
@@ -220,7 +223,22 @@ func checkWindows(p *Partition) error {
 		if seen[i+1] {
 			return fmt.Errorf("a free window in use")
 		}
+		if p.wins[i] != (pendWindow{}) {
+			return fmt.Errorf("a free window holds %+v", p.wins[i])
+		}
 		seen[i+1] = true
+	}
+	uncommitted := 0
+	for k, r := range p.rows {
+		if r.view == nil {
+			uncommitted++
+			if p.uncommitted[r.index] != r {
+				return fmt.Errorf("row %q (index %d), never committed, not found by its index", k, r.index)
+			}
+		}
+	}
+	if uncommitted != len(p.uncommitted) {
+		return fmt.Errorf("%d rows never committed, %d by index", uncommitted, len(p.uncommitted))
 	}
 	return nil
 }

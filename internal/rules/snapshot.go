@@ -451,6 +451,7 @@ func restore(b []byte) (*Partition, error) {
 				// at, old and nsize matter only while a generation is
 				// pending: a field with none keeps no window (a writer
 				// before windows wrote what it last had).
+				w.row = r.index
 				p.newWindow(g, w)
 			}
 			p.pending += popcount(w.pend)
@@ -459,12 +460,17 @@ func restore(b []byte) (*Partition, error) {
 			return nil, fmt.Errorf("row %q twice", key)
 		}
 		p.rows[key] = r
+		if _, dup := p.byIndex[r.index]; dup {
+			return nil, fmt.Errorf("index %d twice", r.index)
+		}
+		if _, dup := p.uncommitted[r.index]; dup {
+			return nil, fmt.Errorf("index %d twice", r.index)
+		}
 		if r.view != nil {
-			if _, dup := p.byIndex[r.index]; dup {
-				return nil, fmt.Errorf("index %d twice", r.index)
-			}
 			p.byIndex[r.index] = r
 			p.committed++
+		} else {
+			p.prepared(r)
 		}
 	}
 	if p.far, b, err = readPending(b); err != nil {
