@@ -179,7 +179,11 @@ func WithName(name string) Option {
 // a set of fields, a put of keys that have rows, and a put into a
 // partition whose Capacity bounds bytes still go the other way; a put
 // that finds a key has a row after all deletes what it wrote and goes
-// the other way too (the set then leaves blocks alone for a while).
+// the other way too (the set then leaves blocks alone for a while). A
+// block no put used for a minute is released for a fresh one: Reclaim
+// (and a tq server's periodic reclaim) aborts a block idle for its
+// olderThan; a put that finds its block aborted anyway leaves what it
+// wrote for lost and goes the other way.
 //
 // The price is order. Without blocks, index order (List's order, and the
 // order tasks are served in, oldest first) is the order puts of new keys

@@ -1,0 +1,72 @@
+package tq_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tqgo/tqgo/backends/memory"
+	"github.com/tqgo/tqgo/tq"
+)
+
+// idleBlockAborted puts twice (the second by a block), lets the block
+// idle past a Reclaim's age (another client's, or the tq server's
+// periodic one), which aborts it and sweeps its garbage, then puts
+// again and closes. It returns the cells left once everything is
+// reclaimed, and the error of the third put.
+func idleBlockAborted(t *testing.T) (cells int, err error) {
+	ctx := context.Background()
+	st := memory.New()
+	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
+	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+	const n = 2
+	put := func(from int) error {
+		return c.BatchPut(ctx, "p", keysN("k", from+n)[from:], blockBatch(from, n), nil)
+	}
+	if err := put(0); err != nil {
+		t.Fatal(err)
+	}
+	waitCalls(t, meta, "Block", 1)
+	if err := put(n); err != nil { // by the block
+		t.Fatal(err)
+	}
+	if got := meta.snapshot()["PutNew"]; got != 1 {
+		t.Fatalf("the second put made %d PutNew, want 1", got)
+	}
+	time.Sleep(30 * time.Millisecond)
+	other := newClient(t, unstaged{st}, meta)
+	if _, err := other.Reclaim(ctx, "p", 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	err = put(2 * n)
+	if cerr := c.Close(); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if _, rerr := other.Reclaim(ctx, "p", 0); rerr != nil {
+		t.Fatal(rerr)
+	}
+	return st.Len(), err
+}
+
+// A producer's block aborted as idle, its garbage swept: its next put of
+// new keys still succeeds (by Prepare), rather than fail as if the store
+// had lost the block in a failover.
+func TestReviewIdleBlockAbortedPutSucceeds(t *testing.T) {
+	if _, err := idleBlockAborted(t); err != nil {
+		t.Fatalf("a put after its idle block was aborted and swept: %v", err)
+	}
+}
+
+// A client retires a block idle for blockIdle, so that a block the store
+// aborted as idle is not used: nothing leaks.
+func TestReviewIdleBlockRetired(t *testing.T) {
+	defer tq.SetBlockIdle(20 * time.Millisecond)()
+	cells, err := idleBlockAborted(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * 3 * 2; cells != want {
+		t.Fatalf("%d cells stored for 3 puts of 2 keys, 2 fields: want %d (the rest leaked)", cells, want)
+	}
+}
