@@ -121,7 +121,7 @@ func TestReviewLostBlockHijacksAnothersBlock(t *testing.T) {
 	if err := put(c1, "k", 0); err != nil { // Prepare and Commit, on both
 		t.Fatal(err)
 	}
-	meta.waitBlocks(t, 1) // a block of c1's, the primary's alone
+	meta.waitBlocks(t, 1)                   // a block of c1's, the primary's alone
 	if err := put(c1, "k", n); err != nil { // by the block: lost with it
 		t.Fatal(err)
 	}
@@ -130,8 +130,8 @@ func TestReviewLostBlockHijacksAnothersBlock(t *testing.T) {
 	if err := put(c2, "j", 0); err != nil { // Prepare and Commit
 		t.Fatal(err)
 	}
-	meta.waitBlocks(t, 2) // c2's block, over c1's indexes
-	err1 := put(c1, "k", 2*n)              // c1's lost block
+	meta.waitBlocks(t, 2)     // c2's block, over c1's indexes
+	err1 := put(c1, "k", 2*n) // c1's lost block
 	if err := put(c2, "j", n); err != nil {
 		t.Fatal(err)
 	}
@@ -151,4 +151,3 @@ func TestReviewLostBlockHijacksAnothersBlock(t *testing.T) {
 		}
 	}
 }
-
