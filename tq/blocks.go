@@ -148,14 +148,18 @@ func (c *Client) tryBlock(partition string, fields []string, n int) (*heldBlock,
 	return b, base, nil
 }
 
-// putIndexes notes the indexes a put by Prepare got: a block below
-// them would break this client's index order.
+// putIndexes notes the indexes of the new rows a put by Prepare made: a
+// block below them would break this client's index order. The rows of
+// keys that had one (an update, maybe of another client's rows) are not
+// this client's to order.
 func (c *Client) putIndexes(partition string, res []metadata.Reservation) {
 	s := &c.blocks
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range res {
-		s.raiseTopLocked(partition, r.Index)
+		if r.New {
+			s.raiseTopLocked(partition, r.Index)
+		}
 	}
 }
 

@@ -70,3 +70,36 @@ func TestReviewIdleBlockRetired(t *testing.T) {
 		t.Fatalf("%d cells stored for 3 puts of 2 keys, 2 fields: want %d (the rest leaked)", cells, want)
 	}
 }
+
+// An update of rows another client put (keys that have rows, at indexes
+// above this client's block) is not a put of new keys of this client:
+// it does not retire the block, whose indexes keep this client's order.
+func TestReviewUpdateKeepsBlock(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
+	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	a := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+	b := newClient(t, unstaged{st}, meta)
+	const n = 2
+	put := func(c *tq.Client, prefix string, from int) {
+		t.Helper()
+		if err := c.BatchPut(ctx, "p", keysN(prefix, from+n)[from:], blockBatch(from, n), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(a, "k", 0)
+	waitCalls(t, meta, "Block", 1)
+	put(a, "k", n) // by the block
+	put(b, "j", 0) // another client's rows, above a's block
+	// a scores b's rows: a field of its own, by Prepare and Commit.
+	if err := a.BatchPut(ctx, "p", keysN("j", n), tq.Batch{"score": tq.Stacked(make([]float32, n), n, 1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := meta.snapshot()
+	put(a, "k", 2*n)
+	after := meta.snapshot()
+	if after["PutNew"] != before["PutNew"]+1 || after["Block"] != 1 || after["ReleaseBlock"] != 0 {
+		t.Fatalf("a put of new keys after an update of others' rows: calls %v -> %v; want one PutNew by the block it held", before, after)
+	}
+}
