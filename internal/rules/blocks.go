@@ -250,7 +250,15 @@ func (p *Partition) ReleaseBlock(now int64, base uint64, written []uint64) {
 		return
 	}
 	if len(written) > 0 {
-		p.garbage = b.garbage(p.garbage, func(i uint64) bool { return slices.Contains(written, i) })
+		// Which of the block's offsets written names, in one pass: a
+		// record may name many indexes, and every reader applies it.
+		named := make([]uint64, len(b.taken))
+		for _, i := range written {
+			if off := i - b.base; i >= b.base && off < uint64(b.n) {
+				named[off/64] |= 1 << (off % 64)
+			}
+		}
+		p.garbage = b.garbage(p.garbage, func(i uint64) bool { off := i - b.base; return named[off/64]&(1<<(off%64)) != 0 })
 	}
 	p.dropBlock(b)
 }
