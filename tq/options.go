@@ -171,8 +171,10 @@ func WithName(name string) Option {
 
 // WithIndexBlocks makes puts of new keys take global indexes the client
 // reserved ahead, a few puts' worth at a time per partition and set of
-// fields, where the metadata store can (every engine of this module and
-// tq://): such a put writes its cells and then makes one metadata call
+// fields, where the engine can: through a tq server (tq://) and on a
+// Redis Cluster, not where cells go with their commit already (a
+// standalone Redis, file://) or are encoded into the engine's memory
+// (memory://), whose puts stay as they are: such a put writes its cells and then makes one metadata call
 // that reserves and commits its rows, where it otherwise makes two
 // (Prepare before the cells, Commit after). Through a tq server that is
 // two round trips per put of new keys instead of three. The first put of
