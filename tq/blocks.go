@@ -42,6 +42,13 @@ const (
 	blockSets = 16
 )
 
+// blockIdle is how long a block may go without a PutNew of this client
+// before it is retired for a fresh one: the store aborts a block idle
+// for a Reclaim's olderThan (the tq server's every hour by default) and
+// sweeps its garbage, after which a PutNew of it can no longer be told
+// from one of a block lost in a failover, and its cells are left behind.
+var blockIdle = time.Minute
+
 type blockKey struct{ partition, fields string }
 
 // heldBlock is a block the client holds: offsets below next are handed
@@ -56,6 +63,10 @@ type heldBlock struct {
 	next     int
 	inflight int
 	burnt    []uint64
+	// used is when the store last counted the block in use, at the
+	// latest: before its Block was sent, or before a put that took
+	// offsets of it whose PutNew applied (see blockIdle).
+	used time.Time
 	// dirty: the store still holds offsets of it once the client is done
 	// with it (one burnt, or never handed out), so it must be released.
 	dirty    bool
@@ -118,7 +129,7 @@ func (c *Client) tryBlock(partition string, fields []string, n int) (*heldBlock,
 	}
 	fb.used = time.Now()
 	top, seen := s.top[partition]
-	for fb.cur == nil || fb.cur.n-fb.cur.next < n || seen && fb.cur.base+uint64(fb.cur.next) <= top {
+	for fb.cur == nil || fb.cur.n-fb.cur.next < n || seen && fb.cur.base+uint64(fb.cur.next) <= top || time.Since(fb.cur.used) > blockIdle {
 		if fb.next == nil {
 			c.fetchBlockLocked(fb, key, fields, n)
 			return nil, 0, fb.fetched
@@ -137,14 +148,18 @@ func (c *Client) tryBlock(partition string, fields []string, n int) (*heldBlock,
 	return b, base, nil
 }
 
-// putIndexes notes the indexes a put by Prepare got: a block below
-// them would break this client's index order.
+// putIndexes notes the indexes of the new rows a put by Prepare made: a
+// block below them would break this client's index order. The rows of
+// keys that had one (an update, maybe of another client's rows) are not
+// this client's to order.
 func (c *Client) putIndexes(partition string, res []metadata.Reservation) {
 	s := &c.blocks
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range res {
-		s.raiseTopLocked(partition, r.Index)
+		if r.New {
+			s.raiseTopLocked(partition, r.Index)
+		}
 	}
 }
 
@@ -192,13 +207,17 @@ func (c *Client) releaseBlock(b *heldBlock) {
 	}()
 }
 
-// putDone ends a put's use of b: ok (its PutNew applied), or its indexes
-// burnt (written: its cells may still exist).
-func (c *Client) putDone(b *heldBlock, base uint64, n int, ok, written bool) {
+// putDone ends a put's use of b: ok (its PutNew applied; the put took
+// its offsets at taken), or its indexes burnt (written: its cells may
+// still exist).
+func (c *Client) putDone(b *heldBlock, base uint64, n int, taken time.Time, ok, written bool) {
 	s := &c.blocks
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b.inflight--
+	if ok && taken.After(b.used) {
+		b.used = taken
+	}
 	if !ok {
 		b.dirty = true
 		if written {
@@ -295,6 +314,7 @@ func (c *Client) fetchBlockLocked(fb *fieldBlocks, key blockKey, fields []string
 		defer c.bg.Done()
 		ctx, cancel := context.WithTimeout(c.closing, blockFetchTimeout)
 		defer cancel()
+		sent := time.Now()
 		base, err := metadata.Block(ctx, c.meta, key.partition, fields, size)
 		s := &c.blocks
 		s.mu.Lock()
@@ -312,7 +332,7 @@ func (c *Client) fetchBlockLocked(fb *fieldBlocks, key blockKey, fields []string
 			}
 			return
 		}
-		b := &heldBlock{key: key, fields: fields, base: base, n: size}
+		b := &heldBlock{key: key, fields: fields, base: base, n: size, used: sent}
 		if c.closed.Load() || s.sets[key] != fb {
 			c.releaseBlock(b) // the client closed, or the set was evicted
 			return
@@ -342,6 +362,7 @@ func (c *Client) releaseBlocks() {
 // the cells, then PutNew. A PutNew refused with ErrConflict (a key has
 // a row, the block ended) deletes the cells and puts by Prepare.
 func (w *write) runBlock(ctx context.Context, enc *codec.Encoding, b *heldBlock, base uint64) error {
+	taken := time.Now()
 	n := len(w.keys)
 	gens := make(map[string]uint64, len(w.fields))
 	for _, f := range w.fields {
@@ -355,7 +376,7 @@ func (w *write) runBlock(ctx context.Context, enc *codec.Encoding, b *heldBlock,
 	sizes := w.sizes(enc)
 	if enc != nil {
 		if err := w.encode(ctx, enc); err != nil {
-			w.c.putDone(b, base, n, false, false)
+			w.c.putDone(b, base, n, taken, false, false)
 			return err
 		}
 	}
@@ -367,21 +388,23 @@ func (w *write) runBlock(ctx context.Context, enc *codec.Encoding, b *heldBlock,
 		}
 		var res metadata.CommitResult
 		if res, err = w.putNew(ctx, base, sizes); err == nil {
-			w.c.putDone(b, base, n, true, false)
+			w.c.putDone(b, base, n, taken, true, false)
 			w.committed(res)
 			return nil
 		}
 	}
 	switch {
 	case errors.Is(err, backends.ErrReservationLost):
-		// The store lost the block (a failover): its indexes may be
-		// another row's now. The cells stay, unreferenced.
-		w.c.putDone(b, base, n, false, false)
+		// The store knows neither the block nor its garbage: lost in a
+		// failover (its indexes may be another row's now), or aborted
+		// as idle and swept. The cells stay, unreferenced; the put
+		// goes by Prepare, at indexes of its own.
+		w.c.putDone(b, base, n, taken, false, false)
 		w.c.refuseBlocks(b)
-		w.c.opts.logger.Warn("tq: put refused, its block of indexes lost; leaving its cells", "partition", w.partition, "keys", n, "err", err)
-		return err
+		w.c.opts.logger.Warn("tq: put refused, its block of indexes lost; leaving its cells and putting by Prepare", "partition", w.partition, "keys", n, "err", err)
+		return w.byPrepare(ctx, sizes)
 	case errors.Is(err, ErrOutcomeUnknown):
-		w.c.putDone(b, base, n, false, true)
+		w.c.putDone(b, base, n, taken, false, true)
 		w.c.opts.logger.Warn("tq: put outcome unknown; keeping its cells", "partition", w.partition, "keys", n, "err", err)
 		return err
 	}
@@ -397,12 +420,18 @@ func (w *write) runBlock(ctx context.Context, enc *codec.Encoding, b *heldBlock,
 	if derr != nil {
 		w.c.opts.logger.Warn("tq: deleting a refused put's cells failed; its block's release names them", "partition", w.partition, "cells", len(refs)-len(deleted), "err", derr)
 	}
-	w.c.putDone(b, base, n, false, derr != nil)
+	w.c.putDone(b, base, n, taken, false, derr != nil)
 	if !errors.Is(err, backends.ErrConflict) {
 		return err
 	}
 	// A key has a row, or the block ended: put by Prepare.
 	w.c.refuseBlocks(b)
+	return w.byPrepare(ctx, sizes)
+}
+
+// byPrepare puts what runBlock could not put by its block: Prepare, the
+// cells (encoded already) under the storage keys it names, Commit.
+func (w *write) byPrepare(ctx context.Context, sizes []int64) error {
 	w.wrote = false
 	if err := w.reserve(ctx, sizes); err != nil {
 		return err

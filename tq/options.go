@@ -171,15 +171,21 @@ func WithName(name string) Option {
 
 // WithIndexBlocks makes puts of new keys take global indexes the client
 // reserved ahead, a few puts' worth at a time per partition and set of
-// fields, where the metadata store can (every engine of this module and
-// tq://): such a put writes its cells and then makes one metadata call
+// fields, where the engine can: through a tq server (tq://) and on a
+// Redis Cluster, not where cells go with their commit already (a
+// standalone Redis, file://) or are encoded into the engine's memory
+// (memory://), whose puts stay as they are: such a put writes its cells and then makes one metadata call
 // that reserves and commits its rows, where it otherwise makes two
 // (Prepare before the cells, Commit after). Through a tq server that is
 // two round trips per put of new keys instead of three. The first put of
 // a set of fields, a put of keys that have rows, and a put into a
 // partition whose Capacity bounds bytes still go the other way; a put
 // that finds a key has a row after all deletes what it wrote and goes
-// the other way too (the set then leaves blocks alone for a while).
+// the other way too (the set then leaves blocks alone for a while). A
+// block no put used for a minute is released for a fresh one: Reclaim
+// (and a tq server's periodic reclaim) aborts a block idle for its
+// olderThan; a put that finds its block aborted anyway leaves what it
+// wrote for lost and goes the other way.
 //
 // The price is order. Without blocks, index order (List's order, and the
 // order tasks are served in, oldest first) is the order puts of new keys

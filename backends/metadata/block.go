@@ -55,6 +55,9 @@ type Blocker interface {
 	// store knows neither the block nor the put's cells: the block was
 	// lost with metadata a failover replaced, its indexes may be another
 	// row's now, and the caller must not delete the cells by storage key.
+	// (A block Garbage aborted whose garbage was swept since, as Reclaim
+	// sweeps it at once, is refused so too: the store cannot tell it
+	// from one lost.)
 	// A refusal leaves a live block's indexes the caller's: PutNew may be
 	// made again (after a FullError, once there is room). A lost reply is
 	// settled as Commit's; an error matching backends.ErrOutcomeUnknown

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -67,7 +68,8 @@ func (b *block) garbage(refs []metadata.Ref, in func(index uint64) bool) []metad
 // unsorted or repeated, and with backends.ErrConflict while the
 // partition's capacity bounds bytes (a PutNew writes its cells before
 // the capacity counts them) or holds maxBlocks live blocks; either way
-// the indexes are skipped.
+// the indexes are skipped. A block that overlaps a live one is
+// ErrCorrupt.
 func (p *Partition) Block(now int64, fields []string, base uint64, n int) error {
 	p.tick(now)
 	if err := metadata.CheckBlock(fields, n); err != nil {
@@ -79,12 +81,17 @@ func (p *Partition) Block(now int64, fields []string, base uint64, n int) error 
 	if len(p.blocks) >= maxBlocks {
 		return fmt.Errorf("%w: the partition holds %d live blocks, the most it may: put by Prepare", backends.ErrConflict, maxBlocks)
 	}
-	if last := len(p.blocks) - 1; last >= 0 && base < p.blocks[last].base+uint64(p.blocks[last].n) || base+uint64(n) < base {
-		// Indexes come from the log's counter: a block below a live one
-		// is a record whose writer did not have them reserved.
-		return fmt.Errorf("%w: a block at %d, below a live block's end or past the last index", ErrCorrupt, base)
+	// Indexes come from the engine's counter, each handed out once, but
+	// not always in log order: on a Redis Cluster an append draws its
+	// indexes before it appends, so a block may come after a live block
+	// above it. One that overlaps a live block is a record whose writer
+	// did not have its indexes reserved.
+	end := base + uint64(n)
+	i, _ := slices.BinarySearchFunc(p.blocks, base, func(b *block, x uint64) int { return cmp.Compare(b.base, x) })
+	if end < base || i > 0 && p.blocks[i-1].base+uint64(p.blocks[i-1].n) > base || i < len(p.blocks) && p.blocks[i].base < end {
+		return fmt.Errorf("%w: a block at %d to %d, overlapping a live block or past the last index", ErrCorrupt, base, end-1)
 	}
-	p.blocks = append(p.blocks, &block{base: base, n: uint32(n), fields: fields, at: p.now, taken: make([]uint64, (n+63)/64)})
+	p.blocks = slices.Insert(p.blocks, i, &block{base: base, n: uint32(n), fields: fields, at: p.now, taken: make([]uint64, (n+63)/64)})
 	return nil
 }
 
@@ -243,7 +250,15 @@ func (p *Partition) ReleaseBlock(now int64, base uint64, written []uint64) {
 		return
 	}
 	if len(written) > 0 {
-		p.garbage = b.garbage(p.garbage, func(i uint64) bool { return slices.Contains(written, i) })
+		// Which of the block's offsets written names, in one pass: a
+		// record may name many indexes, and every reader applies it.
+		named := make([]uint64, len(b.taken))
+		for _, i := range written {
+			if off := i - b.base; i >= b.base && off < uint64(b.n) {
+				named[off/64] |= 1 << (off % 64)
+			}
+		}
+		p.garbage = b.garbage(p.garbage, func(i uint64) bool { off := i - b.base; return named[off/64]&(1<<(off%64)) != 0 })
 	}
 	p.dropBlock(b)
 }
