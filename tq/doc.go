@@ -34,6 +34,9 @@
 // (packing straight into the engine's memory when it can allocate), and
 // commits the metadata last. A reader never sees a field whose bytes are
 // not all written; a failed put deletes what it wrote and commits nothing.
+// With WithIndexBlocks, a put of new keys takes its indexes from a block
+// the client reserved ahead and reserves and commits its rows in one call
+// after its cells (see WithIndexBlocks for what that does to index order).
 //
 // Tags are checked with the rest: a value of a type outside Tag's list
 // (pointers, structs, time.Time, complex numbers, NaN ...) fails the put
