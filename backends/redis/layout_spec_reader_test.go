@@ -9,6 +9,7 @@ package redis_test
 // against what tq reports.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -467,6 +468,49 @@ type srState struct {
 	// the capacity (section 5): bounds and the tasks to clear after
 	capRows, capBytes int64
 	clearAfter        []string
+	blocks            []*srBlock // the live blocks, by base (section 5, Blocks)
+	// What the log did with blocks, for the test: the keys of the rows
+	// U records made, why each U that applied nothing did not, how many
+	// Y records ended a block, and the live blocks the snapshot held.
+	madeByU    []string
+	refusedU   []string
+	released   int
+	snapBlocks []*srBlock
+}
+
+// srBlock is a live block: indexes base to base+n-1 for new rows of
+// fields, which of them a U took, and at (its N's time, then its latest
+// U's).
+type srBlock struct {
+	base, n uint64
+	fields  []string
+	at      int64
+	taken   []bool
+}
+
+// left counts the indexes of b no U took.
+func (b *srBlock) left() int {
+	n := 0
+	for _, t := range b.taken {
+		if !t {
+			n++
+		}
+	}
+	return n
+}
+
+// srIncreasing: at least one name, in increasing byte order (so none
+// twice), as a block's fields must be.
+func srIncreasing(fields []string) bool {
+	if len(fields) == 0 {
+		return false
+	}
+	for k := 1; k < len(fields); k++ {
+		if fields[k-1] >= fields[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // usage is what the partition holds (section 5, Capacity): committed and
@@ -1059,174 +1103,51 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 		}
 		var sizes [][]int64 // per field, per key; nil: none
 		if len(d.b) > 0 {
-			if d.arr() != len(fields) || len(keys)*len(fields) > 1<<26 {
-				return
-			}
-			for range fields {
-				col := make([]int64, len(keys))
-				if len(d.b) > 0 && d.b[0]&0xf0 == 0x90 || len(d.b) > 0 && (d.b[0] == 0xdc || d.b[0] == 0xdd) {
-					if d.arr() != len(keys) {
-						return
-					}
-					for k := range col {
-						col[k] = d.i()
-					}
-				} else {
-					v := d.i()
-					for k := range col {
-						col[k] = v
-					}
-				}
-				if slices.ContainsFunc(col, func(v int64) bool { return v < 0 }) {
-					return
-				}
-				sizes = append(sizes, col)
-			}
-			if d.err != nil {
+			var ok bool
+			if sizes, ok = d.sizes(len(keys), len(fields)); !ok {
 				return
 			}
 		}
-		fresh := 0
-		for _, k := range keys {
-			if p.rows[k] == nil {
-				fresh++
-			}
-		}
-		if uint64(fresh) > n {
-			return
-		}
-		if p.capRows > 0 || p.capBytes > 0 {
-			var growth int64
-			for k, key := range keys {
-				for j, f := range fields {
-					var s int64
-					if sizes != nil {
-						s = sizes[j][k]
-					}
-					if r := p.rows[key]; r != nil {
-						if g := r.gen(f); g != nil {
-							s -= min(s, g.size)
-						}
-					}
-					growth += s
-				}
-			}
-			rows, bytes := p.usage()
-			if p.capRows > 0 && fresh > 0 && rows+int64(fresh) > p.capRows || p.capBytes > 0 && growth > 0 && bytes+growth > p.capBytes {
-				return // full
-			}
-		}
-		for k, key := range keys {
-			r := p.rows[key]
-			if r == nil {
-				r = &srRow{key: key, index: base, held: true}
-				base++
-				p.rows[key] = r
-			}
-			for j, f := range fields {
-				g := r.gen(f)
-				if g == nil {
-					g = &srGen{field: f}
-					r.gens = append(r.gens, g)
-				}
-				g.nsize = 0
-				if sizes != nil {
-					g.nsize = sizes[j][k]
-				}
-				g.size = max(g.size, g.nsize)
-				switch {
-				case g.pend == 0:
-					g.old = now
-				case g.pend>>63 != 0:
-					p.far = append(p.far, srRef{r.index, f, g.next - 64, g.old})
-					g.old = g.at
-				}
-				g.next++
-				g.pend = g.pend<<1 | 1
-				g.at = now
-			}
-		}
+		p.prepare(base, n, keys, fields, sizes)
 	case 'C':
-		tables := d.tables()
-		n := d.arr()
-		type up struct {
-			key    string
-			index  uint64
-			fields map[string]srField
-			tag    map[string]any
-		}
-		ups := make([]up, n)
-		for k := range ups {
-			ups[k].key = d.s()
-			ups[k].index = d.u()
-			ups[k].fields, _ = d.tableRef(tables)
-			ups[k].tag = d.tag()
-		}
-		if d.err != nil || n == 0 {
+		ups := d.updates()
+		if d.err != nil {
 			return
 		}
-		for _, u := range ups {
-			r := p.rows[u.key]
-			if r == nil || r.index != u.index {
-				return
-			}
-			for f, fi := range u.fields {
-				g := r.gen(f)
-				if g == nil {
-					return
-				}
-				if !g.has(fi.gen) && p.farIndex(r.index, f, fi.gen) < 0 && !(r.committed && r.fields[f].gen == fi.gen && srHasKey(r.fields, f)) {
-					return
-				}
+		p.commit(ups)
+	case 'N':
+		n, fields := d.u(), d.strs()
+		if d.err != nil || n < 1 || n > 4096 || !srIncreasing(fields) || base+n < base {
+			return
+		}
+		if slices.ContainsFunc(p.blocks, func(b *srBlock) bool { return base < b.base+b.n && b.base < base+n }) {
+			return // overlapping a live block: its writer had no indexes reserved
+		}
+		if p.capBytes > 0 || len(p.blocks) >= 1024 {
+			return // refused
+		}
+		// Kept by base: a block may reach the log below a live one.
+		k, _ := slices.BinarySearchFunc(p.blocks, base, func(b *srBlock, x uint64) int { return cmp.Compare(b.base, x) })
+		p.blocks = slices.Insert(p.blocks, k, &srBlock{base: base, n: n, fields: fields, at: now, taken: make([]bool, n)})
+	case 'U':
+		p.putNew(d)
+	case 'Y':
+		first, written := d.u(), d.idx()
+		if d.err != nil {
+			return
+		}
+		k := slices.IndexFunc(p.blocks, func(b *srBlock) bool { return b.base == first })
+		if k < 0 {
+			return
+		}
+		b := p.blocks[k]
+		for off, taken := range b.taken {
+			if !taken && slices.Contains(written, b.base+uint64(off)) {
+				p.garbage += len(b.fields)
 			}
 		}
-		for _, u := range ups {
-			r := p.rows[u.key]
-			was := r.committed
-			r.fields = maps.Clone(r.fields) // tables are shared: copy on write
-			for _, f := range slices.Sorted(maps.Keys(u.fields)) {
-				fi := u.fields[f]
-				if g := r.gen(f); !g.drop(fi.gen) {
-					if j := p.farIndex(r.index, f, fi.gen); j >= 0 {
-						p.far = slices.Delete(p.far, j, j+1)
-					}
-				} else if fi.gen == g.next-1 {
-					g.size = g.nsize // its newest write committed
-				}
-				old, had := r.fields[f]
-				switch {
-				case had && old.gen > fi.gen:
-					p.garbage++
-					continue
-				case had && old.gen != fi.gen:
-					p.garbage++
-				}
-				if r.fields == nil {
-					r.fields = map[string]srField{}
-				}
-				r.fields[f] = fi
-			}
-			if u.tag != nil {
-				if len(r.tag) == 0 {
-					r.tag = u.tag
-				} else {
-					merged := maps.Clone(r.tag)
-					maps.Copy(merged, u.tag)
-					r.tag = merged
-				}
-			}
-			r.committed, r.held = true, false
-			if r.fields == nil {
-				r.fields = map[string]srField{}
-			}
-			p.byIndex[r.index] = r
-			if was {
-				for _, t := range p.tasks {
-					delete(t.parked, r.index)
-				}
-			}
-		}
-		p.seq++
+		p.blocks = slices.Delete(p.blocks, k, k+1)
+		p.released++
 	case 'D':
 		keys := d.strs()
 		if d.err == nil && p.remove(keys) {
@@ -1267,6 +1188,13 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 		}
 		p.far = slices.DeleteFunc(p.far, func(o srRef) bool { return o.at <= cutoff })
 		p.orphans = slices.DeleteFunc(p.orphans, func(o srRef) bool { return o.at <= cutoff })
+		p.blocks = slices.DeleteFunc(p.blocks, func(b *srBlock) bool { // idle since the cutoff: ended
+			if b.at > cutoff {
+				return false
+			}
+			p.garbage += b.left() * len(b.fields)
+			return true
+		})
 	case 'W', 'B':
 		n := d.arr()
 		parts := 3
@@ -1427,6 +1355,291 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 		t.batches = nil
 		p.seq++
 	}
+}
+
+// sizes reads a P's or a U's cells' sizes of nk keys and nf fields (LOG.md
+// section 2): an array of one value per field, either one size for every
+// key or an array of one per key; false when they are not that, or
+// negative, or more than 2^26 cells.
+func (d *sd) sizes(nk, nf int) ([][]int64, bool) {
+	if d.arr() != nf || nk*nf > 1<<26 {
+		return nil, false
+	}
+	sizes := make([][]int64, 0, nf)
+	for range nf {
+		col := make([]int64, nk)
+		if len(d.b) > 0 && d.b[0]&0xf0 == 0x90 || len(d.b) > 0 && (d.b[0] == 0xdc || d.b[0] == 0xdd) {
+			if d.arr() != nk {
+				return nil, false
+			}
+			for k := range col {
+				col[k] = d.i()
+			}
+		} else {
+			v := d.i()
+			for k := range col {
+				col[k] = v
+			}
+		}
+		if slices.ContainsFunc(col, func(v int64) bool { return v < 0 }) {
+			return nil, false
+		}
+		sizes = append(sizes, col)
+	}
+	return sizes, d.err == nil
+}
+
+// srUpdate is an update of a C (or a U).
+type srUpdate struct {
+	key    string
+	index  uint64
+	fields map[string]srField // nil: the update names no table
+	tag    map[string]any
+}
+
+// updates reads a C's body: the field tables, then the updates, flat.
+func (d *sd) updates() []srUpdate {
+	tables := d.tables()
+	ups := make([]srUpdate, d.arr())
+	for k := range ups {
+		ups[k].key = d.s()
+		ups[k].index = d.u()
+		ups[k].fields, _ = d.tableRef(tables)
+		ups[k].tag = d.tag()
+	}
+	return ups
+}
+
+// prepare applies a P of keys and fields with sizes (per field, per key;
+// nil: none), new keys taking indexes from base on, at most n of them
+// (LOG.md section 5, P); it reports whether it applied.
+func (p *srState) prepare(base, n uint64, keys, fields []string, sizes [][]int64) bool {
+	now := p.now
+	fresh := 0
+	for _, k := range keys {
+		if p.rows[k] == nil {
+			fresh++
+		}
+	}
+	if uint64(fresh) > n {
+		return false
+	}
+	if p.capRows > 0 || p.capBytes > 0 {
+		var growth int64
+		for k, key := range keys {
+			for j, f := range fields {
+				var s int64
+				if sizes != nil {
+					s = sizes[j][k]
+				}
+				if r := p.rows[key]; r != nil {
+					if g := r.gen(f); g != nil {
+						s -= min(s, g.size)
+					}
+				}
+				growth += s
+			}
+		}
+		rows, bytes := p.usage()
+		if p.capRows > 0 && fresh > 0 && rows+int64(fresh) > p.capRows || p.capBytes > 0 && growth > 0 && bytes+growth > p.capBytes {
+			return false // full
+		}
+	}
+	for k, key := range keys {
+		r := p.rows[key]
+		if r == nil {
+			r = &srRow{key: key, index: base, held: true}
+			base++
+			p.rows[key] = r
+		}
+		for j, f := range fields {
+			g := r.gen(f)
+			if g == nil {
+				g = &srGen{field: f}
+				r.gens = append(r.gens, g)
+			}
+			g.nsize = 0
+			if sizes != nil {
+				g.nsize = sizes[j][k]
+			}
+			g.size = max(g.size, g.nsize)
+			switch {
+			case g.pend == 0:
+				g.old = now
+			case g.pend>>63 != 0:
+				p.far = append(p.far, srRef{r.index, f, g.next - 64, g.old})
+				g.old = g.at
+			}
+			g.next++
+			g.pend = g.pend<<1 | 1
+			g.at = now
+		}
+	}
+	return true
+}
+
+// commit applies a C of ups (LOG.md section 5, C); it reports whether it
+// applied.
+func (p *srState) commit(ups []srUpdate) bool {
+	if len(ups) == 0 {
+		return false
+	}
+	for _, u := range ups {
+		r := p.rows[u.key]
+		if r == nil || r.index != u.index {
+			return false
+		}
+		for f, fi := range u.fields {
+			g := r.gen(f)
+			if g == nil {
+				return false
+			}
+			if !g.has(fi.gen) && p.farIndex(r.index, f, fi.gen) < 0 && !(r.committed && r.fields[f].gen == fi.gen && srHasKey(r.fields, f)) {
+				return false
+			}
+		}
+	}
+	for _, u := range ups {
+		r := p.rows[u.key]
+		was := r.committed
+		r.fields = maps.Clone(r.fields) // tables are shared: copy on write
+		for _, f := range slices.Sorted(maps.Keys(u.fields)) {
+			fi := u.fields[f]
+			if g := r.gen(f); !g.drop(fi.gen) {
+				if j := p.farIndex(r.index, f, fi.gen); j >= 0 {
+					p.far = slices.Delete(p.far, j, j+1)
+				}
+			} else if fi.gen == g.next-1 {
+				g.size = g.nsize // its newest write committed
+			}
+			old, had := r.fields[f]
+			switch {
+			case had && old.gen > fi.gen:
+				p.garbage++
+				continue
+			case had && old.gen != fi.gen:
+				p.garbage++
+			}
+			if r.fields == nil {
+				r.fields = map[string]srField{}
+			}
+			r.fields[f] = fi
+		}
+		if u.tag != nil {
+			if len(r.tag) == 0 {
+				r.tag = u.tag
+			} else {
+				merged := maps.Clone(r.tag)
+				maps.Copy(merged, u.tag)
+				r.tag = merged
+			}
+		}
+		r.committed, r.held = true, false
+		if r.fields == nil {
+			r.fields = map[string]srField{}
+		}
+		p.byIndex[r.index] = r
+		if was {
+			for _, t := range p.tasks {
+				delete(t.parked, r.index)
+			}
+		}
+	}
+	p.seq++
+	return true
+}
+
+// blockAt is the live block holding index, or nil.
+func (p *srState) blockAt(index uint64) *srBlock {
+	for _, b := range p.blocks {
+		if index >= b.base && index < b.base+b.n {
+			return b
+		}
+	}
+	return nil
+}
+
+// putNew applies a U (LOG.md sections 2 and 5, Blocks): a P of the
+// updates' keys at indexes base on with generation 0 of each field, then
+// a C of the updates, or nothing (noted in refusedU).
+func (p *srState) putNew(d *sd) {
+	base := d.u()
+	fields := d.strs()
+	// The sizes come before the updates they count: keep their bytes and
+	// read them once the updates are read.
+	var rawSizes []byte
+	if !d.null() && d.err == nil {
+		rest, err := msgp.Skip(d.b)
+		d.fail(err)
+		if err == nil {
+			rawSizes, d.b = d.b[:len(d.b)-len(rest)], rest
+		}
+	}
+	ups := d.updates()
+	if d.err != nil {
+		p.refusedU = append(p.refusedU, "malformed")
+		return
+	}
+	var sizes [][]int64
+	if rawSizes != nil {
+		var ok bool
+		if sizes, ok = (&sd{b: rawSizes}).sizes(len(ups), len(fields)); !ok {
+			p.refusedU = append(p.refusedU, "malformed")
+			return
+		}
+	}
+	// What its writer could not have written (section 2).
+	malformed := len(ups) > 4096 || len(ups) > 0 && len(fields) == 0
+	for k, f := range fields {
+		malformed = malformed || slices.Contains(fields[:k], f)
+	}
+	keys := make([]string, len(ups))
+	for k, u := range ups {
+		malformed = malformed || slices.Contains(keys[:k], u.key) || u.index != base+uint64(k) || len(u.fields) != len(fields)
+		for _, f := range fields {
+			fi, ok := u.fields[f]
+			malformed = malformed || !ok || fi.gen != 0
+		}
+		keys[k] = u.key
+	}
+	if malformed {
+		p.refusedU = append(p.refusedU, "malformed")
+		return
+	}
+	if len(ups) == 0 {
+		return
+	}
+	// Refused (section 5, U).
+	last := base + uint64(len(ups)) - 1
+	b := p.blockAt(base)
+	switch {
+	case slices.ContainsFunc(keys, func(k string) bool { return p.rows[k] != nil }):
+		p.refusedU = append(p.refusedU, "a key has a row")
+		return
+	case b == nil || last >= b.base+b.n || slices.Contains(b.taken[base-b.base:last-b.base+1], true) ||
+		slices.ContainsFunc(fields, func(f string) bool { return !slices.Contains(b.fields, f) }):
+		p.refusedU = append(p.refusedU, "not a live block's untaken indexes and fields")
+		return
+	case p.capBytes > 0:
+		p.refusedU = append(p.refusedU, "the capacity bounds bytes")
+		return
+	}
+	if rows, _ := p.usage(); p.capRows > 0 && rows+int64(len(ups)) > p.capRows {
+		p.refusedU = append(p.refusedU, "full")
+		return
+	}
+	if !p.prepare(base, uint64(len(ups)), keys, fields, sizes) || !p.commit(ups) {
+		p.refusedU = append(p.refusedU, "the reader failed to apply a U it checked")
+		return
+	}
+	for i := base; i <= last; i++ {
+		b.taken[i-b.base] = true
+	}
+	b.at = p.now
+	if b.left() == 0 {
+		p.blocks = slices.DeleteFunc(p.blocks, func(o *srBlock) bool { return o == b })
+	}
+	p.madeByU = append(p.madeByU, keys...)
 }
 
 func srHasKey(m map[string]srField, k string) bool { _, ok := m[k]; return ok }
@@ -1700,12 +1913,57 @@ func restoreSR(b []byte) (*srState, error) {
 					p.undone[tok] = d.i()
 				}
 			}
+			if d.err == nil && len(d.b) != 0 {
+				p.restoreBlocks(d)
+			}
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail(fmt.Errorf("%d bytes after the snapshot", len(d.b)))
 	}
 	return p, d.err
+}
+
+// restoreBlocks reads the snapshot's live blocks (LOG.md section 6, part
+// 10): by base, each [base, n, at, [field, ...], [word, ...]].
+func (p *srState) restoreBlocks(d *sd) {
+	nb := d.arr()
+	for range nb {
+		if d.arr() != 5 {
+			d.fail(fmt.Errorf("a block not of 5 parts"))
+		}
+		b := &srBlock{base: d.u(), n: d.u(), at: d.i(), fields: d.strs()}
+		words := d.idx()
+		if d.err != nil {
+			return
+		}
+		if b.n < 1 || b.n > 4096 || !srIncreasing(b.fields) || uint64(len(words)) != (b.n+63)/64 || b.base+b.n < b.base {
+			d.fail(fmt.Errorf("a block of %d indexes at %d, fields %q, %d words", b.n, b.base, b.fields, len(words)))
+			return
+		}
+		b.taken = make([]bool, b.n)
+		for off := range b.n {
+			b.taken[off] = words[off/64]>>(off%64)&1 != 0
+		}
+		if b.n%64 != 0 && words[len(words)-1]>>(b.n%64) != 0 || b.left() == 0 {
+			d.fail(fmt.Errorf("block at %d: bits past its indexes, or none left", b.base))
+			return
+		}
+		if k := len(p.blocks); k > 0 && b.base < p.blocks[k-1].base+p.blocks[k-1].n {
+			d.fail(fmt.Errorf("block at %d overlaps the one before, or is out of order", b.base))
+			return
+		}
+		for _, r := range p.rows { // no row is given an index of a live block but by a U
+			if r.index >= b.base && r.index < b.base+b.n && !b.taken[r.index-b.base] {
+				d.fail(fmt.Errorf("block at %d: row %q has its index %d, not taken", b.base, r.key, r.index))
+				return
+			}
+		}
+		p.blocks = append(p.blocks, b)
+		c := *b
+		c.taken = slices.Clone(b.taken)
+		p.snapBlocks = append(p.snapBlocks, &c)
+	}
 }
 
 // ---- reading the server (LAYOUT.md sections 1 to 6) ----
