@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,14 +13,15 @@ import (
 )
 
 // Puts of new keys by blocks (see metadata.Blocker and WithIndexBlocks):
-// once a put of a set
-// of fields found every key new, the client reserves a block of indexes
-// for that set in the background, and the next puts of new keys with
-// those fields write their cells under indexes of the block and then
-// make one call (PutNew): through a server, two round trips where
-// Prepare, the cells and Commit are three. A put whose PutNew is refused
-// (a key has a row, the block ended) deletes its cells and goes by
-// Prepare; the set then waits a while before its next block.
+// once a put of a set of fields found every key new, the client reserves
+// a block of indexes of the partition for those fields (and the fields of
+// every such set before: one block serves them all) in the background,
+// and the next puts of new keys with some of those fields write their
+// cells under indexes of the block and then make one call (PutNew):
+// through a server, two round trips where Prepare, the cells and Commit
+// are three. A put whose PutNew is refused (a key has a row, the block
+// ended) deletes its cells and goes by Prepare; the partition then waits
+// a while before its next block.
 
 const (
 	blockMin = 8
@@ -29,17 +29,17 @@ const (
 	// that across producers the order of indexes (the order tasks are
 	// served in) stays the order of puts to within a few puts of each.
 	blockPuts = 4
-	// blockBackoff is how long a set of fields whose block was refused
-	// (or a PutNew of it: a key had a row) waits before the next, at
-	// first; it doubles with each refusal up to blockBackoffMax.
+	// blockBackoff is how long a partition whose block was refused (or a
+	// PutNew of it: a key had a row) waits before the next, at first; it
+	// doubles with each refusal up to blockBackoffMax.
 	blockBackoff    = time.Minute
 	blockBackoffMax = 30 * time.Minute
 	// blockFetchTimeout bounds a block's reservation in the background.
 	blockFetchTimeout = 10 * time.Second
-	// blockSets bounds the sets of fields (per partition) a client holds
-	// blocks for: beyond it, the set used least recently releases its
-	// blocks (a job with a partition per step leaves none behind).
-	blockSets = 16
+	// blockParts bounds the partitions a client holds blocks of: beyond
+	// it, the one used least recently releases its blocks (a job with a
+	// partition per step leaves none behind).
+	blockParts = 16
 )
 
 // blockIdle is how long a block may go without a PutNew of this client
@@ -49,20 +49,18 @@ const (
 // from one of a block lost in a failover, and its cells are left behind.
 var blockIdle = time.Minute
 
-type blockKey struct{ partition, fields string }
-
 // heldBlock is a block the client holds: offsets below next are handed
 // to puts; burnt are indexes of puts that failed, never handed out
 // again, whose cells may still exist (a failed delete, an unknown
 // outcome): its release names them.
 type heldBlock struct {
-	key      blockKey
-	fields   []string // sorted
-	base     uint64
-	n        int
-	next     int
-	inflight int
-	burnt    []uint64
+	partition string
+	fields    []string // sorted
+	base      uint64
+	n         int
+	next      int
+	inflight  int
+	burnt     []uint64
 	// used is when the store last counted the block in use, at the
 	// latest: before its Block was sent, or before a put that took
 	// offsets of it whose PutNew applied (see blockIdle).
@@ -73,18 +71,21 @@ type heldBlock struct {
 	released bool
 }
 
-// blockSet is what a client knows of its blocks, per set of fields.
+// blockSet is what a client knows of its blocks, per partition.
 type blockSet struct {
-	mu   sync.Mutex
-	off  bool // the store has no blocks
-	sets map[blockKey]*fieldBlocks
+	mu    sync.Mutex
+	off   bool // the store has no blocks
+	parts map[string]*partBlocks
 	// top is, per partition, the highest index a put of this client
 	// got: a block below it is not used, so that this client's puts
 	// keep index order.
 	top map[string]uint64
 }
 
-type fieldBlocks struct {
+// partBlocks are a partition's blocks: cur, which puts take offsets of,
+// and next, on its way or come; both of fields.
+type partBlocks struct {
+	fields    []string // sorted: of every set of fields a put of new keys wrote
 	cur, next *heldBlock
 	used      time.Time     // its latest put or want
 	fetched   chan struct{} // closed when the fetch in flight ends; nil: none
@@ -119,19 +120,18 @@ func (c *Client) tryBlock(partition string, fields []string, n int) (*heldBlock,
 	s := &c.blocks
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.off || s.sets == nil || n > metadata.MaxBlock {
+	if s.off || n > metadata.MaxBlock {
 		return nil, 0, nil
 	}
-	key := blockKey{partition, strings.Join(fields, "\x00")}
-	fb := s.sets[key]
-	if fb == nil {
-		return nil, 0, nil
+	fb := s.parts[partition]
+	if fb == nil || !subset(fields, fb.fields) {
+		return nil, 0, nil // a put of other fields: maybe of rows that exist
 	}
 	fb.used = time.Now()
 	top, seen := s.top[partition]
 	for fb.cur == nil || fb.cur.n-fb.cur.next < n || seen && fb.cur.base+uint64(fb.cur.next) <= top || time.Since(fb.cur.used) > blockIdle {
 		if fb.next == nil {
-			c.fetchBlockLocked(fb, key, fields, n)
+			c.fetchBlockLocked(fb, partition, n)
 			return nil, 0, fb.fetched
 		}
 		c.retireLocked(fb.cur)
@@ -143,7 +143,7 @@ func (c *Client) tryBlock(partition string, fields []string, n int) (*heldBlock,
 	b.inflight++
 	s.raiseTopLocked(partition, base+uint64(n)-1)
 	if b.n-b.next < 2*n { // fewer than two more such puts left: the next block
-		c.fetchBlockLocked(fb, key, fields, n)
+		c.fetchBlockLocked(fb, partition, n)
 	}
 	return b, base, nil
 }
@@ -201,8 +201,8 @@ func (c *Client) releaseBlock(b *heldBlock) {
 		defer c.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		if err := metadata.ReleaseBlock(ctx, c.meta, b.key.partition, b.base, burnt); err != nil {
-			c.opts.logger.Warn("tq: releasing a block of indexes failed; Reclaim ends it", "partition", b.key.partition, "base", b.base, "err", err)
+		if err := metadata.ReleaseBlock(ctx, c.meta, b.partition, b.base, burnt); err != nil {
+			c.opts.logger.Warn("tq: releasing a block of indexes failed; Reclaim ends it", "partition", b.partition, "base", b.base, "err", err)
 		}
 	}()
 }
@@ -227,14 +227,15 @@ func (c *Client) putDone(b *heldBlock, base uint64, n int, taken time.Time, ok, 
 		}
 	}
 	if b.next == b.n && b.inflight == 0 && b.dirty {
-		if fb := s.sets[b.key]; fb == nil || fb.cur != b {
+		if fb := s.parts[b.partition]; fb == nil || fb.cur != b {
 			c.releaseBlock(b)
 		}
 	}
 }
 
 // wantBlocks notes a put by Prepare of n keys with fields, every key
-// new: the set gets blocks from now on.
+// new: the partition's blocks are for those fields too from now on (its
+// blocks of fewer fields are retired).
 func (c *Client) wantBlocks(partition string, fields []string, n int) {
 	s := &c.blocks
 	s.mu.Lock()
@@ -242,51 +243,80 @@ func (c *Client) wantBlocks(partition string, fields []string, n int) {
 	if s.off || n > metadata.MaxBlock {
 		return
 	}
-	key := blockKey{partition, strings.Join(fields, "\x00")}
-	if s.sets == nil {
-		s.sets = map[blockKey]*fieldBlocks{}
+	if s.parts == nil {
+		s.parts = map[string]*partBlocks{}
 	}
-	fb := s.sets[key]
+	fb := s.parts[partition]
 	if fb == nil {
-		if len(s.sets) >= blockSets {
-			c.evictSetLocked()
+		if len(s.parts) >= blockParts {
+			c.evictPartLocked()
 		}
-		fb = &fieldBlocks{}
-		s.sets[key] = fb
+		fb = &partBlocks{}
+		s.parts[partition] = fb
 	}
 	fb.used = time.Now()
+	if !subset(fields, fb.fields) {
+		fb.fields = union(fb.fields, fields)
+		c.retireLocked(fb.cur)
+		c.retireLocked(fb.next)
+		fb.cur, fb.next = nil, nil
+	}
 	if fb.cur == nil && fb.next == nil {
-		c.fetchBlockLocked(fb, key, fields, n)
+		c.fetchBlockLocked(fb, partition, n)
 	}
 }
 
-// evictSetLocked releases the blocks of the set used least recently and
-// forgets it.
-func (c *Client) evictSetLocked() {
+// subset reports whether every one of fields (sorted) is one of of
+// (sorted).
+func subset(fields, of []string) bool {
+	j := 0
+	for _, f := range fields {
+		for j < len(of) && of[j] < f {
+			j++
+		}
+		if j == len(of) || of[j] != f {
+			return false
+		}
+	}
+	return true
+}
+
+// union returns the sorted fields of a and b (sorted), a new slice.
+func union(a, b []string) []string {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// evictPartLocked releases the blocks of the partition used least
+// recently and forgets it.
+func (c *Client) evictPartLocked() {
 	s := &c.blocks
 	var (
-		oldest blockKey
+		oldest string
 		at     time.Time
 		found  bool
 	)
-	for k, fb := range s.sets {
+	for k, fb := range s.parts {
 		if !found || fb.used.Before(at) {
 			oldest, at, found = k, fb.used, true
 		}
 	}
-	if fb := s.sets[oldest]; fb != nil {
+	if fb := s.parts[oldest]; fb != nil {
 		c.retireLocked(fb.cur)
 		c.retireLocked(fb.next)
-		delete(s.sets, oldest)
+		delete(s.parts, oldest)
+		delete(s.top, oldest)
 	}
 }
 
-// refuseBlocks backs the set off blocks: a PutNew of it was refused.
+// refuseBlocks backs the partition off blocks: a PutNew of b was
+// refused.
 func (c *Client) refuseBlocks(b *heldBlock) {
 	s := &c.blocks
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if fb := s.sets[b.key]; fb != nil {
+	if fb := s.parts[b.partition]; fb != nil {
 		fb.backoffLocked()
 		if fb.cur == b {
 			fb.cur = nil
@@ -295,18 +325,20 @@ func (c *Client) refuseBlocks(b *heldBlock) {
 	}
 }
 
-func (fb *fieldBlocks) backoffLocked() {
+func (fb *partBlocks) backoffLocked() {
 	fb.backoff = min(max(2*fb.backoff, blockBackoff), blockBackoffMax)
 	fb.until = time.Now().Add(fb.backoff)
 }
 
-// fetchBlockLocked reserves the set's next block in the background,
-// unless one is on its way or held, or the set is backed off.
-func (c *Client) fetchBlockLocked(fb *fieldBlocks, key blockKey, fields []string, n int) {
+// fetchBlockLocked reserves the partition's next block in the
+// background, unless one is on its way or held, or the partition is
+// backed off.
+func (c *Client) fetchBlockLocked(fb *partBlocks, partition string, n int) {
 	if fb.fetched != nil || fb.next != nil || time.Now().Before(fb.until) || c.closed.Load() {
 		return
 	}
 	size := min(max(blockPuts*n, blockMin), metadata.MaxBlock)
+	fields := fb.fields
 	done := make(chan struct{})
 	fb.fetched = done
 	c.bg.Add(1)
@@ -315,7 +347,7 @@ func (c *Client) fetchBlockLocked(fb *fieldBlocks, key blockKey, fields []string
 		ctx, cancel := context.WithTimeout(c.closing, blockFetchTimeout)
 		defer cancel()
 		sent := time.Now()
-		base, err := metadata.Block(ctx, c.meta, key.partition, fields, size)
+		base, err := metadata.Block(ctx, c.meta, partition, fields, size)
 		s := &c.blocks
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -327,14 +359,14 @@ func (c *Client) fetchBlockLocked(fb *fieldBlocks, key blockKey, fields []string
 			return
 		case err != nil:
 			if !errors.Is(err, context.Canceled) {
-				c.opts.logger.Debug("tq: no block of indexes; puts go by Prepare", "partition", key.partition, "err", err)
+				c.opts.logger.Debug("tq: no block of indexes; puts go by Prepare", "partition", partition, "err", err)
 				fb.backoffLocked()
 			}
 			return
 		}
-		b := &heldBlock{key: key, fields: fields, base: base, n: size, used: sent}
-		if c.closed.Load() || s.sets[key] != fb {
-			c.releaseBlock(b) // the client closed, or the set was evicted
+		b := &heldBlock{partition: partition, fields: fields, base: base, n: size, used: sent}
+		if c.closed.Load() || s.parts[partition] != fb || !slices.Equal(fb.fields, fields) {
+			c.releaseBlock(b) // the client closed, the partition was evicted, or its fields grew
 			return
 		}
 		if fb.cur == nil {
@@ -351,7 +383,7 @@ func (c *Client) releaseBlocks() {
 	s := &c.blocks
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, fb := range s.sets {
+	for _, fb := range s.parts {
 		c.retireLocked(fb.cur)
 		c.retireLocked(fb.next)
 		fb.cur, fb.next = nil, nil

@@ -2,7 +2,6 @@ package tq_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -106,14 +105,10 @@ func TestReviewUpdateKeepsBlock(t *testing.T) {
 }
 
 // One client putting new keys of two sets of fields in turn into one
-// partition: each put's block index is above the other set's block, so
-// that (by the per-client order rule) every put retires the other set's
-// block and waits for a fresh one: a Block, a PutNew and a ReleaseBlock
-// per put, where Prepare and Commit would do.
+// partition: one block serves both sets (its fields are theirs), so
+// there is a Block per few puts, not one per put (as when each set had
+// blocks of its own, each put's index above the other set's block).
 func TestReviewTwoSetsInTurn(t *testing.T) {
-	if os.Getenv("TQ_REVIEW_KNOWN") == "" {
-		t.Skip("a known inefficiency, not fixed: TQ_REVIEW_KNOWN=1 runs it")
-	}
 	ctx := context.Background()
 	st := memory.New()
 	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
@@ -131,7 +126,10 @@ func TestReviewTwoSetsInTurn(t *testing.T) {
 		}
 	}
 	got := meta.snapshot()
-	if got["Block"] > puts/4 {
+	// The first put of each set goes by Prepare (the second also retires
+	// the block of the first set's fields alone); then a block of 8
+	// indexes holds 4 puts.
+	if got["Block"] > puts/4+1 || got["Prepare"] > 3 || got["PutNew"] < puts-3 {
 		t.Fatalf("%d puts of two sets of fields in turn: %v; want a Block per few puts, not per put", puts, got)
 	}
 }
