@@ -170,29 +170,36 @@ func WithName(name string) Option {
 }
 
 // WithIndexBlocks makes puts of new keys take global indexes the client
-// reserved ahead, a few puts' worth at a time per partition and set of
-// fields, where the engine can: through a tq server (tq://) and on a
-// Redis Cluster, not where cells go with their commit already (a
+// reserved ahead, a few puts' worth at a time per partition, where the
+// engine can: through a tq server (tq://) and on a Redis Cluster. Such a
+// put writes its cells and then makes one metadata call that reserves
+// and commits its rows, where it otherwise makes two (Prepare before the
+// cells, Commit after): through a tq server, two round trips per put of
+// new keys instead of three. Where cells go with their commit already (a
 // standalone Redis, file://) or are encoded into the engine's memory
-// (memory://), whose puts stay as they are: such a put writes its cells and then makes one metadata call
-// that reserves and commits its rows, where it otherwise makes two
-// (Prepare before the cells, Commit after). Through a tq server that is
-// two round trips per put of new keys instead of three. The first put of
-// a set of fields, a put of keys that have rows, and a put into a
-// partition whose Capacity bounds bytes still go the other way; a put
-// that finds a key has a row after all deletes what it wrote and goes
-// the other way too (the set then leaves blocks alone for a while). A
-// block no put used for a minute is released for a fresh one: Reclaim
-// (and a tq server's periodic reclaim) aborts a block idle for its
-// olderThan; a put that finds its block aborted anyway leaves what it
-// wrote for lost and goes the other way.
+// (memory://), puts stay as they are.
+//
+// The first put of new keys of a set of fields in a partition, a put of
+// keys that have rows, and a put into a partition whose Capacity bounds
+// bytes go the other way. A put that finds a key has a row after all
+// deletes what it wrote and goes the other way too (the partition then
+// leaves blocks alone for a while). A block no put used for a minute is
+// released for a fresh one, since Reclaim (and a tq server's periodic
+// reclaim) aborts a block idle for its olderThan; a put that finds its
+// block aborted anyway leaves what it wrote for lost and goes the other
+// way.
 //
 // The price is order. Without blocks, index order (List's order, and the
 // order tasks are served in, oldest first) is the order puts of new keys
 // returned in, across clients too. With blocks it is that order among
 // the puts of this client, but its rows may rank below rows another
 // client put after its block was reserved: across clients, index order
-// follows put order only to within a few puts of each. Off by default.
+// follows put order only to within a few puts of each. And a failover of
+// the engine that loses acknowledged writes (Redis's replication is
+// asynchronous) can hand out again indexes it had reserved: a put in
+// flight then may write its cells under another row's keys, with blocks
+// as without, but with blocks for as long as the client holds a block
+// the failover lost, a minute at most. Off by default.
 func WithIndexBlocks() Option {
 	return func(o *options) error {
 		o.blocks = true
