@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +58,7 @@ type heldBlock struct {
 	partition string
 	fields    []string // sorted
 	base      uint64
+	token     uint64 // the store's, which PutNew and ReleaseBlock repeat
 	n         int
 	next      int
 	inflight  int
@@ -89,8 +91,12 @@ type partBlocks struct {
 	cur, next *heldBlock
 	used      time.Time     // its latest put or want
 	fetched   chan struct{} // closed when the fetch in flight ends; nil: none
-	until     time.Time     // no block before (a refusal)
+	until     time.Time     // no block before (a Block refused)
 	backoff   time.Duration
+	// refused are the sets of fields (joined by NUL) a PutNew of which
+	// was refused (a key had a row: maybe a set that updates rows),
+	// with when they may go by blocks again and their backoff.
+	refused map[string]setBackoff
 }
 
 // take hands a put of n new keys offsets of the set's current block, or
@@ -124,8 +130,8 @@ func (c *Client) tryBlock(partition string, fields []string, n int) (*heldBlock,
 		return nil, 0, nil
 	}
 	fb := s.parts[partition]
-	if fb == nil || !subset(fields, fb.fields) {
-		return nil, 0, nil // a put of other fields: maybe of rows that exist
+	if fb == nil || !subset(fields, fb.fields) || fb.refusedLocked(fields) {
+		return nil, 0, nil // a put of other fields (maybe of rows that exist), or of a set refused lately
 	}
 	fb.used = time.Now()
 	top, seen := s.top[partition]
@@ -201,7 +207,7 @@ func (c *Client) releaseBlock(b *heldBlock) {
 		defer c.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		if err := metadata.ReleaseBlock(ctx, c.meta, b.partition, b.base, burnt); err != nil {
+		if err := metadata.ReleaseBlock(ctx, c.meta, b.partition, metadata.IndexBlock{Base: b.base, Token: b.token}, burnt); err != nil {
 			c.opts.logger.Warn("tq: releasing a block of indexes failed; Reclaim ends it", "partition", b.partition, "base", b.base, "err", err)
 		}
 	}()
@@ -255,6 +261,9 @@ func (c *Client) wantBlocks(partition string, fields []string, n int) {
 		s.parts[partition] = fb
 	}
 	fb.used = time.Now()
+	if fb.refusedLocked(fields) {
+		return
+	}
 	if !subset(fields, fb.fields) {
 		fb.fields = union(fb.fields, fields)
 		c.retireLocked(fb.cur)
@@ -310,19 +319,41 @@ func (c *Client) evictPartLocked() {
 	}
 }
 
-// refuseBlocks backs the partition off blocks: a PutNew of b was
-// refused.
-func (c *Client) refuseBlocks(b *heldBlock) {
+// setBackoff is a set of fields' time off blocks after a refused PutNew.
+type setBackoff struct {
+	until   time.Time
+	backoff time.Duration
+}
+
+// refuseBlocks backs the put's set of fields off blocks, and retires b:
+// a PutNew of b with fields was refused (a key had a row, or the block
+// ended: the client cannot tell which; other sets keep to blocks, a
+// fresh one).
+func (c *Client) refuseBlocks(b *heldBlock, fields []string) {
 	s := &c.blocks
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if fb := s.parts[b.partition]; fb != nil {
-		fb.backoffLocked()
+		if fb.refused == nil {
+			fb.refused = map[string]setBackoff{}
+		}
+		key := strings.Join(slices.Sorted(slices.Values(fields)), "\x00")
+		sb := fb.refused[key]
+		sb.backoff = min(max(2*sb.backoff, blockBackoff), blockBackoffMax)
+		sb.until = time.Now().Add(sb.backoff)
+		fb.refused[key] = sb
 		if fb.cur == b {
 			fb.cur = nil
 			c.retireLocked(b)
 		}
 	}
+}
+
+// refusedLocked reports whether fields (sorted) are a set a PutNew of
+// which was refused lately.
+func (fb *partBlocks) refusedLocked(fields []string) bool {
+	sb, ok := fb.refused[strings.Join(fields, "\x00")]
+	return ok && time.Now().Before(sb.until)
 }
 
 func (fb *partBlocks) backoffLocked() {
@@ -347,7 +378,7 @@ func (c *Client) fetchBlockLocked(fb *partBlocks, partition string, n int) {
 		ctx, cancel := context.WithTimeout(c.closing, blockFetchTimeout)
 		defer cancel()
 		sent := time.Now()
-		base, err := metadata.Block(ctx, c.meta, partition, fields, size)
+		blk, err := metadata.Block(ctx, c.meta, partition, fields, size)
 		s := &c.blocks
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -364,7 +395,7 @@ func (c *Client) fetchBlockLocked(fb *partBlocks, partition string, n int) {
 			}
 			return
 		}
-		b := &heldBlock{partition: partition, fields: fields, base: base, n: size, used: sent}
+		b := &heldBlock{partition: partition, fields: fields, base: blk.Base, token: blk.Token, n: size, used: sent}
 		if c.closed.Load() || s.parts[partition] != fb || !slices.Equal(fb.fields, fields) {
 			c.releaseBlock(b) // the client closed, the partition was evicted, or its fields grew
 			return
@@ -419,7 +450,7 @@ func (w *write) runBlock(ctx context.Context, enc *codec.Encoding, b *heldBlock,
 			w.infos[i].BackendTag = w.cells[i].Tag
 		}
 		var res metadata.CommitResult
-		if res, err = w.putNew(ctx, base, sizes); err == nil {
+		if res, err = w.putNew(ctx, b.token, base, sizes); err == nil {
 			w.c.putDone(b, base, n, taken, true, false)
 			w.committed(res)
 			return nil
@@ -432,7 +463,7 @@ func (w *write) runBlock(ctx context.Context, enc *codec.Encoding, b *heldBlock,
 		// as idle and swept. The cells stay, unreferenced; the put
 		// goes by Prepare, at indexes of its own.
 		w.c.putDone(b, base, n, taken, false, false)
-		w.c.refuseBlocks(b)
+		w.c.refuseBlocks(b, w.fields)
 		w.c.opts.logger.Warn("tq: put refused, its block of indexes lost; leaving its cells and putting by Prepare", "partition", w.partition, "keys", n, "err", err)
 		return w.byPrepare(ctx, sizes)
 	case errors.Is(err, ErrOutcomeUnknown):
@@ -457,7 +488,7 @@ func (w *write) runBlock(ctx context.Context, enc *codec.Encoding, b *heldBlock,
 		return err
 	}
 	// A key has a row, or the block ended: put by Prepare.
-	w.c.refuseBlocks(b)
+	w.c.refuseBlocks(b, w.fields)
 	return w.byPrepare(ctx, sizes)
 }
 
@@ -473,11 +504,11 @@ func (w *write) byPrepare(ctx context.Context, sizes []int64) error {
 
 // putNew is the Blocker's PutNew under the put's FullPolicy, as prepare
 // is Prepare.
-func (w *write) putNew(ctx context.Context, base uint64, sizes []int64) (metadata.CommitResult, error) {
+func (w *write) putNew(ctx context.Context, token, base uint64, sizes []int64) (metadata.CommitResult, error) {
 	ups := w.updates()
 	var res metadata.CommitResult
 	err := w.c.underPolicy(ctx, w.partition, func() (err error) {
-		res, err = metadata.PutNew(ctx, w.c.meta, w.partition, base, w.keys, w.fields, sizes, ups)
+		res, err = metadata.PutNew(ctx, w.c.meta, w.partition, token, base, w.keys, w.fields, sizes, ups)
 		return err
 	})
 	return res, err

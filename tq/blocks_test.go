@@ -52,31 +52,31 @@ func (m *countingBlocker) Commit(ctx context.Context, partition string, updates 
 	return m.MetaStore.Commit(ctx, partition, updates)
 }
 
-func (m *countingBlocker) Block(ctx context.Context, partition string, fields []string, n int) (uint64, error) {
+func (m *countingBlocker) Block(ctx context.Context, partition string, fields []string, n int) (metadata.IndexBlock, error) {
 	m.count("Block")
 	return m.MetaStore.Block(ctx, partition, fields, n)
 }
 
-func (m *countingBlocker) PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+func (m *countingBlocker) PutNew(ctx context.Context, partition string, token, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	m.count("PutNew")
 	m.mu.Lock()
 	lose, applied := m.lose, m.applied
 	m.lose = false
 	m.mu.Unlock()
 	if !lose {
-		return m.MetaStore.PutNew(ctx, partition, base, keys, fields, sizes, updates)
+		return m.MetaStore.PutNew(ctx, partition, token, base, keys, fields, sizes, updates)
 	}
 	if applied {
-		if _, err := m.MetaStore.PutNew(ctx, partition, base, keys, fields, sizes, updates); err != nil {
+		if _, err := m.MetaStore.PutNew(ctx, partition, token, base, keys, fields, sizes, updates); err != nil {
 			return metadata.CommitResult{}, err
 		}
 	}
 	return metadata.CommitResult{}, fmt.Errorf("a lost reply: %w", backends.ErrOutcomeUnknown)
 }
 
-func (m *countingBlocker) ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error {
+func (m *countingBlocker) ReleaseBlock(ctx context.Context, partition string, b metadata.IndexBlock, written []uint64) error {
 	m.count("ReleaseBlock")
-	return m.MetaStore.ReleaseBlock(ctx, partition, base, written)
+	return m.MetaStore.ReleaseBlock(ctx, partition, b, written)
 }
 
 // unstaged is a data store without its Stager: the memory store as

@@ -182,8 +182,8 @@ func WithName(name string) Option {
 // The first put of new keys of a set of fields in a partition, a put of
 // keys that have rows, and a put into a partition whose Capacity bounds
 // bytes go the other way. A put that finds a key has a row after all
-// deletes what it wrote and goes the other way too (the partition then
-// leaves blocks alone for a while). A block no put used for a minute is
+// deletes what it wrote and goes the other way too (its set of fields
+// then leaves blocks alone for a while). A block no put used for a minute is
 // released for a fresh one, since Reclaim (and a tq server's periodic
 // reclaim) aborts a block idle for its olderThan; a put that finds its
 // block aborted anyway leaves what it wrote for lost and goes the other

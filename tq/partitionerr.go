@@ -156,16 +156,16 @@ func (m partColocated) ReadRows(ctx context.Context, partition string, keys []st
 	return v, inPartition("read", partition, err)
 }
 
-func (m partMeta) Block(ctx context.Context, partition string, fields []string, n int) (uint64, error) {
+func (m partMeta) Block(ctx context.Context, partition string, fields []string, n int) (metadata.IndexBlock, error) {
 	v, err := metadata.Block(ctx, m.MetaStore, partition, fields, n)
 	return v, inPartition("block", partition, err)
 }
 
-func (m partMeta) PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
-	v, err := metadata.PutNew(ctx, m.MetaStore, partition, base, keys, fields, sizes, updates)
+func (m partMeta) PutNew(ctx context.Context, partition string, token, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+	v, err := metadata.PutNew(ctx, m.MetaStore, partition, token, base, keys, fields, sizes, updates)
 	return v, inPartition("put", partition, err)
 }
 
-func (m partMeta) ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error {
-	return inPartition("release block", partition, metadata.ReleaseBlock(ctx, m.MetaStore, partition, base, written))
+func (m partMeta) ReleaseBlock(ctx context.Context, partition string, b metadata.IndexBlock, written []uint64) error {
+	return inPartition("release block", partition, metadata.ReleaseBlock(ctx, m.MetaStore, partition, b, written))
 }

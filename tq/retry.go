@@ -340,16 +340,16 @@ func withRetry(data backends.Store, meta metadata.MetaStore, r *retrier) (backen
 	return retryStore{Store: data, r: r}, rm
 }
 
-func (m retryMeta) Block(ctx context.Context, partition string, fields []string, n int) (uint64, error) {
-	return do(ctx, m.r, "block", func() (uint64, error) { return metadata.Block(ctx, m.MetaStore, partition, fields, n) })
+func (m retryMeta) Block(ctx context.Context, partition string, fields []string, n int) (metadata.IndexBlock, error) {
+	return do(ctx, m.r, "block", func() (metadata.IndexBlock, error) { return metadata.Block(ctx, m.MetaStore, partition, fields, n) })
 }
 
-func (m retryMeta) PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+func (m retryMeta) PutNew(ctx context.Context, partition string, token, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	return do(ctx, m.r, "put new", func() (metadata.CommitResult, error) {
-		return metadata.PutNew(ctx, m.MetaStore, partition, base, keys, fields, sizes, updates)
+		return metadata.PutNew(ctx, m.MetaStore, partition, token, base, keys, fields, sizes, updates)
 	})
 }
 
-func (m retryMeta) ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error {
-	return do0(ctx, m.r, "release block", func() error { return metadata.ReleaseBlock(ctx, m.MetaStore, partition, base, written) })
+func (m retryMeta) ReleaseBlock(ctx context.Context, partition string, b metadata.IndexBlock, written []uint64) error {
+	return do0(ctx, m.r, "release block", func() error { return metadata.ReleaseBlock(ctx, m.MetaStore, partition, b, written) })
 }

@@ -254,25 +254,25 @@ func (m *Meta) Commit(ctx context.Context, partition string, updates []metadata.
 // call (an older one) gives errors.ErrUnsupported. Its errors never
 // match ErrOutcomeUnknown: a Block whose reply was lost reserved indexes
 // nobody uses, which Garbage aborts.
-func (m *Meta) Block(ctx context.Context, partition string, fields []string, n int) (uint64, error) {
+func (m *Meta) Block(ctx context.Context, partition string, fields []string, n int) (metadata.IndexBlock, error) {
 	if err := m.check("block"); err != nil {
-		return 0, err
+		return metadata.IndexBlock{}, err
 	}
 	if err := metadata.CheckBlock(fields, n); err != nil {
-		return 0, err
+		return metadata.IndexBlock{}, err
 	}
 	r, err := m.c.Block(ctx, &tqpb.BlockRequest{Partition: partition, Fields: fields, N: int32(n)})
 	if status.Code(err) == codes.Unimplemented {
-		return 0, fmt.Errorf("tq server: block: %w", errors.ErrUnsupported)
+		return metadata.IndexBlock{}, fmt.Errorf("tq server: block: %w", errors.ErrUnsupported)
 	}
 	if err != nil {
-		return 0, m.fail(ctx, "block", read, err) // classed as Prepare's (see there)
+		return metadata.IndexBlock{}, m.fail(ctx, "block", read, err) // classed as Prepare's (see there)
 	}
-	return r.GetBase(), nil
+	return metadata.IndexBlock{Base: r.GetBase(), Token: r.GetToken()}, nil
 }
 
 // PutNew implements metadata.Blocker.
-func (m *Meta) PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+func (m *Meta) PutNew(ctx context.Context, partition string, token, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	if err := m.check("put new"); err != nil {
 		return metadata.CommitResult{}, err
 	}
@@ -288,7 +288,7 @@ func (m *Meta) PutNew(ctx context.Context, partition string, base uint64, keys, 
 	if err != nil {
 		return metadata.CommitResult{}, fmt.Errorf("%w: put new to partition %q: %w", backends.ErrInvalid, partition, err)
 	}
-	r, err := m.c.PutNew(ctx, &tqpb.PutNewRequest{Partition: partition, Base: base, Fields: fields, Sizes: sizes, Updates: us})
+	r, err := m.c.PutNew(ctx, &tqpb.PutNewRequest{Partition: partition, Base: base, Token: token, Fields: fields, Sizes: sizes, Updates: us})
 	if err != nil {
 		return metadata.CommitResult{}, m.fail(ctx, "put new", write, err)
 	}
@@ -296,11 +296,11 @@ func (m *Meta) PutNew(ctx context.Context, partition string, base uint64, keys, 
 }
 
 // ReleaseBlock implements metadata.Blocker.
-func (m *Meta) ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error {
+func (m *Meta) ReleaseBlock(ctx context.Context, partition string, b metadata.IndexBlock, written []uint64) error {
 	if err := m.check("release block"); err != nil {
 		return err
 	}
-	_, err := m.c.ReleaseBlock(ctx, &tqpb.ReleaseBlockRequest{Partition: partition, Base: base, Written: written})
+	_, err := m.c.ReleaseBlock(ctx, &tqpb.ReleaseBlockRequest{Partition: partition, Base: b.Base, Token: b.Token, Written: written})
 	if status.Code(err) == codes.Unimplemented {
 		return fmt.Errorf("tq server: release block: %w", errors.ErrUnsupported)
 	}

@@ -214,17 +214,18 @@ func TestFaultDropped(t *testing.T) {
 			// or not (the request was lost); made again, it applies or
 			// is refused as applied, and the row is there.
 			key = "putnew-" + name
-			base, err := metadata.Block(callCtx(t), e.d, part, []string{"x"}, 4)
+			blk, err := metadata.Block(callCtx(t), e.d, part, []string{"x"}, 4)
 			if err != nil {
 				t.Fatal(err)
 			}
+			base := blk.Base
 			up = []metadata.RowUpdate{{Key: key, Index: base, Fields: map[string]metadata.FieldInfo{"x": {}}}}
 			ch = e.p.arm(mPutNew, kind, 0)
-			_, err = metadata.PutNew(callCtx(t), e.m, part, base, []string{key}, []string{"x"}, nil, up)
+			_, err = metadata.PutNew(callCtx(t), e.m, part, blk.Token, base, []string{key}, []string{"x"}, nil, up)
 			fired(t, ch)
 			applied := visible(t, e.d, part, key)
 			checkWrite(t, "put new", kind, err, applied)
-			_, err = metadata.PutNew(callCtx(t), e.m, part, base, []string{key}, []string{"x"}, nil, up)
+			_, err = metadata.PutNew(callCtx(t), e.m, part, blk.Token, base, []string{key}, []string{"x"}, nil, up)
 			switch {
 			case applied && !errors.Is(err, backends.ErrConflict):
 				t.Fatalf("put new again after it applied: %v, want ErrConflict", err)

@@ -526,11 +526,11 @@ func unsupported(err error) error {
 }
 
 func (s *Server) Block(ctx context.Context, r *tqpb.BlockRequest) (*tqpb.BlockReply, error) {
-	base, err := metadata.Block(ctx, s.meta, r.GetPartition(), r.GetFields(), int(r.GetN()))
+	b, err := metadata.Block(ctx, s.meta, r.GetPartition(), r.GetFields(), int(r.GetN()))
 	if err != nil {
 		return nil, unsupported(err)
 	}
-	return &tqpb.BlockReply{Base: base}, nil
+	return &tqpb.BlockReply{Base: b.Base, Token: b.Token}, nil
 }
 
 func (s *Server) PutNew(ctx context.Context, r *tqpb.PutNewRequest) (*tqpb.CommitReply, error) {
@@ -542,7 +542,7 @@ func (s *Server) PutNew(ctx context.Context, r *tqpb.PutNewRequest) (*tqpb.Commi
 	for i := range us {
 		keys[i] = us[i].Key
 	}
-	res, err := metadata.PutNew(ctx, s.meta, r.GetPartition(), r.GetBase(), keys, r.GetFields(), nilIfEmpty(r.GetSizes()), us)
+	res, err := metadata.PutNew(ctx, s.meta, r.GetPartition(), r.GetToken(), r.GetBase(), keys, r.GetFields(), nilIfEmpty(r.GetSizes()), us)
 	if err != nil {
 		return nil, unsupported(err)
 	}
@@ -550,7 +550,8 @@ func (s *Server) PutNew(ctx context.Context, r *tqpb.PutNewRequest) (*tqpb.Commi
 }
 
 func (s *Server) ReleaseBlock(ctx context.Context, r *tqpb.ReleaseBlockRequest) (*tqpb.Empty, error) {
-	return &tqpb.Empty{}, unsupported(metadata.ReleaseBlock(ctx, s.meta, r.GetPartition(), r.GetBase(), r.GetWritten()))
+	b := metadata.IndexBlock{Base: r.GetBase(), Token: r.GetToken()}
+	return &tqpb.Empty{}, unsupported(metadata.ReleaseBlock(ctx, s.meta, r.GetPartition(), b, r.GetWritten()))
 }
 
 func (s *Server) Lookup(ctx context.Context, r *tqpb.KeysRequest) (*tqpb.LookupReply, error) {

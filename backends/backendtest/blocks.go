@@ -34,17 +34,19 @@ func testBlocks(x *mt) {
 	}
 	p := x.part("blocks")
 	fields := []string{"f", "g"}
+	var token uint64 // the block's putNew names
 	block := func(p string, fields []string, n int) uint64 {
 		x.t.Helper()
-		base, err := b.Block(x.ctx, p, fields, n)
+		blk, err := b.Block(x.ctx, p, fields, n)
 		if err != nil {
 			x.t.Fatalf("Block(%q, %q, %d): %v", p, fields, n, err)
 		}
-		return base
+		token = blk.Token
+		return blk.Base
 	}
 	putNew := func(p string, base uint64, keys, fields []string) error {
 		x.t.Helper()
-		_, err := b.PutNew(x.ctx, p, base, keys, fields, nil, newRows(base, keys, fields))
+		_, err := b.PutNew(x.ctx, p, token, base, keys, fields, nil, newRows(base, keys, fields))
 		return err
 	}
 	base := block(p, fields, 4)
@@ -71,15 +73,22 @@ func testBlocks(x *mt) {
 	check("PutNew of a taken index", putNew(p, base+1, []string{"d"}, fields), backends.ErrConflict)
 	check("PutNew of a field not the block's", putNew(p, base+2, []string{"d"}, []string{"h"}), backends.ErrConflict)
 	check("PutNew past the block", putNew(p, base+3, []string{"d", "e"}, fields), backends.ErrConflict)
-	_, err := b.PutNew(x.ctx, p, base+2, []string{"d", "d"}, fields, nil, newRows(base+2, []string{"d", "d"}, fields))
+	_, err := b.PutNew(x.ctx, p, token, base+2, []string{"d", "d"}, fields, nil, newRows(base+2, []string{"d", "d"}, fields))
 	check("PutNew of a key twice", err, backends.ErrInvalid)
 	bad := newRows(base+2, []string{"d"}, fields)
 	bad[0].Fields = map[string]metadata.FieldInfo{"f": {Gen: 1}}
-	_, err = b.PutNew(x.ctx, p, base+2, []string{"d"}, fields, nil, bad)
+	_, err = b.PutNew(x.ctx, p, token, base+2, []string{"d"}, fields, nil, bad)
 	check("PutNew at generation 1", err, backends.ErrInvalid)
+	_, err = b.PutNew(x.ctx, p, token+1, base+2, []string{"d"}, fields, nil, newRows(base+2, []string{"d"}, fields))
+	check("PutNew naming another block's token", err, backends.ErrReservationLost)
+	// A release naming another block's token changes nothing (had it
+	// applied, base+3 would be garbage below and the block gone).
+	if err := b.ReleaseBlock(x.ctx, p, metadata.IndexBlock{Base: base, Token: token + 1}, []uint64{base + 3}); err != nil {
+		x.t.Fatalf("ReleaseBlock naming another block's token: %v", err)
+	}
 
 	// A release: the written untaken indexes' cells become garbage.
-	if err := b.ReleaseBlock(x.ctx, p, base, []uint64{base + 1, base + 2}); err != nil {
+	if err := b.ReleaseBlock(x.ctx, p, metadata.IndexBlock{Base: base, Token: token}, []uint64{base + 1, base + 2}); err != nil {
 		x.t.Fatalf("ReleaseBlock: %v", err)
 	}
 	garbage := func(p string, olderThan time.Duration) []metadata.Ref {
@@ -93,7 +102,7 @@ func testBlocks(x *mt) {
 	x.wantRefs("garbage after a release naming a taken and an untaken index",
 		garbage(p, time.Hour), []metadata.Ref{{Index: base + 2, Field: "f"}, {Index: base + 2, Field: "g"}})
 	check("PutNew in a released block", putNew(p, base+3, []string{"d"}, fields), backends.ErrConflict)
-	if err := b.ReleaseBlock(x.ctx, p, base, []uint64{base + 3}); err != nil {
+	if err := b.ReleaseBlock(x.ctx, p, metadata.IndexBlock{Base: base, Token: token}, []uint64{base + 3}); err != nil {
 		x.t.Fatalf("ReleaseBlock again: %v", err)
 	}
 	x.wantRefs("garbage after a second release", garbage(p, time.Hour),

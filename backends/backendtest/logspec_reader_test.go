@@ -487,8 +487,8 @@ type specRecord struct {
 	Fields []string  // P, E, N, U
 	Keys   []string  // P, D, E; U: its updates' keys
 	Sizes  [][]int64 // P, U: per field, per key; nil: none
-	// U, Y
-	Base uint64
+	// U, Y: the put's first index (Y: the block's), and the block's token
+	Base, BlockToken uint64
 	// C, U
 	Tables  int
 	Updates []specUpdate
@@ -672,7 +672,7 @@ func decodeSpecRecord(data []byte) (*specRecord, error) {
 			r.failf("a block's fields %q: none, or not in increasing order", rec.Fields)
 		}
 	case 'U':
-		rec.Base, rec.Fields = r.u(), r.strs()
+		rec.Base, rec.BlockToken, rec.Fields = r.u(), r.u(), r.strs()
 		// The sizes come first, but their count of keys is the updates'.
 		var sizes []specSizes
 		sized := !r.null()
@@ -695,7 +695,7 @@ func decodeSpecRecord(data []byte) (*specRecord, error) {
 			rec.Sizes = r.fitSizes(sizes, len(rec.Fields), len(rec.Keys))
 		}
 	case 'Y':
-		rec.Base, rec.Indexes = r.u(), r.idx()
+		rec.Base, rec.BlockToken, rec.Indexes = r.u(), r.u(), r.idx()
 	case 'D':
 		rec.Keys = r.strs()
 	case 'X':
@@ -846,7 +846,7 @@ type specSnapshot struct {
 
 // specBlock is a live block of a snapshot.
 type specBlock struct {
-	Base, N uint64
+	Base, Token, N uint64
 	At      int64
 	Fields  []string
 	Words   []uint64 // index Base+i is taken when bit i%64 of word i/64 is set
@@ -1059,16 +1059,16 @@ func decodeSpecSnapshot(data []byte) (*specSnapshot, error) {
 }
 
 // blocks reads a snapshot's live blocks: by base, not overlapping, each
-// [base, n, at, [field, ...], [word, ...]] with (n+63)/64 words, no bit
+// [base, token, n, at, [field, ...], [word, ...]] with (n+63)/64 words, no bit
 // set past n, and an index not taken.
 func (r *specReader) blocks() []specBlock {
 	var out []specBlock
 	for range r.arr() {
-		if n := r.arr(); n != 5 {
+		if n := r.arr(); n != 6 {
 			r.failf("a block of %d parts", n)
 			return out
 		}
-		b := specBlock{Base: r.u(), N: r.u(), At: r.i(), Fields: r.strs(), Words: r.idx()}
+		b := specBlock{Base: r.u(), Token: r.u(), N: r.u(), At: r.i(), Fields: r.strs(), Words: r.idx()}
 		if r.err != nil {
 			return out
 		}

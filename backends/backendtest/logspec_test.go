@@ -67,6 +67,8 @@ type specWorkload struct {
 	// want is, per record appended by the calls, in log order, what the
 	// decoder must find; check is run on the decoded record.
 	want []specWant
+	// tokens are the blocks' tokens, by first index.
+	tokens map[uint64]uint64
 }
 
 type specWant struct {
@@ -74,9 +76,10 @@ type specWant struct {
 	kind  byte
 	check func(*specRecord) error
 	// base, when hasBase, is the entry's Base: the first index the
-	// engine reserved for it.
+	// engine reserved for it; id, when not 0, its ID.
 	base    uint64
 	hasBase bool
+	id      uint64
 }
 
 func (w *specWorkload) expect(what string, kind byte, check func(*specRecord) error) {
@@ -189,18 +192,36 @@ func asWritten(v any) any {
 }
 
 // block reserves a block of n indexes for new rows of fields and expects
-// its N, at the entry whose Base is the block's first index.
+// its N, at the entry whose Base is the block's first index and whose ID
+// is its token. It returns the block's first index, and notes its token.
 func (w *specWorkload) block(fields []string, n int) uint64 {
 	w.t.Helper()
-	base, err := metadata.Block(w.ctx, w.m, w.part, fields, n)
+	blk, err := metadata.Block(w.ctx, w.m, w.part, fields, n)
 	w.must(err)
-	w.expectBase(fmt.Sprintf("block at %d", base), 'N', base, func(rec *specRecord) error {
+	w.expectBase(fmt.Sprintf("block at %d", blk.Base), 'N', blk.Base, func(rec *specRecord) error {
 		if rec.N != uint64(n) || !slices.Equal(rec.Fields, fields) {
 			return errorf("block of %d fields %q, want %d %q", rec.N, rec.Fields, n, fields)
 		}
 		return nil
 	})
-	return base
+	w.want[len(w.want)-1].id = blk.Token
+	if w.tokens == nil {
+		w.tokens = map[uint64]uint64{}
+	}
+	w.tokens[blk.Base] = blk.Token
+	return blk.Base
+}
+
+// tokenAt is the token of the block the workload reserved that holds
+// index i.
+func (w *specWorkload) tokenAt(i uint64) uint64 {
+	var at, tok uint64
+	for b, t := range w.tokens {
+		if b <= i && b >= at {
+			at, tok = b, t
+		}
+	}
+	return tok
 }
 
 // putNew puts new rows of keys at base on (a block's indexes) through
@@ -219,10 +240,11 @@ func (w *specWorkload) putNew(base uint64, keys []string, table map[string]metad
 		}
 		ups[k] = metadata.RowUpdate{Key: key, Index: base + uint64(k), Fields: tb, Tag: tags[k]}
 	}
-	_, err := metadata.PutNew(w.ctx, w.m, w.part, base, keys, fs, sizes, ups)
+	token := w.tokenAt(base)
+	_, err := metadata.PutNew(w.ctx, w.m, w.part, token, base, keys, fs, sizes, ups)
 	w.expect("put new of "+keys[0], 'U', func(rec *specRecord) error {
-		if rec.Base != base || !slices.Equal(rec.Fields, fs) || !slices.Equal(rec.Keys, keys) {
-			return errorf("base %d fields %q keys %q, want %d %q %q", rec.Base, rec.Fields, rec.Keys, base, fs, keys)
+		if rec.Base != base || rec.BlockToken != token || !slices.Equal(rec.Fields, fs) || !slices.Equal(rec.Keys, keys) {
+			return errorf("base %d token %d fields %q keys %q, want %d %d %q %q", rec.Base, rec.BlockToken, rec.Fields, rec.Keys, base, token, fs, keys)
 		}
 		if (rec.Sizes == nil) != (sizes == nil) {
 			return errorf("sizes %v, want %v", rec.Sizes, sizes)
@@ -567,10 +589,10 @@ func TestLogSpecDecoder(t *testing.T) {
 	}
 	// Y: a block released, two of its indexes written.
 	rel := w.block([]string{"y"}, 3)
-	w.must(metadata.ReleaseBlock(ctx, m, "p", rel, []uint64{rel, rel + 2}))
+	w.must(metadata.ReleaseBlock(ctx, m, "p", metadata.IndexBlock{Base: rel, Token: w.tokens[rel]}, []uint64{rel, rel + 2}))
 	w.expect("release", 'Y', func(rec *specRecord) error {
-		if rec.Base != rel || !slices.Equal(rec.Indexes, []uint64{rel, rel + 2}) {
-			return errorf("release of %d written %v, want %d %v", rec.Base, rec.Indexes, rel, []uint64{rel, rel + 2})
+		if rec.Base != rel || rec.BlockToken != w.tokens[rel] || !slices.Equal(rec.Indexes, []uint64{rel, rel + 2}) {
+			return errorf("release of %d token %d written %v, want %d %d %v", rec.Base, rec.BlockToken, rec.Indexes, rel, w.tokens[rel], []uint64{rel, rel + 2})
 		}
 		return nil
 	})
@@ -616,6 +638,9 @@ func TestLogSpecDecoder(t *testing.T) {
 		if w.want[k].hasBase && e.Base != w.want[k].base {
 			t.Errorf("entry %d (%s): base %d, want %d", e.N, w.want[k].what, e.Base, w.want[k].base)
 		}
+		if w.want[k].id != 0 && e.ID != w.want[k].id {
+			t.Errorf("entry %d (%s): ID %d, want %d (the block's token)", e.N, w.want[k].what, e.ID, w.want[k].id)
+		}
 		if ck := w.want[k].check; ck != nil {
 			if err := ck(rec); err != nil {
 				t.Errorf("entry %d (%s): %v", e.N, w.want[k].what, err)
@@ -658,7 +683,7 @@ func TestLogSpecDecoder(t *testing.T) {
 		orphan: metadata.Ref{Index: ores[0].Index, Field: "x", Gen: ores[0].Gens["x"]}, abandoned: abandoned,
 		cleared: cells[0], groupClaim: gc, served: zc.Mark.Token, standing: wc2.Mark.Token, lost: lg.lost,
 		ibz: ibz, undone: undone,
-		live: live, liveAt: liveAt, ukeys: ukeys, rel: rel,
+		live: live, liveToken: w.tokens[live], liveAt: liveAt, ukeys: ukeys, rel: rel,
 	})
 }
 
@@ -676,6 +701,7 @@ type specFacts struct {
 	// the keys put into it, and a block released.
 	live, rel uint64
 	liveAt    int64
+	liveToken uint64
 	ukeys     []string
 }
 
@@ -842,7 +868,7 @@ func checkSpecSnapshot(t *testing.T, srv *toylog.Server, f specFacts) {
 
 	// Blocks: the live one alone (the idle one aborted, the released one
 	// ended, the refused one never made), its first three indexes taken.
-	if want := []specBlock{{Base: f.live, N: 5, At: f.liveAt, Fields: []string{"x", "y"}, Words: []uint64{0b111}}}; !reflect.DeepEqual(s.Blocks, want) {
+	if want := []specBlock{{Base: f.live, Token: f.liveToken, N: 5, At: f.liveAt, Fields: []string{"x", "y"}, Words: []uint64{0b111}}}; !reflect.DeepEqual(s.Blocks, want) {
 		t.Errorf("blocks %+v, want %+v", s.Blocks, want)
 	} else if !s.Blocks[0].taken(2) || s.Blocks[0].taken(3) {
 		t.Errorf("block %+v: index 2 not taken or 3 taken", s.Blocks[0])

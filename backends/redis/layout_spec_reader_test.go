@@ -483,6 +483,7 @@ type srState struct {
 // U's).
 type srBlock struct {
 	base, n uint64
+	token   uint64 // its N's entry ID
 	fields  []string
 	at      int64
 	taken   []bool
@@ -1083,11 +1084,11 @@ func (p *srState) applyEntry(id uint64, t int64, base uint64, data []byte) {
 	if _, void := p.voids[id]; void {
 		return
 	}
-	p.applyRecord(base, data)
+	p.applyRecord(id, base, data)
 	p.serve()
 }
 
-func (p *srState) applyRecord(base uint64, data []byte) {
+func (p *srState) applyRecord(id, base uint64, data []byte) {
 	if len(data) == 0 {
 		return
 	}
@@ -1128,15 +1129,15 @@ func (p *srState) applyRecord(base uint64, data []byte) {
 		}
 		// Kept by base: a block may reach the log below a live one.
 		k, _ := slices.BinarySearchFunc(p.blocks, base, func(b *srBlock, x uint64) int { return cmp.Compare(b.base, x) })
-		p.blocks = slices.Insert(p.blocks, k, &srBlock{base: base, n: n, fields: fields, at: now, taken: make([]bool, n)})
+		p.blocks = slices.Insert(p.blocks, k, &srBlock{base: base, n: n, token: id, fields: fields, at: now, taken: make([]bool, n)})
 	case 'U':
 		p.putNew(d)
 	case 'Y':
-		first, written := d.u(), d.idx()
+		first, token, written := d.u(), d.u(), d.idx()
 		if d.err != nil {
 			return
 		}
-		k := slices.IndexFunc(p.blocks, func(b *srBlock) bool { return b.base == first })
+		k := slices.IndexFunc(p.blocks, func(b *srBlock) bool { return b.base == first && b.token == token })
 		if k < 0 {
 			return
 		}
@@ -1563,7 +1564,7 @@ func (p *srState) blockAt(index uint64) *srBlock {
 // updates' keys at indexes base on with generation 0 of each field, then
 // a C of the updates, or nothing (noted in refusedU).
 func (p *srState) putNew(d *sd) {
-	base := d.u()
+	base, token := d.u(), d.u()
 	fields := d.strs()
 	// The sizes come before the updates they count: keep their bytes and
 	// read them once the updates are read.
@@ -1616,7 +1617,7 @@ func (p *srState) putNew(d *sd) {
 	case slices.ContainsFunc(keys, func(k string) bool { return p.rows[k] != nil }):
 		p.refusedU = append(p.refusedU, "a key has a row")
 		return
-	case b == nil || last >= b.base+b.n || slices.Contains(b.taken[base-b.base:last-b.base+1], true) ||
+	case b == nil || b.token != token || last >= b.base+b.n || slices.Contains(b.taken[base-b.base:last-b.base+1], true) ||
 		slices.ContainsFunc(fields, func(f string) bool { return !slices.Contains(b.fields, f) }):
 		p.refusedU = append(p.refusedU, "not a live block's untaken indexes and fields")
 		return
@@ -1925,14 +1926,14 @@ func restoreSR(b []byte) (*srState, error) {
 }
 
 // restoreBlocks reads the snapshot's live blocks (LOG.md section 6, part
-// 10): by base, each [base, n, at, [field, ...], [word, ...]].
+// 10): by base, each [base, token, n, at, [field, ...], [word, ...]].
 func (p *srState) restoreBlocks(d *sd) {
 	nb := d.arr()
 	for range nb {
-		if d.arr() != 5 {
-			d.fail(fmt.Errorf("a block not of 5 parts"))
+		if d.arr() != 6 {
+			d.fail(fmt.Errorf("a block not of 6 parts"))
 		}
-		b := &srBlock{base: d.u(), n: d.u(), at: d.i(), fields: d.strs()}
+		b := &srBlock{base: d.u(), token: d.u(), n: d.u(), at: d.i(), fields: d.strs()}
 		words := d.idx()
 		if d.err != nil {
 			return

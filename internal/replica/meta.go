@@ -890,9 +890,9 @@ func (c colocated) ReadRows(ctx context.Context, partition string, keys []string
 // Block implements metadata.Blocker. Its errors never match
 // ErrOutcomeUnknown: a Block whose outcome is unknown reserved at most
 // indexes nobody uses, which Garbage aborts in time.
-func (m *Meta) Block(ctx context.Context, partition string, fields []string, n int) (uint64, error) {
+func (m *Meta) Block(ctx context.Context, partition string, fields []string, n int) (metadata.IndexBlock, error) {
 	if err := metadata.CheckBlock(fields, n); err != nil {
-		return 0, err
+		return metadata.IndexBlock{}, err
 	}
 	r, err := one(m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
 		return []record{{id: newID(), indexes: uint64(n), data: rules.BlockRecord(fields, n)}}, nil
@@ -901,16 +901,16 @@ func (m *Meta) Block(ctx context.Context, partition string, fields []string, n i
 		if errors.Is(err, backends.ErrOutcomeUnknown) {
 			err = errNotApplied(err)
 		}
-		return 0, err
+		return metadata.IndexBlock{}, err
 	}
 	if r.Err != nil {
-		return 0, fmt.Errorf("%w (partition %q)", r.Err, partition)
+		return metadata.IndexBlock{}, fmt.Errorf("%w (partition %q)", r.Err, partition)
 	}
-	return r.Base, nil
+	return metadata.IndexBlock{Base: r.Base, Token: r.Token}, nil
 }
 
 // PutNew implements metadata.Blocker.
-func (m *Meta) PutNew(ctx context.Context, partition string, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+func (m *Meta) PutNew(ctx context.Context, partition string, token, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	if err := metadata.CheckSizes(keys, fields, sizes); err != nil {
 		return metadata.CommitResult{}, err
 	}
@@ -925,7 +925,7 @@ func (m *Meta) PutNew(ctx context.Context, partition string, base uint64, keys, 
 	if len(keys) == 0 {
 		return metadata.CommitResult{}, m.check(ctx)
 	}
-	rec, err := rules.PutNewRecord(base, fields, sizes, updates)
+	rec, err := rules.PutNewRecord(base, token, fields, sizes, updates)
 	if err != nil {
 		return metadata.CommitResult{}, err
 	}
@@ -949,9 +949,9 @@ func (m *Meta) PutNew(ctx context.Context, partition string, base uint64, keys, 
 }
 
 // ReleaseBlock implements metadata.Blocker.
-func (m *Meta) ReleaseBlock(ctx context.Context, partition string, base uint64, written []uint64) error {
+func (m *Meta) ReleaseBlock(ctx context.Context, partition string, b metadata.IndexBlock, written []uint64) error {
 	_, err := m.exec(ctx, partition, nil, func(*rules.Partition) ([]record, error) {
-		return []record{{id: newID(), data: rules.ReleaseRecord(base, written)}}, nil
+		return []record{{id: newID(), data: rules.ReleaseRecord(b.Base, b.Token, written)}}, nil
 	})
 	return err
 }

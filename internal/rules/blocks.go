@@ -28,7 +28,11 @@ const maxBlocks = 1024
 // a release gave back; at is the log time of its grant or its latest
 // PutNew: Abort takes a block idle since the cutoff for abandoned.
 type block struct {
-	base   uint64
+	base uint64
+	// token is the ID of the block's record: a PutNew or a release names
+	// it, so that a block the log lost in a failover, whose indexes the
+	// engine then handed out again, is never taken for another's.
+	token  uint64
 	n      uint32
 	fields []string
 	at     int64
@@ -69,8 +73,8 @@ func (b *block) garbage(refs []metadata.Ref, in func(index uint64) bool) []metad
 // partition's capacity bounds bytes (a PutNew writes its cells before
 // the capacity counts them) or holds maxBlocks live blocks; either way
 // the indexes are skipped. A block that overlaps a live one is
-// ErrCorrupt.
-func (p *Partition) Block(now int64, fields []string, base uint64, n int) error {
+// ErrCorrupt. token names the block (its record's ID).
+func (p *Partition) Block(now int64, fields []string, base, token uint64, n int) error {
 	p.tick(now)
 	if err := metadata.CheckBlock(fields, n); err != nil {
 		return err
@@ -91,7 +95,7 @@ func (p *Partition) Block(now int64, fields []string, base uint64, n int) error 
 	if end < base || i > 0 && p.blocks[i-1].base+uint64(p.blocks[i-1].n) > base || i < len(p.blocks) && p.blocks[i].base < end {
 		return fmt.Errorf("%w: a block at %d to %d, overlapping a live block or past the last index", ErrCorrupt, base, end-1)
 	}
-	p.blocks = slices.Insert(p.blocks, i, &block{base: base, n: uint32(n), fields: fields, at: p.now, taken: make([]uint64, (n+63)/64)})
+	p.blocks = slices.Insert(p.blocks, i, &block{base: base, token: token, n: uint32(n), fields: fields, at: p.now, taken: make([]uint64, (n+63)/64)})
 	return nil
 }
 
@@ -123,9 +127,10 @@ func (p *Partition) blockAt(index uint64) *block {
 // block whose fields hold fields, or the capacity bounds bytes (with
 // backends.ErrReservationLost, which matches ErrConflict, when no block
 // holds base and the partition knows none of the put's cells as garbage:
-// see knowsBlock); and with a *metadata.FullError when the capacity has
-// no room for the rows.
-func (p *Partition) PutNew(now int64, base uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
+// see knowsBlock, or when the block holding base is not the one token
+// names); and with a *metadata.FullError when the capacity has no room
+// for the rows.
+func (p *Partition) PutNew(now int64, base, token uint64, keys, fields []string, sizes []int64, updates []metadata.RowUpdate) (metadata.CommitResult, error) {
 	p.tick(now)
 	if err := checkPutNew(base, keys, fields, sizes, updates); err != nil {
 		return metadata.CommitResult{}, err
@@ -140,6 +145,12 @@ func (p *Partition) PutNew(now int64, base uint64, keys, fields []string, sizes 
 			err = backends.ErrConflict
 		}
 		return metadata.CommitResult{}, fmt.Errorf("%w: indexes %d to %d are no live block's", err, base, base+uint64(len(keys))-1)
+	}
+	if b.token != token {
+		// Another's block: the one the caller holds was lost (a failover
+		// that lost its record), and the engine handed its indexes out
+		// again.
+		return metadata.CommitResult{}, fmt.Errorf("%w: indexes %d to %d are another block's", backends.ErrReservationLost, base, base+uint64(len(keys))-1)
 	}
 	if base+uint64(len(keys)) > b.base+uint64(b.n) {
 		return metadata.CommitResult{}, fmt.Errorf("%w: indexes %d to %d are not one block's", backends.ErrConflict, base, base+uint64(len(keys))-1)
@@ -241,12 +252,12 @@ func checkPutNew(base uint64, keys, fields []string, sizes []int64, updates []me
 // ReleaseBlock ends, at time now, the block whose first index is base:
 // the indexes nothing took are handed out never again, and the cells of
 // those of written (indexes a put wrote cells under and may not have
-// deleted) become garbage. An unknown base (a block aborted or used up)
-// changes nothing.
-func (p *Partition) ReleaseBlock(now int64, base uint64, written []uint64) {
+// deleted) become garbage. An unknown base (a block aborted or used up),
+// or a block token does not name, changes nothing.
+func (p *Partition) ReleaseBlock(now int64, base, token uint64, written []uint64) {
 	p.tick(now)
 	b := p.blockAt(base)
-	if b == nil || b.base != base {
+	if b == nil || b.base != base || b.token != token {
 		return
 	}
 	if len(written) > 0 {

@@ -11,7 +11,7 @@ import (
 // block's size times it.
 func TestReviewReleaseManyWritten(t *testing.T) {
 	p := New()
-	if err := p.Block(1, []string{"a"}, 0, MaxBlock); err != nil {
+	if err := p.Block(1, []string{"a"}, 0, 7, MaxBlock); err != nil {
 		t.Fatal(err)
 	}
 	written := make([]uint64, 1<<21)
@@ -19,7 +19,7 @@ func TestReviewReleaseManyWritten(t *testing.T) {
 		written[i] = uint64(MaxBlock + i) // none of the block's
 	}
 	start := time.Now()
-	p.ReleaseBlock(2, 0, written)
+	p.ReleaseBlock(2, 0, 7, written)
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("a release naming %d indexes took %v", len(written), d)
 	}

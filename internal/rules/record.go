@@ -197,13 +197,15 @@ func BlockRecord(fields []string, n int) []byte {
 }
 
 // PutNewRecord is a PutNew of the keys of updates (in order) at indexes
-// base on, of fields with sizes (nil, or one per cell, field-major).
-func PutNewRecord(base uint64, fields []string, sizes []int64, updates []metadata.RowUpdate) ([]byte, error) {
+// base on of the block token names, of fields with sizes (nil, or one
+// per cell, field-major).
+func PutNewRecord(base, token uint64, fields []string, sizes []int64, updates []metadata.RowUpdate) ([]byte, error) {
 	c, err := CommitRecord(updates)
 	if err != nil {
 		return nil, err
 	}
 	b := msgp.AppendUint64([]byte{KindPutNew}, base)
+	b = msgp.AppendUint64(b, token)
 	b = appendStrings(b, fields)
 	if sizes == nil || len(sizes) != len(updates)*len(fields) {
 		b = msgp.AppendNil(b)
@@ -213,10 +215,12 @@ func PutNewRecord(base uint64, fields []string, sizes []int64, updates []metadat
 	return append(b, c[1:]...), nil
 }
 
-// ReleaseRecord is a ReleaseBlock of the block whose first index is base,
-// written naming the indexes whose cells may exist.
-func ReleaseRecord(base uint64, written []uint64) []byte {
-	return appendIndexes(msgp.AppendUint64([]byte{KindRelease}, base), written)
+// ReleaseRecord is a ReleaseBlock of the block whose first index is base
+// and that token names, written naming the indexes whose cells may
+// exist.
+func ReleaseRecord(base, token uint64, written []uint64) []byte {
+	b := msgp.AppendUint64([]byte{KindRelease}, base)
+	return appendIndexes(msgp.AppendUint64(b, token), written)
 }
 
 // DeleteRecord is a Delete of keys.
@@ -322,7 +326,7 @@ type Result struct {
 	Settled      metadata.SettleResult  // Settle
 	Unknown      int                    // Abandon: refs it did not know
 	Cells        []metadata.Ref         // DeleteFields: the cells it made garbage
-	Base         uint64                 // Block: its first index
+	Base, Token  uint64                 // Block: its first index, and its token (its record's ID)
 	// Err is the record's refusal (a Commit's ErrConflict, a Prepare's
 	// ErrIndexes), ErrCorrupt, or ErrVoid for a record a fence voided;
 	// such a record changed nothing.
@@ -489,12 +493,16 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 		if n > MaxBlock {
 			return fmt.Errorf("%w: a block of %d indexes", ErrCorrupt, n)
 		}
-		if err := p.Block(now, fields, e.Base, int(n)); err != nil {
+		if err := p.Block(now, fields, e.Base, e.ID, int(n)); err != nil {
 			return err
 		}
-		r.Base = e.Base
+		r.Base, r.Token = e.Base, e.ID
 	case KindPutNew:
 		base, b, err := msgp.ReadUint64Bytes(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		token, b, err := msgp.ReadUint64Bytes(b)
 		if err != nil {
 			return corrupt(err)
 		}
@@ -526,10 +534,14 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 		for i := range ups {
 			keys[i] = ups[i].Key
 		}
-		r.Commit, err = p.PutNew(now, base, keys, fields, sizes, ups)
+		r.Commit, err = p.PutNew(now, base, token, keys, fields, sizes, ups)
 		return err
 	case KindRelease:
 		base, b, err := msgp.ReadUint64Bytes(b)
+		if err != nil {
+			return corrupt(err)
+		}
+		token, b, err := msgp.ReadUint64Bytes(b)
 		if err != nil {
 			return corrupt(err)
 		}
@@ -537,7 +549,7 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 		if err != nil {
 			return corrupt(err)
 		}
-		p.ReleaseBlock(now, base, written)
+		p.ReleaseBlock(now, base, token, written)
 	case KindFields:
 		fields, b, err := readStrings(b)
 		if err != nil {

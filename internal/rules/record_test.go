@@ -297,7 +297,7 @@ func blockHistoryStep(l *logger, p *Partition, some func() []string) {
 				written = append(written, b.base+off)
 			}
 		}
-		l.apply(ReleaseRecord(b.base+uint64(rng.IntN(2)), written), 0)
+		l.apply(ReleaseRecord(b.base+uint64(rng.IntN(2)), b.token+uint64(rng.IntN(4)/3), written), 0) // a token not the block's, at times
 		return
 	}
 	ks := some()
@@ -337,7 +337,7 @@ func blockHistoryStep(l *logger, p *Partition, some func() []string) {
 			ups[i].Tag = map[string]any{"uid": int64(rng.IntN(3)), "v": int64(rng.IntN(5))}
 		}
 	}
-	rec, err := PutNewRecord(b.base+off, fields, sizes, ups)
+	rec, err := PutNewRecord(b.base+off, b.token+uint64(rng.IntN(10)/9), fields, sizes, ups) // a token not the block's, at times
 	if err != nil {
 		l.t.Fatal(err)
 	}

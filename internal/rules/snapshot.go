@@ -231,8 +231,9 @@ func (p *Partition) Snapshot() ([]byte, error) {
 		if len(p.blocks) > 0 {
 			b = msgp.AppendArrayHeader(b, uint32(len(p.blocks)))
 			for _, bl := range p.blocks {
-				b = msgp.AppendArrayHeader(b, 5)
+				b = msgp.AppendArrayHeader(b, 6)
 				b = msgp.AppendUint64(b, bl.base)
+				b = msgp.AppendUint64(b, bl.token)
 				b = msgp.AppendUint64(b, uint64(bl.n))
 				b = msgp.AppendInt64(b, bl.at)
 				b = appendStrings(b, bl.fields)
@@ -980,8 +981,9 @@ func readBatchArrays[T any](p *Partition, b []byte, what string, want func(*open
 	})
 }
 
-// readBlocks reads the live blocks, by base: per block an array of 5,
-// base unsigned, n unsigned, at signed, [field, ...], and the taken
+// readBlocks reads the live blocks, by base: per block an array of 6,
+// base unsigned, token unsigned (its record's ID), n unsigned, at
+// signed, [field, ...], and the taken
 // offsets as [word, ...] (a bit per offset, offset i bit i%64 of word
 // i/64, (n+63)/64 words).
 func (p *Partition) readBlocks(b []byte) ([]byte, error) {
@@ -997,12 +999,15 @@ func (p *Partition) readBlocks(b []byte) ([]byte, error) {
 		if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
 			return b, err
 		}
-		if parts != 5 {
+		if parts != 6 {
 			return b, fmt.Errorf("a block of %d parts", parts)
 		}
 		bl := &block{}
 		var size uint64
 		if bl.base, b, err = msgp.ReadUint64Bytes(b); err != nil {
+			return b, err
+		}
+		if bl.token, b, err = msgp.ReadUint64Bytes(b); err != nil {
 			return b, err
 		}
 		if size, b, err = msgp.ReadUint64Bytes(b); err != nil {

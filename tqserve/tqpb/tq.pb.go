@@ -2156,7 +2156,9 @@ func (x *BlockRequest) GetN() int32 {
 type BlockReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The block's first index.
-	Base          uint64 `protobuf:"varint,1,opt,name=base,proto3" json:"base,omitempty"`
+	Base uint64 `protobuf:"varint,1,opt,name=base,proto3" json:"base,omitempty"`
+	// The block's token.
+	Token         uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2198,12 +2200,21 @@ func (x *BlockReply) GetBase() uint64 {
 	return 0
 }
 
+func (x *BlockReply) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 type PutNewRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The partition the call is about.
 	Partition string `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
 	// The first index: key i of updates takes base+i.
 	Base uint64 `protobuf:"varint,2,opt,name=base,proto3" json:"base,omitempty"`
+	// The token of the block (BlockReply.token).
+	Token uint64 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
 	// The fields the put writes, each once, all the block's.
 	Fields []string `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty"`
 	// Empty, or one per cell in field-major order (field j of key i at
@@ -2260,6 +2271,13 @@ func (x *PutNewRequest) GetBase() uint64 {
 	return 0
 }
 
+func (x *PutNewRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 func (x *PutNewRequest) GetFields() []string {
 	if x != nil {
 		return x.Fields
@@ -2287,6 +2305,9 @@ type ReleaseBlockRequest struct {
 	Partition string `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
 	// The block's first index.
 	Base uint64 `protobuf:"varint,2,opt,name=base,proto3" json:"base,omitempty"`
+	// The block's token (BlockReply.token): a block the server holds at
+	// base with another token is not released.
+	Token uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	// Indexes of the block whose cells may exist (a put that failed and
 	// could not delete them): they become garbage unless a PutNew took
 	// them.
@@ -2335,6 +2356,13 @@ func (x *ReleaseBlockRequest) GetPartition() string {
 func (x *ReleaseBlockRequest) GetBase() uint64 {
 	if x != nil {
 		return x.Base
+	}
+	return 0
+}
+
+func (x *ReleaseBlockRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
 	}
 	return 0
 }
@@ -5577,19 +5605,22 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\fBlockRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x16\n" +
 	"\x06fields\x18\x02 \x03(\tR\x06fields\x12\f\n" +
-	"\x01n\x18\x03 \x01(\x05R\x01n\" \n" +
+	"\x01n\x18\x03 \x01(\x05R\x01n\"6\n" +
 	"\n" +
 	"BlockReply\x12\x12\n" +
-	"\x04base\x18\x01 \x01(\x04R\x04base\"\x9d\x01\n" +
+	"\x04base\x18\x01 \x01(\x04R\x04base\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\xb3\x01\n" +
 	"\rPutNewRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
-	"\x04base\x18\x02 \x01(\x04R\x04base\x12\x16\n" +
+	"\x04base\x18\x02 \x01(\x04R\x04base\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06fields\x18\x03 \x03(\tR\x06fields\x12\x14\n" +
 	"\x05sizes\x18\x04 \x03(\x03R\x05sizes\x12,\n" +
-	"\aupdates\x18\x05 \x03(\v2\x12.tqgo.v1.RowUpdateR\aupdates\"a\n" +
+	"\aupdates\x18\x05 \x03(\v2\x12.tqgo.v1.RowUpdateR\aupdates\"w\n" +
 	"\x13ReleaseBlockRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
-	"\x04base\x18\x02 \x01(\x04R\x04base\x12\x18\n" +
+	"\x04base\x18\x02 \x01(\x04R\x04base\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x18\n" +
 	"\awritten\x18\x03 \x03(\x04R\awritten\"_\n" +
 	"\vCommitReply\x12,\n" +
 	"\n" +

@@ -142,7 +142,10 @@ type MetaClient interface {
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitReply, error)
 	// Block reserves n global indexes (1 to 4096) ahead of the puts that
 	// take them, for new rows whose cells are of fields (sorted, distinct,
-	// at least one), and returns the first: the block is base..base+n-1.
+	// at least one), and returns the first, base (the block is
+	// base..base+n-1), and its token, which PutNew and ReleaseBlock
+	// repeat: it tells the block from another the server may hand out over
+	// the same indexes after a failover lost this one.
 	// The caller writes the cells of a put of new keys under the storage
 	// keys of the block's indexes at generation 0 (see Cell.key), then
 	// makes one call, PutNew, where Prepare and Commit are two. Until a
@@ -162,29 +165,30 @@ type MetaClient interface {
 	// UNIMPLEMENTED (a server before version 6): put by Prepare.
 	Block(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*BlockReply, error)
 	// PutNew is, atomically, a Prepare of the updates' keys (in order) and
-	// fields, giving key i the index base+i of a live block and generation
-	// 0 of each field, then a Commit of updates (each at its index,
-	// setting every field at generation 0), for keys none of which has a
-	// row. INVALID,
-	// applying nothing: updates not so, a key repeated, sizes not one per
-	// cell. FULL, applying nothing: the capacity has no room for the rows;
-	// the block is still the caller's and PutNew may be made again. CONFLICT,
-	// applying nothing: a key has a row (put it by Prepare and Commit), the
-	// capacity bounds bytes, or the indexes are not all untaken indexes of
-	// one live block whose fields hold fields (the block ended: Garbage
-	// aborted it, and the cells are garbage). RESERVATION_LOST, applying
-	// nothing: as CONFLICT, and the server knows neither the block nor the
-	// put's cells (lost in a failover): the cells must not be deleted by
-	// storage key. After OUTCOME_UNKNOWN the caller keeps the cells and
-	// never uses those indexes again; Lookup tells later whether the rows
-	// hold them. The reply is a Commit's (nothing superseded or stale: the
-	// rows are new).
+	// fields, giving key i the index base+i of the live block token names
+	// and generation 0 of each field, then a Commit of updates (each at its
+	// index, setting every field at generation 0), for keys none of which
+	// has a row. INVALID, applying nothing: updates not so, a key repeated,
+	// sizes not one per cell. FULL, applying nothing: the capacity has no
+	// room for the rows; the block is still the caller's and PutNew may be
+	// made again. CONFLICT, applying nothing: a key has a row (put it by
+	// Prepare and Commit), the capacity bounds bytes, or the indexes are
+	// not all untaken indexes of one live block whose fields hold fields
+	// (the block ended: Garbage aborted it, and the cells are garbage).
+	// RESERVATION_LOST, applying nothing: as CONFLICT, and the block at
+	// base is another than token names, or the server knows neither the
+	// block nor the put's cells (lost in a failover, or aborted and swept):
+	// the cells must not be deleted by storage key. After OUTCOME_UNKNOWN
+	// the caller keeps the cells and never uses those indexes again;
+	// Lookup tells later whether the rows hold them. The reply is a
+	// Commit's (nothing superseded or stale: the rows are new).
 	PutNew(ctx context.Context, in *PutNewRequest, opts ...grpc.CallOption) (*CommitReply, error)
-	// ReleaseBlock ends the block whose first index is base: its indexes
-	// nothing took are handed out never again, and the cells of those of
-	// written (indexes the caller wrote cells under and may not have
-	// deleted) become garbage. An unknown base (a block used up or
-	// aborted) changes nothing, so it may be made again.
+	// ReleaseBlock ends the block whose first index is base and whose
+	// token is token: its indexes nothing took are handed out never again,
+	// and the cells of those of written (indexes the caller wrote cells
+	// under and may not have deleted) become garbage. A block the server
+	// does not hold so (used up, aborted, another's) is left as it is, so
+	// it may be made again.
 	ReleaseBlock(ctx context.Context, in *ReleaseBlockRequest, opts ...grpc.CallOption) (*Empty, error)
 	// Lookup returns one MaybeRow per key, in order: the key's committed
 	// row, or no row for a key unknown or not yet committed (an unknown
@@ -666,7 +670,10 @@ type MetaServer interface {
 	Commit(context.Context, *CommitRequest) (*CommitReply, error)
 	// Block reserves n global indexes (1 to 4096) ahead of the puts that
 	// take them, for new rows whose cells are of fields (sorted, distinct,
-	// at least one), and returns the first: the block is base..base+n-1.
+	// at least one), and returns the first, base (the block is
+	// base..base+n-1), and its token, which PutNew and ReleaseBlock
+	// repeat: it tells the block from another the server may hand out over
+	// the same indexes after a failover lost this one.
 	// The caller writes the cells of a put of new keys under the storage
 	// keys of the block's indexes at generation 0 (see Cell.key), then
 	// makes one call, PutNew, where Prepare and Commit are two. Until a
@@ -686,29 +693,30 @@ type MetaServer interface {
 	// UNIMPLEMENTED (a server before version 6): put by Prepare.
 	Block(context.Context, *BlockRequest) (*BlockReply, error)
 	// PutNew is, atomically, a Prepare of the updates' keys (in order) and
-	// fields, giving key i the index base+i of a live block and generation
-	// 0 of each field, then a Commit of updates (each at its index,
-	// setting every field at generation 0), for keys none of which has a
-	// row. INVALID,
-	// applying nothing: updates not so, a key repeated, sizes not one per
-	// cell. FULL, applying nothing: the capacity has no room for the rows;
-	// the block is still the caller's and PutNew may be made again. CONFLICT,
-	// applying nothing: a key has a row (put it by Prepare and Commit), the
-	// capacity bounds bytes, or the indexes are not all untaken indexes of
-	// one live block whose fields hold fields (the block ended: Garbage
-	// aborted it, and the cells are garbage). RESERVATION_LOST, applying
-	// nothing: as CONFLICT, and the server knows neither the block nor the
-	// put's cells (lost in a failover): the cells must not be deleted by
-	// storage key. After OUTCOME_UNKNOWN the caller keeps the cells and
-	// never uses those indexes again; Lookup tells later whether the rows
-	// hold them. The reply is a Commit's (nothing superseded or stale: the
-	// rows are new).
+	// fields, giving key i the index base+i of the live block token names
+	// and generation 0 of each field, then a Commit of updates (each at its
+	// index, setting every field at generation 0), for keys none of which
+	// has a row. INVALID, applying nothing: updates not so, a key repeated,
+	// sizes not one per cell. FULL, applying nothing: the capacity has no
+	// room for the rows; the block is still the caller's and PutNew may be
+	// made again. CONFLICT, applying nothing: a key has a row (put it by
+	// Prepare and Commit), the capacity bounds bytes, or the indexes are
+	// not all untaken indexes of one live block whose fields hold fields
+	// (the block ended: Garbage aborted it, and the cells are garbage).
+	// RESERVATION_LOST, applying nothing: as CONFLICT, and the block at
+	// base is another than token names, or the server knows neither the
+	// block nor the put's cells (lost in a failover, or aborted and swept):
+	// the cells must not be deleted by storage key. After OUTCOME_UNKNOWN
+	// the caller keeps the cells and never uses those indexes again;
+	// Lookup tells later whether the rows hold them. The reply is a
+	// Commit's (nothing superseded or stale: the rows are new).
 	PutNew(context.Context, *PutNewRequest) (*CommitReply, error)
-	// ReleaseBlock ends the block whose first index is base: its indexes
-	// nothing took are handed out never again, and the cells of those of
-	// written (indexes the caller wrote cells under and may not have
-	// deleted) become garbage. An unknown base (a block used up or
-	// aborted) changes nothing, so it may be made again.
+	// ReleaseBlock ends the block whose first index is base and whose
+	// token is token: its indexes nothing took are handed out never again,
+	// and the cells of those of written (indexes the caller wrote cells
+	// under and may not have deleted) become garbage. A block the server
+	// does not hold so (used up, aborted, another's) is left as it is, so
+	// it may be made again.
 	ReleaseBlock(context.Context, *ReleaseBlockRequest) (*Empty, error)
 	// Lookup returns one MaybeRow per key, in order: the key's committed
 	// row, or no row for a key unknown or not yet committed (an unknown
