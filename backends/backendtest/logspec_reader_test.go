@@ -847,9 +847,9 @@ type specSnapshot struct {
 // specBlock is a live block of a snapshot.
 type specBlock struct {
 	Base, Token, N uint64
-	At      int64
-	Fields  []string
-	Words   []uint64 // index Base+i is taken when bit i%64 of word i/64 is set
+	At             int64
+	Fields         []string
+	Words          []uint64 // index Base+i is taken when bit i%64 of word i/64 is set
 }
 
 func (b *specBlock) taken(i uint64) bool { return b.Words[i/64]&(1<<(i%64)) != 0 }
