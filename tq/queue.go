@@ -778,10 +778,12 @@ func (t *Task) waitClaim(ctx context.Context, q metadata.MetaStore, req metadata
 		gone bool       // the caller left: the claim's result is handed back
 	)
 	ch := make(chan result, 1)
+	handed := make(chan struct{}) // closed when the claim, and any hand-back of it, are done
 	c := t.c
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
+		defer close(handed)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackFor)
 		defer cancel()
 		var got metadata.Claimed
@@ -808,14 +810,25 @@ func (t *Task) waitClaim(ctx context.Context, q metadata.MetaStore, req metadata
 	case <-ctx.Done():
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	select {
 	case r := <-ch:
+		mu.Unlock()
 		return r.got, false, r.err // it came as ctx ended: the caller has it
 	default:
 	}
 	gone = true
 	c.backs.begin() // the claim and what it did, handed back: see abandoned
+	mu.Unlock()
+	// As unwait does: wait a healthy engine's round trip for the claim and
+	// its hand-back, so that what it registered or leased is gone when
+	// the Wait returns, as a caller (and another client it then tells)
+	// expects; a slower engine's is left to the background.
+	grace := time.NewTimer(handBackGrace)
+	defer grace.Stop()
+	select {
+	case <-handed:
+	case <-grace.C:
+	}
 	return metadata.Claimed{}, true, ctx.Err()
 }
 
