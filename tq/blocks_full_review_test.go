@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -15,9 +14,7 @@ import (
 // room and then commits by its PutNew.
 func TestReviewBlocksFullPolicy(t *testing.T) {
 	ctx := context.Background()
-	st := memory.New()
-	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
-	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	st, meta := blockEngine(t)
 	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
 	const n = 2
 	put := func(ctx context.Context, from int) error {

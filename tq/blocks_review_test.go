@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tqgo/tqgo/backends/memory"
 	"github.com/tqgo/tqgo/tq"
 )
 
@@ -16,9 +15,7 @@ import (
 // reclaimed, and the error of the third put.
 func idleBlockAborted(t *testing.T) (cells int, err error) {
 	ctx := context.Background()
-	st := memory.New()
-	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
-	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	st, meta := blockEngine(t)
 	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
 	const n = 2
 	put := func(from int) error {
@@ -76,9 +73,7 @@ func TestReviewIdleBlockRetired(t *testing.T) {
 // it does not retire the block, whose indexes keep this client's order.
 func TestReviewUpdateKeepsBlock(t *testing.T) {
 	ctx := context.Background()
-	st := memory.New()
-	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
-	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	st, meta := blockEngine(t)
 	a := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
 	b := newClient(t, unstaged{st}, meta)
 	const n = 2
@@ -110,9 +105,7 @@ func TestReviewUpdateKeepsBlock(t *testing.T) {
 // blocks of its own, each put's index above the other set's block).
 func TestReviewTwoSetsInTurn(t *testing.T) {
 	ctx := context.Background()
-	st := memory.New()
-	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
-	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	st, meta := blockEngine(t)
 	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
 	const n, puts = 2, 40
 	for i := range puts {

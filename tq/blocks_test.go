@@ -83,6 +83,15 @@ func (m *countingBlocker) ReleaseBlock(ctx context.Context, partition string, b 
 // Redis's is.
 type unstaged struct{ backends.Store }
 
+// blockEngine is a memory data store and a counting metadata store,
+// closed when t ends: a client over them (unstaged{st}) puts by blocks.
+func blockEngine(t *testing.T) (*memory.Store, *countingBlocker) {
+	st := memory.New()
+	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
+	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	return st, meta
+}
+
 func blockBatch(from, n int) tq.Batch {
 	x := make([]float32, n)
 	v := make([]string, n)
@@ -111,9 +120,7 @@ func waitCalls(t *testing.T, m *countingBlocker, op string, n int) {
 // and Commit; Close releases the block left, and nothing leaks.
 func TestIndexBlocks(t *testing.T) {
 	ctx := context.Background()
-	st := memory.New()
-	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
-	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	st, meta := blockEngine(t)
 	c, err := tq.New(backends.Engine{Data: unstaged{st}, Meta: meta}, tq.WithIndexBlocks())
 	if err != nil {
 		t.Fatal(err)
@@ -196,9 +203,7 @@ func TestIndexBlocksOutcomeUnknown(t *testing.T) {
 	for _, applied := range []bool{false, true} {
 		t.Run(fmt.Sprint("applied=", applied), func(t *testing.T) {
 			ctx := context.Background()
-			st := memory.New()
-			meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
-			t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+			st, meta := blockEngine(t)
 			c, err := tq.New(backends.Engine{Data: unstaged{st}, Meta: meta}, tq.WithIndexBlocks(), tq.WithRetry(tq.NoRetry))
 			if err != nil {
 				t.Fatal(err)
@@ -263,9 +268,7 @@ func TestIndexBlocksOutcomeUnknown(t *testing.T) {
 // recently, and at Close the rest; no block is left in any partition.
 func TestIndexBlocksManySets(t *testing.T) {
 	ctx := context.Background()
-	st := memory.New()
-	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
-	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	st, meta := blockEngine(t)
 	c, err := tq.New(backends.Engine{Data: unstaged{st}, Meta: meta}, tq.WithIndexBlocks())
 	if err != nil {
 		t.Fatal(err)
@@ -304,9 +307,7 @@ func TestIndexBlocksManySets(t *testing.T) {
 // waits for the block on its way rather than take indexes above it.
 func TestIndexBlocksBackToBack(t *testing.T) {
 	ctx := context.Background()
-	st := memory.New()
-	meta := &countingBlocker{MetaStore: memory.NewMetaStore(), calls: map[string]int{}}
-	t.Cleanup(func() { _ = meta.Close(); _ = st.Close() })
+	st, meta := blockEngine(t)
 	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
 	const n, puts = 3, 60
 	for i := range puts {

@@ -498,11 +498,7 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 		}
 		r.Base, r.Token = e.Base, e.ID
 	case KindPutNew:
-		base, b, err := msgp.ReadUint64Bytes(b)
-		if err != nil {
-			return corrupt(err)
-		}
-		token, b, err := msgp.ReadUint64Bytes(b)
+		base, token, b, err := readBaseToken(b)
 		if err != nil {
 			return corrupt(err)
 		}
@@ -537,11 +533,7 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 		r.Commit, err = p.PutNew(now, base, token, keys, fields, sizes, ups)
 		return err
 	case KindRelease:
-		base, b, err := msgp.ReadUint64Bytes(b)
-		if err != nil {
-			return corrupt(err)
-		}
-		token, b, err := msgp.ReadUint64Bytes(b)
+		base, token, b, err := readBaseToken(b)
 		if err != nil {
 			return corrupt(err)
 		}
@@ -564,6 +556,15 @@ func (p *Partition) apply(e *backends.Entry, r *Result) error {
 		return fmt.Errorf("%w: kind %q", ErrCorrupt, e.Data[0])
 	}
 	return nil
+}
+
+// readBaseToken reads a U's or a Y's first index and block token.
+func readBaseToken(b []byte) (base, token uint64, rest []byte, err error) {
+	if base, b, err = msgp.ReadUint64Bytes(b); err != nil {
+		return 0, 0, b, err
+	}
+	token, b, err = msgp.ReadUint64Bytes(b)
+	return base, token, b, err
 }
 
 // checkClaim reports a claim the rules cannot apply (its writer checked
