@@ -80,15 +80,23 @@ func TestNoAckAfterFailure(t *testing.T) {
 	go func() {
 		errA <- eng.Data.Write(ctx, []backends.Cell{{Key: "A", Body: make([]byte, 1<<20)}})
 	}()
-	time.Sleep(50 * time.Millisecond) // the writer is blocked writing A
+	// The writer is writing A once the pipe has its first byte (and it
+	// stays blocked: A is far more than the pipe holds), so that B queues
+	// behind it rather than joining its batch.
+	if _, err := r.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
 	errB := make(chan error, 1)
 	go func() { errB <- eng.Data.Write(ctx, []backends.Cell{{Key: "B", Body: []byte("v")}}) }()
-	for {
+	for deadline := time.Now().Add(10 * time.Second); ; {
 		e.qmu.Lock()
 		n := len(e.queue)
 		e.qmu.Unlock()
 		if n == 1 {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B not queued behind A in 10 s (queue %d)", n)
 		}
 		time.Sleep(time.Millisecond)
 	}
