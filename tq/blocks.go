@@ -158,10 +158,19 @@ func (c *Client) tryBlock(partition string, fields []string, n int) (*heldBlock,
 // block below them would break this client's index order. The rows of
 // keys that had one (an update, maybe of another client's rows) are not
 // this client's to order.
+//
+// Only a partition the client holds blocks of (or fetches one for) is
+// noted: any block of another is fetched after this put's indexes were
+// drawn, so above them, and noting every partition put to would grow
+// without bound (a job with a partition per step, an engine without
+// blocks).
 func (c *Client) putIndexes(partition string, res []metadata.Reservation) {
 	s := &c.blocks
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.off || s.parts[partition] == nil {
+		return
+	}
 	for _, r := range res {
 		if r.New {
 			s.raiseTopLocked(partition, r.Index)
