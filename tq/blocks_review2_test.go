@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/metadata"
@@ -58,6 +59,15 @@ func TestReview2BlockTopsBounded(t *testing.T) {
 // no age aborts live blocks: none may have cells to return), and every
 // row reads back.
 func TestReview2BlocksConcurrentSetsNoneLeft(t *testing.T) {
+	for _, idle := range []time.Duration{time.Minute, 50 * time.Microsecond} {
+		t.Run(fmt.Sprint("idle=", idle), func(t *testing.T) {
+			defer tq.SetBlockIdle(idle)()
+			concurrentSetsNoneLeft(t)
+		})
+	}
+}
+
+func concurrentSetsNoneLeft(t *testing.T) {
 	ctx := context.Background()
 	st, meta := blockEngine(t)
 	c, err := tq.New(backends.Engine{Data: unstaged{st}, Meta: meta}, tq.WithIndexBlocks())
