@@ -49,7 +49,7 @@ func TestReview2RefusedSetNoBlockChurn(t *testing.T) {
 	}
 	blocks := after["Block"] - before["Block"]
 	t.Logf("%d puts in turn: %v -> %v", puts, before, after)
-	if blocks > puts/4+1 || calls > 2*puts {
-		t.Fatalf("%d puts of new keys in turn, x alone backed off: %d Blocks, %d calls; want a Block per few puts at most, and no more calls than by Prepare (%d)", puts, blocks, calls, 2*puts)
+	if blocks > puts/4+1 || calls > 2*puts+2 { // +2: a Block and the release of the block it held at most
+		t.Fatalf("%d puts of new keys in turn, x alone backed off: %d Blocks, %d calls; want a Block per few puts at most, and no more calls than by Prepare (%d) but for one block", puts, blocks, calls, 2*puts)
 	}
 }
