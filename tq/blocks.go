@@ -270,7 +270,15 @@ func (c *Client) wantBlocks(partition string, fields []string, n int) {
 		s.parts[partition] = fb
 	}
 	fb.used = time.Now()
-	if fb.refusedLocked(fields) {
+	if sb, ok := fb.refused[strings.Join(fields, "\x00")]; ok && time.Now().Before(sb.until) {
+		// A set backed off blocks put new keys by Prepare, at indexes
+		// above the partition's blocks: a put of another set can no
+		// longer use them (this client's order), and a fresh block at
+		// each would cost a Block and a release per put. The
+		// partition's next block waits as long as the set does.
+		if fb.until.Before(sb.until) {
+			fb.until = sb.until
+		}
 		return
 	}
 	if !subset(fields, fb.fields) {
