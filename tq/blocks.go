@@ -158,10 +158,19 @@ func (c *Client) tryBlock(partition string, fields []string, n int) (*heldBlock,
 // block below them would break this client's index order. The rows of
 // keys that had one (an update, maybe of another client's rows) are not
 // this client's to order.
+//
+// Only a partition the client holds blocks of (or fetches one for) is
+// noted: any block of another is fetched after this put's indexes were
+// drawn, so above them, and noting every partition put to would grow
+// without bound (a job with a partition per step, an engine without
+// blocks).
 func (c *Client) putIndexes(partition string, res []metadata.Reservation) {
 	s := &c.blocks
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.off || s.parts[partition] == nil {
+		return
+	}
 	for _, r := range res {
 		if r.New {
 			s.raiseTopLocked(partition, r.Index)
@@ -261,7 +270,15 @@ func (c *Client) wantBlocks(partition string, fields []string, n int) {
 		s.parts[partition] = fb
 	}
 	fb.used = time.Now()
-	if fb.refusedLocked(fields) {
+	if sb, ok := fb.refused[strings.Join(fields, "\x00")]; ok && time.Now().Before(sb.until) {
+		// A set backed off blocks put new keys by Prepare, at indexes
+		// above the partition's blocks: a put of another set can no
+		// longer use them (this client's order), and a fresh block at
+		// each would cost a Block and a release per put. The
+		// partition's next block waits as long as the set does.
+		if fb.until.Before(sb.until) {
+			fb.until = sb.until
+		}
 		return
 	}
 	if !subset(fields, fb.fields) {

@@ -9,3 +9,11 @@ func SetBlockIdle(d time.Duration) (restore func()) {
 	blockIdle = d
 	return func() { blockIdle = old }
 }
+
+// BlockTops returns how many partitions the client remembers the top
+// index of (see blockSet.top).
+func BlockTops(c *Client) int {
+	c.blocks.mu.Lock()
+	defer c.blocks.mu.Unlock()
+	return len(c.blocks.top)
+}

@@ -183,7 +183,8 @@ func WithName(name string) Option {
 // keys that have rows, and a put into a partition whose Capacity bounds
 // bytes go the other way. A put that finds a key has a row after all
 // deletes what it wrote and goes the other way too (its set of fields
-// then leaves blocks alone for a while). A block no put used for a minute is
+// then leaves blocks alone for a while, and the partition's other sets
+// too once a put of that set's new keys went the other way). A block no put used for a minute is
 // released for a fresh one, since Reclaim (and a tq server's periodic
 // reclaim) aborts a block idle for its olderThan; a put that finds its
 // block aborted anyway leaves what it wrote for lost and goes the other
