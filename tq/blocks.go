@@ -366,6 +366,18 @@ func (c *Client) refuseBlocks(b *heldBlock, fields []string) {
 	}
 }
 
+// acceptedSet forgets the backoff of a set of fields a PutNew of which
+// applied: a set refused once in a while starts again from the shortest
+// backoff at its next refusal.
+func (c *Client) acceptedSet(partition string, fields []string) {
+	s := &c.blocks
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fb := s.parts[partition]; fb != nil && len(fb.refused) > 0 {
+		delete(fb.refused, strings.Join(slices.Sorted(slices.Values(fields)), "\x00"))
+	}
+}
+
 // refusedLocked reports whether fields (sorted) are a set a PutNew of
 // which was refused lately.
 func (fb *partBlocks) refusedLocked(fields []string) bool {
@@ -469,6 +481,7 @@ func (w *write) runBlock(ctx context.Context, enc *codec.Encoding, b *heldBlock,
 		var res metadata.CommitResult
 		if res, err = w.putNew(ctx, b.token, base, sizes); err == nil {
 			w.c.putDone(b, base, n, taken, true, false)
+			w.c.acceptedSet(b.partition, w.fields)
 			w.committed(res)
 			return nil
 		}
