@@ -327,3 +327,52 @@ func TestIndexBlocksBackToBack(t *testing.T) {
 		t.Fatalf("List: %v, want put order", rows.Keys())
 	}
 }
+
+// A set of fields whose PutNew was refused (a key had a row) stays off
+// blocks for a minute, doubling at each refusal; once a PutNew of it
+// applies, its next refusal starts again from a minute.
+func TestRefusedSetBackoffResets(t *testing.T) {
+	ctx := context.Background()
+	st, meta := blockEngine(t)
+	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+	const n = 2
+	fields := []string{"v", "x"} // blockBatch's
+	put := func(from int) {
+		t.Helper()
+		if err := c.BatchPut(ctx, "p", keysN("k", from+n)[from:], blockBatch(from, n), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refuse := func() {
+		t.Helper()
+		before := meta.snapshot()["PutNew"]
+		put(0) // keys with rows: a PutNew refused, then Prepare and Commit
+		if meta.snapshot()["PutNew"] != before+1 {
+			t.Fatalf("a put of keys with rows made no PutNew: %v", meta.snapshot())
+		}
+	}
+	put(0)
+	waitCalls(t, meta, "Block", 1)
+	refuse()
+	if got := tq.SetBackoff(c, "p", fields); got != time.Minute {
+		t.Fatalf("backoff after a refusal: %v, want 1m", got)
+	}
+	tq.EndSetBackoffs(c)
+	refuse()
+	if got := tq.SetBackoff(c, "p", fields); got != 2*time.Minute {
+		t.Fatalf("backoff after a second refusal: %v, want 2m", got)
+	}
+	tq.EndSetBackoffs(c)
+	before := meta.snapshot()["PutNew"]
+	put(100) // new keys: a fresh block, a PutNew that applies
+	if meta.snapshot()["PutNew"] != before+1 {
+		t.Fatalf("a put of new keys once the backoff ended: %v, want a PutNew", meta.snapshot())
+	}
+	if got := tq.SetBackoff(c, "p", fields); got != 0 {
+		t.Fatalf("backoff after a PutNew applied: %v, want none", got)
+	}
+	refuse()
+	if got := tq.SetBackoff(c, "p", fields); got != time.Minute {
+		t.Fatalf("backoff after a refusal following an applied PutNew: %v, want 1m", got)
+	}
+}
