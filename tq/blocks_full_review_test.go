@@ -14,11 +14,10 @@ import (
 // room and then commits by its PutNew.
 func TestReviewBlocksFullPolicy(t *testing.T) {
 	ctx := context.Background()
-	st, meta := blockEngine(t)
-	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+	c, st, meta := blockClient(t)
 	const n = 2
 	put := func(ctx context.Context, from int) error {
-		return c.BatchPut(ctx, "p", keysN("k", from+n)[from:], blockBatch(from, n), nil)
+		return putRows(ctx, c, from, n)
 	}
 	if err := c.SetCapacity(ctx, "p", tq.Capacity{Rows: 2 * n}); err != nil {
 		t.Fatal(err)

@@ -15,8 +15,7 @@ import (
 // of the other set: its puts cost no more calls than puts by Prepare.
 func TestReview2RefusedSetNoBlockChurn(t *testing.T) {
 	ctx := context.Background()
-	st, meta := blockEngine(t)
-	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+	c, _, meta := blockClient(t)
 	const n = 2
 	both := func(from int) tq.Batch { return blockBatch(from, n) } // x and v
 	xOnly := func() tq.Batch { return tq.Batch{"x": tq.Stacked(make([]float32, n), n, 1)} }

@@ -32,8 +32,7 @@ func TestReview2BlockTopsBounded(t *testing.T) {
 		}
 	})
 	t.Run("mixed puts", func(t *testing.T) {
-		st, meta := blockEngine(t)
-		c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+		c, st, meta := blockClient(t)
 		other := newClient(t, unstaged{st}, meta)
 		for i := range parts {
 			p := fmt.Sprint("p", i)

@@ -15,11 +15,10 @@ import (
 // reclaimed, and the error of the third put.
 func idleBlockAborted(t *testing.T) (cells int, err error) {
 	ctx := context.Background()
-	st, meta := blockEngine(t)
-	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+	c, st, meta := blockClient(t)
 	const n = 2
 	put := func(from int) error {
-		return c.BatchPut(ctx, "p", keysN("k", from+n)[from:], blockBatch(from, n), nil)
+		return putRows(ctx, c, from, n)
 	}
 	if err := put(0); err != nil {
 		t.Fatal(err)
@@ -105,8 +104,7 @@ func TestReviewUpdateKeepsBlock(t *testing.T) {
 // blocks of its own, each put's index above the other set's block).
 func TestReviewTwoSetsInTurn(t *testing.T) {
 	ctx := context.Background()
-	st, meta := blockEngine(t)
-	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+	c, _, meta := blockClient(t)
 	const n, puts = 2, 40
 	for i := range puts {
 		keys := keysN("k", (i+1)*n)[i*n:]

@@ -83,6 +83,18 @@ func (m *countingBlocker) ReleaseBlock(ctx context.Context, partition string, b 
 // Redis's is.
 type unstaged struct{ backends.Store }
 
+// blockClient is a client that puts by blocks (tq.WithIndexBlocks) over
+// blockEngine's stores.
+func blockClient(t *testing.T) (*tq.Client, *memory.Store, *countingBlocker) {
+	st, meta := blockEngine(t)
+	return newClient(t, unstaged{st}, meta, tq.WithIndexBlocks()), st, meta
+}
+
+// putRows puts new rows k<from>..k<from+n-1> of blockBatch to partition p.
+func putRows(ctx context.Context, c *tq.Client, from, n int) error {
+	return c.BatchPut(ctx, "p", keysN("k", from+n)[from:], blockBatch(from, n), nil)
+}
+
 // blockEngine is a memory data store and a counting metadata store,
 // closed when t ends: a client over them (unstaged{st}) puts by blocks.
 func blockEngine(t *testing.T) (*memory.Store, *countingBlocker) {
@@ -128,7 +140,7 @@ func TestIndexBlocks(t *testing.T) {
 	const n = 4
 	put := func(from int) {
 		t.Helper()
-		if err := c.BatchPut(ctx, "p", keysN("k", from+n)[from:], blockBatch(from, n), nil); err != nil {
+		if err := putRows(ctx, c, from, n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -210,7 +222,7 @@ func TestIndexBlocksOutcomeUnknown(t *testing.T) {
 			}
 			const n = 2
 			put := func(from int) error {
-				return c.BatchPut(ctx, "p", keysN("k", from+n)[from:], blockBatch(from, n), nil)
+				return putRows(ctx, c, from, n)
 			}
 			if err := put(0); err != nil {
 				t.Fatal(err)
@@ -307,8 +319,7 @@ func TestIndexBlocksManySets(t *testing.T) {
 // waits for the block on its way rather than take indexes above it.
 func TestIndexBlocksBackToBack(t *testing.T) {
 	ctx := context.Background()
-	st, meta := blockEngine(t)
-	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+	c, _, meta := blockClient(t)
 	const n, puts = 3, 60
 	for i := range puts {
 		if err := c.BatchPut(ctx, "p", keysN("k", (i+1)*n)[i*n:], blockBatch(i*n, n), nil); err != nil {
@@ -333,13 +344,12 @@ func TestIndexBlocksBackToBack(t *testing.T) {
 // applies, its next refusal starts again from a minute.
 func TestRefusedSetBackoffResets(t *testing.T) {
 	ctx := context.Background()
-	st, meta := blockEngine(t)
-	c := newClient(t, unstaged{st}, meta, tq.WithIndexBlocks())
+	c, _, meta := blockClient(t)
 	const n = 2
 	fields := []string{"v", "x"} // blockBatch's
 	put := func(from int) {
 		t.Helper()
-		if err := c.BatchPut(ctx, "p", keysN("k", from+n)[from:], blockBatch(from, n), nil); err != nil {
+		if err := putRows(ctx, c, from, n); err != nil {
 			t.Fatal(err)
 		}
 	}

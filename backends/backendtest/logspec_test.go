@@ -132,21 +132,27 @@ func (w *specWorkload) put(keys []string, table map[string]metadata.FieldInfo, t
 	_, err = w.m.Commit(w.ctx, w.part, ups)
 	w.must(err)
 	w.expect("commit of "+keys[0], 'C', func(rec *specRecord) error {
-		if len(rec.Updates) != len(ups) {
-			return errorf("%d updates, want %d", len(rec.Updates), len(ups))
-		}
-		for k, u := range rec.Updates {
-			want := ups[k]
-			if u.Key != want.Key || u.Index != want.Index || !sameTable(u.Table, want.Fields) || !sameTag(u.Tag, want.Tag) {
-				return errorf("update %+v, want %+v", u, want)
-			}
-		}
-		return nil
+		return sameUpdates(rec.Updates, ups)
 	})
 	return idx
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// sameUpdates reports how a C's (or a U's) decoded updates differ from
+// the updates written.
+func sameUpdates(got []specUpdate, want []metadata.RowUpdate) error {
+	if len(got) != len(want) {
+		return errorf("%d updates, want %d", len(got), len(want))
+	}
+	for k, u := range got {
+		w := want[k]
+		if u.Key != w.Key || u.Index != w.Index || !sameTable(u.Table, w.Fields) || !sameTag(u.Tag, w.Tag) {
+			return errorf("update %+v, want %+v", u, w)
+		}
+	}
+	return nil
+}
 
 func sameTable(got map[string]specField, want map[string]metadata.FieldInfo) bool {
 	if len(got) != len(want) || got == nil != (want == nil) {
@@ -254,16 +260,7 @@ func (w *specWorkload) putNew(base uint64, keys []string, table map[string]metad
 				return errorf("sizes %v, want %v", rec.Sizes, sizes)
 			}
 		}
-		if len(rec.Updates) != len(ups) {
-			return errorf("%d updates, want %d", len(rec.Updates), len(ups))
-		}
-		for k, u := range rec.Updates {
-			want := ups[k]
-			if u.Key != want.Key || u.Index != want.Index || !sameTable(u.Table, want.Fields) || !sameTag(u.Tag, want.Tag) {
-				return errorf("update %+v, want %+v", u, want)
-			}
-		}
-		return nil
+		return sameUpdates(rec.Updates, ups)
 	})
 	return err
 }
