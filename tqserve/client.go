@@ -435,6 +435,7 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		return none, metadata.Claimed{}, err
 	}
 	pr := toClaimRequest(partition, &req)
+	pr.Compact = true
 	undoable := m.version.Load() >= undoVersion && (req.Batch == nil || req.Batch.Ranks <= 1)
 	if pr.Token == "" && undoable {
 		// Chosen here, so that a claim whose reply is lost can be undone.
@@ -457,7 +458,11 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		if rows == nil {
 			rows = []*metadata.Row{}
 		}
-		p, err := pick(rows, fromDeliveries(cr.GetDeliveries(), m.clock()))
+		ds, err := fromDeliveries(cr.GetDeliveries(), m.clock(), nil)
+		if err != nil {
+			return none, metadata.Claimed{}, malformed("claim candidates", read, err)
+		}
+		p, err := pick(rows, ds)
 		if err != nil {
 			return none, metadata.Claimed{}, err
 		}
@@ -593,7 +598,11 @@ func (m *Meta) Consumption(ctx context.Context, partition string, tasks ...strin
 	if err != nil {
 		return nil, m.fail(ctx, "consumption", read, err)
 	}
-	return fromTasks(r.GetTasks(), m.clock()), nil
+	out, err := fromTasks(r.GetTasks(), m.clock())
+	if err != nil {
+		return nil, malformed("consumption", read, err)
+	}
+	return out, nil
 }
 
 func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (metadata.View, error) {
@@ -670,7 +679,7 @@ func (m *Meta) wait(ctx context.Context, partition string, mark metadata.Mark, t
 	if err := m.check("wait"); err != nil {
 		return metadata.Claimed{}, false, err
 	}
-	r, err := m.c.Wait(ctx, &tqpb.WaitRequest{Partition: partition, Mark: toMark(mark, m.clock()), Take: take})
+	r, err := m.c.Wait(ctx, &tqpb.WaitRequest{Partition: partition, Mark: toMark(mark, m.clock()), Take: take, Compact: true})
 	if err == nil {
 		if r.GetTaken() == nil {
 			return metadata.Claimed{}, false, nil

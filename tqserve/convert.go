@@ -21,6 +21,23 @@ func toMoment(t time.Time, skew time.Duration) *tqpb.Moment {
 	return &tqpb.Moment{UnixNs: t.Add(skew).UnixNano()}
 }
 
+// moments hands out Moments from one allocation (a reply's times).
+type moments []tqpb.Moment
+
+// at is toMoment, from ms while it has room.
+func (ms *moments) at(t time.Time, skew time.Duration) *tqpb.Moment {
+	if t.IsZero() {
+		return nil
+	}
+	if len(*ms) == 0 {
+		return toMoment(t, skew)
+	}
+	m := &(*ms)[0]
+	*ms = (*ms)[1:]
+	m.UnixNs = t.Add(skew).UnixNano()
+	return m
+}
+
 func fromMoment(m *tqpb.Moment, skew time.Duration) time.Time {
 	if m == nil {
 		return time.Time{}
@@ -180,24 +197,28 @@ func fromFields(es []*tqpb.FieldEntry) map[string]metadata.FieldInfo {
 }
 
 func toRow(r *metadata.Row) (*tqpb.Row, error) {
-	return toRowSharing(r, nil)
+	out := &tqpb.Row{}
+	return out, toRowSharing(out, r, nil, false)
 }
 
-// toRowSharing is toRow, listing r's fields as prev (not nil) does when
-// r shares prev's Fields map (the rows of one put do; messages are only
-// read once built).
-func toRowSharing(r *metadata.Row, prev *tqpb.Row) (*tqpb.Row, error) {
+// toRowSharing fills out with r, listing r's fields as prev (not nil)
+// does when r's fields are prev's (messages are only read once built),
+// or, with compact, saying so (Row.fields_as_previous).
+func toRowSharing(out *tqpb.Row, r *metadata.Row, prev *tqpb.Row, compact bool) error {
 	tag, err := toTagMap(r.Tag)
 	if err != nil {
-		return nil, fmt.Errorf("row %q: %w", r.Key, err)
+		return fmt.Errorf("row %q: %w", r.Key, err)
 	}
-	out := &tqpb.Row{Key: r.Key, Index: r.Index, Tag: tag}
-	if prev != nil {
+	out.Key, out.Index, out.Tag = r.Key, r.Index, tag
+	switch {
+	case prev != nil && compact:
+		out.FieldsAsPrevious = true
+	case prev != nil:
 		out.Fields = prev.Fields
-	} else {
+	default:
 		out.Fields = toFields(r.Fields)
 	}
-	return out, nil
+	return nil
 }
 
 func fromRow(r *tqpb.Row) (*metadata.Row, error) {
@@ -205,20 +226,33 @@ func fromRow(r *tqpb.Row) (*metadata.Row, error) {
 }
 
 // fromRowSharing is fromRow, giving the row prev's Fields map when r's
-// fields are prevFields' (rows are read-only and may share their maps:
-// the rows of a claim or a listing mostly hold the same fields alike).
+// fields are prevFields' or r says they are prev's (rows are read-only
+// and may share their maps: the rows of a claim or a listing mostly hold
+// the same fields alike).
 func fromRowSharing(r *tqpb.Row, prev *metadata.Row, prevFields []*tqpb.FieldEntry) (*metadata.Row, error) {
+	out := &metadata.Row{}
+	return out, fillRow(out, r, prev, prevFields)
+}
+
+// fillRow is fromRowSharing, into out.
+func fillRow(out *metadata.Row, r *tqpb.Row, prev *metadata.Row, prevFields []*tqpb.FieldEntry) error {
 	tag, err := fromTagMap(r.GetTag())
 	if err != nil {
-		return nil, fmt.Errorf("row %q: %w", r.GetKey(), err)
+		return fmt.Errorf("row %q: %w", r.GetKey(), err)
 	}
-	out := &metadata.Row{Key: r.GetKey(), Index: r.GetIndex(), Tag: tag}
-	if prev != nil && sameFields(r.GetFields(), prevFields) {
+	*out = metadata.Row{Key: r.GetKey(), Index: r.GetIndex(), Tag: tag}
+	switch {
+	case r.GetFieldsAsPrevious():
+		if prev == nil || len(r.GetFields()) > 0 {
+			return fmt.Errorf("row %q: fields as the previous row's, with no previous row or with fields", r.GetKey())
+		}
 		out.Fields = prev.Fields
-	} else {
+	case prev != nil && sameFields(r.GetFields(), prevFields):
+		out.Fields = prev.Fields
+	default:
 		out.Fields = fromFields(r.GetFields())
 	}
-	return out, nil
+	return nil
 }
 
 // sameFields reports whether a and b list the same fields alike, in the
@@ -238,22 +272,42 @@ func sameFields(a, b []*tqpb.FieldEntry) bool {
 }
 
 func toRows(rows []*metadata.Row) ([]*tqpb.Row, error) {
+	return toRowList(rows, false)
+}
+
+// toRowList is toRows, with compact as ClaimRequest.compact asks.
+func toRowList(rows []*metadata.Row, compact bool) ([]*tqpb.Row, error) {
 	out := make([]*tqpb.Row, len(rows))
+	slab := make([]tqpb.Row, len(rows))
 	for i, r := range rows {
 		if r == nil {
 			return nil, fmt.Errorf("a nil row among rows")
 		}
 		var prev *tqpb.Row
-		if i > 0 && r.Fields != nil && metadata.SameMap(r.Fields, rows[i-1].Fields) {
+		if i > 0 && r.Fields != nil && (metadata.SameMap(r.Fields, rows[i-1].Fields) || sameFieldInfos(r.Fields, rows[i-1].Fields)) {
 			prev = out[i-1]
 		}
-		pr, err := toRowSharing(r, prev)
-		if err != nil {
+		if err := toRowSharing(&slab[i], r, prev, compact); err != nil {
 			return nil, err
 		}
-		out[i] = pr
+		out[i] = &slab[i]
 	}
 	return out, nil
+}
+
+// sameFieldInfos reports whether a and b hold the same fields alike.
+func sameFieldInfos(a, b map[string]metadata.FieldInfo) bool {
+	if len(a) != len(b) || (a == nil) != (b == nil) {
+		return false
+	}
+	for f, x := range a {
+		y, ok := b[f]
+		if !ok || x.DType != y.DType || x.Gen != y.Gen || x.BackendTag != y.BackendTag ||
+			(x.Shape == nil) != (y.Shape == nil) || !slices.Equal(x.Shape, y.Shape) {
+			return false
+		}
+	}
+	return true
 }
 
 func fromRows(rows []*tqpb.Row) ([]*metadata.Row, error) {
@@ -261,17 +315,20 @@ func fromRows(rows []*tqpb.Row) ([]*metadata.Row, error) {
 		return nil, nil
 	}
 	out := make([]*metadata.Row, len(rows))
+	slab := make([]metadata.Row, len(rows))
+	var prevFields []*tqpb.FieldEntry // the fields of the row before, as the wire listed them
 	for i, r := range rows {
 		var prev *metadata.Row
-		var prevFields []*tqpb.FieldEntry
 		if i > 0 {
-			prev, prevFields = out[i-1], rows[i-1].GetFields()
+			prev = out[i-1]
 		}
-		mr, err := fromRowSharing(r, prev, prevFields)
-		if err != nil {
+		if err := fillRow(&slab[i], r, prev, prevFields); err != nil {
 			return nil, err
 		}
-		out[i] = mr
+		if !r.GetFieldsAsPrevious() {
+			prevFields = r.GetFields()
+		}
+		out[i] = &slab[i]
 	}
 	return out, nil
 }
@@ -346,18 +403,45 @@ func fromMark(m *tqpb.Mark, skew time.Duration) metadata.Mark {
 // Consumption.
 
 func toDeliveries(ds []metadata.Delivery, skew time.Duration) []*tqpb.Delivery {
+	return toDeliveryList(ds, skew, nil)
+}
+
+// toDeliveryList is toDeliveries; with claim (a compact ClaimReply's
+// lease, holder, until and granted, as the server's clock has them), a
+// delivery that has them all says so (Delivery.as_claim) instead.
+func toDeliveryList(ds []metadata.Delivery, skew time.Duration, claim *metadata.Delivery) []*tqpb.Delivery {
 	out := make([]*tqpb.Delivery, len(ds))
+	slab := make([]tqpb.Delivery, len(ds))
+	times := 0
+	for _, d := range ds {
+		times += nonZero(d.Until) + nonZero(d.At) + nonZero(d.Granted)
+	}
+	ms := make(moments, times)
 	for i, d := range ds {
-		out[i] = &tqpb.Delivery{
-			Index: d.Index, State: tqpb.Delivery_State(d.State), Deliveries: int64(d.Deliveries),
-			Lease: d.Lease, Holder: d.Holder, Until: toMoment(d.Until, skew), Max: int64(d.Max),
-			Reason: d.Reason, At: toMoment(d.At, skew), Granted: toMoment(d.Granted, skew),
+		pd := &slab[i]
+		pd.Index, pd.State, pd.Deliveries, pd.Max = d.Index, tqpb.Delivery_State(d.State), int64(d.Deliveries), int64(d.Max)
+		pd.Reason, pd.At = d.Reason, ms.at(d.At, skew)
+		if claim != nil && d.Lease == claim.Lease && d.Holder == claim.Holder && d.Until.Equal(claim.Until) && d.Granted.Equal(claim.Granted) {
+			pd.AsClaim = true
+		} else {
+			pd.Lease, pd.Holder, pd.Until, pd.Granted = d.Lease, d.Holder, ms.at(d.Until, skew), ms.at(d.Granted, skew)
 		}
+		out[i] = pd
 	}
 	return out
 }
 
-func fromDeliveries(ds []*tqpb.Delivery, skew time.Duration) []metadata.Delivery {
+func nonZero(t time.Time) int {
+	if t.IsZero() {
+		return 0
+	}
+	return 1
+}
+
+// fromDeliveries converts deliveries off the wire, a delivery with
+// as_claim given claim's lease, holder, until and granted (an error
+// without claim).
+func fromDeliveries(ds []*tqpb.Delivery, skew time.Duration, claim *metadata.Delivery) ([]metadata.Delivery, error) {
 	out := make([]metadata.Delivery, len(ds))
 	for i, d := range ds {
 		out[i] = metadata.Delivery{
@@ -365,8 +449,14 @@ func fromDeliveries(ds []*tqpb.Delivery, skew time.Duration) []metadata.Delivery
 			Lease: d.GetLease(), Holder: d.GetHolder(), Until: fromMoment(d.GetUntil(), skew), Max: int(d.GetMax()),
 			Reason: d.GetReason(), At: fromMoment(d.GetAt(), skew), Granted: fromMoment(d.GetGranted(), skew),
 		}
+		if d.GetAsClaim() {
+			if claim == nil || d.GetLease() != "" || d.GetHolder() != "" || d.GetUntil() != nil || d.GetGranted() != nil {
+				return nil, fmt.Errorf("delivery of row %d: as the claim's, outside a claim or with its own lease", d.GetIndex())
+			}
+			out[i].Lease, out[i].Holder, out[i].Until, out[i].Granted = claim.Lease, claim.Holder, claim.Until, claim.Granted
+		}
 	}
-	return out
+	return out, nil
 }
 
 func toTasks(m map[string][]metadata.Delivery, skew time.Duration) map[string]*tqpb.Deliveries {
@@ -377,12 +467,16 @@ func toTasks(m map[string][]metadata.Delivery, skew time.Duration) map[string]*t
 	return out
 }
 
-func fromTasks(m map[string]*tqpb.Deliveries, skew time.Duration) map[string][]metadata.Delivery {
+func fromTasks(m map[string]*tqpb.Deliveries, skew time.Duration) (map[string][]metadata.Delivery, error) {
 	out := make(map[string][]metadata.Delivery, len(m))
 	for t, ds := range m {
-		out[t] = fromDeliveries(ds.GetDeliveries(), skew)
+		d, err := fromDeliveries(ds.GetDeliveries(), skew, nil)
+		if err != nil {
+			return nil, fmt.Errorf("task %q: %w", t, err)
+		}
+		out[t] = d
 	}
-	return out
+	return out, nil
 }
 
 // Claims.
@@ -432,10 +526,23 @@ func fromClaimRequest(r *tqpb.ClaimRequest) (metadata.ClaimRequest, error) {
 	return out, nil
 }
 
-func toClaimed(c *metadata.Claimed, skew time.Duration) (*tqpb.ClaimReply, error) {
-	rows, err := toRows(c.Rows)
+// toClaimed is c on the wire; with compact (ClaimRequest.compact), the
+// rows and the deliveries of the lease say once what they share.
+func toClaimed(c *metadata.Claimed, skew time.Duration, compact bool) (*tqpb.ClaimReply, error) {
+	rows, err := toRowList(c.Rows, compact)
 	if err != nil {
 		return nil, err
+	}
+	var claim *metadata.Delivery
+	if compact && c.Lease != "" {
+		// The lease's holder and grant, as its first row's delivery says
+		// them: the rows it leased share them.
+		for i := range c.Deliveries {
+			if d := &c.Deliveries[i]; d.Lease == c.Lease {
+				claim = &metadata.Delivery{Lease: c.Lease, Holder: d.Holder, Until: c.Until, Granted: d.Granted}
+				break
+			}
+		}
 	}
 	cleared, err := toRows(c.Cleared)
 	if err != nil {
@@ -449,12 +556,16 @@ func toClaimed(c *metadata.Claimed, skew time.Duration) (*tqpb.ClaimReply, error
 		}
 		units[i] = &tqpb.Positions{Positions: p}
 	}
-	return &tqpb.ClaimReply{
-		Lease: c.Lease, Rows: rows, Deliveries: toDeliveries(c.Deliveries, skew), Units: units,
+	out := &tqpb.ClaimReply{
+		Lease: c.Lease, Rows: rows, Deliveries: toDeliveryList(c.Deliveries, skew, claim), Units: units,
 		Until: toMoment(c.Until, skew), Dropped: int64(c.Dropped), Skipped: int64(c.Skipped),
 		Cleared: cleared, Partial: c.Partial, HasPartial: c.Partial != nil, Waiting: c.Waiting,
 		Mark: toMark(c.Mark, skew),
-	}, nil
+	}
+	if claim != nil {
+		out.Holder, out.Granted = claim.Holder, toMoment(claim.Granted, skew)
+	}
+	return out, nil
 }
 
 func fromClaimed(r *tqpb.ClaimReply, skew time.Duration) (metadata.Claimed, error) {
@@ -486,7 +597,13 @@ func fromClaimed(r *tqpb.ClaimReply, skew time.Duration) (metadata.Claimed, erro
 		Waiting: r.GetWaiting(), Mark: fromMark(r.GetMark(), skew),
 	}
 	if len(r.GetDeliveries()) > 0 {
-		out.Deliveries = fromDeliveries(r.GetDeliveries(), skew)
+		claim := &metadata.Delivery{Lease: out.Lease, Holder: r.GetHolder(), Until: out.Until, Granted: fromMoment(r.GetGranted(), skew)}
+		if claim.Lease == "" {
+			claim = nil
+		}
+		if out.Deliveries, err = fromDeliveries(r.GetDeliveries(), skew, claim); err != nil {
+			return metadata.Claimed{}, err
+		}
 	}
 	if r.GetHasPartial() {
 		out.Partial = r.GetPartial()
@@ -560,8 +677,12 @@ func fromView(r *tqpb.ViewReply, skew time.Duration) (metadata.View, error) {
 	if rows == nil {
 		rows = []*metadata.Row{}
 	}
+	tasks, err := fromTasks(r.GetTasks(), skew)
+	if err != nil {
+		return metadata.View{}, err
+	}
 	out := metadata.View{
-		Rows: rows, Tasks: fromTasks(r.GetTasks(), skew), Mark: fromMark(r.GetMark(), skew),
+		Rows: rows, Tasks: tasks, Mark: fromMark(r.GetMark(), skew),
 		Capacity: fromCapacity(r.GetCapacity()), Used: fromUsage(r.GetUsed()), Inserted: r.GetInserted(),
 		Consumed: r.GetConsumed(),
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -107,5 +108,107 @@ func TestFromRowsSharesAlikeFieldsOfSeveral(t *testing.T) {
 	}
 	if got := out[0].Fields; !reflect.DeepEqual(got, in[0].Fields) {
 		t.Fatalf("fields %v, want %v", got, in[0].Fields)
+	}
+}
+
+// A claim's reply asked compact says once what its rows and deliveries
+// share, and reads back as the whole reply does; one not asked compact
+// (an older client's) is whole.
+func TestCompactClaimReply(t *testing.T) {
+	at := func(s int64) time.Time { return time.Unix(1_700_000_000+s, 123) }
+	a := map[string]metadata.FieldInfo{"x": {DType: "int64", Shape: []int64{4}, Gen: 1}}
+	alike := func() map[string]metadata.FieldInfo {
+		return map[string]metadata.FieldInfo{"x": {DType: "int64", Shape: []int64{4}, Gen: 1}}
+	}
+	other := map[string]metadata.FieldInfo{"y": {}}
+	c := metadata.Claimed{Lease: "w|8000000000000001", Until: at(30), Waiting: "", Mark: metadata.Mark{Seq: 9}}
+	for i, f := range []map[string]metadata.FieldInfo{a, a, a, alike(), alike(), other, other, nil} {
+		r := &metadata.Row{Key: fmt.Sprint("k", i), Index: uint64(10 + i), Fields: f}
+		if i == 2 {
+			r.Tag = map[string]any{"uid": "p1"}
+		}
+		c.Rows = append(c.Rows, r)
+		d := metadata.Delivery{Index: r.Index, State: metadata.Leased, Deliveries: 1, Lease: c.Lease, Holder: "w", Until: c.Until, Granted: at(0)}
+		switch i {
+		case 6: // another rank's share of a batch
+			d.Lease, d.Holder, d.Until = "v|8000000000000002", "v", at(40)
+		case 7: // delivered before, a reason kept
+			d.Deliveries, d.Reason, d.At = 2, "lease ended", at(-5)
+		}
+		c.Deliveries = append(c.Deliveries, d)
+	}
+	read := func(compact bool) (*tqpb.ClaimReply, metadata.Claimed, int) {
+		t.Helper()
+		pb, err := toClaimed(&c, 0, compact)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := proto.Marshal(pb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wire tqpb.ClaimReply
+		if err := proto.Unmarshal(b, &wire); err != nil {
+			t.Fatal(err)
+		}
+		got, err := fromClaimed(&wire, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pb, got, len(b)
+	}
+	whole, fromWhole, wholeSize := read(false)
+	compact, fromCompact, compactSize := read(true)
+	for i, r := range whole.GetRows() {
+		if r.GetFieldsAsPrevious() || whole.GetDeliveries()[i].GetAsClaim() {
+			t.Errorf("row %d of a reply not asked compact: compact", i)
+		}
+	}
+	if whole.GetHolder() != "" || whole.GetGranted() != nil {
+		t.Errorf("a reply not asked compact names a holder %q and a grant %v", whole.GetHolder(), whole.GetGranted())
+	}
+	wantPrev := []bool{false, true, true, true, true, false, true, false}
+	wantAs := []bool{true, true, true, true, true, true, false, true}
+	for i, r := range compact.GetRows() {
+		if r.GetFieldsAsPrevious() != wantPrev[i] {
+			t.Errorf("compact row %d: fields as the previous row's %v, want %v", i, r.GetFieldsAsPrevious(), wantPrev[i])
+		}
+		if d := compact.GetDeliveries()[i]; d.GetAsClaim() != wantAs[i] {
+			t.Errorf("compact delivery %d: as the claim's %v, want %v", i, d.GetAsClaim(), wantAs[i])
+		}
+	}
+	if !reflect.DeepEqual(fromCompact, fromWhole) {
+		t.Errorf("compact reply read back as\n%+v\nthe whole one as\n%+v", fromCompact, fromWhole)
+	}
+	for i, d := range fromCompact.Deliveries {
+		want := c.Deliveries[i]
+		if d.Lease != want.Lease || d.Holder != want.Holder || !d.Until.Equal(want.Until) || !d.Granted.Equal(want.Granted) || !d.At.Equal(want.At) || d.Reason != want.Reason {
+			t.Errorf("delivery %d read back as %+v, want %+v", i, d, want)
+		}
+	}
+	for i, r := range fromCompact.Rows {
+		if !reflect.DeepEqual(r.Fields, c.Rows[i].Fields) || r.Key != c.Rows[i].Key || !reflect.DeepEqual(r.Tag, c.Rows[i].Tag) {
+			t.Errorf("row %d read back as %+v, want %+v", i, r, c.Rows[i])
+		}
+	}
+	if compactSize >= wholeSize {
+		t.Errorf("compact reply %d bytes, the whole one %d", compactSize, wholeSize)
+	}
+}
+
+// A reply that says a row's fields or a delivery are shared where there
+// is nothing to share them with is malformed.
+func TestCompactClaimReplyMalformed(t *testing.T) {
+	row := func(prev bool) *tqpb.Row { return &tqpb.Row{Key: "k", Index: 1, FieldsAsPrevious: prev} }
+	for name, r := range map[string]*tqpb.ClaimReply{
+		"first row's fields as previous": {Lease: "l", Rows: []*tqpb.Row{row(true)}},
+		"fields as previous and fields": {Lease: "l", Rows: []*tqpb.Row{row(false), {Key: "j", FieldsAsPrevious: true,
+			Fields: []*tqpb.FieldEntry{{Name: "x", Info: &tqpb.FieldInfo{}}}}}},
+		"as the claim's with no lease": {Rows: []*tqpb.Row{row(false)}, Deliveries: []*tqpb.Delivery{{Index: 1, AsClaim: true}}},
+		"as the claim's with its own":  {Lease: "l", Rows: []*tqpb.Row{row(false)}, Deliveries: []*tqpb.Delivery{{Index: 1, AsClaim: true, Lease: "m"}}},
+	} {
+		if _, err := fromClaimed(r, 0); err == nil {
+			t.Errorf("%s: read with no error", name)
+		}
 	}
 }

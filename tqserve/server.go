@@ -62,7 +62,7 @@ type Server struct {
 }
 
 // protocolVersion is InfoReply.version (tqserve/PROTOCOL.md, Versions).
-const protocolVersion = 6
+const protocolVersion = 7
 
 // ServerOption configures a Server.
 type ServerOption func(*serverOptions) error
@@ -681,7 +681,7 @@ func (s *Server) Claim(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.ClaimRe
 		if err != nil && c.Lease == "" && c.Waiting == "" {
 			return nil, toStatus(err)
 		}
-		out, cerr := toClaimed(&c, 0)
+		out, cerr := toClaimed(&c, 0, r.GetCompact())
 		if cerr != nil {
 			return nil, toStatus(cerr)
 		}
@@ -698,7 +698,7 @@ func (s *Server) Claim(ctx context.Context, r *tqpb.ClaimRequest) (*tqpb.ClaimRe
 		return nil, toStatus(err)
 	}
 	s.swept(r.GetPartition(), &c.Cleared)
-	out, err := toClaimed(&c, 0)
+	out, err := toClaimed(&c, 0, r.GetCompact())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -850,7 +850,7 @@ func (s *Server) Wait(ctx context.Context, r *tqpb.WaitRequest) (*tqpb.WaitReply
 	out := &tqpb.WaitReply{}
 	if took {
 		s.swept(r.GetPartition(), &c.Cleared)
-		if out.Taken, err = toClaimed(&c, 0); err != nil {
+		if out.Taken, err = toClaimed(&c, 0, r.GetCompact()); err != nil {
 			return nil, toStatus(err)
 		}
 	}

@@ -1276,9 +1276,13 @@ type Row struct {
 	// The row's committed fields.
 	Fields []*FieldEntry `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty"`
 	// Absent: no tag.
-	Tag           *TagMap `protobuf:"bytes,4,opt,name=tag,proto3" json:"tag,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tag *TagMap `protobuf:"bytes,4,opt,name=tag,proto3" json:"tag,omitempty"`
+	// Set only in the rows of a reply to a request with compact: the row's
+	// fields are those of the row before it in the same list, and fields is
+	// empty. Never set on a list's first row.
+	FieldsAsPrevious bool `protobuf:"varint,5,opt,name=fields_as_previous,json=fieldsAsPrevious,proto3" json:"fields_as_previous,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Row) Reset() {
@@ -1337,6 +1341,13 @@ func (x *Row) GetTag() *TagMap {
 		return x.Tag
 	}
 	return nil
+}
+
+func (x *Row) GetFieldsAsPrevious() bool {
+	if x != nil {
+		return x.FieldsAsPrevious
+	}
+	return false
 }
 
 // A row, or none (absent row: a key unknown or not yet committed).
@@ -3227,7 +3238,12 @@ type ClaimRequest struct {
 	// so that it can undo the claim should the reply be lost (SettleRequest
 	// op UNDO). Empty: the server chooses. A claim whose token was undone
 	// before it arrived leases nothing and does not stand.
-	Token         string `protobuf:"bytes,18,opt,name=token,proto3" json:"token,omitempty"`
+	Token string `protobuf:"bytes,18,opt,name=token,proto3" json:"token,omitempty"`
+	// The reply may say once what its rows and deliveries share (see
+	// Row.fields_as_previous, Delivery.as_claim): set by a client that
+	// reads them. A server of version 6 or older sends every row and
+	// delivery whole.
+	Compact       bool `protobuf:"varint,19,opt,name=compact,proto3" json:"compact,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3388,6 +3404,13 @@ func (x *ClaimRequest) GetToken() string {
 	return ""
 }
 
+func (x *ClaimRequest) GetCompact() bool {
+	if x != nil {
+		return x.Compact
+	}
+	return false
+}
+
 // A row's consumption by one task.
 type Delivery struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3417,7 +3440,11 @@ type Delivery struct {
 	// When the row last went back (see reason).
 	At *Moment `protobuf:"bytes,9,opt,name=at,proto3" json:"at,omitempty"`
 	// LEASED: when the claim holding the row leased it; absent otherwise.
-	Granted       *Moment `protobuf:"bytes,10,opt,name=granted,proto3" json:"granted,omitempty"`
+	Granted *Moment `protobuf:"bytes,10,opt,name=granted,proto3" json:"granted,omitempty"`
+	// Set only in a ClaimReply to a request with compact: lease, holder,
+	// until and granted are absent here and are the ClaimReply's lease,
+	// holder, until and granted.
+	AsClaim       bool `protobuf:"varint,11,opt,name=as_claim,json=asClaim,proto3" json:"as_claim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3520,6 +3547,13 @@ func (x *Delivery) GetGranted() *Moment {
 		return x.Granted
 	}
 	return nil
+}
+
+func (x *Delivery) GetAsClaim() bool {
+	if x != nil {
+		return x.AsClaim
+	}
+	return false
 }
 
 type CandidatesReply struct {
@@ -3626,6 +3660,11 @@ type ClaimReply struct {
 	Settled *SettleReply `protobuf:"bytes,14,opt,name=settled,proto3" json:"settled,omitempty"`
 	// Absent: settle_first, if any, applied.
 	SettleFailure *Failure `protobuf:"bytes,15,opt,name=settle_failure,json=settleFailure,proto3" json:"settle_failure,omitempty"`
+	// With compact: the holder and the time the deliveries with as_claim
+	// name (the lease's, as Delivery.holder and Delivery.granted say them);
+	// empty and absent otherwise.
+	Holder        string  `protobuf:"bytes,17,opt,name=holder,proto3" json:"holder,omitempty"`
+	Granted       *Moment `protobuf:"bytes,16,opt,name=granted,proto3" json:"granted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3754,6 +3793,20 @@ func (x *ClaimReply) GetSettled() *SettleReply {
 func (x *ClaimReply) GetSettleFailure() *Failure {
 	if x != nil {
 		return x.SettleFailure
+	}
+	return nil
+}
+
+func (x *ClaimReply) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *ClaimReply) GetGranted() *Moment {
+	if x != nil {
+		return x.Granted
 	}
 	return nil
 }
@@ -5016,7 +5069,9 @@ type WaitRequest struct {
 	// With mark.token set: once that registered claim is fulfilled, return
 	// its lease in WaitReply.taken, the claim no longer registered (no
 	// Claim replacing it follows).
-	Take          bool `protobuf:"varint,3,opt,name=take,proto3" json:"take,omitempty"`
+	Take bool `protobuf:"varint,3,opt,name=take,proto3" json:"take,omitempty"`
+	// As ClaimRequest.compact, for taken.
+	Compact       bool `protobuf:"varint,4,opt,name=compact,proto3" json:"compact,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5068,6 +5123,13 @@ func (x *WaitRequest) GetMark() *Mark {
 func (x *WaitRequest) GetTake() bool {
 	if x != nil {
 		return x.Take
+	}
+	return false
+}
+
+func (x *WaitRequest) GetCompact() bool {
+	if x != nil {
+		return x.Compact
 	}
 	return false
 }
@@ -5548,12 +5610,13 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\n" +
 	"FieldEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
-	"\x04info\x18\x02 \x01(\v2\x12.tqgo.v1.FieldInfoR\x04info\"}\n" +
+	"\x04info\x18\x02 \x01(\v2\x12.tqgo.v1.FieldInfoR\x04info\"\xab\x01\n" +
 	"\x03Row\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12+\n" +
 	"\x06fields\x18\x03 \x03(\v2\x13.tqgo.v1.FieldEntryR\x06fields\x12!\n" +
-	"\x03tag\x18\x04 \x01(\v2\x0f.tqgo.v1.TagMapR\x03tag\"*\n" +
+	"\x03tag\x18\x04 \x01(\v2\x0f.tqgo.v1.TagMapR\x03tag\x12,\n" +
+	"\x12fields_as_previous\x18\x05 \x01(\bR\x10fieldsAsPrevious\"*\n" +
 	"\bMaybeRow\x12\x1e\n" +
 	"\x03row\x18\x01 \x01(\v2\f.tqgo.v1.RowR\x03row\"\xa2\x01\n" +
 	"\vReservation\x12\x14\n" +
@@ -5668,7 +5731,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x05ranks\x18\x01 \x01(\x03R\x05ranks\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x03R\x04rank\" \n" +
 	"\x04Unit\x12\x18\n" +
-	"\aindexes\x18\x01 \x03(\x04R\aindexes\"\x96\x04\n" +
+	"\aindexes\x18\x01 \x03(\x04R\aindexes\"\xb0\x04\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x19\n" +
@@ -5688,7 +5751,8 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x04drop\x18\x0f \x03(\x04R\x04drop\x12\x16\n" +
 	"\x06window\x18\x10 \x01(\x03R\x06window\x129\n" +
 	"\fsettle_first\x18\x11 \x01(\v2\x16.tqgo.v1.SettleRequestR\vsettleFirst\x12\x14\n" +
-	"\x05token\x18\x12 \x01(\tR\x05token\"\xfc\x02\n" +
+	"\x05token\x18\x12 \x01(\tR\x05token\x12\x18\n" +
+	"\acompact\x18\x13 \x01(\bR\acompact\"\x97\x03\n" +
 	"\bDelivery\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.tqgo.v1.Delivery.StateR\x05state\x12\x1e\n" +
@@ -5702,7 +5766,8 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\x06reason\x18\b \x01(\tR\x06reason\x12\x1f\n" +
 	"\x02at\x18\t \x01(\v2\x0f.tqgo.v1.MomentR\x02at\x12)\n" +
 	"\agranted\x18\n" +
-	" \x01(\v2\x0f.tqgo.v1.MomentR\agranted\"@\n" +
+	" \x01(\v2\x0f.tqgo.v1.MomentR\agranted\x12\x19\n" +
+	"\bas_claim\x18\v \x01(\bR\aasClaim\"@\n" +
 	"\x05State\x12\t\n" +
 	"\x05READY\x10\x00\x12\n" +
 	"\n" +
@@ -5715,7 +5780,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x02 \x03(\v2\x11.tqgo.v1.DeliveryR\n" +
 	"deliveries\x12!\n" +
-	"\x04mark\x18\x03 \x01(\v2\r.tqgo.v1.MarkR\x04mark\"\x85\x04\n" +
+	"\x04mark\x18\x03 \x01(\v2\r.tqgo.v1.MarkR\x04mark\"\xc8\x04\n" +
 	"\n" +
 	"ClaimReply\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\tR\x05lease\x12 \n" +
@@ -5735,7 +5800,9 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	" \x01(\tR\awaiting\x12!\n" +
 	"\x04mark\x18\v \x01(\v2\r.tqgo.v1.MarkR\x04mark\x12.\n" +
 	"\asettled\x18\x0e \x01(\v2\x14.tqgo.v1.SettleReplyR\asettled\x127\n" +
-	"\x0esettle_failure\x18\x0f \x01(\v2\x10.tqgo.v1.FailureR\rsettleFailure\")\n" +
+	"\x0esettle_failure\x18\x0f \x01(\v2\x10.tqgo.v1.FailureR\rsettleFailure\x12\x16\n" +
+	"\x06holder\x18\x11 \x01(\tR\x06holder\x12)\n" +
+	"\agranted\x18\x10 \x01(\v2\x0f.tqgo.v1.MomentR\agranted\")\n" +
 	"\tPositions\x12\x1c\n" +
 	"\tpositions\x18\x01 \x03(\x03R\tpositions\"\xc8\x02\n" +
 	"\rSettleRequest\x12\x1c\n" +
@@ -5870,11 +5937,12 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x18\n" +
 	"\aindexes\x18\x03 \x03(\x04R\aindexes\x12\x19\n" +
-	"\ball_rows\x18\x04 \x01(\bR\aallRows\"b\n" +
+	"\ball_rows\x18\x04 \x01(\bR\aallRows\"|\n" +
 	"\vWaitRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12!\n" +
 	"\x04mark\x18\x02 \x01(\v2\r.tqgo.v1.MarkR\x04mark\x12\x12\n" +
-	"\x04take\x18\x03 \x01(\bR\x04take\"6\n" +
+	"\x04take\x18\x03 \x01(\bR\x04take\x12\x18\n" +
+	"\acompact\x18\x04 \x01(\bR\acompact\"6\n" +
 	"\tWaitReply\x12)\n" +
 	"\x05taken\x18\x01 \x01(\v2\x13.tqgo.v1.ClaimReplyR\x05taken\"@\n" +
 	"\x04Cell\x12\x10\n" +
@@ -6081,107 +6149,108 @@ var file_tqgo_v1_tq_proto_depIdxs = []int32{
 	24,  // 48: tqgo.v1.ClaimReply.mark:type_name -> tqgo.v1.Mark
 	54,  // 49: tqgo.v1.ClaimReply.settled:type_name -> tqgo.v1.SettleReply
 	8,   // 50: tqgo.v1.ClaimReply.settle_failure:type_name -> tqgo.v1.Failure
-	2,   // 51: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
-	7,   // 52: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
-	17,  // 53: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
-	49,  // 54: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
-	78,  // 55: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
-	7,   // 56: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
-	58,  // 57: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
-	17,  // 58: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
-	79,  // 59: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
-	24,  // 60: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
-	22,  // 61: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
-	23,  // 62: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
-	80,  // 63: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
-	7,   // 64: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
-	81,  // 65: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
-	7,   // 66: tqgo.v1.LeaseSummary.until:type_name -> tqgo.v1.Moment
-	7,   // 67: tqgo.v1.LeaseSummary.granted:type_name -> tqgo.v1.Moment
-	62,  // 68: tqgo.v1.TaskSummary.leases:type_name -> tqgo.v1.LeaseSummary
-	7,   // 69: tqgo.v1.TaskSummary.oldest_ready:type_name -> tqgo.v1.Moment
-	59,  // 70: tqgo.v1.TaskSummary.groups:type_name -> tqgo.v1.GroupWaits
-	82,  // 71: tqgo.v1.TaskSummary.missing:type_name -> tqgo.v1.TaskSummary.MissingEntry
-	64,  // 72: tqgo.v1.TaskSummary.last_dead:type_name -> tqgo.v1.DeadSummary
-	7,   // 73: tqgo.v1.DeadSummary.at:type_name -> tqgo.v1.Moment
-	83,  // 74: tqgo.v1.SummaryReply.fields:type_name -> tqgo.v1.SummaryReply.FieldsEntry
-	7,   // 75: tqgo.v1.SummaryReply.oldest_row:type_name -> tqgo.v1.Moment
-	84,  // 76: tqgo.v1.SummaryReply.tasks:type_name -> tqgo.v1.SummaryReply.TasksEntry
-	22,  // 77: tqgo.v1.SummaryReply.capacity:type_name -> tqgo.v1.Capacity
-	23,  // 78: tqgo.v1.SummaryReply.used:type_name -> tqgo.v1.Usage
-	24,  // 79: tqgo.v1.SummaryReply.mark:type_name -> tqgo.v1.Mark
-	24,  // 80: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
-	51,  // 81: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
-	69,  // 82: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	69,  // 83: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
-	73,  // 84: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
-	69,  // 85: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
-	12,  // 86: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
-	56,  // 87: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	56,  // 88: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
-	59,  // 89: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
-	63,  // 90: tqgo.v1.SummaryReply.TasksEntry.value:type_name -> tqgo.v1.TaskSummary
-	10,  // 91: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
-	25,  // 92: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
-	27,  // 93: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
-	29,  // 94: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
-	30,  // 95: tqgo.v1.Meta.Block:input_type -> tqgo.v1.BlockRequest
-	32,  // 96: tqgo.v1.Meta.PutNew:input_type -> tqgo.v1.PutNewRequest
-	33,  // 97: tqgo.v1.Meta.ReleaseBlock:input_type -> tqgo.v1.ReleaseBlockRequest
-	35,  // 98: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
-	37,  // 99: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
-	38,  // 100: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
-	35,  // 101: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
-	37,  // 102: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
-	40,  // 103: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
-	41,  // 104: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
-	41,  // 105: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
-	43,  // 106: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
-	48,  // 107: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
-	48,  // 108: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
-	53,  // 109: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
-	55,  // 110: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
-	55,  // 111: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
-	61,  // 112: tqgo.v1.Meta.Summary:input_type -> tqgo.v1.SummaryRequest
-	66,  // 113: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
-	67,  // 114: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
-	3,   // 115: tqgo.v1.Meta.Calls:input_type -> tqgo.v1.Call
-	70,  // 116: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
-	72,  // 117: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
-	75,  // 118: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
-	11,  // 119: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
-	26,  // 120: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
-	28,  // 121: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
-	34,  // 122: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
-	31,  // 123: tqgo.v1.Meta.Block:output_type -> tqgo.v1.BlockReply
-	34,  // 124: tqgo.v1.Meta.PutNew:output_type -> tqgo.v1.CommitReply
-	6,   // 125: tqgo.v1.Meta.ReleaseBlock:output_type -> tqgo.v1.Empty
-	36,  // 126: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
-	28,  // 127: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
-	39,  // 128: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
-	28,  // 129: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
-	28,  // 130: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
-	42,  // 131: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
-	6,   // 132: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
-	6,   // 133: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
-	42,  // 134: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
-	50,  // 135: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
-	51,  // 136: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
-	54,  // 137: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
-	57,  // 138: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
-	60,  // 139: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
-	65,  // 140: tqgo.v1.Meta.Summary:output_type -> tqgo.v1.SummaryReply
-	6,   // 141: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
-	68,  // 142: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
-	4,   // 143: tqgo.v1.Meta.Calls:output_type -> tqgo.v1.CallReply
-	71,  // 144: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
-	74,  // 145: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
-	6,   // 146: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
-	119, // [119:147] is the sub-list for method output_type
-	91,  // [91:119] is the sub-list for method input_type
-	91,  // [91:91] is the sub-list for extension type_name
-	91,  // [91:91] is the sub-list for extension extendee
-	0,   // [0:91] is the sub-list for field type_name
+	7,   // 51: tqgo.v1.ClaimReply.granted:type_name -> tqgo.v1.Moment
+	2,   // 52: tqgo.v1.SettleRequest.op:type_name -> tqgo.v1.SettleRequest.Op
+	7,   // 53: tqgo.v1.SettleReply.until:type_name -> tqgo.v1.Moment
+	17,  // 54: tqgo.v1.SettleReply.cleared:type_name -> tqgo.v1.Row
+	49,  // 55: tqgo.v1.Deliveries.deliveries:type_name -> tqgo.v1.Delivery
+	78,  // 56: tqgo.v1.ConsumptionReply.tasks:type_name -> tqgo.v1.ConsumptionReply.TasksEntry
+	7,   // 57: tqgo.v1.GroupWait.since:type_name -> tqgo.v1.Moment
+	58,  // 58: tqgo.v1.GroupWaits.groups:type_name -> tqgo.v1.GroupWait
+	17,  // 59: tqgo.v1.ViewReply.rows:type_name -> tqgo.v1.Row
+	79,  // 60: tqgo.v1.ViewReply.tasks:type_name -> tqgo.v1.ViewReply.TasksEntry
+	24,  // 61: tqgo.v1.ViewReply.mark:type_name -> tqgo.v1.Mark
+	22,  // 62: tqgo.v1.ViewReply.capacity:type_name -> tqgo.v1.Capacity
+	23,  // 63: tqgo.v1.ViewReply.used:type_name -> tqgo.v1.Usage
+	80,  // 64: tqgo.v1.ViewReply.consumed:type_name -> tqgo.v1.ViewReply.ConsumedEntry
+	7,   // 65: tqgo.v1.ViewReply.since:type_name -> tqgo.v1.Moment
+	81,  // 66: tqgo.v1.ViewReply.groups:type_name -> tqgo.v1.ViewReply.GroupsEntry
+	7,   // 67: tqgo.v1.LeaseSummary.until:type_name -> tqgo.v1.Moment
+	7,   // 68: tqgo.v1.LeaseSummary.granted:type_name -> tqgo.v1.Moment
+	62,  // 69: tqgo.v1.TaskSummary.leases:type_name -> tqgo.v1.LeaseSummary
+	7,   // 70: tqgo.v1.TaskSummary.oldest_ready:type_name -> tqgo.v1.Moment
+	59,  // 71: tqgo.v1.TaskSummary.groups:type_name -> tqgo.v1.GroupWaits
+	82,  // 72: tqgo.v1.TaskSummary.missing:type_name -> tqgo.v1.TaskSummary.MissingEntry
+	64,  // 73: tqgo.v1.TaskSummary.last_dead:type_name -> tqgo.v1.DeadSummary
+	7,   // 74: tqgo.v1.DeadSummary.at:type_name -> tqgo.v1.Moment
+	83,  // 75: tqgo.v1.SummaryReply.fields:type_name -> tqgo.v1.SummaryReply.FieldsEntry
+	7,   // 76: tqgo.v1.SummaryReply.oldest_row:type_name -> tqgo.v1.Moment
+	84,  // 77: tqgo.v1.SummaryReply.tasks:type_name -> tqgo.v1.SummaryReply.TasksEntry
+	22,  // 78: tqgo.v1.SummaryReply.capacity:type_name -> tqgo.v1.Capacity
+	23,  // 79: tqgo.v1.SummaryReply.used:type_name -> tqgo.v1.Usage
+	24,  // 80: tqgo.v1.SummaryReply.mark:type_name -> tqgo.v1.Mark
+	24,  // 81: tqgo.v1.WaitRequest.mark:type_name -> tqgo.v1.Mark
+	51,  // 82: tqgo.v1.WaitReply.taken:type_name -> tqgo.v1.ClaimReply
+	69,  // 83: tqgo.v1.WriteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	69,  // 84: tqgo.v1.ReadCellsRequest.cells:type_name -> tqgo.v1.Cell
+	73,  // 85: tqgo.v1.ReadCellsReply.cells:type_name -> tqgo.v1.ReadCell
+	69,  // 86: tqgo.v1.DeleteCellsRequest.cells:type_name -> tqgo.v1.Cell
+	12,  // 87: tqgo.v1.TagMap.ValuesEntry.value:type_name -> tqgo.v1.TagValue
+	56,  // 88: tqgo.v1.ConsumptionReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	56,  // 89: tqgo.v1.ViewReply.TasksEntry.value:type_name -> tqgo.v1.Deliveries
+	59,  // 90: tqgo.v1.ViewReply.GroupsEntry.value:type_name -> tqgo.v1.GroupWaits
+	63,  // 91: tqgo.v1.SummaryReply.TasksEntry.value:type_name -> tqgo.v1.TaskSummary
+	10,  // 92: tqgo.v1.Meta.Info:input_type -> tqgo.v1.InfoRequest
+	25,  // 93: tqgo.v1.Meta.Prepare:input_type -> tqgo.v1.PrepareRequest
+	27,  // 94: tqgo.v1.Meta.SetCapacity:input_type -> tqgo.v1.SetCapacityRequest
+	29,  // 95: tqgo.v1.Meta.Commit:input_type -> tqgo.v1.CommitRequest
+	30,  // 96: tqgo.v1.Meta.Block:input_type -> tqgo.v1.BlockRequest
+	32,  // 97: tqgo.v1.Meta.PutNew:input_type -> tqgo.v1.PutNewRequest
+	33,  // 98: tqgo.v1.Meta.ReleaseBlock:input_type -> tqgo.v1.ReleaseBlockRequest
+	35,  // 99: tqgo.v1.Meta.Lookup:input_type -> tqgo.v1.KeysRequest
+	37,  // 100: tqgo.v1.Meta.List:input_type -> tqgo.v1.PartitionRequest
+	38,  // 101: tqgo.v1.Meta.Partitions:input_type -> tqgo.v1.PartitionsRequest
+	35,  // 102: tqgo.v1.Meta.Delete:input_type -> tqgo.v1.KeysRequest
+	37,  // 103: tqgo.v1.Meta.DeletePartition:input_type -> tqgo.v1.PartitionRequest
+	40,  // 104: tqgo.v1.Meta.Garbage:input_type -> tqgo.v1.GarbageRequest
+	41,  // 105: tqgo.v1.Meta.Swept:input_type -> tqgo.v1.RefsRequest
+	41,  // 106: tqgo.v1.Meta.Abandon:input_type -> tqgo.v1.RefsRequest
+	43,  // 107: tqgo.v1.Meta.DeleteFields:input_type -> tqgo.v1.DeleteFieldsRequest
+	48,  // 108: tqgo.v1.Meta.Candidates:input_type -> tqgo.v1.ClaimRequest
+	48,  // 109: tqgo.v1.Meta.Claim:input_type -> tqgo.v1.ClaimRequest
+	53,  // 110: tqgo.v1.Meta.Settle:input_type -> tqgo.v1.SettleRequest
+	55,  // 111: tqgo.v1.Meta.Consumption:input_type -> tqgo.v1.TasksRequest
+	55,  // 112: tqgo.v1.Meta.View:input_type -> tqgo.v1.TasksRequest
+	61,  // 113: tqgo.v1.Meta.Summary:input_type -> tqgo.v1.SummaryRequest
+	66,  // 114: tqgo.v1.Meta.Reset:input_type -> tqgo.v1.ResetRequest
+	67,  // 115: tqgo.v1.Meta.Wait:input_type -> tqgo.v1.WaitRequest
+	3,   // 116: tqgo.v1.Meta.Calls:input_type -> tqgo.v1.Call
+	70,  // 117: tqgo.v1.Cells.Write:input_type -> tqgo.v1.WriteCellsRequest
+	72,  // 118: tqgo.v1.Cells.Read:input_type -> tqgo.v1.ReadCellsRequest
+	75,  // 119: tqgo.v1.Cells.Delete:input_type -> tqgo.v1.DeleteCellsRequest
+	11,  // 120: tqgo.v1.Meta.Info:output_type -> tqgo.v1.InfoReply
+	26,  // 121: tqgo.v1.Meta.Prepare:output_type -> tqgo.v1.PrepareReply
+	28,  // 122: tqgo.v1.Meta.SetCapacity:output_type -> tqgo.v1.RowsReply
+	34,  // 123: tqgo.v1.Meta.Commit:output_type -> tqgo.v1.CommitReply
+	31,  // 124: tqgo.v1.Meta.Block:output_type -> tqgo.v1.BlockReply
+	34,  // 125: tqgo.v1.Meta.PutNew:output_type -> tqgo.v1.CommitReply
+	6,   // 126: tqgo.v1.Meta.ReleaseBlock:output_type -> tqgo.v1.Empty
+	36,  // 127: tqgo.v1.Meta.Lookup:output_type -> tqgo.v1.LookupReply
+	28,  // 128: tqgo.v1.Meta.List:output_type -> tqgo.v1.RowsReply
+	39,  // 129: tqgo.v1.Meta.Partitions:output_type -> tqgo.v1.PartitionsReply
+	28,  // 130: tqgo.v1.Meta.Delete:output_type -> tqgo.v1.RowsReply
+	28,  // 131: tqgo.v1.Meta.DeletePartition:output_type -> tqgo.v1.RowsReply
+	42,  // 132: tqgo.v1.Meta.Garbage:output_type -> tqgo.v1.RefsReply
+	6,   // 133: tqgo.v1.Meta.Swept:output_type -> tqgo.v1.Empty
+	6,   // 134: tqgo.v1.Meta.Abandon:output_type -> tqgo.v1.Empty
+	42,  // 135: tqgo.v1.Meta.DeleteFields:output_type -> tqgo.v1.RefsReply
+	50,  // 136: tqgo.v1.Meta.Candidates:output_type -> tqgo.v1.CandidatesReply
+	51,  // 137: tqgo.v1.Meta.Claim:output_type -> tqgo.v1.ClaimReply
+	54,  // 138: tqgo.v1.Meta.Settle:output_type -> tqgo.v1.SettleReply
+	57,  // 139: tqgo.v1.Meta.Consumption:output_type -> tqgo.v1.ConsumptionReply
+	60,  // 140: tqgo.v1.Meta.View:output_type -> tqgo.v1.ViewReply
+	65,  // 141: tqgo.v1.Meta.Summary:output_type -> tqgo.v1.SummaryReply
+	6,   // 142: tqgo.v1.Meta.Reset:output_type -> tqgo.v1.Empty
+	68,  // 143: tqgo.v1.Meta.Wait:output_type -> tqgo.v1.WaitReply
+	4,   // 144: tqgo.v1.Meta.Calls:output_type -> tqgo.v1.CallReply
+	71,  // 145: tqgo.v1.Cells.Write:output_type -> tqgo.v1.WriteCellsReply
+	74,  // 146: tqgo.v1.Cells.Read:output_type -> tqgo.v1.ReadCellsReply
+	6,   // 147: tqgo.v1.Cells.Delete:output_type -> tqgo.v1.Empty
+	120, // [120:148] is the sub-list for method output_type
+	92,  // [92:120] is the sub-list for method input_type
+	92,  // [92:92] is the sub-list for extension type_name
+	92,  // [92:92] is the sub-list for extension extendee
+	0,   // [0:92] is the sub-list for field type_name
 }
 
 func init() { file_tqgo_v1_tq_proto_init() }
