@@ -44,6 +44,12 @@ import (
 // consumer's stream, whose reply is written by the transport of the
 // consumer's connection and read by the consumer's; and the producer's
 // reply on its own stream.
+//
+// The consumer sweep's gRPC limit uses the same relay: an echo
+// (relayEchoMsg) is answered at once with relayEchoReply, the sizes of a
+// Claim(8) with the ack of the previous lease riding on it, as a tq
+// client sends it on its Calls stream, and of its compact reply. So an
+// echo costs what a claim costs in gRPC alone, with nothing decided.
 
 // relayLimit is the relay's name as a limit of the queue table.
 const relayLimit = "gRPC stream relay (grpc-go alone)"
@@ -58,6 +64,7 @@ const (
 const (
 	relayWait = 'w'
 	relayPut  = 'p'
+	relayEcho = 'e'
 )
 
 // The relay's messages, never modified (gRPC may write them after
@@ -68,6 +75,9 @@ var (
 	relayPutMsg  = relayRequest(relayPut, 128)
 	relayRow     = make([]byte, 200)
 	relayAck     = make([]byte, 50)
+
+	relayEchoMsg   = relayRequest(relayEcho, 188)
+	relayEchoReply = make([]byte, 332)
 )
 
 func relayRequest(kind byte, n int) []byte {
@@ -144,8 +154,10 @@ func (s *relayServer) serve(st grpc.ServerStream) error {
 		case len(msg) > 0 && msg[0] == relayPut:
 			s.put()
 			reply = relayAck
+		case len(msg) > 0 && msg[0] == relayEcho:
+			reply = relayEchoReply
 		default:
-			return status.Errorf(codes.InvalidArgument, "relay: a message of %d bytes is neither a wait nor a put", len(msg))
+			return status.Errorf(codes.InvalidArgument, "relay: a message of %d bytes is neither a wait, a put nor an echo", len(msg))
 		}
 		if err := st.SendMsg(&reply); err != nil {
 			return err

@@ -92,8 +92,14 @@ func sweepTable(cfg Config) *Table {
 			"(every consumer's client; /proc/self/stat), each over the sample, divided by its claims; Redis bytes out per claim: "+
 			"what the Redis server sent all its clients (INFO stats total_net_output_bytes) over the sample, per claim. The arms of one C rotate "+
 			"(interleaved repetitions); median [min–max] of %[6]d repetitions; \"÷ Streams\" is the median over the Streams "+
-			"arm's at the same C. Two shared cores run the bench, the tq server and Redis together.",
-			queueBatch, sweepDirectMax, cfg.SweepTime, sweepHeadroom, fmtCount(sweepMaxRows), cfg.Reps, sweepProcMax),
+			"arm's at the same C. Two shared cores run the bench, the tq server and Redis together. "+
+			"The gRPC limit, "+echoLimit+": C clients of a relay process (the bench binary run again: grpc-go and nothing of "+
+			"tq, raw bytes with no protobuf), each on a connection and a bidirectional stream of its own, loop sending a "+
+			"message of %[8]d bytes, which the relay answers at once with %[9]d bytes: the sizes of a Claim(%[1]d) with the "+
+			"ack of the previous lease riding on it as a tq client sends it on its Calls stream, and of its compact reply; an "+
+			"exchange counts as a claim, and the relay's CPU is in the tq server column.",
+			queueBatch, sweepDirectMax, cfg.SweepTime, sweepHeadroom, fmtCount(sweepMaxRows), cfg.Reps, sweepProcMax,
+			len(relayEchoMsg), len(relayEchoReply)),
 		Header: []string{"consumers", "consumer", "claim+ack latency", "claims/s", "time per claim", "latency ÷ Streams",
 			"time per claim ÷ Streams", "tq server CPU per claim", "Redis CPU per claim", "bench CPU per claim", "Redis bytes out per claim"},
 	}
@@ -103,7 +109,7 @@ func sweepTable(cfg Config) *Table {
 func sweepSteps(cfg Config) int {
 	n := 0
 	for _, k := range cfg.Consumers {
-		n += 2
+		n += 3
 		if k <= sweepDirectMax {
 			n++
 		}
@@ -151,6 +157,26 @@ func runSweep(ctx context.Context, cfg Config, m *meter, rig *queueRig, tbl *Tab
 			direct = append(direct, c)
 		}
 	}
+	// The gRPC limit: a relay process and, per consumer, a client of it
+	// with a connection of its own (see relay.go).
+	rp, err := startRelay(ctx)
+	if err != nil {
+		return err
+	}
+	var echo []*relayClient
+	defer func() {
+		for _, c := range echo {
+			_ = c.close()
+		}
+		_ = rp.stop()
+	}()
+	for range slices.Max(cfg.Consumers) {
+		c, err := dialRelay(ctx, rp.addr)
+		if err != nil {
+			return err
+		}
+		echo = append(echo, c)
+	}
 	pid := t.serve.pid()
 	for _, k := range cfg.Consumers {
 		served := &sweepArm{label: "tq:// (tq serve)", served: true}
@@ -172,6 +198,11 @@ func runSweep(ctx context.Context, cfg Config, m *meter, rig *queueRig, tbl *Tab
 			}}
 			arms = append(arms, d)
 		}
+		grpcArm := &sweepArm{label: echoLimit, served: true}
+		grpcArm.a = &arm{name: fmt.Sprintf("%s sweep gRPC %d", t.name, k), calls: 1, timed: func() (time.Duration, error) {
+			return grpcArm.echoRun(ctx, cfg, rig, echo[:k], rp.cmd.Process.Pid)
+		}}
+		arms = append(arms, grpcArm)
 		streams := &sweepArm{label: fmt.Sprintf("XREADGROUP COUNT %d + XACK", queueBatch)}
 		streams.a = &arm{name: fmt.Sprintf("%s sweep XREADGROUP %d", t.name, k), calls: 1, timed: func() (time.Duration, error) {
 			return streams.streamsRun(ctx, cfg, rig, k, pid)
@@ -229,6 +260,19 @@ func (s *sweepArm) tqRun(ctx context.Context, cfg Config, rig *queueRig, clients
 		}
 		prev[i] = l
 		return l.Len(), nil
+	})
+}
+
+// echoLimit is the sweep's gRPC limit's label.
+const echoLimit = "gRPC stream round trip (grpc-go alone)"
+
+// echoRun is one sample of the gRPC limit: each client sends an echo of a
+// claim's size and reads its reply of a claim's reply's, counted as a
+// claim of queueBatch rows, until the sample's time has passed. The
+// relay's CPU is the server's.
+func (s *sweepArm) echoRun(ctx context.Context, cfg Config, rig *queueRig, clients []*relayClient, pid int) (time.Duration, error) {
+	return s.run(ctx, cfg, rig, len(clients), pid, func(i int) (int, error) {
+		return queueBatch, clients[i].call(ctx, relayEchoMsg, len(relayEchoReply))
 	})
 }
 
