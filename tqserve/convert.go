@@ -526,6 +526,19 @@ func fromClaimRequest(r *tqpb.ClaimRequest) (metadata.ClaimRequest, error) {
 	return out, nil
 }
 
+// unitsByRow reports whether units are each of n rows alone, in order.
+func unitsByRow(units [][]int, n int) bool {
+	if len(units) != n || n == 0 {
+		return false
+	}
+	for i, u := range units {
+		if len(u) != 1 || u[0] != i {
+			return false
+		}
+	}
+	return true
+}
+
 // toClaimed is c on the wire; with compact (ClaimRequest.compact), the
 // rows and the deliveries of the lease say once what they share.
 func toClaimed(c *metadata.Claimed, skew time.Duration, compact bool) (*tqpb.ClaimReply, error) {
@@ -548,19 +561,23 @@ func toClaimed(c *metadata.Claimed, skew time.Duration, compact bool) (*tqpb.Cla
 	if err != nil {
 		return nil, err
 	}
-	units := make([]*tqpb.Positions, len(c.Units))
-	for i, u := range c.Units {
-		p := make([]int64, len(u))
-		for j, x := range u {
-			p[j] = int64(x)
+	byRow := compact && unitsByRow(c.Units, len(c.Rows))
+	var units []*tqpb.Positions
+	if !byRow {
+		units = make([]*tqpb.Positions, len(c.Units))
+		for i, u := range c.Units {
+			p := make([]int64, len(u))
+			for j, x := range u {
+				p[j] = int64(x)
+			}
+			units[i] = &tqpb.Positions{Positions: p}
 		}
-		units[i] = &tqpb.Positions{Positions: p}
 	}
 	out := &tqpb.ClaimReply{
 		Lease: c.Lease, Rows: rows, Deliveries: toDeliveryList(c.Deliveries, skew, claim), Units: units,
 		Until: toMoment(c.Until, skew), Dropped: int64(c.Dropped), Skipped: int64(c.Skipped),
 		Cleared: cleared, Partial: c.Partial, HasPartial: c.Partial != nil, Waiting: c.Waiting,
-		Mark: toMark(c.Mark, skew),
+		Mark: toMark(c.Mark, skew), UnitsByRow: byRow,
 	}
 	if claim != nil {
 		out.Holder, out.Granted = claim.Holder, toMoment(claim.Granted, skew)
@@ -578,7 +595,18 @@ func fromClaimed(r *tqpb.ClaimReply, skew time.Duration) (metadata.Claimed, erro
 		return metadata.Claimed{}, err
 	}
 	var units [][]int
-	if len(r.GetUnits()) > 0 {
+	switch {
+	case r.GetUnitsByRow():
+		if len(r.GetUnits()) > 0 {
+			return metadata.Claimed{}, fmt.Errorf("units, and each row a unit of its own")
+		}
+		flat := make([]int, len(rows))
+		units = make([][]int, len(rows))
+		for i := range flat {
+			flat[i] = i
+			units[i] = flat[i : i+1 : i+1]
+		}
+	case len(r.GetUnits()) > 0:
 		units = make([][]int, len(r.GetUnits()))
 	}
 	for i, u := range r.GetUnits() {

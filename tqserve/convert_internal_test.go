@@ -136,6 +136,7 @@ func TestCompactClaimReply(t *testing.T) {
 			d.Deliveries, d.Reason, d.At = 2, "lease ended", at(-5)
 		}
 		c.Deliveries = append(c.Deliveries, d)
+		c.Units = append(c.Units, []int{i})
 	}
 	read := func(compact bool) (*tqpb.ClaimReply, metadata.Claimed, int) {
 		t.Helper()
@@ -163,6 +164,12 @@ func TestCompactClaimReply(t *testing.T) {
 		if r.GetFieldsAsPrevious() || whole.GetDeliveries()[i].GetAsClaim() {
 			t.Errorf("row %d of a reply not asked compact: compact", i)
 		}
+	}
+	if whole.GetUnitsByRow() || len(whole.GetUnits()) != len(c.Units) || !compact.GetUnitsByRow() || len(compact.GetUnits()) != 0 {
+		t.Errorf("units by row: whole %v (%d units), compact %v (%d units)", whole.GetUnitsByRow(), len(whole.GetUnits()), compact.GetUnitsByRow(), len(compact.GetUnits()))
+	}
+	if !reflect.DeepEqual(fromCompact.Units, c.Units) {
+		t.Errorf("compact reply's units read back as %v, want %v", fromCompact.Units, c.Units)
 	}
 	if whole.GetHolder() != "" || whole.GetGranted() != nil {
 		t.Errorf("a reply not asked compact names a holder %q and a grant %v", whole.GetHolder(), whole.GetGranted())
@@ -204,11 +211,31 @@ func TestCompactClaimReplyMalformed(t *testing.T) {
 		"first row's fields as previous": {Lease: "l", Rows: []*tqpb.Row{row(true)}},
 		"fields as previous and fields": {Lease: "l", Rows: []*tqpb.Row{row(false), {Key: "j", FieldsAsPrevious: true,
 			Fields: []*tqpb.FieldEntry{{Name: "x", Info: &tqpb.FieldInfo{}}}}}},
+		"units by row, and units":      {Lease: "l", Rows: []*tqpb.Row{row(false)}, UnitsByRow: true, Units: []*tqpb.Positions{{Positions: []int64{0}}}},
 		"as the claim's with no lease": {Rows: []*tqpb.Row{row(false)}, Deliveries: []*tqpb.Delivery{{Index: 1, AsClaim: true}}},
 		"as the claim's with its own":  {Lease: "l", Rows: []*tqpb.Row{row(false)}, Deliveries: []*tqpb.Delivery{{Index: 1, AsClaim: true, Lease: "m"}}},
 	} {
 		if _, err := fromClaimed(r, 0); err == nil {
 			t.Errorf("%s: read with no error", name)
+		}
+	}
+}
+
+// Only units that are each row alone, in order, go as units_by_row.
+func TestUnitsByRow(t *testing.T) {
+	for _, c := range []struct {
+		units [][]int
+		n     int
+		want  bool
+	}{
+		{[][]int{{0}, {1}, {2}}, 3, true},
+		{[][]int{{0, 1}, {2}}, 3, false}, // a group
+		{[][]int{{1}, {0}}, 2, false},    // out of order
+		{[][]int{{0}}, 2, false},         // a row in no unit
+		{nil, 0, false},
+	} {
+		if got := unitsByRow(c.units, c.n); got != c.want {
+			t.Errorf("unitsByRow(%v, %d) = %v, want %v", c.units, c.n, got, c.want)
 		}
 	}
 }

@@ -3240,8 +3240,8 @@ type ClaimRequest struct {
 	// before it arrived leases nothing and does not stand.
 	Token string `protobuf:"bytes,18,opt,name=token,proto3" json:"token,omitempty"`
 	// The reply may say once what its rows and deliveries share (see
-	// Row.fields_as_previous, Delivery.as_claim): set by a client that
-	// reads them. A server of version 6 or older sends every row and
+	// Row.fields_as_previous, Delivery.as_claim, ClaimReply.units_by_row):
+	// set by a client that reads them. A server of version 6 or older sends every row and
 	// delivery whole.
 	Compact       bool `protobuf:"varint,19,opt,name=compact,proto3" json:"compact,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3660,6 +3660,9 @@ type ClaimReply struct {
 	Settled *SettleReply `protobuf:"bytes,14,opt,name=settled,proto3" json:"settled,omitempty"`
 	// Absent: settle_first, if any, applied.
 	SettleFailure *Failure `protobuf:"bytes,15,opt,name=settle_failure,json=settleFailure,proto3" json:"settle_failure,omitempty"`
+	// Set only with compact: units is empty, and each row is a unit of its
+	// own, in order (as a claim that is not of groups leases them).
+	UnitsByRow bool `protobuf:"varint,18,opt,name=units_by_row,json=unitsByRow,proto3" json:"units_by_row,omitempty"`
 	// With compact: the holder and the time the deliveries with as_claim
 	// name (the lease's, as Delivery.holder and Delivery.granted say them);
 	// empty and absent otherwise.
@@ -3795,6 +3798,13 @@ func (x *ClaimReply) GetSettleFailure() *Failure {
 		return x.SettleFailure
 	}
 	return nil
+}
+
+func (x *ClaimReply) GetUnitsByRow() bool {
+	if x != nil {
+		return x.UnitsByRow
+	}
+	return false
 }
 
 func (x *ClaimReply) GetHolder() string {
@@ -5780,7 +5790,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x02 \x03(\v2\x11.tqgo.v1.DeliveryR\n" +
 	"deliveries\x12!\n" +
-	"\x04mark\x18\x03 \x01(\v2\r.tqgo.v1.MarkR\x04mark\"\xc8\x04\n" +
+	"\x04mark\x18\x03 \x01(\v2\r.tqgo.v1.MarkR\x04mark\"\xea\x04\n" +
 	"\n" +
 	"ClaimReply\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\tR\x05lease\x12 \n" +
@@ -5800,7 +5810,9 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	" \x01(\tR\awaiting\x12!\n" +
 	"\x04mark\x18\v \x01(\v2\r.tqgo.v1.MarkR\x04mark\x12.\n" +
 	"\asettled\x18\x0e \x01(\v2\x14.tqgo.v1.SettleReplyR\asettled\x127\n" +
-	"\x0esettle_failure\x18\x0f \x01(\v2\x10.tqgo.v1.FailureR\rsettleFailure\x12\x16\n" +
+	"\x0esettle_failure\x18\x0f \x01(\v2\x10.tqgo.v1.FailureR\rsettleFailure\x12 \n" +
+	"\funits_by_row\x18\x12 \x01(\bR\n" +
+	"unitsByRow\x12\x16\n" +
 	"\x06holder\x18\x11 \x01(\tR\x06holder\x12)\n" +
 	"\agranted\x18\x10 \x01(\v2\x0f.tqgo.v1.MomentR\agranted\")\n" +
 	"\tPositions\x12\x1c\n" +
