@@ -284,9 +284,13 @@ type record struct {
 // past from onto a log the tail does not show): the caller reads again.
 // The caller holds p.mu.
 func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, error) {
-	changed := false
+	// The Waits wake when what they look at moves (see Wait): the change
+	// count, the consumed count, a registered claim served, the copy
+	// restarted; not at every entry, which would wake every Wait at
+	// every append of the partition, each to sleep again.
+	seq, consumed, changed := p.mark(), p.st.Consumed(), false
 	defer func() {
-		if changed {
+		if changed || p.mark() != seq || p.st.Consumed() != consumed {
 			p.changed()
 		}
 	}()
@@ -344,11 +348,11 @@ func (m *Meta) applyTail(p *part, from backends.Pos, t *backends.Tail) (bool, er
 				}
 				p.fulfilled[c.Waiting] = c
 				hook.Served(p.name)
+				changed = true
 			}
 		}
 		p.pos = e.Pos()
 		p.logBytes += len(e.Data) + 32
-		changed = true
 	}
 	return true, nil
 }

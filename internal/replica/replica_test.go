@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 
 // client opens a tq client over srv whose metadata is a replica with
 // opts: a process of its own.
-func client(t *testing.T, srv *toylog.Server, log func(backends.Log) backends.Log, opts ...replica.Option) *tq.Client {
+func client(t testing.TB, srv *toylog.Server, log func(backends.Log) backends.Log, opts ...replica.Option) *tq.Client {
 	t.Helper()
 	e := srv.Engine()
 	l := e.Log
@@ -45,7 +45,7 @@ func client(t *testing.T, srv *toylog.Server, log func(backends.Log) backends.Lo
 	return c
 }
 
-func put(t *testing.T, c *tq.Client, p string, keys ...string) {
+func put(t testing.TB, c *tq.Client, p string, keys ...string) {
 	t.Helper()
 	vals := make([]int64, len(keys))
 	if err := c.BatchPut(context.Background(), p, keys, tq.Batch{"x": tq.Stacked(vals)}, nil); err != nil {
