@@ -228,6 +228,36 @@ func checkWindows(p *Partition) error {
 		}
 		seen[i+1] = true
 	}
+	// Rows share gens only as genSharer lets them: committed, none
+	// pending, marked shared, every other row's gens its own; the
+	// capacity's bytes are every row's sizes.
+	owner := map[*fieldGen]*row{}
+	var bytes int64
+	for k, r := range p.rows {
+		for _, g := range r.gens {
+			bytes += g.size
+		}
+		if len(r.gens) == 0 {
+			continue
+		}
+		if r.shared {
+			if r.view == nil {
+				return fmt.Errorf("row %q, never committed, shares its field generations", k)
+			}
+			for _, g := range r.gens {
+				if g.w != 0 {
+					return fmt.Errorf("row %q shares its field generations, %q pending", k, g.field)
+				}
+			}
+		}
+		if o := owner[&r.gens[0]]; o != nil && (!o.shared || !r.shared) {
+			return fmt.Errorf("row %q (shared %v) and index %d (shared %v) hold the same field generations", k, r.shared, o.index, o.shared)
+		}
+		owner[&r.gens[0]] = r
+	}
+	if bytes != p.bytes {
+		return fmt.Errorf("the rows' sizes are %d bytes, counted %d", bytes, p.bytes)
+	}
 	uncommitted := 0
 	for k, r := range p.rows {
 		if r.view == nil {

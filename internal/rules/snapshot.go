@@ -386,7 +386,10 @@ func restore(b []byte) (*Partition, error) {
 		return nil, msgp.ErrShortBytes
 	}
 	rows := make([]row, n)
-	var tags tagSharer
+	var (
+		tags tagSharer
+		gens genSharer
+	)
 	for i := range rows {
 		r := &rows[i]
 		var key string
@@ -456,6 +459,9 @@ func restore(b []byte) (*Partition, error) {
 				p.newWindow(g, w)
 			}
 			p.pending += popcount(w.pend)
+		}
+		if r.view != nil {
+			gens.share(r)
 		}
 		if _, dup := p.rows[key]; dup {
 			return nil, fmt.Errorf("row %q twice", key)
