@@ -62,7 +62,9 @@ type ClaimArgs struct {
 type Claimed = metadata.Claimed
 
 // entry is a row's state for one task; a row without one is ready and was
-// never delivered.
+// never delivered. An Acked entry is never changed (a change replaces
+// it), so rows acked alike may share one (see Settle); an entry in
+// another state is its row's own.
 type entry struct {
 	state      metadata.State
 	deliveries int
@@ -956,6 +958,7 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 		until = now + req.Delay.Microseconds()
 		res.Until = time.UnixMicro(until)
 	}
+	var acked *entry // the last entry Ack gave a row
 	for _, i := range req.Indexes {
 		e := t.entries[i]
 		ok := false
@@ -984,14 +987,16 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 		if clears {
 			done = append(done, i)
 		}
-		// Ack, Nack and Extend change the entry in place: no entry is
-		// shared between rows or tasks.
+		// Nack and Extend change the entry in place (its row's own); Ack
+		// replaces it with one the rows acked alike share.
 		switch req.Op {
 		case metadata.Ack:
 			if e.state != metadata.Acked {
-				old := *e
-				*e = entry{state: metadata.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max}
-				p.reindex(t, i, &old, e)
+				if acked == nil || acked.deliveries != e.deliveries || acked.lease != e.lease || acked.max != e.max {
+					acked = &entry{state: metadata.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max}
+				}
+				t.entries[i] = acked
+				p.reindex(t, i, e, acked)
 				p.consume(t)
 			}
 		case metadata.Nack:

@@ -258,6 +258,16 @@ func checkWindows(p *Partition) error {
 	if bytes != p.bytes {
 		return fmt.Errorf("the rows' sizes are %d bytes, counted %d", bytes, p.bytes)
 	}
+	// Only Acked entries are shared, by rows or tasks.
+	entries := map[*entry]bool{}
+	for name, t := range p.tasks {
+		for i, e := range t.entries {
+			if entries[e] && e.state != metadata.Acked {
+				return fmt.Errorf("task %q row %d: an entry %+v shared", name, i, *e)
+			}
+			entries[e] = true
+		}
+	}
 	uncommitted := 0
 	for k, r := range p.rows {
 		if r.view == nil {
