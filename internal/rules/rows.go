@@ -485,6 +485,9 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 		block = block[1:]
 		old, since := r.view, r.since
 		merge.Merge(next, old, u, &res)
+		if old != nil {
+			next.Key = old.Key // the copy the rows are keyed by
+		}
 		r.view = next
 		if old == nil || len(next.Fields) > len(old.Fields) {
 			r.since = p.now // it gained a field: it may be ready for more tasks
@@ -492,6 +495,9 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 		gens.share(r)
 		p.committedSummary(r, old, since)
 		if old == nil {
+			// Keyed by the view's copy of the key (a map assignment
+			// stores the key it is given): the row holds its key once.
+			p.rows[next.Key] = r
 			delete(p.uncommitted, r.index)
 			p.byIndex[r.index] = r
 			p.committed++

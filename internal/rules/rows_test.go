@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/tqgo/tqgo/backends/metadata"
 )
@@ -270,6 +271,9 @@ func checkWindows(p *Partition) error {
 	}
 	uncommitted := 0
 	for k, r := range p.rows {
+		if r.view != nil && len(k) > 0 && unsafe.StringData(k) != unsafe.StringData(r.view.Key) {
+			return fmt.Errorf("row %q: its view holds another copy of its key", k)
+		}
 		if r.view == nil {
 			uncommitted++
 			if p.uncommitted[r.index] != r {
