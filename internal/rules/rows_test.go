@@ -259,14 +259,23 @@ func checkWindows(p *Partition) error {
 	if bytes != p.bytes {
 		return fmt.Errorf("the rows' sizes are %d bytes, counted %d", bytes, p.bytes)
 	}
-	// Only Acked entries are shared, by rows or tasks.
-	entries := map[*entry]bool{}
+	// Summary's leased entries are the task's (entries are replaced,
+	// never changed: a stale one would show a lease as it was).
 	for name, t := range p.tasks {
+		if t.cnt == nil {
+			continue
+		}
+		n := 0
 		for i, e := range t.entries {
-			if entries[e] && e.state != metadata.Acked {
-				return fmt.Errorf("task %q row %d: an entry %+v shared", name, i, *e)
+			if e.state == metadata.Leased {
+				n++
+				if t.cnt.leased[i] != e {
+					return fmt.Errorf("task %q row %d: Summary's leased entry is not the row's", name, i)
+				}
 			}
-			entries[e] = true
+		}
+		if n != len(t.cnt.leased) {
+			return fmt.Errorf("task %q: %d leased entries, Summary has %d", name, n, len(t.cnt.leased))
 		}
 	}
 	uncommitted := 0

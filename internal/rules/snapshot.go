@@ -538,7 +538,7 @@ func restore(b []byte) (*Partition, error) {
 		if uint32(len(b)) < ne {
 			return nil, msgp.ErrShortBytes
 		}
-		var acked *entry // the last Acked entry
+		var last *entry
 		for range ne {
 			var parts uint32
 			if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
@@ -592,13 +592,10 @@ func restore(b []byte) (*Partition, error) {
 				return nil, fmt.Errorf("entry of row %d out of range", i)
 			}
 			e.state, e.deliveries, e.max = metadata.State(st), int(dl), int(mx)
-			if e.state == metadata.Acked {
-				// Rows acked alike share an entry, as Settle leaves them.
-				if acked != nil && *acked == *e {
-					e = acked
-				}
-				acked = e
+			if last != nil && *last == *e {
+				e = last // rows alike share an entry
 			}
+			last = e
 			t.entries[i] = e
 		}
 		var np uint32
