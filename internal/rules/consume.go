@@ -257,15 +257,7 @@ func (p *Partition) configure(t *task, sel Select) {
 		t.timers = append(t.timers, timer{until: until, rows: rows})
 	}
 	heap.Init(&t.timers)
-	if len(t.entries) == 0 {
-		// Its ready rows will mostly be delivered: room for their
-		// entries now rather than growing the map claim after claim.
-		t.entries = make(map[uint64]*entry, min(t.ready.Len(), maxEntriesHint))
-	}
 }
-
-// maxEntriesHint bounds the entries a task's map is made room for ahead.
-const maxEntriesHint = 1 << 16
 
 // addTimer has rows looked at again at until, when their lease or delay
 // ends.
