@@ -136,6 +136,7 @@ func (p *Partition) unhold(r *row) {
 				return
 			}
 		}
+		r.own()
 		for i := range r.gens {
 			p.sized(&r.gens[i], 0)
 		}
@@ -149,6 +150,13 @@ func (p *Partition) release(r *row) {
 	if r.held {
 		r.held = false
 		p.held--
+	}
+	if r.shared { // the other rows keep their sizes: r lets go of its gens
+		for i := range r.gens {
+			p.bytes -= r.gens[i].size
+		}
+		r.gens, r.shared = nil, false
+		return
 	}
 	for i := range r.gens {
 		p.sized(&r.gens[i], 0)

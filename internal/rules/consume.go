@@ -62,7 +62,9 @@ type ClaimArgs struct {
 type Claimed = metadata.Claimed
 
 // entry is a row's state for one task; a row without one is ready and was
-// never delivered.
+// never delivered. An entry is never changed: a change replaces it, so
+// that rows in the same state (those one claim leased, one settle acked)
+// share one.
 type entry struct {
 	state      metadata.State
 	deliveries int
@@ -75,6 +77,18 @@ type entry struct {
 	// that ended reads as metadata.ReasonLeaseEnded at its until.
 	reason string
 	at     int64
+}
+
+// entrySharer hands out an entry per run of equal ones it is given in
+// turn, for the rows one change leaves alike to share.
+type entrySharer struct{ last *entry }
+
+func (s *entrySharer) of(e entry) *entry {
+	if s.last == nil || *s.last != e {
+		s.last = new(entry)
+		*s.last = e
+	}
+	return s.last
 }
 
 // seen returns the entry as a claim at now finds it: an expired lease is
@@ -243,15 +257,7 @@ func (p *Partition) configure(t *task, sel Select) {
 		t.timers = append(t.timers, timer{until: until, rows: rows})
 	}
 	heap.Init(&t.timers)
-	if len(t.entries) == 0 {
-		// Its ready rows will mostly be delivered: room for their
-		// entries now rather than growing the map claim after claim.
-		t.entries = make(map[uint64]*entry, min(t.ready.Len(), maxEntriesHint))
-	}
 }
-
-// maxEntriesHint bounds the entries a task's map is made room for ahead.
-const maxEntriesHint = 1 << 16
 
 // addTimer has rows looked at again at until, when their lease or delay
 // ends.
@@ -436,14 +442,15 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 		drop = append(slices.Clip(drop), stale...)
 	}
 	var dropped []uint64
+	var set entrySharer
 	for _, i := range drop {
 		if e := t.entries[i]; p.byIndex[i] != nil && claimable(e, now) {
-			ne := &entry{state: metadata.Dropped}
+			ne := entry{state: metadata.Dropped}
 			if e != nil {
 				s := e.seen(now)
 				ne.deliveries, ne.reason, ne.at = e.deliveries, s.reason, s.at
 			}
-			p.setEntry(t, i, e, ne)
+			p.setEntry(t, i, e, set.of(ne))
 			p.consume(t)
 			c.Dropped++
 			dropped = append(dropped, i)
@@ -522,7 +529,7 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	c.Until = time.UnixMicro(until)
 	if p.quiet && (a.Batch == nil || a.Batch.Ranks <= 1) {
 		// Another process's claim: what it leased matters, not the reply.
-		p.lease(t, take, plain, a, until)
+		p.lease(t, take, plain, a, until, nil)
 		t.addTimer(until, take)
 		c.Mark.Seq = p.seq
 		return c
@@ -548,10 +555,9 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 			c.Units[k] = flat[start:end:end]
 		}
 	}
-	states := p.lease(t, take, plain, a, until)
+	p.lease(t, take, plain, a, until, c.Deliveries)
 	for j, i := range take {
 		c.Rows[j] = p.byIndex[i].view
-		c.Deliveries[j] = states[j].delivery(i, now)
 	}
 	t.addTimer(until, take)
 	if b := a.Batch; b != nil && b.Ranks > 1 {
@@ -565,20 +571,44 @@ func (p *Partition) Claim(now int64, a *ClaimArgs) Claimed {
 	return c
 }
 
-// lease leases the rows of take to a.Token until until, and returns
-// their new entries. plain says take is the first rows of t's index, in
-// order (they leave it from its start).
-func (p *Partition) lease(t *task, take []uint64, plain bool, a *ClaimArgs, until int64) []entry {
-	states := make([]entry, len(take)) // one allocation
-	for j, i := range take {
-		e := &states[j]
-		*e = entry{state: metadata.Leased, lease: a.Token, until: until, granted: p.now, max: a.MaxDeliveries}
-		old := t.entries[i]
+// lease leases the rows of take to a.Token until until, and sets ds
+// (nil, or one per row) to their deliveries. plain says take is the first
+// rows of t's index, in order (they leave it from its start). Rows whose
+// new entries are equal share one.
+func (p *Partition) lease(t *task, take []uint64, plain bool, a *ClaimArgs, until int64, ds []metadata.Delivery) {
+	leased := func(old *entry) entry {
+		e := entry{state: metadata.Leased, lease: a.Token, until: until, granted: p.now, max: a.MaxDeliveries}
 		if old != nil {
 			s := old.seen(p.now)
 			e.deliveries, e.reason, e.at = old.deliveries, s.reason, s.at
 		}
 		e.deliveries++
+		return e
+	}
+	// One entry per run of rows alike: the first alone, the others in
+	// one allocation, room made for every row left when a second is
+	// needed (rows alike are the rule: never delivered before).
+	var (
+		e    *entry
+		more []entry
+	)
+	for j, i := range take {
+		old := t.entries[i]
+		switch ne := leased(old); {
+		case e != nil && ne == *e:
+		case e == nil:
+			e = new(entry)
+			*e = ne
+		default:
+			if more == nil {
+				more = make([]entry, 0, len(take)-j)
+			}
+			more = append(more, ne)
+			e = &more[len(more)-1]
+		}
+		if ds != nil {
+			ds[j] = e.delivery(i, p.now)
+		}
 		if !plain {
 			p.setEntry(t, i, old, e)
 			continue
@@ -595,7 +625,6 @@ func (p *Partition) lease(t *task, take []uint64, plain bool, a *ClaimArgs, unti
 			}
 		}
 	}
-	return states
 }
 
 // leasable reports whether every row of unit u is ready and not in
@@ -719,9 +748,12 @@ func (p *Partition) takeShare(t *task, a *ClaimArgs, now int64) (Claimed, bool) 
 		until := now + a.Lease.Microseconds()
 		b.until = max(b.until, until)
 		var renewed []uint64
+		var set entrySharer
 		for _, r := range b.rows {
 			if e := t.held(b, r); e != nil {
-				e.until = until
+				ne := *e
+				ne.until = until
+				p.setEntry(t, r.Index, e, set.of(ne))
 				renewed = append(renewed, r.Index)
 			}
 		}
@@ -956,6 +988,7 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 		until = now + req.Delay.Microseconds()
 		res.Until = time.UnixMicro(until)
 	}
+	var set entrySharer
 	for _, i := range req.Indexes {
 		e := t.entries[i]
 		ok := false
@@ -984,45 +1017,40 @@ func (p *Partition) Settle(now int64, req *SettleArgs) metadata.SettleResult {
 		if clears {
 			done = append(done, i)
 		}
-		// Ack, Nack and Extend change the entry in place: no entry is
-		// shared between rows or tasks.
 		switch req.Op {
 		case metadata.Ack:
 			if e.state != metadata.Acked {
-				old := *e
-				*e = entry{state: metadata.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max}
-				p.reindex(t, i, &old, e)
+				p.setEntry(t, i, e, set.of(entry{state: metadata.Acked, deliveries: e.deliveries, lease: e.lease, max: e.max}))
 				p.consume(t)
 			}
 		case metadata.Nack:
-			old := *e
-			*e = entry{state: metadata.Ready, deliveries: e.deliveries, lease: e.lease, max: e.max, reason: e.reason, at: e.at}
+			ne := entry{state: metadata.Ready, deliveries: e.deliveries, lease: e.lease, max: e.max, reason: e.reason, at: e.at}
 			if req.Reason != "" {
-				e.reason, e.at = req.Reason, now
+				ne.reason, ne.at = req.Reason, now
 			}
-			if e.max > 0 && e.deliveries >= e.max {
-				e.state = metadata.Dead
+			if ne.max > 0 && ne.deliveries >= ne.max {
+				ne.state = metadata.Dead
 			} else if req.Delay > 0 {
-				e.until = now + req.Delay.Microseconds()
+				ne.until = now + req.Delay.Microseconds()
 				timed = append(timed, i)
 			}
-			p.reindex(t, i, &old, e)
+			p.setEntry(t, i, e, set.of(ne))
 			changed = true
 		case metadata.Extend:
-			old := *e
-			e.until = until
-			p.reindex(t, i, &old, e)
+			ne := *e
+			ne.until = until
+			p.setEntry(t, i, e, set.of(ne))
 			timed = append(timed, i)
 		case metadata.Retry:
 			p.setEntry(t, i, e, nil)
 			changed = true
 		case metadata.Drop:
-			ne := &entry{state: metadata.Dropped}
+			ne := entry{state: metadata.Dropped}
 			if e != nil {
 				s := e.seen(now)
 				ne.deliveries, ne.reason, ne.at = e.deliveries, s.reason, s.at
 			}
-			p.setEntry(t, i, e, ne)
+			p.setEntry(t, i, e, set.of(ne))
 			p.consume(t)
 		}
 	}
@@ -1060,6 +1088,7 @@ func (p *Partition) unwait(t *task, token string, indexes []uint64) {
 		rows = append(slices.Clip(sv.rows), indexes...)
 	}
 	changed := served
+	var set entrySharer
 	for _, i := range rows {
 		e := t.entries[i]
 		if e == nil || e.state != metadata.Leased || e.lease != token {
@@ -1070,7 +1099,7 @@ func (p *Partition) unwait(t *task, token string, indexes []uint64) {
 			p.setEntry(t, i, e, nil)
 			continue
 		}
-		p.setEntry(t, i, e, &entry{state: metadata.Ready, deliveries: e.deliveries - 1, lease: token, max: e.max, reason: e.reason, at: e.at})
+		p.setEntry(t, i, e, set.of(entry{state: metadata.Ready, deliveries: e.deliveries - 1, lease: token, max: e.max, reason: e.reason, at: e.at}))
 	}
 	if changed {
 		p.bump()

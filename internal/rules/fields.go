@@ -95,6 +95,7 @@ func (p *Partition) orphanFields(r *row, fields []string) (took bool) {
 		if i < 0 {
 			continue
 		}
+		r.own()
 		g := &r.gens[i]
 		p.eachPending(g, func(gen uint64) {
 			p.orphans = append(p.orphans, pendingRef{ref: metadata.Ref{Index: r.index, Field: f, Gen: gen}, at: p.when(g, gen)})

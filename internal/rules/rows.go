@@ -30,6 +30,10 @@ type row struct {
 	// held is set while a new row holds room of the capacity before its
 	// first commit (see capacity.go).
 	held bool
+	// shared is set when gens is shared with other rows (see
+	// genSharer): read-only, copied by own before a change. Only a
+	// committed row with no reservation pending in a window shares.
+	shared bool
 	// since is when the row last gained a field (its first commit, or one
 	// adding a field it had not): when it may have become ready for a
 	// task, from which a group's deadline counts.
@@ -196,6 +200,48 @@ func (p *Partition) eachPending(g *fieldGen, f func(gen uint64)) {
 	}
 }
 
+// own gives r a copy of its gens of its own if it shares them, for a
+// change.
+func (r *row) own() {
+	if r.shared {
+		r.gens, r.shared = slices.Clone(r.gens), false
+	}
+}
+
+// genSharer makes the rows it is shown in turn whose gens are equal, none
+// pending in a window, share one copy of them (the rows of one put
+// mostly are alike): a row costs its fields' state once per run of equal
+// rows. A row's own gens are copied when a second row matches them, so
+// that the block they were allocated in is not kept alive.
+type genSharer struct {
+	gens  []fieldGen // the last row's
+	first *row       // the row whose own gens are gens, nil once shared
+}
+
+// share shares r's gens with the row before's if equal. r is committed.
+func (s *genSharer) share(r *row) {
+	if r.shared {
+		s.gens, s.first = r.gens, nil
+		return
+	}
+	for i := range r.gens {
+		if r.gens[i].w != 0 {
+			s.gens, s.first = nil, nil
+			return
+		}
+	}
+	if s.gens == nil || !slices.Equal(r.gens, s.gens) {
+		s.gens, s.first = r.gens, r
+		return
+	}
+	if s.first != nil {
+		s.gens = slices.Clip(slices.Clone(s.gens))
+		s.first.gens, s.first.shared = s.gens, true
+		s.first = nil
+	}
+	r.gens, r.shared = s.gens, true
+}
+
 // find returns field's place in r.gens, or -1. hint is where it likely
 // sits.
 func (r *row) find(field string, hint int) int {
@@ -209,6 +255,7 @@ func (r *row) find(field string, hint int) int {
 // time at, a write of size bytes (the field's nsize), and the field's
 // generations (in r.gens: valid until the row gains a field).
 func (r *row) reserve(p *Partition, field string, hint int, at, size int64) (uint64, *fieldGen) {
+	r.own()
 	i := r.find(field, hint)
 	if i < 0 {
 		i = len(r.gens)
@@ -417,6 +464,7 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 	var (
 		merge metadata.Merger
 		block []metadata.Row
+		gens  genSharer
 	)
 	if len(p.byIndex) == 0 && len(rows) > 8 {
 		p.byIndex = make(map[uint64]*row, len(rows)) // as p.rows in Prepare
@@ -437,12 +485,19 @@ func (p *Partition) Commit(now int64, updates []metadata.RowUpdate) (metadata.Co
 		block = block[1:]
 		old, since := r.view, r.since
 		merge.Merge(next, old, u, &res)
+		if old != nil {
+			next.Key = old.Key // the copy the rows are keyed by
+		}
 		r.view = next
 		if old == nil || len(next.Fields) > len(old.Fields) {
 			r.since = p.now // it gained a field: it may be ready for more tasks
 		}
+		gens.share(r)
 		p.committedSummary(r, old, since)
 		if old == nil {
+			// Keyed by the view's copy of the key (a map assignment
+			// stores the key it is given): the row holds its key once.
+			p.rows[next.Key] = r
 			delete(p.uncommitted, r.index)
 			p.byIndex[r.index] = r
 			p.committed++

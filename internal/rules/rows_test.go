@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/tqgo/tqgo/backends/metadata"
 )
@@ -228,8 +229,60 @@ func checkWindows(p *Partition) error {
 		}
 		seen[i+1] = true
 	}
+	// Rows share gens only as genSharer lets them: committed, none
+	// pending, marked shared, every other row's gens its own; the
+	// capacity's bytes are every row's sizes.
+	owner := map[*fieldGen]*row{}
+	var bytes int64
+	for k, r := range p.rows {
+		for _, g := range r.gens {
+			bytes += g.size
+		}
+		if len(r.gens) == 0 {
+			continue
+		}
+		if r.shared {
+			if r.view == nil {
+				return fmt.Errorf("row %q, never committed, shares its field generations", k)
+			}
+			for _, g := range r.gens {
+				if g.w != 0 {
+					return fmt.Errorf("row %q shares its field generations, %q pending", k, g.field)
+				}
+			}
+		}
+		if o := owner[&r.gens[0]]; o != nil && (!o.shared || !r.shared) {
+			return fmt.Errorf("row %q (shared %v) and index %d (shared %v) hold the same field generations", k, r.shared, o.index, o.shared)
+		}
+		owner[&r.gens[0]] = r
+	}
+	if bytes != p.bytes {
+		return fmt.Errorf("the rows' sizes are %d bytes, counted %d", bytes, p.bytes)
+	}
+	// Summary's leased entries are the task's (entries are replaced,
+	// never changed: a stale one would show a lease as it was).
+	for name, t := range p.tasks {
+		if t.cnt == nil {
+			continue
+		}
+		n := 0
+		for i, e := range t.entries {
+			if e.state == metadata.Leased {
+				n++
+				if t.cnt.leased[i] != e {
+					return fmt.Errorf("task %q row %d: Summary's leased entry is not the row's", name, i)
+				}
+			}
+		}
+		if n != len(t.cnt.leased) {
+			return fmt.Errorf("task %q: %d leased entries, Summary has %d", name, n, len(t.cnt.leased))
+		}
+	}
 	uncommitted := 0
 	for k, r := range p.rows {
+		if r.view != nil && len(k) > 0 && unsafe.StringData(k) != unsafe.StringData(r.view.Key) {
+			return fmt.Errorf("row %q: its view holds another copy of its key", k)
+		}
 		if r.view == nil {
 			uncommitted++
 			if p.uncommitted[r.index] != r {

@@ -386,7 +386,10 @@ func restore(b []byte) (*Partition, error) {
 		return nil, msgp.ErrShortBytes
 	}
 	rows := make([]row, n)
-	var tags tagSharer
+	var (
+		tags tagSharer
+		gens genSharer
+	)
 	for i := range rows {
 		r := &rows[i]
 		var key string
@@ -456,6 +459,9 @@ func restore(b []byte) (*Partition, error) {
 				p.newWindow(g, w)
 			}
 			p.pending += popcount(w.pend)
+		}
+		if r.view != nil {
+			gens.share(r)
 		}
 		if _, dup := p.rows[key]; dup {
 			return nil, fmt.Errorf("row %q twice", key)
@@ -532,6 +538,7 @@ func restore(b []byte) (*Partition, error) {
 		if uint32(len(b)) < ne {
 			return nil, msgp.ErrShortBytes
 		}
+		var last *entry
 		for range ne {
 			var parts uint32
 			if parts, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
@@ -585,6 +592,10 @@ func restore(b []byte) (*Partition, error) {
 				return nil, fmt.Errorf("entry of row %d out of range", i)
 			}
 			e.state, e.deliveries, e.max = metadata.State(st), int(dl), int(mx)
+			if last != nil && *last == *e {
+				e = last // rows alike share an entry
+			}
+			last = e
 			t.entries[i] = e
 		}
 		var np uint32
