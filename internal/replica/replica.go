@@ -818,17 +818,15 @@ func (m *Meta) maybeCompact(p *part) {
 	if p.compacting || p.logBytes < max(m.compactBytes, p.snapBytes) || m.closed.Load() {
 		return
 	}
-	snap, err := p.st.Snapshot()
-	if err != nil {
-		return
-	}
-	m.compact(p, snap)
+	// Frozen under the lock, encoded in the background: the encoding of a
+	// large partition's state holds up no call.
+	m.compact(p, p.st.Freeze())
 }
 
-// compact replaces the log up to the copy's position with snap (empties
-// it when snap is nil) in the background; Close waits for it. The caller
-// holds p.mu.
-func (m *Meta) compact(p *part, snap []byte) {
+// compact replaces the log up to the copy's position with the snapshot of
+// f (empties it when f is nil) in the background; Close waits for it. The
+// caller holds p.mu.
+func (m *Meta) compact(p *part, f *rules.Frozen) {
 	if p.emptyTimer != nil {
 		p.emptyTimer.Stop()
 	}
@@ -839,9 +837,16 @@ func (m *Meta) compact(p *part, snap []byte) {
 		defer m.wg.Done()
 		// Close waits for it, so that the last write of a client that
 		// closes right after still leaves the log compacted (or emptied).
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.life), compactFor)
-		defer cancel()
-		err := m.log.Compact(ctx, p.name, at, snap)
+		var snap []byte
+		var err error
+		if f != nil {
+			snap, err = f.Encode()
+		}
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(m.life), compactFor)
+			err = m.log.Compact(ctx, p.name, at, snap)
+			cancel()
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.compacting = false

@@ -109,6 +109,13 @@ func BenchmarkRestore(b *testing.B) {
 				}
 			}
 		})
+		b.Run(fmt.Sprintf("freeze/%d", n), func(b *testing.B) {
+			// What an owner holds its partition's lock for: the encoding
+			// runs after, without it.
+			for b.Loop() {
+				p.Freeze()
+			}
+		})
 		b.Run(fmt.Sprintf("decode/%d", n), func(b *testing.B) {
 			b.SetBytes(int64(len(snap)))
 			b.ReportMetric(float64(len(snap))/float64(n), "B/row")

@@ -33,6 +33,10 @@ type logger struct {
 	next  uint64
 	ps    []*Partition // the original and its restored copies
 	quiet *Partition   // a copy that replays every record (no results)
+	// frozen is the original frozen a few records back, and snap its
+	// snapshot then: encoded now, it must give the same bytes.
+	frozen *Frozen
+	snap   []byte
 }
 
 func (l *logger) apply(data []byte, indexes int) []Result {
@@ -57,6 +61,18 @@ func (l *logger) apply(data []byte, indexes int) []Result {
 	}
 	if a, b := snapOf(l.ps[0]), snapOf(l.quiet); !slices.Equal(a, b) {
 		l.t.Fatalf("record %d (%q): the quiet copy differs after it", l.n, data[0])
+	}
+	if l.frozen != nil && l.rng.IntN(4) == 0 {
+		// The state frozen records ago encodes as it was, whatever the
+		// records since changed.
+		got, err := l.frozen.Encode()
+		if err != nil || !slices.Equal(got, l.snap) {
+			l.t.Fatalf("record %d (%q): a state frozen before it encodes otherwise after it (%v)", l.n, data[0], err)
+		}
+		l.frozen = nil
+	}
+	if l.frozen == nil {
+		l.frozen, l.snap = l.ps[0].Freeze(), snapOf(l.ps[0])
 	}
 	for _, q := range append(l.ps[:len(l.ps):len(l.ps)], l.quiet) {
 		if err := checkWindows(q); err != nil {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
@@ -21,50 +22,298 @@ import (
 const kindSnapshot = 'S'
 
 // Snapshot encodes the partition's state.
-func (p *Partition) Snapshot() ([]byte, error) {
-	var tw tableWriter
-	b := make([]byte, 0, 64+48*len(p.rows))
-	b = msgp.AppendInt64(b, p.now)
-	b = msgp.AppendUint64(b, p.seq)
-	b = msgp.AppendArrayHeader(b, uint32(len(p.rows)))
-	for _, k := range slices.Sorted(maps.Keys(p.rows)) {
-		r := p.rows[k]
-		b = msgp.AppendString(b, k)
-		b = msgp.AppendUint64(b, r.index)
-		var err error
-		if b, err = appendView(b, &tw, r.view, r.since); err != nil {
-			return nil, err
-		}
-		b = msgp.AppendArrayHeader(b, uint32(len(r.gens)))
-		for _, g := range r.gens {
-			var w pendWindow // a field with none pending: 0s, which read back as none
-			if g.w != 0 {
-				w = *p.win(&g)
+func (p *Partition) Snapshot() ([]byte, error) { return p.Freeze().Encode() }
+
+// Frozen is a partition's state as of a Freeze, for Encode to write out
+// later. Taking it costs a pass over the rows and a copy of each task's
+// entries map, far less than encoding them: a caller that serializes
+// access to the partition holds its lock for the Freeze only, and encodes
+// after (a snapshot of a large partition then stops no call for its
+// encoding). It holds what the partition may change after by copy, and
+// shares only what the partition never changes in place (committed
+// views, entries).
+type Frozen struct {
+	now  int64
+	seq  uint64
+	rows []frozenRow
+	wins []frozenGen // the gens of rows not sharing them (see frozenRow), each row's a run of them
+	// head is far, garbage and orphans, encoded.
+	head  []byte
+	tasks []frozenTask
+	// voids and the last section, encoded, but the held rows (which are
+	// written in key order, from rows): last[0] runs up to them, last[1]
+	// after; last is nil when the section is left out.
+	voids []byte
+	last  [][]byte
+	held  int
+}
+
+type frozenRow struct {
+	key   string
+	index uint64
+	view  *metadata.Row
+	since int64
+	held  bool
+	// gens is a committed row's with none pending in a window: shared,
+	// the row marked to copy them before a change (row.own); nil for any
+	// other row, whose gens are copied, Frozen.wins[win:win+nwin].
+	gens      []fieldGen
+	win, nwin int
+}
+
+type frozenGen struct {
+	field                string
+	next, pend           uint64
+	at, old, size, nsize int64
+}
+
+// append appends g as a snapshot's row lists it.
+func (g frozenGen) append(b []byte) []byte {
+	b = msgp.AppendArrayHeader(b, 7)
+	b = msgp.AppendString(b, g.field)
+	b = msgp.AppendUint64(b, g.next)
+	b = msgp.AppendUint64(b, g.pend)
+	b = msgp.AppendInt64(b, g.at)
+	b = msgp.AppendInt64(b, g.old)
+	b = msgp.AppendInt64(b, g.size)
+	return msgp.AppendInt64(b, g.nsize)
+}
+
+type frozenTask struct {
+	head    []byte            // name, indexed, the selection
+	entries map[uint64]*entry // never changed in place: shared
+	// tail is parked, encoded; batches are encoded at Encode (their rows
+	// name field tables, numbered after the rows'); rest is the standing
+	// and served claims, encoded.
+	parked  []byte
+	batches []frozenBatch
+	rest    []byte
+}
+
+type frozenBatch struct {
+	lease string
+	rows  []*metadata.Row
+	units [][]int
+	taken []bool
+}
+
+// Freeze captures the partition's state for Encode. It changes nothing
+// that a later call sees (it marks the rows' gens to be copied before
+// their next change).
+func (p *Partition) Freeze() *Frozen {
+	f := &Frozen{now: p.now, seq: p.seq, rows: make([]frozenRow, 0, len(p.rows))}
+	for k, r := range p.rows {
+		fr := frozenRow{key: k, index: r.index, view: r.view, since: r.since, held: r.held}
+		if r.view != nil && !slices.ContainsFunc(r.gens, func(g fieldGen) bool { return g.w != 0 }) {
+			// Shareable as genSharer shares: committed, none pending.
+			fr.gens, r.shared = r.gens, true
+		} else {
+			fr.win, fr.nwin = len(f.wins), len(r.gens)
+			for _, g := range r.gens {
+				var w pendWindow // a field with none pending: 0s, which read back as none
+				if g.w != 0 {
+					w = *p.win(&g)
+				}
+				f.wins = append(f.wins, frozenGen{field: g.field, next: g.next, pend: w.pend, at: w.at, old: w.old, size: g.size, nsize: w.nsize})
 			}
-			b = msgp.AppendArrayHeader(b, 7)
-			b = msgp.AppendString(b, g.field)
-			b = msgp.AppendUint64(b, g.next)
-			b = msgp.AppendUint64(b, w.pend)
-			b = msgp.AppendInt64(b, w.at)
-			b = msgp.AppendInt64(b, w.old)
-			b = msgp.AppendInt64(b, g.size)
-			b = msgp.AppendInt64(b, w.nsize)
 		}
+		f.rows = append(f.rows, fr)
 	}
+	var b []byte
 	b = appendPending(b, p.far)
 	b = appendRefs(b, p.garbage, true)
-	b = appendPending(b, p.orphans)
-	b = msgp.AppendArrayHeader(b, uint32(len(p.tasks)))
+	f.head = appendPending(b, p.orphans)
 	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
 		t := p.tasks[name]
-		b = msgp.AppendString(b, name)
+		var ft frozenTask
+		b := msgp.AppendString(nil, name)
 		b = msgp.AppendBool(b, t.indexed)
 		b = appendStrings(b, t.sel.Fields)
 		b = msgp.AppendString(b, t.sel.Group.Tag)
 		b = msgp.AppendString(b, t.sel.Group.Sep)
 		b = msgp.AppendInt64(b, int64(t.sel.Group.Size))
 		b = msgp.AppendString(b, t.sel.Stale.Tag)
-		b = msgp.AppendBool(b, t.sel.Stale.Drop)
+		ft.head = msgp.AppendBool(b, t.sel.Stale.Drop)
+		ft.entries = maps.Clone(t.entries)
+		b = msgp.AppendArrayHeader(nil, uint32(len(t.parked)))
+		for _, i := range slices.Sorted(maps.Keys(t.parked)) {
+			b = msgp.AppendUint64(b, i)
+			b = msgp.AppendFloat64(b, t.parked[i])
+		}
+		ft.parked = b
+		for _, ob := range t.batches {
+			units := make([][]int, len(ob.units))
+			for i, u := range ob.units {
+				units[i] = slices.Clone(u)
+			}
+			ft.batches = append(ft.batches, frozenBatch{lease: ob.lease, rows: slices.Clone(ob.rows), units: units, taken: slices.Clone(ob.taken)})
+		}
+		b = msgp.AppendArrayHeader(nil, uint32(len(t.standing)))
+		for _, st := range t.standing {
+			b = msgp.AppendBytes(b, ClaimRecord(&st.a))
+			b = msgp.AppendInt64(b, st.until)
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(t.served)))
+		for _, tok := range slices.Sorted(maps.Keys(t.served)) {
+			sv := t.served[tok]
+			b = msgp.AppendString(b, tok)
+			b = msgp.AppendInt64(b, sv.until)
+			b = appendIndexes(b, sv.rows)
+		}
+		ft.rest = b
+		f.tasks = append(f.tasks, ft)
+	}
+	b = msgp.AppendArrayHeader(nil, uint32(len(p.voids)))
+	for _, id := range slices.Sorted(maps.Keys(p.voids)) {
+		b = msgp.AppendUint64(b, id)
+		b = msgp.AppendInt64(b, p.voids[id])
+	}
+	f.voids = b
+	f.last = p.freezeLast()
+	f.held = p.held
+	return f
+}
+
+// freezeLast encodes the snapshot's last section, but for its held rows,
+// which go between the two parts it returns; nil when the section is left
+// out.
+func (p *Partition) freezeLast() [][]byte {
+	// The capacity, the rows that hold room of it, and the group
+	// deadlines of tasks (a section a snapshot without any may leave out).
+	var dl []string // tasks whose groups have a deadline
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		if t := p.tasks[name]; t.indexed && t.sel.Group.Deadline > 0 {
+			dl = append(dl, name)
+		}
+	}
+	var flagged []string // tasks with an open batch holding partial groups
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		if slices.ContainsFunc(p.tasks[name].batches, func(b *openBatch) bool { return b.partial != nil }) {
+			flagged = append(flagged, name)
+		}
+	}
+	var open []string // tasks with an open batch
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		if len(p.tasks[name].batches) > 0 {
+			open = append(open, name)
+		}
+	}
+	if p.capacity.Zero() && p.held == 0 && len(dl) == 0 && p.inserted == 0 && p.consumed == 0 && len(flagged) == 0 && len(open) == 0 && len(p.undone) == 0 && len(p.blocks) == 0 {
+		return nil
+	}
+	before := CapacityRecord(p.capacity)[1:]
+	var b []byte
+	b = msgp.AppendArrayHeader(b, uint32(len(dl)))
+	for _, name := range dl {
+		t := p.tasks[name]
+		b = msgp.AppendString(b, name)
+		b = msgp.AppendInt64(b, t.sel.Group.Deadline.Microseconds())
+		b = msgp.AppendBool(b, t.sel.Group.Partial)
+	}
+	b = msgp.AppendUint64(b, p.inserted)
+	b = msgp.AppendUint64(b, p.consumed)
+	var counted []string
+	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+		if p.tasks[name].consumed > 0 {
+			counted = append(counted, name)
+		}
+	}
+	b = msgp.AppendArrayHeader(b, uint32(len(counted)))
+	for _, name := range counted {
+		b = msgp.AppendString(b, name)
+		b = msgp.AppendUint64(b, p.tasks[name].consumed)
+	}
+	b = msgp.AppendArrayHeader(b, uint32(len(flagged)))
+	for _, name := range flagged {
+		b = msgp.AppendString(b, name)
+		bs := p.tasks[name].batches
+		b = msgp.AppendArrayHeader(b, uint32(len(bs)))
+		for _, ob := range bs {
+			b = msgp.AppendArrayHeader(b, uint32(len(ob.partial)))
+			for _, x := range ob.partial {
+				b = msgp.AppendBool(b, x)
+			}
+		}
+	}
+	if len(open) > 0 || len(p.undone) > 0 || len(p.blocks) > 0 {
+		b = msgp.AppendArrayHeader(b, uint32(len(open)))
+		for _, name := range open {
+			b = msgp.AppendString(b, name)
+			bs := p.tasks[name].batches
+			b = msgp.AppendArrayHeader(b, uint32(len(bs)))
+			for _, ob := range bs {
+				b = msgp.AppendInt64(b, ob.until)
+			}
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(open)))
+		for _, name := range open {
+			b = msgp.AppendString(b, name)
+			bs := p.tasks[name].batches
+			b = msgp.AppendArrayHeader(b, uint32(len(bs)))
+			for _, ob := range bs {
+				b = msgp.AppendArrayHeader(b, uint32(len(ob.takers)))
+				for _, tok := range ob.takers {
+					b = msgp.AppendString(b, tok)
+				}
+			}
+		}
+	}
+	if len(p.undone) > 0 || len(p.blocks) > 0 {
+		b = msgp.AppendArrayHeader(b, uint32(2*len(p.undone)))
+		for _, tok := range slices.Sorted(maps.Keys(p.undone)) {
+			b = msgp.AppendString(b, tok)
+			b = msgp.AppendInt64(b, p.undone[tok])
+		}
+	}
+	if len(p.blocks) > 0 {
+		b = msgp.AppendArrayHeader(b, uint32(len(p.blocks)))
+		for _, bl := range p.blocks {
+			b = msgp.AppendArrayHeader(b, 6)
+			b = msgp.AppendUint64(b, bl.base)
+			b = msgp.AppendUint64(b, bl.token)
+			b = msgp.AppendUint64(b, uint64(bl.n))
+			b = msgp.AppendInt64(b, bl.at)
+			b = appendStrings(b, bl.fields)
+			b = appendIndexes(b, bl.taken)
+		}
+	}
+	return [][]byte{before, b}
+}
+
+// Encode writes the state Freeze captured as a snapshot (backends/LOG.md,
+// Snapshots): the bytes Snapshot gave at the Freeze. It may run while the
+// partition changes, and more than once.
+func (f *Frozen) Encode() ([]byte, error) {
+	var tw tableWriter
+	rows := f.rows
+	slices.SortFunc(rows, func(a, b frozenRow) int { return strings.Compare(a.key, b.key) })
+	b := make([]byte, 0, 64+48*len(rows))
+	b = msgp.AppendInt64(b, f.now)
+	b = msgp.AppendUint64(b, f.seq)
+	b = msgp.AppendArrayHeader(b, uint32(len(rows)))
+	for _, r := range rows {
+		b = msgp.AppendString(b, r.key)
+		b = msgp.AppendUint64(b, r.index)
+		var err error
+		if b, err = appendView(b, &tw, r.view, r.since); err != nil {
+			return nil, err
+		}
+		if r.gens != nil {
+			b = msgp.AppendArrayHeader(b, uint32(len(r.gens)))
+			for _, g := range r.gens {
+				b = frozenGen{field: g.field, next: g.next, size: g.size}.append(b) // none pending: 0s
+			}
+		} else {
+			b = msgp.AppendArrayHeader(b, uint32(r.nwin))
+			for _, g := range f.wins[r.win : r.win+r.nwin] {
+				b = g.append(b)
+			}
+		}
+	}
+	b = append(b, f.head...)
+	b = msgp.AppendArrayHeader(b, uint32(len(f.tasks)))
+	for _, t := range f.tasks {
+		b = append(b, t.head...)
 		b = msgp.AppendArrayHeader(b, uint32(len(t.entries)))
 		for _, i := range slices.Sorted(maps.Keys(t.entries)) {
 			e := t.entries[i]
@@ -90,11 +339,7 @@ func (p *Partition) Snapshot() ([]byte, error) {
 				b = msgp.AppendInt64(b, e.granted)
 			}
 		}
-		b = msgp.AppendArrayHeader(b, uint32(len(t.parked)))
-		for _, i := range slices.Sorted(maps.Keys(t.parked)) {
-			b = msgp.AppendUint64(b, i)
-			b = msgp.AppendFloat64(b, t.parked[i])
-		}
+		b = append(b, t.parked...)
 		b = msgp.AppendArrayHeader(b, uint32(len(t.batches)))
 		for _, ob := range t.batches {
 			b = msgp.AppendString(b, ob.lease)
@@ -119,127 +364,19 @@ func (p *Partition) Snapshot() ([]byte, error) {
 				b = msgp.AppendBool(b, x)
 			}
 		}
-		b = msgp.AppendArrayHeader(b, uint32(len(t.standing)))
-		for _, st := range t.standing {
-			b = msgp.AppendBytes(b, ClaimRecord(&st.a))
-			b = msgp.AppendInt64(b, st.until)
-		}
-		b = msgp.AppendArrayHeader(b, uint32(len(t.served)))
-		for _, tok := range slices.Sorted(maps.Keys(t.served)) {
-			sv := t.served[tok]
-			b = msgp.AppendString(b, tok)
-			b = msgp.AppendInt64(b, sv.until)
-			b = appendIndexes(b, sv.rows)
-		}
+		b = append(b, t.rest...)
 	}
-	b = msgp.AppendArrayHeader(b, uint32(len(p.voids)))
-	for _, id := range slices.Sorted(maps.Keys(p.voids)) {
-		b = msgp.AppendUint64(b, id)
-		b = msgp.AppendInt64(b, p.voids[id])
-	}
-	// The capacity, the rows that hold room of it, and the group
-	// deadlines of tasks (a section a snapshot without any may leave out).
-	var dl []string // tasks whose groups have a deadline
-	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
-		if t := p.tasks[name]; t.indexed && t.sel.Group.Deadline > 0 {
-			dl = append(dl, name)
-		}
-	}
-	var flagged []string // tasks with an open batch holding partial groups
-	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
-		if slices.ContainsFunc(p.tasks[name].batches, func(b *openBatch) bool { return b.partial != nil }) {
-			flagged = append(flagged, name)
-		}
-	}
-	var open []string // tasks with an open batch
-	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
-		if len(p.tasks[name].batches) > 0 {
-			open = append(open, name)
-		}
-	}
-	if !p.capacity.Zero() || p.held > 0 || len(dl) > 0 || p.inserted > 0 || p.consumed > 0 || len(flagged) > 0 || len(open) > 0 || len(p.undone) > 0 || len(p.blocks) > 0 {
-		b = append(b, CapacityRecord(p.capacity)[1:]...)
-		b = msgp.AppendArrayHeader(b, uint32(2*p.held))
-		for _, k := range slices.Sorted(maps.Keys(p.rows)) {
-			if r := p.rows[k]; r.held {
-				b = msgp.AppendString(b, k)
+	b = append(b, f.voids...)
+	if f.last != nil {
+		b = append(b, f.last[0]...)
+		b = msgp.AppendArrayHeader(b, uint32(2*f.held))
+		for _, r := range rows {
+			if r.held {
+				b = msgp.AppendString(b, r.key)
 				b = msgp.AppendInt64(b, r.since)
 			}
 		}
-		b = msgp.AppendArrayHeader(b, uint32(len(dl)))
-		for _, name := range dl {
-			t := p.tasks[name]
-			b = msgp.AppendString(b, name)
-			b = msgp.AppendInt64(b, t.sel.Group.Deadline.Microseconds())
-			b = msgp.AppendBool(b, t.sel.Group.Partial)
-		}
-		b = msgp.AppendUint64(b, p.inserted)
-		b = msgp.AppendUint64(b, p.consumed)
-		var counted []string
-		for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
-			if p.tasks[name].consumed > 0 {
-				counted = append(counted, name)
-			}
-		}
-		b = msgp.AppendArrayHeader(b, uint32(len(counted)))
-		for _, name := range counted {
-			b = msgp.AppendString(b, name)
-			b = msgp.AppendUint64(b, p.tasks[name].consumed)
-		}
-		b = msgp.AppendArrayHeader(b, uint32(len(flagged)))
-		for _, name := range flagged {
-			b = msgp.AppendString(b, name)
-			bs := p.tasks[name].batches
-			b = msgp.AppendArrayHeader(b, uint32(len(bs)))
-			for _, ob := range bs {
-				b = msgp.AppendArrayHeader(b, uint32(len(ob.partial)))
-				for _, x := range ob.partial {
-					b = msgp.AppendBool(b, x)
-				}
-			}
-		}
-		if len(open) > 0 || len(p.undone) > 0 || len(p.blocks) > 0 {
-			b = msgp.AppendArrayHeader(b, uint32(len(open)))
-			for _, name := range open {
-				b = msgp.AppendString(b, name)
-				bs := p.tasks[name].batches
-				b = msgp.AppendArrayHeader(b, uint32(len(bs)))
-				for _, ob := range bs {
-					b = msgp.AppendInt64(b, ob.until)
-				}
-			}
-			b = msgp.AppendArrayHeader(b, uint32(len(open)))
-			for _, name := range open {
-				b = msgp.AppendString(b, name)
-				bs := p.tasks[name].batches
-				b = msgp.AppendArrayHeader(b, uint32(len(bs)))
-				for _, ob := range bs {
-					b = msgp.AppendArrayHeader(b, uint32(len(ob.takers)))
-					for _, tok := range ob.takers {
-						b = msgp.AppendString(b, tok)
-					}
-				}
-			}
-		}
-		if len(p.undone) > 0 || len(p.blocks) > 0 {
-			b = msgp.AppendArrayHeader(b, uint32(2*len(p.undone)))
-			for _, tok := range slices.Sorted(maps.Keys(p.undone)) {
-				b = msgp.AppendString(b, tok)
-				b = msgp.AppendInt64(b, p.undone[tok])
-			}
-		}
-		if len(p.blocks) > 0 {
-			b = msgp.AppendArrayHeader(b, uint32(len(p.blocks)))
-			for _, bl := range p.blocks {
-				b = msgp.AppendArrayHeader(b, 6)
-				b = msgp.AppendUint64(b, bl.base)
-				b = msgp.AppendUint64(b, bl.token)
-				b = msgp.AppendUint64(b, uint64(bl.n))
-				b = msgp.AppendInt64(b, bl.at)
-				b = appendStrings(b, bl.fields)
-				b = appendIndexes(b, bl.taken)
-			}
-		}
+		b = append(b, f.last[1]...)
 	}
 	return tw.record(kindSnapshot, b), nil
 }
