@@ -453,7 +453,10 @@ func (m *Meta) share(ctx context.Context, partition string, a *rules.ClaimArgs) 
 }
 
 // localClaimed is c, a claim's result by the server's clock, in this
-// process's time, its mark in this copy's count.
+// process's time, its mark in this copy's count. c's deliveries are
+// converted in place: a claim's result goes to one caller (the claim's,
+// or the Wait that takes its registered claim's lease), and the rules
+// keep no reference to them.
 func localClaimed(c rules.Claimed, skew time.Duration, base uint64) metadata.Claimed {
 	c.Mark = metadata.Mark{Seq: base + c.Mark.Seq, Wake: local(c.Mark.Wake, skew), Token: c.Waiting}
 	if skew == 0 {
@@ -461,7 +464,6 @@ func localClaimed(c rules.Claimed, skew time.Duration, base uint64) metadata.Cla
 		return c
 	}
 	c.Until = local(c.Until, skew)
-	c.Deliveries = slices.Clone(c.Deliveries)
 	for i := range c.Deliveries {
 		c.Deliveries[i].Until = local(c.Deliveries[i].Until, skew)
 		c.Deliveries[i].At = local(c.Deliveries[i].At, skew)
