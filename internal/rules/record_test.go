@@ -33,6 +33,12 @@ type logger struct {
 	next  uint64
 	ps    []*Partition // the original and its restored copies
 	quiet *Partition   // a copy that replays every record (no results)
+	over  *Partition   // a copy whose rows share all they may (overshare)
+	under *Partition   // a copy whose rows share nothing (undershare)
+	// wide has every copy summarized after each record, alike, and has
+	// the history use every settle op, hand some leased rows back and
+	// drop stale rows.
+	wide bool
 	// frozen is the original frozen a few records back, and snap its
 	// snapshot then: encoded now, it must give the same bytes.
 	frozen *Frozen
@@ -55,6 +61,7 @@ func (l *logger) apply(data []byte, indexes int) []Result {
 			l.t.Fatalf("record %d (%q): the original fulfilled %+v, restored copy %d %+v", l.n, data[0], served[0], i, served[i])
 		}
 	}
+	l.reshareApply(e, out[0], served[0], fmt.Sprintf("record %d (%q)", l.n, data[0]))
 	l.quiet.Replay(e)
 	if q := l.quiet.TakeFulfilled(); !reflect.DeepEqual(q, served[0]) {
 		l.t.Fatalf("record %d (%q): replayed, it fulfilled %+v; applied %+v", l.n, data[0], q, served[0])
@@ -96,9 +103,11 @@ func (l *logger) apply(data []byte, indexes int) []Result {
 	return out
 }
 
-func recordHistory(t *testing.T, seed uint64) {
+func recordHistory(t *testing.T, seed uint64) { recordHistoryOf(t, seed, false) }
+
+func recordHistoryOf(t *testing.T, seed uint64, wide bool) {
 	rng := rand.New(rand.NewPCG(seed, 2))
-	l := &logger{t: t, rng: rng, now: 1_000_000, ps: []*Partition{New()}, quiet: New()}
+	l := &logger{t: t, rng: rng, now: 1_000_000, ps: []*Partition{New()}, quiet: New(), over: New(), under: New(), wide: wide}
 	keys := make([]string, 16)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("g%d/k%d", i%4, i)
@@ -109,6 +118,11 @@ func recordHistory(t *testing.T, seed uint64) {
 		{Fields: []string{"b"}, Stale: Stale{Tag: "v"}},
 		{Fields: []string{"a"}, Group: Group{Tag: "uid", Size: 3, Deadline: time.Second, Partial: true}},
 		{Fields: []string{"a"}, Group: Group{Tag: "uid", Size: 2, Deadline: 2 * time.Second}}}
+	ops := []metadata.SettleOp{metadata.Ack, metadata.Nack, metadata.Extend}
+	if wide {
+		sels = append(sels, Select{Fields: []string{"b"}, Stale: Stale{Tag: "v", Drop: true}})
+		ops = append(ops, metadata.Drop, metadata.Retry, metadata.Undo, metadata.EndBatch)
+	}
 	some := func() []string {
 		var ks []string
 		for _, k := range keys {
@@ -220,6 +234,13 @@ func recordHistory(t *testing.T, seed uint64) {
 			if res.Claimed.Waiting != "" {
 				waiting = append(waiting, res.Claimed.Waiting)
 			}
+			if wide && len(res.Claimed.Rows) > 1 && rng.IntN(3) == 0 { // some of its rows handed back
+				var idx []uint64
+				for _, r := range res.Claimed.Rows[:len(res.Claimed.Rows)/2] {
+					idx = append(idx, r.Index)
+				}
+				l.apply(SettleRecord(&SettleArgs{Task: a.Task, Op: metadata.Unwait, Lease: res.Claimed.Lease, Indexes: idx}), 0)
+			}
 		case 9:
 			if len(tokens) == 0 {
 				continue
@@ -230,13 +251,22 @@ func recordHistory(t *testing.T, seed uint64) {
 					idx = append(idx, r.Index)
 				}
 			}
-			op := []metadata.SettleOp{metadata.Ack, metadata.Nack, metadata.Extend}[rng.IntN(3)]
+			op := ops[rng.IntN(len(ops))]
 			reason := ""
 			if op == metadata.Nack && rng.IntN(2) == 0 {
 				reason = fmt.Sprint("why ", rng.IntN(3))
 			}
-			l.apply(SettleRecord(&SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: op, Lease: tokens[rng.IntN(len(tokens))],
-				Indexes: idx, Delay: time.Second, Reason: reason}), 0)
+			req := &SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: op, Lease: tokens[rng.IntN(len(tokens))],
+				Indexes: idx, Delay: time.Second, Reason: reason}
+			switch op {
+			case metadata.Retry, metadata.Drop:
+				req.Lease = "" // a row's, not a lease's
+			case metadata.Undo:
+				req.Indexes = nil // a claim's, not rows'
+			}
+			if res := l.apply(SettleRecord(req), 0)[0]; res.Err != nil {
+				t.Fatalf("settle %+v: %v", req, res.Err)
+			}
 			if len(waiting) > 0 && rng.IntN(3) == 0 {
 				l.apply(SettleRecord(&SettleArgs{Task: fmt.Sprint("t", rng.IntN(3)), Op: metadata.Unwait, Lease: waiting[rng.IntN(len(waiting))]}), 0)
 			}
