@@ -574,7 +574,7 @@ func toClaimed(c *metadata.Claimed, skew time.Duration, compact bool) (*tqpb.Cla
 		}
 	}
 	out := &tqpb.ClaimReply{
-		Lease: c.Lease, Rows: rows, Deliveries: toDeliveryList(c.Deliveries, skew, claim), Units: units,
+		Lease: c.Lease, Rows: rows, Units: units,
 		Until: toMoment(c.Until, skew), Dropped: int64(c.Dropped), Skipped: int64(c.Skipped),
 		Cleared: cleared, Partial: c.Partial, HasPartial: c.Partial != nil, Waiting: c.Waiting,
 		Mark: toMark(c.Mark, skew), UnitsByRow: byRow,
@@ -582,7 +582,31 @@ func toClaimed(c *metadata.Claimed, skew time.Duration, compact bool) (*tqpb.Cla
 	if claim != nil {
 		out.Holder, out.Granted = claim.Holder, toMoment(claim.Granted, skew)
 	}
+	if counts, max, ok := deliveryCounts(c, claim); ok {
+		out.DeliveryCounts, out.DeliveryMax = counts, max
+	} else {
+		out.Deliveries = toDeliveryList(c.Deliveries, skew, claim)
+	}
 	return out, nil
+}
+
+// deliveryCounts is c's deliveries as ClaimReply.delivery_counts says
+// them, when it can (ok): every row's is claim's own (claim not nil),
+// leased, with no reason, and of one max.
+func deliveryCounts(c *metadata.Claimed, claim *metadata.Delivery) (counts []int64, max int64, ok bool) {
+	if claim == nil || len(c.Deliveries) == 0 || len(c.Deliveries) != len(c.Rows) {
+		return nil, 0, false
+	}
+	max = int64(c.Deliveries[0].Max)
+	counts = make([]int64, len(c.Deliveries))
+	for i, d := range c.Deliveries {
+		if d.Index != c.Rows[i].Index || d.State != metadata.Leased || d.Lease != claim.Lease || d.Holder != claim.Holder ||
+			!d.Until.Equal(claim.Until) || !d.Granted.Equal(claim.Granted) || d.Reason != "" || !d.At.IsZero() || int64(d.Max) != max {
+			return nil, 0, false
+		}
+		counts[i] = int64(d.Deliveries)
+	}
+	return counts, max, true
 }
 
 func fromClaimed(r *tqpb.ClaimReply, skew time.Duration) (metadata.Claimed, error) {
@@ -624,11 +648,22 @@ func fromClaimed(r *tqpb.ClaimReply, skew time.Duration) (metadata.Claimed, erro
 		Dropped: int(r.GetDropped()), Skipped: int(r.GetSkipped()), Cleared: cleared,
 		Waiting: r.GetWaiting(), Mark: fromMark(r.GetMark(), skew),
 	}
-	if len(r.GetDeliveries()) > 0 {
-		claim := &metadata.Delivery{Lease: out.Lease, Holder: r.GetHolder(), Until: out.Until, Granted: fromMoment(r.GetGranted(), skew)}
-		if claim.Lease == "" {
-			claim = nil
+	claim := &metadata.Delivery{Lease: out.Lease, Holder: r.GetHolder(), Until: out.Until, Granted: fromMoment(r.GetGranted(), skew)}
+	if claim.Lease == "" {
+		claim = nil
+	}
+	switch counts := r.GetDeliveryCounts(); {
+	case len(counts) > 0:
+		if claim == nil || len(r.GetDeliveries()) > 0 || len(counts) != len(rows) {
+			return metadata.Claimed{}, fmt.Errorf("%d delivery counts for %d rows, with %d deliveries, leased to %q", len(counts), len(rows), len(r.GetDeliveries()), out.Lease)
 		}
+		out.Deliveries = make([]metadata.Delivery, len(counts))
+		for i, n := range counts {
+			d := *claim
+			d.Index, d.State, d.Deliveries, d.Max = rows[i].Index, metadata.Leased, int(n), int(r.GetDeliveryMax())
+			out.Deliveries[i] = d
+		}
+	case len(r.GetDeliveries()) > 0:
 		if out.Deliveries, err = fromDeliveries(r.GetDeliveries(), skew, claim); err != nil {
 			return metadata.Claimed{}, err
 		}

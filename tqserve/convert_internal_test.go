@@ -138,26 +138,7 @@ func TestCompactClaimReply(t *testing.T) {
 		c.Deliveries = append(c.Deliveries, d)
 		c.Units = append(c.Units, []int{i})
 	}
-	read := func(compact bool) (*tqpb.ClaimReply, metadata.Claimed, int) {
-		t.Helper()
-		pb, err := toClaimed(&c, 0, compact)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := proto.Marshal(pb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var wire tqpb.ClaimReply
-		if err := proto.Unmarshal(b, &wire); err != nil {
-			t.Fatal(err)
-		}
-		got, err := fromClaimed(&wire, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pb, got, len(b)
-	}
+	read := func(compact bool) (*tqpb.ClaimReply, metadata.Claimed, int) { return claimOnWire(t, &c, compact) }
 	whole, fromWhole, wholeSize := read(false)
 	compact, fromCompact, compactSize := read(true)
 	for i, r := range whole.GetRows() {
@@ -203,6 +184,75 @@ func TestCompactClaimReply(t *testing.T) {
 	}
 }
 
+// claimOnWire is c as a server's reply carries it (compact or whole),
+// read back by a client, and its size on the wire.
+func claimOnWire(t *testing.T, c *metadata.Claimed, compact bool) (*tqpb.ClaimReply, metadata.Claimed, int) {
+	t.Helper()
+	pb, err := toClaimed(c, 0, compact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := proto.Marshal(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wire tqpb.ClaimReply
+	if err := proto.Unmarshal(b, &wire); err != nil {
+		t.Fatal(err)
+	}
+	got, err := fromClaimed(&wire, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pb, got, len(b)
+}
+
+// A claim whose rows are all its own, leased for the first time or not,
+// with no reason, says its deliveries as counts alone when compact, and
+// reads back as the whole reply does.
+func TestCompactClaimReplyCounts(t *testing.T) {
+	at := func(s int64) time.Time { return time.Unix(1_700_000_000+s, 456) }
+	f := map[string]metadata.FieldInfo{"x": {DType: "int64", Shape: []int64{4}, Gen: 1}}
+	c := metadata.Claimed{Lease: "w|8000000000000003", Until: at(30), Mark: metadata.Mark{Seq: 4}}
+	for i := range 8 {
+		c.Rows = append(c.Rows, &metadata.Row{Key: fmt.Sprint("k", i), Index: uint64(40 + i), Fields: f})
+		c.Deliveries = append(c.Deliveries, metadata.Delivery{Index: uint64(40 + i), State: metadata.Leased, Deliveries: 1 + i%3,
+			Lease: c.Lease, Holder: "w", Until: c.Until, Granted: at(0), Max: 5})
+		c.Units = append(c.Units, []int{i})
+	}
+	whole, fromWhole, wholeSize := claimOnWire(t, &c, false)
+	compact, fromCompact, compactSize := claimOnWire(t, &c, true)
+	if len(whole.GetDeliveryCounts()) != 0 || len(whole.GetDeliveries()) != len(c.Rows) {
+		t.Errorf("whole reply: %d delivery counts, %d deliveries", len(whole.GetDeliveryCounts()), len(whole.GetDeliveries()))
+	}
+	if len(compact.GetDeliveries()) != 0 || len(compact.GetDeliveryCounts()) != len(c.Rows) || compact.GetDeliveryMax() != 5 {
+		t.Errorf("compact reply: %d deliveries, %d delivery counts, max %d", len(compact.GetDeliveries()), len(compact.GetDeliveryCounts()), compact.GetDeliveryMax())
+	}
+	if !reflect.DeepEqual(fromCompact, fromWhole) {
+		t.Errorf("compact reply read back as\n%+v\nthe whole one as\n%+v", fromCompact, fromWhole)
+	}
+	for i, d := range fromCompact.Deliveries {
+		want := c.Deliveries[i]
+		if d.Index != want.Index || d.State != want.State || d.Deliveries != want.Deliveries || d.Max != want.Max || d.Lease != want.Lease ||
+			d.Holder != want.Holder || !d.Until.Equal(want.Until) || !d.Granted.Equal(want.Granted) {
+			t.Errorf("delivery %d read back as %+v, want %+v", i, d, want)
+		}
+	}
+	if compactSize >= wholeSize/2 {
+		t.Errorf("compact reply %d bytes, the whole one %d", compactSize, wholeSize)
+	}
+	// One row with a reason (delivered before, its lease ended): the
+	// deliveries go one by one.
+	c.Deliveries[3].Reason, c.Deliveries[3].At = metadata.ReasonLeaseEnded, at(-1)
+	compact, fromCompact, _ = claimOnWire(t, &c, true)
+	if len(compact.GetDeliveryCounts()) != 0 || len(compact.GetDeliveries()) != len(c.Rows) {
+		t.Errorf("compact reply with a reason: %d delivery counts, %d deliveries", len(compact.GetDeliveryCounts()), len(compact.GetDeliveries()))
+	}
+	if d := fromCompact.Deliveries[3]; d.Reason != metadata.ReasonLeaseEnded || !d.At.Equal(at(-1)) {
+		t.Errorf("delivery with a reason read back as %+v", d)
+	}
+}
+
 // A reply that says a row's fields or a delivery are shared where there
 // is nothing to share them with is malformed.
 func TestCompactClaimReplyMalformed(t *testing.T) {
@@ -211,7 +261,11 @@ func TestCompactClaimReplyMalformed(t *testing.T) {
 		"first row's fields as previous": {Lease: "l", Rows: []*tqpb.Row{row(true)}},
 		"fields as previous and fields": {Lease: "l", Rows: []*tqpb.Row{row(false), {Key: "j", FieldsAsPrevious: true,
 			Fields: []*tqpb.FieldEntry{{Name: "x", Info: &tqpb.FieldInfo{}}}}}},
-		"units by row, and units":      {Lease: "l", Rows: []*tqpb.Row{row(false)}, UnitsByRow: true, Units: []*tqpb.Positions{{Positions: []int64{0}}}},
+		"units by row, and units":         {Lease: "l", Rows: []*tqpb.Row{row(false)}, UnitsByRow: true, Units: []*tqpb.Positions{{Positions: []int64{0}}}},
+		"delivery counts with no lease":   {Rows: []*tqpb.Row{row(false)}, DeliveryCounts: []int64{1}},
+		"delivery counts not one per row": {Lease: "l", Rows: []*tqpb.Row{row(false)}, DeliveryCounts: []int64{1, 1}},
+		"delivery counts and deliveries": {Lease: "l", Rows: []*tqpb.Row{row(false)}, DeliveryCounts: []int64{1},
+			Deliveries: []*tqpb.Delivery{{Index: 1, State: tqpb.Delivery_LEASED, Lease: "l"}}},
 		"as the claim's with no lease": {Rows: []*tqpb.Row{row(false)}, Deliveries: []*tqpb.Delivery{{Index: 1, AsClaim: true}}},
 		"as the claim's with its own":  {Lease: "l", Rows: []*tqpb.Row{row(false)}, Deliveries: []*tqpb.Delivery{{Index: 1, AsClaim: true, Lease: "m"}}},
 	} {

@@ -3240,8 +3240,8 @@ type ClaimRequest struct {
 	// before it arrived leases nothing and does not stand.
 	Token string `protobuf:"bytes,18,opt,name=token,proto3" json:"token,omitempty"`
 	// The reply may say once what its rows and deliveries share (see
-	// Row.fields_as_previous, Delivery.as_claim, ClaimReply.units_by_row):
-	// set by a client that reads them. A server of version 6 or older sends every row and
+	// Row.fields_as_previous, Delivery.as_claim, ClaimReply.units_by_row
+	// and ClaimReply.delivery_counts): set by a client that reads them. A server of version 6 or older sends every row and
 	// delivery whole.
 	Compact       bool `protobuf:"varint,19,opt,name=compact,proto3" json:"compact,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3666,10 +3666,17 @@ type ClaimReply struct {
 	// With compact: the holder and the time the deliveries with as_claim
 	// name (the lease's, as Delivery.holder and Delivery.granted say them);
 	// empty and absent otherwise.
-	Holder        string  `protobuf:"bytes,17,opt,name=holder,proto3" json:"holder,omitempty"`
-	Granted       *Moment `protobuf:"bytes,16,opt,name=granted,proto3" json:"granted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Holder  string  `protobuf:"bytes,17,opt,name=holder,proto3" json:"holder,omitempty"`
+	Granted *Moment `protobuf:"bytes,16,opt,name=granted,proto3" json:"granted,omitempty"`
+	// Set only with compact, in place of deliveries, when every row's
+	// delivery is the claim's own (as_claim) with no reason: each row's
+	// delivery count, one per row, in order. Each row's delivery is then
+	// LEASED, its index the row's, its lease, holder, until and granted
+	// the reply's, its max delivery_max.
+	DeliveryCounts []int64 `protobuf:"varint,19,rep,packed,name=delivery_counts,json=deliveryCounts,proto3" json:"delivery_counts,omitempty"`
+	DeliveryMax    int64   `protobuf:"varint,20,opt,name=delivery_max,json=deliveryMax,proto3" json:"delivery_max,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClaimReply) Reset() {
@@ -3819,6 +3826,20 @@ func (x *ClaimReply) GetGranted() *Moment {
 		return x.Granted
 	}
 	return nil
+}
+
+func (x *ClaimReply) GetDeliveryCounts() []int64 {
+	if x != nil {
+		return x.DeliveryCounts
+	}
+	return nil
+}
+
+func (x *ClaimReply) GetDeliveryMax() int64 {
+	if x != nil {
+		return x.DeliveryMax
+	}
+	return 0
 }
 
 type Positions struct {
@@ -5790,7 +5811,7 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x02 \x03(\v2\x11.tqgo.v1.DeliveryR\n" +
 	"deliveries\x12!\n" +
-	"\x04mark\x18\x03 \x01(\v2\r.tqgo.v1.MarkR\x04mark\"\xea\x04\n" +
+	"\x04mark\x18\x03 \x01(\v2\r.tqgo.v1.MarkR\x04mark\"\xb6\x05\n" +
 	"\n" +
 	"ClaimReply\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\tR\x05lease\x12 \n" +
@@ -5814,7 +5835,9 @@ const file_tqgo_v1_tq_proto_rawDesc = "" +
 	"\funits_by_row\x18\x12 \x01(\bR\n" +
 	"unitsByRow\x12\x16\n" +
 	"\x06holder\x18\x11 \x01(\tR\x06holder\x12)\n" +
-	"\agranted\x18\x10 \x01(\v2\x0f.tqgo.v1.MomentR\agranted\")\n" +
+	"\agranted\x18\x10 \x01(\v2\x0f.tqgo.v1.MomentR\agranted\x12'\n" +
+	"\x0fdelivery_counts\x18\x13 \x03(\x03R\x0edeliveryCounts\x12!\n" +
+	"\fdelivery_max\x18\x14 \x01(\x03R\vdeliveryMax\")\n" +
 	"\tPositions\x12\x1c\n" +
 	"\tpositions\x18\x01 \x03(\x03R\tpositions\"\xc8\x02\n" +
 	"\rSettleRequest\x12\x1c\n" +
