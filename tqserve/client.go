@@ -145,6 +145,10 @@ type Meta struct {
 	// version is the server's InfoReply.version (see undoVersion).
 	version atomic.Int64
 
+	// fields keeps the fields the last claim's rows listed (see
+	// fieldMemo).
+	fields fieldMemo
+
 	bgMu sync.Mutex     // orders bg.Add before Close's bg.Wait
 	bg   sync.WaitGroup // the takings of the clock, the undos of claims
 }
@@ -489,7 +493,7 @@ func (m *Meta) claim(ctx context.Context, partition string, req metadata.ClaimRe
 		}
 		return none, metadata.Claimed{}, cause
 	}
-	c, err := fromClaimed(r, m.clock())
+	c, err := fromClaimedWith(r, m.clock(), &m.fields)
 	if err != nil {
 		return none, metadata.Claimed{}, malformed("claim", write, err)
 	}
@@ -684,7 +688,7 @@ func (m *Meta) wait(ctx context.Context, partition string, mark metadata.Mark, t
 		if r.GetTaken() == nil {
 			return metadata.Claimed{}, false, nil
 		}
-		c, err := fromClaimed(r.GetTaken(), m.clock())
+		c, err := fromClaimedWith(r.GetTaken(), m.clock(), &m.fields)
 		if err != nil {
 			// The lease is the caller's to hand back (an Unwait).
 			return metadata.Claimed{}, false, malformed("wait", read, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tqgo/tqgo/backends/metadata"
@@ -231,11 +232,12 @@ func fromRow(r *tqpb.Row) (*metadata.Row, error) {
 // the same fields alike).
 func fromRowSharing(r *tqpb.Row, prev *metadata.Row, prevFields []*tqpb.FieldEntry) (*metadata.Row, error) {
 	out := &metadata.Row{}
-	return out, fillRow(out, r, prev, prevFields)
+	return out, fillRow(out, r, prev, prevFields, nil)
 }
 
-// fillRow is fromRowSharing, into out.
-func fillRow(out *metadata.Row, r *tqpb.Row, prev *metadata.Row, prevFields []*tqpb.FieldEntry) error {
+// fillRow is fromRowSharing, into out; a row whose fields are memo's
+// (not nil) gets its map.
+func fillRow(out *metadata.Row, r *tqpb.Row, prev *metadata.Row, prevFields []*tqpb.FieldEntry, memo *fieldMemo) error {
 	tag, err := fromTagMap(r.GetTag())
 	if err != nil {
 		return fmt.Errorf("row %q: %w", r.GetKey(), err)
@@ -250,9 +252,34 @@ func fillRow(out *metadata.Row, r *tqpb.Row, prev *metadata.Row, prevFields []*t
 	case prev != nil && sameFields(r.GetFields(), prevFields):
 		out.Fields = prev.Fields
 	default:
-		out.Fields = fromFields(r.GetFields())
+		out.Fields = memo.fields(r.GetFields())
 	}
 	return nil
+}
+
+// A fieldMemo keeps the fields of the last row it decoded, so that the
+// rows of the next reply listing them alike (the rows of one put, claimed
+// a few at a time) share the same map (rows are read-only). Safe for
+// concurrent use; a nil *fieldMemo remembers nothing.
+type fieldMemo struct{ last atomic.Pointer[memoFields] }
+
+type memoFields struct {
+	wire []*tqpb.FieldEntry
+	m    map[string]metadata.FieldInfo
+}
+
+// fields is fromFields(es), the map of the last call if es lists the same
+// fields alike.
+func (fm *fieldMemo) fields(es []*tqpb.FieldEntry) map[string]metadata.FieldInfo {
+	if fm == nil || len(es) == 0 {
+		return fromFields(es)
+	}
+	if l := fm.last.Load(); l != nil && sameFields(es, l.wire) {
+		return l.m
+	}
+	m := fromFields(es)
+	fm.last.Store(&memoFields{wire: es, m: m})
+	return m
 }
 
 // sameFields reports whether a and b list the same fields alike, in the
@@ -310,7 +337,10 @@ func sameFieldInfos(a, b map[string]metadata.FieldInfo) bool {
 	return true
 }
 
-func fromRows(rows []*tqpb.Row) ([]*metadata.Row, error) {
+func fromRows(rows []*tqpb.Row) ([]*metadata.Row, error) { return fromRowsWith(rows, nil) }
+
+// fromRowsWith is fromRows, remembering fields in memo (see fieldMemo).
+func fromRowsWith(rows []*tqpb.Row, memo *fieldMemo) ([]*metadata.Row, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
@@ -322,7 +352,7 @@ func fromRows(rows []*tqpb.Row) ([]*metadata.Row, error) {
 		if i > 0 {
 			prev = out[i-1]
 		}
-		if err := fillRow(&slab[i], r, prev, prevFields); err != nil {
+		if err := fillRow(&slab[i], r, prev, prevFields, memo); err != nil {
 			return nil, err
 		}
 		if !r.GetFieldsAsPrevious() {
@@ -610,7 +640,13 @@ func deliveryCounts(c *metadata.Claimed, claim *metadata.Delivery) (counts []int
 }
 
 func fromClaimed(r *tqpb.ClaimReply, skew time.Duration) (metadata.Claimed, error) {
-	rows, err := fromRows(r.GetRows())
+	return fromClaimedWith(r, skew, nil)
+}
+
+// fromClaimedWith is fromClaimed, remembering the rows' fields in memo
+// (see fieldMemo).
+func fromClaimedWith(r *tqpb.ClaimReply, skew time.Duration, memo *fieldMemo) (metadata.Claimed, error) {
+	rows, err := fromRowsWith(r.GetRows(), memo)
 	if err != nil {
 		return metadata.Claimed{}, err
 	}

@@ -3,6 +3,7 @@ package tqserve
 import (
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -292,4 +293,52 @@ func TestUnitsByRow(t *testing.T) {
 			t.Errorf("unitsByRow(%v, %d) = %v, want %v", c.units, c.n, got, c.want)
 		}
 	}
+}
+
+// Replies decoded with one fieldMemo share the fields map of rows that
+// list their fields alike, across replies, and only those; decoding from
+// many goroutines at once is safe.
+func TestFieldMemo(t *testing.T) {
+	f := func(gen uint64) map[string]metadata.FieldInfo {
+		return map[string]metadata.FieldInfo{"x": {DType: "int64", Shape: []int64{2}, Gen: gen}}
+	}
+	reply := func(gen uint64) *tqpb.ClaimReply {
+		c := metadata.Claimed{Rows: []*metadata.Row{{Key: "k", Index: 1, Fields: f(gen)}}}
+		r, err := toClaimed(&c, 0, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	var memo fieldMemo
+	read := func(r *tqpb.ClaimReply, memo *fieldMemo) map[string]metadata.FieldInfo {
+		c, err := fromClaimedWith(r, 0, memo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Rows[0].Fields
+	}
+	a, b := read(reply(1), &memo), read(reply(1), &memo)
+	if mapID(a) != mapID(b) || !reflect.DeepEqual(a, f(1)) {
+		t.Errorf("two replies of alike fields: maps %x and %x, %v", mapID(a), mapID(b), a)
+	}
+	if c := read(reply(2), &memo); mapID(c) == mapID(b) || !reflect.DeepEqual(c, f(2)) {
+		t.Errorf("a reply of other fields shares the map: %v", c)
+	}
+	if d, e := read(reply(1), nil), read(reply(1), nil); mapID(d) == mapID(e) {
+		t.Error("replies decoded with no memo share a map")
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for range 100 {
+				gen := uint64(g % 3)
+				if got := read(reply(gen), &memo); !reflect.DeepEqual(got, f(gen)) {
+					t.Errorf("read %v, want %v", got, f(gen))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
