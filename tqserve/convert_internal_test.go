@@ -342,3 +342,26 @@ func TestFieldMemo(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// sameFields and sameFieldInfos compare every attribute of a field, as
+// the wire and metadata.FieldInfo carry it: a new attribute must be
+// compared there too (or alike fields would share a stale map), and this
+// test says so when one is added.
+func TestSameFieldsComparesEveryAttribute(t *testing.T) {
+	var meta []string
+	for f := range reflect.TypeFor[metadata.FieldInfo]().Fields() {
+		meta = append(meta, f.Name)
+	}
+	var wire []string
+	for f := range reflect.TypeFor[tqpb.FieldInfo]().Fields() {
+		if f.IsExported() {
+			wire = append(wire, f.Name)
+		}
+	}
+	if want := []string{"DType", "Shape", "Gen", "BackendTag"}; !reflect.DeepEqual(meta, want) {
+		t.Errorf("metadata.FieldInfo has %v, sameFieldInfos compares %v", meta, want)
+	}
+	if want := []string{"Dtype", "Shape", "HasShape", "Gen", "BackendTag"}; !reflect.DeepEqual(wire, want) {
+		t.Errorf("tqpb.FieldInfo has %v, sameFields compares %v", wire, want)
+	}
+}

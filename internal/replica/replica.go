@@ -838,11 +838,11 @@ func (m *Meta) compact(p *part, f *rules.Frozen) {
 		// Close waits for it, so that the last write of a client that
 		// closes right after still leaves the log compacted (or emptied).
 		var snap []byte
-		var err error
+		var err, encErr error
 		if f != nil {
-			snap, err = f.Encode()
+			snap, encErr = f.Encode()
 		}
-		if err == nil {
+		if encErr == nil {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(m.life), compactFor)
 			err = m.log.Compact(ctx, p.name, at, snap)
 			cancel()
@@ -850,7 +850,14 @@ func (m *Meta) compact(p *part, f *rules.Frozen) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.compacting = false
-		if err == nil {
+		switch {
+		case encErr != nil:
+			// A state that does not encode now will not at the next
+			// write either: try again once the log has grown as much
+			// again, not at every write (each a freeze).
+			p.logBytes = max(p.logBytes-covered, 0)
+			err = encErr
+		case err == nil:
 			// What was applied meanwhile is the log after the snapshot.
 			p.logBytes, p.snapBytes = max(p.logBytes-covered, 0), len(snap)
 		}

@@ -3241,8 +3241,9 @@ type ClaimRequest struct {
 	Token string `protobuf:"bytes,18,opt,name=token,proto3" json:"token,omitempty"`
 	// The reply may say once what its rows and deliveries share (see
 	// Row.fields_as_previous, Delivery.as_claim, ClaimReply.units_by_row
-	// and ClaimReply.delivery_counts): set by a client that reads them. A server of version 6 or older sends every row and
-	// delivery whole.
+	// and ClaimReply.delivery_counts): set by a client that reads them. A
+	// server of version 6 or older sends every row and delivery whole.
+	// Candidates ignores it.
 	Compact       bool `protobuf:"varint,19,opt,name=compact,proto3" json:"compact,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3627,7 +3628,8 @@ type ClaimReply struct {
 	Lease string `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
 	// The leased rows (a rank's claim: its batch's rows; see Batch).
 	Rows []*Row `protobuf:"bytes,2,rep,name=rows,proto3" json:"rows,omitempty"`
-	// The rows' deliveries, one per row, this one counted.
+	// The rows' deliveries, one per row, this one counted; empty when
+	// delivery_counts says them.
 	Deliveries []*Delivery `protobuf:"bytes,3,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
 	// Positions into rows.
 	Units []*Positions `protobuf:"bytes,4,rep,name=units,proto3" json:"units,omitempty"`

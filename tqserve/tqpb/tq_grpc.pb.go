@@ -267,7 +267,8 @@ type MetaClient interface {
 	// The client picks, then sends Claim with picked set. Nothing changes.
 	// The request is checked as a Claim's, and custom must be set
 	// (INVALID otherwise); hold_ns, replaces, batch, settle_first, picked
-	// and drop are ignored. Stale rows (see Select.stale_tag) are left out.
+	// and drop are ignored, and so is compact (its reply is whole). Stale
+	// rows (see Select.stale_tag) are left out.
 	Candidates(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*CandidatesReply, error)
 	// Claim leases ready rows of the partition to a new lease of task,
 	// until now + lease_ns by the server's clock: atomically, so that no
@@ -795,7 +796,8 @@ type MetaServer interface {
 	// The client picks, then sends Claim with picked set. Nothing changes.
 	// The request is checked as a Claim's, and custom must be set
 	// (INVALID otherwise); hold_ns, replaces, batch, settle_first, picked
-	// and drop are ignored. Stale rows (see Select.stale_tag) are left out.
+	// and drop are ignored, and so is compact (its reply is whole). Stale
+	// rows (see Select.stale_tag) are left out.
 	Candidates(context.Context, *ClaimRequest) (*CandidatesReply, error)
 	// Claim leases ready rows of the partition to a new lease of task,
 	// until now + lease_ns by the server's clock: atomically, so that no
