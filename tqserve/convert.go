@@ -451,7 +451,7 @@ func toDeliveryList(ds []metadata.Delivery, skew time.Duration, claim *metadata.
 		pd := &slab[i]
 		pd.Index, pd.State, pd.Deliveries, pd.Max = d.Index, tqpb.Delivery_State(d.State), int64(d.Deliveries), int64(d.Max)
 		pd.Reason, pd.At = d.Reason, ms.at(d.At, skew)
-		if claim != nil && d.Lease == claim.Lease && d.Holder == claim.Holder && d.Until.Equal(claim.Until) && d.Granted.Equal(claim.Granted) {
+		if claim != nil && claimOwns(claim, &d) {
 			pd.AsClaim = true
 		} else {
 			pd.Lease, pd.Holder, pd.Until, pd.Granted = d.Lease, d.Holder, ms.at(d.Until, skew), ms.at(d.Granted, skew)
@@ -620,6 +620,12 @@ func toClaimed(c *metadata.Claimed, skew time.Duration, compact bool) (*tqpb.Cla
 	return out, nil
 }
 
+// claimOwns reports whether d has claim's lease, holder, until and
+// granted: what a compact reply says once for them.
+func claimOwns(claim, d *metadata.Delivery) bool {
+	return d.Lease == claim.Lease && d.Holder == claim.Holder && d.Until.Equal(claim.Until) && d.Granted.Equal(claim.Granted)
+}
+
 // deliveryCounts is c's deliveries as ClaimReply.delivery_counts says
 // them, when it can (ok): every row's is claim's own (claim not nil),
 // leased, with no reason, and of one max.
@@ -630,8 +636,7 @@ func deliveryCounts(c *metadata.Claimed, claim *metadata.Delivery) (counts []int
 	max = int64(c.Deliveries[0].Max)
 	counts = make([]int64, len(c.Deliveries))
 	for i, d := range c.Deliveries {
-		if d.Index != c.Rows[i].Index || d.State != metadata.Leased || d.Lease != claim.Lease || d.Holder != claim.Holder ||
-			!d.Until.Equal(claim.Until) || !d.Granted.Equal(claim.Granted) || d.Reason != "" || !d.At.IsZero() || int64(d.Max) != max {
+		if d.Index != c.Rows[i].Index || d.State != metadata.Leased || !claimOwns(claim, &d) || d.Reason != "" || !d.At.IsZero() || int64(d.Max) != max {
 			return nil, 0, false
 		}
 		counts[i] = int64(d.Deliveries)

@@ -139,7 +139,7 @@ func TestCompactClaimReply(t *testing.T) {
 		c.Deliveries = append(c.Deliveries, d)
 		c.Units = append(c.Units, []int{i})
 	}
-	read := func(compact bool) (*tqpb.ClaimReply, metadata.Claimed, int) { return claimOnWire(t, &c, compact) }
+	read := func(compact bool) (*tqpb.ClaimReply, metadata.Claimed, int) { return claimOnWire(t, &c, compact, nil) }
 	whole, fromWhole, wholeSize := read(false)
 	compact, fromCompact, compactSize := read(true)
 	for i, r := range whole.GetRows() {
@@ -186,8 +186,9 @@ func TestCompactClaimReply(t *testing.T) {
 }
 
 // claimOnWire is c as a server's reply carries it (compact or whole),
-// read back by a client, and its size on the wire.
-func claimOnWire(t *testing.T, c *metadata.Claimed, compact bool) (*tqpb.ClaimReply, metadata.Claimed, int) {
+// read back by a client (remembering fields in memo, if not nil), and its
+// size on the wire.
+func claimOnWire(t *testing.T, c *metadata.Claimed, compact bool, memo *fieldMemo) (*tqpb.ClaimReply, metadata.Claimed, int) {
 	t.Helper()
 	pb, err := toClaimed(c, 0, compact)
 	if err != nil {
@@ -201,7 +202,7 @@ func claimOnWire(t *testing.T, c *metadata.Claimed, compact bool) (*tqpb.ClaimRe
 	if err := proto.Unmarshal(b, &wire); err != nil {
 		t.Fatal(err)
 	}
-	got, err := fromClaimed(&wire, 0)
+	got, err := fromClaimedWith(&wire, 0, memo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,8 +222,8 @@ func TestCompactClaimReplyCounts(t *testing.T) {
 			Lease: c.Lease, Holder: "w", Until: c.Until, Granted: at(0), Max: 5})
 		c.Units = append(c.Units, []int{i})
 	}
-	whole, fromWhole, wholeSize := claimOnWire(t, &c, false)
-	compact, fromCompact, compactSize := claimOnWire(t, &c, true)
+	whole, fromWhole, wholeSize := claimOnWire(t, &c, false, nil)
+	compact, fromCompact, compactSize := claimOnWire(t, &c, true, nil)
 	if len(whole.GetDeliveryCounts()) != 0 || len(whole.GetDeliveries()) != len(c.Rows) {
 		t.Errorf("whole reply: %d delivery counts, %d deliveries", len(whole.GetDeliveryCounts()), len(whole.GetDeliveries()))
 	}
@@ -245,7 +246,7 @@ func TestCompactClaimReplyCounts(t *testing.T) {
 	// One row with a reason (delivered before, its lease ended): the
 	// deliveries go one by one.
 	c.Deliveries[3].Reason, c.Deliveries[3].At = metadata.ReasonLeaseEnded, at(-1)
-	compact, fromCompact, _ = claimOnWire(t, &c, true)
+	compact, fromCompact, _ = claimOnWire(t, &c, true, nil)
 	if len(compact.GetDeliveryCounts()) != 0 || len(compact.GetDeliveries()) != len(c.Rows) {
 		t.Errorf("compact reply with a reason: %d delivery counts, %d deliveries", len(compact.GetDeliveryCounts()), len(compact.GetDeliveries()))
 	}
