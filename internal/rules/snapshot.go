@@ -123,7 +123,8 @@ func (p *Partition) Freeze() *Frozen {
 	b = appendPending(b, p.far)
 	b = appendRefs(b, p.garbage, true)
 	f.head = appendPending(b, p.orphans)
-	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
+	names := slices.Sorted(maps.Keys(p.tasks))
+	for _, name := range names {
 		t := p.tasks[name]
 		var ft frozenTask
 		b := msgp.AppendString(nil, name)
@@ -169,33 +170,34 @@ func (p *Partition) Freeze() *Frozen {
 		b = msgp.AppendInt64(b, p.voids[id])
 	}
 	f.voids = b
-	f.last = p.freezeLast()
+	f.last = p.freezeLast(names)
 	f.held = p.held
 	return f
 }
 
 // freezeLast encodes the snapshot's last section, but for its held rows,
 // which go between the two parts it returns; nil when the section is left
-// out.
-func (p *Partition) freezeLast() [][]byte {
+// out. names are the partition's tasks in name order.
+func (p *Partition) freezeLast(names []string) [][]byte {
 	// The capacity, the rows that hold room of it, and the group
 	// deadlines of tasks (a section a snapshot without any may leave out).
-	var dl []string // tasks whose groups have a deadline
-	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
-		if t := p.tasks[name]; t.indexed && t.sel.Group.Deadline > 0 {
+	var dl []string      // tasks whose groups have a deadline
+	var flagged []string // tasks with an open batch holding partial groups
+	var open []string    // tasks with an open batch
+	var counted []string // tasks with a count
+	for _, name := range names {
+		t := p.tasks[name]
+		if t.indexed && t.sel.Group.Deadline > 0 {
 			dl = append(dl, name)
 		}
-	}
-	var flagged []string // tasks with an open batch holding partial groups
-	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
-		if slices.ContainsFunc(p.tasks[name].batches, func(b *openBatch) bool { return b.partial != nil }) {
+		if slices.ContainsFunc(t.batches, func(b *openBatch) bool { return b.partial != nil }) {
 			flagged = append(flagged, name)
 		}
-	}
-	var open []string // tasks with an open batch
-	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
-		if len(p.tasks[name].batches) > 0 {
+		if len(t.batches) > 0 {
 			open = append(open, name)
+		}
+		if t.consumed > 0 {
+			counted = append(counted, name)
 		}
 	}
 	if p.capacity.Zero() && p.held == 0 && len(dl) == 0 && p.inserted == 0 && p.consumed == 0 && len(flagged) == 0 && len(open) == 0 && len(p.undone) == 0 && len(p.blocks) == 0 {
@@ -212,12 +214,6 @@ func (p *Partition) freezeLast() [][]byte {
 	}
 	b = msgp.AppendUint64(b, p.inserted)
 	b = msgp.AppendUint64(b, p.consumed)
-	var counted []string
-	for _, name := range slices.Sorted(maps.Keys(p.tasks)) {
-		if p.tasks[name].consumed > 0 {
-			counted = append(counted, name)
-		}
-	}
 	b = msgp.AppendArrayHeader(b, uint32(len(counted)))
 	for _, name := range counted {
 		b = msgp.AppendString(b, name)
