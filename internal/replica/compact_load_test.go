@@ -54,25 +54,29 @@ func TestCompactionUnderLoad(t *testing.T) {
 			}
 		}
 	})
-	for w := range 3 {
-		wg.Go(func() {
-			task, err := a.Task("p", fmt.Sprint("t", w%2), []string{"x"})
+	// claims loops Claim(4) on task until stop, settling each lease with
+	// rows by settle. Settles of rows deleted meanwhile may fail: what
+	// they leave is compared below, not their errors.
+	claims := func(task *tq.Task, err error, settle func(i int, l *tq.Lease, ks []string)) {
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for i := 0; time.Now().Before(stop); i++ {
+			l, err := task.Claim(ctx, 4)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			for i := 0; time.Now().Before(stop); i++ {
-				l, err := task.Claim(ctx, 4)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				ks := l.Keys()
-				if len(ks) == 0 {
-					continue
-				}
-				// Settles of rows deleted meanwhile may fail: what they
-				// leave is compared below, not their errors.
+			if ks := l.Keys(); len(ks) > 0 {
+				settle(i, l, ks)
+			}
+		}
+	}
+	for w := range 3 {
+		wg.Go(func() {
+			task, err := a.Task("p", fmt.Sprint("t", w%2), []string{"x"})
+			claims(task, err, func(i int, l *tq.Lease, ks []string) {
 				switch i % 4 {
 				case 0:
 					_ = l.Ack(ctx, ks...)
@@ -84,27 +88,18 @@ func TestCompactionUnderLoad(t *testing.T) {
 				case 3:
 					_ = l.NackErr(ctx, time.Hour, fmt.Errorf("no"), ks...)
 				}
-			}
+			})
 		})
 	}
 	for rank := range 2 {
 		// Ranks sharing batches (a batch's rows, units and takers).
 		wg.Go(func() {
 			task, err := a.Task("p", "r", []string{"x"}, tq.Ranks(2, rank, ""))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for i := 0; time.Now().Before(stop); i++ {
-				l, err := task.Claim(ctx, 4)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if ks := l.Keys(); len(ks) > 0 && i%2 == 0 {
+			claims(task, err, func(i int, l *tq.Lease, ks []string) {
+				if i%2 == 0 {
 					_ = l.Ack(ctx, ks...)
 				}
-			}
+			})
 		})
 	}
 	wg.Wait()
