@@ -50,6 +50,15 @@ import (
 // Claim(8) with the ack of the previous lease riding on it, as a tq
 // client sends it on its Calls stream, and of its compact reply. So an
 // echo costs what a claim costs in gRPC alone, with nothing decided.
+//
+// The relay and its clients set gRPC's flow control windows as a tq
+// server and its clients do (tqserve/transport.go): static, 4 MiB per
+// stream and 16 MiB per connection, so that neither side pings the other
+// after every message to measure the connection.
+const (
+	relayStreamWindow = 4 << 20
+	relayConnWindow   = 16 << 20
+)
 
 // relayLimit is the relay's name as a limit of the queue table.
 const relayLimit = "gRPC stream relay (grpc-go alone)"
@@ -217,7 +226,8 @@ func relayChild(in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer(grpc.ForceServerCodecV2(relayCodec{}))
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(relayCodec{}),
+		grpc.StaticStreamWindowSize(relayStreamWindow), grpc.StaticConnWindowSize(relayConnWindow))
 	srv.RegisterService(&relayDesc, &relayServer{})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
@@ -335,7 +345,8 @@ type relayClient struct {
 func dialRelay(ctx context.Context, addr string) (*relayClient, error) {
 	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(relayCodec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(relayCodec{})),
+		grpc.WithStaticStreamWindowSize(relayStreamWindow), grpc.WithStaticConnWindowSize(relayConnWindow))
 	if err != nil {
 		return nil, err
 	}

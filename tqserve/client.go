@@ -71,6 +71,7 @@ func open(ctx context.Context, u *url.URL) (backends.Engine, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
 		clientKeepalive(),
 	}
+	opts = append(opts, clientWindows()...)
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: creds.Info().SecurityProtocol != "insecure"}))
 	}

@@ -148,6 +148,13 @@ func (p *grpcProxy) disarm() {
 	p.mu.Unlock()
 }
 
+// seen(pingsFromClients) and seen(pingsFromServer) count the HTTP/2
+// PING frames (pings and their acks) the proxy forwarded each way.
+const (
+	pingsFromClients = "PING frames from clients"
+	pingsFromServer  = "PING frames from the server"
+)
+
 // seen is how many calls of method went through the proxy (or were
 // dropped by it).
 func (p *grpcProxy) seen(method string) int {
@@ -218,6 +225,7 @@ const (
 	h2Data         = 0x0
 	h2Headers      = 0x1
 	h2RSTStream    = 0x3
+	h2Ping         = 0x6
 	h2Continuation = 0x9
 
 	h2EndHeaders = 0x4
@@ -295,6 +303,11 @@ func (p *grpcProxy) requests(c *proxyConn) {
 		f, err := readFrame(c.client)
 		if err != nil {
 			return
+		}
+		if f.typ == h2Ping {
+			p.mu.Lock()
+			p.calls[pingsFromClients]++
+			p.mu.Unlock()
 		}
 		if f.typ == h2Data {
 			if buf, ok := calls[f.stream]; ok {
@@ -430,6 +443,11 @@ func (p *grpcProxy) replies(c *proxyConn) {
 		f, err := readFrame(c.server)
 		if err != nil {
 			return
+		}
+		if f.typ == h2Ping {
+			p.mu.Lock()
+			p.calls[pingsFromServer]++
+			p.mu.Unlock()
 		}
 		if f.stream != 0 && (f.typ == h2Headers || f.typ == h2Data || f.typ == h2RSTStream) {
 			c.mu.Lock()

@@ -239,6 +239,7 @@ func NewServer(ctx context.Context, engineURL string, opts ...ServerOption) (*Se
 		grpc.UnaryInterceptor(s.intercept),
 		grpc.StreamInterceptor(s.authorizeStream),
 	}
+	sopts = append(sopts, serverWindows()...)
 	if o.creds != nil {
 		sopts = append(sopts, grpc.Creds(o.creds))
 	}

@@ -50,6 +50,8 @@ func defineServe(fs *flag.FlagSet) action {
 		if (*cert == "") != (*key == "") {
 			return usagef("serve: -tls-cert and -tls-key go together")
 		}
+		// Before the engine opens: opening replays its partitions' logs.
+		gc := tuneGC(os.Getenv, "")
 		opts := []tqserve.ServerOption{tqserve.WithOwnership(*ownership), tqserve.WithReclaim(*reclaim)}
 		if *advertise != "" {
 			opts = append(opts, tqserve.WithAdvertise(*advertise))
@@ -128,7 +130,7 @@ func defineServe(fs *flag.FlagSet) action {
 			}
 			defer stopProfile()
 		}
-		fmt.Fprintf(s.stderr, "tq serve: serving %s on %s (pid %d)\n", s.redact(*engine), lis.Addr(), os.Getpid())
+		fmt.Fprintf(s.stderr, "tq serve: serving %s on %s (pid %d; %s)\n", s.redact(*engine), lis.Addr(), os.Getpid(), gc)
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(lis) }()
 		select {
