@@ -152,3 +152,16 @@ type Owners interface {
 	// left as it is.
 	Disown(ctx context.Context, partition, holder string) error
 }
+
+// CompactTurns is an optional interface of a Log that many processes
+// share with no server between them (redis:// opened by each): a turn to
+// compact a partition's log, so that one process encodes and sends a
+// snapshot where each would otherwise send the same one.
+type CompactTurns interface {
+	// CompactTurn makes holder the holder of partition's compaction turn
+	// for ttl (at least a millisecond) when nobody holds it or holder
+	// does (a renewal), and reports whether holder holds it after the
+	// call. A turn decides who compacts, not what the log holds: two
+	// processes that both compact leave a log that reads the same.
+	CompactTurn(ctx context.Context, partition, holder string, ttl time.Duration) (bool, error)
+}

@@ -853,7 +853,7 @@ func checkSpecKeys(t *testing.T, rc *goredis.Client, prefix string) {
 			t.Errorf("LAYOUT.md does not name %s", want)
 		}
 	}
-	partRE := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix+":{"+prefix+":") + `(.*)\}:(log|snap)$`)
+	partRE := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix+":{"+prefix+":") + `(.*)\}:(log|snap|owner|compactor)$`)
 	var all []string
 	iter := rc.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {
@@ -886,10 +886,10 @@ func checkSpecKeys(t *testing.T, rc *goredis.Client, prefix string) {
 		case partRE.MatchString(k):
 			m := partRE.FindStringSubmatch(k)
 			kind = m[2]
-			want = map[string]string{"log": "stream", "snap": "hash"}[kind]
+			want = map[string]string{"log": "stream", "snap": "hash", "owner": "string", "compactor": "string"}[kind]
 			if kind == "log" {
 				checkEntryFields(t, rc, k, doc)
-			} else {
+			} else if kind == "snap" {
 				fields, err := rc.HKeys(ctx, k).Result()
 				specMust(t, err)
 				for _, f := range fields {

@@ -17,5 +17,7 @@ func LogScripts() map[string]string {
 		"log-script:append":  logAppendLua,
 		"log-script:read":    logReadLua,
 		"log-script:compact": logCompactLua,
+		"log-script:own":     ownLua,
+		"log-script:disown":  disownLua,
 	}
 }

@@ -10,28 +10,61 @@ import (
 	"github.com/tqgo/tqgo/backends"
 )
 
-var _ backends.Owners = (*Log)(nil)
+var (
+	_ backends.Owners       = (*Log)(nil)
+	_ backends.CompactTurns = (*Log)(nil)
+)
 
 // ownLua: KEYS[1] the owner key; ARGV holder, ttl in ms, takeover prefix.
 // Returns {owner, ms left}.
-var ownScript = goredis.NewScript(`
+var ownScript = goredis.NewScript(ownLua)
+
+const ownLua = `
 local cur = redis.call('GET', KEYS[1])
 if (not cur) or cur == ARGV[1] or (ARGV[3] ~= '' and string.sub(cur, 1, #ARGV[3]) == ARGV[3]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {ARGV[1], tonumber(ARGV[2])}
 end
 return {cur, redis.call('PTTL', KEYS[1])}
-`)
+`
 
-var disownScript = goredis.NewScript(`
+var disownScript = goredis.NewScript(disownLua)
+
+const disownLua = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
-`)
+`
 
 // ownerKey is the key naming partition's owner, in its log's slot.
 func (l *Log) ownerKey(partition string) string { return l.s.partBase(partition) + ":owner" }
+
+// compactorKey is the key naming the holder of partition's compaction
+// turn, in its log's slot.
+func (l *Log) compactorKey(partition string) string { return l.s.partBase(partition) + ":compactor" }
+
+// CompactTurn implements backends.CompactTurns with the owner's script
+// on the compactor key (see LAYOUT.md): set with an expiry when free or
+// the caller's.
+func (l *Log) CompactTurn(ctx context.Context, partition, holder string, ttl time.Duration) (bool, error) {
+	ctx = l.s.traced(ctx)
+	if err := l.check(ctx); err != nil {
+		return false, err
+	}
+	if holder == "" || ttl < time.Millisecond {
+		return false, fmt.Errorf("%w: compaction turn of partition %q: holder %q, ttl %v (at least 1ms)", backends.ErrInvalid, partition, holder, ttl)
+	}
+	r, err := ownScript.Run(ctx, l.s.client, []string{l.compactorKey(partition)}, holder, ttl.Milliseconds(), "").Slice()
+	if err != nil {
+		return false, l.s.wrap(ctx, "compaction turn", err)
+	}
+	if len(r) != 2 {
+		return false, fmt.Errorf("compaction turn of partition %q: reply of %d values", partition, len(r))
+	}
+	got, _ := r[0].(string)
+	return got == holder, nil
+}
 
 // Own implements backends.Owners with one script: the owner key (see
 // LAYOUT.md) set with an expiry when free, the caller's or a former

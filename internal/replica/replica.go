@@ -59,6 +59,10 @@ type Meta struct {
 	// clock is the time this process and the log's stamps are read from.
 	sole  bool
 	clock func() time.Time
+
+	// id names this Meta as the holder of a partition's compaction turn
+	// (see compactInTurn).
+	id string
 }
 
 // Option configures a Meta.
@@ -111,6 +115,7 @@ func New(log backends.Log, data backends.Store, opts ...Option) *Meta {
 	m := &Meta{log: log, data: data, done: make(chan struct{}), parts: map[string]*part{}, compactBytes: int(defaultCompactBytes.Load()), clock: time.Now}
 	m.life, m.end = context.WithCancel(context.Background())
 	m.cells, _ = log.(backends.LogCells)
+	m.id = fmt.Sprintf("replica %016x", newID())
 	for _, o := range opts {
 		o(m)
 	}
@@ -818,10 +823,52 @@ func (m *Meta) maybeCompact(p *part) {
 	if p.compacting || p.logBytes < max(m.compactBytes, p.snapBytes) || m.closed.Load() {
 		return
 	}
+	if ct, ok := m.log.(backends.CompactTurns); ok {
+		m.compactInTurn(p, ct)
+		return
+	}
 	// Frozen under the lock, encoded in the background: the encoding of a
 	// large partition's state holds up no call.
 	m.compact(p, p.st.Freeze())
 }
+
+// compactInTurn compacts as compact does, once this process holds the
+// partition's compaction turn (backends.CompactTurns) on a log that many
+// processes share with no server between them: each counts the log's
+// growth alone,
+// all reach the same count at about the same entries, and each would
+// encode and send the same snapshot. The one that takes the turn does,
+// and keeps the turn for compactTurnFor after (each of its compactions
+// renews it): the others, refused, count afresh as if they had
+// compacted, and look again once the log has grown as much again. So
+// while one process writes and compacts, it alone sends snapshots; a
+// turn whose holder stopped or died lapses. The caller holds p.mu.
+func (m *Meta) compactInTurn(p *part, ct backends.CompactTurns) {
+	p.compacting = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.life), compactFor)
+		mine, err := ct.CompactTurn(ctx, p.name, m.id, compactTurnFor)
+		cancel()
+		p.mu.Lock()
+		if err != nil || !mine {
+			// Another process compacts (or the engine could not say: the
+			// next look comes after as much growth again).
+			p.compacting = false
+			p.logBytes = 0
+			p.mu.Unlock()
+			return
+		}
+		f, at, covered := p.st.Freeze(), p.pos, p.logBytes
+		p.mu.Unlock()
+		m.compactAt(p, f, at, covered)
+	}()
+}
+
+// compactTurnFor is how long a compaction turn lasts past its holder's
+// last compaction.
+const compactTurnFor = 10 * time.Second
 
 // compact replaces the log up to the copy's position with the snapshot of
 // f (empties it when f is nil) in the background; Close waits for it. The
@@ -837,34 +884,42 @@ func (m *Meta) compact(p *part, f *rules.Frozen) {
 		defer m.wg.Done()
 		// Close waits for it, so that the last write of a client that
 		// closes right after still leaves the log compacted (or emptied).
-		var snap []byte
-		var err, encErr error
-		if f != nil {
-			snap, encErr = f.Encode()
-		}
-		if encErr == nil {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(m.life), compactFor)
-			err = m.log.Compact(ctx, p.name, at, snap)
-			cancel()
-		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.compacting = false
-		switch {
-		case encErr != nil:
-			// A state that does not encode now will not at the next
-			// write either: try again once the log has grown as much
-			// again, not at every write (each a freeze).
-			p.logBytes = max(p.logBytes-covered, 0)
-			err = encErr
-		case err == nil:
-			// What was applied meanwhile is the log after the snapshot.
-			p.logBytes, p.snapBytes = max(p.logBytes-covered, 0), len(snap)
-		}
-		if err == nil && p.pos != at {
-			m.maybeCompact(p) // grown or emptied again past at
-		}
+		m.compactAt(p, f, at, covered)
 	}()
+}
+
+// compactAt encodes f, the state at the log's position at, when covered
+// bytes of log had been applied since the last snapshot, and compacts the
+// log there with it (empties it when f is nil); then it clears
+// p.compacting. The caller runs it in the background, not holding p.mu.
+func (m *Meta) compactAt(p *part, f *rules.Frozen, at backends.Pos, covered int) {
+	var snap []byte
+	var err, encErr error
+	if f != nil {
+		snap, encErr = f.Encode()
+	}
+	if encErr == nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.life), compactFor)
+		err = m.log.Compact(ctx, p.name, at, snap)
+		cancel()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.compacting = false
+	switch {
+	case encErr != nil:
+		// A state that does not encode now will not at the next write
+		// either: try again once the log has grown as much again, not at
+		// every write (each a freeze).
+		p.logBytes = max(p.logBytes-covered, 0)
+		err = encErr
+	case err == nil:
+		// What was applied meanwhile is the log after the snapshot.
+		p.logBytes, p.snapBytes = max(p.logBytes-covered, 0), len(snap)
+	}
+	if err == nil && p.pos != at {
+		m.maybeCompact(p) // grown or emptied again past at
+	}
 }
 
 // Close implements metadata.MetaStore: waiting calls return ErrClosed, the

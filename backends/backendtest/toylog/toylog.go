@@ -1,7 +1,8 @@
 // Package toylog is a toy shared engine for tests: a Server value holds
 // cells (a toykv map behind a mutex) and, per partition, a log, and hands
 // out clients that reach it as processes reach a shared server. A client
-// is a backends.Store (backends.FromKV) and a backends.Log; closing a
+// is a backends.Store (backends.FromKV) and a backends.Log (with
+// backends.CompactTurns, a turn ending in real time); closing a
 // client closes it alone. The server stamps entries with a clock the test
 // gives, so a test can move time. A Read that waits blocks on a channel
 // the next change to its partition closes.
@@ -11,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,6 +33,14 @@ type Server struct {
 	logs  map[string]*partlog.Log
 	next  uint64                   // the next global index to hand out
 	wakes map[string]chan struct{} // closed at the partition's next change (kept when a wait ends)
+	// turns are the partitions' compaction turns (backends.CompactTurns):
+	// their holders, each till its end (real time, not clock's).
+	turns map[string]turn
+}
+
+type turn struct {
+	holder string
+	until  time.Time
 }
 
 // NewServer returns an empty server whose entries are stamped with
@@ -39,7 +49,8 @@ func NewServer(clock func() time.Time) *Server {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Server{clock: clock, cells: toykv.New(), logs: map[string]*partlog.Log{}, next: 1, wakes: map[string]chan struct{}{}}
+	return &Server{clock: clock, cells: toykv.New(), logs: map[string]*partlog.Log{}, next: 1, wakes: map[string]chan struct{}{},
+		turns: map[string]turn{}}
 }
 
 // Engine is one client of a Server: its cells and its logs.
@@ -100,7 +111,10 @@ type client struct {
 	done chan struct{} // closed by Close
 }
 
-var _ backends.Log = (*client)(nil)
+var (
+	_ backends.Log          = (*client)(nil)
+	_ backends.CompactTurns = (*client)(nil)
+)
 
 func (c *client) check(ctx context.Context) error {
 	select {
@@ -202,6 +216,25 @@ func (c *client) Partitions(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
+}
+
+// CompactTurn implements backends.CompactTurns.
+func (c *client) CompactTurn(ctx context.Context, partition, holder string, ttl time.Duration) (bool, error) {
+	if err := c.check(ctx); err != nil {
+		return false, err
+	}
+	if holder == "" || ttl < time.Millisecond {
+		return false, fmt.Errorf("%w: compaction turn of %q: holder %q, ttl %v (at least 1ms)", backends.ErrInvalid, partition, holder, ttl)
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if t, held := s.turns[partition]; held && t.holder != holder && now.Before(t.until) {
+		return false, nil
+	}
+	s.turns[partition] = turn{holder: holder, until: now.Add(ttl)}
+	return true, nil
 }
 
 func (c *client) Close() error {
