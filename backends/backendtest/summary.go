@@ -9,7 +9,8 @@ import (
 
 // testSummary: metadata.Summarize gives what the View's Summary gives (a
 // Summarizer computes it where the rows are, with the same code), and
-// counts rows by state, lease and missing field.
+// counts rows by state, lease and missing field, and by a task's fields
+// with counts alone (a status).
 func testSummary(x *qt) {
 	p := x.part("summary")
 	rs := x.rows(p, "r", 6, "a")
@@ -39,6 +40,7 @@ func testSummary(x *qt) {
 		{Tasks: []string{"t"}, Fields: []string{"a", "b"}, Counts: true, Progress: true},
 		{Tasks: []string{"t", "u"}, Version: "i"},
 		{Tasks: []string{"u", "never"}, Counts: true},
+		{Tasks: []string{"t", "never"}, Fields: []string{"a", "b"}, Counts: true},
 	}
 	sums := make([]metadata.Summary, len(reqs))
 	for i, rq := range reqs {
@@ -79,5 +81,9 @@ func testSummary(x *qt) {
 	}
 	if n, ok := sums[4].Tasks["never"]; !ok || n.Ready != 8 {
 		x.t.Errorf("a named task with no state: %+v (listed %v), want every row ready", n, ok)
+	}
+	// A status: counts by a task's fields, with no digest of the rows.
+	if t, n := sums[5].Tasks["t"], sums[5].Tasks["never"]; t.Ready != 2 || t.Waiting != 1 || t.Leased != 2 || n.Ready != 2 || n.Waiting != 6 {
+		x.t.Errorf("tasks t and never waiting for a and b, counts alone: %+v, %+v; want t 2 ready, 1 waiting, 2 leased, never 2 ready, 6 waiting", t, n)
 	}
 }

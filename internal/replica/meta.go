@@ -551,12 +551,14 @@ func (m *Meta) View(ctx context.Context, partition string, tasks ...string) (met
 	return v, nil
 }
 
-// Summarize implements metadata.Summarizer. A summary of counts alone
-// (rules.CountsOnly) is the state's own (rules.Partition.Summary), from
-// counts it keeps: it costs the partition's tasks and leases, not its
-// rows. Any other is counted from a view of what it reads, so that one of
-// counters alone passes over no row (and is counted under the partition's
-// lock; a pass over the rows is made after it, on a copy of the list).
+// Summarize implements metadata.Summarizer. A summary of counts, by the
+// fields its tasks wait for or not, with no Progress (rules.CountsOnly:
+// a status) is the state's own (rules.Partition.Summary), from counts it
+// keeps: it costs the partition's tasks, leases and sets of fields, not
+// its rows. Any other is counted from a view of what it reads, so that
+// one of counters alone passes over no row (and is counted under the
+// partition's lock; a pass over the rows is made after it, on a copy of
+// the list).
 func (m *Meta) Summarize(ctx context.Context, partition string, req metadata.SummaryRequest) (metadata.Summary, error) {
 	if err := req.Check(); err != nil {
 		return metadata.Summary{}, err

@@ -183,7 +183,8 @@ func checkSummary(t *testing.T, p *Partition, at int64, req metadata.SummaryRequ
 
 // A row prepared before rows committed at the same time, committed after
 // a look passed over some of them, is ready: the next look finds it, the
-// rows it passed over not ready since.
+// rows it passed over not ready since; with the task's fields named or
+// not.
 func TestSummaryRowCommittedLate(t *testing.T) {
 	l := &logged{p: New()}
 	const now = 1_000_000
@@ -209,16 +210,21 @@ func TestSummaryRowCommittedLate(t *testing.T) {
 		t.Fatalf("claim: %+v", c)
 	}
 	req := metadata.SummaryRequest{Tasks: []string{"t"}, Counts: true}
-	if s := checkSummary(t, l.p, now, req, "b leased").Tasks["t"]; s.Ready != 1 || s.OldestReady.IsZero() {
-		t.Fatalf("b leased: %+v, want d ready", s)
+	byFields := metadata.SummaryRequest{Tasks: []string{"t"}, Fields: []string{"f"}, Counts: true}
+	for _, req := range []metadata.SummaryRequest{req, byFields} {
+		if s := checkSummary(t, l.p, now, req, "b leased").Tasks["t"]; s.Ready != 1 || s.OldestReady.IsZero() {
+			t.Fatalf("b leased: %+v, want d ready", s)
+		}
 	}
 	commit(0, "a")
 	d := r.Reservations[2].Index
 	if r, _ := l.at(t, now, SettleRecord(&SettleArgs{Task: "t", Op: metadata.Drop, Indexes: []uint64{d}})); r.Err != nil || len(r.Settled.Lost) > 0 {
 		t.Fatalf("drop d: %+v", r)
 	}
-	if s := checkSummary(t, l.p, now, req, "a committed").Tasks["t"]; s.Ready != 1 || s.OldestReady.IsZero() {
-		t.Fatalf("a committed: %+v, want it ready", s)
+	for _, req := range []metadata.SummaryRequest{req, byFields} {
+		if s := checkSummary(t, l.p, now, req, "a committed").Tasks["t"]; s.Ready != 1 || s.OldestReady.IsZero() {
+			t.Fatalf("a committed: %+v, want it ready", s)
+		}
 	}
 }
 
@@ -231,7 +237,10 @@ func TestCountsOnly(t *testing.T) {
 		{metadata.SummaryRequest{Counts: true}, true},
 		{metadata.SummaryRequest{Counts: true, Tasks: []string{"t"}, Version: "v"}, true},
 		{metadata.SummaryRequest{}, false},
-		{metadata.SummaryRequest{Counts: true, Fields: []string{"f"}}, false},
+		{metadata.SummaryRequest{Counts: true, Fields: []string{"f"}}, true},
+		{metadata.SummaryRequest{Counts: true, Tasks: []string{"t"}, Fields: []string{"f", "g"}, Version: "v"}, true},
+		{metadata.SummaryRequest{Fields: []string{"f"}}, false},
+		{metadata.SummaryRequest{Counts: true, Fields: []string{"f"}, Progress: true}, false},
 		{metadata.SummaryRequest{Counts: true, Progress: true}, false},
 	} {
 		if got := CountsOnly(&c.req); got != c.want {
@@ -241,7 +250,12 @@ func TestCountsOnly(t *testing.T) {
 }
 
 // BenchmarkSummary: a counts-only Summary of a GRPO-shaped partition (see
-// heldRows), the first (which builds the index) and the next ones.
+// heldRows), the first (which builds the index) and the next ones; and a
+// task's status (its fields named: Task.Status) of a task that acked half
+// the rows (reward) and of one holding a quarter under leases (train), by
+// Summary and, for comparison, by what a store's slow path counts: the
+// View (viewOf, its rows copied as metadata.SummaryHeld does) and its
+// Summary.
 func BenchmarkSummary(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		p := heldRows(b, n)
@@ -260,6 +274,27 @@ func BenchmarkSummary(b *testing.B) {
 				p.Summary(p.Now(), req)
 			}
 		})
+	}
+	for _, n := range []int{1_000, 100_000} {
+		p := heldRows(b, n)
+		p.Summary(p.Now(), metadata.SummaryRequest{Counts: true})
+		for _, task := range []string{"reward", "train"} {
+			req := metadata.SummaryRequest{Tasks: []string{task}, Fields: []string{"rewards"}, Counts: true}
+			b.Run(fmt.Sprintf("rows=%d/status/%s/summary", n, task), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					p.Summary(p.Now(), req)
+				}
+			})
+			b.Run(fmt.Sprintf("rows=%d/status/%s/view", n, task), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					v := viewOf(p, p.Now(), req.Tasks)
+					v.Rows = slices.Clone(v.Rows)
+					v.Summary(req)
+				}
+			})
+		}
 	}
 }
 
