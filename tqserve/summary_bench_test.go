@@ -9,8 +9,8 @@ import (
 	"github.com/tqgo/tqgo/tq"
 )
 
-// BenchmarkSummary: a Status, a paced producer's look and a rate
-// limiter's look through a
+// BenchmarkSummary: a Status, a task's status, a paced producer's look
+// and a rate limiter's look through a
 // server at partition sizes, by Summary and, for comparison, by View (the
 // client counting every row it is sent), over a memory engine (the rules
 // in the server's memory store) and a file one (the rules replayed from
@@ -56,6 +56,23 @@ func benchSummary(b *testing.B, engine string, n int) {
 				st, err := c.Status(b.Context(), part)
 				if err != nil || st.Rows != n {
 					b.Fatalf("status: %+v, %v", st, err)
+				}
+			}
+		})
+		// A task's status: its rows counted by its fields.
+		b.Run(fmt.Sprintf("%s/rows=%d/TaskStatus/%s", engine, n, how), func(b *testing.B) {
+			task, err := c.Task(part, "train", []string{"x"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := task.Status(b.Context()); err != nil { // the first builds what the next read
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				st, err := task.Status(b.Context())
+				if err != nil || st.Ready+st.Leased != n {
+					b.Fatalf("task status: %+v, %v", st, err)
 				}
 			}
 		})
