@@ -15,7 +15,7 @@ import (
 // TestSummaryMatchesViewExt: TestSummaryMatchesView's histories with custom
 // claims (drops), stale claims (park, drop), rank batches, standing claims
 // (served, replaced, unwaited), end-batch, replays, capacity clears on ack,
-// and looks at times before earlier looks.
+// and looks at times before earlier looks; asked with fields too.
 func TestSummaryMatchesViewExt(t *testing.T) {
 	seeds := uint64(80) // 300 and 250 steps, and 400 of 120, passed when it was written
 	const steps = 250
@@ -193,6 +193,10 @@ func TestSummaryMatchesViewExt(t *testing.T) {
 					req.Version = "v"
 				}
 				w := checkSummary(t, l.p, at, req, fmt.Sprintf("seed %d step %d", seed, step))
+				if rng.IntN(2) == 0 { // a status by fields
+					req.Fields = [][]string{{"f"}, {"g"}, {"g", "f"}}[rng.IntN(3)]
+					checkSummary(t, l.p, at, req, fmt.Sprintf("seed %d step %d, fields %v", seed, step, req.Fields))
+				}
 				for name, s := range w.Tasks {
 					if s.Leased > 0 {
 						seen[name+" leased"]++
