@@ -41,6 +41,13 @@ func TestCompactionUnderLoad(t *testing.T) {
 				return
 			}
 			switch i % 3 {
+			case 2:
+				// A field added to rows: they change their set of
+				// fields (the counts a task's status reads keep them).
+				if err := a.BatchPut(ctx, "p", keys(40, "base-")[i%8*5:i%8*5+2], tq.Batch{"y": tq.Stacked(make([]int64, 2))}, nil); err != nil {
+					t.Error(err)
+					return
+				}
 			case 0:
 				if err := a.Clear(ctx, "p", fresh[:3]); err != nil {
 					t.Error(err)
@@ -91,6 +98,29 @@ func TestCompactionUnderLoad(t *testing.T) {
 			})
 		})
 	}
+	// Tasks' statuses, counted by their fields from the counts the
+	// partition keeps (under its lock, while snapshots are encoded off
+	// it): a task that claims and one with no state.
+	wg.Go(func() {
+		var tasks []*tq.Task
+		for _, tf := range []struct {
+			name   string
+			fields []string
+		}{{"t0", []string{"x"}}, {"s", []string{"x", "y"}}} {
+			task, err := a.Task("p", tf.name, tf.fields)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			tasks = append(tasks, task)
+		}
+		for i := 0; time.Now().Before(stop); i++ {
+			if _, err := tasks[i%2].Status(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
 	for rank := range 2 {
 		// Ranks sharing batches (a batch's rows, units and takers).
 		wg.Go(func() {
@@ -151,5 +181,31 @@ func TestCompactionUnderLoad(t *testing.T) {
 	}
 	if got, want := status(b), status(a); !reflect.DeepEqual(got, want) {
 		t.Errorf("a new process sees tasks\n%+v\nthe writer\n%+v", got, want)
+	}
+	// Each task's own status, by its fields.
+	for _, tf := range []struct {
+		name   string
+		fields []string
+	}{{"t0", []string{"x"}}, {"t1", []string{"x"}}, {"r", []string{"x"}}, {"s", []string{"x", "y"}}} {
+		var sts [2]tq.TaskStatus
+		for i, c := range []*tq.Client{a, b} {
+			task, err := c.Task("p", tf.name, tf.fields)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sts[i], err = task.Status(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for j := range sts[i].Leases {
+				sts[i].Leases[j].Until, sts[i].Leases[j].Granted = time.Time{}, time.Time{}
+			}
+			if sts[i].LastDead != nil {
+				sts[i].LastDead.At = time.Time{}
+			}
+			sts[i].OldestReady = time.Time{}
+		}
+		if !reflect.DeepEqual(sts[1], sts[0]) {
+			t.Errorf("task %s by %v: a new process sees\n%+v\nthe writer\n%+v", tf.name, tf.fields, sts[1], sts[0])
+		}
 	}
 }
