@@ -94,3 +94,49 @@ func TestTuneGC(t *testing.T) {
 		t.Errorf("tuneGC said %q, want the operator's values named as set", said)
 	}
 }
+
+// A process in a cgroup below the hierarchy's root (a systemd service with
+// MemoryMax=, a container sharing the host's cgroup namespace) has its
+// limit in its own cgroup's directory, named by /proc/self/cgroup, or in
+// an ancestor's; the root's has none (v2) or no limit (v1).
+func TestMemoryForNestedCgroup(t *testing.T) {
+	const noLimitV1 = "9223372036854771712\n"
+	for _, c := range []struct {
+		name   string
+		cgroup map[string]string
+		want   int64
+		from   string
+	}{
+		{"v2 service", map[string]string{
+			"proc/self/cgroup":                                 "0::/system.slice/tq.service\n",
+			"sys/fs/cgroup/system.slice/memory.max":            "max\n",
+			"sys/fs/cgroup/system.slice/tq.service/memory.max": "4194304\n",
+		}, 4 << 20, "the cgroup's limit"},
+		{"v2 parent's limit", map[string]string{
+			"proc/self/cgroup":             "0::/a/b\n",
+			"sys/fs/cgroup/a/memory.max":   "4194304\n",
+			"sys/fs/cgroup/a/b/memory.max": "max\n",
+		}, 4 << 20, "the cgroup's limit"},
+		{"v1 nested", map[string]string{
+			"proc/self/cgroup":                                         "9:name=systemd:/\n4:memory:/process_api/x\n1:cpu:/\n0::/\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":               noLimitV1,
+			"sys/fs/cgroup/memory/process_api/memory.limit_in_bytes":   noLimitV1,
+			"sys/fs/cgroup/memory/process_api/x/memory.limit_in_bytes": "8388608\n",
+		}, 8 << 20, "the cgroup's limit"},
+		{"v1 container (its cgroup mounted as the root)", map[string]string{
+			"proc/self/cgroup":                           "4:memory:/docker/abc\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes": "8388608\n",
+		}, 8 << 20, "the cgroup's limit"},
+		{"v2 nested, no limit", map[string]string{
+			"proc/self/cgroup":                    "0::/user.slice/session-1.scope\n",
+			"sys/fs/cgroup/user.slice/memory.max": "max\n",
+		}, 16 << 20, "the machine's memory"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, from := memoryFor(fakeRoot(t, "16384", c.cgroup))
+			if got != c.want || from != c.from {
+				t.Fatalf("memoryFor = %d, %q; want %d, %q", got, from, c.want, c.from)
+			}
+		})
+	}
+}
