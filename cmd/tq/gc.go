@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -67,18 +69,60 @@ func memoryFor(root string) (int64, string) {
 		}
 		_ = f.Close()
 	}
-	for _, c := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		b, err := os.ReadFile(root + c)
+	limit := int64(0)
+	for _, c := range cgroupLimitFiles(root) {
+		b, err := os.ReadFile(c)
 		if err != nil {
 			continue
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		if err == nil && n > 0 && (total == 0 || n < total) {
-			return n, "the cgroup's limit"
+		if err == nil && n > 0 && (limit == 0 || n < limit) {
+			limit = n
 		}
+	}
+	if limit > 0 && (total == 0 || limit < total) {
+		return limit, "the cgroup's limit"
 	}
 	if total > 0 {
 		return total, "the machine's memory"
 	}
 	return 0, ""
+}
+
+// cgroupLimitFiles are the files under root that may bound the process's
+// memory: for cgroup v2 (memory.max) and v1 (memory.limit_in_bytes), its
+// own cgroup's, as /proc/self/cgroup names it, and every ancestor's up to
+// the hierarchy's mount, whose least limit is the one that holds. A
+// process in a sub-cgroup of the host's hierarchy (a systemd service's
+// MemoryMax=) finds its limit in its own directory, not the root's; one in
+// a container whose cgroup is mounted as the root (a cgroup namespace,
+// v1's bind mount) finds it at the mount, where its path ends.
+func cgroupLimitFiles(root string) []string {
+	v2, v1 := "/", "/"
+	if b, err := os.ReadFile(root + "/proc/self/cgroup"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			id, rest, ok := strings.Cut(line, ":")
+			ctrls, p, ok2 := strings.Cut(rest, ":")
+			switch {
+			case !ok || !ok2:
+			case id == "0" && ctrls == "":
+				v2 = p
+			case slices.Contains(strings.Split(ctrls, ","), "memory"):
+				v1 = p
+			}
+		}
+	}
+	var files []string
+	for _, h := range []struct{ mount, cgroup, file string }{
+		{"/sys/fs/cgroup", v2, "memory.max"},
+		{"/sys/fs/cgroup/memory", v1, "memory.limit_in_bytes"},
+	} {
+		for p := path.Clean("/" + h.cgroup); ; p = path.Dir(p) {
+			files = append(files, root+path.Join(h.mount, p, h.file))
+			if p == "/" {
+				break
+			}
+		}
+	}
+	return files
 }
