@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tqgo/tqgo/backends"
+	"github.com/tqgo/tqgo/tq"
 )
 
 // Cells of tens of MiB, larger than a stream's flow control window and
@@ -51,4 +52,30 @@ func TestBigCellsThroughServer(t *testing.T) {
 		t.Error(err)
 	}
 	t.Logf("%d cells of %d MiB written and read in %v", n, size>>20, time.Since(start))
+}
+
+// A put whose cells add up to more than a server's largest request (64
+// MiB by default), through a server over file:// that carries them, is
+// written as on file:// itself, and read back whole: the client sends
+// the cells in requests the server takes.
+func TestBatchPastMaxMessageThroughServer(t *testing.T) {
+	s := startServer(t, "file://"+t.TempDir()+"?sync=never")
+	c := openClient(t, s.URL)
+	const rows, size = 4, 24 << 20 // 96 MiB in all
+	data := make([]byte, rows*size)
+	for i := range data {
+		data[i] = byte(i / size * 7)
+	}
+	keys := []string{"a", "b", "c", "d"}
+	if err := c.BatchPut(t.Context(), "p", keys, tq.Batch{"x": tq.Stacked(data, rows, size)}, nil); err != nil {
+		t.Fatalf("put of %d rows of %d MiB: %v", rows, size>>20, err)
+	}
+	got, err := c.BatchGet(t.Context(), "p", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensor, ok := got["x"].Tensor()
+	if !ok || !bytes.Equal(tensor.Data, data) {
+		t.Fatalf("read back %d bytes (stacked %v), want the %d written", len(tensor.Data), ok, len(data))
+	}
 }
