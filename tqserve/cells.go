@@ -86,13 +86,32 @@ func (s *remoteCells) fail(ctx context.Context, op string, err error) error {
 	return fromStatus(ctx, op, read, 0, err)
 }
 
+// writeRequestBytes bounds the cell bytes of one Write request: the
+// cells of a put go in requests of about this much (a larger cell alone),
+// well under a server's limit on a request (WithMaxMessage, 64 MiB by
+// default), which one chunk of a large put's cells would pass.
+const writeRequestBytes = 16 << 20
+
 func (s *remoteCells) Write(ctx context.Context, cells []backends.Cell) error {
 	if err := s.check("write cells"); err != nil {
 		return err
 	}
-	if len(cells) == 0 {
-		return nil
+	for len(cells) > 0 {
+		n, size := 0, 0
+		for n < len(cells) && (n == 0 || size+len(cells[n].Key)+len(cells[n].Head)+len(cells[n].Body) <= writeRequestBytes) {
+			size += len(cells[n].Key) + len(cells[n].Head) + len(cells[n].Body)
+			n++
+		}
+		if err := s.write(ctx, cells[:n]); err != nil {
+			return err
+		}
+		cells = cells[n:]
 	}
+	return nil
+}
+
+// write writes cells in one request.
+func (s *remoteCells) write(ctx context.Context, cells []backends.Cell) error {
 	req := &tqpb.WriteCellsRequest{Cells: make([]*tqpb.Cell, len(cells))}
 	for i, c := range cells {
 		v := c.Body
