@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tqgo/tqgo/backends"
 	"github.com/tqgo/tqgo/backends/backendtest/toylog"
@@ -94,5 +95,61 @@ func TestCompactionTakesTurns(t *testing.T) {
 	t.Logf("snapshots sent: %d without turns, %d in turn", alone, inTurn)
 	if inTurn < 1 || inTurn*2 > alone {
 		t.Fatalf("%d snapshots sent in turn, %d without turns: want at least 1, and at most half", inTurn, alone)
+	}
+}
+
+// slowTurns is a log whose compaction turns take a while to answer (a
+// loaded Redis).
+type slowTurns struct {
+	backends.Log
+	ct    backends.CompactTurns
+	delay time.Duration
+}
+
+func (l slowTurns) CompactTurn(ctx context.Context, partition, holder string, ttl time.Duration) (bool, error) {
+	time.Sleep(l.delay)
+	return l.ct.CompactTurn(ctx, partition, holder, ttl)
+}
+
+// A partition that empties while this process waits for a compaction
+// turn still has its log emptied, whether the turn is another's (refused)
+// or free (taken, with nothing left to snapshot): the emptying that came
+// due while the turn was being asked for is not passed over.
+func TestEmptiedWhileTurnAsked(t *testing.T) {
+	for _, held := range []bool{true, false} {
+		t.Run(fmt.Sprintf("held by another %v", held), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := toylog.NewServer(nil)
+			if held {
+				if ok, err := srv.Engine().Log.(backends.CompactTurns).CompactTurn(ctx, "gone", "another process", time.Minute); err != nil || !ok {
+					t.Fatalf("the other process's turn: %v, %v", ok, err)
+				}
+			}
+			a := client(t, srv, func(l backends.Log) backends.Log {
+				return slowTurns{Log: l, ct: l.(backends.CompactTurns), delay: 1500 * time.Millisecond}
+			}, replica.CompactAfter(1))
+			put(t, a, "gone", "a", "b") // past the count: asks for the turn
+			if err := a.ClearPartition(ctx, "gone"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Reclaim(ctx, "gone", 0); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				names, err := srv.Engine().Log.Partitions(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(names) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("logs left after the partition emptied: %v", names)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
 }
