@@ -852,11 +852,17 @@ func (m *Meta) compactInTurn(p *part, ct backends.CompactTurns) {
 		mine, err := ct.CompactTurn(ctx, p.name, m.id, compactTurnFor)
 		cancel()
 		p.mu.Lock()
-		if err != nil || !mine {
+		if _, empty := p.st.EmptyFrom(); err != nil || !mine || empty {
 			// Another process compacts (or the engine could not say: the
-			// next look comes after as much growth again).
+			// next look comes after as much growth again), or the state
+			// emptied meanwhile, which is no snapshot's: the emptying
+			// that came due while the turn was asked for passed over the
+			// partition compacting, so it is armed again.
 			p.compacting = false
 			p.logBytes = 0
+			if empty {
+				m.maybeCompact(p)
+			}
 			p.mu.Unlock()
 			return
 		}
