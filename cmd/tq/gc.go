@@ -29,7 +29,7 @@ const (
 // tuneGC sets the collector for a tq server as above, where getenv does
 // not give GOGC or GOMEMLIMIT, reading the memory the process may use
 // from the files under root ("/" but in tests); it returns what it chose,
-// for the line that says the server is serving.
+// for the line the server writes before it says it is serving.
 func tuneGC(getenv func(string) string, root string) string {
 	var said []string
 	if getenv("GOGC") == "" {

@@ -140,3 +140,12 @@ func TestMemoryForNestedCgroup(t *testing.T) {
 		})
 	}
 }
+
+// tq serve says how it set the collector, before it says it serves; an
+// operator's GOGC is kept and said to be theirs.
+func TestServeSaysCollector(t *testing.T) {
+	t.Setenv("GOGC", "150")
+	_, lines := childProc(t, "TQ_SERVE_CHILD", []string{"serve", "-engine", "memory://gc-line", "-listen", freePort(t)})
+	waitLine(t, lines, "tq serve: garbage collector: GOGC=150 (set)")
+	waitLine(t, lines, "tq serve: serving memory://gc-line")
+}

@@ -130,7 +130,8 @@ func defineServe(fs *flag.FlagSet) action {
 			}
 			defer stopProfile()
 		}
-		fmt.Fprintf(s.stderr, "tq serve: serving %s on %s (pid %d; %s)\n", s.redact(*engine), lis.Addr(), os.Getpid(), gc)
+		fmt.Fprintf(s.stderr, "tq serve: garbage collector: %s\n", gc)
+		fmt.Fprintf(s.stderr, "tq serve: serving %s on %s (pid %d)\n", s.redact(*engine), lis.Addr(), os.Getpid())
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(lis) }()
 		select {
