@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -29,7 +30,9 @@ func handBackCases() []testCase {
 // ended, returns them instead, each delivered once.)
 func handBackWaitEndsAsFilled(t *testing.T, e Engine) {
 	c, other := e.Open(t), e.Open(t)
-	p := "handback-wait"
+	// A name of its own: the hooks below are the process's, and the same
+	// test may run on another engine at the same time.
+	p := fmt.Sprintf("handback-wait-%x", rand.Uint64())
 	opts := []tq.TaskOption{tq.MaxDeliveries(1), tq.LeaseFor(time.Minute)}
 	task := mustTask(t, c, p, "w", []string{"a"}, opts...)
 	taker := mustTask(t, other, p, "w", []string{"a"}, opts...)
