@@ -136,20 +136,7 @@ func TestEmptiedWhileTurnAsked(t *testing.T) {
 			if _, err := a.Reclaim(ctx, "gone", 0); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				names, err := srv.Engine().Log.Partitions(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(names) == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("logs left after the partition emptied: %v", names)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitNoLogs(t, srv)
 		})
 	}
 }

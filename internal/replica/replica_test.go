@@ -123,6 +123,25 @@ func TestCompaction(t *testing.T) {
 	}
 }
 
+// waitNoLogs waits up to 5 s for srv to list no partition's log.
+func waitNoLogs(t *testing.T, srv *toylog.Server) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		names, err := srv.Engine().Log.Partitions(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(names) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("logs left after the partition emptied: %v", names)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // A partition cleared and reclaimed leaves no log behind.
 func TestEmptyLogDeleted(t *testing.T) {
 	ctx := context.Background()
@@ -135,20 +154,7 @@ func TestEmptyLogDeleted(t *testing.T) {
 	if _, err := a.Reclaim(ctx, "gone", 0); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		names, err := srv.Engine().Log.Partitions(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(names) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("logs left after the partition emptied: %v", names)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitNoLogs(t, srv)
 	put(t, a, "gone", "c") // a new log
 	rows, err := client(t, srv, nil).List(ctx, "gone")
 	if err != nil || len(rows.Rows) != 1 || rows.Rows[0].Key != "c" {

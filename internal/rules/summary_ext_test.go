@@ -151,15 +151,7 @@ func TestSummaryMatchesViewExt(t *testing.T) {
 					t.Fatal(r.Err)
 				}
 			case op == 14:
-				var idx []uint64
-				if rng.IntN(2) == 0 {
-					for _, row := range l.p.List() {
-						if rng.IntN(2) == 0 {
-							idx = append(idx, row.Index)
-						}
-					}
-				}
-				if r := apply(ResetRecord(tasks[rng.IntN(len(tasks))], idx)); r.Err != nil {
+				if r := apply(randomResetRecord(rng, l.p, tasks)); r.Err != nil {
 					t.Fatal(r.Err)
 				}
 			case op == 15 && rng.IntN(3) == 0:

@@ -120,15 +120,7 @@ func TestSummaryFieldsMatchesView(t *testing.T) {
 					t.Fatal(r.Err)
 				}
 			case op == 15: // reset a task, or some of its rows
-				var idx []uint64
-				if rng.IntN(2) == 0 {
-					for _, row := range l.p.List() {
-						if rng.IntN(2) == 0 {
-							idx = append(idx, row.Index)
-						}
-					}
-				}
-				if r := apply(ResetRecord(tasks[rng.IntN(len(tasks))], idx)); r.Err != nil {
+				if r := apply(randomResetRecord(rng, l.p, tasks)); r.Err != nil {
 					t.Fatal(r.Err)
 				}
 			case op == 16: // a snapshot restored, compared first
@@ -222,39 +214,10 @@ func roundTrip(t *testing.T, p *Partition) *Partition {
 	return q
 }
 
-// randomFieldsPut prepares one to four rows of keys p0..2/k0..nkeys-1 with
-// a set of fields of a, b and c (one of them or more) in l's partition at
-// now, and returns the record that commits them (a tag v each) and keys
-// with theirs added.
+// randomFieldsPut is randomPutOf of one to four rows with a set of
+// fields of a, b and c (one of them or more).
 func randomFieldsPut(t *testing.T, rng *rand.Rand, l *logged, now int64, keys []string, nkeys int) ([]byte, []string) {
 	t.Helper()
-	var ks []string
-	for range 1 + rng.IntN(4) {
-		k := fmt.Sprintf("p%d/k%d", rng.IntN(3), rng.IntN(nkeys))
-		if !slices.Contains(ks, k) {
-			ks = append(ks, k)
-		}
-	}
-	fields := [][]string{{"a"}, {"b"}, {"c"}, {"a", "b"}, {"a", "c"}, {"b", "c"}, {"a", "b", "c"}}[rng.IntN(7)]
-	r, _ := l.at(t, now, PrepareRecord(ks, fields, nil, len(ks)))
-	if r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	ups := make([]metadata.RowUpdate, len(ks))
-	for i, k := range ks {
-		fs := map[string]metadata.FieldInfo{}
-		for _, f := range fields {
-			fs[f] = metadata.FieldInfo{Gen: r.Reservations[i].Gens[f]}
-		}
-		ups[i] = metadata.RowUpdate{Key: k, Index: r.Reservations[i].Index, Fields: fs,
-			Tag: map[string]any{"v": int64(rng.IntN(4))}}
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	rec, err := CommitRecord(ups)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec, keys
+	return randomPutOf(t, rng, l, now, keys, nkeys, 4,
+		[][]string{{"a"}, {"b"}, {"c"}, {"a", "b"}, {"a", "c"}, {"b", "c"}, {"a", "b", "c"}})
 }

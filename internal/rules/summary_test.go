@@ -298,19 +298,40 @@ func BenchmarkSummary(b *testing.B) {
 	}
 }
 
-// randomPut prepares one to three rows of keys p0..2/k0..nkeys-1 with one
-// or two fields in l's partition at now, and returns the record that
-// commits them (a tag v each) and keys with theirs added.
+// randomPut is randomPutOf of one to three rows with one or two fields
+// of f and g.
 func randomPut(t *testing.T, rng *rand.Rand, l *logged, now int64, keys []string, nkeys int) ([]byte, []string) {
 	t.Helper()
+	return randomPutOf(t, rng, l, now, keys, nkeys, 3, [][]string{{"f"}, {"g"}, {"f", "g"}})
+}
+
+// randomResetRecord resets one of tasks: whole, or some of p's rows,
+// picked by rng.
+func randomResetRecord(rng *rand.Rand, p *Partition, tasks []string) []byte {
+	var idx []uint64
+	if rng.IntN(2) == 0 {
+		for _, row := range p.List() {
+			if rng.IntN(2) == 0 {
+				idx = append(idx, row.Index)
+			}
+		}
+	}
+	return ResetRecord(tasks[rng.IntN(len(tasks))], idx)
+}
+
+// randomPutOf prepares one to maxRows rows of keys p0..2/k0..nkeys-1
+// with one of sets as their fields in l's partition at now, and returns
+// the record that commits them (a tag v each) and keys with theirs added.
+func randomPutOf(t *testing.T, rng *rand.Rand, l *logged, now int64, keys []string, nkeys, maxRows int, sets [][]string) ([]byte, []string) {
+	t.Helper()
 	var ks []string
-	for range 1 + rng.IntN(3) {
+	for range 1 + rng.IntN(maxRows) {
 		k := fmt.Sprintf("p%d/k%d", rng.IntN(3), rng.IntN(nkeys))
 		if !slices.Contains(ks, k) {
 			ks = append(ks, k)
 		}
 	}
-	fields := [][]string{{"f"}, {"g"}, {"f", "g"}}[rng.IntN(3)]
+	fields := sets[rng.IntN(len(sets))]
 	r, _ := l.at(t, now, PrepareRecord(ks, fields, nil, len(ks)))
 	if r.Err != nil {
 		t.Fatal(r.Err)
