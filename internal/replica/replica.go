@@ -835,9 +835,8 @@ func (m *Meta) maybeCompact(p *part) {
 // compactInTurn compacts as compact does, once this process holds the
 // partition's compaction turn (backends.CompactTurns) on a log that many
 // processes share with no server between them: each counts the log's
-// growth alone,
-// all reach the same count at about the same entries, and each would
-// encode and send the same snapshot. The one that takes the turn does,
+// growth alone, all reach the same count at about the same entries, and
+// each would encode and send the same snapshot. The one that takes the turn does,
 // and keeps the turn for compactTurnFor after (each of its compactions
 // renews it): the others, refused, count afresh as if they had
 // compacted, and look again once the log has grown as much again. So
