@@ -147,8 +147,9 @@ func (t *Task) Status(ctx context.Context) (TaskStatus, error) {
 	return taskStatus(ts), nil
 }
 
-// summary is the task's summary (see metadata.Summary), with counts that
-// take a pass over the rows or without.
+// summary is the task's summary (see metadata.Summary), with its counts
+// by state or without (the engine keeps those counts from the first
+// summary that asks for them on).
 func (t *Task) summary(ctx context.Context, op string, counts bool) (_ metadata.TaskSummary, err error) {
 	c := t.c
 	ctx, tr := c.trace(ctx, op, t.partition, 0)
