@@ -211,6 +211,13 @@ func TestServerSweepsClearedRows(t *testing.T) {
 			if calls := cc.take(); len(calls) != 0 {
 				t.Fatalf("the client made calls %v after its acks, want none", calls)
 			}
+			// The server reports the cells swept after it deleted them.
+			for tqserve.Sweeping(s.srv) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("10s after the acks, %d sweeps are not done", tqserve.Sweeping(s.srv))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			// Reported swept: a Reclaim finds nothing of them.
 			rep, err := c.Reclaim(ctx, "p", time.Hour)
 			if err != nil {

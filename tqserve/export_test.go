@@ -54,3 +54,7 @@ func SetSkewEvery(d time.Duration) (restore func()) {
 	old := skewEvery.Swap(int64(d))
 	return func() { skewEvery.Store(old) }
 }
+
+// Sweeping is how many sweeps of s's cleared or unreferenced cells are
+// taken and not yet done (deleted and reported).
+func Sweeping(s *Server) int64 { return s.sweep.pending.Load() }

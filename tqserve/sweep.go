@@ -39,6 +39,9 @@ type sweeper struct {
 	// *atomic.Int64 by name), kept while reclaims run.
 	reclaiming atomic.Bool
 	seen       sync.Map
+
+	// pending counts the jobs taken and not yet swept and reported.
+	pending atomic.Int64
 }
 
 // sweepJob is the cells of rows of partition a call cleared.
@@ -102,8 +105,10 @@ func (w *sweeper) unreferenced(partition string, refs []metadata.Ref) {
 		return
 	}
 	j := sweepJob{partition: partition, refs: refs}
+	w.pending.Add(1)
 	w.mu.Lock()
 	if w.closed {
+		w.pending.Add(-1)
 		w.mu.Unlock()
 		w.log.Warn("tq server: stopping: unreferenced cells left to Reclaim", "partition", partition, "cells", len(j.refs))
 		return
@@ -121,8 +126,9 @@ func (w *sweeper) unreferenced(partition string, refs []metadata.Ref) {
 }
 
 // sweep deletes j's cells and reports those deleted swept, within
-// bound.
+// bound, and takes the job off pending.
 func (w *sweeper) sweep(j sweepJob, bound time.Duration) {
+	defer w.pending.Add(-1)
 	ctx, cancel := context.WithTimeout(w.life, bound)
 	defer cancel()
 	deleted, err := w.delete(ctx, j.refs)
@@ -252,6 +258,7 @@ func (w *sweeper) reclaim(partition string, olderThan time.Duration) {
 	}
 	if len(refs) > 0 {
 		w.log.Info("tq server: reclaiming unreferenced cells (puts abandoned, deletes that failed)", "partition", partition, "cells", len(refs))
+		w.pending.Add(1) // (sweep takes it away)
 		w.sweep(sweepJob{partition: partition, refs: refs}, sweepFor)
 	}
 }
