@@ -219,40 +219,22 @@ func (p *Partition) freezeLast(names []string) [][]byte {
 		b = msgp.AppendString(b, name)
 		b = msgp.AppendUint64(b, p.tasks[name].consumed)
 	}
-	b = msgp.AppendArrayHeader(b, uint32(len(flagged)))
-	for _, name := range flagged {
-		b = msgp.AppendString(b, name)
-		bs := p.tasks[name].batches
-		b = msgp.AppendArrayHeader(b, uint32(len(bs)))
-		for _, ob := range bs {
-			b = msgp.AppendArrayHeader(b, uint32(len(ob.partial)))
-			for _, x := range ob.partial {
-				b = msgp.AppendBool(b, x)
-			}
+	b = p.appendPerBatch(b, flagged, func(b []byte, ob *openBatch) []byte {
+		b = msgp.AppendArrayHeader(b, uint32(len(ob.partial)))
+		for _, x := range ob.partial {
+			b = msgp.AppendBool(b, x)
 		}
-	}
+		return b
+	})
 	if len(open) > 0 || len(p.undone) > 0 || len(p.blocks) > 0 {
-		b = msgp.AppendArrayHeader(b, uint32(len(open)))
-		for _, name := range open {
-			b = msgp.AppendString(b, name)
-			bs := p.tasks[name].batches
-			b = msgp.AppendArrayHeader(b, uint32(len(bs)))
-			for _, ob := range bs {
-				b = msgp.AppendInt64(b, ob.until)
+		b = p.appendPerBatch(b, open, func(b []byte, ob *openBatch) []byte { return msgp.AppendInt64(b, ob.until) })
+		b = p.appendPerBatch(b, open, func(b []byte, ob *openBatch) []byte {
+			b = msgp.AppendArrayHeader(b, uint32(len(ob.takers)))
+			for _, tok := range ob.takers {
+				b = msgp.AppendString(b, tok)
 			}
-		}
-		b = msgp.AppendArrayHeader(b, uint32(len(open)))
-		for _, name := range open {
-			b = msgp.AppendString(b, name)
-			bs := p.tasks[name].batches
-			b = msgp.AppendArrayHeader(b, uint32(len(bs)))
-			for _, ob := range bs {
-				b = msgp.AppendArrayHeader(b, uint32(len(ob.takers)))
-				for _, tok := range ob.takers {
-					b = msgp.AppendString(b, tok)
-				}
-			}
-		}
+			return b
+		})
 	}
 	if len(p.undone) > 0 || len(p.blocks) > 0 {
 		b = msgp.AppendArrayHeader(b, uint32(2*len(p.undone)))
@@ -1037,6 +1019,23 @@ func (p *Partition) readCounts(b []byte) ([]byte, error) {
 		t.consumed = c
 	}
 	return b, nil
+}
+
+// appendPerBatch appends a snapshot part of the open batches of the tasks
+// names: flat, per task, its name and an array of one value per open
+// batch, in the order of the batches, each appended by one (readPerBatch
+// reads it).
+func (p *Partition) appendPerBatch(b []byte, names []string, one func(b []byte, ob *openBatch) []byte) []byte {
+	b = msgp.AppendArrayHeader(b, uint32(len(names)))
+	for _, name := range names {
+		b = msgp.AppendString(b, name)
+		bs := p.tasks[name].batches
+		b = msgp.AppendArrayHeader(b, uint32(len(bs)))
+		for _, ob := range bs {
+			b = one(b, ob)
+		}
+	}
+	return b
 }
 
 // readPerBatch reads a snapshot part of tasks' open batches: flat, per
